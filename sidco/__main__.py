@@ -1,0 +1,5 @@
+import sys
+
+from sidco.cli import main
+
+sys.exit(main())

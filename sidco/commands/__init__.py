@@ -1,0 +1,1 @@
+"""One module per ``sidco`` subcommand; each exposes ``register(subparsers)``."""

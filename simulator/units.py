@@ -1,0 +1,100 @@
+"""Strict parsing and formatting of units: bandwidth (bits/s), sizes (bytes), durations (s).
+
+Accepted spellings (case of the prefix letter matters only for ``m`` vs ``M``
+in durations, where ``ms`` is milliseconds):
+
+- bandwidth: ``10Gbit``, ``10Gbit/s``, ``10Gbps``, ``100Mbit``, ``1.25GB/s``,
+  ``125MB/s``, ``800Kbit/s``; decimal prefixes (k = 10³ … T = 10¹²); ``B`` is a
+  byte (8 bits), ``bit``/``b``+``ps`` a bit. A bare number, or ``10G``, is ambiguous
+  and rejected.
+- sizes: ``64KB``, ``1MB`` (decimal, 10⁶ bytes), ``1MiB`` (binary, 2²⁰ bytes),
+  ``512B``; a bare integer is taken as bytes only when ``bare_ok=True``.
+- durations: ``50us``, ``50µs``, ``1.5ms``, ``2s``, ``100ns``; a bare number is rejected.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NUMBER = r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
+
+_BANDWIDTH = re.compile(
+    _NUMBER + r"\s*(?P<prefix>[kKMGT]?)(?P<unit>bit/s|bits/s|bit|bits|bps|b/s|B/s|Bps|B)$"
+)
+_SIZE = re.compile(_NUMBER + r"\s*(?P<prefix>Ki|Mi|Gi|Ti|[kKMGT]?)(?P<unit>B|bytes?)?$")
+_DURATION = re.compile(_NUMBER + r"\s*(?P<unit>ns|us|µs|ms|s|min)$")
+_DURATION_SCALE = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0}
+
+
+def parse_bandwidth(text: str) -> float:
+    """Parse a bandwidth such as ``10Gbit`` or ``1.25GB/s``; return bits per second (> 0)."""
+    match = _BANDWIDTH.match(str(text).strip())
+    if not match:
+        raise ValueError(
+            f"invalid bandwidth {text!r}: give a unit, e.g. 10Gbit, 100Mbit/s or 1.25GB/s"
+        )
+    value = float(match["num"]) * _DECIMAL[match["prefix"]]
+    if match["unit"] in ("B/s", "Bps", "B"):
+        value *= 8.0
+    if not value > 0:
+        raise ValueError(f"invalid bandwidth {text!r}: must be > 0")
+    return value
+
+
+def parse_bytes(text: str, *, bare_ok: bool = False) -> int:
+    """Parse a size such as ``64KB``, ``1MiB`` or ``512B``; return bytes (≥ 0)."""
+    raw = str(text).strip()
+    match = _SIZE.match(raw)
+    if not match or (match["unit"] is None and not bare_ok) or (match["unit"] is None and match["prefix"]):
+        raise ValueError(f"invalid size {text!r}: give a unit, e.g. 64KB, 1MB or 1MiB")
+    prefix = match["prefix"]
+    scale = _BINARY[prefix] if prefix in _BINARY else _DECIMAL[prefix]
+    value = float(match["num"]) * scale
+    if value != int(value):
+        raise ValueError(f"invalid size {text!r}: not a whole number of bytes")
+    return int(value)
+
+
+def parse_duration(text: str) -> float:
+    """Parse a duration such as ``50us``, ``1.5ms`` or ``2s``; return seconds (≥ 0)."""
+    match = _DURATION.match(str(text).strip())
+    if not match:
+        raise ValueError(f"invalid duration {text!r}: give a unit, e.g. 50us, 1.5ms or 2s")
+    return float(match["num"]) * _DURATION_SCALE[match["unit"]]
+
+
+def parse_list(text: str, parse) -> list:
+    """Parse a comma-separated list with ``parse`` applied to each item."""
+    items = [item.strip() for item in str(text).split(",") if item.strip()]
+    if not items:
+        raise ValueError(f"empty list {text!r}")
+    return [parse(item) for item in items]
+
+
+def format_bandwidth(bps: float) -> str:
+    """Format bits per second with a decimal prefix, e.g. ``10 Gbit/s``."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:g} {prefix}bit/s"
+    return f"{bps:g} bit/s"
+
+
+def format_bytes(nbytes: float) -> str:
+    """Format bytes with a decimal prefix, e.g. ``1.5 MB`` (10⁶ bytes)."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {prefix}B"
+    return f"{nbytes:g} B"
+
+
+def format_seconds(seconds: float) -> str:
+    """Format a duration with a readable unit, e.g. ``12.3 ms``."""
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    if seconds >= 1e-6:
+        return f"{seconds * 1e6:.3g} µs"
+    return f"{seconds * 1e9:.3g} ns"

@@ -1,0 +1,52 @@
+"""Shared fixtures and environment-based skips.
+
+Markers: ``gpu`` (needs CUDA), ``browser`` (needs chromium + chromedriver),
+``root`` (needs root plus ``ip``/``tc`` for network namespaces).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+
+def _root_with_netns() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0 and bool(shutil.which("ip")) and bool(shutil.which("tc"))
+
+
+def pytest_collection_modifyitems(config, items):
+    skips = {
+        "gpu": (torch.cuda.is_available(), "no CUDA device"),
+        "browser": (
+            bool(shutil.which("chromium")) and bool(shutil.which("chromedriver")),
+            "chromium/chromedriver not installed (make system-deps as root)",
+        ),
+        "root": (_root_with_netns(), "needs root with ip and tc"),
+    }
+    for item in items:
+        for marker, (available, reason) in skips.items():
+            if marker in item.keywords and not available:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A fresh results store in a temporary directory."""
+    from sidco.store import Store
+
+    s = Store(tmp_path / "results.sqlite")
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    """Where tests save files worth keeping (screenshots, timelines)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
