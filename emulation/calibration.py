@@ -1,0 +1,83 @@
+"""Fit α (s), β (s/byte) and an efficiency factor to measured collective times.
+
+Model (ring α–β forms of :mod:`emulation.alphabeta`), for measurement ``i`` of ``op_i`` on
+``p_i`` workers, ``n_i`` bytes, link ``B_i`` bits/s:
+
+    t_i ≈ latency_terms(op_i, p_i)·α + volume_factor(op_i, p_i)·n_i·8/(efficiency·B_i)
+
+Linear least squares in (α, 1/efficiency), weighted by 1/t_i so small and large messages
+count alike (relative error); α is constrained to ≥ 0. ``beta_s_per_byte`` is the fitted
+seconds per byte at the reference bandwidth (the slowest measured link), i.e.
+``8/(efficiency·B_ref)``. Meaning for a simulator: use ``alpha_s`` per message and an
+effective link rate of ``efficiency × bandwidth``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from emulation.alphabeta import latency_terms, volume_factor
+
+
+@dataclass(frozen=True)
+class CalibrationFit:
+    """Fitted constants with the quality of the fit (relative residuals)."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+    efficiency: float
+    reference_bandwidth_bps: float
+    points: int
+    median_abs_error_pct: float
+    max_abs_error_pct: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fit as a plain dict (JSON-serialisable)."""
+        return asdict(self)
+
+
+def _design(rows: list[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    a = np.array([latency_terms(r["op"], int(r["workers"])) for r in rows], dtype=float)
+    b = np.array(
+        [volume_factor(r["op"], int(r["workers"])) * float(r["nbytes"]) * 8.0 / float(r["bandwidth_bps"]) for r in rows],
+        dtype=float,
+    )
+    return a, b
+
+
+def fit(measurements: Iterable[Mapping[str, Any]]) -> CalibrationFit:
+    """Fit α, β and efficiency to ``measurements`` (dicts with op, workers, nbytes, bandwidth_bps,
+    seconds). Raises ``ValueError`` with fewer than two usable (shaped, timed) measurements."""
+    rows = [r for r in measurements if r.get("bandwidth_bps") and float(r["seconds"]) > 0]
+    if len(rows) < 2:
+        raise ValueError(
+            f"calibration needs at least 2 shaped collective measurements, found {len(rows)}; "
+            "run 'sidco emulate collective' first"
+        )
+    t = np.array([float(r["seconds"]) for r in rows])
+    a, b = _design(rows)
+    weights = 1.0 / t
+    matrix = np.column_stack([a, b]) * weights[:, None]
+    (alpha, inverse_eff), *_ = np.linalg.lstsq(matrix, t * weights, rcond=None)
+    if alpha < 0:
+        alpha = 0.0
+        inverse_eff = float(np.sum(b * weights * weights * t) / np.sum((b * weights) ** 2))
+    if inverse_eff <= 0:
+        raise ValueError("calibration failed: the measured times do not grow with message size")
+    efficiency = 1.0 / float(inverse_eff)
+    reference = min(float(r["bandwidth_bps"]) for r in rows)
+    predicted = a * alpha + b * inverse_eff
+    errors = np.abs(predicted - t) / t * 100.0
+    return CalibrationFit(
+        alpha_s=float(alpha),
+        beta_s_per_byte=8.0 / (efficiency * reference),
+        efficiency=efficiency,
+        reference_bandwidth_bps=reference,
+        points=len(rows),
+        median_abs_error_pct=float(np.median(errors)),
+        max_abs_error_pct=float(np.max(errors)),
+    )

@@ -1,0 +1,68 @@
+"""Collective micro-benchmarks: real gloo processes on shaped links (or loopback)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from emulation.alphabeta import OPS, collective_seconds
+from emulation.launch import run_workers
+from emulation.network import Network, require_emulation
+from emulation.plan import make_plan
+
+LOOPBACK_BPS = 10e9  # nominal rate used only to size timeouts of unshaped runs (bits/s)
+
+
+def _timeout_s(ops: Sequence[str], sizes: Sequence[int], workers: int, bandwidth_bps: float, rounds: int) -> float:
+    expected = sum(collective_seconds(op, n, workers, bandwidth_bps) for op in ops for n in sizes)
+    return 60.0 + 4.0 * rounds * expected
+
+
+def measure_collectives(
+    workers: int,
+    bandwidth_bps: float | None,
+    ops: Sequence[str],
+    sizes: Sequence[int],
+    *,
+    repeats: int = 3,
+    warmup: int = 1,
+) -> list[dict[str, Any]]:
+    """Time ``ops`` × ``sizes`` (bytes) over ``workers`` ranks on links of ``bandwidth_bps``.
+
+    ``bandwidth_bps`` (bits/s) of ``None`` runs on loopback without namespaces or shaping.
+    Returns one dict per (op, nbytes): ``op, workers, nbytes, bandwidth_bps, seconds`` where
+    ``seconds`` is the median over repeats of the slowest rank's time, plus ``repeats_s``.
+    """
+    for op in ops:
+        if op not in OPS:
+            raise ValueError(f"unknown collective {op!r}: choose from {', '.join(OPS)}")
+    if workers < 2:
+        raise ValueError(f"collective benchmarks need at least 2 workers, got {workers}")
+    if repeats < 1 or warmup < 0:
+        raise ValueError("repeats must be >= 1 and warmup >= 0")
+    args = [
+        "--ops", ",".join(ops), "--bytes", ",".join(str(int(n)) for n in sizes),
+        "--repeats", str(repeats), "--warmup", str(warmup),
+    ]
+    timeout = _timeout_s(ops, sizes, workers, bandwidth_bps or LOOPBACK_BPS, repeats + warmup + 1)
+    if bandwidth_bps is None:
+        per_rank = run_workers("emulation.collective_worker", args, workers, None, timeout)
+    else:
+        require_emulation()
+        with Network(make_plan(workers, bandwidth_bps)) as plan:
+            per_rank = run_workers("emulation.collective_worker", args, workers, plan, timeout)
+    return list(_combine(per_rank, workers, bandwidth_bps))
+
+
+def _combine(per_rank: list[dict[str, Any]], workers: int, bandwidth_bps: float | None) -> Iterator[dict[str, Any]]:
+    for index, first in enumerate(per_rank[0]["results"]):
+        slowest = [max(rank["results"][index]["seconds"][r] for rank in per_rank) for r in range(len(first["seconds"]))]
+        yield {
+            "op": first["op"],
+            "workers": workers,
+            "nbytes": int(first["nbytes"]),
+            "bandwidth_bps": bandwidth_bps,
+            "seconds": statistics.median(slowest),
+            "repeats_s": slowest,
+        }

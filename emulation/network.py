@@ -1,0 +1,102 @@
+"""Apply and remove a :class:`~emulation.plan.NetworkPlan`, always cleaning up.
+
+:class:`Network` is a context manager: entering runs the plan's setup commands (removing
+whatever it built if one fails), leaving runs the teardown whatever happened. SIGTERM and
+SIGHUP are turned into :class:`Terminated` while it is active so ``finally`` blocks run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from emulation.plan import PREFIX_ROOT, NetworkPlan
+
+COMMAND_TIMEOUT_S = 20.0
+
+
+class EmulationUnavailable(ValueError):
+    """Network emulation cannot run here (not root, or ``ip``/``tc`` missing)."""
+
+
+class Terminated(BaseException):
+    """Raised inside the main thread when SIGTERM/SIGHUP arrives during an emulation."""
+
+
+def missing_requirements() -> str | None:
+    """Return a one-line reason why namespaces cannot be built here, or ``None`` if they can."""
+    missing = []
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        missing.append("root privileges")
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            missing.append(f"the '{tool}' command (iproute2)")
+    if not missing:
+        return None
+    return "network emulation needs " + " and ".join(missing) + "; use --no-shaping to run on loopback"
+
+
+def require_emulation() -> None:
+    """Raise :class:`EmulationUnavailable` with a one-line reason if namespaces can't be built."""
+    reason = missing_requirements()
+    if reason:
+        raise EmulationUnavailable(reason)
+
+
+def leftovers(prefix: str = PREFIX_ROOT) -> list[str]:
+    """Names of existing network namespaces that start with ``prefix``."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    names = [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
+    return sorted(name for name in names if name.startswith(prefix))
+
+
+def _run(argv: Sequence[str]) -> None:
+    result = subprocess.run(list(argv), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    if result.returncode != 0:
+        message = (result.stderr or result.stdout).strip().splitlines()
+        detail = message[0] if message else f"exit code {result.returncode}"
+        raise OSError(f"'{' '.join(argv)}' failed: {detail}")
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(f"received signal {signum}")
+
+
+class Network:
+    """The emulated network of ``plan``, built on enter and removed on exit."""
+
+    def __init__(self, plan: NetworkPlan):
+        self.plan = plan
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> NetworkPlan:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                self._previous[signum] = signal.signal(signum, _raise_terminated)
+        try:
+            for argv in self.plan.setup:
+                _run(argv)
+        except BaseException:
+            self.teardown()
+            raise
+        return self.plan
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()
+
+    def teardown(self) -> None:
+        """Delete every namespace of the plan (missing ones are fine) and restore signals."""
+        try:
+            existing = set(leftovers(self.plan.prefix))
+            for argv in self.plan.teardown:
+                if argv[-1] in existing:
+                    subprocess.run(list(argv), capture_output=True, timeout=COMMAND_TIMEOUT_S)
+        finally:
+            for signum, handler in self._previous.items():
+                signal.signal(signum, handler)
+            self._previous.clear()

@@ -1,0 +1,129 @@
+"""The namespace and shaping plan: a pure function from a request to the ``ip``/``tc`` commands.
+
+Topology for ``p`` workers (nothing is created in the host's network namespace):
+
+- one namespace ``<prefix>-br`` holding a Linux bridge ``br0``;
+- one namespace ``<prefix>-w<i>`` per worker, each with a veth end of the same name
+  (:data:`IFNAME`) carrying a private address ``10.<a>.<b>.<i+1>/24``;
+- the other veth end ``vp<i>`` sits in the bridge namespace as a bridge port.
+
+Shaping (when a bandwidth is given): a ``tbf`` qdisc at the requested rate on the worker's
+veth end (its uplink) and on the bridge-side end (its downlink), so every worker sends and
+receives at most ``bandwidth_bps``. The kernel here has no ``netem``: no delay is added.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+
+IFNAME = "sidco0"
+BRIDGE = "br0"
+PREFIX_ROOT = "sidco-"
+MTU_BYTES = 1500
+
+
+@dataclass(frozen=True)
+class NetworkPlan:
+    """Everything needed to build and remove one emulated network.
+
+    ``setup`` and ``teardown`` are argv lists to run in order; ``addresses[i]`` is worker
+    ``i``'s IPv4 address (no prefix length) inside namespace ``worker_ns[i]``.
+    """
+
+    prefix: str
+    workers: int
+    bandwidth_bps: float | None
+    bridge_ns: str
+    worker_ns: tuple[str, ...]
+    addresses: tuple[str, ...]
+    ifname: str
+    setup: tuple[tuple[str, ...], ...]
+    teardown: tuple[tuple[str, ...], ...]
+
+    def exec_prefix(self, rank: int) -> list[str]:
+        """The argv prefix that runs a command inside worker ``rank``'s namespace."""
+        return ["ip", "netns", "exec", self.worker_ns[rank]]
+
+
+def unique_prefix() -> str:
+    """A run-unique name prefix ``sidco-<pid>-<hex>`` for namespaces."""
+    return f"{PREFIX_ROOT}{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def tbf_parameters(bandwidth_bps: float) -> tuple[int, int]:
+    """Return ``(burst_bytes, limit_bytes)`` for a tbf at ``bandwidth_bps`` (bits/s).
+
+    The burst is one millisecond of traffic (at least 4 MTUs, so GSO segments pass); the
+    queue limit holds 100 ms of traffic (at least 64 KiB), enough for TCP to keep the link busy.
+    """
+    rate_bytes_per_s = bandwidth_bps / 8.0
+    burst = max(4 * MTU_BYTES, int(rate_bytes_per_s * 1e-3))
+    limit = max(64 * 1024, int(rate_bytes_per_s * 0.1))
+    return burst, limit
+
+
+def _tbf(namespace: str, device: str, bandwidth_bps: float) -> tuple[str, ...]:
+    burst, limit = tbf_parameters(bandwidth_bps)
+    return (
+        "tc", "-n", namespace, "qdisc", "add", "dev", device, "root", "tbf",
+        "rate", f"{int(bandwidth_bps)}bit", "burst", str(burst), "limit", str(limit),
+    )
+
+
+def make_plan(
+    workers: int,
+    bandwidth_bps: float | None,
+    *,
+    prefix: str | None = None,
+    subnet: tuple[int, int] | None = None,
+) -> NetworkPlan:
+    """Plan a bridge namespace plus ``workers`` worker namespaces, shaped to ``bandwidth_bps``.
+
+    ``bandwidth_bps`` (bits/s) of ``None`` leaves the links unshaped. ``subnet`` picks the
+    private ``10.a.b.0/24`` network (random when omitted). Raises ``ValueError`` on a worker
+    count outside 1..250, a non-positive bandwidth, or a prefix that is not ours.
+    """
+    if not 1 <= workers <= 250:
+        raise ValueError(f"workers must be between 1 and 250, got {workers}")
+    if bandwidth_bps is not None and not bandwidth_bps > 0:
+        raise ValueError(f"bandwidth must be > 0 bits/s, got {bandwidth_bps}")
+    prefix = prefix or unique_prefix()
+    if not prefix.startswith(PREFIX_ROOT) or any(ch.isspace() or ch == "/" for ch in prefix):
+        raise ValueError(f"namespace prefix {prefix!r} must start with {PREFIX_ROOT!r} and hold no spaces or '/'")
+    a, b = subnet or (100 + secrets.randbelow(100), secrets.randbelow(250))
+    bridge_ns = f"{prefix}-br"
+    worker_ns = tuple(f"{prefix}-w{i}" for i in range(workers))
+    addresses = tuple(f"10.{a}.{b}.{i + 1}" for i in range(workers))
+
+    setup: list[tuple[str, ...]] = [("ip", "netns", "add", bridge_ns)]
+    setup += [("ip", "netns", "add", ns) for ns in worker_ns]
+    setup += [
+        ("ip", "-n", bridge_ns, "link", "add", BRIDGE, "type", "bridge"),
+        ("ip", "-n", bridge_ns, "link", "set", BRIDGE, "up"),
+    ]
+    for i, (ns, addr) in enumerate(zip(worker_ns, addresses)):
+        port = f"vp{i}"
+        setup += [
+            ("ip", "-n", bridge_ns, "link", "add", port, "type", "veth", "peer", "name", IFNAME, "netns", ns),
+            ("ip", "-n", bridge_ns, "link", "set", port, "master", BRIDGE),
+            ("ip", "-n", bridge_ns, "link", "set", port, "up"),
+            ("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", IFNAME),
+            ("ip", "-n", ns, "link", "set", IFNAME, "up"),
+            ("ip", "-n", ns, "link", "set", "lo", "up"),
+        ]
+        if bandwidth_bps is not None:
+            setup += [_tbf(ns, IFNAME, bandwidth_bps), _tbf(bridge_ns, port, bandwidth_bps)]
+    teardown = tuple(("ip", "netns", "del", ns) for ns in (*worker_ns, bridge_ns))
+    return NetworkPlan(
+        prefix=prefix,
+        workers=workers,
+        bandwidth_bps=bandwidth_bps,
+        bridge_ns=bridge_ns,
+        worker_ns=worker_ns,
+        addresses=addresses,
+        ifname=IFNAME,
+        setup=tuple(setup),
+        teardown=teardown,
+    )
