@@ -1,0 +1,213 @@
+"""Collectives for exchanging sparse gradient selections between data-parallel ranks.
+
+Every rank selects a different number of elements, and the all-gather collectives
+of ``torch.distributed`` need equal sizes on every rank (uneven ``all_gather``
+raises on gloo). :func:`sparse_allgather_sum` therefore runs the two-phase padded
+all-gather:
+
+1. all-gather the selection counts (one int64 per rank, 8 bytes);
+2. pad every rank's selection to the largest count and all-gather one flat buffer
+   per rank holding its indices (bit-cast into the value dtype with ``Tensor.view``,
+   never converted by value) followed by its values;
+3. scatter-add each rank's selection, rank by rank, into a dense buffer.
+
+Each rank's indices are distinct, so the scatter-add of one rank never writes one
+position twice and the sum is the same on every rank, bit for bit, also on CUDA
+(no atomics race between ranks: the ranks are added in a fixed order).
+
+Works on gloo (CPU tensors) and NCCL (CUDA tensors). Both flat all-gather entry
+points are supported: ``all_gather_single`` (torch >= 2.13) and the older,
+deprecated-in-2.13 ``all_gather_into_tensor``. On gloo the future of either
+carries a list of chunks, so the result is always read from the output buffer
+allocated here, never from the future's value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+
+GatherMethod = Literal["auto", "single", "into_tensor"]
+GATHER_METHODS: tuple[str, ...] = ("auto", "single", "into_tensor")
+
+COUNT_BYTES = 8
+"""Bytes each rank sends in phase 1 (its selection count as one int64)."""
+
+
+@dataclass
+class SparseExchange:
+    """One rank's view of a sparse all-gather that is in flight.
+
+    Attributes:
+        future: completes with the dense sum (over ranks) of every rank's selection,
+            a 1-D tensor of ``numel`` elements in the values' dtype, not divided by
+            the world size.
+        counts: the number of elements each rank selected, in rank order.
+        padded_count: the largest count; every rank sent this many slots.
+        bytes_sent: bytes this rank put into the collectives (bytes): the count
+            (8 bytes) plus ``padded_count`` values and indices.
+        payload_bytes: bytes of this rank's own selection without padding (bytes):
+            its values in their dtype plus int32 (int64 for 64-bit values) indices.
+    """
+
+    future: torch.futures.Future
+    counts: list[int]
+    padded_count: int
+    bytes_sent: int
+    payload_bytes: int
+
+
+def resolve_gather(method: str) -> str:
+    """Return the concrete all-gather entry point (``single`` or ``into_tensor``) for ``method``.
+
+    ``auto`` picks ``all_gather_single`` where this torch has it, else
+    ``all_gather_into_tensor``. Raises ``ValueError`` for an unknown or unavailable method.
+    """
+    if method not in GATHER_METHODS:
+        raise ValueError(f"gather method {method!r} is not one of {', '.join(GATHER_METHODS)}")
+    if method == "auto":
+        return "single" if hasattr(dist, "all_gather_single") else "into_tensor"
+    if method == "single" and not hasattr(dist, "all_gather_single"):
+        raise ValueError(f"gather method 'single' needs torch.distributed.all_gather_single (torch {torch.__version__} lacks it)")
+    return method
+
+
+def all_gather_flat(
+    output: torch.Tensor,
+    tensor: torch.Tensor,
+    group: dist.ProcessGroup | None,
+    method: str = "auto",
+) -> dist.Work:
+    """Start an all-gather of equal-sized 1-D ``tensor`` from every rank into ``output``.
+
+    ``output`` must hold ``world_size * tensor.numel()`` elements; rank ``r``'s tensor
+    lands at ``output[r * n:(r + 1) * n]``. Returns the asynchronous work handle.
+    """
+    if resolve_gather(method) == "single":
+        return dist.all_gather_single(output, tensor, group=group, async_op=True)
+    return dist.all_gather_into_tensor(output, tensor, group=group, async_op=True)
+
+
+def index_dtype_for(values_dtype: torch.dtype) -> torch.dtype:
+    """The integer dtype the indices travel as: int32, or int64 beside 64-bit values.
+
+    The index dtype's size must be a multiple of the value dtype's size so that an
+    index occupies a whole number of value slots when bit-cast.
+    """
+    return torch.int64 if values_dtype.itemsize == 8 else torch.int32
+
+
+def pack(values: torch.Tensor, indices: torch.Tensor, padded_count: int) -> torch.Tensor:
+    """Pack one rank's selection into a flat buffer in the values' dtype, padded to ``padded_count``.
+
+    Layout: ``padded_count`` indices bit-cast into the value dtype (``r`` slots each,
+    ``r = index itemsize / value itemsize``), then ``padded_count`` values, then zero
+    to ``r - 1`` slots so that the length is a multiple of ``r`` (so that every rank's
+    chunk of the gathered buffer starts index-aligned). Padding slots are zero and are
+    never read back (:func:`unpack_rank` uses the counts).
+    """
+    count = values.numel()
+    if indices.numel() != count:
+        raise ValueError(f"a selection has {count} values but {indices.numel()} indices")
+    if count > padded_count:
+        raise ValueError(f"a selection of {count} elements does not fit {padded_count} padded slots")
+    idx_dtype = index_dtype_for(values.dtype)
+    ratio = idx_dtype.itemsize // values.dtype.itemsize
+    length = padded_count * ratio + -(-padded_count // ratio) * ratio
+    buffer = torch.zeros(length, dtype=values.dtype, device=values.device)
+    buffer[: padded_count * ratio].view(idx_dtype)[:count] = indices.to(idx_dtype)
+    buffer[padded_count * ratio : padded_count * ratio + count] = values
+    return buffer
+
+
+def unpack_rank(chunk: torch.Tensor, count: int, padded_count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return ``(values, indices)`` of the first ``count`` elements of one rank's packed ``chunk``.
+
+    ``indices`` are int64 (ready for ``index_add_``), read back by bit-cast.
+    """
+    idx_dtype = index_dtype_for(chunk.dtype)
+    ratio = idx_dtype.itemsize // chunk.dtype.itemsize
+    indices = chunk[: padded_count * ratio].view(idx_dtype)[:count].long()
+    values = chunk[padded_count * ratio : padded_count * ratio + count]
+    return values, indices
+
+
+def sparse_allgather_sum(
+    values: torch.Tensor,
+    indices: torch.Tensor,
+    numel: int,
+    group: dist.ProcessGroup | None = None,
+    gather: str = "auto",
+    out: torch.Tensor | None = None,
+    error: str | None = None,
+) -> SparseExchange:
+    """Exchange this rank's selection with every rank and sum all selections densely.
+
+    Args:
+        values: the selected values (1-D, any float dtype, on the communication device).
+        indices: their positions in ``[0, numel)``, distinct, any integer dtype, same length.
+        numel: length of the dense vector (elements); must fit int32 for ≤ 32-bit values.
+        group: process group (``None``: the default group).
+        gather: ``auto``, ``single`` (``all_gather_single``) or ``into_tensor``
+            (``all_gather_into_tensor``).
+        out: optional dense 1-D buffer of ``numel`` elements (values' dtype) to write the
+            sum into (it is zeroed first, once the gather has finished); a new one otherwise.
+        error: set when this rank could not produce a selection (e.g. its compressor
+            rejected the input); the rank then sends count -1 in phase 1 and every rank
+            raises ``ValueError`` naming the failed ranks, so nobody waits for phase 2.
+
+    Phase 1 (counts) is waited for here: the padded size must be known on the host to
+    allocate phase 2's buffers (on CUDA this is one device-to-host sync). Phase 2 is
+    asynchronous; the returned :class:`SparseExchange` carries its future.
+
+    Every rank must call this with the same ``numel``, ``gather`` and value dtype, and
+    every rank must send at least one element: an all-zero count everywhere would ask
+    the collectives for empty buffers, which several backends reject, so it raises
+    ``ValueError`` on every rank alike instead.
+    """
+    if values.dim() != 1 or indices.dim() != 1:
+        raise ValueError("sparse exchange needs 1-D values and indices")
+    if index_dtype_for(values.dtype) == torch.int32 and numel > torch.iinfo(torch.int32).max:
+        raise ValueError(f"a dense vector of {numel} elements does not fit int32 indices")
+    method = resolve_gather(gather)
+    world = dist.get_world_size(group)
+    device = values.device
+
+    count = torch.tensor([-1 if error is not None else values.numel()], dtype=torch.int64, device=device)
+    counts_out = torch.empty(world, dtype=torch.int64, device=device)
+    all_gather_flat(counts_out, count, group, method).wait()
+    counts = [int(c) for c in counts_out.tolist()]
+    failed = [rank for rank, c in enumerate(counts) if c < 0]
+    if failed:
+        reason = f": {error}" if error is not None else ""
+        raise ValueError(f"sparse exchange aborted on every rank: rank(s) {failed} could not select{reason}")
+    padded = max(counts)
+    if padded == 0:
+        raise ValueError("every rank selected 0 elements: refusing to all-gather empty buffers")
+
+    payload = pack(values, indices, padded)
+    gathered = torch.empty(world * payload.numel(), dtype=payload.dtype, device=device)
+    work = all_gather_flat(gathered, payload, group, method)
+    dense = out if out is not None else torch.empty(numel, dtype=values.dtype, device=device)
+    if dense.numel() != numel or dense.dtype != values.dtype:
+        raise ValueError(f"output buffer has {dense.numel()} {dense.dtype} elements, expected {numel} {values.dtype}")
+
+    def scatter(_: torch.futures.Future) -> torch.Tensor:
+        dense.zero_()
+        for rank, chunk in enumerate(gathered.view(world, payload.numel())):
+            if counts[rank]:
+                rank_values, rank_indices = unpack_rank(chunk, counts[rank], padded)
+                dense.index_add_(0, rank_indices, rank_values)
+        return dense
+
+    idx_size = index_dtype_for(values.dtype).itemsize
+    return SparseExchange(
+        future=work.get_future().then(scatter),
+        counts=counts,
+        padded_count=padded,
+        bytes_sent=COUNT_BYTES + payload.numel() * payload.element_size(),
+        payload_bytes=values.numel() * (values.element_size() + idx_size),
+    )
