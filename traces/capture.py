@@ -1,0 +1,101 @@
+"""Capture a trace from a built-in workload with data parallelism simulated in one process.
+
+Each iteration, each of ``workers`` workers runs forward and backward on its own
+data shard; the :class:`~traces.recorder.Recorder` copies every worker's
+gradient on recorded iterations; the workers' gradients are averaged (what an
+all-reduce would produce) and one optimizer step updates the shared model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+
+from traces import workloads
+from traces.errors import TraceError
+from traces.reader import Trace
+from traces.recorder import Recorder
+
+
+def capture(
+    workload: str,
+    out_dir: str | os.PathLike[str],
+    *,
+    workers: int = 4,
+    iterations: int = 200,
+    every: int = 10,
+    device: str = "cpu",
+    seed: int = 0,
+    width: float | None = None,
+    batch_size: int | None = None,
+    lr: float | None = None,
+    overwrite: bool = False,
+    progress: Callable[[int, float], None] | None = None,
+) -> Trace:
+    """Train ``workload`` for ``iterations`` steps and record every ``every``-th; return the trace.
+
+    ``batch_size`` is per worker (samples); ``progress(iteration, mean_loss)`` is
+    called after each step. Unset knobs take the workload's CPU defaults.
+    """
+    if workers < 1:
+        raise TraceError(f"workers must be >= 1, got {workers}")
+    if iterations < 1:
+        raise TraceError(f"iterations must be >= 1, got {iterations}")
+    if not 1 <= every <= iterations:
+        raise TraceError(f"every must be between 1 and iterations ({iterations}), got {every}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise TraceError(f"device {device!r} requested but CUDA is not available")
+    work = workloads.build(workload, width=width, batch_size=batch_size, lr=lr, seed=seed, device=device)
+    model, optimizer = work.model, work.optimizer()
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    totals = [torch.zeros_like(p) for p in params]
+    shards = [work.batches(w, workers) for w in range(workers)]
+    losses: list[float] = []
+    recorder = Recorder(
+        model,
+        out_dir,
+        every=every,
+        workers=workers,
+        batch_size=work.batch_size,
+        workload=workload,
+        overwrite=overwrite,
+        extra={
+            "capture": {
+                "seed": seed,
+                "width": work.width,
+                "lr": work.lr,
+                "optimizer": "SGD(momentum=0.9)",
+                "iterations": iterations,
+                "parallelism": "simulated data parallel (one process, averaged gradients)",
+            }
+        },
+    )
+    with recorder:
+        for _ in range(iterations):
+            for total in totals:
+                total.zero_()
+            loss_sum = 0.0
+            for worker, shard in enumerate(shards):
+                inputs, targets = next(shard)
+                optimizer.zero_grad(set_to_none=True)
+                loss = work.loss(model(inputs), targets)
+                loss.backward()
+                recorder.capture(worker)
+                for total, param in zip(totals, params):
+                    if param.grad is not None:
+                        total.add_(param.grad)
+                loss_sum += float(loss.detach())
+            for total, param in zip(totals, params):
+                param.grad = total / workers
+            with recorder.optimizer():
+                optimizer.step()
+            losses.append(loss_sum / workers)
+            if progress is not None:
+                progress(recorder.iteration, losses[-1])
+            recorder.step()
+        if not all(map(lambda v: v == v and abs(v) != float("inf"), losses)):
+            raise TraceError(f"{out_dir}: training diverged (loss is not finite); lower --lr")
+        return recorder.close(extra={"loss": {"first": losses[0], "last": losses[-1], "per_iteration": losses}})

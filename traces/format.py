@@ -1,0 +1,194 @@
+"""The on-disk trace format (see ``traces/FORMAT.md``): constants and the writer.
+
+A trace is a directory holding ``manifest.json`` and one write-once safetensors
+file per recorded iteration. Each file holds one 1-D float32 tensor per worker,
+keyed ``worker_<w>``: that worker's gradient flattened in the manifest's layer
+order. The whole directory is built in a temporary sibling directory and moved
+into place with :func:`os.replace` only once the manifest is written, so a
+crashed writer never leaves a half trace under the final name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from traces.errors import TraceError
+
+FORMAT_NAME = "sidco-trace"
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+def iteration_file(iteration: int) -> str:
+    """Name of the safetensors file holding recorded ``iteration``."""
+    return f"grad-{iteration:09d}.safetensors"
+
+
+def worker_key(worker: int) -> str:
+    """Tensor key of ``worker``'s flattened gradient inside an iteration file."""
+    return f"worker_{worker}"
+
+
+def layer_entries(layers: Sequence[tuple[str, Sequence[int], str]]) -> list[dict[str, Any]]:
+    """Manifest entries (name, shape, dtype, offset, numel) for ``(name, shape, dtype)`` triples.
+
+    ``offset`` and ``numel`` count elements of the flattened gradient.
+    """
+    entries = []
+    offset = 0
+    for name, shape, dtype in layers:
+        numel = 1
+        for dim in shape:
+            numel *= int(dim)
+        entries.append(
+            {"name": str(name), "shape": [int(d) for d in shape], "dtype": str(dtype), "offset": offset, "numel": numel}
+        )
+        offset += numel
+    return entries
+
+
+def environment() -> dict[str, Any]:
+    """Where the trace was written: torch and Python versions, host platform, CPU threads."""
+    return {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_threads": torch.get_num_threads(),
+        "cuda": torch.version.cuda,
+    }
+
+
+def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+class TraceWriter:
+    """Writes one trace directory; nothing appears at ``out_dir`` until :meth:`close`.
+
+    Use as a context manager; an exception inside the block discards everything.
+    ``overwrite`` replaces an existing trace directory at ``out_dir`` (only one
+    that holds a ``manifest.json``; any other existing path is refused).
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        *,
+        workload: str,
+        layers: Sequence[tuple[str, Sequence[int], str]],
+        workers: int,
+        overwrite: bool = False,
+    ) -> None:
+        if workers < 1:
+            raise TraceError(f"{out_dir}: workers must be >= 1, got {workers}")
+        self.out_dir = Path(out_dir)
+        if self.out_dir.exists():
+            if not overwrite:
+                raise TraceError(f"{self.out_dir}: already exists (choose another --out or overwrite it)")
+            if not (self.out_dir / MANIFEST).is_file():
+                raise TraceError(f"{self.out_dir}: exists and is not a trace directory; refusing to overwrite it")
+        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.workload = workload
+        self.layers = layer_entries(layers)
+        self.numel = sum(entry["numel"] for entry in self.layers)
+        if self.numel < 1:
+            raise TraceError(f"{self.out_dir}: a trace needs at least one gradient element")
+        self.workers = int(workers)
+        self.iterations: list[int] = []
+        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.", suffix=".partial", dir=self.out_dir.parent))
+        self._closed = False
+
+    def write_iteration(self, iteration: int, gradients: Sequence[torch.Tensor]) -> None:
+        """Write recorded ``iteration``: one flattened gradient per worker (any float dtype, any device)."""
+        if self._closed:
+            raise TraceError(f"{self.out_dir}: writer already closed")
+        if self.iterations and iteration <= self.iterations[-1]:
+            raise TraceError(f"{self.out_dir}: iteration {iteration} is not after {self.iterations[-1]}")
+        if len(gradients) != self.workers:
+            raise TraceError(f"{self.out_dir}: iteration {iteration} has {len(gradients)} gradients, expected {self.workers}")
+        tensors = {}
+        for worker, grad in enumerate(gradients):
+            flat = grad.detach().reshape(-1).to(device="cpu", dtype=torch.float32).contiguous()
+            if flat.numel() != self.numel:
+                raise TraceError(
+                    f"{self.out_dir}: worker {worker} gradient of iteration {iteration} has "
+                    f"{flat.numel()} elements, layers sum to {self.numel}"
+                )
+            if not bool(torch.isfinite(flat).all()):
+                raise TraceError(f"{self.out_dir}: worker {worker} gradient of iteration {iteration} is not finite")
+            tensors[worker_key(worker)] = flat
+        name = iteration_file(iteration)
+        tmp = self._tmp / f".{name}.tmp"
+        save_file(tensors, str(tmp), metadata={"format": FORMAT_NAME, "iteration": str(iteration)})
+        os.replace(tmp, self._tmp / name)
+        self.iterations.append(int(iteration))
+
+    def close(self, *, timings: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> Path:
+        """Write the manifest, move the trace into place and return its path.
+
+        ``timings`` must hold ``forward_s`` (s), ``backward_s`` (list of s aligned with
+        the layers), ``optimizer_s`` (s), ``batch_size`` and ``device``.
+        """
+        if self._closed:
+            raise TraceError(f"{self.out_dir}: writer already closed")
+        if not self.iterations:
+            self.abort()
+            raise TraceError(f"{self.out_dir}: no iteration was recorded")
+        missing = {"forward_s", "backward_s", "optimizer_s", "batch_size", "device"} - set(timings)
+        if missing:
+            self.abort()
+            raise TraceError(f"{self.out_dir}: timings lack {sorted(missing)}")
+        if len(timings["backward_s"]) != len(self.layers):
+            self.abort()
+            raise TraceError(f"{self.out_dir}: backward_s has {len(timings['backward_s'])} entries for {len(self.layers)} layers")
+        manifest: dict[str, Any] = {
+            "format": FORMAT_NAME,
+            "schema_version": SCHEMA_VERSION,
+            "trace_id": uuid.uuid4().hex,
+            "workload": self.workload,
+            "layers": self.layers,
+            "numel": self.numel,
+            "dtype": "float32",
+            "workers": self.workers,
+            "iterations": self.iterations,
+            "files": {str(it): iteration_file(it) for it in self.iterations},
+            "timings": dict(timings),
+            "environment": environment(),
+        }
+        if extra:
+            manifest.update(extra)
+        _write_json_atomic(self._tmp / MANIFEST, manifest)
+        self._closed = True
+        old = None
+        if self.out_dir.exists():
+            old = self.out_dir.with_name(f".{self.out_dir.name}.{uuid.uuid4().hex}.old")
+            os.replace(self.out_dir, old)
+        os.replace(self._tmp, self.out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return self.out_dir
+
+    def abort(self) -> None:
+        """Discard everything written so far."""
+        self._closed = True
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._closed:
+            self.abort()

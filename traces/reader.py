@@ -1,0 +1,236 @@
+"""Opening traces: :func:`open_trace` validates the manifest and every file header, lazily.
+
+Opening reads ``manifest.json`` and the small JSON header of each safetensors
+file (a few hundred bytes each), never the gradient data, so a 1 GB trace opens
+in milliseconds. :meth:`Trace.gradient` memory-maps one file and reads one
+worker's tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+
+from traces.errors import TraceError
+from traces.format import FORMAT_NAME, MANIFEST, SCHEMA_VERSION, worker_key
+
+_TIMING_KEYS = ("forward_s", "backward_s", "optimizer_s", "batch_size", "device")
+_MAX_HEADER_BYTES = 100_000_000
+
+
+def _fail(path: Path, problem: str) -> TraceError:
+    return TraceError(f"{path}: {problem}")
+
+
+def _read_manifest(root: Path) -> dict[str, Any]:
+    if not root.exists():
+        raise _fail(root, "no such trace directory")
+    if not root.is_dir():
+        raise _fail(root, "not a trace directory (a trace is a directory with manifest.json)")
+    path = root / MANIFEST
+    if not path.is_file():
+        raise _fail(root, f"not a trace directory (no {MANIFEST})")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _fail(path, f"corrupt manifest, not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(manifest, dict):
+        raise _fail(path, "corrupt manifest, not a JSON object")
+    if manifest.get("format") != FORMAT_NAME:
+        raise _fail(path, f"not a {FORMAT_NAME} manifest (format={manifest.get('format')!r})")
+    version = manifest.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise _fail(path, f"unknown schema version {version!r} (this reader understands {SCHEMA_VERSION})")
+    return manifest
+
+
+def _int_field(path: Path, manifest: Mapping[str, Any], key: str, minimum: int) -> int:
+    value = manifest.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail(path, f"manifest field {key!r} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _check_layers(path: Path, manifest: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
+    layers = manifest.get("layers")
+    if not isinstance(layers, list) or not layers:
+        raise _fail(path, "manifest field 'layers' must be a non-empty list")
+    result = []
+    offset = 0
+    for index, entry in enumerate(layers):
+        if not isinstance(entry, dict):
+            raise _fail(path, f"layer {index} is not an object")
+        name, shape = entry.get("name"), entry.get("shape")
+        if not isinstance(name, str):
+            raise _fail(path, f"layer {index} has no string name")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise _fail(path, f"layer {name!r} has an invalid shape {shape!r}")
+        numel = math.prod(shape)
+        if entry.get("offset") != offset or entry.get("numel") != numel:
+            raise _fail(
+                path,
+                f"layer {name!r}: offset/numel {entry.get('offset')!r}/{entry.get('numel')!r} "
+                f"do not match its shape (expected {offset}/{numel})",
+            )
+        offset += numel
+        result.append((name, tuple(shape)))
+    if manifest.get("numel") != offset:
+        raise _fail(path, f"manifest numel {manifest.get('numel')!r} does not match the layer shapes ({offset})")
+    return result
+
+
+def _check_timings(path: Path, manifest: Mapping[str, Any], n_layers: int) -> dict[str, Any]:
+    timings = manifest.get("timings")
+    if not isinstance(timings, dict):
+        raise _fail(path, "manifest field 'timings' must be an object")
+    missing = [k for k in _TIMING_KEYS if k not in timings]
+    if missing:
+        raise _fail(path, f"timings lack {missing}")
+    backward = timings["backward_s"]
+    if not isinstance(backward, list) or len(backward) != n_layers:
+        raise _fail(path, f"timings backward_s must list one time per layer ({n_layers})")
+    for key in ("forward_s", "optimizer_s"):
+        if not isinstance(timings[key], (int, float)) or isinstance(timings[key], bool) or timings[key] < 0:
+            raise _fail(path, f"timings {key} must be a number of seconds >= 0")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in backward):
+        raise _fail(path, "timings backward_s must hold numbers of seconds >= 0")
+    return timings
+
+
+def _read_header(path: Path) -> dict[str, Any]:
+    """Parse a safetensors header and check that the file holds all the data it declares."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise _fail(path, "truncated safetensors file (no header)")
+            (length,) = struct.unpack("<Q", head)
+            if length > min(size - 8, _MAX_HEADER_BYTES):
+                raise _fail(path, "truncated or corrupt safetensors file (header length beyond end of file)")
+            raw = fh.read(length)
+    except FileNotFoundError:
+        raise _fail(path, "missing safetensors file") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise _fail(path, "corrupt safetensors header (not JSON)") from None
+    if not isinstance(header, dict):
+        raise _fail(path, "corrupt safetensors header (not an object)")
+    end = 0
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+            raise _fail(path, f"corrupt safetensors header (tensor {key!r} has no data offsets)")
+        end = max(end, offsets[1])
+    if 8 + length + end > size:
+        raise _fail(path, f"truncated safetensors file ({size} bytes, header declares {8 + length + end})")
+    return header
+
+
+class Trace:
+    """A lazily opened gradient trace; see :func:`open_trace`.
+
+    Attributes: ``path``, ``manifest`` (dict), ``workers`` (int), ``iterations``
+    (list of recorded iteration numbers), ``layers`` (list of ``(name, shape)`` in
+    flattening order), ``numel`` (elements of one flattened gradient), ``timings``
+    (dict; ``forward_s``, ``optimizer_s`` seconds per worker step, ``backward_s``
+    seconds per layer aligned with ``layers``, ``batch_size`` samples per worker,
+    ``device``).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        manifest = _read_manifest(self.path)
+        mpath = self.path / MANIFEST
+        self.manifest: dict[str, Any] = manifest
+        self.workers: int = _int_field(mpath, manifest, "workers", 1)
+        self.layers: list[tuple[str, tuple[int, ...]]] = _check_layers(mpath, manifest)
+        self.numel: int = int(manifest["numel"])
+        self.timings: dict[str, Any] = _check_timings(mpath, manifest, len(self.layers))
+        iterations = manifest.get("iterations")
+        if (
+            not isinstance(iterations, list)
+            or not iterations
+            or not all(isinstance(i, int) and not isinstance(i, bool) for i in iterations)
+            or any(b <= a for a, b in zip(iterations, iterations[1:]))
+        ):
+            raise _fail(mpath, "manifest field 'iterations' must be a non-empty increasing list of integers")
+        self.iterations: list[int] = list(iterations)
+        files = manifest.get("files")
+        if not isinstance(files, dict) or set(files) != {str(i) for i in self.iterations}:
+            raise _fail(mpath, "manifest field 'files' must map every recorded iteration to a file")
+        self._files: dict[int, Path] = {}
+        for iteration in self.iterations:
+            name = files[str(iteration)]
+            if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
+                raise _fail(mpath, f"iteration {iteration} file name {name!r} is not a plain file name")
+            fpath = self.path / name
+            self._check_file(fpath)
+            self._files[iteration] = fpath
+
+    def _check_file(self, fpath: Path) -> None:
+        header = _read_header(fpath)
+        for worker in range(self.workers):
+            key = worker_key(worker)
+            info = header.get(key)
+            if not isinstance(info, dict):
+                raise _fail(fpath, f"no tensor {key!r} (manifest says {self.workers} workers)")
+            if info.get("dtype") != "F32":
+                raise _fail(fpath, f"tensor {key!r} has dtype {info.get('dtype')!r}, expected F32")
+            if info.get("shape") != [self.numel]:
+                raise _fail(fpath, f"tensor {key!r} has shape {info.get('shape')!r}, manifest layers sum to [{self.numel}]")
+            start, end = info["data_offsets"]
+            if end - start != 4 * self.numel:
+                raise _fail(fpath, f"tensor {key!r} holds {end - start} bytes, expected {4 * self.numel}")
+
+    def file(self, iteration: int) -> Path:
+        """Path of the safetensors file of recorded ``iteration``."""
+        if iteration not in self._files:
+            raise _fail(self.path, f"iteration {iteration} was not recorded (recorded: {self.iterations[0]}..{self.iterations[-1]})")
+        return self._files[iteration]
+
+    def gradient(self, iteration: int, worker: int) -> torch.Tensor:
+        """``worker``'s flattened gradient at recorded ``iteration``: 1-D float32 CPU tensor of ``numel``.
+
+        Raises :class:`TraceError` if the stored values are not finite.
+        """
+        fpath = self.file(iteration)
+        if not 0 <= worker < self.workers:
+            raise _fail(self.path, f"worker {worker} out of range (trace has {self.workers} workers)")
+        try:
+            with safe_open(str(fpath), framework="pt", device="cpu") as handle:
+                tensor = handle.get_tensor(worker_key(worker))
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise _fail(fpath, f"cannot read tensor {worker_key(worker)!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        if not bool(torch.isfinite(tensor).all()):
+            raise _fail(fpath, f"tensor {worker_key(worker)!r} holds NaN or Inf values")
+        return tensor
+
+    def layer_slices(self) -> list[tuple[str, int, int]]:
+        """``(name, offset, numel)`` of each layer in the flattened gradient."""
+        return [(e["name"], e["offset"], e["numel"]) for e in self.manifest["layers"]]
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return (
+            f"Trace({str(self.path)!r}, workload={self.manifest.get('workload')!r}, workers={self.workers}, "
+            f"iterations={len(self.iterations)}, numel={self.numel})"
+        )
+
+
+def open_trace(path: str | os.PathLike[str]) -> Trace:
+    """Open the trace directory at ``path`` lazily; raise :class:`TraceError` naming file and problem."""
+    return Trace(path)
