@@ -1,0 +1,93 @@
+"""The link-level engine: directed links as FIFO servers with "busy-until" arithmetic.
+
+Every rank has one egress and one ingress link per level (full-duplex NIC, or the
+intra-node link of a GPU); a non-blocking switch joins them. A message from ``a`` to
+``b`` of ``x`` bytes starts when the sender may send (its gate), ``a``'s egress and
+``b``'s ingress are all free; it holds both for ``x/B`` seconds (cut-through) and is
+delivered ``α`` seconds after its last byte leaves. Messages enter links in protocol
+order. No process per message: a step of a :class:`~simulator.plans.Plan` is one
+vector operation over its messages (platform-notes, SimPy speed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.plans import Plan
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of links: ``bandwidth_Bps`` in bytes/s per link and direction, ``latency_s`` in s."""
+
+    bandwidth_Bps: float
+    latency_s: float
+
+
+class Fabric:
+    """Busy-until times (s) of every link of a cluster of ``ranks`` ranks.
+
+    ``gpus`` > 1 adds a second level: ranks ``node·gpus + gpu`` on ``intra`` links,
+    one NIC per node on ``inter`` links. With ``gpus == 1`` the ``flat`` level is used.
+    """
+
+    def __init__(self, ranks: int, flat: Level, *, gpus: int = 1, intra: Level | None = None) -> None:
+        self.ranks = ranks
+        self.gpus = gpus
+        self.levels = {"flat": flat, "inter": flat, "intra": intra or flat}
+        nodes = ranks // gpus
+        self.egress = {"flat": np.zeros(ranks), "intra": np.zeros(ranks), "inter": np.zeros(nodes)}
+        self.ingress = {"flat": np.zeros(ranks), "intra": np.zeros(ranks), "inter": np.zeros(nodes)}
+
+    def run(
+        self, plan: Plan, nbytes: float, entry: np.ndarray, sizes: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Run ``plan`` for a buffer of ``nbytes`` bytes; ranks enter at ``entry`` (s).
+
+        ``sizes`` are the per-rank (per-node for inter-level all-gathers) contributions in
+        bytes of all-gather steps. Returns, per rank, when it has sent and received
+        everything (s).
+        """
+        gate = np.array(entry, dtype=float)
+        recv = gate.copy()
+        done = gate.copy()
+        m = np.zeros(1) if sizes is None else np.asarray(sizes, dtype=float)
+        g = self.gpus
+        for step in plan:
+            level = step.level
+            link = self.levels[level]
+            egress, ingress = self.egress[level], self.ingress[level]
+            node_level = level == "inter"
+            if step.wait:
+                if node_level:
+                    node_gate = np.maximum(gate, recv).reshape(-1, g).max(axis=1)
+                    gate.reshape(-1, g)[step.src] = node_gate[step.src, None]
+                else:
+                    gate[step.src] = np.maximum(gate[step.src], recv[step.src])
+            src_gate = gate.reshape(-1, g).max(axis=1)[step.src] if node_level else gate[step.src]
+            dur = (step.coef * nbytes + step.mcoef * m[step.owner]) / link.bandwidth_Bps
+            if step.serial:
+                end = np.empty(len(step.src))
+                for i, (a, b) in enumerate(zip(step.src, step.dst)):
+                    start = max(src_gate[i], egress[a], ingress[b])
+                    end[i] = egress[a] = ingress[b] = start + dur[i]
+            else:
+                start = np.maximum(np.maximum(src_gate, egress[step.src]), ingress[step.dst])
+                end = start + dur
+                egress[step.src] = end
+                ingress[step.dst] = end
+            arrive = end + link.latency_s
+            if node_level:
+                arrive, end = arrive[:, None], end[:, None]
+                rv, dn = recv.reshape(-1, g), done.reshape(-1, g)
+            else:
+                rv, dn = recv, done
+            if step.serial:
+                np.maximum.at(rv, step.dst, arrive)
+                np.maximum.at(dn, step.src, end)
+            else:
+                rv[step.dst] = np.maximum(rv[step.dst], arrive)
+                dn[step.src] = np.maximum(dn[step.src], end)
+        return np.maximum(recv, done)
