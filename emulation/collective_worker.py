@@ -34,10 +34,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     args = parser.parse_args()
+    ops = args.ops.split(",")
+    unknown = sorted(set(ops) - {"allreduce", "allgather"})
+    if unknown:
+        raise ValueError(f"unknown collective(s): {', '.join(unknown)}")
+    sizes = [int(b) for b in args.bytes.split(",")]
     init_gloo(args)
     results = []
-    for op in args.ops.split(","):
-        for nbytes in (int(b) for b in args.bytes.split(",")):
+    for op in ops:
+        for nbytes in sizes:
             numel = max(1, nbytes // 4)
             if op == "allgather":
                 numel = max(1, numel // args.world_size)

@@ -11,6 +11,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from emulation.alphabeta import OPS
 from emulation.collectives import measure_collectives
 from emulation.network import require_emulation
 from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_list
@@ -86,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: list[float | None]) -> int:
     ops = parse_list(args.op, str)
+    for op in ops:
+        if op not in OPS:
+            raise ValueError(f"unknown collective {op!r}: choose from {', '.join(OPS)}")
     sizes = parse_list(args.bytes, parse_bytes)
     if args.repeats < 1:
         raise ValueError(f"invalid --repeats {args.repeats}: must be >= 1")

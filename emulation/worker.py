@@ -1,0 +1,102 @@
+"""Worker process of an emulated training run: one rank of DistributedDataParallel on gloo.
+
+Run by :func:`emulation.training.run_training`. Trains a built-in workload
+(:mod:`traces.workloads`) with the compressor's DDP comm hook
+(:func:`compressors.ddp.comm_hook`) and writes, as JSON: per-iteration wall times
+(seconds; forward, backward incl. communication, optimizer step), and the hook's
+per-bucket log (communication seconds, bytes) of the timed iterations.
+With ``--record-dir`` rank 0 then records a trace (per-layer timings and gradients,
+:class:`traces.Recorder`) of compute-only iterations run under ``DistributedDataParallel.no_sync``
+by every rank at once, so the trace's compute times carry the same CPU contention as training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+import compressors.ddp
+import traces
+import traces.workloads
+from emulation.process_group import base_parser, finish, init_gloo
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = base_parser(__doc__)
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--compressor", required=True)
+    parser.add_argument("--density", type=float, required=True)
+    parser.add_argument("--iterations", type=int, required=True, help="timed iterations")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
+    parser.add_argument("--batch-size", type=int, required=True, help="samples per worker per step")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size (MB)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--record-dir", type=Path, help="rank 0 records a compute-only trace here")
+    parser.add_argument("--record-iterations", type=int, default=5)
+    return parser
+
+
+def _train(args: argparse.Namespace, model: DistributedDataParallel, workload: Any, batches: Any) -> list[dict[str, float]]:
+    optimizer = workload.optimizer(model)
+    steps = []
+    for _ in range(args.warmup + args.iterations):
+        inputs, targets = next(batches)
+        start = time.perf_counter()
+        loss = workload.loss(model(inputs), targets)
+        forward_end = time.perf_counter()
+        loss.backward()
+        backward_end = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+        end = time.perf_counter()
+        steps.append({
+            "iteration_s": end - start,
+            "forward_s": forward_end - start,
+            "backward_s": backward_end - forward_end,
+            "optimizer_s": end - backward_end,
+        })
+    return steps[args.warmup:]
+
+
+def _record(args: argparse.Namespace, model: DistributedDataParallel, workload: Any, batches: Any) -> None:
+    recorder = traces.Recorder(
+        args.record_dir, model.module, workload=args.workload, workers=1, batch_size=args.batch_size
+    ) if args.rank == 0 else None
+    with model.no_sync():
+        for step in range(args.record_iterations):
+            inputs, targets = next(batches)
+            model.zero_grad(set_to_none=False)
+            if recorder is None:
+                workload.loss(model(inputs), targets).backward()
+            else:
+                with recorder.step(step):
+                    workload.loss(model(inputs), targets).backward()
+    if recorder is not None:
+        recorder.close()
+
+
+def main() -> None:
+    """Entry point: ``python -m emulation.worker ... --workload resnet20 --compressor topk``."""
+    args = _parser().parse_args()
+    init_gloo(args)
+    torch.manual_seed(args.seed)
+    workload = traces.workloads.build(args.workload, batch_size=args.batch_size, seed=args.seed)
+    model = DistributedDataParallel(workload.model, bucket_cap_mb=args.bucket_cap_mb)
+    state, hook = compressors.ddp.comm_hook(args.compressor, args.density)
+    model.register_comm_hook(state, hook)
+    batches = workload.batches(args.rank, args.world_size)
+    steps = _train(args, model, workload, batches)
+    first_timed = args.warmup
+    buckets = [dict(entry) for entry in state.log if entry["iteration"] >= first_timed]
+    if args.record_dir is not None:
+        _record(args, model, workload, batches)
+    finish(args, {"rank": args.rank, "steps": steps, "buckets": buckets, "threads": torch.get_num_threads()})
+
+
+if __name__ == "__main__":
+    main()

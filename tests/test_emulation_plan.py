@@ -1,0 +1,200 @@
+"""Unit tests of the emulation's pure parts: the namespace/shaping plan, α–β forms, calibration fit."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from emulation import network
+from emulation.alphabeta import collective_seconds, latency_terms, volume_factor
+from emulation.calibration import fit
+from emulation.plan import IFNAME, MTU_BYTES, make_plan, tbf_parameters, unique_prefix
+
+
+def _targets_own_namespace(argv: tuple[str, ...], plan) -> bool:
+    """Every command names one of the plan's namespaces (never the host's)."""
+    ours = {plan.bridge_ns, *plan.worker_ns}
+    if argv[:3] in (("ip", "netns", "add"), ("ip", "netns", "del")):
+        return argv[3] in ours
+    return argv[1] == "-n" and argv[2] in ours
+
+
+def test_plan_three_workers_shaped():
+    plan = make_plan(3, 100e6, prefix="sidco-1-abc", subnet=(120, 5))
+    assert plan.bridge_ns == "sidco-1-abc-br"
+    assert plan.worker_ns == ("sidco-1-abc-w0", "sidco-1-abc-w1", "sidco-1-abc-w2")
+    assert plan.addresses == ("10.120.5.1", "10.120.5.2", "10.120.5.3")
+    assert plan.setup[:4] == tuple(("ip", "netns", "add", ns) for ns in (plan.bridge_ns, *plan.worker_ns))
+    veths = [c for c in plan.setup if "veth" in c]
+    assert veths == [
+        ("ip", "-n", "sidco-1-abc-br", "link", "add", f"vp{i}", "type", "veth", "peer", "name", IFNAME,
+         "netns", f"sidco-1-abc-w{i}")
+        for i in range(3)
+    ]
+    tbfs = [c for c in plan.setup if c[0] == "tc"]
+    assert len(tbfs) == 6  # uplink and downlink of every worker
+    shaped = {(c[2], c[6]) for c in tbfs}
+    assert shaped == {(f"sidco-1-abc-w{i}", IFNAME) for i in range(3)} | {("sidco-1-abc-br", f"vp{i}") for i in range(3)}
+    assert all(c[c.index("rate") + 1] == "100000000bit" for c in tbfs)
+    assert ("ip", "-n", "sidco-1-abc-w1", "addr", "add", "10.120.5.2/24", "dev", IFNAME) in plan.setup
+    assert set(plan.teardown) == {("ip", "netns", "del", ns) for ns in (plan.bridge_ns, *plan.worker_ns)}
+    assert plan.exec_prefix(2) == ["ip", "netns", "exec", "sidco-1-abc-w2"]
+    assert all(_targets_own_namespace(c, plan) for c in plan.setup + plan.teardown)
+
+
+def test_plan_without_shaping_has_no_qdisc():
+    plan = make_plan(2, None, prefix="sidco-2-def")
+    assert not [c for c in plan.setup if c[0] == "tc"]
+    assert len([c for c in plan.setup if "veth" in c]) == 2
+
+
+@pytest.mark.parametrize(
+    ("workers", "bandwidth", "prefix", "message"),
+    [
+        (0, 1e6, None, "workers"),
+        (251, 1e6, None, "workers"),
+        (2, 0.0, None, "bandwidth"),
+        (2, -5.0, None, "bandwidth"),
+        (2, 1e6, "host-ns", "prefix"),
+        (2, 1e6, "sidco-a b", "prefix"),
+    ],
+)
+def test_plan_rejects_bad_input(workers, bandwidth, prefix, message):
+    with pytest.raises(ValueError, match=message):
+        make_plan(workers, bandwidth, prefix=prefix)
+
+
+def test_unique_prefixes_differ():
+    prefixes = {unique_prefix() for _ in range(50)}
+    assert len(prefixes) == 50
+    assert all(p.startswith("sidco-") for p in prefixes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(workers=st.integers(1, 40), bandwidth=st.floats(1e5, 1e11), shaped=st.booleans())
+def test_plan_invariants(workers, bandwidth, shaped):
+    plan = make_plan(workers, bandwidth if shaped else None)
+    assert all(_targets_own_namespace(c, plan) for c in plan.setup + plan.teardown)
+    assert len(set(plan.addresses)) == workers
+    assert all(a.startswith("10.") for a in plan.addresses)
+    assert len([c for c in plan.setup if c[0] == "tc"]) == (2 * workers if shaped else 0)
+    assert len(plan.teardown) == workers + 1
+    # every interface name fits the kernel's 15-character limit
+    names = [c[c.index("add") + 1] for c in plan.setup if c[:2] == ("ip", "-n") and "add" in c and "link" in c]
+    assert all(len(n) <= 15 for n in names)
+
+
+@given(bandwidth=st.floats(1e5, 1e11))
+def test_tbf_parameters_cover_mtus_and_grow(bandwidth):
+    burst, limit = tbf_parameters(bandwidth)
+    assert burst >= 4 * MTU_BYTES
+    assert limit >= 64 * 1024
+    assert limit >= burst
+    burst2, limit2 = tbf_parameters(bandwidth * 2)
+    assert burst2 >= burst and limit2 >= limit
+
+
+def test_alpha_beta_forms():
+    assert latency_terms("allreduce", 4) == 6
+    assert latency_terms("allgather", 4) == 3
+    assert volume_factor("allreduce", 4) == pytest.approx(1.5)
+    assert volume_factor("allgather", 2) == pytest.approx(0.5)
+    # 1 MB all-reduce over 2 ranks on 100 Mbit/s: 1e6 bytes / 12.5e6 B/s = 80 ms
+    assert collective_seconds("allreduce", 1e6, 2, 100e6) == pytest.approx(0.08)
+    assert collective_seconds("allreduce", 1e6, 2, 100e6, alpha_s=1e-3, efficiency=0.5) == pytest.approx(0.162)
+    with pytest.raises(ValueError, match="unknown collective"):
+        latency_terms("broadcast", 2)
+    with pytest.raises(ValueError, match="at least 2"):
+        volume_factor("allreduce", 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(alpha=st.floats(0.0, 5e-3), efficiency=st.floats(0.3, 1.0))
+def test_fit_recovers_constants(alpha, efficiency):
+    rows = [
+        {"op": op, "workers": p, "nbytes": n, "bandwidth_bps": b,
+         "seconds": collective_seconds(op, n, p, b, alpha, efficiency)}
+        for op in ("allreduce", "allgather") for p in (2, 4) for n in (64e3, 1e6, 16e6) for b in (50e6, 200e6)
+    ]
+    result = fit(rows)
+    assert result.alpha_s == pytest.approx(alpha, abs=1e-7)
+    assert result.efficiency == pytest.approx(efficiency, rel=1e-6)
+    assert result.reference_bandwidth_bps == 50e6
+    assert result.beta_s_per_byte == pytest.approx(8 / (efficiency * 50e6), rel=1e-6)
+    assert result.max_abs_error_pct < 1e-6
+
+
+def test_fit_clamps_negative_alpha_and_reports_error():
+    rows = [
+        {"op": "allreduce", "workers": 2, "nbytes": 1e6, "bandwidth_bps": 100e6, "seconds": 0.05},
+        {"op": "allreduce", "workers": 2, "nbytes": 4e6, "bandwidth_bps": 100e6, "seconds": 0.35},
+    ]
+    result = fit(rows)
+    assert result.alpha_s == 0.0
+    assert 0 < result.efficiency < 2
+    assert result.max_abs_error_pct > 1
+
+
+def test_fit_needs_two_shaped_points():
+    with pytest.raises(ValueError, match="at least 2"):
+        fit([{"op": "allreduce", "workers": 2, "nbytes": 1e6, "bandwidth_bps": None, "seconds": 0.1}])
+
+
+def test_missing_requirements_names_what_is_missing(monkeypatch):
+    monkeypatch.setattr(network.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(network.shutil, "which", lambda tool: None)
+    message = network.missing_requirements()
+    assert "root" in message and "'ip'" in message and "'tc'" in message and "--no-shaping" in message
+    assert "\n" not in message
+    with pytest.raises(network.EmulationUnavailable, match="root"):
+        network.require_emulation()
+
+
+def test_cli_without_root_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
+    from sidco.cli import main
+
+    monkeypatch.setattr(network.os, "geteuid", lambda: 1000)
+    code = main(["emulate", "collective", "--workers", "2", "--store", str(tmp_path / "r.sqlite")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.count("\n") == 0 and "root privileges" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["emulate", "collective", "--workers", "1", "--no-shaping"], "worker count 1"),
+        (["emulate", "collective", "--workers", "two", "--no-shaping"], "worker count 'two'"),
+        (["emulate", "collective", "--bandwidth", "100", "--workers", "2"], "invalid bandwidth"),
+        (["emulate", "collective", "--bytes", "12", "--no-shaping"], "invalid size"),
+        (["emulate", "collective", "--op", "broadcast", "--no-shaping"], "unknown collective"),
+        (["calibrate"], "at least 2 shaped collective measurements"),
+    ],
+)
+def test_cli_bad_input(argv, message, capsys, tmp_path):
+    from sidco.cli import main
+
+    code = main([*argv, "--store", str(tmp_path / "r.sqlite")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert message in err and "\n" not in err
+
+
+def test_cli_collective_on_loopback_and_calibrate_refuses_unshaped(capsys, tmp_path):
+    import json
+
+    from sidco.cli import main
+    from sidco.store import Store
+
+    path = tmp_path / "r.sqlite"
+    code = main(["emulate", "collective", "--no-shaping", "--workers", "2", "--op", "allreduce",
+                 "--bytes", "64KB,256KB", "--repeats", "2", "--store", str(path), "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [m["nbytes"] for m in out["measurements"]] == [64_000, 256_000]
+    assert all(m["seconds"] > 0 and m["bandwidth_bps"] is None for m in out["measurements"])
+    with Store(path) as store:
+        assert store.query("SELECT status, kind, cores FROM emulations")[0]["status"] == "done"
+        assert len(store.query("SELECT * FROM collective_measurements")) == 2
+    assert main(["calibrate", "--store", str(path)]) == 2

@@ -1,0 +1,106 @@
+"""Real emulation tests (root, ip, tc): shaped links, collectives, and cleanup on every path."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from emulation.collectives import measure_collectives
+from emulation.launch import WorkerFailed, run_workers
+from emulation.network import Network, leftovers
+from emulation.plan import make_plan
+
+pytestmark = pytest.mark.root
+
+
+def _links_with(prefix: str) -> list[str]:
+    out = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if prefix in line]
+
+
+def _assert_clean(prefix: str) -> None:
+    assert leftovers(prefix) == []
+    assert _links_with(prefix) == []
+
+
+def test_network_is_built_in_own_namespaces_and_removed():
+    plan = make_plan(2, 50e6)
+    host_links_before = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.count("\n")
+    with Network(plan):
+        assert leftovers(plan.prefix) == sorted((plan.bridge_ns, *plan.worker_ns))
+        qdisc = subprocess.run(["tc", "-n", plan.worker_ns[0], "qdisc", "show", "dev", plan.ifname],
+                               capture_output=True, text=True, check=True).stdout
+        assert "tbf" in qdisc and "50Mbit" in qdisc
+        addr = subprocess.run(["ip", "-n", plan.worker_ns[1], "-o", "addr", "show", "dev", plan.ifname],
+                              capture_output=True, text=True, check=True).stdout
+        assert plan.addresses[1] in addr
+        host_links_during = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.count("\n")
+        assert host_links_during == host_links_before  # nothing was added to the host's namespace
+    _assert_clean(plan.prefix)
+
+
+def test_failed_setup_removes_what_was_built():
+    plan = make_plan(2, 10e6)
+    broken = dataclasses.replace(plan, setup=plan.setup + (("ip", "-n", plan.worker_ns[0], "link", "set", "nope0", "up"),))
+    with pytest.raises(OSError, match="nope0"):
+        with Network(broken):
+            pytest.fail("setup should have failed")
+    _assert_clean(plan.prefix)
+
+
+def test_failing_worker_is_reported_and_everything_removed():
+    plan = make_plan(2, 100e6)
+    with pytest.raises(WorkerFailed, match="rank"):
+        with Network(plan):
+            run_workers("emulation.collective_worker", ["--ops", "allreduce", "--bytes", "1000,lots"], 2, plan, 60)
+    _assert_clean(plan.prefix)
+
+
+def test_timeout_kills_workers_and_removes_namespaces():
+    plan = make_plan(2, 1e6)
+    start = time.monotonic()
+    with pytest.raises(WorkerFailed, match="did not finish"):
+        with Network(plan):
+            # 8 MB all-reduce on 1 Mbit/s links needs ~64 s: the 3 s limit must stop it
+            run_workers("emulation.collective_worker", ["--ops", "allreduce", "--bytes", "8000000"], 2, plan, 3)
+    assert time.monotonic() - start < 30
+    _assert_clean(plan.prefix)
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert plan.prefix not in ps
+
+
+def test_sigterm_tears_down(tmp_path):
+    script = textwrap.dedent(
+        """
+        import sys, time
+        from emulation.network import Network
+        from emulation.plan import make_plan
+        plan = make_plan(2, 10e6)
+        with Network(plan):
+            print(plan.prefix, flush=True)
+            time.sleep(60)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    prefix = proc.stdout.readline().strip()
+    assert prefix.startswith("sidco-") and leftovers(prefix)
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+    _assert_clean(prefix)
+
+
+def test_collective_time_grows_as_bandwidth_falls():
+    sizes = [250_000, 1_000_000]
+    slow = measure_collectives(2, 20e6, ["allreduce"], sizes, repeats=2)
+    fast = measure_collectives(2, 200e6, ["allreduce"], sizes, repeats=2)
+    for s, f in zip(slow, fast):
+        assert s["seconds"] > 3 * f["seconds"]
+    # 1 MB over 2 ranks on 20 Mbit/s: the ring formula gives 0.4 s; the link cannot beat it
+    assert 0.4 * 0.95 < slow[1]["seconds"] < 0.4 * 1.6
