@@ -105,31 +105,34 @@ def test_bucket_memory_without_error_feedback_keeps_no_residual():
 NUMEL = 1000
 
 
-def _selection(rank: int, count: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _selection(rank: int, count: int, dtype: torch.dtype, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """Rank ``rank``'s deterministic selection of ``count`` distinct positions (any rank can rebuild it)."""
     gen = torch.Generator().manual_seed(1000 + rank)
     indices = torch.randperm(NUMEL, generator=gen)[:count]
     values = (torch.randn(count, generator=gen) * 10).to(dtype)
-    return values, indices
+    return values.to(device), indices.to(device)
 
 
-def _exchange_worker(rank: int, world: int, rdv: str, out_dir: str, counts: list[int]) -> None:
+def _exchange_worker(rank: int, world: int, rdv: str, out_dir: str, counts: list[int], backend: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=rank, world_size=world,
+    device = f"cuda:{rank}" if backend == "nccl" else "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"file://{rdv}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
     try:
         results = {}
         for method in ("single", "into_tensor"):
             for dtype in (torch.float32, torch.float16):
-                values, indices = _selection(rank, counts[rank], dtype)
+                values, indices = _selection(rank, counts[rank], dtype, device)
                 exchange = sparse_allgather_sum(values, indices, NUMEL, gather=method)
                 got = exchange.future.wait()
-                expected = torch.zeros(NUMEL, dtype=dtype)
+                expected = torch.zeros(NUMEL, dtype=dtype, device=device)
                 for r in range(world):
-                    v, i = _selection(r, counts[r], dtype)
+                    v, i = _selection(r, counts[r], dtype, device)
                     expected.index_add_(0, i, v)
                 results[f"{method}-{dtype}"] = {
-                    "equal": bool(torch.equal(got, expected)),
+                    "equal": bool(torch.equal(got, expected)) and got.device == expected.device,
                     "counts": exchange.counts,
                     "padded": exchange.padded_count,
                     "bytes_sent": exchange.bytes_sent,
@@ -137,13 +140,13 @@ def _exchange_worker(rank: int, world: int, rdv: str, out_dir: str, counts: list
                     "got_sum": float(got.double().sum()),
                 }
         try:
-            values, indices = _selection(rank, 3, torch.float32)
+            values, indices = _selection(rank, 3, torch.float32, device)
             sparse_allgather_sum(values, indices, NUMEL, error="bad gradient" if rank == world - 1 else None)
             results["error"] = "none raised"
         except ValueError as exc:
             results["error"] = str(exc)
         try:
-            sparse_allgather_sum(torch.zeros(0), torch.zeros(0, dtype=torch.long), NUMEL)
+            sparse_allgather_sum(torch.zeros(0, device=device), torch.zeros(0, dtype=torch.long, device=device), NUMEL)
             results["empty"] = "none raised"
         except ValueError as exc:
             results["empty"] = str(exc)
@@ -152,9 +155,9 @@ def _exchange_worker(rank: int, world: int, rdv: str, out_dir: str, counts: list
         dist.destroy_process_group()
 
 
-def _run_exchange(tmp_path: Path, counts: list[int]) -> list[dict]:
+def _run_exchange(tmp_path: Path, counts: list[int], backend: str) -> list[dict]:
     world = len(counts)
-    mp.spawn(_exchange_worker, args=(world, str(tmp_path / "rdv"), str(tmp_path), counts), nprocs=world, join=True)
+    mp.spawn(_exchange_worker, args=(world, str(tmp_path / "rdv"), str(tmp_path), counts, backend), nprocs=world, join=True)
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
 
 
@@ -164,7 +167,18 @@ def test_padded_allgather_sums_uneven_selections(tmp_path, counts):
     """Uneven counts (one rank selecting a single element) give the exact dense sum on every rank,
     with both all-gather entry points and with fp32 and fp16 values; a failure on one rank
     makes every rank raise instead of hanging; all-empty selections are refused everywhere."""
-    results = _run_exchange(tmp_path, counts)
+    _check_exchange(_run_exchange(tmp_path, counts, "gloo"), counts)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(240)
+def test_padded_allgather_on_nccl(tmp_path):
+    """The same exchange on NCCL with CUDA tensors, one rank per visible GPU (at most 4)."""
+    counts = [1, 37, 5, 120][: min(4, torch.cuda.device_count())]
+    _check_exchange(_run_exchange(tmp_path, counts, "nccl"), counts)
+
+
+def _check_exchange(results: list[dict], counts: list[int]) -> None:
     padded = max(counts)
     for rank, result in enumerate(results):
         for key in ("single-torch.float32", "into_tensor-torch.float32", "single-torch.float16", "into_tensor-torch.float16"):
