@@ -1,0 +1,53 @@
+"""Input checks shared by every compressor: density, gradient shape/dtype, finiteness."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_density(density: object) -> float:
+    """Return ``density`` as a float in (0, 1]; raise ``ValueError`` naming the problem otherwise."""
+    if isinstance(density, bool) or not isinstance(density, (int, float)):
+        raise ValueError(f"density must be a number in (0, 1], got {density!r}")
+    value = float(density)
+    if not (math.isfinite(value) and 0.0 < value <= 1.0):
+        raise ValueError(f"density must be in (0, 1], got {density!r}")
+    return value
+
+
+def check_gradient(grad: object) -> torch.Tensor:
+    """Return ``grad`` if it is a 1-D floating tensor; raise ``ValueError`` otherwise."""
+    if not isinstance(grad, torch.Tensor):
+        raise ValueError(f"gradient must be a torch.Tensor, got {type(grad).__name__}")
+    if grad.dim() != 1:
+        raise ValueError(f"gradient must be 1-D (flatten it first), got shape {tuple(grad.shape)}")
+    if grad.dtype not in FLOATING:
+        raise ValueError(f"gradient must be floating point (fp16/bf16/fp32/fp64), got {grad.dtype}")
+    return grad
+
+
+def target_count(density: float, numel: int) -> int:
+    """Number of elements a compressor aims to send: ``max(1, round(density * numel))``."""
+    return max(1, round(density * numel)) if numel else 0
+
+
+def raise_if_not_finite(grad: torch.Tensor, statistic: torch.Tensor | None = None) -> None:
+    """Raise ``ValueError`` if ``grad`` holds NaN or Inf.
+
+    ``statistic`` is a reduction of ``grad`` already computed (a sum, a mean of ``|grad|``) that
+    is finite whenever ``grad`` is, barring overflow; when it is given and finite, the full scan
+    is skipped. Callers check it after their one unavoidable device->host sync, so on CUDA the
+    value is already there and reading it does not stall the stream.
+    """
+    if statistic is not None and bool(torch.isfinite(statistic).all()):
+        return
+    bad = ~torch.isfinite(grad)
+    if bool(bad.any()):
+        nans = int(torch.isnan(grad).sum())
+        infs = int(bad.sum()) - nans
+        raise ValueError(f"gradient contains {nans} NaN and {infs} Inf values (first at index "
+                         f"{int(bad.nonzero()[0, 0])}); refusing to compress")

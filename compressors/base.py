@@ -1,0 +1,55 @@
+"""The compressor role: ``compress(grad) -> Sparse`` and ``decompress(Sparse) -> dense``."""
+
+from __future__ import annotations
+
+import torch
+
+from compressors._validate import check_density, check_gradient
+from compressors.sparse import Sparse
+
+
+class Compressor:
+    """Base class of every compressor.
+
+    Subclasses implement :meth:`_compress` for a validated, non-empty 1-D floating tensor.
+    ``density`` is the target fraction of elements sent, in (0, 1].
+    """
+
+    name = "base"
+
+    def __init__(self, density: float):
+        self.density = check_density(density)
+
+    def compress(self, grad: torch.Tensor) -> Sparse:
+        """Select what to send from ``grad`` (1-D floating tensor on any device).
+
+        Raises ``ValueError`` for a tensor that is not 1-D floating or holds NaN/Inf.
+        A non-empty gradient never yields an empty selection.
+        """
+        grad = check_gradient(grad)
+        if grad.numel() == 0:
+            return Sparse(grad, torch.empty(0, dtype=torch.int64, device=grad.device), 0)
+        return self._compress(grad)
+
+    def _compress(self, grad: torch.Tensor) -> Sparse:
+        raise NotImplementedError
+
+    def decompress(self, sparse: Sparse, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Return the dense vector of ``sparse``: zeros where nothing was sent.
+
+        ``out`` (optional) is a buffer of ``sparse.numel`` elements of the values' dtype and device
+        to reuse; it is overwritten and returned.
+        """
+        values = sparse.values
+        if out is None:
+            out = torch.empty(sparse.numel, dtype=values.dtype, device=values.device)
+        elif out.shape != (sparse.numel,) or out.dtype != values.dtype:
+            raise ValueError(f"out buffer must be 1-D {values.dtype} of {sparse.numel} elements, "
+                             f"got {out.dtype} {tuple(out.shape)}")
+        if sparse.dense:
+            return out.copy_(values)
+        out.zero_()
+        return out.index_copy_(0, sparse.indices, values)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, density={self.density})"

@@ -1,0 +1,85 @@
+"""Closed-form tail fits of gradient magnitudes and their thresholds (SIDCo's estimators).
+
+Each function takes ``x`` (non-negative magnitudes, a 1-D tensor, possibly shifted exceedances)
+and a tail mass ``p`` in (0, 1) and returns a 0-d float64 tensor ``η`` on ``x``'s device with
+``P(X > η) = p`` under the fitted law. Nothing here synchronises with the host: degenerate
+inputs (``μ = 0``, ``v = 0``, a single element, ``ξ ≈ 0``, zeros in ``ln x``) are handled with
+``torch.where``. Sums accumulate in float32 (float64 for float64 input).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from compressors.gammainv import gammainccinv
+
+XI_EPS = 1e-8
+"""``|ξ|`` below this uses the exponential limit ``σ·ln(1/p)`` of the generalized Pareto threshold."""
+
+ALPHA_RANGE = (1e-4, 1e6)
+"""Gamma shape estimates are clamped to this range (``s → 0`` for constant data gives ``α → ∞``)."""
+
+
+def _acc_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def mean(x: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` as a 0-d float64 tensor (accumulated in float32/float64)."""
+    return torch.sum(x, dtype=_acc_dtype(x)).double() / max(x.numel(), 1)
+
+
+def mean_and_var(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and population variance (divisor n) of ``x``, 0-d float64 tensors."""
+    mu = mean(x)
+    second = torch.linalg.vector_norm(x, 2, dtype=_acc_dtype(x)).double() ** 2 / max(x.numel(), 1)
+    return mu, torch.clamp(second - mu * mu, min=0.0)
+
+
+def exponential_threshold(mu: torch.Tensor, p: float) -> torch.Tensor:
+    """Exponential (MLE scale ``β = μ``) threshold: ``η = β·ln(1/p)``."""
+    return mu * math.log(1.0 / p)
+
+
+def gpareto_threshold(mu: torch.Tensor, var: torch.Tensor, p: float) -> torch.Tensor:
+    """Generalized Pareto (location 0) threshold from the method of moments.
+
+    ``r = μ²/v``, ``ξ = ½(1 − r)``, ``σ = ½·μ·(r + 1)``, ``η = (σ/ξ)(p^(−ξ) − 1)``, written as
+    ``σ·expm1(−ξ ln p)/ξ``; for ``|ξ| < XI_EPS`` the limit ``σ·ln(1/p)``. ``v = 0`` (constant or
+    single-element data) falls back to the exponential fit (``ξ = 0``, ``σ = μ``).
+    """
+    log_p = math.log(p)
+    degenerate = ~(var > 0) | ~torch.isfinite(mu * mu / var)
+    r = torch.where(degenerate, torch.ones_like(mu), mu * mu / torch.where(degenerate, torch.ones_like(var), var))
+    xi = 0.5 * (1.0 - r)
+    sigma = 0.5 * mu * (r + 1.0)
+    near_zero = xi.abs() < XI_EPS
+    safe_xi = torch.where(near_zero, torch.ones_like(xi), xi)
+    return torch.where(near_zero, -sigma * log_p, sigma * torch.expm1(-xi * log_p) / safe_xi)
+
+
+def gamma_shape(mu: torch.Tensor, mean_log: torch.Tensor) -> torch.Tensor:
+    """Approximate MLE of the gamma shape: ``s = ln μ − mean(ln x)``,
+    ``α = (3 − s + √((s − 3)² + 24 s)) / (12 s)``, clamped to :data:`ALPHA_RANGE`."""
+    s = torch.clamp(torch.log(mu) - mean_log, min=1e-12)
+    alpha = (3.0 - s + torch.sqrt((s - 3.0) ** 2 + 24.0 * s)) / (12.0 * s)
+    return torch.clamp(alpha, *ALPHA_RANGE)
+
+
+def mean_log_positive(x: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean of ``ln x`` over the strictly positive elements of ``x`` (zeros excluded), float64 0-d.
+
+    ``scratch`` (optional) is a buffer like ``x`` to hold the logarithms.
+    """
+    logs = torch.log(x, out=scratch) if scratch is not None else torch.log(x)
+    torch.nan_to_num_(logs, nan=0.0, posinf=0.0, neginf=0.0)
+    positive = torch.count_nonzero(x).double()
+    return torch.sum(logs, dtype=_acc_dtype(x)).double() / torch.clamp(positive, min=1.0)
+
+
+def gamma_threshold(mu: torch.Tensor, mean_log: torch.Tensor, p: float) -> torch.Tensor:
+    """Gamma threshold ``η = β·Q⁻¹(α, p)`` with ``β = μ/α`` (true inverse, no closed-form shortcut)."""
+    alpha = gamma_shape(mu, mean_log)
+    return (mu / alpha) * gammainccinv(alpha, p)

@@ -1,0 +1,52 @@
+"""Gaussian-k (Shi et al., 2019): threshold from a normal fit of ``g``, then a few corrections.
+
+``η = |μ| + z_{1−δ/2}·σ`` with ``μ, σ`` the mean and standard deviation of ``g``; then up to
+``corrections`` (3) rounds: ×0.5 if fewer than ``2k/3`` are selected, ×1.5 if more than ``4k/3``.
+Tie rule: ``|g| > η`` (strict). An empty final selection falls back to the largest ``|g|``.
+"""
+
+from __future__ import annotations
+
+from statistics import NormalDist
+
+import torch
+
+from compressors import estimators
+from compressors._validate import raise_if_not_finite, target_count
+from compressors.base import Compressor
+from compressors.selection import Workspace, argmax_fallback, count_above, indices_above, magnitude
+from compressors.sparse import Sparse
+
+
+class GaussianK(Compressor):
+    """Gaussian-k. Option: ``corrections`` (int ≥ 0, default 3)."""
+
+    name = "gaussiank"
+
+    def __init__(self, density: float, corrections: int = 3):
+        super().__init__(density)
+        if isinstance(corrections, bool) or not isinstance(corrections, int) or corrections < 0:
+            raise ValueError(f"corrections must be an int >= 0, got {corrections!r}")
+        self.corrections = corrections
+        self._z = NormalDist().inv_cdf(1.0 - self.density / 2.0) if self.density < 1 else 0.0
+        self._workspace = Workspace()
+
+    def _compress(self, grad: torch.Tensor) -> Sparse:
+        n = grad.numel()
+        k = target_count(self.density, n)
+        mu, var = estimators.mean_and_var(grad)
+        threshold = (mu.abs() + self._z * torch.sqrt(var)).to(grad.dtype)
+        a = magnitude(grad, self._workspace)
+        for _ in range(self.corrections):
+            count = count_above(a, threshold, self._workspace)
+            if count < 2 * k / 3:
+                threshold = threshold * 0.5
+            elif count > 4 * k / 3:
+                threshold = threshold * 1.5
+            else:
+                break
+        indices = indices_above(a, threshold, self._workspace)
+        raise_if_not_finite(grad, mu + var)
+        if indices.numel() == 0:
+            indices = argmax_fallback(a)
+        return Sparse(grad.index_select(0, indices), indices, n, threshold)

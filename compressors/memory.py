@@ -1,0 +1,112 @@
+"""The memory role: state kept between calls per tensor key, composed with any compressor.
+
+- :class:`ErrorFeedback`: the residual ``r``: ``g ← g + r``; send ``C(g)``; ``r ← g − decompress(C(g))``.
+- :class:`DGCMemory`: DGC's momentum correction and momentum-factor masking: accumulate the
+  velocity ``u ← m·u + g``, ``v ← v + u``; send ``C(v)``; zero ``u`` and ``v`` where sent.
+
+State is kept per ``key`` (a parameter name, a bucket id: any hashable), on the gradient's device,
+in the gradient's dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import torch
+
+from compressors._validate import check_gradient
+from compressors.base import Compressor
+from compressors.sparse import Sparse
+
+
+class Memory:
+    """Base of the memory role: wraps a compressor, keeps per-key state."""
+
+    def __init__(self, compressor: Compressor):
+        if not isinstance(compressor, Compressor):
+            raise ValueError(f"expected a compressor, got {type(compressor).__name__}")
+        self.compressor = compressor
+        self.state: dict[Hashable, dict[str, torch.Tensor]] = {}
+
+    def _slot(self, key: Hashable, grad: torch.Tensor, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+        slot = self.state.get(key)
+        if slot is None or slot[names[0]].shape != grad.shape or slot[names[0]].dtype != grad.dtype \
+                or slot[names[0]].device != grad.device:
+            slot = {name: torch.zeros_like(grad) for name in names}
+            self.state[key] = slot
+        return slot
+
+    def reset(self, key: Hashable | None = None) -> None:
+        """Forget the state of ``key`` (all keys when ``None``)."""
+        if key is None:
+            self.state.clear()
+        else:
+            self.state.pop(key, None)
+
+    def decompress(self, sparse: Sparse, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Same as the wrapped compressor's ``decompress``."""
+        return self.compressor.decompress(sparse, out)
+
+
+def _subtract_sent(buffer: torch.Tensor, sparse: Sparse) -> None:
+    """``buffer -= decompress(sparse)`` in place without building the dense vector."""
+    if sparse.dense:
+        buffer.sub_(sparse.values)
+    else:
+        buffer.index_add_(0, sparse.indices, sparse.values, alpha=-1)
+
+
+class ErrorFeedback(Memory):
+    """Error feedback (residual memory) around ``compressor``.
+
+    Conservation: after any sequence of calls for one key,
+    ``Σ inputs = Σ decompress(sent) + residual(key)`` (up to floating-point rounding).
+    """
+
+    def compress(self, grad: torch.Tensor, key: Hashable = None) -> Sparse:
+        """Compress ``grad + residual[key]`` and keep what was not sent as the new residual."""
+        grad = check_gradient(grad)
+        slot = self._slot(key, grad, ("residual",))
+        corrected = grad + slot["residual"]
+        sparse = self.compressor.compress(corrected)
+        if sparse.dense:
+            slot["residual"] = torch.zeros_like(grad)
+        else:
+            _subtract_sent(corrected, sparse)
+            slot["residual"] = corrected
+        return sparse
+
+    def residual(self, key: Hashable = None) -> torch.Tensor | None:
+        """The residual kept for ``key`` (``None`` before the first call)."""
+        slot = self.state.get(key)
+        return None if slot is None else slot["residual"]
+
+
+class DGCMemory(Memory):
+    """DGC momentum correction with momentum-factor masking (Lin et al., ICLR 2018).
+
+    ``momentum`` in [0, 1). The optimizer that consumes the decompressed result should then
+    run without its own momentum (DGC moves momentum into this memory).
+    """
+
+    def __init__(self, compressor: Compressor, momentum: float = 0.9):
+        super().__init__(compressor)
+        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0 <= momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+        self.momentum = float(momentum)
+
+    def compress(self, grad: torch.Tensor, key: Hashable = None) -> Sparse:
+        """Accumulate velocity, compress it, and zero momentum and velocity where sent."""
+        grad = check_gradient(grad)
+        slot = self._slot(key, grad, ("momentum", "velocity"))
+        u, v = slot["momentum"], slot["velocity"]
+        u.mul_(self.momentum).add_(grad)
+        v.add_(u)
+        sparse = self.compressor.compress(v.clone())
+        if sparse.dense:
+            u.zero_()
+            v.zero_()
+        else:
+            u.index_fill_(0, sparse.indices, 0)
+            v.index_fill_(0, sparse.indices, 0)
+        return sparse
