@@ -64,18 +64,25 @@ def _train(args: argparse.Namespace, model: DistributedDataParallel, workload: A
 
 
 def _record(args: argparse.Namespace, model: DistributedDataParallel, workload: Any, batches: Any) -> None:
-    recorder = traces.Recorder(
-        args.record_dir, model.module, workload=args.workload, workers=1, batch_size=args.batch_size
-    ) if args.rank == 0 else None
+    optimizer = workload.optimizer(model)
+    recorder = None
+    if args.rank == 0:
+        recorder = traces.Recorder(
+            model.module, args.record_dir, every=1, workers=1, batch_size=args.batch_size,
+            workload=args.workload, extra={"source": "emulation", "world_size": args.world_size},
+        )
     with model.no_sync():
-        for step in range(args.record_iterations):
+        for _ in range(args.record_iterations):
             inputs, targets = next(batches)
-            model.zero_grad(set_to_none=False)
+            optimizer.zero_grad(set_to_none=False)
+            workload.loss(model(inputs), targets).backward()
             if recorder is None:
-                workload.loss(model(inputs), targets).backward()
-            else:
-                with recorder.step(step):
-                    workload.loss(model(inputs), targets).backward()
+                optimizer.step()
+                continue
+            recorder.capture()
+            with recorder.optimizer():
+                optimizer.step()
+            recorder.step()
     if recorder is not None:
         recorder.close()
 

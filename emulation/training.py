@@ -1,0 +1,117 @@
+"""Emulated DDP training: one real gloo process per namespace, one run per compressor.
+
+:func:`run_training` builds the network once for a (workers, bandwidth) pair, runs
+:mod:`emulation.worker` for every compressor in it (fresh processes each time), and returns
+per compressor the measured iteration time — the median over the timed iterations of each
+rank, averaged over ranks — with the per-phase medians and the per-bucket communication
+log. The first run also records a compute-only trace on rank 0 (see :mod:`emulation.worker`).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import compressors
+import traces.workloads
+from emulation.launch import run_workers
+from emulation.network import Network, require_emulation
+from emulation.plan import make_plan
+
+SECONDS_PER_ITERATION_GUESS = 2.0  # generous per-iteration compute bound on a busy 2-core machine (s)
+
+
+def check_request(workload: str, names: Sequence[str], density: float, iterations: int, warmup: int, batch_size: int) -> None:
+    """Raise ``ValueError`` naming the first bad argument of a training emulation."""
+    if workload not in traces.workloads.NAMES:
+        raise ValueError(f"unknown workload {workload!r}; choose one of {', '.join(traces.workloads.NAMES)}")
+    unknown = [n for n in names if n not in compressors.names()]
+    if unknown:
+        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
+    if not names:
+        raise ValueError("give at least one compressor")
+    if not 0 < density <= 1:
+        raise ValueError(f"density must be in (0, 1], got {density}")
+    if iterations < 1 or warmup < 0 or batch_size < 1:
+        raise ValueError("iterations and batch size must be >= 1, warm-up >= 0")
+
+
+def _timeout_s(workers: int, bandwidth_bps: float | None, rounds: int, model_bytes: int) -> float:
+    contention = max(1.0, workers / (os.cpu_count() or 1))
+    comm = 0.0 if bandwidth_bps is None else 2.0 * model_bytes * 8.0 / bandwidth_bps
+    return 120.0 + rounds * (SECONDS_PER_ITERATION_GUESS * contention + 3.0 * comm)
+
+
+def summarize(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """Combine the workers' JSON results of one run into medians (seconds) and bucket stats."""
+    medians = {
+        key: statistics.fmean(statistics.median(step[key] for step in rank["steps"]) for rank in per_rank)
+        for key in ("iteration_s", "forward_s", "backward_s", "optimizer_s")
+    }
+    buckets = [b for rank in per_rank for b in rank["buckets"]]
+    by_bucket: dict[int, list[dict[str, Any]]] = {}
+    for entry in buckets:
+        by_bucket.setdefault(int(entry["bucket"]), []).append(entry)
+    return {
+        "measured_s": medians["iteration_s"],
+        "phases_s": medians,
+        "per_rank_iteration_s": [statistics.median(s["iteration_s"] for s in rank["steps"]) for rank in per_rank],
+        "buckets": [
+            {
+                "bucket": index,
+                "path": entries[0]["path"],
+                "numel": int(entries[0]["numel"]),
+                "comm_s": statistics.median(e["comm_s"] for e in entries),
+                "compress_s": statistics.median(e["compress_s"] for e in entries),
+                "bytes_sent": statistics.median(e["bytes_sent"] for e in entries),
+                "payload_bytes": statistics.median(e["payload_bytes"] for e in entries),
+            }
+            for index, entries in sorted(by_bucket.items())
+        ],
+    }
+
+
+def run_training(
+    workers: int,
+    bandwidth_bps: float | None,
+    workload: str,
+    compressor_names: Sequence[str],
+    density: float,
+    *,
+    iterations: int,
+    warmup: int,
+    batch_size: int,
+    trace_dir: Path,
+    record_iterations: int = 5,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Run ``workload`` on ``workers`` ranks over links of ``bandwidth_bps`` bits/s (``None``:
+    loopback, unshaped) once per compressor; record the compute trace into ``trace_dir``.
+
+    Returns one dict per compressor: ``compressor``, ``measured_s`` (s), ``phases_s``,
+    ``per_rank_iteration_s``, ``buckets`` (see :func:`summarize`).
+    """
+    check_request(workload, compressor_names, density, iterations, warmup, batch_size)
+    model_bytes = sum(p.numel() * 4 for p in traces.workloads.build(workload).model.parameters())
+    timeout = _timeout_s(workers, bandwidth_bps, warmup + iterations + record_iterations, model_bytes)
+    base = [
+        "--workload", workload, "--density", str(density), "--iterations", str(iterations),
+        "--warmup", str(warmup), "--batch-size", str(batch_size), "--seed", str(seed),
+    ]
+
+    def runs(plan: Any) -> list[dict[str, Any]]:
+        results = []
+        for index, name in enumerate(compressor_names):
+            extra = ["--record-dir", str(trace_dir), "--record-iterations", str(record_iterations)] if index == 0 else []
+            per_rank = run_workers("emulation.worker", [*base, "--compressor", name, *extra], workers, plan, timeout)
+            results.append({"compressor": name, **summarize(per_rank)})
+        return results
+
+    if bandwidth_bps is None:
+        return runs(None)
+    require_emulation()
+    with Network(make_plan(workers, bandwidth_bps)) as plan:
+        return runs(plan)
