@@ -1,0 +1,253 @@
+"""One training iteration: what every bucket costs, and the closed-form (analytic) schedule.
+
+DDP semantics (cost-model.md): buckets in backward order; a bucket's collective starts
+when every worker has produced (and, with ``compress_on="compute"``, compressed) it and
+the previous collective has finished; collectives run one at a time on one
+communication stream; each worker decompresses after its collective; the optimizer
+waits for everything. :func:`prepare` turns a :class:`~simulator.scenario.Scenario`
+into per-bucket arrays shared by both fidelities; :func:`run_analytic` schedules them
+with closed-form collective times; :mod:`simulator.des` runs the same with link-level
+messages. :func:`summarize` turns a :class:`Record` into the output fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from simulator import plans
+from simulator.collectives import analytic_time, ring_allgather_uneven
+from simulator.links import Level
+from simulator.scenario import Scenario
+
+COUNT_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One collective (or one phase of a two-phase exchange) of a bucket.
+
+    ``plan``/``nbytes``/``sizes`` drive the link engine; ``analytic_s`` is the closed form (s).
+    """
+
+    plan: plans.Plan
+    nbytes: float
+    sizes: np.ndarray | None
+    analytic_s: float
+
+
+@dataclass
+class Prepared:
+    """Per-bucket inputs of one scenario; arrays are per worker (seconds, bytes)."""
+
+    scenario: Scenario
+    workers: int
+    scale: np.ndarray
+    backward_s: np.ndarray
+    compress_s: np.ndarray
+    decompress_s: np.ndarray
+    wire_bytes: np.ndarray
+    phases: list[list[Phase]]
+    op_name: str
+    flat: Level
+    intra: Level
+    extra_ranks: int = 0
+
+
+@dataclass
+class Record:
+    """When things happened (s) on every worker, per bucket ``[bucket, worker]``."""
+
+    forward_end: np.ndarray
+    backward_end: np.ndarray
+    ready: np.ndarray
+    comm_start: np.ndarray
+    compress_end: np.ndarray
+    transfer_start: np.ndarray
+    transfer_end: np.ndarray
+    decompress_end: np.ndarray
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def worker_scales(sc: Scenario) -> np.ndarray:
+    """Per-worker compute-time multipliers: lognormal jitter (mean 1, CV ``jitter``) and stragglers."""
+    rng = np.random.default_rng(sc.seed)
+    p = sc.workers
+    scale = np.ones(p)
+    if sc.jitter > 0:
+        sigma = np.sqrt(np.log1p(sc.jitter**2))
+        scale = np.exp(sigma * rng.standard_normal(p) - sigma**2 / 2)
+    if sc.stragglers:
+        scale[rng.choice(p, sc.stragglers, replace=False)] *= sc.straggler_slowdown
+    return scale
+
+
+def _levels(sc: Scenario) -> tuple[Level, Level]:
+    bandwidth, latency = sc.bandwidth_bps, sc.latency_s
+    if sc.calibration is not None:
+        bandwidth, latency = sc.calibration.bandwidth(bandwidth), sc.calibration.latency(latency)
+    flat = Level(bandwidth / 8.0 / sc.oversubscription, latency)
+    return flat, Level(sc.intra_bandwidth_bps / 8.0, sc.intra_latency_s)
+
+
+def _dense_phase(sc: Scenario, nbytes: float, flat: Level, intra: Level) -> Phase:
+    p, B, a = sc.nodes, flat.bandwidth_Bps, flat.latency_s
+    if sc.topology == "ps":
+        if sc.ps_servers:
+            return Phase(plans.ps_dedicated(p, sc.ps_servers, False), nbytes, None,
+                         analytic_time("ps", nbytes, p, B, a, "dedicated", servers=sc.ps_servers))
+        return Phase(plans.ps_sharded(p, False), nbytes, None, analytic_time("ps", nbytes, p, B, a, "sharded"))
+    if sc.topology == "hierarchical":
+        g = sc.gpus_per_node
+        return Phase(plans.hierarchical_allreduce(p, g, False), nbytes, None,
+                     analytic_time("allreduce", nbytes, p, B, a, "hierarchical", gpus=g, intra=intra))
+    plan = {"ring": plans.ring_allreduce, "halving-doubling": plans.halving_doubling_allreduce,
+            "tree": plans.tree_allreduce}[sc.topology](p)
+    return Phase(plan, nbytes, None, analytic_time("allreduce", nbytes, p, B, a, sc.topology))
+
+
+def _sparse_phases(sc: Scenario, dense: float, wire: np.ndarray, flat: Level, intra: Level) -> list[Phase]:
+    p, B, a = sc.nodes, flat.bandwidth_Bps, flat.latency_s
+    if sc.topology == "ps":
+        pulled = min(float(wire.sum()), dense)
+        if sc.ps_servers:
+            return [Phase(plans.ps_dedicated(p, sc.ps_servers, True), pulled, wire,
+                          analytic_time("ps", pulled, p, B, a, "dedicated", sizes=wire, servers=sc.ps_servers))]
+        return [Phase(plans.ps_sharded(p, True), pulled, wire, analytic_time("ps", pulled, p, B, a, "sharded", sizes=wire))]
+    if sc.topology == "hierarchical":
+        g = sc.gpus_per_node
+        node = wire.reshape(p, g).sum(axis=1)
+        if sc.padded:
+            node = np.full(p, float(node.max()))
+        inter = ((p - 1) * (a + float(node[0]) / B) if sc.padded else ring_allgather_uneven(node / B, a)) if p > 1 else 0.0
+        intra_s = analytic_time("allreduce", dense, 1, B, a, "hierarchical", gpus=g, intra=intra)
+        return [Phase(plans.hierarchical_allreduce(p, g, True), dense, node, intra_s + inter)]
+    plan = plans.ring_allgather(p)
+    if not sc.padded:
+        return [Phase(plan, 0.0, wire, analytic_time("allgather", 0.0, p, B, a, "ring", sizes=wire, padded=False))]
+    counts = np.full(p, float(COUNT_BYTES))
+    padded = np.full(p, float(wire.max()))
+    return [
+        Phase(plan, 0.0, counts, analytic_time("allgather", COUNT_BYTES, p, B, a, "ring")),
+        Phase(plan, 0.0, padded, analytic_time("allgather", float(wire.max()), p, B, a, "ring")),
+    ]
+
+
+def prepare(sc: Scenario) -> Prepared:
+    """Per-bucket compute, compression and communication of ``sc`` (both fidelities use it)."""
+    wl = sc.workload
+    buckets = wl.buckets(sc.bucket_mode, sc.bucket_cap_bytes, sc.first_bucket_bytes)
+    p, g = sc.workers, sc.gpus_per_node
+    flat, intra = _levels(sc)
+    n_b = len(buckets)
+    comp = np.zeros((n_b, p))
+    decomp = np.zeros((n_b, p))
+    wire = np.zeros((n_b, p))
+    phases: list[list[Phase]] = []
+    cost = sc.profile.cost(sc.compressor, sc.density) if sc.compressor != "none" else None
+    for b, bucket in enumerate(buckets):
+        dense = float(bucket.nbytes)
+        if cost is None:
+            wire[b] = dense
+            phases.append([_dense_phase(sc, dense, flat, intra)])
+            continue
+        shard = bucket.numel / g
+        comp[b] = cost.compress_s(shard)
+        wire[b] = cost.wire_bytes(shard, p)
+        if not sc.sparse:
+            decomp[b] = cost.decompress_s(bucket.numel)
+            phases.append([_dense_phase(sc, float(wire[b].mean()), flat, intra)])
+        else:
+            if sc.topology == "hierarchical":
+                decomp[b] = sc.nodes * cost.decompress_s(shard)
+            elif sc.topology == "ps":
+                servers = sc.ps_servers or p
+                decomp[b] = p * cost.decompress_s(bucket.numel / servers) + cost.decompress_s(bucket.numel)
+            else:
+                decomp[b] = p * cost.decompress_s(bucket.numel)
+            phases.append(_sparse_phases(sc, dense, wire[b], flat, intra))
+    if cost is None:
+        op = {"ps": "ps push/pull", "hierarchical": "hier. all-reduce"}.get(sc.topology, "all-reduce")
+    elif not sc.sparse:
+        op = "all-reduce (values)"
+    else:
+        op = {"ps": "ps push/pull", "hierarchical": "hier. all-gather"}.get(sc.topology, "all-gather")
+    return Prepared(
+        sc, p, worker_scales(sc), np.array([bk.backward_s for bk in buckets]), comp, decomp, wire, phases, op,
+        flat, intra, extra_ranks=sc.ps_servers if sc.topology == "ps" else 0,
+    )
+
+
+def run_analytic(prep: Prepared) -> Record:
+    """Schedule the iteration with closed-form collective times (all workers start together)."""
+    sc, scale = prep.scenario, prep.scale
+    n_b, p = prep.compress_s.shape
+    on_compute = sc.compress_on == "compute"
+    fwd_end = sc.workload.forward_s * scale
+    bwd_end = fwd_end + np.cumsum(prep.backward_s)[:, None] * scale
+    if on_compute:
+        bwd_end = bwd_end + np.cumsum(prep.compress_s, axis=0) - prep.compress_s
+        ready = bwd_end + prep.compress_s
+    else:
+        ready = bwd_end
+    start = np.empty((n_b, p))
+    comp_end = np.empty((n_b, p))
+    xfer_start = np.empty((n_b, p))
+    xfer_end = np.empty((n_b, p))
+    dec_end = np.empty((n_b, p))
+    free = np.zeros(p)
+    for b in range(n_b):
+        begin = np.maximum(ready[b], free)
+        comp_end[b] = begin if on_compute else begin + prep.compress_s[b]
+        t0 = comp_end[b].max()
+        start[b] = begin
+        xfer_start[b] = t0
+        xfer_end[b] = t0 + sum(ph.analytic_s for ph in prep.phases[b])
+        dec_end[b] = xfer_end[b] + prep.decompress_s[b]
+        free = np.full(p, dec_end[b].max())
+    return Record(fwd_end, bwd_end, ready, start, comp_end, xfer_start, xfer_end, dec_end)
+
+
+def _exposed(start: np.ndarray, end: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """Per worker, total length (s) of the intervals [start, end] that lie after ``after``."""
+    return np.clip(end - np.maximum(start, after), 0.0, None).sum(axis=0)
+
+
+def summarize(prep: Prepared, rec: Record) -> dict[str, Any]:
+    """The output fields of one scenario (see the README): seconds, samples/s, bytes."""
+    sc, scale = prep.scenario, prep.scale
+    on_compute = sc.compress_on == "compute"
+    compute_end = rec.ready[-1] if on_compute else rec.backward_end[-1]
+    comm_end = rec.decompress_end.max(axis=0)
+    opt = sc.workload.optimizer_s * scale
+    end = np.maximum(compute_end, comm_end) + opt
+    iteration = float(end.max())
+    forward = sc.workload.forward_s * scale
+    backward = prep.backward_s.sum() * scale
+    compress_compute = prep.compress_s.sum(axis=0) if on_compute else np.zeros(prep.workers)
+    compress_comm = np.zeros(prep.workers) if on_compute else _exposed(rec.comm_start, rec.compress_end, compute_end)
+    decompress = _exposed(rec.transfer_end, rec.decompress_end, compute_end)
+    transfer_start = rec.transfer_start
+    transfer = _exposed(transfer_start, rec.transfer_end, compute_end)
+    compress = float(np.mean(compress_compute + compress_comm + decompress))
+    exposed = float(np.mean(transfer))
+    busy = float(np.mean(forward + backward + opt))
+    return {
+        "iteration_s": iteration,
+        "samples_per_s": sc.workload.batch_size * prep.workers / iteration if iteration > 0 else float("inf"),
+        "forward_s": float(np.mean(forward)),
+        "backward_s": float(np.mean(backward)),
+        "compress_s": compress,
+        "exposed_comm_s": exposed,
+        "idle_s": max(0.0, iteration - busy - compress - exposed),
+        "optimizer_s": float(np.mean(opt)),
+        "comm_s": float(np.mean((rec.transfer_end - transfer_start).sum(axis=0))),
+        "compress_total_s": float(prep.compress_s.sum(axis=0).mean()),
+        "decompress_total_s": float(prep.decompress_s.sum(axis=0).mean()),
+        "wire_bytes": float(prep.wire_bytes.sum(axis=0).mean()),
+        "dense_bytes": float(sc.workload.nbytes),
+        "buckets": int(len(prep.backward_s)),
+        "workers": int(prep.workers),
+    }

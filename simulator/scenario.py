@@ -1,0 +1,109 @@
+"""A scenario: one workload on one cluster with one compressor, and its validation."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.calibration import Calibration
+from simulator.profile import CompressionProfile
+from simulator.workload import (
+    BUCKET_MODES,
+    DEFAULT_BUCKET_CAP_BYTES,
+    DEFAULT_FIRST_BUCKET_BYTES,
+    Workload,
+)
+
+TOPOLOGIES = ("ring", "halving-doubling", "tree", "ps", "hierarchical")
+FIDELITIES = ("analytic", "des")
+COMPRESS_ON = ("compute", "comm")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything :func:`simulator.simulate` needs. Units: bits/s, seconds, bytes.
+
+    ``nodes``: machines (each one worker, or ``gpus_per_node`` workers with the
+    ``hierarchical`` topology); ``bandwidth_bps``/``latency_s``: each NIC's per-direction
+    link; ``topology``: ``ring`` | ``halving-doubling`` | ``tree`` all-reduce, ``ps``
+    (parameter server sharded over the workers, or on ``ps_servers`` dedicated servers),
+    ``hierarchical`` (intra-node links ``intra_bandwidth_bps``/``intra_latency_s``);
+    ``oversubscription`` ≥ 1 divides the bandwidth through the switch core; ``compressor``
+    / ``density``: ``none`` sends dense gradients; ``profile``: compression costs
+    (required unless ``none``); ``bucket_mode``: ``ddp`` | ``single`` | ``layer``;
+    ``compress_on``: the stream compression runs on; ``padded``: sparse all-gathers pad
+    to the largest message (as gloo needs; counts are exchanged first); ``jitter``:
+    coefficient of variation of each worker's compute time (lognormal, seeded by
+    ``seed``); ``stragglers`` workers are slowed by ``straggler_slowdown``; ``timeline``:
+    also return the iteration's events.
+    """
+
+    workload: Workload
+    nodes: int
+    bandwidth_bps: float
+    latency_s: float
+    compressor: str = "none"
+    density: float | None = None
+    topology: str = "ring"
+    fidelity: str = "analytic"
+    profile: CompressionProfile | None = None
+    calibration: Calibration | None = None
+    bucket_mode: str = "ddp"
+    bucket_cap_bytes: int = DEFAULT_BUCKET_CAP_BYTES
+    first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES
+    gpus_per_node: int = 1
+    intra_bandwidth_bps: float = 2.4e12
+    intra_latency_s: float = 2e-6
+    oversubscription: float = 1.0
+    ps_servers: int = 0
+    padded: bool = True
+    compress_on: str = "compute"
+    jitter: float = 0.0
+    stragglers: int = 0
+    straggler_slowdown: float = 1.5
+    seed: int = 0
+    timeline: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
+            raise ValueError(f"nodes must be an integer >= 1, got {self.nodes!r}")
+        for name in ("bandwidth_bps", "intra_bandwidth_bps"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be > 0 bits/s, got {value!r}")
+        for name in ("latency_s", "intra_latency_s", "jitter"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be >= 0, got {value!r}")
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"unknown topology {self.topology!r}; choose from {', '.join(TOPOLOGIES)}")
+        if self.fidelity not in FIDELITIES:
+            raise ValueError(f"unknown fidelity {self.fidelity!r}; choose analytic or des")
+        if self.bucket_mode not in BUCKET_MODES:
+            raise ValueError(f"unknown bucket mode {self.bucket_mode!r}; choose from {', '.join(BUCKET_MODES)}")
+        if self.compress_on not in COMPRESS_ON:
+            raise ValueError(f"compress_on must be compute or comm, got {self.compress_on!r}")
+        if self.gpus_per_node < 1 or (self.gpus_per_node > 1 and self.topology != "hierarchical"):
+            raise ValueError("gpus_per_node > 1 needs the hierarchical topology")
+        if not self.oversubscription >= 1:
+            raise ValueError(f"oversubscription must be >= 1, got {self.oversubscription!r}")
+        if self.ps_servers < 0 or self.ps_servers > self.workers or (self.ps_servers and self.topology != "ps"):
+            raise ValueError(f"ps_servers must be 0..workers ({self.workers}) with the ps topology")
+        if not 0 <= self.stragglers <= self.workers or not self.straggler_slowdown > 0:
+            raise ValueError(f"stragglers must be 0..{self.workers} with a slowdown > 0")
+        if self.compressor != "none":
+            if self.density is None or not 0 < self.density <= 1:
+                raise ValueError(f"density must be in (0, 1] for {self.compressor}, got {self.density!r}")
+            if self.profile is None:
+                raise ValueError(f"compressor {self.compressor} needs a compression profile (replay results)")
+            self.profile.cost(self.compressor, self.density)
+
+    @property
+    def workers(self) -> int:
+        """Data-parallel workers (GPUs): nodes × gpus_per_node."""
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def sparse(self) -> bool:
+        """Whether gradients travel as sparse (values + indices) messages."""
+        return self.compressor not in ("none", "randomk")

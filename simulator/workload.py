@@ -1,0 +1,162 @@
+"""What one worker computes per iteration, and how DDP groups its gradients into buckets."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+BUCKET_MODES = ("ddp", "single", "layer")
+DEFAULT_BUCKET_CAP_BYTES = 25 * 1024 * 1024
+DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024
+
+
+class Layer(NamedTuple):
+    """One parameter tensor: ``name``, gradient size ``nbytes`` (bytes), ``backward_s`` (s)."""
+
+    name: str
+    nbytes: int
+    backward_s: float
+
+
+class Bucket(NamedTuple):
+    """A group of consecutive layers in backward (reverse parameter) order.
+
+    ``layers``: indices into :attr:`Workload.layers`; ``nbytes``/``numel``: the bucket's
+    gradient size; ``backward_s``: backward compute (s) from the previous bucket's last
+    layer to this bucket's last layer.
+    """
+
+    layers: tuple[int, ...]
+    nbytes: int
+    numel: int
+    backward_s: float
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Per-worker compute of one iteration.
+
+    ``layers`` in parameter order (backward produces them in reverse); ``forward_s``,
+    ``optimizer_s`` in seconds; ``batch_size`` samples per worker; ``itemsize`` bytes per
+    gradient element (4 = fp32).
+    """
+
+    layers: tuple[Layer, ...]
+    forward_s: float
+    optimizer_s: float
+    batch_size: int
+    itemsize: int = 4
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.layers:
+            raise ValueError("workload has no layers")
+        if self.batch_size < 1:
+            raise ValueError(f"workload batch_size must be >= 1, got {self.batch_size}")
+        bad = [layer.name for layer in self.layers if layer.nbytes < 0 or not layer.backward_s >= 0]
+        if bad or not self.forward_s >= 0 or not self.optimizer_s >= 0:
+            raise ValueError(f"workload times and sizes must be >= 0 (layers {bad[:3]})")
+
+    @property
+    def nbytes(self) -> int:
+        """Total gradient bytes of one worker."""
+        return sum(layer.nbytes for layer in self.layers)
+
+    @property
+    def backward_s(self) -> float:
+        """Total backward compute time (s)."""
+        return sum(layer.backward_s for layer in self.layers)
+
+    def buckets(
+        self,
+        mode: str = "ddp",
+        cap_bytes: int = DEFAULT_BUCKET_CAP_BYTES,
+        first_bytes: int = DEFAULT_FIRST_BUCKET_BYTES,
+    ) -> list[Bucket]:
+        """Group the layers in backward order.
+
+        ``ddp``: PyTorch DDP's rule — fill in reverse parameter order and close a bucket
+        once it holds ≥ ``first_bytes`` (the first) or ≥ ``cap_bytes`` (the others);
+        ``single``: one bucket for the whole model (the SIDCo paper's harness);
+        ``layer``: one bucket per layer (wait-free backprop).
+        """
+        if mode not in BUCKET_MODES:
+            raise ValueError(f"unknown bucket mode {mode!r}; choose from {', '.join(BUCKET_MODES)}")
+        if cap_bytes <= 0 or first_bytes <= 0:
+            raise ValueError("bucket caps must be > 0 bytes")
+        order = list(range(len(self.layers) - 1, -1, -1))
+        groups: list[list[int]] = []
+        if mode == "single":
+            groups = [order]
+        elif mode == "layer":
+            groups = [[i] for i in order]
+        else:
+            current: list[int] = []
+            size = 0
+            for i in order:
+                current.append(i)
+                size += self.layers[i].nbytes
+                if size >= (first_bytes if not groups else cap_bytes):
+                    groups.append(current)
+                    current, size = [], 0
+            if current:
+                groups.append(current)
+        result = []
+        for group in groups:
+            nbytes = sum(self.layers[i].nbytes for i in group)
+            result.append(
+                Bucket(tuple(group), nbytes, nbytes // self.itemsize, sum(self.layers[i].backward_s for i in group))
+            )
+        return result
+
+
+def workload_from_trace(trace: Any) -> Workload:
+    """Build a :class:`Workload` from an opened trace (or a trace directory path).
+
+    Uses ``trace.timings``: ``forward_s`` (a total or per-layer list, s), ``backward_s``
+    (per layer, s), ``optimizer_s`` (s), ``batch_size``. Gradients are fp32.
+    """
+    import traces
+
+    if isinstance(trace, (str, os.PathLike)):
+        trace = traces.open(trace)
+    timings = trace.timings
+    forward = timings["forward_s"]
+    forward_s = float(sum(forward)) if isinstance(forward, Sequence) else float(forward)
+    layers = tuple(
+        Layer(name, 4 * math.prod(shape), float(bw)) for (name, shape), bw in zip(trace.layers, timings["backward_s"])
+    )
+    return Workload(
+        layers, forward_s, float(timings["optimizer_s"]), int(timings["batch_size"]),
+        name=str(trace.manifest.get("workload", "")),
+    )
+
+
+def workload_from_layout(
+    name: str,
+    device_flops_per_s: float = 100e12,
+    batch_size: int = 32,
+    memory_bandwidth_Bps: float = 2e12,
+) -> Workload:
+    """Build a :class:`Workload` from a full-size layout (``traces.layouts.layout(name)``).
+
+    Compute model: forward time of a layer = per-sample forward FLOPs × ``batch_size`` ÷
+    ``device_flops_per_s`` (FLOP/s; default 100 TFLOP/s, a modern GPU at realistic
+    utilisation); backward = 2 × forward; optimizer = an SGD-with-momentum update reading
+    and writing 20 bytes per fp32 parameter at ``memory_bandwidth_Bps`` (bytes/s).
+    """
+    import traces
+
+    if not device_flops_per_s > 0 or not memory_bandwidth_Bps > 0 or batch_size < 1:
+        raise ValueError("device FLOP/s and memory bandwidth must be > 0 and batch size >= 1")
+    entries = traces.layouts.layout(name)
+    layers = tuple(
+        Layer(e["name"], 4 * int(e["numel"]), 2.0 * e["forward_flops"] * batch_size / device_flops_per_s)
+        for e in entries
+    )
+    forward_s = sum(e["forward_flops"] for e in entries) * batch_size / device_flops_per_s
+    numel = sum(int(e["numel"]) for e in entries)
+    return Workload(layers, forward_s, 20.0 * numel / memory_bandwidth_Bps, batch_size, name=name)
