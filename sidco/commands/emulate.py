@@ -69,6 +69,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--batch-size", type=int, default=16, help="samples per worker per iteration")
     train.add_argument("--calibration", default="latest",
                        help="calibration for the second projection: 'latest', a calibrations id, or 'none'")
+    train.add_argument("--trace-dir", default=None,
+                       help="where the traces recorded by rank 0 go (default: emulation-traces/ beside the store)")
     parser.set_defaults(func=run)
 
 
@@ -80,9 +82,7 @@ def run(args: argparse.Namespace) -> int:
         require_emulation()
     if args.mode == "collective":
         return _run_collective(args, workers, bandwidths)
-    from sidco.commands.emulate_train import run_train
-
-    return run_train(args, workers, bandwidths)
+    return _run_train(args, workers, bandwidths)
 
 
 def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: list[float | None]) -> int:
@@ -127,4 +127,116 @@ def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: li
             algbw = format_bandwidth(r["nbytes"] * 8 / r["seconds"])
             print(f"{r['op']:<10} {r['workers']:>7} {bw:>14} {format_bytes(r['nbytes']):>10} "
                   f"{format_seconds(r['seconds']):>10} {algbw:>14}")
+    return 0
+
+
+def _calibration(store: Store, choice: str) -> tuple[int | None, Any]:
+    """Resolve --calibration to ``(id, simulator.Calibration)`` or ``(None, None)``."""
+    import simulator
+
+    if choice == "none":
+        return None, None
+    if choice == "latest":
+        row = store.latest_calibration()
+    else:
+        try:
+            wanted = int(choice)
+        except ValueError:
+            raise ValueError(f"invalid --calibration {choice!r}: give 'latest', 'none' or a calibration id") from None
+        rows = store.query("SELECT * FROM calibrations WHERE id=?", (wanted,))
+        if not rows:
+            raise ValueError(f"no calibration with id {wanted} in {store.path}")
+        row = rows[0]
+    if row is None:
+        return None, None
+    return int(row["id"]), simulator.Calibration(row["alpha_s"], row["beta_s_per_byte"], row["efficiency"])
+
+
+def _validation_rows(
+    emulation_id: int, args: argparse.Namespace, workers: int, bandwidth: float | None,
+    measured: list[dict[str, Any]], trace_path: str, calibration: tuple[int | None, Any],
+) -> list[dict[str, Any]]:
+    from emulation.projection import project
+
+    if bandwidth is None:
+        return []
+    names = [m["compressor"] for m in measured]
+    variants = [(0, None)] + ([(1, calibration[1])] if calibration[1] is not None else [])
+    rows = []
+    for calibrated, constants in variants:
+        projected = project(trace_path, workers, bandwidth, names, args.density, calibration=constants)
+        for m in measured:
+            p = projected[m["compressor"]]
+            keep = ("iteration_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s")
+            rows.append({
+                "emulation_id": emulation_id, "workload": args.workload, "compressor": m["compressor"],
+                "density": None if m["compressor"] == "none" else args.density, "workers": workers,
+                "bandwidth_bps": bandwidth, "measured_s": m["measured_s"], "projected_s": p["iteration_s"],
+                "error_pct": (p["iteration_s"] - m["measured_s"]) / m["measured_s"] * 100.0,
+                "calibrated": calibrated,
+                "detail_json": json.dumps({
+                    "cores": os.cpu_count(), "trace": trace_path, "calibration_id": calibration[0] if calibrated else None,
+                    "measured": m, "projected": {k: p.get(k) for k in keep},
+                }, sort_keys=True),
+            })
+    return rows
+
+
+def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[float | None]) -> int:
+    from pathlib import Path
+
+    from emulation.training import check_request, run_training
+
+    names = parse_list(args.compressors, str)
+    check_request(args.workload, names, args.density, args.iterations, args.warmup, args.batch_size)
+    config = {"workload": args.workload, "compressors": names, "density": args.density, "workers": workers,
+              "bandwidths_bps": bandwidths, "iterations": args.iterations, "warmup": args.warmup,
+              "batch_size": args.batch_size, "shaping": not args.no_shaping, "threads_per_worker": 1}
+    out: list[dict[str, Any]] = []
+    with Store(args.store) as store:
+        calibration = _calibration(store, args.calibration)
+        with store.transaction() as cur:
+            cur.execute(
+                "INSERT INTO emulations(created, kind, config_json, cores, status) VALUES(?, 'train', ?, ?, 'running')",
+                (time.time(), json.dumps(config, sort_keys=True), os.cpu_count() or 1),
+            )
+            emulation_id = int(cur.lastrowid)
+        trace_root = Path(args.trace_dir) if args.trace_dir else Path(args.store).parent / "emulation-traces"
+        status = "failed"
+        try:
+            combos = [(p, b) for p in workers for b in bandwidths]
+            for p, bandwidth in tqdm(combos, desc="emulations", unit="network", file=sys.stderr):
+                label = f"{int(bandwidth / 1e6)}mbit" if bandwidth else "loopback"
+                trace_path = trace_root / f"{emulation_id}-{args.workload}-w{p}-{label}"
+                measured = run_training(
+                    p, bandwidth, args.workload, names, args.density, iterations=args.iterations,
+                    warmup=args.warmup, batch_size=args.batch_size, trace_dir=trace_path,
+                )
+                store.register_trace(trace_path, json.loads((trace_path / "manifest.json").read_text()))
+                rows = _validation_rows(emulation_id, args, p, bandwidth, measured, str(trace_path), calibration)
+                store.insert_many("validation", rows)
+                if rows:
+                    out += [{**{k: v for k, v in r.items() if k != "detail_json"}, "detail": json.loads(r["detail_json"])}
+                            for r in rows]
+                else:
+                    out += [{"workers": p, "bandwidth_bps": None, "compressor": m["compressor"],
+                             "measured_s": m["measured_s"], "detail": {"measured": m}} for m in measured]
+            status = "done"
+        finally:
+            store.set_status("emulations", emulation_id, status)
+    if args.json:
+        print(json.dumps({"emulation_id": emulation_id, "cores": os.cpu_count(), "calibration_id": calibration[0],
+                          "results": out}))
+        return 0
+    print(f"emulation {emulation_id}: {args.workload}, density {args.density:g}, {os.cpu_count()} cores, "
+          f"1 thread per worker; calibration: {calibration[0] if calibration[0] is not None else 'none'}")
+    print(f"{'workers':>7} {'bandwidth':>14} {'compressor':<10} {'measured':>10} {'projected':>10} {'error':>8} {'calib.':>6}")
+    for r in out:
+        bw = format_bandwidth(r["bandwidth_bps"]) if r.get("bandwidth_bps") else "loopback"
+        if "projected_s" in r:
+            print(f"{r['workers']:>7} {bw:>14} {r['compressor']:<10} {format_seconds(r['measured_s']):>10} "
+                  f"{format_seconds(r['projected_s']):>10} {r['error_pct']:>+7.1f}% {'yes' if r['calibrated'] else 'no':>6}")
+        else:
+            print(f"{r['workers']:>7} {bw:>14} {r['compressor']:<10} {format_seconds(r['measured_s']):>10} "
+                  f"{'-':>10} {'-':>8} {'-':>6}")
     return 0
