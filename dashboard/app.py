@@ -1,0 +1,77 @@
+"""The Dash application: five pages over one results store.
+
+``create_app(store_path)`` builds the app; ``serve(...)`` runs it. Pages are
+routed by URL path; each page reads the store through :mod:`dashboard.data`
+when it is opened, so a store that fills while the app runs shows new data on
+the next visit (the sweeps page also refreshes while a sweep it launched runs).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import diskcache
+from dash import Dash, DiskcacheManager, Input, Output, dcc, html
+
+from dashboard import components as ui
+from dashboard import projection
+from dashboard.data import StoreReader
+from dashboard.pages import quality, sweeps, timeline, validation, whatif
+
+PAGES = (whatif, sweeps, quality, timeline, validation)
+ASSETS = Path(__file__).parent / "assets"
+
+
+def _nav(pathname: str) -> list:
+    return [dcc.Link(page.TITLE, href=page.PATH, className="active" if page.PATH == pathname else "",
+                     id=f"nav-{page.__name__.rsplit('.', 1)[-1]}")
+            for page in PAGES]
+
+
+def create_app(store_path: str | Path, cache_dir: str | Path | None = None) -> Dash:
+    """Build the dashboard over the store at ``store_path``.
+
+    ``cache_dir`` holds the background-callback cache (a fresh temporary
+    directory if not given). The compressor and layout registries (which import
+    torch) are loaded here, once, so the first page load does not pay for them.
+    """
+    reader = StoreReader(store_path)
+    reader.store()
+    projection.compressor_names()
+    projection.layout_names()
+    cache = diskcache.Cache(str(cache_dir or tempfile.mkdtemp(prefix="sidco-dashboard-")))
+    manager = DiskcacheManager(cache)
+    app = Dash(__name__, title="SIDCo testbed", assets_folder=str(ASSETS), suppress_callback_exceptions=True,
+               background_callback_manager=manager)
+    app.layout = html.Div([
+        dcc.Location(id="url"),
+        html.Header(className="topbar", children=[
+            html.Div(className="brand", children=["SIDCo testbed", html.Small("what-if dashboard")]),
+            html.Nav(id="nav", children=_nav("/")),
+            html.Div(f"store: {Path(store_path)}", className="store"),
+        ]),
+        html.Main(id="page"),
+    ])
+    routes = {page.PATH: page for page in PAGES}
+
+    @app.callback(Output("page", "children"), Output("nav", "children"), Input("url", "pathname"))
+    def _route(pathname):
+        page = routes.get(pathname or "/")
+        if page is None:
+            return html.Div(className="page", children=[html.H2("Not found"), html.P(f"No page at {pathname}.")]), \
+                _nav(pathname)
+        return page.layout(reader), _nav(page.PATH)
+
+    ui.register_downloads(app)
+    whatif.register(app, reader)
+    sweeps.register(app, reader, manager)
+    quality.register(app, reader)
+    timeline.register(app, reader)
+    validation.register(app, reader)
+    return app
+
+
+def serve(store_path: str | Path, host: str = "127.0.0.1", port: int = 8050, debug: bool = False) -> None:
+    """Run the dashboard server (blocks)."""
+    create_app(store_path).run(host=host, port=port, debug=debug)

@@ -1,0 +1,259 @@
+"""Page-load benchmark: fill a temporary store with ~100,000 rows, time every page's requests.
+
+    python -m dashboard.bench [--rows 100000] [--repeats 3] [--json]
+
+The filler writes rows of the exact store schema through the :class:`Store` API
+(``register_trace``, ``get_or_create``, ``insert_many``). Their values come
+from the α–β ring cost model and seeded noise: they exercise the page queries
+at scale, they are not measurements. Each page is then loaded the way a
+browser does it, through Flask's test client: the routing request (layout) and
+then every data callback of the page, one after another; the wall time of that
+sequence is the page's load time (seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sidco.store import Store, config_key
+
+COMPRESSORS = ("topk", "dgc", "gaussiank", "redsync", "sidco-e", "sidco-p", "sidco-gp")
+DENSITIES = (0.1, 0.01, 0.001)
+
+
+def _ring_s(nbytes: float, nodes: int, bandwidth_bps: float, latency_s: float) -> float:
+    return 2 * (nodes - 1) * latency_s + 2 * (nodes - 1) / nodes * nbytes * 8 / bandwidth_bps
+
+
+def fill(store: Store, rows: int = 100_000, seed: int = 0, numel: int = 1_000_000) -> dict[str, int]:
+    """Write about ``rows`` rows (60 % replay rows, 38 % scenarios, the rest validation) to ``store``.
+
+    Returns the number of rows written per table.
+    """
+    rng = np.random.default_rng(seed)
+    trace_dir = Path(store.path).parent / "bench-trace"
+    manifest = {"workload": "bench", "workers": 4, "iterations": list(range(1, 101)),
+                "layers": [{"name": "flat", "shape": [numel]}]}
+    trace_id = store.register_trace(trace_dir, manifest)
+    written = {"replay_rows": 0, "scenarios": 0, "validation": 0}
+
+    replay_target = int(rows * 0.6)
+    replay_id, _ = store.get_or_create("replays", {"bench": seed}, trace_id=trace_id, device="cpu", status="done")
+    workers, buckets = 4, 8
+    per_iteration = len(COMPRESSORS) * len(DENSITIES) * workers * buckets
+    iterations = max(1, math.ceil(replay_target / per_iteration))
+    bucket_numel = numel // buckets
+    batch = []
+    for iteration in range(1, iterations + 1):
+        for compressor in COMPRESSORS:
+            for density in DENSITIES:
+                for worker in range(workers):
+                    for bucket in range(buckets):
+                        ratio = float(np.exp(rng.normal(0.0, 0.05 if compressor != "topk" else 0.0)))
+                        selected = max(1, round(density * bucket_numel * ratio))
+                        batch.append({
+                            "replay_id": replay_id, "compressor": compressor, "density": density,
+                            "error_feedback": 1, "iteration": iteration, "worker": worker, "bucket": bucket,
+                            "numel": bucket_numel, "selected": selected,
+                            "achieved_density": selected / bucket_numel,
+                            "achieved_over_target": selected / bucket_numel / density,
+                            "threshold": float(-np.log(density) * 1e-3 * ratio), "stages": 1 + int(density < 0.01),
+                            "compress_s": float(bucket_numel * 2e-9 * (1 + rng.random())),
+                            "decompress_s": float(bucket_numel * 5e-10), "wire_bytes": 8 * selected,
+                            "rel_error": float(np.sqrt(1 - density)),
+                        })
+        if len(batch) >= 20_000:
+            written["replay_rows"] += store.insert_many("replay_rows", batch)
+            batch = []
+    written["replay_rows"] += store.insert_many("replay_rows", batch)
+
+    scenario_target = int(rows * 0.38)
+    nodes_axis = (2, 4, 8, 16, 32, 64, 128, 256)
+    per_bandwidth = len(nodes_axis) * (1 + len(COMPRESSORS) * len(DENSITIES))
+    bandwidths = np.logspace(8, 11, max(2, math.ceil(scenario_target / per_bandwidth))).tolist()
+    config = {"bench": seed, "bandwidths": len(bandwidths)}
+    sweep_id, _ = store.get_or_create("sweeps", config, trace_id=trace_id, total=per_bandwidth * len(bandwidths),
+                                      status="done")
+    compute_s, nbytes, latency = 0.05, 4 * numel, 5e-5
+    batch = []
+    for nodes in nodes_axis:
+        for bandwidth in bandwidths:
+            base = compute_s + _ring_s(nbytes, nodes, bandwidth, latency)
+            for compressor, density in [("none", None)] + [(c, d) for c in COMPRESSORS for d in DENSITIES]:
+                if density is None:
+                    comm, compress = base - compute_s, 0.0
+                else:
+                    comm = (nodes - 1) * latency + (nodes - 1) * 8 * density * numel * 8 / bandwidth
+                    compress = numel * 2e-9 * (1 + COMPRESSORS.index(compressor) / 3)
+                iteration_s = compute_s + compress + comm
+                params = {"compressor": compressor, "density": density, "nodes": nodes, "bandwidth_bps": bandwidth,
+                          "latency_s": latency, "topology": "ring", "fidelity": "analytic"}
+                batch.append({"sweep_id": sweep_id, "scenario_key": config_key(params), **params,
+                              "iteration_s": iteration_s, "samples_per_s": 32 * nodes / iteration_s,
+                              "forward_s": compute_s / 3, "backward_s": 2 * compute_s / 3, "compress_s": compress,
+                              "exposed_comm_s": comm, "idle_s": 0.0, "speedup": base / iteration_s,
+                              "result_json": "{}"})
+    for start in range(0, len(batch), 20_000):
+        written["scenarios"] += store.insert_many("scenarios", batch[start:start + 20_000])
+
+    validation_target = max(1, rows - written["replay_rows"] - written["scenarios"])
+    emulation_id = store.conn.execute(
+        "INSERT INTO emulations(created, kind, config_json, cores, status) VALUES(?, 'bench', '{}', 2, 'done')",
+        (time.time(),),
+    ).lastrowid
+    batch = []
+    for i in range(validation_target):
+        measured = float(0.05 + rng.random())
+        projected = measured * float(1 + rng.normal(0, 0.08))
+        batch.append({"emulation_id": emulation_id, "workload": "bench", "compressor": COMPRESSORS[i % 7],
+                      "density": DENSITIES[i % 3], "workers": 2 + i % 3, "bandwidth_bps": 1e8,
+                      "measured_s": measured, "projected_s": projected,
+                      "error_pct": (projected - measured) / measured * 100, "calibrated": i % 2,
+                      "detail_json": "{}"})
+    written["validation"] = store.insert_many("validation", batch)
+    return written
+
+
+def _callback_request(app, output: str, inputs: list[dict[str, Any]], state: list[dict[str, Any]],
+                      changed: list[str]) -> dict[str, Any]:
+    spec = app.callback_map[output]
+    outputs = [{"id": o.component_id, "property": o.component_property}
+               for o in (spec["output"] if isinstance(spec["output"], list) else [spec["output"]])]
+    return {"output": output, "outputs": outputs if len(outputs) > 1 else outputs[0], "inputs": inputs,
+            "state": state, "changedPropIds": changed}
+
+
+def _component_values(layout: Any) -> dict[str, dict[str, Any]]:
+    """Every component's id → its props, walking a JSON layout."""
+    found: dict[str, dict[str, Any]] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            props = node.get("props")
+            if isinstance(props, dict):
+                ident = props.get("id")
+                if ident is not None:
+                    key = json.dumps(ident, sort_keys=True, separators=(",", ":")) if isinstance(ident, dict) else ident
+                    found[key] = props
+                for value in props.values():
+                    walk(value)
+            else:
+                for value in node.values():
+                    walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(layout)
+    return found
+
+
+def time_page(app, client, path: str) -> dict[str, Any]:
+    """Load ``path`` like the browser: routing request, then the page's data callbacks in order.
+
+    Each data callback's inputs are read from the layout (or from the outputs of
+    an earlier callback of the same load). Returns seconds per request and total.
+    """
+    timings: list[tuple[str, float]] = []
+    started = time.perf_counter()
+    t0 = time.perf_counter()
+    response = client.post("/_dash-update-component", json={
+        "output": "..page.children...nav.children..",
+        "outputs": [{"id": "page", "property": "children"}, {"id": "nav", "property": "children"}],
+        "inputs": [{"id": "url", "property": "pathname", "value": path}],
+        "changedPropIds": ["url.pathname"], "state": [],
+    })
+    _check(response, "layout")
+    timings.append(("layout", time.perf_counter() - t0))
+    values = _component_values(response.get_json()["response"]["page"]["children"])
+    initial = {c["output"] for c in app._callback_list if not c.get("prevent_initial_call")}
+    pending = [key for key in app.callback_map
+               if key in initial and "MATCH" not in key and key != "..page.children...nav.children.."]
+    done: set[str] = set()
+    progressed = True
+    while progressed:
+        progressed = False
+        for key in pending:
+            if key in done:
+                continue
+            spec = app.callback_map[key]
+            ids = [i["id"] for i in spec["inputs"] + spec["state"]]
+            if not all(i in values for i in ids):
+                continue
+            inputs = [{**i, "value": values[i["id"]].get(i["property"])} for i in spec["inputs"]]
+            state = [{**s, "value": values[s["id"]].get(s["property"])} for s in spec["state"]]
+            t0 = time.perf_counter()
+            body = client.post("/_dash-update-component", json=_callback_request(
+                app, key, [_decode(i) for i in inputs], [_decode(s) for s in state],
+                [f"{spec['inputs'][0]['id']}.{spec['inputs'][0]['property']}"]))
+            _check(body, key)
+            timings.append((key, time.perf_counter() - t0))
+            done.add(key)
+            progressed = True
+            if body.status_code == 200 and body.data:
+                for ident, props in body.get_json()["response"].items():
+                    values.setdefault(ident, {}).update(props)
+    return {"page": path, "total_s": time.perf_counter() - started, "requests": len(timings),
+            "slowest": max(timings, key=lambda t: t[1])}
+
+
+def _check(response, what: str) -> None:
+    if response.status_code not in (200, 204):
+        raise RuntimeError(f"{what}: HTTP {response.status_code}: {response.get_data(as_text=True)[:300]}")
+
+
+def _decode(item: dict[str, Any]) -> dict[str, Any]:
+    ident = item["id"]
+    if isinstance(ident, str) and ident.startswith("{"):
+        item = {**item, "id": json.loads(ident)}
+    return item
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Fill a temporary store and print page load times (seconds)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=100_000, help="rows to write across the tables")
+    parser.add_argument("--repeats", type=int, default=3, help="loads per page (the median is reported)")
+    parser.add_argument("--json", action="store_true", help="print JSON on stdout")
+    args = parser.parse_args(argv)
+    from dashboard.app import PAGES, create_app
+
+    with tempfile.TemporaryDirectory(prefix="sidco-dash-bench-") as tmp:
+        store = Store(Path(tmp) / "results.sqlite")
+        t0 = time.perf_counter()
+        written = fill(store, rows=args.rows)
+        fill_s = time.perf_counter() - t0
+        store.close()
+        app = create_app(Path(tmp) / "results.sqlite", cache_dir=Path(tmp) / "cache")
+        client = app.server.test_client()
+        client.get("/")
+        results = []
+        for page in PAGES:
+            runs = [time_page(app, client, page.PATH) for _ in range(args.repeats)]
+            median = statistics.median(r["total_s"] for r in runs)
+            results.append({"page": page.TITLE, "path": page.PATH, "median_s": median,
+                            "max_s": max(r["total_s"] for r in runs), "requests": runs[0]["requests"],
+                            "slowest_request": runs[0]["slowest"][0], "slowest_request_s": runs[0]["slowest"][1]})
+    report = {"rows": written, "total_rows": sum(written.values()), "fill_s": fill_s, "pages": results}
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"store: {report['total_rows']:,} rows {written} (filled in {fill_s:.1f} s)")
+        for r in results:
+            print(f"{r['page']:<20} {r['median_s'] * 1e3:8.0f} ms median, {r['max_s'] * 1e3:8.0f} ms max "
+                  f"({r['requests']} requests; slowest {r['slowest_request_s'] * 1e3:.0f} ms)")
+    return 0 if all(r["max_s"] <= 2.0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

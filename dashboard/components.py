@@ -1,0 +1,126 @@
+"""Shared page pieces: figure cards with downloads, messages, empty-store notes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import MATCH, Dash, Input, Output, State, dcc, html, no_update
+
+from dashboard.export import figure_csv, figure_html
+from dashboard.figures import TEMPLATE
+
+GRAPH = "graph"
+
+
+def graph_id(name: str) -> dict[str, str]:
+    """The pattern-matching id of the figure called ``name``."""
+    return {"type": GRAPH, "fig": name}
+
+
+def figure_card(name: str, title: str, figure: dict[str, Any] | None = None, height: int = 380) -> html.Div:
+    """A titled card holding a graph plus 'CSV' and 'HTML' download buttons.
+
+    PNG comes from the plotly mode bar (camera icon).
+    """
+    config = {
+        "displaylogo": False,
+        "toImageButtonOptions": {"format": "png", "filename": name, "scale": 2},
+    }
+    return html.Div(
+        className="card",
+        children=[
+            html.Div(
+                className="card-head",
+                children=[
+                    html.H3(title),
+                    html.Div(
+                        className="downloads",
+                        children=[
+                            html.Button("CSV", id={"type": "csv-btn", "fig": name}, className="btn-small"),
+                            html.Button("HTML", id={"type": "html-btn", "fig": name}, className="btn-small"),
+                            dcc.Download(id={"type": "csv-dl", "fig": name}),
+                            dcc.Download(id={"type": "html-dl", "fig": name}),
+                        ],
+                    ),
+                ],
+            ),
+            dcc.Graph(
+                id=graph_id(name),
+                figure=figure if figure is not None else empty_figure(""),
+                config=config,
+                style={"height": f"{height}px"},
+            ),
+        ],
+    )
+
+
+def empty_figure(message: str) -> dict[str, Any]:
+    """A blank figure showing ``message`` in its middle."""
+    return {
+        "data": [],
+        "layout": {
+            "template": TEMPLATE,
+            "xaxis": {"visible": False},
+            "yaxis": {"visible": False},
+            "margin": {"l": 20, "r": 20, "t": 20, "b": 20},
+            "annotations": [{"text": message, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5,
+                             "y": 0.5, "font": {"size": 14, "color": "#6b7280"}}],
+        },
+    }
+
+
+def error(message: str) -> html.Div:
+    """An inline error message under a control."""
+    return html.Div(message, className="inline-error", role="alert")
+
+
+def note(message: str) -> html.Div:
+    """An inline neutral message."""
+    return html.Div(message, className="inline-note")
+
+
+def empty_store(what: str, command: str) -> html.Div:
+    """The panel shown when the store holds nothing for a page: which command fills it."""
+    return html.Div(
+        className="empty-store",
+        children=[
+            html.P(f"The results store has no {what} yet. Fill it with:"),
+            html.Pre(command),
+        ],
+    )
+
+
+def labelled(label: str, control, hint: str | None = None) -> html.Div:
+    """A control with its label (and an optional unit hint)."""
+    children = [html.Label(label), control]
+    if hint:
+        children.append(html.Small(hint, className="hint"))
+    return html.Div(className="control", children=children)
+
+
+def register_downloads(app: Dash) -> None:
+    """Wire every figure card's CSV/HTML buttons to its graph."""
+
+    @app.callback(
+        Output({"type": "csv-dl", "fig": MATCH}, "data"),
+        Input({"type": "csv-btn", "fig": MATCH}, "n_clicks"),
+        State({"type": GRAPH, "fig": MATCH}, "figure"),
+        State({"type": GRAPH, "fig": MATCH}, "id"),
+        prevent_initial_call=True,
+    )
+    def _csv(clicks, figure, ident):
+        if not clicks or not figure:
+            return no_update
+        return dcc.send_string(figure_csv(figure), f"{ident['fig']}.csv")
+
+    @app.callback(
+        Output({"type": "html-dl", "fig": MATCH}, "data"),
+        Input({"type": "html-btn", "fig": MATCH}, "n_clicks"),
+        State({"type": GRAPH, "fig": MATCH}, "figure"),
+        State({"type": GRAPH, "fig": MATCH}, "id"),
+        prevent_initial_call=True,
+    )
+    def _html(clicks, figure, ident):
+        if not clicks or not figure:
+            return no_update
+        return dcc.send_string(figure_html(figure), f"{ident['fig']}.html")

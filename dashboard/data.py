@@ -1,0 +1,235 @@
+"""Read-only queries of the results store for the dashboard pages.
+
+Every function takes a :class:`sidco.store.Store` and returns plain Python
+lists/dicts (JSON-ready), aggregated in SQL so a page stays small and fast on a
+store with hundreds of thousands of rows. Units follow the store: seconds,
+bytes, bits/s.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from sidco.store import Store
+
+FILL_COMMANDS = {
+    "traces": "sidco capture --workload resnet20 --workers 4 --iterations 20 --out traces/resnet20",
+    "replays": "sidco replay traces/resnet20 --compressors sidco-e,topk,dgc --densities 0.01,0.001",
+    "sweeps": (
+        "sidco sweep --trace traces/resnet20 --nodes 2,4,8,16 --bandwidth 1Gbit,10Gbit "
+        "--compressors all --densities 0.01,0.001"
+    ),
+    "validation": "sidco emulate ... (then sidco calibrate) as root",
+}
+
+
+class StoreReader:
+    """Opens the store at ``path`` once per thread (sqlite connections are per thread)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._local = threading.local()
+
+    def store(self) -> Store:
+        """This thread's :class:`Store` on the file."""
+        current = getattr(self._local, "store", None)
+        if current is None:
+            current = Store(self.path)
+            self._local.store = current
+        return current
+
+
+def _dicts(rows) -> list[dict[str, Any]]:
+    return [dict(row) for row in rows]
+
+
+def counts(store: Store) -> dict[str, int]:
+    """Row counts of the tables the pages read."""
+    tables = ("traces", "replays", "replay_rows", "sweeps", "scenarios", "validation", "calibrations")
+    return {t: int(store.query(f"SELECT COUNT(*) FROM {t}")[0][0]) for t in tables}
+
+
+def traces(store: Store) -> list[dict[str, Any]]:
+    """Registered traces (id, path, workload, workers, iterations, numel), newest first."""
+    return _dicts(
+        store.query(
+            "SELECT id, path, workload, workers, iterations, numel FROM traces ORDER BY created DESC, id DESC"
+        )
+    )
+
+
+def trace_row(store: Store, trace_id: int) -> dict[str, Any] | None:
+    """One registered trace with its parsed manifest, or ``None``."""
+    rows = store.query("SELECT * FROM traces WHERE id=?", (int(trace_id),))
+    if not rows:
+        return None
+    row = dict(rows[0])
+    row["manifest"] = json.loads(row.pop("manifest_json"))
+    return row
+
+
+def replays(store: Store) -> list[dict[str, Any]]:
+    """Replays with their trace's workload and path, newest first."""
+    return _dicts(
+        store.query(
+            "SELECT r.id, r.trace_id, r.status, r.device, t.workload, t.path"
+            " FROM replays r JOIN traces t ON t.id = r.trace_id ORDER BY r.created DESC, r.id DESC"
+        )
+    )
+
+
+def replay_series(store: Store, replay_id: int) -> list[dict[str, Any]]:
+    """Distinct (compressor, density, error_feedback) series of a replay."""
+    return _dicts(
+        store.query(
+            "SELECT DISTINCT compressor, density, error_feedback FROM replay_rows WHERE replay_id=?"
+            " ORDER BY compressor, density DESC, error_feedback DESC",
+            (int(replay_id),),
+        )
+    )
+
+
+def replay_iterations(store: Store, replay_id: int) -> list[int]:
+    """Recorded iteration numbers present in a replay."""
+    rows = store.query(
+        "SELECT DISTINCT iteration FROM replay_rows WHERE replay_id=? ORDER BY iteration", (int(replay_id),)
+    )
+    return [int(r[0]) for r in rows]
+
+
+def quality_by_iteration(store: Store, replay_id: int) -> list[dict[str, Any]]:
+    """Per (compressor, density, error_feedback, iteration): mean achieved/target,
+    mean threshold (|g| units), mean stage count, over workers and buckets."""
+    return _dicts(
+        store.query(
+            "SELECT compressor, density, error_feedback, iteration,"
+            " AVG(achieved_over_target) AS achieved_over_target,"
+            " MIN(achieved_over_target) AS aot_min, MAX(achieved_over_target) AS aot_max,"
+            " AVG(threshold) AS threshold, AVG(stages) AS stages, AVG(rel_error) AS rel_error"
+            " FROM replay_rows WHERE replay_id=?"
+            " GROUP BY compressor, density, error_feedback, iteration"
+            " ORDER BY compressor, density DESC, error_feedback DESC, iteration",
+            (int(replay_id),),
+        )
+    )
+
+
+def compress_time_by_size(store: Store, replay_id: int) -> list[dict[str, Any]]:
+    """Per (compressor, bucket size): median-ish (mean) compress/decompress time in seconds.
+
+    ``nbytes`` is the dense fp32 size of the compressed vector (4 bytes per element).
+    """
+    return _dicts(
+        store.query(
+            "SELECT compressor, density, numel, numel * 4 AS nbytes, COUNT(*) AS calls,"
+            " AVG(compress_s) AS compress_s, AVG(decompress_s) AS decompress_s"
+            " FROM replay_rows WHERE replay_id=? GROUP BY compressor, density, numel"
+            " ORDER BY compressor, density DESC, numel",
+            (int(replay_id),),
+        )
+    )
+
+
+def sweeps(store: Store) -> list[dict[str, Any]]:
+    """Sweeps with their landed scenario count, newest first."""
+    return _dicts(
+        store.query(
+            "SELECT s.id, s.trace_id, s.total, s.status, s.config_json,"
+            " (SELECT COUNT(*) FROM scenarios c WHERE c.sweep_id = s.id) AS landed"
+            " FROM sweeps s ORDER BY s.created DESC, s.id DESC"
+        )
+    )
+
+
+def sweep_axes(store: Store, sweep_id: int) -> dict[str, list]:
+    """The distinct values of each sweep dimension (for the page's filters), in two scans."""
+    grid = store.query(
+        "SELECT nodes, bandwidth_bps, latency_s, topology, fidelity FROM scenarios WHERE sweep_id=?"
+        " GROUP BY nodes, bandwidth_bps, latency_s, topology, fidelity",
+        (int(sweep_id),),
+    )
+    configs = store.query(
+        "SELECT DISTINCT compressor, density FROM scenarios WHERE sweep_id=?", (int(sweep_id),)
+    )
+    out: dict[str, list] = {
+        "compressor": sorted({r[0] for r in configs}),
+        "density": sorted({r[1] for r in configs if r[1] is not None}),
+    }
+    for index, column in enumerate(("nodes", "bandwidth_bps", "latency_s", "topology", "fidelity")):
+        out[column] = sorted({r[index] for r in grid})
+    return out
+
+
+_SCENARIO_COLUMNS = (
+    "compressor, density, nodes, bandwidth_bps, latency_s, topology, fidelity, iteration_s,"
+    " samples_per_s, forward_s, backward_s, compress_s, exposed_comm_s, idle_s, speedup"
+)
+
+
+def scenarios(store: Store, sweep_id: int, **equal: Any) -> list[dict[str, Any]]:
+    """Scenario rows of a sweep, optionally filtered by ``column=value`` equalities.
+
+    A ``None`` value for ``density`` matches rows without a density (``none``).
+    """
+    allowed = {"compressor", "density", "nodes", "bandwidth_bps", "latency_s", "topology", "fidelity"}
+    where = ["sweep_id=?"]
+    params: list[Any] = [int(sweep_id)]
+    for column, value in equal.items():
+        if column not in allowed:
+            raise ValueError(f"unknown scenario column {column!r}")
+        if value is None:
+            continue
+        where.append(f"{column}=?")
+        params.append(value)
+    return _dicts(
+        store.query(
+            f"SELECT {_SCENARIO_COLUMNS} FROM scenarios WHERE {' AND '.join(where)}"
+            " ORDER BY compressor, density, nodes, bandwidth_bps",
+            params,
+        )
+    )
+
+
+def validation(store: Store) -> list[dict[str, Any]]:
+    """Validation rows (measured vs projected iteration time, seconds; error in %)."""
+    return _dicts(
+        store.query(
+            "SELECT v.emulation_id, v.workload, v.compressor, v.density, v.workers, v.bandwidth_bps,"
+            " v.measured_s, v.projected_s, v.error_pct, v.calibrated"
+            " FROM validation v ORDER BY v.workload, v.compressor, v.workers, v.bandwidth_bps"
+        )
+    )
+
+
+def latest_calibration(store: Store) -> dict[str, Any] | None:
+    """The newest calibration (alpha_s, beta_s_per_byte, efficiency) or ``None``."""
+    row = store.latest_calibration()
+    return dict(row) if row is not None else None
+
+
+def best_two(store: Store, sweep_id: int) -> list[dict[str, Any]]:
+    """The fastest and the runner-up scenario per (nodes, bandwidth) of a sweep (``rank`` 1 and 2)."""
+    return _dicts(
+        store.query(
+            "SELECT nodes, bandwidth_bps, compressor, density, iteration_s, speedup, rank FROM ("
+            " SELECT nodes, bandwidth_bps, compressor, density, iteration_s, speedup,"
+            " ROW_NUMBER() OVER (PARTITION BY nodes, bandwidth_bps ORDER BY iteration_s) AS rank"
+            " FROM scenarios WHERE sweep_id=?) WHERE rank <= 2 ORDER BY nodes, bandwidth_bps, rank",
+            (int(sweep_id),),
+        )
+    )
+
+
+def crossover_points(store: Store, sweep_id: int, bandwidth_bps: float) -> list[dict[str, Any]]:
+    """Per (compressor, nodes) at one bandwidth: the largest density whose speed-up over none is > 1."""
+    return _dicts(
+        store.query(
+            "SELECT compressor, nodes, MAX(density) AS density FROM scenarios"
+            " WHERE sweep_id=? AND bandwidth_bps=? AND compressor != 'none' AND density IS NOT NULL"
+            " AND speedup > 1 GROUP BY compressor, nodes ORDER BY compressor, nodes",
+            (int(sweep_id), float(bandwidth_bps)),
+        )
+    )

@@ -1,0 +1,294 @@
+"""Figure builders: plain data (lists of dicts) in, plotly figure dicts with unit-labelled axes out.
+
+Figures are built as plain ``{"data", "layout"}`` dicts (what ``dcc.Graph``
+sends to plotly.js) rather than ``plotly.graph_objects`` objects, whose
+per-property validation costs hundreds of milliseconds on large sweeps.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import plotly.io as pio
+
+from simulator.units import format_bandwidth
+
+Figure = dict[str, Any]
+
+PALETTE = (
+    "#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777", "#4b5563",
+    "#65a30d",
+)
+PARTS = (
+    ("compute_s", "compute (forward + backward + optimizer)", "#94a3b8"),
+    ("compress_s", "compress + decompress", "#f59e0b"),
+    ("exposed_comm_s", "exposed communication", "#dc2626"),
+    ("idle_s", "idle", "#cbd5e1"),
+)
+TEMPLATE = pio.templates["plotly_white"].to_plotly_json()
+FONT = {"family": "Inter, Segoe UI, Helvetica, Arial, sans-serif", "size": 12}
+
+
+def color(index: int) -> str:
+    """The palette colour for series ``index``."""
+    return PALETTE[index % len(PALETTE)]
+
+
+def figure(data: list[dict[str, Any]], x_title: str, y_title: str, *, x_type: str = "linear",
+           y_type: str = "linear", shapes: list[dict[str, Any]] | None = None, **layout: Any) -> Figure:
+    """A figure dict with the common look and both axis titles (which carry the units)."""
+    base = {
+        "template": TEMPLATE,
+        "font": FONT,
+        "margin": {"l": 64, "r": 20, "t": 30, "b": 56},
+        "legend": {"orientation": "h", "y": -0.24, "x": 0},
+        "xaxis": {"title": {"text": x_title}, "type": x_type, "automargin": True},
+        "yaxis": {"title": {"text": y_title}, "type": y_type, "automargin": True},
+        "shapes": shapes or [],
+    }
+    for key, value in layout.items():
+        if key in ("xaxis", "yaxis"):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return {"data": data, "layout": base}
+
+
+def hline(y: float, dash: str = "dash") -> dict[str, Any]:
+    """A horizontal reference line across the plot at ``y``."""
+    return {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": y, "y1": y,
+            "line": {"dash": dash, "color": "#374151", "width": 1.5}}
+
+
+def vline(x: float, dash: str = "dash") -> dict[str, Any]:
+    """A vertical reference line across the plot at ``x``."""
+    return {"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": x, "x1": x,
+            "line": {"dash": dash, "color": "#374151", "width": 1.5}}
+
+
+def _ms(seconds: float | None) -> float:
+    return 0.0 if seconds is None else float(seconds) * 1e3
+
+
+def series_name(compressor: str, density: float | None) -> str:
+    """Legend name of a (compressor, density) configuration."""
+    return compressor if density is None or compressor == "none" else f"{compressor} δ={density:g}"
+
+
+def _groups(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[tuple, list[dict[str, Any]]]:
+    grouped: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        grouped[tuple(row[k] for k in keys)].append(row)
+    return dict(grouped)
+
+
+def whatif_breakdown(results: Sequence[dict[str, Any]], title: str = "") -> Figure:
+    """Stacked bars per compressor: compute, compress, exposed communication, idle (ms).
+
+    Compute is ``iteration_s − compress_s − exposed_comm_s − idle_s``, so a bar's
+    height is the projected iteration time; the speed-up over ``none`` is written on top.
+    """
+    names = [r["compressor"] for r in results]
+    parts: dict[str, list[float]] = {key: [] for key, _, _ in PARTS}
+    for r in results:
+        compress, exposed, idle = (_ms(r.get(k)) for k in ("compress_s", "exposed_comm_s", "idle_s"))
+        parts["compress_s"].append(compress)
+        parts["exposed_comm_s"].append(exposed)
+        parts["idle_s"].append(idle)
+        parts["compute_s"].append(max(_ms(r["iteration_s"]) - compress - exposed - idle, 0.0))
+    data = [{"type": "bar", "x": names, "y": parts[key], "name": label, "marker": {"color": colour},
+             "hovertemplate": "%{x}: %{y:.3g} ms<extra>" + label + "</extra>"} for key, label, colour in PARTS]
+    totals = [_ms(r["iteration_s"]) for r in results]
+    labels = [f"{t:.3g} ms · ×{r['speedup']:.2f}" if r.get("speedup") is not None else f"{t:.3g} ms"
+              for t, r in zip(totals, results)]
+    data.append({"type": "scatter", "x": names, "y": totals, "mode": "text", "text": labels,
+                 "textposition": "top center", "showlegend": False, "hoverinfo": "skip",
+                 "name": "iteration time (ms) · speed-up over none (×)"})
+    top = max(totals, default=1.0) or 1.0
+    return figure(data, "compressor", "projected iteration time (ms)", barmode="stack",
+                  yaxis={"range": [0, top * 1.2]}, title={"text": title, "font": {"size": 13}, "x": 0.01})
+
+
+def whatif_speedup(results: Sequence[dict[str, Any]]) -> Figure:
+    """Horizontal bars: speed-up over ``none`` (×, dimensionless) per compressor, with the 1× line."""
+    values = [float(r["speedup"]) if r.get("speedup") is not None else 0.0 for r in results]
+    colours = ["#16a34a" if v > 1 else "#dc2626" if v < 1 else "#6b7280" for v in values]
+    data = [{"type": "bar", "orientation": "h", "x": values, "y": [r["compressor"] for r in results],
+             "marker": {"color": colours}, "name": "speed-up", "text": [f"×{v:.2f}" for v in values],
+             "textposition": "auto"}]
+    return figure(data, "speed-up over none in the same scenario (×)", "compressor", shapes=[vline(1.0)],
+                  showlegend=False, yaxis={"autorange": "reversed"})
+
+
+def sweep_vs_bandwidth(rows: Sequence[dict[str, Any]], metric: str) -> Figure:
+    """Iteration time (ms) or speed-up (×) against bandwidth (bit/s), log axes, per configuration."""
+    data = []
+    groups = sorted(_groups(rows, ("compressor", "density")).items(), key=lambda kv: (kv[0][0], -(kv[0][1] or 0)))
+    for i, ((compressor, density), series) in enumerate(groups):
+        series = sorted(series, key=lambda r: r["bandwidth_bps"])
+        ys = [_ms(r["iteration_s"]) if metric == "iteration_s" else r["speedup"] for r in series]
+        data.append({"type": "scatter", "mode": "lines+markers", "x": [r["bandwidth_bps"] for r in series], "y": ys,
+                     "name": series_name(compressor, density), "line": {"color": color(i)}})
+    if metric == "iteration_s":
+        return figure(data, "bandwidth per worker (bit/s)", "iteration time (ms)", x_type="log", y_type="log")
+    return figure(data, "bandwidth per worker (bit/s)", "speed-up over none (×)", x_type="log", y_type="log",
+                  shapes=[hline(1.0)])
+
+
+def best_grid(best_rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Grid of the fastest configuration per (nodes, bandwidth) from rank-1/rank-2 rows.
+
+    Returns ``{"nodes", "bandwidths", "best": [[name]], "margin": [[fraction]], "speedup": [[×]]}``;
+    margin = runner-up time / best time − 1 (0.10: the best is 10 % faster than the runner-up).
+    """
+    cells: dict[tuple[int, float], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for r in best_rows:
+        cells[(r["nodes"], r["bandwidth_bps"])][int(r["rank"])] = r
+    nodes = sorted({n for n, _ in cells})
+    bandwidths = sorted({b for _, b in cells})
+    grid: dict[str, Any] = {"nodes": nodes, "bandwidths": bandwidths, "best": [], "margin": [], "speedup": []}
+    for n in nodes:
+        best, margin, speedup = [], [], []
+        for b in bandwidths:
+            cell = cells.get((n, b), {})
+            first, second = cell.get(1), cell.get(2)
+            best.append(series_name(first["compressor"], first["density"]) if first else None)
+            margin.append(second["iteration_s"] / first["iteration_s"] - 1.0
+                          if first and second and first["iteration_s"] > 0 else 0.0 if first else None)
+            speedup.append(first["speedup"] if first else None)
+        grid["best"].append(best), grid["margin"].append(margin), grid["speedup"].append(speedup)
+    return grid
+
+
+def best_heatmap(best_rows: Sequence[dict[str, Any]]) -> Figure:
+    """Nodes × bandwidth heatmap: colour = fastest configuration, text = margin and speed-up over none."""
+    grid = best_grid(best_rows)
+    names = sorted({name for row in grid["best"] for name in row if name is not None})
+    index = {name: i for i, name in enumerate(names)}
+    z = [[index[name] if name is not None else None for name in row] for row in grid["best"]]
+    text = [[("" if name is None else f"{name}<br>+{m * 100:.0f}%" + (f" ×{s:.2f}" if s is not None else ""))
+             for name, m, s in zip(row, mrow, srow)]
+            for row, mrow, srow in zip(grid["best"], grid["margin"], grid["speedup"])]
+    steps = max(len(names), 1)
+    scale = []
+    for i in range(steps):
+        scale += [[i / steps, color(i)], [(i + 1) / steps, color(i)]]
+    data = [{
+        "type": "heatmap", "x": [format_bandwidth(b) for b in grid["bandwidths"]],
+        "y": [str(n) for n in grid["nodes"]], "z": z, "text": text, "texttemplate": "%{text}",
+        "textfont": {"size": 10, "color": "white"}, "colorscale": scale, "zmin": -0.5, "zmax": steps - 0.5,
+        "name": "fastest configuration", "xgap": 2, "ygap": 2,
+        "colorbar": {"tickvals": list(range(steps)), "ticktext": names, "title": {"text": "fastest"}},
+        "hovertemplate": "%{y} nodes, %{x}<br>%{text}<extra></extra>",
+    }]
+    return figure(data, "bandwidth per worker (bit/s)", "nodes (workers)", x_type="category", y_type="category")
+
+
+def crossover(points: Sequence[dict[str, Any]], nodes_axis: Sequence[int]) -> Figure:
+    """Largest swept density at which each compressor beats ``none``, against nodes, with the 1/p line.
+
+    The dashed 1/p line is where a sparse all-gather of 4-byte values + 4-byte
+    indices moves as many bytes as a dense ring all-reduce.
+    """
+    data = []
+    for i, ((compressor,), series) in enumerate(sorted(_groups(points, ("compressor",)).items())):
+        data.append({"type": "scatter", "mode": "lines+markers", "x": [r["nodes"] for r in series],
+                     "y": [r["density"] for r in series], "name": f"{compressor}: largest density with speed-up > 1",
+                     "line": {"color": color(i)}})
+    if nodes_axis:
+        data.append({"type": "scatter", "mode": "lines", "x": list(nodes_axis), "y": [1.0 / n for n in nodes_axis],
+                     "name": "1/p (byte crossover)", "line": {"dash": "dash", "color": "#111827"}})
+    return figure(data, "nodes p (workers)", "density k/n (fraction of elements sent)", x_type="log", y_type="log")
+
+
+def quality_lines(rows: Sequence[dict[str, Any]], metric: str, y_title: str, reference: float | None = None,
+                  log_y: bool = False) -> Figure:
+    """``metric`` over iterations, one line per (compressor, density, error feedback)."""
+    data = []
+    groups = sorted(_groups(rows, ("compressor", "density", "error_feedback")).items(),
+                    key=lambda kv: (kv[0][0], -kv[0][1], -kv[0][2]))
+    for i, ((compressor, density, ef), series) in enumerate(groups):
+        ys = [r[metric] for r in series]
+        if all(y is None for y in ys):
+            continue
+        data.append({"type": "scatter", "mode": "lines+markers", "x": [r["iteration"] for r in series], "y": ys,
+                     "name": f"{compressor} δ={density:g}" + ("" if ef else " (no EF)"),
+                     "line": {"color": color(i)}, "marker": {"size": 5}})
+    return figure(data, "training iteration", y_title, y_type="log" if log_y else "linear",
+                  shapes=[hline(reference)] if reference is not None else [])
+
+
+def compress_time(rows: Sequence[dict[str, Any]]) -> Figure:
+    """Mean compression time per call (ms) against dense vector size (bytes), log–log."""
+    data = []
+    for i, ((compressor, density), series) in enumerate(sorted(_groups(rows, ("compressor", "density")).items())):
+        data.append({"type": "scatter", "mode": "lines+markers", "x": [r["nbytes"] for r in series],
+                     "y": [_ms(r["compress_s"]) for r in series], "name": series_name(compressor, density),
+                     "line": {"color": color(i)}})
+    return figure(data, "dense vector size (bytes, fp32)", "compress time per call (ms)", x_type="log", y_type="log")
+
+
+def histogram_with_fits(hist: dict[str, Any]) -> Figure:
+    """Histogram of |g| (probability density) with the fitted densities of :mod:`dashboard.fits`."""
+    edges = hist["edges"]
+    data = [{"type": "bar", "x": [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])], "y": hist["density"],
+             "width": [b - a for a, b in zip(edges[:-1], edges[1:])], "name": "|g| histogram",
+             "marker": {"color": "#cbd5e1", "line": {"width": 0}}}]
+    for i, fit in enumerate(hist["fits"]):
+        data.append({"type": "scatter", "mode": "lines", "x": hist["x"], "y": fit["pdf"], "name": fit["label"],
+                     "line": {"color": color(i + 1), "width": 2}})
+    shapes, annotations = [], []
+    if hist.get("threshold") is not None:
+        shapes.append(vline(hist["threshold"], "dot"))
+        annotations.append({"x": hist["threshold"], "y": 1, "yref": "paper", "showarrow": False, "xanchor": "left",
+                            "text": f" exact top-δ threshold {hist['threshold']:.3g}"})
+    return figure(data, "|g| (gradient magnitude, parameter units)", "probability density (per |g| unit)",
+                  y_type="log", shapes=shapes, annotations=annotations, bargap=0)
+
+
+def gantt(events: Sequence[dict[str, Any]], process_names: dict[Any, str],
+          thread_names: dict[tuple, str]) -> Figure:
+    """Gantt chart of Chrome-trace complete events (ts/dur in µs), drawn in ms, one row per worker/stream.
+
+    Colours follow the event kind, the first word of its name (forward, backward, compress,
+    the collective, decompress, optimizer).
+    """
+    rows = sorted({(e["pid"], e.get("tid", 0)) for e in events})
+    labels = {key: f"{process_names.get(key[0], f'worker {key[0]}')} · {thread_names.get(key, f'stream {key[1]}')}"
+              for key in rows}
+    categories: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        categories[str(e["name"]).split(" ")[0]].append(e)
+    data = []
+    for i, (category, items) in enumerate(sorted(categories.items())):
+        data.append({
+            "type": "bar", "orientation": "h", "name": category,
+            "y": [labels[(e["pid"], e.get("tid", 0))] for e in items], "x": [e["dur"] / 1e3 for e in items],
+            "base": [e["ts"] / 1e3 for e in items], "text": [e["name"] for e in items], "textposition": "none",
+            "marker": {"color": color(i)},
+            "hovertemplate": "%{text}<br>start %{base:.3f} ms, duration %{x:.3f} ms<extra></extra>",
+        })
+    return figure(data, "time since iteration start (ms)", "worker · stream", barmode="overlay",
+                  yaxis={"categoryorder": "array", "categoryarray": [labels[k] for k in reversed(rows)]})
+
+
+def validation_scatter(rows: Sequence[dict[str, Any]]) -> Figure:
+    """Projected against measured iteration time (ms) with the y = x line."""
+    data = []
+    for i, ((calibrated,), series) in enumerate(sorted(_groups(rows, ("calibrated",)).items())):
+        data.append({
+            "type": "scatter", "mode": "markers", "x": [_ms(r["measured_s"]) for r in series],
+            "y": [_ms(r["projected_s"]) for r in series],
+            "name": "calibrated projection" if calibrated else "uncalibrated projection",
+            "marker": {"size": 9, "color": color(i), "opacity": 0.8},
+            "text": [f"{r['workload']} · {r['compressor']} · {r['workers']} workers" for r in series],
+            "hovertemplate": "%{text}<br>measured %{x:.2f} ms, projected %{y:.2f} ms<extra></extra>",
+        })
+    values = [_ms(r[k]) for r in rows for k in ("measured_s", "projected_s")]
+    if values:
+        lo, hi = min(values) * 0.9, max(values) * 1.1
+        data.append({"type": "scatter", "mode": "lines", "x": [lo, hi], "y": [lo, hi], "name": "y = x",
+                     "line": {"dash": "dash", "color": "#111827"}})
+    return figure(data, "measured iteration time (ms)", "projected iteration time (ms)")

@@ -1,0 +1,191 @@
+"""Sweeps page: results of simulator sweeps, and launching a sweep from the page."""
+
+from __future__ import annotations
+
+import json
+
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+
+from dashboard import components as ui
+from dashboard import data, figures, projection, sweep_runner
+from dashboard.data import StoreReader
+from simulator.units import format_bandwidth, format_seconds
+
+PATH = "/sweeps"
+TITLE = "Sweeps"
+
+
+def _sweep_options(store) -> list[dict[str, object]]:
+    options = []
+    for s in data.sweeps(store):
+        config = json.loads(s["config_json"])
+        origin = config.get("source") or (f"trace #{s['trace_id']}" if s["trace_id"] else "sweep")
+        options.append({"label": f"#{s['id']} · {origin} · {s['landed']}/{s['total']} scenarios · {s['status']}",
+                        "value": s["id"]})
+    return options
+
+
+def _launch_panel(store) -> html.Div:
+    options = projection.sources(store)
+    names = [n for n in projection.compressor_names() if n != "none"]
+    return html.Div(className="panel", children=[
+        html.H4("Launch a sweep"),
+        ui.labelled("Trace or model layout", dcc.Dropdown(
+            id="launch-source", options=options, value=options[0]["value"] if options else None, clearable=False)),
+        ui.labelled("Compressors (none is always included)", dcc.Dropdown(
+            id="launch-compressors", options=names, value=[n for n in ("topk", "sidco-e") if n in names], multi=True)),
+        ui.labelled("Densities", dcc.Input(id="launch-densities", value="0.01,0.001"), "comma-separated, in (0, 1]"),
+        ui.labelled("Nodes", dcc.Input(id="launch-nodes", value="2,4,8,16,32"), "comma-separated worker counts"),
+        ui.labelled("Bandwidths", dcc.Input(id="launch-bandwidths", value="1Gbit,10Gbit,25Gbit,100Gbit"),
+                    "comma-separated, with units"),
+        ui.labelled("Latency", dcc.Input(id="launch-latency", value="50us"), "per message, with unit"),
+        ui.labelled("Topology", dcc.Dropdown(id="launch-topology", options=list(projection.TOPOLOGIES),
+                                             value="ring", clearable=False)),
+        html.Div(className="row", children=[
+            html.Button("Launch sweep", id="launch-btn", className="btn"),
+            html.Button("Cancel", id="cancel-btn", className="btn secondary", disabled=True),
+        ]),
+        html.Div(style={"height": "8px"}),
+        html.Progress(id="launch-progress", value="0", max="1"),
+        html.Div(id="launch-progress-text", className="inline-note"),
+        html.Div(id="launch-status"),
+    ])
+
+
+def layout(reader: StoreReader) -> html.Div:
+    """The page: sweep picker and filters, four figures, and the launch panel."""
+    store = reader.store()
+    options = _sweep_options(store)
+    body = [
+        html.Div(className="row", children=[
+            ui.labelled("Sweep", dcc.Dropdown(id="sweep-select", options=options,
+                                              value=options[0]["value"] if options else None, clearable=False)),
+            ui.labelled("Nodes (bandwidth plots)", dcc.Dropdown(id="sweep-nodes", clearable=False)),
+            ui.labelled("Bandwidth (crossover plot)", dcc.Dropdown(id="sweep-bandwidth", clearable=False)),
+        ]),
+        html.Div(id="sweep-message"),
+        html.Div(className="grid2", children=[
+            ui.figure_card("sweep-time", "Iteration time against bandwidth"),
+            ui.figure_card("sweep-speedup", "Speed-up over no compression against bandwidth"),
+            ui.figure_card("sweep-best", "Fastest configuration per nodes × bandwidth (and its margin)"),
+            ui.figure_card("sweep-crossover", "Crossover: densities at which compression pays off"),
+        ]),
+    ]
+    if not options:
+        body.insert(0, ui.empty_store("sweeps", data.FILL_COMMANDS["sweeps"] + "\n(or launch one with the form)"))
+    return html.Div(className="page", children=[
+        html.H2("Sweeps: which compressor wins where"),
+        html.P("Every scenario of a simulator sweep. Bandwidth plots fix the node count; the heatmap shows the "
+               "fastest compressor (and density) per cell with its margin over the runner-up; the crossover plot "
+               "shows the largest density at which each compressor still beats no compression.", className="lead"),
+        dcc.Interval(id="sweep-poll", interval=1000, disabled=True),
+        dcc.Store(id="launched-sweep"),
+        html.Div(className="layout", children=[_launch_panel(store), html.Div(className="stack", children=body)]),
+    ])
+
+
+def register(app: Dash, reader: StoreReader, manager) -> None:
+    """Wire the figures, the live refresh and the background launch."""
+
+    @app.callback(
+        Output("sweep-select", "options"),
+        Output("sweep-select", "value"),
+        Input("sweep-poll", "n_intervals"),
+        Input("launched-sweep", "data"),
+        State("sweep-select", "value"),
+        prevent_initial_call=True,
+    )
+    def _refresh_sweeps(_ticks, launched, current):
+        options = _sweep_options(reader.store())
+        if ctx.triggered_id == "launched-sweep" and launched is not None:
+            return options, launched
+        return options, current if current is not None else (options[0]["value"] if options else None)
+
+    @app.callback(
+        Output("sweep-nodes", "options"),
+        Output("sweep-nodes", "value"),
+        Output("sweep-bandwidth", "options"),
+        Output("sweep-bandwidth", "value"),
+        Input("sweep-select", "value"),
+        Input("sweep-poll", "n_intervals"),
+        State("sweep-nodes", "value"),
+        State("sweep-bandwidth", "value"),
+    )
+    def _filters(sweep_id, _ticks, nodes, bandwidth):
+        if sweep_id is None:
+            return [], None, [], None
+        axes = data.sweep_axes(reader.store(), sweep_id)
+        node_options = [{"label": f"{n} nodes", "value": n} for n in axes["nodes"]]
+        bw_options = [{"label": format_bandwidth(b), "value": b} for b in axes["bandwidth_bps"]]
+        nodes = nodes if nodes in axes["nodes"] else (max(axes["nodes"]) if axes["nodes"] else None)
+        bandwidth = bandwidth if bandwidth in axes["bandwidth_bps"] else (
+            axes["bandwidth_bps"][0] if axes["bandwidth_bps"] else None)
+        return node_options, nodes, bw_options, bandwidth
+
+    @app.callback(
+        Output(ui.graph_id("sweep-time"), "figure"),
+        Output(ui.graph_id("sweep-speedup"), "figure"),
+        Output(ui.graph_id("sweep-best"), "figure"),
+        Output(ui.graph_id("sweep-crossover"), "figure"),
+        Output("sweep-message", "children"),
+        Input("sweep-select", "value"),
+        Input("sweep-nodes", "value"),
+        Input("sweep-bandwidth", "value"),
+    )
+    def _figures(sweep_id, nodes, bandwidth):
+        if sweep_id is None:
+            blank = ui.empty_figure("no sweep selected")
+            return blank, blank, blank, blank, None
+        store = reader.store()
+        axes = data.sweep_axes(store, sweep_id)
+        if not axes["nodes"]:
+            blank = ui.empty_figure("no scenario of this sweep has landed yet")
+            return blank, blank, blank, blank, None
+        at_nodes = data.scenarios(store, sweep_id, nodes=nodes)
+        points = data.crossover_points(store, sweep_id, bandwidth) if bandwidth is not None else []
+        message = ui.note(
+            f"latency {', '.join(format_seconds(v) for v in axes['latency_s'])} · topology "
+            f"{', '.join(axes['topology'])} · {', '.join(axes['fidelity'])} fidelity · bandwidth plots at {nodes} "
+            f"nodes · crossover at {format_bandwidth(bandwidth) if bandwidth else '-'}")
+        return (figures.sweep_vs_bandwidth(at_nodes, "iteration_s"), figures.sweep_vs_bandwidth(at_nodes, "speedup"),
+                figures.best_heatmap(data.best_two(store, sweep_id)), figures.crossover(points, axes["nodes"]),
+                message)
+
+    @app.callback(
+        Output("launch-status", "children"),
+        Input("launch-btn", "n_clicks"),
+        State("launch-source", "value"),
+        State("launch-compressors", "value"),
+        State("launch-densities", "value"),
+        State("launch-nodes", "value"),
+        State("launch-bandwidths", "value"),
+        State("launch-latency", "value"),
+        State("launch-topology", "value"),
+        background=True,
+        manager=manager,
+        progress=[Output("launch-progress", "value"), Output("launch-progress", "max"),
+                  Output("launch-progress-text", "children"), Output("launched-sweep", "data")],
+        running=[(Output("launch-btn", "disabled"), True, False), (Output("cancel-btn", "disabled"), False, True),
+                 (Output("sweep-poll", "disabled"), False, True)],
+        cancel=[Input("cancel-btn", "n_clicks")],
+        prevent_initial_call=True,
+    )
+    def _launch(set_progress, clicks, source, compressors, densities, nodes, bandwidths, latency, topology):
+        if not clicks:
+            return no_update
+        try:
+            spec = sweep_runner.parse_spec(source, compressors, densities, nodes, bandwidths, latency, topology)
+        except ValueError as exc:
+            return ui.error(str(exc))
+        total = len(spec.scenarios())
+        state = {"sweep": None}
+
+        def progress(done: int, of: int) -> None:
+            set_progress((str(done), str(of), f"{done} / {of} scenarios landed", state["sweep"]))
+
+        state["sweep"] = sweep_runner.sweep_id(reader.path, spec)
+        try:
+            sweep_id = sweep_runner.run(reader.path, spec, progress)
+        except ValueError as exc:
+            return ui.error(str(exc))
+        return ui.note(f"sweep #{sweep_id} finished: {total} scenarios in the store")

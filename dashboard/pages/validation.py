@@ -1,0 +1,97 @@
+"""Validation page: projected against measured iteration time, from emulated runs."""
+
+from __future__ import annotations
+
+from dash import Dash, Input, Output, dash_table, dcc, html
+
+from dashboard import components as ui
+from dashboard import data, figures
+from dashboard.data import StoreReader
+from simulator.units import format_bandwidth, format_seconds
+
+PATH = "/validation"
+TITLE = "Validation"
+
+
+def table_rows(rows: list[dict]) -> list[dict]:
+    """Validation rows formatted for the error table (times in ms, error in %)."""
+    return [{
+        "workload": r["workload"],
+        "compressor": r["compressor"],
+        "density": "" if r["density"] is None else f"{r['density']:g}",
+        "workers": r["workers"],
+        "bandwidth": "" if r["bandwidth_bps"] is None else format_bandwidth(r["bandwidth_bps"]),
+        "measured_ms": round(r["measured_s"] * 1e3, 3),
+        "projected_ms": round(r["projected_s"] * 1e3, 3),
+        "error_pct": round(r["error_pct"], 2),
+        "calibrated": "yes" if r["calibrated"] else "no",
+    } for r in rows]
+
+
+COLUMNS = [
+    {"name": "workload", "id": "workload"}, {"name": "compressor", "id": "compressor"},
+    {"name": "density", "id": "density"}, {"name": "workers", "id": "workers"},
+    {"name": "bandwidth", "id": "bandwidth"}, {"name": "measured (ms)", "id": "measured_ms"},
+    {"name": "projected (ms)", "id": "projected_ms"}, {"name": "error (%)", "id": "error_pct"},
+    {"name": "calibrated", "id": "calibrated"},
+]
+
+
+def layout(reader: StoreReader) -> html.Div:
+    """The page: summary numbers, the scatter with y = x, and the error table."""
+    store = reader.store()
+    rows = data.validation(store)
+    header = [
+        html.H2("Validation: projections against real runs"),
+        html.P("Real torch.distributed runs on shaped links (emulation) against the simulator's projection of the "
+               "same scenario. Error = (projected − measured) / measured.", className="lead"),
+    ]
+    if not rows:
+        return html.Div(className="page", children=[*header, ui.empty_store("validation runs",
+                                                                             data.FILL_COMMANDS["validation"])])
+    errors = [abs(r["error_pct"]) for r in rows]
+    calibration = data.latest_calibration(store)
+    kpis = [
+        html.Div(className="kpi", children=[html.B(f"{len(rows)}"), html.Span("validated scenarios")]),
+        html.Div(className="kpi", children=[html.B(f"{sum(errors) / len(errors):.1f} %"),
+                                            html.Span("mean |error|")]),
+        html.Div(className="kpi", children=[html.B(f"{max(errors):.1f} %"), html.Span("max |error|")]),
+    ]
+    if calibration:
+        kpis.append(html.Div(className="kpi", children=[
+            html.B(f"α {format_seconds(calibration['alpha_s'])}"),
+            html.Span(f"β {calibration['beta_s_per_byte']:.3g} s/byte · efficiency {calibration['efficiency']:.2f}"),
+        ]))
+    return html.Div(className="page", children=[
+        *header,
+        html.Div(className="kpis", children=kpis),
+        dcc.Checklist(id="validation-calibrated", options=[{"label": " calibrated projections only", "value": "on"}],
+                      value=[]),
+        html.Div(className="grid2", children=[
+            ui.figure_card("validation-scatter", "Projected against measured iteration time", height=440),
+            html.Div(className="card", children=[
+                html.H3("Error per scenario"),
+                dash_table.DataTable(id="validation-table", columns=COLUMNS, sort_action="native", page_size=12,
+                                     export_format="csv", style_table={"overflowX": "auto"},
+                                     style_cell={"fontFamily": "inherit", "fontSize": 12, "padding": "4px 8px"},
+                                     style_header={"fontWeight": 600, "backgroundColor": "#f1f5f9"}),
+            ]),
+        ]),
+    ])
+
+
+def register(app: Dash, reader: StoreReader) -> None:
+    """Wire the filter."""
+
+    @app.callback(
+        Output(ui.graph_id("validation-scatter"), "figure"),
+        Output("validation-table", "data"),
+        Input("validation-calibrated", "value"),
+    )
+    def _update(calibrated_only):
+        rows = data.validation(reader.store())
+        if calibrated_only:
+            rows = [r for r in rows if r["calibrated"]]
+        if not rows:
+            return ui.empty_figure("no calibrated validation rows"), []
+        return figures.validation_scatter(rows), table_rows(rows)

@@ -1,0 +1,114 @@
+"""What-if page: projected iteration time and speed-up for a chosen cluster, live."""
+
+from __future__ import annotations
+
+import time
+
+from dash import Dash, Input, Output, State, ctx, dcc, html
+
+from dashboard import components as ui
+from dashboard import data, figures, projection
+from dashboard.data import StoreReader
+
+PATH = "/"
+TITLE = "What-if"
+
+DEFAULTS = {"density": "0.01", "nodes": "8", "bandwidth": "10Gbit", "latency": "50us", "topology": "ring"}
+
+
+def controls(prefix: str, options: list[dict[str, str]], multi: bool) -> list:
+    """The shared scenario controls (also used by the timeline page); ids start with ``prefix``."""
+    names = projection.compressor_names()
+    chosen = [n for n in ("none", "topk", "dgc", "sidco-e", "sidco-p", "sidco-gp") if n in names]
+    return [
+        ui.labelled("Trace or model layout", dcc.Dropdown(
+            id=f"{prefix}-source", options=options, value=options[0]["value"] if options else None, clearable=False)),
+        ui.labelled("Compressors" if multi else "Compressor", dcc.Dropdown(
+            id=f"{prefix}-compressors", options=names, value=chosen if multi else "sidco-e", multi=multi,
+            clearable=False)),
+        ui.labelled("Density δ", dcc.Input(id=f"{prefix}-density", value=DEFAULTS["density"], debounce=True),
+                    "fraction of elements sent, in (0, 1]"),
+        ui.labelled("Nodes", dcc.Input(id=f"{prefix}-nodes", value=DEFAULTS["nodes"], debounce=True),
+                    "workers, one GPU each"),
+        ui.labelled("Bandwidth per worker", dcc.Input(id=f"{prefix}-bandwidth", value=DEFAULTS["bandwidth"],
+                                                      debounce=True), "with unit: 10Gbit, 100Mbit/s, 1.25GB/s"),
+        ui.labelled("Latency per message", dcc.Input(id=f"{prefix}-latency", value=DEFAULTS["latency"],
+                                                     debounce=True), "with unit: 50us, 1ms"),
+        ui.labelled("Topology", dcc.Dropdown(id=f"{prefix}-topology", options=list(projection.TOPOLOGIES),
+                                             value=DEFAULTS["topology"], clearable=False)),
+    ]
+
+
+def layout(reader: StoreReader) -> html.Div:
+    """The page: controls on the left, stacked bars and speed-ups on the right."""
+    store = reader.store()
+    options = projection.sources(store)
+    calibration = data.latest_calibration(store)
+    calibration_control = dcc.Checklist(
+        id="whatif-calibrated",
+        options=[{"label": " use the latest calibration (α, β, efficiency)", "value": "on",
+                  "disabled": calibration is None}],
+        value=[],
+    )
+    side = html.Div(className="panel", children=[
+        html.H4("Scenario"),
+        *controls("whatif", options, multi=True),
+        calibration_control,
+        html.Div(style={"height": "10px"}),
+        html.Button("Run detailed simulation (des)", id="whatif-des", className="btn"),
+        ui.note("Controls update the analytic projection live; the button runs the link-level "
+                "discrete-event model (slower, shows contention)."),
+    ])
+    notes = []
+    if not data.traces(store):
+        notes.append(ui.note("No traces registered yet: the large-model layouts work without one. "
+                             f"To project your own model: {data.FILL_COMMANDS['traces']}"))
+    return html.Div(className="page", children=[
+        html.H2("What-if: would compression make this training faster?"),
+        html.P("Projected time of one data-parallel training iteration per compressor, split into compute, "
+               "compression and communication not hidden behind backward; speed-ups are against no "
+               "compression in the same scenario.", className="lead"),
+        *notes,
+        html.Div(className="layout", children=[
+            side,
+            html.Div(className="stack", children=[
+                html.Div(id="whatif-message"),
+                ui.figure_card("whatif-breakdown", "Projected iteration time per compressor", height=420),
+                ui.figure_card("whatif-speedup", "Speed-up over no compression", height=300),
+            ]),
+        ]),
+    ])
+
+
+def register(app: Dash, reader: StoreReader) -> None:
+    """Wire the live projection."""
+
+    @app.callback(
+        Output(ui.graph_id("whatif-breakdown"), "figure"),
+        Output(ui.graph_id("whatif-speedup"), "figure"),
+        Output("whatif-message", "children"),
+        Input("whatif-source", "value"),
+        Input("whatif-compressors", "value"),
+        Input("whatif-density", "value"),
+        Input("whatif-nodes", "value"),
+        Input("whatif-bandwidth", "value"),
+        Input("whatif-latency", "value"),
+        Input("whatif-topology", "value"),
+        Input("whatif-calibrated", "value"),
+        Input("whatif-des", "n_clicks"),
+    )
+    def _project(source, compressors, density, nodes, bandwidth, latency, topology, calibrated, _clicks):
+        fidelity = "des" if ctx.triggered_id == "whatif-des" else "analytic"
+        started = time.perf_counter()
+        try:
+            chosen = projection.parse_controls(source, compressors, density, nodes, bandwidth, latency, topology,
+                                               calibrated=bool(calibrated))
+            results = projection.project(reader.store(), chosen, fidelity)
+        except ValueError as exc:
+            blank = ui.empty_figure("fix the highlighted control")
+            return blank, blank, ui.error(str(exc))
+        elapsed = time.perf_counter() - started
+        title = (f"{chosen.nodes} nodes · {bandwidth} · {latency} · {topology} · δ={chosen.density:g} · "
+                 f"{fidelity} fidelity")
+        message = ui.note(f"{fidelity} projection of {len(results)} compressors in {elapsed * 1e3:.0f} ms")
+        return figures.whatif_breakdown(results, title), figures.whatif_speedup(results), message

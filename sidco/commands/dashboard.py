@@ -1,0 +1,49 @@
+"""``sidco dashboard``: serve the what-if dashboard over a results store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from sidco.store import DEFAULT_PATH
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``dashboard`` subcommand."""
+    parser = subparsers.add_parser(
+        "dashboard",
+        help="serve the what-if dashboard (Dash) over the results store",
+        description=(
+            "Serve the dashboard: what-if projections (iteration time in ms, speed-up ×), sweeps, "
+            "compressor quality, one-iteration timelines and validation against emulated runs. "
+            "Binds to 127.0.0.1 unless --host says otherwise and prints its address. Traces are "
+            "chosen among those registered in the store."
+        ),
+    )
+    parser.add_argument("--store", default=str(DEFAULT_PATH), help="results store, SQLite file (default: %(default)s)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default: %(default)s, this machine only)")
+    parser.add_argument("--port", type=int, default=8050, help="TCP port, 1-65535 (default: %(default)s)")
+    parser.add_argument("--debug", action="store_true", help="Dash debug mode (reloader, error overlay)")
+    parser.add_argument("--json", action="store_true",
+                        help="print {\"url\", \"store\"} as JSON on stdout before serving")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the app, print its address, serve until interrupted."""
+    if not 1 <= args.port <= 65535:
+        raise ValueError(f"invalid port {args.port}: must be 1-65535")
+    from dashboard import create_app
+
+    app = create_app(args.store)
+    url = f"http://{args.host}:{args.port}/"
+    if args.json:
+        print(json.dumps({"url": url, "store": args.store}), flush=True)
+    else:
+        print(f"SIDCo dashboard at {url} (store: {args.store}); Ctrl-C stops it", flush=True)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: listening on {args.host}: reachable from other machines", file=sys.stderr)
+    app.run(host=args.host, port=args.port, debug=args.debug)
+    return 0
