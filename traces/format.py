@@ -97,7 +97,7 @@ class TraceWriter:
         self.out_dir = Path(out_dir)
         if self.out_dir.exists():
             if not overwrite:
-                raise TraceError(f"{self.out_dir}: already exists (choose another --out or overwrite it)")
+                raise TraceError(f"{self.out_dir}: already exists (choose another path, or overwrite: --force)")
             if not (self.out_dir / MANIFEST).is_file():
                 raise TraceError(f"{self.out_dir}: exists and is not a trace directory; refusing to overwrite it")
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)

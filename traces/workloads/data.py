@@ -51,13 +51,20 @@ class ImageData:
 
 
 class TextData:
-    """Word-level Markov-chain corpus over ``vocab`` words; batches of (B, seq_len) token ids."""
+    """Word-level Markov-chain corpus over ``vocab`` words; batches of (B, seq_len) token ids.
 
-    def __init__(self, vocab: int = 2000, seq_len: int = 35, successors: int = 6, seed: int = 0) -> None:
+    Words fall into ``clusters`` word classes (``word % clusters``); the successors
+    of a word are drawn from a list shared by its class (``successors`` words with
+    Zipf probabilities), so, as in natural text, words of a class behave alike and
+    the structure is learnable from few examples.
+    """
+
+    def __init__(self, vocab: int = 2000, seq_len: int = 35, successors: int = 8, clusters: int = 40, seed: int = 0) -> None:
         gen = _generator(seed, 29)
         self.vocab = vocab
         self.seq_len = seq_len
-        self.next_words = torch.randint(0, vocab, (vocab, successors), generator=gen)
+        class_next = torch.randint(0, vocab, (clusters, successors), generator=gen)
+        self.next_words = class_next[torch.arange(vocab) % clusters]
         ranks = torch.arange(1, successors + 1, dtype=torch.float32)
         self.probs = (1.0 / ranks).expand(vocab, successors).contiguous()
         self.seed = seed

@@ -1,0 +1,218 @@
+"""Replay a trace through compressors: threshold quality and overhead on real gradients.
+
+:func:`replay` runs every (compressor, density) combination over every recorded
+(iteration, worker) in order, per bucket, carrying error feedback across
+iterations per (worker, bucket), and yields one row per compressor call whose
+keys are exactly the ``replay_rows`` columns of the results store (minus
+``replay_id``):
+
+==========================  ===============================================================
+``compressor``, ``density``  the combination (``density`` = target fraction of elements)
+``error_feedback``           1 if the residual was carried, else 0
+``iteration``, ``worker``    recorded iteration number and worker index
+``bucket``                   bucket index (0 = first bucket, holding the last layers)
+``numel``                    elements in the bucket
+``selected``                 elements sent
+``achieved_density``         ``selected / numel``
+``achieved_over_target``     ``achieved_density / density``
+``threshold``                magnitude threshold the compressor used (``None`` if it has none)
+``stages``                   estimation stages (SIDCo) or ``None``
+``compress_s``               seconds of the compress call (with error feedback: including the
+                             residual update), device-synchronised
+``decompress_s``             seconds of the decompress call, device-synchronised
+``wire_bytes``               bytes on the wire (``Sparse.wire_bytes()``: values + int32 indices)
+``rel_error``                ‖g − ĝ‖ / ‖g‖, g the compressed input (gradient + residual), ĝ the
+                             decompressed message (0 when ‖g‖ = 0)
+==========================  ===============================================================
+
+Buckets follow DistributedDataParallel: layers are taken in reverse order (the
+order backward produces them) and a bucket is closed as soon as it holds at
+least ``bucket_bytes`` bytes of float32 gradient (a layer larger than that gets
+a bucket of its own). Without ``bucket_bytes`` the whole model is one bucket.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+import compressors as compressor_lib
+from traces.errors import TraceError
+from traces.reader import Trace, open_trace
+
+COLUMNS = (
+    "compressor",
+    "density",
+    "error_feedback",
+    "iteration",
+    "worker",
+    "bucket",
+    "numel",
+    "selected",
+    "achieved_density",
+    "achieved_over_target",
+    "threshold",
+    "stages",
+    "compress_s",
+    "decompress_s",
+    "wire_bytes",
+    "rel_error",
+)
+
+
+def buckets(trace: Trace, bucket_bytes: int | None = None) -> list[list[tuple[int, int]]]:
+    """DDP-like buckets of ``trace``: lists of ``(offset, numel)`` layer slices (see module docstring)."""
+    slices = [(offset, numel) for _, offset, numel in trace.layer_slices() if numel > 0]
+    if bucket_bytes is None:
+        return [[(0, trace.numel)]]
+    if bucket_bytes < 1:
+        raise ValueError(f"bucket size must be >= 1 byte, got {bucket_bytes}")
+    result: list[list[tuple[int, int]]] = []
+    current: list[tuple[int, int]] = []
+    size = 0
+    for offset, numel in reversed(slices):
+        current.append((offset, numel))
+        size += 4 * numel
+        if size >= bucket_bytes:
+            result.append(current)
+            current, size = [], 0
+    if current:
+        result.append(current)
+    return result
+
+
+def calls_per_combination(trace: Trace, bucket_bytes: int | None = None) -> int:
+    """Rows one (compressor, density) combination produces: iterations × workers × buckets."""
+    return len(trace.iterations) * trace.workers * len(buckets(trace, bucket_bytes))
+
+
+def _synchronizer(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def _gather(flat: torch.Tensor, parts: Sequence[tuple[int, int]]) -> torch.Tensor:
+    if len(parts) == 1:
+        offset, numel = parts[0]
+        return flat[offset : offset + numel]
+    return torch.cat([flat[offset : offset + numel] for offset, numel in parts])
+
+
+def _norm(x: torch.Tensor) -> float:
+    return float(torch.linalg.vector_norm(x, dtype=torch.float64))
+
+
+def _resolve_device(device: str | torch.device) -> torch.device:
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(device)!r} requested but CUDA is not available")
+    return resolved
+
+
+def replay(
+    trace: Trace | str | os.PathLike[str],
+    compressors: Iterable[str],
+    densities: Iterable[float],
+    device: str | torch.device = "cpu",
+    error_feedback: bool = True,
+    bucket_bytes: int | None = None,
+    skip: frozenset[tuple[str, float]] | set[tuple[str, float]] = frozenset(),
+    options: dict[str, dict[str, Any]] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Return an iterator of one row per compressor call (module docstring), combination by combination.
+
+    ``skip`` holds ``(compressor, density)`` pairs not to run (already stored).
+    ``options`` maps a compressor name to extra keyword options of
+    :func:`compressors.create`. Rows of one combination are consecutive, in
+    (iteration, worker, bucket) order. Arguments are checked before this returns
+    (``ValueError``, :class:`TraceError`); the work happens as the iterator is consumed.
+    """
+    if not isinstance(trace, Trace):
+        trace = open_trace(trace)
+    names = list(compressors)
+    targets = [float(d) for d in densities]
+    for density in targets:
+        if not 0 < density <= 1:
+            raise ValueError(f"density must be in (0, 1], got {density}")
+    dev = _resolve_device(device)
+    layout = buckets(trace, bucket_bytes)
+    options = options or {}
+    combinations = [(n, d) for n in names for d in targets if (n, d) not in skip]
+    for name, density in combinations:
+        compressor_lib.create(name, density=density, **options.get(name, {}))
+    return (
+        row
+        for name, density in combinations
+        for row in _combination(trace, layout, name, density, dev, error_feedback, options.get(name, {}))
+    )
+
+
+def _combination(
+    trace: Trace,
+    layout: list[list[tuple[int, int]]],
+    name: str,
+    density: float,
+    device: torch.device,
+    error_feedback: bool,
+    options: dict[str, Any],
+) -> Iterator[dict[str, Any]]:
+    sync = _synchronizer(device)
+    compressor = compressor_lib.create(name, density=density, **options)
+    memory = compressor_lib.ErrorFeedback(compressor) if error_feedback else None
+    warm = compressor_lib.create(name, density=density, **options)
+    first = trace.gradient(trace.iterations[0], 0).to(device)
+    warm.decompress(warm.compress(_gather(first, layout[0]).clone()))
+    sync()
+    for iteration in trace.iterations:
+        for worker in range(trace.workers):
+            flat = trace.gradient(iteration, worker).to(device)
+            for index, parts in enumerate(layout):
+                grad = _gather(flat, parts).contiguous()
+                sync()
+                start = time.perf_counter()
+                if memory is not None:
+                    sparse = memory.compress(grad, (worker, index))
+                else:
+                    sparse = compressor.compress(grad)
+                sync()
+                compress_s = time.perf_counter() - start
+                start = time.perf_counter()
+                restored = compressor.decompress(sparse)
+                sync()
+                decompress_s = time.perf_counter() - start
+                if memory is not None:
+                    residual = memory.residual((worker, index))
+                    error, total = _norm(residual), _norm(residual + restored)
+                else:
+                    error, total = _norm(grad - restored), _norm(grad)
+                numel = grad.numel()
+                selected = sparse.selected
+                achieved = selected / numel
+                threshold = sparse.threshold
+                yield {
+                    "compressor": name,
+                    "density": density,
+                    "error_feedback": int(error_feedback),
+                    "iteration": iteration,
+                    "worker": worker,
+                    "bucket": index,
+                    "numel": numel,
+                    "selected": selected,
+                    "achieved_density": achieved,
+                    "achieved_over_target": achieved / density,
+                    "threshold": None if threshold is None or not math.isfinite(threshold) else threshold,
+                    "stages": sparse.stages,
+                    "compress_s": compress_s,
+                    "decompress_s": decompress_s,
+                    "wire_bytes": int(sparse.wire_bytes()),
+                    "rel_error": error / total if total > 0 else 0.0,
+                }
+
+
+__all__ = ["COLUMNS", "TraceError", "buckets", "calls_per_combination", "replay"]
