@@ -1,0 +1,109 @@
+"""Steady-state micro-benchmark of compress/decompress against a one-pass floor.
+
+Every compressor runs in one process on the same seeded gradient-like vector, as a training loop
+would run it: same sizes every call (buffers reused), after warm-up calls (adaptive SIDCo has
+settled its stage count by then), timing the median of repeats. The floor is one read pass
+(``torch.sum``) over the same vector, timed interleaved with each compressor so that ratios are
+measured side by side on a noisy shared machine. Times are milliseconds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+import compressors
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
+
+
+def gradient_like(size: int, seed: int = 0, device: str | torch.device = "cpu",
+                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A seeded gradient-like vector: 70 % Laplace(0, 1e-3) and 30 % Student-t(3)·1e-3 elements,
+    interleaved at random positions (heavier tail than Laplace, like real gradients)."""
+    gen = torch.Generator().manual_seed(seed)
+    u = torch.rand(size, generator=gen) - 0.5
+    laplace = -torch.sign(u) * torch.log1p(-2.0 * u.abs())
+    chi2 = torch.distributions.Chi2(torch.tensor(3.0))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + 1)
+        student = torch.randn(size, generator=gen) / torch.sqrt(chi2.sample((size,)) / 3.0)
+    heavy = torch.rand(size, generator=gen) < 0.3
+    return (torch.where(heavy, student, laplace) * 1e-3).to(device=device, dtype=dtype)
+
+
+def _timer(device: torch.device) -> Callable[[Callable[[], Any]], tuple[float, Any]]:
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+        sync()
+        start = time.perf_counter()
+        result = fn()
+        sync()
+        return (time.perf_counter() - start) * 1e3, result
+
+    return timed
+
+
+def run(size: int, densities: Sequence[float], device: str = "cpu", names: Sequence[str] | None = None,
+        repeats: int = 10, warmup: int = 10, dtype: str = "fp32", seed: int = 0,
+        progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Benchmark ``names`` (default: all) at each density; return one dict per (compressor, density).
+
+    Keys: compressor, density, size, dtype, device, compress_ms, decompress_ms, floor_ms,
+    over_floor (compress_ms / floor_ms), speedup_vs_topk (topk compress_ms / compress_ms at the
+    same density, when topk ran), achieved_over_target, selected, stages, wire_bytes,
+    repeats, warmup. ``none`` runs once at density 1.
+    """
+    if size < 1:
+        raise ValueError(f"size must be >= 1 element, got {size}")
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
+    names = list(names) if names else compressors.names()
+    unknown = [n for n in names if n not in compressors.names()]
+    if unknown:
+        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"bad device {device!r}: {exc}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    grad = gradient_like(size, seed, dev, DTYPES[dtype])
+    timed = _timer(dev)
+    out = torch.empty_like(grad)
+    rows = []
+    plan = [(n, 1.0) for n in names if n == "none"] + [(n, d) for d in densities for n in names if n != "none"]
+    for name, density in plan:
+        if progress:
+            progress(f"{name} δ={density:g}")
+        c = compressors.create(name, density=density)
+        sparse = None
+        for _ in range(warmup):
+            sparse = c.compress(grad)
+            c.decompress(sparse, out=out)
+        floors, comps, decomps = [], [], []
+        for _ in range(repeats):
+            floors.append(timed(lambda: torch.sum(grad))[0])
+            ms, sparse = timed(lambda: c.compress(grad))
+            comps.append(ms)
+            decomps.append(timed(lambda: c.decompress(sparse, out=out))[0])
+        rows.append({
+            "compressor": name, "density": density, "size": size, "dtype": dtype, "device": str(dev),
+            "compress_ms": statistics.median(comps), "decompress_ms": statistics.median(decomps),
+            "floor_ms": statistics.median(floors),
+            "achieved_over_target": sparse.selected / (density * size),
+            "selected": sparse.selected, "stages": sparse.stages, "wire_bytes": sparse.wire_bytes(),
+            "repeats": repeats, "warmup": warmup,
+        })
+    topk = {r["density"]: r["compress_ms"] for r in rows if r["compressor"] == "topk"}
+    for r in rows:
+        r["over_floor"] = r["compress_ms"] / r["floor_ms"]
+        r["speedup_vs_topk"] = topk[r["density"]] / r["compress_ms"] if r["density"] in topk else None
+    return rows

@@ -1,0 +1,94 @@
+"""``sidco bench``: steady-state compress/decompress times of every compressor vs a one-pass floor."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tqdm import tqdm
+
+import compressors
+from compressors import benchmark
+
+
+def _densities(text: str) -> list[float]:
+    try:
+        values = [float(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise ValueError(f"--densities must be comma-separated numbers in (0, 1], got {text!r}") from None
+    if not values or not all(0 < v <= 1 for v in values):
+        raise ValueError(f"--densities must be comma-separated numbers in (0, 1], got {text!r}")
+    return values
+
+
+def _names(text: str) -> list[str]:
+    names = [item.strip() for item in text.split(",") if item.strip()]
+    if not names:
+        raise ValueError("--compressors is empty")
+    return names
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``bench`` subcommand."""
+    parser = subparsers.add_parser(
+        "bench",
+        help="time each compressor's compress/decompress against a one-pass floor (torch.sum)",
+        description=(
+            "Compress one seeded gradient-like vector (Laplace/Student-t mix) with every compressor "
+            "at each density, in one process, at steady state: buffers reused, --warmup calls first, "
+            "then the median of --repeats timed calls. The floor is the median time of torch.sum "
+            "over the same vector, timed interleaved with each compressor. Times in milliseconds; "
+            "'x floor' = compress_ms / floor_ms; 'vs topk' = topk compress_ms / compress_ms."
+        ),
+    )
+    parser.add_argument("--size", type=int, default=26_214_400,
+                        help="vector length in elements (default 26214400 = 100 MB of fp32)")
+    parser.add_argument("--densities", type=_densities, default=[0.1, 0.01, 0.001],
+                        help="comma-separated target densities in (0, 1] (default 0.1,0.01,0.001)")
+    parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
+    parser.add_argument("--dtype", default="fp32", choices=sorted(benchmark.DTYPES), help="element type (default fp32)")
+    parser.add_argument("--compressors", type=_names, default=None,
+                        help=f"comma-separated subset of: {','.join(compressors.names())} (default all)")
+    parser.add_argument("--repeats", type=int, default=10, help="timed calls per row; the median is reported (default 10)")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed calls per row before timing (default 10)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the gradient-like vector (default 0)")
+    parser.add_argument("--json", action="store_true", help="print the rows as a JSON list on stdout")
+    parser.set_defaults(func=run)
+
+
+def format_table(rows: list[dict]) -> str:
+    """The rows as a fixed-width text table (times in ms)."""
+    header = ("compressor", "density", "compress ms", "decompress ms", "floor ms", "x floor", "vs topk",
+              "achieved/target", "stages")
+    lines = [header]
+    for r in rows:
+        lines.append((
+            r["compressor"], f"{r['density']:g}", f"{r['compress_ms']:.2f}", f"{r['decompress_ms']:.2f}",
+            f"{r['floor_ms']:.2f}", f"{r['over_floor']:.2f}",
+            "-" if r["speedup_vs_topk"] is None else f"{r['speedup_vs_topk']:.1f}",
+            f"{r['achieved_over_target']:.3f}", "-" if r["stages"] is None else str(r["stages"]),
+        ))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths)) for line in lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark and print the table (or JSON)."""
+    names = args.compressors or compressors.names()
+    total = len([n for n in names if n == "none"]) + len(args.densities) * len([n for n in names if n != "none"])
+    with tqdm(total=total, desc="bench", unit="row", file=sys.stderr, disable=None) as bar:
+        def progress(label: str) -> None:
+            bar.set_postfix_str(label, refresh=False)
+            bar.update(1)
+
+        rows = benchmark.run(args.size, args.densities, device=args.device, names=names, repeats=args.repeats,
+                             warmup=args.warmup, dtype=args.dtype, seed=args.seed, progress=progress)
+    if args.json:
+        json.dump(rows, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(f"{args.size:,} {args.dtype} elements on {rows[0]['device']}; median of {args.repeats} after "
+              f"{args.warmup} warm-up calls; floor = torch.sum over the same vector")
+        print(format_table(rows))
+    return 0
