@@ -215,6 +215,11 @@ def _exposed(start: np.ndarray, end: np.ndarray, after: np.ndarray) -> np.ndarra
     return np.clip(end - np.maximum(start, after), 0.0, None).sum(axis=0)
 
 
+def _clean(residual: float, scale: float) -> float:
+    """A residual time (s) with float rounding noise (< 1e-9 of ``scale``) set to 0."""
+    return residual if residual > 1e-9 * scale else 0.0
+
+
 def summarize(prep: Prepared, rec: Record) -> dict[str, Any]:
     """The output fields of one scenario (see the README): seconds, samples/s, bytes."""
     sc, scale = prep.scenario, prep.scale
@@ -241,7 +246,7 @@ def summarize(prep: Prepared, rec: Record) -> dict[str, Any]:
         "backward_s": float(np.mean(backward)),
         "compress_s": compress,
         "exposed_comm_s": exposed,
-        "idle_s": max(0.0, iteration - busy - compress - exposed),
+        "idle_s": _clean(iteration - busy - compress - exposed, iteration),
         "optimizer_s": float(np.mean(opt)),
         "comm_s": float(np.mean((rec.transfer_end - transfer_start).sum(axis=0))),
         "compress_total_s": float(prep.compress_s.sum(axis=0).mean()),

@@ -11,10 +11,12 @@ worker ``w mod workers``).
 
 from __future__ import annotations
 
+import json
 import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -77,6 +79,26 @@ class CompressionProfile:
         """The (compressor, density) pairs this profile covers."""
         return sorted(self.costs, key=str)
 
+    def to_json(self) -> str:
+        """The profile as JSON (see :meth:`from_json`)."""
+        return json.dumps({
+            "source": self.source,
+            "costs": [
+                {"compressor": c, "density": d, **asdict(cost)} for (c, d), cost in sorted(self.costs.items(), key=str)
+            ],
+        }, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> CompressionProfile:
+        """Rebuild a profile written by :meth:`to_json`."""
+        data = json.loads(text)
+        costs = {}
+        for item in data["costs"]:
+            key = (item.pop("compressor"), density_key(item.pop("density")))
+            item["wire_per_element"] = tuple(item["wire_per_element"])
+            costs[key] = CompressionCost(**item)
+        return cls(costs, data["source"])
+
     @classmethod
     def from_replay_rows(cls, rows: Iterable[Mapping[str, Any]], source: str = "replay") -> CompressionProfile:
         """Fit costs from replay rows (dicts or sqlite rows with the ``replay_rows`` columns).
@@ -116,16 +138,32 @@ class CompressionProfile:
         device: str = "cpu",
         iterations: int = 2,
     ) -> CompressionProfile:
-        """Measure costs by replaying the first ``iterations`` iterations of ``trace``
-        through ``compressors`` at ``densities`` (``traces.replay``), one bucket per iteration."""
-        from traces.replay import replay
+        """Measure costs by running ``compressors`` (with error feedback) at ``densities`` on
+        the first ``iterations`` iterations of every worker of ``trace`` (one whole-model
+        bucket per call), timing compress and decompress on ``device``; used when no replay
+        results exist. The first call of each compressor is a warm-up and not recorded."""
+        import compressors as comp
 
         names = [c for c in compressors if c != "none"]
         if not names:
             return cls({}, "none")
-        skip = frozenset(trace.iterations[iterations:])
-        rows = replay(trace, names, list(densities), device=device, error_feedback=True, skip=skip)
-        return cls.from_replay_rows(rows, source=f"replay of {trace} on {device}")
+        used = list(trace.iterations[: max(1, iterations)])
+        grads = {(it, w): trace.gradient(it, w).to(device) for it in used for w in range(trace.workers)}
+        rows = []
+        for name in names:
+            for density in densities:
+                ef = comp.ErrorFeedback(comp.create(name, density=density))
+                ef.compress(grads[(used[0], 0)].clone(), key="warm-up")
+                for (it, w), grad in grads.items():
+                    t0 = _now(device)
+                    sparse = ef.compress(grad, key=w)
+                    t1 = _now(device)
+                    ef.compressor.decompress(sparse)
+                    t2 = _now(device)
+                    rows.append({"compressor": name, "density": density, "error_feedback": 1, "worker": w,
+                                 "numel": grad.numel(), "compress_s": t1 - t0, "decompress_s": t2 - t1,
+                                 "wire_bytes": sparse.wire_bytes()})
+        return cls.from_replay_rows(rows, source=f"compressors run on {trace} ({device})")
 
     @classmethod
     def synthetic(
@@ -146,3 +184,12 @@ class CompressionProfile:
             trace = traces.synthetic(f"{tmp}/laplace", "laplace", numel, workers=workers, iterations=2, seed=seed)
             profile = cls.from_trace(trace, compressors, densities, device=device)
         return cls(profile.costs, f"synthetic Laplace, {numel} elements, {device}")
+
+
+def _now(device: str) -> float:
+    """Wall clock (s) after the device has finished its queued work."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
