@@ -40,7 +40,7 @@ def _read_manifest(root: Path) -> dict[str, Any]:
         raise _fail(root, f"not a trace directory (no {MANIFEST})")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise _fail(path, f"corrupt manifest, not valid JSON ({type(exc).__name__})") from None
     if not isinstance(manifest, dict):
         raise _fail(path, "corrupt manifest, not a JSON object")
@@ -98,9 +98,10 @@ def _check_timings(path: Path, manifest: Mapping[str, Any], n_layers: int) -> di
     if not isinstance(backward, list) or len(backward) != n_layers:
         raise _fail(path, f"timings backward_s must list one time per layer ({n_layers})")
     for key in ("forward_s", "optimizer_s"):
-        if not isinstance(timings[key], (int, float)) or isinstance(timings[key], bool) or timings[key] < 0:
+        value = timings[key]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
             raise _fail(path, f"timings {key} must be a number of seconds >= 0")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in backward):
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in backward):
         raise _fail(path, "timings backward_s must hold numbers of seconds >= 0")
     return timings
 
@@ -117,11 +118,15 @@ def _read_header(path: Path) -> dict[str, Any]:
             if length > min(size - 8, _MAX_HEADER_BYTES):
                 raise _fail(path, "truncated or corrupt safetensors file (header length beyond end of file)")
             raw = fh.read(length)
+    except TraceError:
+        raise
     except FileNotFoundError:
         raise _fail(path, "missing safetensors file") from None
+    except (OSError, ValueError) as exc:
+        raise _fail(path, f"cannot read safetensors file ({type(exc).__name__})") from None
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise _fail(path, "corrupt safetensors header (not JSON)") from None
     if not isinstance(header, dict):
         raise _fail(path, "corrupt safetensors header (not an object)")
@@ -130,8 +135,13 @@ def _read_header(path: Path) -> dict[str, Any]:
         if key == "__metadata__":
             continue
         offsets = info.get("data_offsets") if isinstance(info, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
-            raise _fail(path, f"corrupt safetensors header (tensor {key!r} has no data offsets)")
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+            and 0 <= offsets[0] <= offsets[1]
+        ):
+            raise _fail(path, f"corrupt safetensors header (tensor {key!r} has invalid data offsets)")
         end = max(end, offsets[1])
     if 8 + length + end > size:
         raise _fail(path, f"truncated safetensors file ({size} bytes, header declares {8 + length + end})")
@@ -173,7 +183,7 @@ class Trace:
         self._files: dict[int, Path] = {}
         for iteration in self.iterations:
             name = files[str(iteration)]
-            if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
+            if not isinstance(name, str) or not name or "\0" in name or Path(name).name != name or name.startswith("."):
                 raise _fail(mpath, f"iteration {iteration} file name {name!r} is not a plain file name")
             fpath = self.path / name
             self._check_file(fpath)
@@ -181,6 +191,9 @@ class Trace:
 
     def _check_file(self, fpath: Path) -> None:
         header = _read_header(fpath)
+        tensors = sorted(k for k in header if k != "__metadata__")
+        if len(tensors) != self.workers:
+            raise _fail(fpath, f"holds {len(tensors)} tensors, manifest says {self.workers} workers")
         for worker in range(self.workers):
             key = worker_key(worker)
             info = header.get(key)
@@ -211,8 +224,9 @@ class Trace:
         try:
             with safe_open(str(fpath), framework="pt", device="cpu") as handle:
                 tensor = handle.get_tensor(worker_key(worker))
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise _fail(fpath, f"cannot read tensor {worker_key(worker)!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        except Exception as exc:  # safetensors raises its own SafetensorError besides OSError
+            detail = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise _fail(fpath, f"cannot read tensor {worker_key(worker)!r}: {detail}") from None
         if not bool(torch.isfinite(tensor).all()):
             raise _fail(fpath, f"tensor {worker_key(worker)!r} holds NaN or Inf values")
         return tensor
