@@ -6,7 +6,9 @@ speed (jitter, stragglers). A communication process takes the buckets in order; 
 bucket's collective runs on the :class:`~simulator.links.Fabric` as link-level
 messages, each rank entering when *it* is ready (its bucket produced, its previous
 collective and decompression done), so a straggler delays exactly the messages that
-depend on it, and links keep their busy-until state across buckets.
+depend on it, and links keep their busy-until state across buckets. A worker's transfer
+is counted from the moment the last rank joined the collective (earlier waiting is
+idle time, even though early ranks already send their first chunks).
 """
 
 from __future__ import annotations
@@ -71,4 +73,5 @@ def run_des(prep: Prepared) -> Record:
         env.process(compute(w))
     env.process(communicate())
     env.run()
-    return Record(fwd_end, bwd_end, ready, start, comp_end, comp_end.copy(), xfer_end, dec_end)
+    joined = np.minimum(comp_end.max(axis=1, keepdims=True), xfer_end)
+    return Record(fwd_end, bwd_end, ready, start, comp_end, joined, xfer_end, dec_end)

@@ -3,7 +3,7 @@
 An event is a dict ``{"worker": int, "stream": "compute" | "comm", "name": str,
 "start_s": float, "end_s": float}`` (seconds from the start of the iteration). Names:
 ``forward``, ``backward b<i>``, ``compress b<i>``, ``<collective> b<i>`` (the bucket's
-transfer, including waiting inside the collective for slower ranks), ``decompress b<i>``,
+transfer, from the moment every rank has joined the collective), ``decompress b<i>``,
 ``optimizer``. Buckets are numbered in backward order (b0 is produced first).
 """
 
