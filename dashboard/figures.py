@@ -7,6 +7,7 @@ per-property validation costs hundreds of milliseconds on large sweeps.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -27,6 +28,8 @@ PARTS = (
     ("exposed_comm_s", "exposed communication", "#dc2626"),
     ("idle_s", "idle", "#cbd5e1"),
 )
+KIND_COLOURS = {"forward": "#64748b", "backward": "#2563eb", "compress": "#f59e0b", "decompress": "#a855f7",
+                "optimizer": "#16a34a"}
 TEMPLATE = pio.templates["plotly_white"].to_plotly_json()
 FONT = {"family": "Inter, Segoe UI, Helvetica, Arial, sans-serif", "size": 12}
 
@@ -36,16 +39,19 @@ def color(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
-def figure(data: list[dict[str, Any]], x_title: str, y_title: str, *, x_type: str = "linear",
-           y_type: str = "linear", shapes: list[dict[str, Any]] | None = None, **layout: Any) -> Figure:
-    """A figure dict with the common look and both axis titles (which carry the units)."""
+def figure(data: list[dict[str, Any]], x_title: str, y_title: str, *, x_type: str | None = None,
+           y_type: str | None = None, shapes: list[dict[str, Any]] | None = None, **layout: Any) -> Figure:
+    """A figure dict with the common look and both axis titles (which carry the units).
+
+    ``x_type``/``y_type``: ``"log"``, ``"category"``…; ``None`` lets plotly.js infer the type.
+    """
     base = {
         "template": TEMPLATE,
         "font": FONT,
         "margin": {"l": 64, "r": 20, "t": 30, "b": 56},
         "legend": {"orientation": "h", "y": -0.24, "x": 0},
-        "xaxis": {"title": {"text": x_title}, "type": x_type, "automargin": True},
-        "yaxis": {"title": {"text": y_title}, "type": y_type, "automargin": True},
+        "xaxis": {"title": {"text": x_title}, "automargin": True, **({"type": x_type} if x_type else {})},
+        "yaxis": {"title": {"text": y_title}, "automargin": True, **({"type": y_type} if y_type else {})},
         "shapes": shapes or [],
     }
     for key, value in layout.items():
@@ -108,13 +114,14 @@ def whatif_breakdown(results: Sequence[dict[str, Any]], title: str = "") -> Figu
                  "name": "iteration time (ms) · speed-up over none (×)"})
     top = max(totals, default=1.0) or 1.0
     return figure(data, "compressor", "projected iteration time (ms)", barmode="stack",
+                  legend={"orientation": "h", "y": -0.24, "x": 0, "traceorder": "normal"},
                   yaxis={"range": [0, top * 1.2]}, title={"text": title, "font": {"size": 13}, "x": 0.01})
 
 
 def whatif_speedup(results: Sequence[dict[str, Any]]) -> Figure:
     """Horizontal bars: speed-up over ``none`` (×, dimensionless) per compressor, with the 1× line."""
     values = [float(r["speedup"]) if r.get("speedup") is not None else 0.0 for r in results]
-    colours = ["#16a34a" if v > 1 else "#dc2626" if v < 1 else "#6b7280" for v in values]
+    colours = ["#16a34a" if v > 1.005 else "#dc2626" if v < 0.995 else "#6b7280" for v in values]
     data = [{"type": "bar", "orientation": "h", "x": values, "y": [r["compressor"] for r in results],
              "marker": {"color": colours}, "name": "speed-up", "text": [f"×{v:.2f}" for v in values],
              "textposition": "auto"}]
@@ -129,12 +136,15 @@ def sweep_vs_bandwidth(rows: Sequence[dict[str, Any]], metric: str) -> Figure:
     for i, ((compressor, density), series) in enumerate(groups):
         series = sorted(series, key=lambda r: r["bandwidth_bps"])
         ys = [_ms(r["iteration_s"]) if metric == "iteration_s" else r["speedup"] for r in series]
-        data.append({"type": "scatter", "mode": "lines+markers", "x": [r["bandwidth_bps"] for r in series], "y": ys,
-                     "name": series_name(compressor, density), "line": {"color": color(i)}})
+        data.append({"type": "scatter", "mode": "lines+markers", "x": [r["bandwidth_bps"] / 1e9 for r in series],
+                     "y": ys, "name": series_name(compressor, density), "line": {"color": color(i)}})
+    ticks = sorted({r["bandwidth_bps"] for r in rows})
+    xaxis = {"tickvals": [b / 1e9 for b in ticks], "ticktext": [format_bandwidth(b) for b in ticks]}
     if metric == "iteration_s":
-        return figure(data, "bandwidth per worker (bit/s)", "iteration time (ms)", x_type="log", y_type="log")
-    return figure(data, "bandwidth per worker (bit/s)", "speed-up over none (×)", x_type="log", y_type="log",
-                  shapes=[hline(1.0)])
+        return figure(data, "bandwidth per worker (Gbit/s)", "iteration time (ms)", x_type="log", y_type="log",
+                      xaxis=xaxis)
+    return figure(data, "bandwidth per worker (Gbit/s)", "speed-up over none (×)", x_type="log", y_type="log",
+                  shapes=[hline(1.0)], xaxis=xaxis)
 
 
 def best_grid(best_rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -200,7 +210,13 @@ def crossover(points: Sequence[dict[str, Any]], nodes_axis: Sequence[int]) -> Fi
     if nodes_axis:
         data.append({"type": "scatter", "mode": "lines", "x": list(nodes_axis), "y": [1.0 / n for n in nodes_axis],
                      "name": "1/p (byte crossover)", "line": {"dash": "dash", "color": "#111827"}})
-    return figure(data, "nodes p (workers)", "density k/n (fraction of elements sent)", x_type="log", y_type="log")
+    values = [r["density"] for r in points] + [1.0 / n for n in nodes_axis]
+    ticks = sorted({r["density"] for r in points})
+    if values:
+        low, high = math.floor(math.log10(min(values))), math.ceil(math.log10(max(values)))
+        ticks = sorted(set(ticks) | {10.0 ** e for e in range(low, high + 1)})
+    return figure(data, "nodes p (workers)", "density k/n (fraction of elements sent)", x_type="log", y_type="log",
+                  xaxis={"tickvals": list(nodes_axis)}, yaxis={"tickvals": ticks, "tickformat": ".3~g"})
 
 
 def quality_lines(rows: Sequence[dict[str, Any]], metric: str, y_title: str, reference: float | None = None,
@@ -216,7 +232,8 @@ def quality_lines(rows: Sequence[dict[str, Any]], metric: str, y_title: str, ref
         data.append({"type": "scatter", "mode": "lines+markers", "x": [r["iteration"] for r in series], "y": ys,
                      "name": f"{compressor} δ={density:g}" + ("" if ef else " (no EF)"),
                      "line": {"color": color(i)}, "marker": {"size": 5}})
-    return figure(data, "training iteration", y_title, y_type="log" if log_y else "linear",
+    return figure(data, "training iteration", y_title, y_type="log" if log_y else None,
+                  xaxis={"tickformat": "d"},
                   shapes=[hline(reference)] if reference is not None else [])
 
 
@@ -253,7 +270,7 @@ def gantt(events: Sequence[dict[str, Any]], process_names: dict[Any, str],
     """Gantt chart of Chrome-trace complete events (ts/dur in µs), drawn in ms, one row per worker/stream.
 
     Colours follow the event kind, the first word of its name (forward, backward, compress,
-    the collective, decompress, optimizer).
+    the collective in red, decompress, optimizer); a thin white edge separates buckets.
     """
     rows = sorted({(e["pid"], e.get("tid", 0)) for e in events})
     labels = {key: f"{process_names.get(key[0], f'worker {key[0]}')} · {thread_names.get(key, f'stream {key[1]}')}"
@@ -262,15 +279,17 @@ def gantt(events: Sequence[dict[str, Any]], process_names: dict[Any, str],
     for e in events:
         categories[str(e["name"]).split(" ")[0]].append(e)
     data = []
-    for i, (category, items) in enumerate(sorted(categories.items())):
+    order = list(KIND_COLOURS)
+    for category, items in sorted(categories.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else 2.5)):
         data.append({
             "type": "bar", "orientation": "h", "name": category,
             "y": [labels[(e["pid"], e.get("tid", 0))] for e in items], "x": [e["dur"] / 1e3 for e in items],
             "base": [e["ts"] / 1e3 for e in items], "text": [e["name"] for e in items], "textposition": "none",
-            "marker": {"color": color(i)},
+            "marker": {"color": KIND_COLOURS.get(category, "#dc2626"), "line": {"color": "white", "width": 1}},
             "hovertemplate": "%{text}<br>start %{base:.3f} ms, duration %{x:.3f} ms<extra></extra>",
         })
     return figure(data, "time since iteration start (ms)", "worker · stream", barmode="overlay",
+                  legend={"orientation": "h", "y": -0.16, "x": 0, "traceorder": "normal"},
                   yaxis={"categoryorder": "array", "categoryarray": [labels[k] for k in reversed(rows)]})
 
 

@@ -9,52 +9,40 @@ analytic update only pays for :func:`simulator.simulate`.
 from __future__ import annotations
 
 import functools
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from sidco.store import Store
+import compressors
+import simulator
+import traces
 from simulator.scenario import TOPOLOGIES
+from simulator.units import parse_bandwidth, parse_duration
+
+from sidco.store import Store
 
 from dashboard import data
 
-DEFAULT_COMPRESSORS = ("none", "topk", "randomk", "dgc", "gaussiank", "redsync", "sidco-e", "sidco-p", "sidco-gp")
-DEFAULT_LAYOUTS = ("resnet50", "vgg19", "bert-base", "gpt2")
-RESULT_KEYS = ("iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s", "speedup")
+RESULT_KEYS = ("iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s",
+               "speedup")
 
 
 class ProjectionError(ValueError):
-    """A projection could not be made (bad control value, missing part); one line."""
+    """A projection could not be made (bad control value, unreadable trace, failed measurement); one line."""
 
 
-def _module(name: str, *needed: str):
-    """Import ``name`` and check it offers ``needed``; ProjectionError otherwise."""
-    try:
-        module = importlib.import_module(name)
-    except ImportError as exc:
-        raise ProjectionError(f"the {name} package is not available: {exc}") from exc
-    missing = [attr for attr in needed if not hasattr(module, attr)]
-    if missing:
-        raise ProjectionError(f"the installed {name} package has no {', '.join(missing)}")
-    return module
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def compressor_names() -> list[str]:
-    """Compressor names from :func:`compressors.names` (the agreed list if not importable)."""
-    try:
-        return list(importlib.import_module("compressors").names())
-    except (ImportError, AttributeError):
-        return list(DEFAULT_COMPRESSORS)
+    """The compressors the library offers (:func:`compressors.names`)."""
+    return list(compressors.names())
 
 
 def layout_names() -> list[str]:
-    """Large-model layouts offered by :mod:`traces.layouts` (the agreed four if absent)."""
-    try:
-        module = importlib.import_module("traces.layouts")
-    except ImportError:
-        return list(DEFAULT_LAYOUTS)
-    names = getattr(module, "names", None)
-    return list(names()) if callable(names) else list(DEFAULT_LAYOUTS)
+    """The large-model layouts of :mod:`traces.layouts`."""
+    return list(traces.layouts.names())
 
 
 def sources(store: Store) -> list[dict[str, str]]:
@@ -89,21 +77,18 @@ class Source:
 
 @functools.lru_cache(maxsize=16)
 def _trace_workload(path: str):
-    simulator = _module("simulator", "workload_from_trace")
-    traces = _module("traces", "open")
     try:
         return simulator.workload_from_trace(traces.open(path))
-    except ValueError as exc:
-        raise ProjectionError(str(exc).splitlines()[0]) from exc
+    except (ValueError, OSError) as exc:
+        raise ProjectionError(_first_line(exc)) from exc
 
 
 @functools.lru_cache(maxsize=16)
 def _layout_workload(name: str):
-    simulator = _module("simulator", "workload_from_layout")
     try:
         return simulator.workload_from_layout(name)
     except (ValueError, KeyError) as exc:
-        raise ProjectionError(f"layout {name!r}: {exc}") from exc
+        raise ProjectionError(f"layout {name!r}: {_first_line(exc)}") from exc
 
 
 def workload(store: Store, source: Source):
@@ -144,20 +129,17 @@ def _profile(store_path: str, replay_id: int, compressor: str, density: float, l
         store.close()
     if not rows:
         return None
-    return _module("simulator", "CompressionProfile").CompressionProfile.from_replay_rows(rows)
+    return simulator.CompressionProfile.from_replay_rows(rows)
 
 
 @functools.lru_cache(maxsize=64)
 def _measured_profile(path: str | None, compressor: str, density: float):
-    simulator = _module("simulator", "CompressionProfile")
     try:
         if path is None:
             return simulator.CompressionProfile.synthetic([compressor], [density])
-        return simulator.CompressionProfile.from_trace(_module("traces", "open").open(path), [compressor], [density])
-    except ImportError as exc:
-        raise ProjectionError(f"cannot measure {compressor} costs: {exc}") from exc
-    except ValueError as exc:
-        raise ProjectionError(f"cannot measure {compressor} costs: {str(exc).splitlines()[0]}") from exc
+        return simulator.CompressionProfile.from_trace(traces.open(path), [compressor], [density])
+    except (ValueError, OSError) as exc:
+        raise ProjectionError(f"cannot measure {compressor} costs: {_first_line(exc)}") from exc
 
 
 def profile(store: Store, source: Source, compressor: str, density: float):
@@ -191,7 +173,7 @@ def calibration(store: Store):
     row = data.latest_calibration(store)
     if row is None:
         return None
-    return _module("simulator", "Calibration").Calibration(
+    return simulator.Calibration(
         alpha_s=row["alpha_s"], beta_s_per_byte=row["beta_s_per_byte"], efficiency=row["efficiency"]
     )
 
@@ -221,8 +203,6 @@ def parse_controls(
     calibrated: bool = False,
 ) -> Controls:
     """Validate raw control values; raise ProjectionError naming the first bad one."""
-    from simulator.units import parse_bandwidth, parse_duration
-
     parsed_source = Source.parse(source)
     if not compressors:
         raise ProjectionError("choose at least one compressor")
@@ -256,7 +236,6 @@ def parse_controls(
 
 def scenario(store: Store, controls: Controls, compressor: str, fidelity: str, **extra: Any):
     """The :class:`simulator.Scenario` for one compressor under ``controls``."""
-    simulator = _module("simulator", "Scenario")
     return simulator.Scenario(
         workload=workload(store, controls.source),
         nodes=controls.nodes,
@@ -274,13 +253,12 @@ def scenario(store: Store, controls: Controls, compressor: str, fidelity: str, *
 
 def project(store: Store, controls: Controls, fidelity: str = "analytic") -> list[dict[str, Any]]:
     """Simulate every chosen compressor; one dict of :data:`RESULT_KEYS` (+ compressor) each."""
-    simulator = _module("simulator", "simulate")
     results = []
     for compressor in controls.compressors:
         try:
             result = simulator.simulate(scenario(store, controls, compressor, fidelity))
         except (ValueError, KeyError) as exc:
-            raise ProjectionError(f"{compressor}: {str(exc).splitlines()[0] if str(exc) else exc!r}") from exc
+            raise ProjectionError(f"{compressor}: {_first_line(exc)}") from exc
         row = {key: result.get(key) for key in RESULT_KEYS}
         row["compressor"] = compressor
         row["fidelity"] = fidelity
@@ -290,11 +268,10 @@ def project(store: Store, controls: Controls, fidelity: str = "analytic") -> lis
 
 def timeline(store: Store, controls: Controls, fidelity: str = "des") -> dict[str, Any]:
     """One simulated iteration of ``controls.compressors[0]`` as Chrome/Perfetto trace JSON."""
-    simulator = _module("simulator", "simulate", "chrome_trace")
     compressor = controls.compressors[0]
     try:
         result = simulator.simulate(scenario(store, controls, compressor, fidelity, timeline=True))
     except (ValueError, KeyError) as exc:
-        raise ProjectionError(f"{compressor}: {str(exc).splitlines()[0] if str(exc) else exc!r}") from exc
+        raise ProjectionError(f"{compressor}: {_first_line(exc)}") from exc
     return simulator.chrome_trace(result["timeline"], {"compressor": compressor, "nodes": controls.nodes,
                                                        "fidelity": fidelity, "iteration_s": result["iteration_s"]})

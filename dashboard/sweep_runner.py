@@ -1,75 +1,43 @@
-"""Run a sweep launched from the dashboard: simulate a grid, land rows in the store as they finish.
+"""Run a sweep launched from the dashboard with the simulator's sweep machinery.
 
-Scenarios are keyed like the rest of the store (sorted-key JSON of the
-scenario's parameters), so a cancelled sweep launched again resumes and every
-scenario lands exactly once.
+The grid, the scenario keys and the rows are those of :mod:`simulator.sweep`
+(the same as ``sidco sweep``), so a cancelled sweep launched again resumes and
+every scenario lands exactly once. Chunks run in this process, a few scenarios
+at a time, so rows appear in the store (and on the page) as they finish.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import simulator
+from simulator.sweep import Grid, SweepContext, describe, run_sweep
 from simulator.units import parse_bandwidth, parse_duration, parse_list
 
-from sidco.store import Store, config_key
+from sidco.store import Store
 
-from dashboard import projection
+from dashboard import data, projection
 
 ProgressFn = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """A sweep grid (units: bits/s, seconds)."""
+    """A sweep launched from the page: a source (``trace:<id>``/``layout:<name>``) and a grid."""
 
     source: str
-    compressors: tuple[str, ...]
-    densities: tuple[float, ...]
-    nodes: tuple[int, ...]
-    bandwidths_bps: tuple[float, ...]
-    latency_s: float
-    topology: str
+    grid: Grid
     fidelity: str = "analytic"
 
-    def config(self) -> dict[str, Any]:
-        """The sweep's configuration as stored in ``sweeps.config_json``."""
-        return {
-            "origin": "dashboard",
-            "source": self.source,
-            "compressors": list(self.compressors),
-            "densities": list(self.densities),
-            "nodes": list(self.nodes),
-            "bandwidths_bps": list(self.bandwidths_bps),
-            "latency_s": self.latency_s,
-            "topology": self.topology,
-            "fidelity": self.fidelity,
-        }
 
-    def scenarios(self) -> list[dict[str, Any]]:
-        """Every scenario of the grid; ``none`` once per (nodes, bandwidth), without a density."""
-        grid = []
-        for compressor in self.compressors:
-            densities: Sequence[float | None] = (None,) if compressor == "none" else self.densities
-            for density, nodes, bandwidth in itertools.product(densities, self.nodes, self.bandwidths_bps):
-                grid.append({
-                    "compressor": compressor, "density": density, "nodes": nodes, "bandwidth_bps": bandwidth,
-                    "latency_s": self.latency_s, "topology": self.topology, "fidelity": self.fidelity,
-                })
-        return grid
-
-
-def _ints(text: str) -> list[int]:
-    def one(item: str) -> int:
-        if not item.isdigit() or int(item) < 1:
-            raise ValueError(f"invalid node count {item!r}: a whole number ≥ 1")
-        return int(item)
-
-    return parse_list(text, one)
+def _node_count(item: str) -> int:
+    if not item.isdigit() or int(item) < 1:
+        raise ValueError(f"invalid node count {item!r}: a whole number ≥ 1")
+    return int(item)
 
 
 def _density(item: str) -> float:
@@ -85,98 +53,94 @@ def _density(item: str) -> float:
 def parse_spec(source: str | None, compressors: list[str] | None, densities: str | None, nodes: str | None,
                bandwidths: str | None, latency: str | None, topology: str | None,
                max_scenarios: int = 5000) -> SweepSpec:
-    """Validate the launch form; raise ValueError naming the first bad field."""
+    """Validate the launch form; raise ValueError naming the first bad field. ``none`` is always added."""
     projection.Source.parse(source)
     if not compressors:
         raise ValueError("choose at least one compressor")
+    unknown = [c for c in compressors if c not in projection.compressor_names()]
+    if unknown:
+        raise ValueError(f"unknown compressor {unknown[0]!r}")
     if topology not in projection.TOPOLOGIES:
         raise ValueError(f"unknown topology {topology!r}")
-    chosen = tuple(dict.fromkeys(["none", *compressors]))
-    spec = SweepSpec(
-        source=str(source),
-        compressors=chosen,
-        densities=tuple(parse_list(densities or "", _density)),
-        nodes=tuple(_ints(nodes or "")),
+    grid = Grid(
+        nodes=tuple(parse_list(nodes or "", _node_count)),
         bandwidths_bps=tuple(parse_list(bandwidths or "", parse_bandwidth)),
-        latency_s=parse_duration(latency or ""),
-        topology=str(topology),
+        latencies_s=(parse_duration(latency or ""),),
+        compressors=tuple(dict.fromkeys(["none", *compressors])),
+        densities=tuple(parse_list(densities or "", _density)),
+        topologies=(str(topology),),
     )
-    count = len(spec.scenarios())
-    if count > max_scenarios:
-        raise ValueError(f"{count} scenarios is more than the page launches ({max_scenarios}); use `sidco sweep`")
-    return spec
+    if len(grid) > max_scenarios:
+        raise ValueError(f"{len(grid)} scenarios is more than the page launches ({max_scenarios}); use `sidco sweep`")
+    return SweepSpec(str(source), grid)
 
 
-def sweep_id(store_path: str | Path, spec: SweepSpec) -> int:
-    """The id of ``spec``'s row in ``sweeps`` (created, status running, if new)."""
-    store = Store(store_path)
-    try:
-        return _open_sweep(store, spec)
-    finally:
-        store.close()
+def _source_description(store: Store, source: projection.Source) -> tuple[dict[str, Any], int | None]:
+    if source.kind == "layout":
+        return {"layout": source.ref, "origin": "dashboard"}, None
+    row = data.trace_row(store, int(source.ref))
+    if row is None:
+        raise ValueError(f"trace #{source.ref} is not registered in the store")
+    return {"trace": row["path"], "origin": "dashboard"}, int(row["id"])
 
 
-def _open_sweep(store: Store, spec: SweepSpec) -> int:
+def _profile(store: Store, source: projection.Source, grid: Grid) -> simulator.CompressionProfile | None:
+    costs: dict = {}
+    sources = []
+    for compressor in grid.compressors:
+        for density in grid.densities if compressor != "none" else ():
+            profile = projection.profile(store, source, compressor, density)
+            costs.update(profile.costs)
+            sources.append(profile.source)
+    return simulator.CompressionProfile(costs, "; ".join(sorted(set(sources)))) if costs else None
+
+
+def open_sweep(store: Store, spec: SweepSpec) -> tuple[int, SweepContext]:
+    """Find or create the sweep row of ``spec``; return its id and the context to simulate it."""
     source = projection.Source.parse(spec.source)
-    trace_id = int(source.ref) if source.kind == "trace" else None
-    row_id, _ = store.get_or_create("sweeps", spec.config(), trace_id=trace_id, total=len(spec.scenarios()))
-    return row_id
+    description, trace_id = _source_description(store, source)
+    workload = projection.workload(store, source)
+    context = SweepContext(workload, None, spec.fidelity)
+    sweep_id, _ = store.get_or_create("sweeps", describe(context, spec.grid, description), trace_id=trace_id,
+                                      total=len(spec.grid))
+    return sweep_id, SweepContext(workload, _profile(store, source, spec.grid), spec.fidelity)
 
 
-def run(store_path: str | Path, spec: SweepSpec, progress: ProgressFn | None = None, batch: int = 8) -> int:
+def run(store_path: str | Path, spec: SweepSpec, progress: ProgressFn | None = None,
+        started: Callable[[int], None] | None = None, chunk_size: int = 6) -> int:
     """Simulate every scenario of ``spec`` not yet in the store; return the sweep id.
 
-    Rows are written ``batch`` at a time so the page sees them land; ``progress``
-    is called with (done, total) after each batch.
+    ``started(sweep_id)`` is called once the sweep row exists; ``progress(done, total)``
+    after each chunk of ``chunk_size`` scenarios lands.
     """
-    import simulator
-
     store = Store(store_path)
     try:
-        source = projection.Source.parse(spec.source)
-        grid = spec.scenarios()
-        sweep = _open_sweep(store, spec)
-        store.set_status("sweeps", sweep, "running")
-        done_keys = {r[0] for r in store.query("SELECT scenario_key FROM scenarios WHERE sweep_id=?", (sweep,))}
-        workload = projection.workload(store, source)
-        pending: list[dict[str, Any]] = []
-        done = len(done_keys)
+        sweep_id, context = open_sweep(store, spec)
+        store.set_status("sweeps", sweep_id, "running")
+        total = len(spec.grid)
+        if started:
+            started(sweep_id)
+
+        def landed() -> int:
+            return int(store.query("SELECT COUNT(*) FROM scenarios WHERE sweep_id=?", (sweep_id,))[0][0])
+
+        def skip_done(keys: list[str]) -> set[str]:
+            marks = ",".join("?" for _ in keys)
+            rows = store.query(f"SELECT scenario_key FROM scenarios WHERE sweep_id=? AND scenario_key IN ({marks})",
+                               (sweep_id, *keys))
+            return {r[0] for r in rows}
+
+        def on_rows(rows: list[dict[str, Any]]) -> None:
+            store.insert_many("scenarios", ({"sweep_id": sweep_id, **r} for r in rows), or_ignore=True)
+            if progress:
+                progress(landed(), total)
+
         if progress:
-            progress(done, len(grid))
-        for params in grid:
-            key = config_key(params)
-            if key in done_keys:
-                continue
-            result = simulator.simulate(
-                simulator.Scenario(
-                    workload=workload, nodes=params["nodes"], bandwidth_bps=params["bandwidth_bps"],
-                    latency_s=params["latency_s"], compressor=params["compressor"], density=params["density"],
-                    topology=params["topology"], fidelity=params["fidelity"],
-                    profile=projection.profile(store, source, params["compressor"], params["density"])
-                    if params["density"] is not None else None,
-                )
-            )
-            pending.append(_row(sweep, key, params, result))
-            if len(pending) >= batch:
-                done += store.insert_many("scenarios", pending, or_ignore=True)
-                pending = []
-                if progress:
-                    progress(done, len(grid))
-        done += store.insert_many("scenarios", pending, or_ignore=True)
-        if progress:
-            progress(done, len(grid))
-        store.set_status("sweeps", sweep, "done")
-        return sweep
+            progress(landed(), total)
+        with ThreadPoolExecutor(max_workers=1) as executor:
+            run_sweep(context, spec.grid.points(), executor, chunk_size=chunk_size, in_flight=1,
+                      skip_done=skip_done, on_rows=on_rows)
+        store.set_status("sweeps", sweep_id, "done")
+        return sweep_id
     finally:
         store.close()
-
-
-def _row(sweep_id: int, key: str, params: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
-    kept = {k: v for k, v in result.items() if k != "timeline"}
-    return {
-        "sweep_id": sweep_id,
-        "scenario_key": key,
-        **params,
-        **{k: result.get(k) for k in projection.RESULT_KEYS},
-        "result_json": json.dumps(kept, sort_keys=True, default=str),
-    }

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-
 from dash import Dash, Input, Output, dcc, html
+
+import traces
 
 from dashboard import components as ui
 from dashboard import data, figures, fits
@@ -63,7 +63,6 @@ def layout(reader: StoreReader) -> html.Div:
 
 def gradient(path: str, iteration: int, worker: int):
     """The recorded 1-D gradient of (iteration, worker) from the trace at ``path`` (numpy)."""
-    traces = importlib.import_module("traces")
     return traces.open(path).gradient(int(iteration), int(worker)).detach().cpu().numpy()
 
 
@@ -130,7 +129,7 @@ def register(app: Dash, reader: StoreReader) -> None:
         try:
             grad = gradient(replay["path"], iteration, worker)
             hist = fits.histogram(grad, density_target=float(density))
-        except (ValueError, OSError, ImportError) as exc:
+        except (ValueError, OSError) as exc:
             return ui.empty_figure("trace not readable"), ui.error(
                 f"cannot read iteration {iteration}, worker {worker} of {replay['path']}: "
                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")

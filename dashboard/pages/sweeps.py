@@ -15,12 +15,20 @@ PATH = "/sweeps"
 TITLE = "Sweeps"
 
 
+def _origin(sweep: dict) -> str:
+    """What a sweep simulated: its trace's workload or its layout (from the sweep's config)."""
+    source = json.loads(sweep["config_json"]).get("source")
+    if isinstance(source, dict) and source.get("layout"):
+        return f"layout {source['layout']}"
+    if sweep["trace_id"] is not None:
+        return f"trace #{sweep['trace_id']}"
+    return "sweep"
+
+
 def _sweep_options(store) -> list[dict[str, object]]:
     options = []
     for s in data.sweeps(store):
-        config = json.loads(s["config_json"])
-        origin = config.get("source") or (f"trace #{s['trace_id']}" if s["trace_id"] else "sweep")
-        options.append({"label": f"#{s['id']} · {origin} · {s['landed']}/{s['total']} scenarios · {s['status']}",
+        options.append({"label": f"#{s['id']} · {_origin(s)} · {s['landed']}/{s['total']} scenarios · {s['status']}",
                         "value": s["id"]})
     return options
 
@@ -177,15 +185,17 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
             spec = sweep_runner.parse_spec(source, compressors, densities, nodes, bandwidths, latency, topology)
         except ValueError as exc:
             return ui.error(str(exc))
-        total = len(spec.scenarios())
-        state = {"sweep": None}
+        state: dict[str, int | None] = {"sweep": None}
 
-        def progress(done: int, of: int) -> None:
-            set_progress((str(done), str(of), f"{done} / {of} scenarios landed", state["sweep"]))
+        def started(sweep_id: int) -> None:
+            state["sweep"] = sweep_id
 
-        state["sweep"] = sweep_runner.sweep_id(reader.path, spec)
+        def progress(done: int, total: int) -> None:
+            set_progress((str(done), str(total), f"{done} / {total} scenarios landed", state["sweep"]))
+
         try:
-            sweep_id = sweep_runner.run(reader.path, spec, progress)
+            sweep_id = sweep_runner.run(reader.path, spec, progress, started)
         except ValueError as exc:
             return ui.error(str(exc))
+        total = len(spec.grid)
         return ui.note(f"sweep #{sweep_id} finished: {total} scenarios in the store")

@@ -70,10 +70,11 @@ def layout(reader: StoreReader) -> html.Div:
         html.Div(className="grid2", children=[
             ui.figure_card("validation-scatter", "Projected against measured iteration time", height=440),
             html.Div(className="card", children=[
-                html.H3("Error per scenario"),
+                html.H3("Error per scenario (Export = CSV)"),
                 dash_table.DataTable(id="validation-table", columns=COLUMNS, sort_action="native", page_size=12,
                                      export_format="csv", style_table={"overflowX": "auto"},
-                                     style_cell={"fontFamily": "inherit", "fontSize": 12, "padding": "4px 8px"},
+                                     style_cell={"fontFamily": "Inter, Segoe UI, Helvetica, Arial, sans-serif", "fontSize": 12,
+                                                 "padding": "4px 8px", "textAlign": "right"},
                                      style_header={"fontWeight": 600, "backgroundColor": "#f1f5f9"}),
             ]),
         ]),

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+import pytest
 from selenium.webdriver.chrome.options import Options
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from populate import populate  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = (
@@ -25,3 +33,12 @@ def pytest_setup_options() -> Options:
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
     return options
+
+
+@pytest.fixture(scope="session")
+def populated_store(tmp_path_factory) -> dict:
+    """A results store filled by the real pipeline (see populate.py): path and row ids."""
+    root = tmp_path_factory.mktemp("dashboard-store")
+    path = root / "results.sqlite"
+    ids = populate(path, root / "trace")
+    return {"path": path, **ids}

@@ -1,0 +1,131 @@
+"""The dashboard in a real headless chromium (dash[testing] ``dash_duo``) over a populated store."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+
+from dashboard import create_app
+from sidco.store import Store
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+PAGES = (("whatif", "/"), ("sweeps", "/sweeps"), ("quality", "/quality"), ("timeline", "/timeline"),
+         ("validation", "/validation"))
+
+pytestmark = pytest.mark.browser
+
+
+def _graph(dash_duo, name: str):
+    return dash_duo.driver.find_element(By.XPATH, f"//div[contains(@id, '\"fig\":\"{name}\"')]")
+
+
+def _figure_data(dash_duo, name: str) -> list:
+    """The plotted traces of figure ``name`` as plotly.js holds them."""
+    element = _graph(dash_duo, name)
+    return dash_duo.driver.execute_script(
+        "const p = arguments[0].querySelector('.js-plotly-plot');"
+        "return p && p.data ? JSON.parse(JSON.stringify(p.data.map(t => ({name: t.name, x: t.x, y: t.y})))) : null;",
+        element,
+    )
+
+
+def _wait_idle(dash_duo, timeout: float = 20.0) -> None:
+    """Wait until no callback is pending and every graph on the page has been drawn."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        busy = dash_duo.driver.execute_script(
+            "return document.querySelectorAll('[data-dash-is-loading=\"true\"]').length"
+            " + (document.querySelectorAll('.dash-graph').length"
+            " - document.querySelectorAll('.dash-graph .main-svg').length > 0 ? 1 : 0);"
+        )
+        if not busy:
+            time.sleep(0.3)
+            return
+        time.sleep(0.2)
+    raise AssertionError("page did not settle")
+
+
+def _severe(dash_duo) -> list:
+    return [entry for entry in dash_duo.get_logs() or [] if entry.get("level") == "SEVERE"]
+
+
+def _screenshot(dash_duo, path: Path) -> None:
+    """Save the whole page (not just the viewport) as a PNG."""
+    height = int(dash_duo.driver.execute_script("return document.documentElement.scrollHeight"))
+    metrics = {"width": 1400, "height": min(max(height, 900), 3000), "deviceScaleFactor": 1, "mobile": False}
+    dash_duo.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    _wait_idle(dash_duo)
+    dash_duo.driver.save_screenshot(str(path))
+    dash_duo.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def _set_input(dash_duo, selector: str, value: str) -> None:
+    element = dash_duo.find_element(selector)
+    element.send_keys(Keys.CONTROL, "a")
+    element.send_keys(Keys.DELETE)
+    element.send_keys(value, Keys.ENTER)
+
+
+@pytest.fixture
+def app(populated_store, tmp_path):
+    return create_app(populated_store["path"], cache_dir=tmp_path / "cache")
+
+
+def test_every_page_loads_without_console_errors_and_is_screenshotted(dash_duo, app):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    dash_duo.start_server(app)
+    for name, path in PAGES:
+        started = time.perf_counter()
+        dash_duo.driver.get(dash_duo.server_url + path)
+        dash_duo.wait_for_element(".page h2", timeout=10)
+        _wait_idle(dash_duo)
+        elapsed = time.perf_counter() - started
+        assert not dash_duo.find_elements(".inline-error"), f"{name}: {dash_duo.find_element('.inline-error').text}"
+        assert dash_duo.find_elements(".js-plotly-plot"), f"{name}: no figure drawn"
+        assert _severe(dash_duo) == [], f"{name}: console errors"
+        _screenshot(dash_duo, SCREENSHOTS / f"{name}.png")
+        assert elapsed < 15, f"{name} took {elapsed:.1f} s in the browser"
+
+
+def test_changing_a_control_updates_the_projection_and_bad_input_is_inline(dash_duo, app):
+    dash_duo.start_server(app)
+    _wait_idle(dash_duo)
+    before = _figure_data(dash_duo, "whatif-breakdown")
+    assert before and before[0]["x"], "the what-if figure is empty"
+    _set_input(dash_duo, "#whatif-nodes", "64")
+    dash_duo.wait_for_contains_text(".js-plotly-plot .gtitle", "64 nodes", timeout=10)
+    _wait_idle(dash_duo)
+    after = _figure_data(dash_duo, "whatif-breakdown")
+    assert after[-1]["y"] != before[-1]["y"], "iteration times did not change with the node count"
+    _set_input(dash_duo, "#whatif-bandwidth", "fast")
+    dash_duo.wait_for_contains_text(".inline-error", "invalid bandwidth", timeout=10)
+    assert _severe(dash_duo) == []
+
+
+def test_a_sweep_launched_from_the_page_lands_rows(dash_duo, app, populated_store):
+    store = Store(populated_store["path"])
+    before = {row[0] for row in store.query("SELECT id FROM sweeps")}
+    dash_duo.start_server(app)
+    dash_duo.driver.get(dash_duo.server_url + "/sweeps")
+    dash_duo.wait_for_element("#launch-btn", timeout=10)
+    _wait_idle(dash_duo)
+    _set_input(dash_duo, "#launch-nodes", "2,8")
+    _set_input(dash_duo, "#launch-bandwidths", "1Gbit,25Gbit")
+    dash_duo.find_element("#launch-btn").click()
+    dash_duo.wait_for_contains_text("#launch-status", "finished", timeout=90)
+    new = [row for row in store.query("SELECT id, total FROM sweeps") if row[0] not in before]
+    assert len(new) == 1
+    sweep_id, total = new[0]
+    landed = store.query("SELECT COUNT(*), COUNT(DISTINCT scenario_key) FROM scenarios WHERE sweep_id=?",
+                         (sweep_id,))[0]
+    assert landed[0] == landed[1] == total == 2 * 2 * (1 + 2 * 2)
+    dash_duo.wait_for_contains_text("#sweep-select", f"#{sweep_id}", timeout=10)
+    config = json.loads(store.query("SELECT config_json FROM sweeps WHERE id=?", (sweep_id,))[0][0])
+    assert config["source"]["origin"] == "dashboard"
+    store.close()
+    assert _severe(dash_duo) == []
