@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from populate import populate
 from selenium.webdriver.chrome.options import Options
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from populate import populate  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = (
