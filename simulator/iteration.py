@@ -212,7 +212,7 @@ def run_analytic(prep: Prepared) -> Record:
 
 def _exposed(start: np.ndarray, end: np.ndarray, after: np.ndarray) -> np.ndarray:
     """Per worker, total length (s) of the intervals [start, end] that lie after ``after``."""
-    return np.clip(end - np.maximum(start, after), 0.0, None).sum(axis=0)
+    return np.maximum(end - np.maximum(start, after), 0.0).sum(axis=0)
 
 
 def _clean(residual: float, scale: float) -> float:
@@ -229,29 +229,32 @@ def summarize(prep: Prepared, rec: Record) -> dict[str, Any]:
     opt = sc.workload.optimizer_s * scale
     end = np.maximum(compute_end, comm_end) + opt
     iteration = float(end.max())
-    forward = sc.workload.forward_s * scale
-    backward = prep.backward_s.sum() * scale
-    compress_compute = prep.compress_s.sum(axis=0) if on_compute else np.zeros(prep.workers)
-    compress_comm = np.zeros(prep.workers) if on_compute else _exposed(rec.comm_start, rec.compress_end, compute_end)
-    decompress = _exposed(rec.transfer_end, rec.decompress_end, compute_end)
-    transfer_start = rec.transfer_start
-    transfer = _exposed(transfer_start, rec.transfer_end, compute_end)
-    compress = float(np.mean(compress_compute + compress_comm + decompress))
-    exposed = float(np.mean(transfer))
-    busy = float(np.mean(forward + backward + opt))
+    p = prep.workers
+    compress_sum = float(prep.compress_s.sum())
+    if on_compute:
+        compress_exposed = compress_sum
+    else:
+        compress_exposed = float(_exposed(rec.comm_start, rec.compress_end, compute_end).sum())
+    decompress = float(_exposed(rec.transfer_end, rec.decompress_end, compute_end).sum())
+    compress = (compress_exposed + decompress) / p
+    exposed = float(_exposed(rec.transfer_start, rec.transfer_end, compute_end).sum()) / p
+    scale_mean = float(scale.sum()) / p
+    forward = sc.workload.forward_s * scale_mean
+    backward = float(prep.backward_s.sum()) * scale_mean
+    optimizer = sc.workload.optimizer_s * scale_mean
     return {
         "iteration_s": iteration,
-        "samples_per_s": sc.workload.batch_size * prep.workers / iteration if iteration > 0 else float("inf"),
-        "forward_s": float(np.mean(forward)),
-        "backward_s": float(np.mean(backward)),
+        "samples_per_s": sc.workload.batch_size * p / iteration if iteration > 0 else float("inf"),
+        "forward_s": forward,
+        "backward_s": backward,
         "compress_s": compress,
         "exposed_comm_s": exposed,
-        "idle_s": _clean(iteration - busy - compress - exposed, iteration),
-        "optimizer_s": float(np.mean(opt)),
-        "comm_s": float(np.mean((rec.transfer_end - transfer_start).sum(axis=0))),
-        "compress_total_s": float(prep.compress_s.sum(axis=0).mean()),
-        "decompress_total_s": float(prep.decompress_s.sum(axis=0).mean()),
-        "wire_bytes": float(prep.wire_bytes.sum(axis=0).mean()),
+        "idle_s": _clean(iteration - forward - backward - optimizer - compress - exposed, iteration),
+        "optimizer_s": optimizer,
+        "comm_s": float((rec.transfer_end - rec.transfer_start).sum()) / p,
+        "compress_total_s": compress_sum / p,
+        "decompress_total_s": float(prep.decompress_s.sum()) / p,
+        "wire_bytes": float(prep.wire_bytes.sum()) / p,
         "dense_bytes": float(sc.workload.nbytes),
         "buckets": int(len(prep.backward_s)),
         "workers": int(prep.workers),

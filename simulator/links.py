@@ -60,24 +60,39 @@ class Fabric:
             link = self.levels[level]
             egress, ingress = self.egress[level], self.ingress[level]
             node_level = level == "inter"
+            src, dst = step.src, step.dst
+            whole = step.identity and len(src) == len(egress)
             if step.wait:
                 if node_level:
                     node_gate = np.maximum(gate, recv).reshape(-1, g).max(axis=1)
-                    gate.reshape(-1, g)[step.src] = node_gate[step.src, None]
+                    gate.reshape(-1, g)[src] = node_gate[src, None]
+                elif whole:
+                    np.maximum(gate, recv, out=gate)
                 else:
-                    gate[step.src] = np.maximum(gate[step.src], recv[step.src])
-            src_gate = gate.reshape(-1, g).max(axis=1)[step.src] if node_level else gate[step.src]
-            dur = (step.coef * nbytes + step.mcoef * m[step.owner]) / link.bandwidth_Bps
+                    gate[src] = np.maximum(gate[src], recv[src])
+            if node_level:
+                src_gate = gate.reshape(-1, g).max(axis=1)[src]
+            else:
+                src_gate = gate if whole else gate[src]
+            if step.uniform is not None:
+                dur = step.uniform * nbytes / link.bandwidth_Bps
+            else:
+                dur = (step.coef * nbytes + step.mcoef * m[step.owner]) / link.bandwidth_Bps
             if step.serial:
-                end = np.empty(len(step.src))
-                for i, (a, b) in enumerate(zip(step.src, step.dst)):
+                dur = np.broadcast_to(dur, src.shape)
+                end = np.empty(len(src))
+                for i, (a, b) in enumerate(zip(src, dst)):
                     start = max(src_gate[i], egress[a], ingress[b])
                     end[i] = egress[a] = ingress[b] = start + dur[i]
             else:
-                start = np.maximum(np.maximum(src_gate, egress[step.src]), ingress[step.dst])
+                start = np.maximum(src_gate, egress if whole else egress[src])
+                np.maximum(start, ingress[dst], out=start)
                 end = start + dur
-                egress[step.src] = end
-                ingress[step.dst] = end
+                if whole:
+                    egress[:] = end
+                else:
+                    egress[src] = end
+                ingress[dst] = end
             arrive = end + link.latency_s
             if node_level:
                 arrive, end = arrive[:, None], end[:, None]
@@ -85,9 +100,12 @@ class Fabric:
             else:
                 rv, dn = recv, done
             if step.serial:
-                np.maximum.at(rv, step.dst, arrive)
-                np.maximum.at(dn, step.src, end)
+                np.maximum.at(rv, dst, arrive)
+                np.maximum.at(dn, src, end)
             else:
-                rv[step.dst] = np.maximum(rv[step.dst], arrive)
-                dn[step.src] = np.maximum(dn[step.src], end)
+                rv[dst] = np.maximum(rv[dst], arrive)
+                if whole and not node_level:
+                    np.maximum(dn, end, out=dn)
+                else:
+                    dn[src] = np.maximum(dn[src], end)
         return np.maximum(recv, done)

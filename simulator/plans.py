@@ -4,7 +4,8 @@ A :class:`Plan` is a list of :class:`Step` objects. Each step is a set of
 point-to-point messages; when they use distinct links (a partial permutation, the usual case)
 the link engine processes the step as one vector operation, otherwise
 (``serial``) message by message in the listed order.
-A message's size in bytes is ``coef · nbytes + mcoef · m[owner]``, where
+A message's size in bytes is ``coef · nbytes + mcoef · m[owner]`` (``uniform``: the
+same ``coef`` for all and no ``m`` term; ``identity``: ``src`` is ``0 … len−1``), where
 ``nbytes`` is the collective's buffer and ``m`` the per-rank contributions of
 an all-gather (sparse messages). A ``wait`` step makes every sender wait until it
 has received everything sent to it in earlier steps (data dependency); a step
@@ -36,6 +37,8 @@ class Step:
     wait: bool = True
     level: str = "flat"
     serial: bool = False
+    identity: bool = False
+    uniform: float | None = None
 
 
 Plan = tuple[Step, ...]
@@ -47,10 +50,11 @@ def _step(src, dst, coef=0.0, mcoef=0.0, owner=None, wait=True, level="flat") ->
     size = src.shape
     owner_arr = np.zeros(size, dtype=np.int64) if owner is None else np.asarray(owner, dtype=np.int64)
     serial = len(np.unique(src)) < len(src) or len(np.unique(dst)) < len(dst)
-    return Step(
-        src, dst, np.broadcast_to(np.asarray(coef, dtype=float), size).copy(),
-        np.broadcast_to(np.asarray(mcoef, dtype=float), size).copy(), owner_arr, wait, level, serial,
-    )
+    coef_arr = np.broadcast_to(np.asarray(coef, dtype=float), size).copy()
+    mcoef_arr = np.broadcast_to(np.asarray(mcoef, dtype=float), size).copy()
+    identity = bool(np.array_equal(src, np.arange(len(src))))
+    uniform = float(coef_arr[0]) if len(src) and not mcoef_arr.any() and (coef_arr == coef_arr[0]).all() else None
+    return Step(src, dst, coef_arr, mcoef_arr, owner_arr, wait, level, serial, identity, uniform)
 
 
 def ring_steps(p: int, rounds: int, coef: float, level: str = "flat", ranks: np.ndarray | None = None) -> list[Step]:
