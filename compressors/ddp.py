@@ -8,31 +8,45 @@ Usage::
     model.register_comm_hook(state, hook)     # once, before the first backward
 
 The pair follows the pattern of PyTorch's ``powerSGD_hook``: a state object
-(:class:`CompressionHookState`: the compressor per bucket, the error-feedback memory,
-counters and a per-bucket log) and a pure function (:func:`compression_hook`) that DDP
-calls once per gradient bucket. Works on gloo (CPU) and NCCL (CUDA).
+(:class:`CompressionHookState`: a compressor and a memory per bucket, counters and a
+per-bucket log) and a pure function (:func:`compression_hook`) that DDP calls once per
+gradient bucket. Works on gloo (CPU) and NCCL (CUDA). Each bucket is compressed as one
+1-D vector at the target density.
+
+Three exchange paths, chosen from the compressor alone (so every rank takes the same):
+
+- ``none``: plain all-reduce of the dense bucket;
+- ``randomk`` with ``seed=``: every rank draws the same indices (each bucket's compressor
+  is seeded with ``seed + 1_000_003 * bucket.index()``, identical on all ranks), so only
+  the values are all-reduced (plus one float flag, see below);
+- every other compressor: the two-phase padded all-gather of values and indices
+  (:mod:`compressors.ddp_exchange`).
 
 Per-bucket log (for measuring communication time per bucket): ``state.log`` is a
 ``collections.deque`` (the newest ``log_size`` entries) of dicts with the keys
 
 - ``iteration``: training step (0-based; counted by the hook, +1 after each last bucket)
 - ``bucket``: ``GradBucket.index()``
-- ``path``: ``"allreduce"`` (dense sum) or ``"allgather"`` (two-phase padded sparse all-gather)
+- ``path``: ``"allreduce"``, ``"allreduce-values"`` or ``"allgather"``
 - ``numel``: elements in the bucket
-- ``selected``: elements this rank sent (``numel`` on the all-reduce path)
-- ``padded``: slots every rank sent in phase 2 (the largest count; ``numel`` for all-reduce)
-- ``bytes_sent``: bytes this rank handed to the collectives (bytes), padding and the
-  8-byte count included
-- ``payload_bytes``: bytes of this rank's own message without padding (bytes): values in
-  their dtype plus int32 indices (the compressor's ``wire_bytes()`` accounting)
-- ``compress_s``: seconds spent adding the residual, compressing and updating the residual
+- ``selected``: elements this rank sent (``numel`` on the dense path)
+- ``padded``: value slots every rank sent (the largest count on the all-gather path)
+- ``bytes_sent``: bytes this rank handed to the collectives (bytes): padding, the
+  8-byte count (all-gather) or the 1-element flag (values all-reduce) included
+- ``payload_bytes``: bytes of this rank's own message without padding or control
+  (bytes): the compressor's ``Sparse.wire_bytes()``
+- ``compress_s``: seconds spent in the memory and the compressor
 - ``comm_s``: seconds from the hook's start to the completion of its future (compression,
-  both phases and the dense scatter-add included). On CUDA this is host time: NCCL
+  the collectives and the dense scatter-add included). On CUDA this is host time: NCCL
   futures complete when the work is enqueued on the stream, so synchronise first if you
   need device time.
 
 ``state.bytes_sent`` and ``state.payload_bytes`` total the same two byte counts over all
 buckets; ``state.iteration`` is the number of completed steps.
+
+A compressor that rejects its input on one rank (``ValueError``, e.g. NaN in the
+gradient) makes every rank raise ``ValueError`` in the same step: the failure travels in
+the first collective (a count of -1, or the flag), so no rank is left waiting for a peer.
 """
 
 import collections
@@ -44,10 +58,20 @@ import torch
 import torch.distributed as dist
 
 import compressors
+from compressors._validate import target_count
+from compressors.base import Compressor
 from compressors.ddp_exchange import resolve_gather, sparse_allgather_sum
 from compressors.ddp_memory import BucketMemory, layout_of
+from compressors.memory import DGCMemory, ErrorFeedback, Memory
 
 HookFn = Callable[["CompressionHookState", dist.GradBucket], torch.futures.Future[torch.Tensor]]
+
+MEMORIES: tuple[str, ...] = ("residual", "dgc-momentum", "none")
+"""``residual``: error feedback; ``dgc-momentum``: DGC's momentum correction and masking
+(then run the optimizer without momentum); ``none``: no memory."""
+
+SEED_STRIDE = 1_000_003
+"""Per-bucket seed offset for shared-seed Random-k (buckets draw different indices)."""
 
 
 @dataclass
@@ -61,11 +85,13 @@ class CompressionHookState:
         process_group: the group to communicate in (``None``: the default group).
         gather: ``"auto"``, ``"single"`` (``all_gather_single``) or ``"into_tensor"``
             (``all_gather_into_tensor``, deprecated in torch 2.13).
-        memory: per-bucket compressors and error-feedback residuals, keyed by the
-            bucket's parameters so that they survive DDP's bucket rebuild.
+        shared_indices: every rank draws the same indices (shared-seed Random-k), so
+            only values are all-reduced.
+        buckets: per-bucket compressors and memories, keyed by the bucket's parameters
+            so that they survive DDP's bucket rebuild.
         iteration: completed training steps seen by the hook.
         bytes_sent: total bytes handed to the collectives by this rank (bytes).
-        payload_bytes: total bytes of this rank's unpadded messages (bytes).
+        payload_bytes: total bytes of this rank's messages, ``wire_bytes()`` (bytes).
         log: the newest per-bucket records (see the module docstring).
     """
 
@@ -74,7 +100,8 @@ class CompressionHookState:
     options: dict[str, Any]
     process_group: dist.ProcessGroup | None
     gather: str
-    memory: BucketMemory
+    shared_indices: bool
+    buckets: BucketMemory
     iteration: int = 0
     bytes_sent: int = 0
     payload_bytes: int = 0
@@ -97,7 +124,8 @@ def comm_hook(
     density: float,
     *,
     process_group: dist.ProcessGroup | None = None,
-    error_feedback: bool = True,
+    memory: str = "residual",
+    momentum: float = 0.9,
     gather: str = "auto",
     log_size: int = 10_000,
     **options: Any,
@@ -108,29 +136,45 @@ def comm_hook(
         name: compressor name, e.g. ``"sidco-e"``, ``"topk"``, ``"dgc"``, ``"none"``.
         density: target fraction of each bucket's elements to send, in (0, 1].
         process_group: group to communicate in (``None``: the default group).
-        error_feedback: keep a residual per bucket (``g += r; send C(g); r = g - sent``).
+        memory: ``"residual"`` (error feedback: ``g += r; send C(g); r = g - sent``),
+            ``"dgc-momentum"`` (DGC's momentum correction; use an optimizer without
+            momentum) or ``"none"``. Ignored for ``name="none"``.
+        momentum: momentum factor of ``"dgc-momentum"``, in [0, 1).
         gather: all-gather entry point, ``auto`` | ``single`` | ``into_tensor``.
         log_size: how many per-bucket records ``state.log`` keeps (newest).
-        **options: passed to ``compressors.create`` (e.g. ``stages=2`` for SIDCo).
+        **options: passed to ``compressors.create`` (e.g. ``stages=2`` for SIDCo,
+            ``seed=0`` for Random-k with indices shared by all ranks).
 
-    Bad input (unknown compressor, density outside (0, 1], unknown option or gather
-    method) raises ``ValueError`` here, before training starts.
+    Bad input (unknown compressor, density outside (0, 1], unknown option, memory or
+    gather method) raises ``ValueError`` here, before training starts.
     """
     resolve_gather(gather)
-    if log_size < 1:
-        raise ValueError(f"log_size must be at least 1, got {log_size}")
+    if memory not in MEMORIES:
+        raise ValueError(f"memory {memory!r} is not one of {', '.join(MEMORIES)}")
+    if isinstance(log_size, bool) or not isinstance(log_size, int) or log_size < 1:
+        raise ValueError(f"log_size must be an int of at least 1, got {log_size!r}")
+    seed = options.get("seed")
 
-    def make_compressor() -> Any:
-        return compressors.create(name, density=density, **options)
+    def make_compressor(index: int) -> Compressor:
+        bucket_options = dict(options)
+        if name == "randomk" and seed is not None:
+            bucket_options["seed"] = seed + SEED_STRIDE * index
+        return compressors.create(name, density=density, **bucket_options)
 
-    make_compressor()
+    def make_memory(compressor: Compressor) -> Memory:
+        if memory == "dgc-momentum":
+            return DGCMemory(compressor, momentum=momentum)
+        return ErrorFeedback(compressor)
+
+    make_memory(make_compressor(0))
     state = CompressionHookState(
         name=name,
         density=density,
         options=dict(options),
         process_group=process_group,
         gather=gather,
-        memory=BucketMemory(make_compressor=make_compressor, error_feedback=error_feedback and name != "none"),
+        shared_indices=name == "randomk" and seed is not None,
+        buckets=BucketMemory(make_compressor, None if memory == "none" or name == "none" else make_memory),
         log=collections.deque(maxlen=log_size),
     )
     return state, compression_hook
@@ -143,23 +187,21 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
 
     1. Count the step: after the bucket whose ``is_last()`` is true, ``state.iteration`` grows.
     2. ``none``: all-reduce the dense bucket, divide by the world size, done.
-    3. Find this bucket's slot (compressor + residual) by its parameters' layout. After
-       DDP rebuilds its buckets (after the first step), a new layout's residual is
-       assembled from its parameters' old residual slices (:mod:`compressors.ddp_memory`).
-    4. Error feedback: add the residual to the bucket (in place: the bucket's contents
-       are replaced by the averaged result at the end anyway).
-    5. Compress the bucket with the slot's compressor. A compressor error on any rank
-       must not leave the others waiting: the failing rank announces it in phase 1
-       and all ranks raise ``ValueError`` together. An empty selection (which the
-       compressors never return for a non-empty bucket) is replaced by the single
-       largest-magnitude element, so no rank ever sends nothing.
-    6. Residual ← bucket − scatter(selected values): what was not sent this step.
-    7. Exchange by the two-phase padded all-gather (:mod:`compressors.ddp_exchange`):
-       all-gather the counts, pad to the largest, all-gather indices (bit-cast) and
-       values, then scatter-add every rank's selection, rank by rank, into the
-       bucket's buffer.
-    8. Divide by the world size (DDP expects the average; the hook must not pre-divide
-       the input) and log the bucket's bytes and seconds.
+    3. Find this bucket's slot (compressor + memory) by its parameters' layout. After
+       DDP rebuilds its buckets (after the first step), a new layout's memory state is
+       assembled from its parameters' old slices (:mod:`compressors.ddp_memory`).
+    4. Compress through the memory: error feedback adds the residual, compresses, and
+       keeps what was not sent. A ``ValueError`` from the compressor is held, not raised
+       yet, so that this rank still joins the collective below and reports it there.
+    5. Exchange:
+       - shared-seed Random-k: all-reduce ``[values..., failed flag]`` (every rank has
+         the same indices), then scatter the summed values into the bucket's buffer;
+       - otherwise the two-phase padded all-gather: all-gather the counts (-1 = failed),
+         pad to the largest, all-gather indices (bit-cast) and values, and scatter-add
+         every rank's selection, rank by rank, into the bucket's buffer.
+       If any rank failed, every rank raises ``ValueError`` here.
+    6. Divide by the world size (DDP expects the average; the input is not pre-divided)
+       and log the bucket's bytes and seconds.
 
     Returns a future whose tensor has ``bucket.buffer()``'s shape (it is that buffer).
     The annotations are real objects (no ``from __future__ import annotations`` in this
@@ -170,53 +212,56 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
     buffer = bucket.buffer()
     group = state.process_group
     world = state.world_size
-    iteration, index = state.iteration, bucket.index()
+    iteration, index, numel = state.iteration, bucket.index(), buffer.numel()
     if bucket.is_last():
         state.iteration += 1
 
-    if state.name == "none":
-        dense_bytes = buffer.numel() * buffer.element_size()
-
-        def finish_dense(_: torch.futures.Future) -> torch.Tensor:
+    def finish(path: str, selected: int, padded: int, bytes_sent: int, payload_bytes: int,
+               compress_s: float) -> Callable[[torch.futures.Future], torch.Tensor]:
+        def done(_: torch.futures.Future) -> torch.Tensor:
             buffer.div_(world)
             state.record({
-                "iteration": iteration, "bucket": index, "path": "allreduce",
-                "numel": buffer.numel(), "selected": buffer.numel(), "padded": buffer.numel(),
-                "bytes_sent": dense_bytes, "payload_bytes": dense_bytes,
-                "compress_s": 0.0, "comm_s": time.perf_counter() - start,
+                "iteration": iteration, "bucket": index, "path": path, "numel": numel,
+                "selected": selected, "padded": padded, "bytes_sent": bytes_sent,
+                "payload_bytes": payload_bytes, "compress_s": compress_s,
+                "comm_s": time.perf_counter() - start,
             })
             return buffer
+        return done
 
-        return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(finish_dense)
+    if state.name == "none":
+        dense_bytes = numel * buffer.element_size()
+        work = dist.all_reduce(buffer, group=group, async_op=True)
+        return work.get_future().then(finish("allreduce", numel, numel, dense_bytes, dense_bytes, 0.0))
 
-    slot = state.memory.slot(layout_of(bucket.parameters()), buffer)
+    slot = state.buckets.slot(layout_of(bucket.parameters()), buffer, index)
     error: str | None = None
-    if slot.residual is not None:
-        buffer.add_(slot.residual)
     try:
-        selection = slot.compressor.compress(buffer)
-        values, indices = selection.values.to(buffer.dtype), selection.indices.long()
+        selection = slot.compress(buffer)
+        values, indices, payload_bytes = selection.values.to(buffer.dtype), selection.indices, selection.wire_bytes()
     except ValueError as exc:
         error = f"bucket {index}: {exc}"
-        values, indices = buffer[:0], torch.zeros(0, dtype=torch.long, device=buffer.device)
-    if error is None and values.numel() == 0:
-        indices = buffer.abs().argmax().view(1)
-        values = buffer[indices]
-    if slot.residual is not None and error is None:
-        slot.residual.copy_(buffer).index_add_(0, indices, values, alpha=-1)
+        values, indices, payload_bytes = buffer[:0], torch.zeros(0, dtype=torch.long, device=buffer.device), 0
     compress_s = time.perf_counter() - start
 
-    exchange = sparse_allgather_sum(values, indices, buffer.numel(), group, state.gather, out=buffer, error=error)
+    if state.shared_indices:
+        k = target_count(state.density, numel)
+        message = torch.zeros(k + 1, dtype=buffer.dtype, device=buffer.device)
+        if error is None:
+            message[:k] = values
+        else:
+            message[k] = 1
+        work = dist.all_reduce(message, group=group, async_op=True)
 
-    def finish_sparse(fut: torch.futures.Future) -> torch.Tensor:
-        dense = fut.value()
-        dense.div_(world)
-        state.record({
-            "iteration": iteration, "bucket": index, "path": "allgather",
-            "numel": buffer.numel(), "selected": int(values.numel()), "padded": exchange.padded_count,
-            "bytes_sent": exchange.bytes_sent, "payload_bytes": exchange.payload_bytes,
-            "compress_s": compress_s, "comm_s": time.perf_counter() - start,
-        })
-        return dense
+        def scatter(_: torch.futures.Future) -> torch.Tensor:
+            if bool(message[k] != 0):
+                reason = f": {error}" if error is not None else ""
+                raise ValueError(f"values all-reduce aborted on every rank: a rank could not select{reason}")
+            return buffer.zero_().index_add_(0, indices, message[:k])
 
-    return exchange.future.then(finish_sparse)
+        bytes_sent = (k + 1) * buffer.element_size()
+        return work.get_future().then(scatter).then(finish("allreduce-values", k, k, bytes_sent, payload_bytes, compress_s))
+
+    exchange = sparse_allgather_sum(values, indices, numel, group, state.gather, out=buffer, error=error)
+    return exchange.future.then(finish("allgather", int(values.numel()), exchange.padded_count,
+                                       exchange.bytes_sent, payload_bytes, compress_s))

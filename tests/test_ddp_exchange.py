@@ -14,6 +14,7 @@ import torch.multiprocessing as mp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import compressors
 from compressors.ddp_exchange import pack, resolve_gather, sparse_allgather_sum, unpack_rank
 from compressors.ddp_memory import BucketMemory
 
@@ -67,36 +68,56 @@ def test_resolve_gather_names_bad_methods():
         resolve_gather("scatter")
 
 
+def _topk_memory(error_feedback: bool = True) -> BucketMemory:
+    return BucketMemory(
+        make_compressor=lambda index: compressors.create("topk", density=0.5),
+        make_memory=compressors.ErrorFeedback if error_feedback else None,
+    )
+
+
 def test_bucket_memory_migrates_residuals_across_a_rebuild():
     """A rebuild that regroups parameters carries every residual slice to its new bucket."""
-    memory = BucketMemory(make_compressor=object)
+    memory = _topk_memory()
     first = ((101, 3), (102, 2), (103, 4))
-    slot = memory.slot(first, torch.zeros(9))
-    slot.residual.copy_(torch.arange(1.0, 10.0))
-    assert memory.slot(first, torch.zeros(9)) is slot
+    slot = memory.slot(first, torch.zeros(9), 0)
+    slot.compress(torch.arange(1.0, 10.0))  # k = round(4.5) = 4 largest sent, the rest kept
+    residual = slot.tensors()["residual"]
+    assert torch.equal(residual, torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 0.0, 0.0, 0.0, 0.0]))
+    assert memory.slot(first, torch.zeros(9), 0) is slot
 
     second_a = ((103, 4), (104, 1))  # 104 is a parameter never seen before
     second_b = ((102, 2), (101, 3))
-    a = memory.slot(second_a, torch.zeros(5))
-    b = memory.slot(second_b, torch.zeros(5))
-    assert torch.equal(a.residual, torch.tensor([6.0, 7.0, 8.0, 9.0, 0.0]))
-    assert torch.equal(b.residual, torch.tensor([4.0, 5.0, 1.0, 2.0, 3.0]))
+    a = memory.slot(second_a, torch.zeros(5), 0)
+    b = memory.slot(second_b, torch.zeros(5), 1)
+    assert torch.equal(a.tensors()["residual"], torch.zeros(5))
+    assert torch.equal(b.tensors()["residual"], torch.tensor([4.0, 5.0, 1.0, 2.0, 3.0]))
     assert set(memory.slots) == {second_a, second_b}
     assert memory.migrations == 1
     assert not memory.orphans
     assert a.compressor is not slot.compressor
+    sent = b.compress(torch.zeros(5))  # the migrated residual is what gets sent next
+    assert torch.equal(b.compressor.decompress(sent) + b.tensors()["residual"], torch.tensor([4.0, 5.0, 1.0, 2.0, 3.0]))
+
+
+def test_bucket_memory_migrates_dgc_momentum_and_velocity():
+    memory = BucketMemory(lambda index: compressors.create("topk", density=0.25),
+                          lambda c: compressors.DGCMemory(c, momentum=0.5))
+    slot = memory.slot(((1, 2), (2, 2)), torch.zeros(4), 0)
+    slot.compress(torch.tensor([1.0, 2.0, 3.0, 8.0]))
+    moved = memory.slot(((2, 2), (1, 2)), torch.zeros(4), 0)
+    assert sorted(moved.tensors()) == ["momentum", "velocity"]
+    assert torch.equal(moved.tensors()["velocity"], torch.tensor([3.0, 0.0, 1.0, 2.0]))
 
 
 def test_bucket_memory_rejects_a_layout_that_does_not_match_the_buffer():
-    memory = BucketMemory(make_compressor=object)
     with pytest.raises(ValueError, match="hold 5 elements but the bucket buffer has 6"):
-        memory.slot(((1, 2), (2, 3)), torch.zeros(6))
+        _topk_memory().slot(((1, 2), (2, 3)), torch.zeros(6), 0)
 
 
-def test_bucket_memory_without_error_feedback_keeps_no_residual():
-    memory = BucketMemory(make_compressor=object, error_feedback=False)
-    assert memory.slot(((1, 4),), torch.zeros(4)).residual is None
-    memory.slot(((1, 2), (2, 2)), torch.zeros(4))
+def test_bucket_memory_without_memory_keeps_no_state_and_drops_old_layouts():
+    memory = _topk_memory(error_feedback=False)
+    assert memory.slot(((1, 4),), torch.zeros(4), 0).tensors() == {}
+    memory.slot(((1, 2), (2, 2)), torch.zeros(4), 0)
     assert list(memory.slots) == [((1, 2), (2, 2))]
 
 
