@@ -73,9 +73,11 @@ class Record:
 
 def worker_scales(sc: Scenario) -> np.ndarray:
     """Per-worker compute-time multipliers: lognormal jitter (mean 1, CV ``jitter``) and stragglers."""
-    rng = np.random.default_rng(sc.seed)
     p = sc.workers
     scale = np.ones(p)
+    if sc.jitter == 0 and sc.stragglers == 0:
+        return scale
+    rng = np.random.default_rng(sc.seed)
     if sc.jitter > 0:
         sigma = np.sqrt(np.log1p(sc.jitter**2))
         scale = np.exp(sigma * rng.standard_normal(p) - sigma**2 / 2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 BUCKET_MODES = ("ddp", "single", "layer")
@@ -50,6 +50,7 @@ class Workload:
     batch_size: int
     itemsize: int = 4
     name: str = ""
+    _buckets: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -76,13 +77,16 @@ class Workload:
         cap_bytes: int = DEFAULT_BUCKET_CAP_BYTES,
         first_bytes: int = DEFAULT_FIRST_BUCKET_BYTES,
     ) -> list[Bucket]:
-        """Group the layers in backward order.
+        """Group the layers in backward order (memoised per arguments; treat the list as read-only).
 
         ``ddp``: PyTorch DDP's rule — fill in reverse parameter order and close a bucket
         once it holds ≥ ``first_bytes`` (the first) or ≥ ``cap_bytes`` (the others);
         ``single``: one bucket for the whole model (the SIDCo paper's harness);
         ``layer``: one bucket per layer (wait-free backprop).
         """
+        key = (mode, cap_bytes, first_bytes)
+        if key in self._buckets:
+            return self._buckets[key]
         if mode not in BUCKET_MODES:
             raise ValueError(f"unknown bucket mode {mode!r}; choose from {', '.join(BUCKET_MODES)}")
         if cap_bytes <= 0 or first_bytes <= 0:
@@ -110,6 +114,7 @@ class Workload:
             result.append(
                 Bucket(tuple(group), nbytes, nbytes // self.itemsize, sum(self.layers[i].backward_s for i in group))
             )
+        self._buckets[key] = result
         return result
 
 
