@@ -1,9 +1,14 @@
 """Worker process of the collective micro-benchmark: times gloo all-reduce / all-gather.
 
 Run by :func:`emulation.collectives.measure_collectives`; writes, per (op, nbytes), the
-per-repeat wall times in seconds measured on this rank. For ``allgather`` ``nbytes`` is
-the size of the gathered output (each rank contributes ``nbytes / world_size``), the
-convention of the α–β all-gather formula.
+per-repeat start and end instants (``CLOCK_MONOTONIC`` seconds, shared by every process
+on the machine, so the driver can take the collective's span from the last rank's start
+to the last rank's end). For ``allgather`` ``nbytes`` is the size of the gathered output
+(each rank contributes ``nbytes / world_size``), the convention of the α–β formula.
+
+With ``--compute-load S`` every rank first computes for about ``S`` seconds (a fixed
+amount of single-thread matrix work, sized at start-up) before each timed collective,
+as a backward pass would, so collectives are timed under the CPU contention of training.
 """
 
 from __future__ import annotations
@@ -15,15 +20,36 @@ import torch.distributed as dist
 
 from emulation.process_group import base_parser, finish, init_gloo
 
+LOAD_SIZE = 128
 
-def _run_once(op: str, tensor: torch.Tensor, outputs: list[torch.Tensor]) -> float:
+
+def _now() -> float:
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+def _matmuls_for(seconds: float) -> int:
+    """How many LOAD_SIZE² matrix products take about ``seconds`` on this (busy) machine."""
+    if seconds <= 0:
+        return 0
+    a = torch.rand(LOAD_SIZE, LOAD_SIZE)
+    start, count = _now(), 0
+    while _now() - start < 0.2:
+        a @ a
+        count += 1
+    return max(1, round(count * seconds / (_now() - start)))
+
+
+def _run_once(op: str, tensor: torch.Tensor, outputs: list[torch.Tensor], matmuls: int) -> tuple[float, float]:
     dist.barrier()
-    start = time.perf_counter()
+    a = torch.rand(LOAD_SIZE, LOAD_SIZE)
+    for _ in range(matmuls):
+        a @ a
+    start = _now()
     if op == "allreduce":
         dist.all_reduce(tensor)
     else:
         dist.all_gather(outputs, tensor)
-    return time.perf_counter() - start
+    return start, _now()
 
 
 def main() -> None:
@@ -33,6 +59,7 @@ def main() -> None:
     parser.add_argument("--bytes", required=True, help="comma-separated sizes in bytes")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--compute-load", type=float, default=0.0, help="seconds of compute before each op")
     args = parser.parse_args()
     ops = args.ops.split(",")
     unknown = sorted(set(ops) - {"allreduce", "allgather"})
@@ -40,6 +67,7 @@ def main() -> None:
         raise ValueError(f"unknown collective(s): {', '.join(unknown)}")
     sizes = [int(b) for b in args.bytes.split(",")]
     init_gloo(args)
+    matmuls = _matmuls_for(args.compute_load)
     results = []
     for op in ops:
         for nbytes in sizes:
@@ -49,10 +77,10 @@ def main() -> None:
             tensor = torch.ones(numel, dtype=torch.float32)
             outputs = [torch.empty_like(tensor) for _ in range(args.world_size)]
             for _ in range(args.warmup):
-                _run_once(op, tensor, outputs)
-            times = [_run_once(op, tensor, outputs) for _ in range(args.repeats)]
-            results.append({"op": op, "nbytes": nbytes, "seconds": times})
-    finish(args, {"rank": args.rank, "results": results})
+                _run_once(op, tensor, outputs, matmuls)
+            spans = [_run_once(op, tensor, outputs, matmuls) for _ in range(args.repeats)]
+            results.append({"op": op, "nbytes": nbytes, "start": [s for s, _ in spans], "end": [e for _, e in spans]})
+    finish(args, {"rank": args.rank, "matmuls": matmuls, "results": results})
 
 
 if __name__ == "__main__":

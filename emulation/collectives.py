@@ -27,25 +27,29 @@ def measure_collectives(
     *,
     repeats: int = 3,
     warmup: int = 1,
+    compute_load_s: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Time ``ops`` × ``sizes`` (bytes) over ``workers`` ranks on links of ``bandwidth_bps``.
 
     ``bandwidth_bps`` (bits/s) of ``None`` runs on loopback without namespaces or shaping.
-    Returns one dict per (op, nbytes): ``op, workers, nbytes, bandwidth_bps, seconds`` where
-    ``seconds`` is the median over repeats of the slowest rank's time, plus ``repeats_s``.
+    ``compute_load_s``: seconds of compute every rank does before each timed collective (the
+    CPU contention of training). Returns one dict per (op, nbytes): ``op, workers, nbytes,
+    bandwidth_bps, seconds`` where ``seconds`` is the median over repeats of the span from the
+    last rank's start to the last rank's end, plus ``repeats_s``.
     """
     for op in ops:
         if op not in OPS:
             raise ValueError(f"unknown collective {op!r}: choose from {', '.join(OPS)}")
     if workers < 2:
         raise ValueError(f"collective benchmarks need at least 2 workers, got {workers}")
-    if repeats < 1 or warmup < 0:
-        raise ValueError("repeats must be >= 1 and warmup >= 0")
+    if repeats < 1 or warmup < 0 or compute_load_s < 0:
+        raise ValueError("repeats must be >= 1, warmup and compute load >= 0")
     args = [
         "--ops", ",".join(ops), "--bytes", ",".join(str(int(n)) for n in sizes),
-        "--repeats", str(repeats), "--warmup", str(warmup),
+        "--repeats", str(repeats), "--warmup", str(warmup), "--compute-load", str(compute_load_s),
     ]
-    timeout = _timeout_s(ops, sizes, workers, bandwidth_bps or LOOPBACK_BPS, repeats + warmup + 1)
+    rounds = repeats + warmup + 1
+    timeout = _timeout_s(ops, sizes, workers, bandwidth_bps or LOOPBACK_BPS, rounds) + 4.0 * rounds * compute_load_s * len(ops) * len(sizes)
     if bandwidth_bps is None:
         per_rank = run_workers("emulation.collective_worker", args, workers, None, timeout)
     else:
@@ -57,12 +61,16 @@ def measure_collectives(
 
 def _combine(per_rank: list[dict[str, Any]], workers: int, bandwidth_bps: float | None) -> Iterator[dict[str, Any]]:
     for index, first in enumerate(per_rank[0]["results"]):
-        slowest = [max(rank["results"][index]["seconds"][r] for rank in per_rank) for r in range(len(first["seconds"]))]
+        spans = [
+            max(rank["results"][index]["end"][r] for rank in per_rank)
+            - max(rank["results"][index]["start"][r] for rank in per_rank)
+            for r in range(len(first["start"]))
+        ]
         yield {
             "op": first["op"],
             "workers": workers,
             "nbytes": int(first["nbytes"]),
             "bandwidth_bps": bandwidth_bps,
-            "seconds": statistics.median(slowest),
-            "repeats_s": slowest,
+            "seconds": statistics.median(spans),
+            "repeats_s": spans,
         }

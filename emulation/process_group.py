@@ -37,6 +37,7 @@ def init_gloo(args: argparse.Namespace) -> None:
 
 
 def finish(args: argparse.Namespace, result: dict[str, Any]) -> None:
-    """Write ``result`` as this rank's JSON output and leave the process group."""
+    """Write ``result`` as this rank's JSON output, wait for every rank, leave the process group."""
     args.out.write_text(json.dumps(result))
+    dist.barrier()
     dist.destroy_process_group()

@@ -2,7 +2,8 @@
 
 Compute times (forward, per-layer backward, optimizer; seconds) come from the trace's
 timings, compression costs and wire sizes from replaying its gradients through the
-compressors (:meth:`simulator.CompressionProfile.from_trace`), the network from the
+compressors (:func:`traces.replay.replay` with error feedback, one thread as in the workers;
+the first recorded iteration is a warm-up and its rows are dropped), the network from the
 emulated link rate (bits/s), and optionally a :class:`simulator.Calibration`. The bucket
 layout mirrors what DDP uses in steady state: buckets of ``bucket_cap_mb`` in backward
 order (after its first iteration DDP no longer caps the first bucket at 1 MiB).
@@ -13,10 +14,30 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 import simulator
 import traces
+from traces.replay import replay
 
 LINK_LATENCY_S = 0.0  # the emulated links add no delay (no netem); α comes from calibration
+
+
+def compression_profile(trace: traces.Trace, compressor_names: Sequence[str], density: float) -> simulator.CompressionProfile | None:
+    """Replay ``trace`` through the sparse compressors at ``density`` on one CPU thread and fit
+    their costs, leaving out the first (cold) iteration; ``None`` when only ``none`` is asked."""
+    names = [n for n in compressor_names if n != "none"]
+    if not names:
+        return None
+    if len(trace.iterations) < 2:
+        raise ValueError(f"{trace}: need at least 2 recorded iterations (the first is a warm-up)")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rows = [r for r in replay(trace, names, [density], error_feedback=True) if r["iteration"] != trace.iterations[0]]
+    finally:
+        torch.set_num_threads(threads)
+    return simulator.CompressionProfile.from_replay_rows(rows, source=f"replay of {trace}, warm, 1 thread")
 
 
 def project(
@@ -32,9 +53,7 @@ def project(
     """Project the iteration of each compressor; returns ``{compressor: simulate() result}``."""
     trace = traces.open(trace_path)
     workload = simulator.workload_from_trace(trace)
-    profile = simulator.CompressionProfile.from_trace(
-        trace, list(compressor_names), [density], iterations=len(trace.iterations)
-    )
+    profile = compression_profile(trace, compressor_names, density)
     cap = int(bucket_cap_mb * 1024 * 1024)
     results = {}
     for name in compressor_names:

@@ -198,3 +198,16 @@ def test_cli_collective_on_loopback_and_calibrate_refuses_unshaped(capsys, tmp_p
         assert store.query("SELECT status, kind, cores FROM emulations")[0]["status"] == "done"
         assert len(store.query("SELECT * FROM collective_measurements")) == 2
     assert main(["calibrate", "--store", str(path)]) == 2
+
+
+def test_collective_span_runs_from_last_start_to_last_end():
+    from emulation.collectives import _combine
+
+    per_rank = [
+        {"results": [{"op": "allreduce", "nbytes": 1000, "start": [10.0, 20.0, 30.0], "end": [10.5, 20.4, 30.2]}]},
+        {"results": [{"op": "allreduce", "nbytes": 1000, "start": [10.1, 20.3, 30.0], "end": [10.6, 20.5, 30.3]}]},
+    ]
+    (row,) = _combine(per_rank, 2, 100e6)
+    assert row["repeats_s"] == pytest.approx([0.5, 0.2, 0.3])
+    assert row["seconds"] == pytest.approx(0.3)
+    assert row["op"] == "allreduce" and row["workers"] == 2 and row["bandwidth_bps"] == 100e6

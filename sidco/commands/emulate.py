@@ -14,7 +14,7 @@ from tqdm import tqdm
 from emulation.alphabeta import OPS
 from emulation.collectives import measure_collectives
 from emulation.network import require_emulation
-from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_list
+from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
 from sidco.store import DEFAULT_PATH, Store
 
 
@@ -60,6 +60,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     collective.add_argument("--bytes", default="64KB,1MB,16MB",
                             help="message sizes with units (bytes; all-gather: gathered output size)")
     collective.add_argument("--repeats", type=int, default=3, help="timed repeats per size (median reported)")
+    collective.add_argument("--compute-load", default="0s",
+                            help="compute each rank does before every timed collective, as a duration "
+                                 "(e.g. 50ms): times collectives under the CPU contention of training")
     train = parser.add_argument_group("train mode")
     train.add_argument("--workload", default="resnet20", help="built-in workload (traces.workloads)")
     train.add_argument("--compressors", default="none,topk,dgc,sidco-e", help="compressors, comma-separated")
@@ -93,8 +96,9 @@ def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: li
     sizes = parse_list(args.bytes, parse_bytes)
     if args.repeats < 1:
         raise ValueError(f"invalid --repeats {args.repeats}: must be >= 1")
+    load_s = parse_duration(args.compute_load)
     config = {"ops": ops, "bytes": sizes, "workers": workers, "bandwidths_bps": bandwidths,
-              "repeats": args.repeats, "shaping": not args.no_shaping}
+              "repeats": args.repeats, "shaping": not args.no_shaping, "compute_load_s": load_s}
     results: list[dict[str, Any]] = []
     with Store(args.store) as store:
         with store.transaction() as cur:
@@ -107,7 +111,7 @@ def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: li
         try:
             combos = [(p, b) for p in workers for b in bandwidths]
             for p, bandwidth in tqdm(combos, desc="collectives", unit="network", file=sys.stderr):
-                rows = measure_collectives(p, bandwidth, ops, sizes, repeats=args.repeats)
+                rows = measure_collectives(p, bandwidth, ops, sizes, repeats=args.repeats, compute_load_s=load_s)
                 store.insert_many(
                     "collective_measurements",
                     [{"emulation_id": emulation_id, "op": r["op"], "workers": r["workers"], "nbytes": r["nbytes"],
@@ -124,7 +128,7 @@ def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: li
         print(f"{'op':<10} {'workers':>7} {'bandwidth':>14} {'size':>10} {'time':>10} {'algbw':>14}")
         for r in results:
             bw = format_bandwidth(r["bandwidth_bps"]) if r["bandwidth_bps"] else "loopback"
-            algbw = format_bandwidth(r["nbytes"] * 8 / r["seconds"])
+            algbw = f"{r['nbytes'] * 8 / r['seconds'] / 1e6:.1f} Mbit/s"
             print(f"{r['op']:<10} {r['workers']:>7} {bw:>14} {format_bytes(r['nbytes']):>10} "
                   f"{format_seconds(r['seconds']):>10} {algbw:>14}")
     return 0
