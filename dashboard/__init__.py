@@ -5,6 +5,6 @@
 >>> app.run(host="127.0.0.1", port=8050)      # doctest: +SKIP
 """
 
-from dashboard.app import create_app, serve
+from dashboard.app import create_app
 
-__all__ = ["create_app", "serve"]
+__all__ = ["create_app"]

@@ -1,6 +1,6 @@
 """The Dash application: five pages over one results store.
 
-``create_app(store_path)`` builds the app; ``serve(...)`` runs it. Pages are
+``create_app(store_path)`` builds the app; ``app.run(host, port)`` serves it. Pages are
 routed by URL path; each page reads the store through :mod:`dashboard.data`
 when it is opened, so a store that fills while the app runs shows new data on
 the next visit (the sweeps page also refreshes while a sweep it launched runs).
@@ -71,7 +71,3 @@ def create_app(store_path: str | Path, cache_dir: str | Path | None = None) -> D
     validation.register(app, reader)
     return app
 
-
-def serve(store_path: str | Path, host: str = "127.0.0.1", port: int = 8050, debug: bool = False) -> None:
-    """Run the dashboard server (blocks)."""
-    create_app(store_path).run(host=host, port=port, debug=debug)

@@ -8,7 +8,9 @@ from the α–β ring cost model and seeded noise: they exercise the page querie
 at scale, they are not measurements. Each page is then loaded the way a
 browser does it, through Flask's test client: the routing request (layout) and
 then every data callback of the page, one after another; the wall time of that
-sequence is the page's load time (seconds).
+sequence is the page's load time (seconds). The first load of a page is
+reported on its own: sweep queries are memoized until the sweep gains rows, so
+later loads of a finished sweep are faster. Exit code 1 if any load took > 2 s.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+import traces
 from sidco.store import Store, config_key
 
 COMPRESSORS = ("topk", "dgc", "gaussiank", "redsync", "sidco-e", "sidco-p", "sidco-gp")
@@ -41,10 +44,13 @@ def fill(store: Store, rows: int = 100_000, seed: int = 0, numel: int = 1_000_00
     Returns the number of rows written per table.
     """
     rng = np.random.default_rng(seed)
-    trace_dir = Path(store.path).parent / "bench-trace"
-    manifest = {"workload": "bench", "workers": 4, "iterations": list(range(1, 101)),
-                "layers": [{"name": "flat", "shape": [numel]}]}
-    trace_id = store.register_trace(trace_dir, manifest)
+    layers = [(f"layer{i}", (numel // 8,)) for i in range(8)]
+    trace = traces.synthetic(
+        Path(store.path).parent / "bench-trace", "laplace", numel // 8 * 8, workers=1, iterations=1, seed=seed,
+        layers=layers, overwrite=True,
+        timings={"forward_s": 0.017, "backward_s": [0.004] * 8, "optimizer_s": 0.002, "batch_size": 32},
+    )
+    trace_id = store.register_trace(trace.path, trace.manifest)
     written = {"replay_rows": 0, "scenarios": 0, "validation": 0}
 
     replay_target = int(rows * 0.6)
@@ -175,6 +181,7 @@ def time_page(app, client, path: str) -> dict[str, Any]:
     })
     _check(response, "layout")
     timings.append(("layout", time.perf_counter() - t0))
+    errors = []
     values = _component_values(response.get_json()["response"]["page"]["children"])
     initial = {c["output"] for c in app._callback_list if not c.get("prevent_initial_call")}
     pending = [key for key in app.callback_map
@@ -201,9 +208,12 @@ def time_page(app, client, path: str) -> dict[str, Any]:
             done.add(key)
             progressed = True
             if body.status_code == 200 and body.data:
+                text = body.get_data(as_text=True)
+                if "inline-error" in text:
+                    errors.append(f"{key}: {text[text.index('inline-error') - 200:][:400]}")
                 for ident, props in body.get_json()["response"].items():
                     values.setdefault(ident, {}).update(props)
-    return {"page": path, "total_s": time.perf_counter() - started, "requests": len(timings),
+    return {"page": path, "total_s": time.perf_counter() - started, "requests": len(timings), "errors": errors,
             "slowest": max(timings, key=lambda t: t[1])}
 
 
@@ -223,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     """Fill a temporary store and print page load times (seconds)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=100_000, help="rows to write across the tables")
-    parser.add_argument("--repeats", type=int, default=3, help="loads per page (the median is reported)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="loads per page after the first (their median is reported beside the first load)")
     parser.add_argument("--json", action="store_true", help="print JSON on stdout")
     args = parser.parse_args(argv)
     from dashboard.app import PAGES, create_app
@@ -239,20 +250,25 @@ def main(argv: list[str] | None = None) -> int:
         client.get("/")
         results = []
         for page in PAGES:
-            runs = [time_page(app, client, page.PATH) for _ in range(args.repeats)]
-            median = statistics.median(r["total_s"] for r in runs)
-            results.append({"page": page.TITLE, "path": page.PATH, "median_s": median,
+            runs = [time_page(app, client, page.PATH) for _ in range(args.repeats + 1)]
+            results.append({"page": page.TITLE, "path": page.PATH, "first_s": runs[0]["total_s"],
+                            "median_s": statistics.median(r["total_s"] for r in runs[1:]),
                             "max_s": max(r["total_s"] for r in runs), "requests": runs[0]["requests"],
-                            "slowest_request": runs[0]["slowest"][0], "slowest_request_s": runs[0]["slowest"][1]})
+                            "slowest_request": runs[0]["slowest"][0], "slowest_request_s": runs[0]["slowest"][1],
+                            "errors": runs[0]["errors"]})
     report = {"rows": written, "total_rows": sum(written.values()), "fill_s": fill_s, "pages": results}
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(f"store: {report['total_rows']:,} rows {written} (filled in {fill_s:.1f} s)")
         for r in results:
-            print(f"{r['page']:<20} {r['median_s'] * 1e3:8.0f} ms median, {r['max_s'] * 1e3:8.0f} ms max "
-                  f"({r['requests']} requests; slowest {r['slowest_request_s'] * 1e3:.0f} ms)")
-    return 0 if all(r["max_s"] <= 2.0 for r in results) else 1
+            print(f"{r['page']:<20} first load {r['first_s'] * 1e3:6.0f} ms, then median {r['median_s'] * 1e3:6.0f} ms,"
+                  f" max {r['max_s'] * 1e3:6.0f} ms ({r['requests']} requests; slowest of the first load "
+                  f"{r['slowest_request_s'] * 1e3:.0f} ms)")
+        for r in results:
+            for message in r["errors"]:
+                print(f"  {r['page']}: inline error in {message}", file=sys.stderr)
+    return 0 if all(r["max_s"] <= 2.0 and not r["errors"] for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -22,7 +22,10 @@ FILL_COMMANDS = {
         "sidco sweep --trace traces/resnet20 --nodes 2,4,8,16 --bandwidth 1Gbit,10Gbit "
         "--compressors all --densities 0.01,0.001"
     ),
-    "validation": "sidco emulate ... (then sidco calibrate) as root",
+    "validation": (
+        "sidco emulate train --workload resnet20 --workers 2 --bandwidth 100Mbit --compressors none,sidco-e "
+        "--density 0.01   (as root; sidco emulate collective + sidco calibrate first for calibrated projections)"
+    ),
 }
 
 
@@ -44,12 +47,6 @@ class StoreReader:
 
 def _dicts(rows) -> list[dict[str, Any]]:
     return [dict(row) for row in rows]
-
-
-def counts(store: Store) -> dict[str, int]:
-    """Row counts of the tables the pages read."""
-    tables = ("traces", "replays", "replay_rows", "sweeps", "scenarios", "validation", "calibrations")
-    return {t: int(store.query(f"SELECT COUNT(*) FROM {t}")[0][0]) for t in tables}
 
 
 def traces(store: Store) -> list[dict[str, Any]]:
@@ -133,6 +130,35 @@ def compress_time_by_size(store: Store, replay_id: int) -> list[dict[str, Any]]:
     )
 
 
+_SWEEP_CACHE: dict[tuple, Any] = {}
+_SWEEP_CACHE_SIZE = 64
+
+
+def landed(store: Store, sweep_id: int) -> int:
+    """Scenario rows of a sweep in the store so far (an index-only count)."""
+    return int(store.query("SELECT COUNT(*) FROM scenarios WHERE sweep_id=?", (int(sweep_id),))[0][0])
+
+
+def _per_sweep(function):
+    """Memoize a ``function(store, sweep_id, *args)`` query until the sweep gains rows.
+
+    Results are keyed by (store file, sweep id, landed row count, args): a sweep
+    still running gets fresh answers as rows land; a finished one is read once.
+    """
+
+    def cached(store: Store, sweep_id: int, *args: Any) -> Any:
+        key = (function.__name__, str(store.path), int(sweep_id), landed(store, sweep_id), args)
+        if key not in _SWEEP_CACHE:
+            if len(_SWEEP_CACHE) >= _SWEEP_CACHE_SIZE:
+                _SWEEP_CACHE.pop(next(iter(_SWEEP_CACHE)))
+            _SWEEP_CACHE[key] = function(store, sweep_id, *args)
+        return _SWEEP_CACHE[key]
+
+    cached.__name__ = function.__name__
+    cached.__doc__ = function.__doc__
+    return cached
+
+
 def sweeps(store: Store) -> list[dict[str, Any]]:
     """Sweeps with their landed scenario count, newest first."""
     return _dicts(
@@ -144,6 +170,7 @@ def sweeps(store: Store) -> list[dict[str, Any]]:
     )
 
 
+@_per_sweep
 def sweep_axes(store: Store, sweep_id: int) -> dict[str, list]:
     """The distinct values of each sweep dimension (for the page's filters), in two scans."""
     grid = store.query(
@@ -210,6 +237,7 @@ def latest_calibration(store: Store) -> dict[str, Any] | None:
     return dict(row) if row is not None else None
 
 
+@_per_sweep
 def best_two(store: Store, sweep_id: int) -> list[dict[str, Any]]:
     """The fastest and the runner-up scenario per (nodes, bandwidth) of a sweep (``rank`` 1 and 2)."""
     return _dicts(
@@ -223,6 +251,7 @@ def best_two(store: Store, sweep_id: int) -> list[dict[str, Any]]:
     )
 
 
+@_per_sweep
 def crossover_points(store: Store, sweep_id: int, bandwidth_bps: float) -> list[dict[str, Any]]:
     """Per (compressor, nodes) at one bandwidth: the largest density whose speed-up over none is > 1."""
     return _dicts(

@@ -81,10 +81,12 @@ def register(app: Dash, reader: StoreReader) -> None:
     def _pickers(replay_id):
         store = reader.store()
         names = sorted({s["compressor"] for s in data.replay_series(store, replay_id)})
-        iterations = data.replay_iterations(store, replay_id)
         replay = next((r for r in data.replays(store) if r["id"] == replay_id), None)
-        trace = data.trace_row(store, replay["trace_id"]) if replay else None
-        workers = list(range(int(trace["workers"] or 1))) if trace else [0]
+        try:
+            trace = traces.open(replay["path"])
+            iterations, workers = list(trace.iterations), list(range(trace.workers))
+        except (ValueError, OSError, TypeError):
+            iterations, workers = data.replay_iterations(store, replay_id), [0]
         return (names, names, iterations, iterations[-1] if iterations else None,
                 [{"label": f"worker {w}", "value": w} for w in workers], 0)
 

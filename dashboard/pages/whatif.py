@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from dash import Dash, Input, Output, State, ctx, dcc, html
+from dash import Dash, Input, Output, ctx, dcc, html
 
 from dashboard import components as ui
 from dashboard import data, figures, projection

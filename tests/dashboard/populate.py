@@ -1,6 +1,6 @@
 """Fill a results store for the dashboard tests with the real pipeline.
 
-synthetic Laplace trace (traces.synthetic) -> replay through real compressors
+synthetic trace of gamma(0.5)-distributed |g| (traces.synthetic) -> replay through real compressors
 (traces.replay) -> small analytic sweep (dashboard.sweep_runner -> simulator).
 Validation rows and a calibration, which need root and minutes of emulated
 training, are inserted directly with the store's exact schema.
@@ -28,7 +28,7 @@ def populate(path: Path, trace_dir: Path) -> dict[str, int]:
     """Write the trace, replay, sweep, calibration and validation rows; return ids."""
     numel = sum(math.prod(shape) for _, shape in LAYERS)
     trace = traces.synthetic(
-        trace_dir, "laplace", numel, workers=2, iterations=4, seed=3, layers=LAYERS,
+        trace_dir, "gamma", numel, workers=2, iterations=4, seed=3, layers=LAYERS,
         timings={"forward_s": 0.004, "backward_s": [0.0005, 0.002, 0.0005, 0.003], "optimizer_s": 0.001,
                  "batch_size": 32, "measured": True},
     )
