@@ -41,7 +41,8 @@ class Workload:
 
     ``layers`` in parameter order (backward produces them in reverse); ``forward_s``,
     ``optimizer_s`` in seconds; ``batch_size`` samples per worker; ``itemsize`` bytes per
-    gradient element (4 = fp32).
+    gradient element (4 = fp32); ``compute_cv``: the measured coefficient of variation of a
+    worker's forward + backward time across recorded passes (0 when unknown).
     """
 
     layers: tuple[Layer, ...]
@@ -50,6 +51,7 @@ class Workload:
     batch_size: int
     itemsize: int = 4
     name: str = ""
+    compute_cv: float = 0.0
     _buckets: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -122,7 +124,8 @@ def workload_from_trace(trace: Any) -> Workload:
     """Build a :class:`Workload` from an opened trace (or a trace directory path).
 
     Uses ``trace.timings``: ``forward_s`` (a total or per-layer list, s), ``backward_s``
-    (per layer, s), ``optimizer_s`` (s), ``batch_size``. Gradients are fp32.
+    (per layer, s), ``optimizer_s`` (s), ``batch_size``, and ``per_pass`` (forward and
+    backward totals per recorded iteration and worker) for ``compute_cv``. Gradients are fp32.
     """
     import traces
 
@@ -134,9 +137,14 @@ def workload_from_trace(trace: Any) -> Workload:
     layers = tuple(
         Layer(name, 4 * math.prod(shape), float(bw)) for (name, shape), bw in zip(trace.layers, timings["backward_s"])
     )
+    passes = [float(p["forward_s"]) + float(p["backward_s"]) for p in timings.get("per_pass") or []]
+    mean = sum(passes) / len(passes) if passes else 0.0
+    cv = 0.0
+    if len(passes) >= 2 and mean > 0:
+        cv = math.sqrt(sum((x - mean) ** 2 for x in passes) / (len(passes) - 1)) / mean
     return Workload(
         layers, forward_s, float(timings["optimizer_s"]), int(timings["batch_size"]),
-        name=str(trace.manifest.get("workload", "")),
+        name=str(trace.manifest.get("workload", "")), compute_cv=cv,
     )
 
 

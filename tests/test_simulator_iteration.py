@@ -215,6 +215,7 @@ def test_profile_measured_on_a_trace_and_workload_from_trace(tmp_path):
                              timings={"forward_s": 0.01, "backward_s": [0.004, 0.001], "optimizer_s": 0.002,
                                       "batch_size": 16, "device": "cpu"})
     wl = simulator.workload_from_trace(trace)
+    assert wl.compute_cv == 0.0
     assert [(layer.name, layer.nbytes) for layer in wl.layers] == [("w", 60_000), ("b", 20_000)]
     assert (wl.forward_s, wl.backward_s, wl.optimizer_s, wl.batch_size) == (0.01, 0.005, 0.002, 16)
     prof = CompressionProfile.from_trace(trace, ["topk", "sidco-e"], [0.01])
@@ -223,6 +224,18 @@ def test_profile_measured_on_a_trace_and_workload_from_trace(tmp_path):
     assert cost.compress_per_element_s > 0
     r = simulate(Scenario(wl, 8, 1e9, 5e-5, "topk", 0.01, profile=prof))
     assert r["wire_bytes"] == pytest.approx(0.08 * 20_000)
+
+
+def test_compute_variation_measured_in_the_trace(tmp_path):
+    import traces
+
+    passes = [{"iteration": 1, "worker": w, "forward_s": f, "backward_s": b}
+              for w, (f, b) in enumerate([(0.010, 0.020), (0.012, 0.024), (0.011, 0.019)])]
+    trace = traces.synthetic(tmp_path / "t", "laplace", 1000, workers=3, iterations=1, seed=1,
+                             timings={"forward_s": 0.011, "backward_s": [0.021], "optimizer_s": 0.0,
+                                      "batch_size": 4, "device": "cpu", "passes": 3, "per_pass": passes})
+    totals = np.array([0.030, 0.036, 0.030])
+    assert simulator.workload_from_trace(trace).compute_cv == pytest.approx(totals.std(ddof=1) / totals.mean())
 
 
 @pytest.mark.parametrize(

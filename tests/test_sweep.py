@@ -197,6 +197,9 @@ def test_simulate_command_json_and_timeline(tmp_path, trace_dir, capsys):
     assert main(["simulate", "--trace", str(trace_dir), "--nodes", "4", "--bandwidth", "1.25GB/s",
                  "--store", str(store)]) == 0
     assert "speed-up" in capsys.readouterr().out
+    assert main(["simulate", "--trace", str(trace_dir), "--nodes", "4", "--bandwidth", "10Gbit", "--jitter", "bad",
+                 "--store", str(store)]) == 2
+    assert "invalid --jitter" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

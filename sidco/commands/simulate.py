@@ -65,8 +65,9 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
                         help="sparse all-gathers send each rank's own size (default: pad to the largest, as gloo)")
     parser.add_argument("--compress-on", choices=COMPRESS_ON, default="compute",
                         help="stream compression runs on (default compute: delays later backward layers)")
-    parser.add_argument("--jitter", type=float, default=0.0,
-                        help="coefficient of variation of each worker's compute time (default 0)")
+    parser.add_argument("--jitter", default="0",
+                        help="coefficient of variation of each worker's compute time (lognormal), or 'trace' "
+                             "for the variation measured in the trace (default 0)")
     parser.add_argument("--stragglers", type=int, default=0, help="number of slow workers (default 0)")
     parser.add_argument("--straggler-slowdown", type=float, default=1.5,
                         help="compute-time factor of a straggler (default 1.5)")
@@ -77,7 +78,20 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
 
 
-def scenario_options(args: argparse.Namespace) -> dict[str, Any]:
+def parse_jitter(text: str, workload: simulator.Workload) -> float:
+    """``--jitter``: a coefficient of variation ≥ 0, or ``trace`` (the workload's measured one)."""
+    if str(text).strip() == "trace":
+        return workload.compute_cv
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"invalid --jitter {text!r}: give a coefficient of variation >= 0 or 'trace'") from None
+    if not value >= 0:
+        raise ValueError(f"invalid --jitter {text!r}: must be >= 0")
+    return value
+
+
+def scenario_options(args: argparse.Namespace, workload: simulator.Workload) -> dict[str, Any]:
     """Scenario keyword arguments from the shared options (units parsed strictly)."""
     return {
         "bucket_mode": args.bucket_mode,
@@ -90,7 +104,7 @@ def scenario_options(args: argparse.Namespace) -> dict[str, Any]:
         "ps_servers": args.ps_servers,
         "padded": not args.unpadded,
         "compress_on": args.compress_on,
-        "jitter": args.jitter,
+        "jitter": parse_jitter(args.jitter, workload),
         "stragglers": args.stragglers,
         "straggler_slowdown": args.straggler_slowdown,
         "seed": args.seed,
@@ -203,7 +217,6 @@ def run(args: argparse.Namespace) -> int:
     nodes = positive_int(args.nodes, "--nodes")
     bandwidth = parse_bandwidth(args.bandwidth)
     latency = parse_duration(args.latency)
-    options = scenario_options(args)
     if args.compressor != "none" and args.density is None:
         raise ValueError(f"--density is needed with --compressor {args.compressor}")
     import compressors
@@ -211,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
     if args.compressor not in compressors.names():
         raise ValueError(f"unknown compressor {args.compressor!r}; choose from {', '.join(compressors.names())}")
     workload, trace, _ = load_source(args)
+    options = scenario_options(args, workload)
     with Store(args.store) as store:
         calibration = load_calibration(store, args.calibration)
         profile = build_profile(store, trace, [(args.compressor, args.density)], args.profile_device)

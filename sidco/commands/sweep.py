@@ -132,10 +132,10 @@ def _profile(store: Store, sweep_id: int, created: bool, trace: Any, grid: Grid,
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the sweep; print a summary (JSON with --json)."""
     grid = parse_grid(args)
-    options = scenario_options(args)
     jobs = positive_int(args.jobs, "--jobs")
     chunk_size = positive_int(args.chunk_size, "--chunk-size")
     workload, trace, source = load_source(args)
+    options = scenario_options(args, workload)
     with Store(args.store) as store:
         calibration = load_calibration(store, args.calibration)
         context = SweepContext(workload, None, args.fidelity, calibration, options)
