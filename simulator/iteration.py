@@ -12,7 +12,7 @@ messages. :func:`summarize` turns a :class:`Record` into the output fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -68,7 +68,6 @@ class Record:
     transfer_start: np.ndarray
     transfer_end: np.ndarray
     decompress_end: np.ndarray
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def worker_scales(sc: Scenario) -> np.ndarray:
