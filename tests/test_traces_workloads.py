@@ -8,6 +8,15 @@ import torch
 from traces import layouts, workloads
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: on a shared, overloaded 2-core machine OpenMP barriers make tiny ops take ms."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("name", workloads.names())
 def test_model_is_seeded_and_identical_on_every_rank(name: str) -> None:
     a = workloads.build(name, seed=3)

@@ -17,6 +17,12 @@ model, a hook on the model output's gradient (backward start) and a
 post-accumulate-grad hook on every parameter (that layer's gradient is ready);
 on CUDA they record events, on CPU ``time.perf_counter``. Hooks only act on
 recorded iterations, so the other iterations run at full speed.
+
+Per-layer backward time: the gaps between consecutive gradient-ready events are
+summed per module (parameters sharing a name prefix, e.g. ``fc.weight`` and
+``fc.bias``, whose gradients one autograd node produces) and split among that
+module's parameters in proportion to their element counts; the times sum to
+the backward pass up to the last gradient.
 """
 
 from __future__ import annotations
@@ -109,6 +115,10 @@ class Recorder:
             workers=workers,
             overwrite=overwrite,
         )
+        self._owners = [name.rpartition(".")[0] for name, _ in self.named]
+        self._module_numel: dict[str, int] = {}
+        for owner, (_, param) in zip(self._owners, self.named):
+            self._module_numel[owner] = self._module_numel.get(owner, 0) + param.numel()
         self.iteration = 1
         self.trace: Trace | None = None
         self._handles: list[Any] = []
@@ -171,12 +181,18 @@ class Recorder:
         if "forward_end" not in marks:
             raise TraceError("capture() called without a forward pass of the recorded model in this iteration")
         start = marks.get("backward_start", marks["forward_end"])
-        backward = [0.0] * len(self.named)
         order = sorted(self._ready.items(), key=lambda item: self._clock.seconds(start, item[1]))
+        module_s: dict[str, float] = {}
         previous = start
         for index, mark in order:
-            backward[index] = max(0.0, self._clock.seconds(previous, mark))
+            owner = self._owners[index]
+            module_s[owner] = module_s.get(owner, 0.0) + max(0.0, self._clock.seconds(previous, mark))
             previous = mark
+        backward = [0.0] * len(self.named)
+        for index, (_, param) in enumerate(self.named):
+            owner = self._owners[index]
+            if index in self._ready and owner in module_s:
+                backward[index] = module_s[owner] * param.numel() / self._module_numel[owner]
         return {
             "iteration": self.iteration,
             "worker": worker,

@@ -1,0 +1,176 @@
+"""The recorder in a user's own loop, simulated data-parallel capture and ``sidco capture``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import traces
+from sidco.store import Store
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: on a shared, overloaded 2-core machine OpenMP barriers make tiny ops take ms."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _tiny_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def test_recorder_in_a_plain_loop(tmp_path: Path) -> None:
+    model = _tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    recorded = {}
+    with traces.Recorder(model, tmp_path / "mine", every=3, batch_size=4, workload="tiny") as rec:
+        for step in range(1, 8):
+            x, y = torch.randn(4, 8), torch.randint(0, 3, (4,))
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            rec.capture()
+            if rec.recording:
+                recorded[step] = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone()
+            with rec.optimizer():
+                optimizer.step()
+            rec.step()
+    t = traces.open(tmp_path / "mine")
+    assert t.iterations == [3, 6] == sorted(recorded)
+    assert t.workers == 1 and t.manifest["workload"] == "tiny" and t.manifest["every"] == 3
+    assert t.layers == [(n, tuple(p.shape)) for n, p in model.named_parameters()]
+    for step, grad in recorded.items():
+        assert torch.equal(t.gradient(step, 0), grad)
+    timings = t.timings
+    assert timings["batch_size"] == 4 and timings["device"] == "cpu" and timings["passes"] == 2
+    assert timings["forward_s"] > 0 and timings["optimizer_s"] > 0
+    assert len(timings["backward_s"]) == 4 and all(v >= 0 for v in timings["backward_s"])
+    assert timings["backward_total_s"] == pytest.approx(sum(timings["backward_s"]))
+    assert not model._forward_hooks and not model._forward_pre_hooks, "hooks removed on close"
+
+
+class _SlowBackward(torch.autograd.Function):
+    """Identity whose backward sleeps ``SLEEP_S`` seconds."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(SLEEP_S)
+        return grad
+
+
+class _Slow(nn.Module):
+    def forward(self, x):
+        return _SlowBackward.apply(x)
+
+
+SLEEP_S = 0.1
+
+
+def test_recorder_backward_timing_lands_on_the_right_layer(tmp_path: Path) -> None:
+    """Backward work between two layers' gradients is charged to the earlier layer, split by size."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), _Slow(), nn.Linear(64, 4))
+    rec = traces.Recorder(model, tmp_path / "t", every=1, batch_size=8)
+    for _ in range(2):
+        model.zero_grad()
+        model(torch.randn(8, 64)).sum().backward()
+        rec.capture()
+        rec.step()
+    t = rec.close()
+    backward = dict(zip([n for n, _ in t.layers], t.timings["backward_s"]))
+    assert backward["0.weight"] + backward["0.bias"] >= 0.95 * SLEEP_S
+    assert backward["2.weight"] + backward["2.bias"] < 0.5 * SLEEP_S
+    assert backward["0.weight"] == pytest.approx(64 * backward["0.bias"])
+    assert t.timings["backward_total_s"] >= SLEEP_S
+
+
+def test_recorder_refuses_missing_worker_and_leaves_nothing(tmp_path: Path) -> None:
+    model = _tiny_model()
+    with pytest.raises(traces.TraceError, match=r"worker\(s\) \[1\]"):
+        with traces.Recorder(model, tmp_path / "t", every=1, workers=2) as rec:
+            model(torch.randn(2, 8)).sum().backward()
+            rec.capture(0)
+            rec.step()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_capture_simulated_data_parallel(tmp_path: Path) -> None:
+    seen: list[float] = []
+    t = traces.capture(
+        "transformer", tmp_path / "t", workers=3, iterations=4, every=2, width=0.25, batch_size=2,
+        progress=lambda it, loss: seen.append(loss),
+    )
+    assert t.workers == 3 and t.iterations == [2, 4] and len(seen) == 4
+    g = [t.gradient(4, w) for w in range(3)]
+    assert not torch.equal(g[0], g[1]), "each worker has its own shard"
+    assert t.manifest["capture"]["width"] == 0.25 and t.timings["batch_size"] == 2
+    assert t.manifest["loss"]["per_iteration"] == pytest.approx(seen)
+    assert t.manifest["environment"]["torch"] == torch.__version__
+
+
+def test_capture_applies_the_averaged_gradient(tmp_path: Path) -> None:
+    """Rebuilding the run by hand (per-worker gradients, their mean, one SGD step) gives the same trace."""
+    kwargs = {"width": 0.25, "batch_size": 2, "lr": 0.05}
+    t = traces.capture("resnet20", tmp_path / "t", workers=2, iterations=2, every=1, **kwargs)
+    work = traces.workloads.build("resnet20", **kwargs)
+    model, optimizer = work.model, work.optimizer()
+    shards = [work.batches(w, 2) for w in range(2)]
+    for iteration in (1, 2):
+        grads = []
+        for worker, shard in enumerate(shards):
+            model.zero_grad()
+            x, y = next(shard)
+            work.loss(model(x), y).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+            flat = torch.cat([g.reshape(-1) for g in grads[-1]])
+            assert torch.allclose(t.gradient(iteration, worker), flat, atol=1e-5, rtol=1e-4)
+        for param, g0, g1 in zip(model.parameters(), *grads):
+            param.grad = (g0 + g1) / 2
+        optimizer.step()
+    assert not torch.allclose(t.gradient(1, 0), t.gradient(2, 0)), "the model moved between iterations"
+
+
+def test_capture_rejects_bad_arguments(tmp_path: Path) -> None:
+    with pytest.raises(traces.TraceError, match="every"):
+        traces.capture("resnet20", tmp_path / "t", iterations=5, every=10)
+    with pytest.raises(ValueError, match="unknown workload"):
+        traces.capture("alexnet", tmp_path / "t", iterations=5, every=1)
+    assert not (tmp_path / "t").exists()
+
+
+def test_sidco_capture_registers_the_trace(tmp_path: Path) -> None:
+    store_path = tmp_path / "r.sqlite"
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "sidco", "capture", "--workload", "resnet20", "--workers", "2",
+            "--iterations", "2", "--every", "1", "--width", "0.25", "--batch-size", "2",
+            "--out", str(tmp_path / "r20"), "--store", str(store_path), "--json",
+        ],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["workers"] == 2 and summary["recorded_iterations"] == 2
+    with Store(store_path) as store:
+        rows = store.traces()
+    assert len(rows) == 1 and rows[0]["id"] == summary["trace_id"] and rows[0]["numel"] == summary["numel"]
+    again = subprocess.run(
+        [sys.executable, "-m", "sidco", "capture", "--workload", "resnet20", "--iterations", "1", "--every", "1",
+         "--out", str(tmp_path / "r20"), "--store", str(store_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert again.returncode == 2 and "already exists" in again.stderr and len(again.stderr.strip().splitlines()) == 1
