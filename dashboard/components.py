@@ -69,6 +69,13 @@ def empty_figure(message: str) -> dict[str, Any]:
     }
 
 
+def loading(children, delay_ms: int = 400) -> dcc.Loading:
+    """Show a spinner over ``children`` when an update takes longer than ``delay_ms``
+    (the first projection of a compressor measures its costs, which takes seconds)."""
+    return dcc.Loading(children, delay_show=delay_ms, type="circle",
+                       overlay_style={"visibility": "visible", "opacity": 0.55})
+
+
 def error(message: str) -> html.Div:
     """An inline error message under a control."""
     return html.Div(message, className="inline-error", role="alert")

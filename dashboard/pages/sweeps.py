@@ -139,8 +139,9 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
         Input("sweep-select", "value"),
         Input("sweep-nodes", "value"),
         Input("sweep-bandwidth", "value"),
+        Input("sweep-poll", "n_intervals"),
     )
-    def _figures(sweep_id, nodes, bandwidth):
+    def _figures(sweep_id, nodes, bandwidth, _ticks):
         if sweep_id is None:
             blank = ui.empty_figure("no sweep selected")
             return blank, blank, blank, blank, None

@@ -54,10 +54,10 @@ def layout(reader: StoreReader) -> html.Div:
         dcc.Store(id="timeline-data"),
         html.Div(className="layout", children=[
             side,
-            html.Div(className="stack", children=[
+            ui.loading(html.Div(className="stack", children=[
                 html.Div(id="timeline-message"),
                 ui.figure_card("timeline-gantt", "Gantt chart per worker and stream", height=560),
-            ]),
+            ])),
         ]),
     ])
 

@@ -57,7 +57,8 @@ def layout(reader: StoreReader) -> html.Div:
         html.Div(style={"height": "10px"}),
         html.Button("Run detailed simulation (des)", id="whatif-des", className="btn"),
         ui.note("Controls update the analytic projection live; the button runs the link-level "
-                "discrete-event model (slower, shows contention)."),
+                "discrete-event model (slower, shows contention). The first projection of a compressor and "
+                "density measures its compression costs on this machine (seconds), later ones reuse them."),
     ])
     notes = []
     if not data.traces(store):
@@ -71,11 +72,11 @@ def layout(reader: StoreReader) -> html.Div:
         *notes,
         html.Div(className="layout", children=[
             side,
-            html.Div(className="stack", children=[
+            ui.loading(html.Div(className="stack", children=[
                 html.Div(id="whatif-message"),
                 ui.figure_card("whatif-breakdown", "Projected iteration time per compressor", height=420),
                 ui.figure_card("whatif-speedup", "Speed-up over no compression", height=300),
-            ]),
+            ])),
         ]),
     ])
 

@@ -281,3 +281,25 @@ def test_cli_help_and_bad_port(capsys):
     assert "--store" in out and "127.0.0.1" in out
     assert main(["dashboard", "--port", "70000"]) == 2
     assert "invalid port 70000" in capsys.readouterr().err
+
+
+def test_csv_and_html_buttons_download_the_figure_they_sit_on(tmp_path):
+    from dashboard.app import create_app
+
+    app = create_app(tmp_path / "r.sqlite", cache_dir=tmp_path / "cache")
+    client = app.server.test_client()
+    fig = figures.whatif_speedup([{"compressor": "sidco-e", "speedup": 3.25}])
+    for kind, name in (("csv", "whatif-speedup.csv"), ("html", "whatif-speedup.html")):
+        response = client.post("/_dash-update-component", json={
+            "output": f'{{"fig":["MATCH"],"type":"{kind}-dl"}}.data',
+            "outputs": {"id": {"fig": "whatif-speedup", "type": f"{kind}-dl"}, "property": "data"},
+            "inputs": [{"id": {"fig": "whatif-speedup", "type": f"{kind}-btn"}, "property": "n_clicks", "value": 1}],
+            "state": [{"id": {"fig": "whatif-speedup", "type": "graph"}, "property": "figure", "value": fig},
+                      {"id": {"fig": "whatif-speedup", "type": "graph"}, "property": "id",
+                       "value": {"fig": "whatif-speedup", "type": "graph"}}],
+            "changedPropIds": [f'{{"fig":"whatif-speedup","type":"{kind}-btn"}}.n_clicks']})
+        assert response.status_code == 200
+        download = next(iter(response.get_json()["response"].values()))["data"]
+        assert download["filename"] == name
+        assert "sidco-e" in download["content"]
+        assert kind == "html" or "speed-up,3.25,sidco-e" in download["content"].replace("\r", "")
