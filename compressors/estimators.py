@@ -68,15 +68,30 @@ def gamma_shape(mu: torch.Tensor, mean_log: torch.Tensor) -> torch.Tensor:
     return torch.clamp(alpha, *ALPHA_RANGE)
 
 
-def mean_log_positive(x: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean of ``ln x`` over the strictly positive elements of ``x`` (zeros excluded), float64 0-d.
+LOG_FLOOR = float(torch.finfo(torch.float32).tiny)
+"""Magnitudes below the smallest normal float32 are floored to it inside ``ln`` (zeros excluded)."""
 
-    ``scratch`` (optional) is a buffer like ``x`` to hold the logarithms.
+
+def mean_log_positive(x: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean of ``ln max(x, LOG_FLOOR)`` over the strictly positive elements of ``x``, float64 0-d.
+
+    Zeros are excluded (their ``ln`` would be −∞). ``scratch`` (optional) is a float32 (float64
+    for float64 ``x``) buffer of ``x``'s size to hold the logarithms.
     """
-    logs = torch.log(x, out=scratch) if scratch is not None else torch.log(x)
-    torch.nan_to_num_(logs, nan=0.0, posinf=0.0, neginf=0.0)
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if scratch is None:
+        scratch = torch.empty(x.shape, dtype=work, device=x.device)
+    logs = torch.clamp(x, min=LOG_FLOOR, out=scratch) if x.dtype == work else scratch.copy_(x).clamp_(min=LOG_FLOOR)
+    torch.log_(logs)
     positive = torch.count_nonzero(x).double()
-    return torch.sum(logs, dtype=_acc_dtype(x)).double() / torch.clamp(positive, min=1.0)
+    zeros = x.numel() - positive
+    total = torch.sum(logs, dtype=work).double() - zeros * math.log(LOG_FLOOR)
+    return total / torch.clamp(positive, min=1.0)
+
+
+def mean_log_from_sums(total_log: float, positive: int, numel: int) -> float:
+    """The same mean from one-pass sums over ``ln max(x, LOG_FLOOR)`` of all ``numel`` elements."""
+    return (total_log - (numel - positive) * math.log(LOG_FLOOR)) / max(positive, 1)
 
 
 def gamma_threshold(mu: torch.Tensor, mean_log: torch.Tensor, p: float) -> torch.Tensor:

@@ -12,20 +12,35 @@ the gradient's dtype; ``Sparse.threshold`` reports that rounded ``η``.
 Guards: if a stage leaves no exceedances, stages stop and the last threshold that selected
 something is kept; if even stage 1 selects nothing (e.g. an all-zero or constant gradient), the
 single largest ``|g|`` (lowest index among ties) is sent. NaN/Inf raise ``ValueError``.
+Two backends compute the same thing: fused C kernels (:mod:`compressors.native`: one pass for
+the stage-1 statistics, one for the selection) for contiguous float32 CPU tensors, and plain torch
+ops (any device, any floating dtype, no device->host sync except the one sizing each stage's
+selection).
 When the statistics or the threshold overflow (huge finite ``|g|``), the selection is computed on
 ``g / max|g|`` (all three fits are scale-equivariant) and the threshold scaled back.
 """
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 import torch
 
-from compressors import estimators
+from compressors import estimators, native
 from compressors._validate import raise_if_not_finite
-from compressors.adaptive import StageController, max_stages
+from compressors.adaptive import StageController
 from compressors.base import Compressor
 from compressors.selection import Workspace, argmax_fallback, indices_above, magnitude
 from compressors.sparse import Sparse
+
+
+class Moments(NamedTuple):
+    """What a fit needs, as 0-d float64 tensors: mean, variance (divisor n), mean of ln (or None)."""
+
+    mean: torch.Tensor
+    var: torch.Tensor | None = None
+    mean_log: torch.Tensor | None = None
 
 
 def stage_probabilities(density: float, stages: int, first_ratio: float) -> list[float]:
@@ -44,25 +59,33 @@ class SIDCo(Compressor):
 
     Options: ``stages`` — an int ≥ 1 or ``"adaptive"`` (default; see
     :class:`compressors.adaptive.StageController`); ``first_ratio`` — tail mass of stage 1 in
-    (0, 1) (default 0.25); ``window`` and ``band`` of the adaptive controller (5 calls, ±20 %).
+    (0, 1) (default 0.25); ``window`` and ``band`` of the adaptive controller (5 calls, ±20 %);
+    ``backend`` — ``"auto"`` (default: the fused C kernels for contiguous float32 CPU tensors when
+    they are available, torch otherwise) or ``"torch"`` (always the pure-torch path).
     """
 
     name = "sidco"
+    first_needs_var = False
+    first_needs_log = False
+    tail_needs_var = True
 
     def __init__(self, density: float, stages: int | str = "adaptive", first_ratio: float = 0.25,
-                 window: int = 5, band: float = 0.2):
+                 window: int = 5, band: float = 0.2, backend: str = "auto"):
         super().__init__(density)
+        if backend not in ("auto", "torch"):
+            raise ValueError(f"backend must be 'auto' or 'torch', got {backend!r}")
+        self.backend = backend
         if isinstance(first_ratio, bool) or not isinstance(first_ratio, (int, float)) or not 0 < first_ratio < 1:
             raise ValueError(f"first_ratio must be in (0, 1), got {first_ratio!r}")
         self.first_ratio = float(first_ratio)
         self.controller: StageController | None = None
+        self.fixed_stages: int | None = None
         if stages == "adaptive":
             if isinstance(window, bool) or not isinstance(window, int) or window < 1:
                 raise ValueError(f"window must be an int >= 1, got {window!r}")
             if isinstance(band, bool) or not isinstance(band, (int, float)) or not 0 < band < 1:
                 raise ValueError(f"band must be in (0, 1), got {band!r}")
             self.controller = StageController(self.density, window=window, band=float(band))
-            self.fixed_stages = None
         elif isinstance(stages, int) and not isinstance(stages, bool) and stages >= 1:
             self.fixed_stages = stages
         else:
@@ -74,51 +97,120 @@ class SIDCo(Compressor):
         """Stage count the next call will use."""
         if self.controller is not None:
             return self.controller.stages
-        return min(self.fixed_stages, max_stages(self.density)) if self.density < 1 else 1
+        return self.fixed_stages
 
-    def _first_threshold(self, a: torch.Tensor, p: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Stage-1 threshold over all magnitudes and a statistic that is finite iff ``a`` is."""
+    def first_threshold(self, moments: Moments, p: float) -> torch.Tensor:
+        """Stage-1 threshold for tail mass ``p`` from the moments of all magnitudes."""
         raise NotImplementedError
 
-    def _tail_threshold(self, excess: torch.Tensor, p: float) -> torch.Tensor:
-        """Later-stage threshold (above the shift) fitted to shifted exceedances ``excess``."""
-        raise NotImplementedError
+    def tail_threshold(self, moments: Moments, p: float) -> torch.Tensor:
+        """Later-stage threshold (above the shift) from the moments of the shifted exceedances."""
+        return estimators.gpareto_threshold(moments.mean, moments.var, p)
 
     def _compress(self, grad: torch.Tensor) -> Sparse:
-        n = grad.numel()
         probs = stage_probabilities(self.density, self.stages, self.first_ratio)
+        if self.backend == "auto" and native.usable(grad):
+            sparse = self._compress_native(grad, probs)
+        else:
+            sparse = self._compress_torch(grad, probs)
+        if self.controller is not None:
+            self.controller.observe(sparse.selected, grad.numel())
+        return sparse
+
+    def _compress_native(self, grad: torch.Tensor, probs: list[float]) -> Sparse:
+        n = grad.numel()
+        sums = native.stats(grad, absolute=True, squares=self.first_needs_var, logs=self.first_needs_log)
+        if not (math.isfinite(sums.total) and math.isfinite(sums.total_sq)):
+            return self._degenerate(grad, None)
+        mean = sums.total / n
+        moments = Moments(
+            torch.tensor(mean, dtype=torch.float64),
+            torch.tensor(max(sums.total_sq / n - mean * mean, 0.0), dtype=torch.float64),
+            torch.tensor(estimators.mean_log_from_sums(sums.total_log, sums.positive, n), dtype=torch.float64),
+        )
+        threshold = self.first_threshold(moments, probs[0]).float()
+        indices, mags = native.select_above(grad, float(threshold), absolute=True, buffers=self._buffers("stage1", n))
+        if indices.numel() == 0:
+            return self._degenerate(grad, threshold)
+        used = 1
+        for p in probs[1:]:
+            shift = float(threshold)
+            tail = native.stats(mags, absolute=False, shift=shift, squares=self.tail_needs_var)
+            count = mags.numel()
+            tail_mean = tail.total / count
+            tail_moments = Moments(torch.tensor(tail_mean, dtype=torch.float64),
+                                   torch.tensor(max(tail.total_sq / count - tail_mean * tail_mean, 0.0),
+                                                dtype=torch.float64))
+            candidate = (shift + self.tail_threshold(tail_moments, p)).float()
+            keep, kept_mags = native.select_above(mags, float(candidate), absolute=False, positions=indices,
+                                                  buffers=self._buffers(f"stage{used + 1}", count))
+            if keep.numel() == 0:
+                break
+            indices, mags, threshold = keep, kept_mags, candidate
+            used += 1
+        indices = indices.long()
+        return Sparse(grad.index_select(0, indices), indices, n, threshold, used)
+
+    def _buffers(self, name: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reused (int32, float32) selection buffers of capacity ``numel`` for the native path."""
+        return (self._workspace.get(name + "-idx", numel, torch.int32, torch.device("cpu")),
+                self._workspace.get(name + "-mag", numel, torch.float32, torch.device("cpu")))
+
+    def _compress_torch(self, grad: torch.Tensor, probs: list[float]) -> Sparse:
+        n = grad.numel()
         a = magnitude(grad, self._workspace)
-        threshold, statistic = self._first_threshold(a, probs[0])
-        threshold = torch.where(torch.isfinite(statistic), threshold, torch.nan).to(a.dtype)
+        moments, statistic = self._torch_moments(a)
+        threshold = torch.where(torch.isfinite(statistic), self.first_threshold(moments, probs[0]),
+                                torch.nan).to(a.dtype)
         selected = indices_above(a, threshold, self._workspace)
         if selected.numel() == 0:
-            return self._degenerate(grad, a, threshold, statistic)
+            raise_if_not_finite(grad, statistic)
+            return self._degenerate(grad, threshold)
         used = 1
         for p in probs[1:]:
             exceed = a.index_select(0, selected)
-            candidate = (threshold + self._tail_threshold(exceed - threshold, p)).to(a.dtype)
+            excess = exceed - threshold
+            mean = estimators.mean(excess)
+            var = estimators.mean_and_var(excess)[1] if self.tail_needs_var else None
+            candidate = (threshold + self.tail_threshold(Moments(mean, var), p)).to(a.dtype)
             keep = torch.nonzero(exceed > candidate).squeeze(1)
             if keep.numel() == 0:
                 break
             selected = selected.index_select(0, keep)
             threshold = candidate
             used += 1
-        if self.controller is not None:
-            self.controller.observe(selected.numel(), n)
         return Sparse(grad.index_select(0, selected), selected, n, threshold, used)
 
-    def _degenerate(self, grad: torch.Tensor, a: torch.Tensor, threshold: torch.Tensor,
-                    statistic: torch.Tensor) -> Sparse:
-        """Stage 1 selected nothing: bad input, overflowing statistics, or flat data."""
-        raise_if_not_finite(grad, statistic)
+    def _torch_moments(self, a: torch.Tensor) -> tuple[Moments, torch.Tensor]:
+        """Stage-1 moments of ``a`` and a statistic that is finite iff ``a`` is (barring overflow)."""
+        if self.first_needs_var:
+            mean, var = estimators.mean_and_var(a)
+            statistic = mean + var
+        else:
+            mean, var = estimators.mean(a), None
+            statistic = mean
+        mean_log = None
+        if self.first_needs_log:
+            work = torch.float64 if a.dtype == torch.float64 else torch.float32
+            mean_log = estimators.mean_log_positive(a, self._workspace.get("log", a.numel(), work, a.device))
+        return Moments(mean, var, mean_log), statistic
+
+    def _degenerate(self, grad: torch.Tensor, threshold: torch.Tensor | None) -> Sparse:
+        """Stage 1 selected nothing, or its statistics overflowed (``threshold`` is then ``None``).
+
+        NaN/Inf raise; overflow of finite data re-runs on ``grad / max|g|`` (all fits are
+        scale-equivariant); otherwise (flat data) the largest ``|g|`` is sent.
+        """
+        raise_if_not_finite(grad)
+        a = grad.abs()
         scale = torch.amax(a)
-        if not bool(torch.isfinite(threshold)) and bool(scale > 0):
-            scaled = self._compress(grad / scale)
-            return Sparse(grad.index_select(0, scaled.indices), scaled.indices, grad.numel(),
-                          (scaled.threshold_tensor.double() * scale.double()).to(a.dtype), scaled.stages)
+        overflow = threshold is None or not bool(torch.isfinite(threshold))
+        if overflow and bool(scale > 0):
+            probs = stage_probabilities(self.density, self.stages, self.first_ratio)
+            scaled = self._compress_torch(grad / scale, probs)
+            back = (scaled.threshold_tensor.double() * scale.double()).to(grad.dtype)
+            return Sparse(grad.index_select(0, scaled.indices), scaled.indices, grad.numel(), back, scaled.stages)
         selected = argmax_fallback(a)
-        if self.controller is not None:
-            self.controller.observe(1, grad.numel())
         return Sparse(grad.index_select(0, selected), selected, grad.numel(), threshold, 1)
 
 
@@ -126,27 +218,23 @@ class SIDCoE(SIDCo):
     """SIDCo-E: exponential fit of ``|g|`` (double-exponential ``g``), ``η = μ·ln(1/p)`` per stage."""
 
     name = "sidco-e"
+    tail_needs_var = False
 
-    def _first_threshold(self, a, p):
-        mu = estimators.mean(a)
-        return estimators.exponential_threshold(mu, p), mu
+    def first_threshold(self, moments, p):
+        return estimators.exponential_threshold(moments.mean, p)
 
-    def _tail_threshold(self, excess, p):
-        return estimators.exponential_threshold(estimators.mean(excess), p)
+    def tail_threshold(self, moments, p):
+        return estimators.exponential_threshold(moments.mean, p)
 
 
 class SIDCoP(SIDCo):
     """SIDCo-P: generalized Pareto (moments) fit of ``|g|`` in every stage."""
 
     name = "sidco-p"
+    first_needs_var = True
 
-    def _first_threshold(self, a, p):
-        mu, var = estimators.mean_and_var(a)
-        return estimators.gpareto_threshold(mu, var, p), mu + var
-
-    def _tail_threshold(self, excess, p):
-        mu, var = estimators.mean_and_var(excess)
-        return estimators.gpareto_threshold(mu, var, p)
+    def first_threshold(self, moments, p):
+        return estimators.gpareto_threshold(moments.mean, moments.var, p)
 
 
 class SIDCoGP(SIDCo):
@@ -154,13 +242,7 @@ class SIDCoGP(SIDCo):
     Pareto in later stages."""
 
     name = "sidco-gp"
+    first_needs_log = True
 
-    def _first_threshold(self, a, p):
-        mu = estimators.mean(a)
-        scratch = self._workspace.get("log", a.numel(), a.dtype, a.device)
-        mean_log = estimators.mean_log_positive(a, scratch)
-        return estimators.gamma_threshold(mu, mean_log, p), mu
-
-    def _tail_threshold(self, excess, p):
-        mu, var = estimators.mean_and_var(excess)
-        return estimators.gpareto_threshold(mu, var, p)
+    def first_threshold(self, moments, p):
+        return estimators.gamma_threshold(moments.mean, moments.mean_log, p)

@@ -1,0 +1,133 @@
+"""Fused CPU kernels for float32 SIDCo (compiled once with the system C compiler, loaded with ctypes).
+
+Eager torch needs one pass per operation (abs, sum, compare, nonzero); these kernels do SIDCo's
+statistics in one read pass and its selection in one more, which is what makes SIDCo a few
+times a ``torch.sum`` on the CPU. They serve contiguous float32 CPU tensors only; everything
+else (CUDA, fp16/bf16/fp64) takes the pure-torch path in :mod:`compressors.sidco`, which computes
+the same thresholds and selections.
+
+The library is built on first use into ``$SIDCO_CACHE_DIR`` (default
+``~/.cache/sidco-testbed``), keyed by a hash of the source and compiler flags. Set
+``SIDCO_NATIVE=0`` to disable it; without a working C compiler it is skipped silently.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from compressors._kernels_c import SOURCE
+
+PARALLEL_MIN = 1 << 16
+"""Inputs shorter than this run on one thread (waking threads costs more than it saves)."""
+
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno",
+         "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"]
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_tried = False
+
+
+class Stats(NamedTuple):
+    """One-pass sums over ``y``: Σy, Σy², Σ ln y over y > 0, and #(y > 0)."""
+
+    total: float
+    total_sq: float
+    total_log: float
+    positive: int
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("SIDCO_CACHE_DIR") or Path.home() / ".cache" / "sidco-testbed")
+
+
+def _build() -> ctypes.CDLL | None:
+    compiler = shutil.which(os.environ.get("CC", "gcc"))
+    if compiler is None:
+        return None
+    digest = hashlib.sha256((SOURCE + " ".join(FLAGS)).encode()).hexdigest()[:16]
+    target = _cache_dir() / f"sidco_kernels_{digest}.so"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            src = Path(tmp) / "kernels.c"
+            src.write_text(SOURCE)
+            out = Path(tmp) / "kernels.so"
+            done = subprocess.run([compiler, *FLAGS, "-o", str(out), str(src), "-lm"],
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                return None
+            os.replace(out, target)
+    lib = ctypes.CDLL(str(target))
+    lib.sidco_stats.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_int,
+                                ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
+    lib.sidco_stats.restype = None
+    lib.sidco_select.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float,
+                                 ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    lib.sidco_select.restype = ctypes.c_int64
+    return lib
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded kernel library, building it on first call; ``None`` when unavailable/disabled."""
+    global _lib, _tried
+    if os.environ.get("SIDCO_NATIVE", "1") == "0":
+        return None
+    with _lock:
+        if not _tried:
+            _tried = True
+            try:
+                _lib = _build()
+            except OSError:
+                _lib = None
+        return _lib
+
+
+def usable(x: torch.Tensor) -> bool:
+    """Whether the kernels can serve ``x``: contiguous float32 on the CPU, fewer than 2³¹ elements
+    (positions are int32), library available."""
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and x.is_contiguous() and x.numel() < 2**31
+            and library() is not None)
+
+
+def stats(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool = False,
+          logs: bool = False) -> Stats:
+    """Sums over ``y = |x|`` (``absolute``) or ``y = x − shift`` in one pass.
+
+    ``squares`` adds Σy²; ``logs`` (with ``absolute`` only) adds Σ ln y over ``y > 0``
+    (float32 log with < 2e-7 relative error, float64 accumulation).
+    """
+    out = (ctypes.c_double * 4)()
+    threads = max(1, torch.get_num_threads()) if x.numel() >= PARALLEL_MIN else 1
+    library().sidco_stats(x.data_ptr(), x.numel(), shift, int(absolute), int(squares), int(logs), threads, out)
+    return Stats(out[0], out[1], out[2], int(out[3]))
+
+
+def select_above(x: torch.Tensor, threshold: float, *, absolute: bool, positions: torch.Tensor | None = None,
+                 buffers: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(indices, magnitudes)`` of the elements with ``y > threshold`` (strict), ascending.
+
+    ``y = |x|`` when ``absolute`` else ``x``. ``indices`` (int32) are positions in ``x`` or, when
+    ``positions`` (int32, same length) is given, ``positions[i]``. ``buffers`` (an int32 and a
+    float32 tensor of at least ``x.numel()`` elements) are reused for the output, which is then a
+    view into them; without them fresh buffers are allocated.
+    """
+    n = x.numel()
+    if buffers is None:
+        buffers = (torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.float32))
+    idx_buf, mag_buf = buffers
+    if idx_buf.numel() < n or mag_buf.numel() < n:
+        raise ValueError(f"selection buffers hold {min(idx_buf.numel(), mag_buf.numel())} elements, need {n}")
+    parts = max(1, torch.get_num_threads()) if n >= PARALLEL_MIN else 1
+    total = library().sidco_select(x.data_ptr(), positions.data_ptr() if positions is not None else None, n,
+                                   threshold, int(absolute), parts, idx_buf.data_ptr(), mag_buf.data_ptr())
+    return idx_buf[:total], mag_buf[:total]
