@@ -72,7 +72,7 @@ def _measure(name: str, density: float, steps: int, numel: int, rank: int) -> di
         "step_s": statistics.median(step_s[warm:]),
         "hook_comm_s": statistics.median(v["comm_s"] for v in per_step.values()),
         "hook_compress_s": statistics.median(v["compress_s"] for v in per_step.values()),
-        "bytes_sent_per_step": statistics.median(v["bytes"] for v in per_step.values()),
+        "bytes_sent_per_step": int(statistics.median(v["bytes"] for v in per_step.values())),
     }
 
 
