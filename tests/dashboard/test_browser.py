@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from pathlib import Path
 
@@ -72,8 +73,18 @@ def _set_input(dash_duo, selector: str, value: str) -> None:
 
 
 @pytest.fixture
-def app(populated_store, tmp_path):
-    return create_app(populated_store["path"], cache_dir=tmp_path / "cache")
+def store_path(populated_store, tmp_path) -> Path:
+    """A private copy of the populated store (SQLite backup), so tests that launch sweeps don't interfere."""
+    path = tmp_path / "results.sqlite"
+    source, target = sqlite3.connect(populated_store["path"]), sqlite3.connect(path)
+    source.backup(target)
+    source.close(), target.close()
+    return path
+
+
+@pytest.fixture
+def app(store_path, tmp_path):
+    return create_app(store_path, cache_dir=tmp_path / "cache")
 
 
 def test_every_page_loads_without_console_errors_and_is_screenshotted(dash_duo, app):
@@ -107,8 +118,8 @@ def test_changing_a_control_updates_the_projection_and_bad_input_is_inline(dash_
     assert _severe(dash_duo) == []
 
 
-def test_a_sweep_launched_from_the_page_lands_rows(dash_duo, app, populated_store):
-    store = Store(populated_store["path"])
+def test_a_sweep_launched_from_the_page_lands_rows(dash_duo, app, store_path):
+    store = Store(store_path)
     before = {row[0] for row in store.query("SELECT id FROM sweeps")}
     dash_duo.start_server(app)
     dash_duo.driver.get(dash_duo.server_url + "/sweeps")
@@ -129,3 +140,26 @@ def test_a_sweep_launched_from_the_page_lands_rows(dash_duo, app, populated_stor
     assert config["source"]["origin"] == "dashboard"
     store.close()
     assert _severe(dash_duo) == []
+
+
+def test_a_running_sweep_can_be_cancelled_from_the_page(dash_duo, app, store_path):
+    store = Store(store_path)
+    before = {row[0] for row in store.query("SELECT id FROM sweeps")}
+    dash_duo.start_server(app)
+    dash_duo.driver.get(dash_duo.server_url + "/sweeps")
+    dash_duo.wait_for_element("#launch-btn", timeout=10)
+    _wait_idle(dash_duo)
+    dash_duo.select_dcc_dropdown("#launch-source", "layout: vgg19")
+    _set_input(dash_duo, "#launch-densities", "0.05,0.002")
+    dash_duo.find_element("#launch-btn").click()
+    deadline = time.time() + 30
+    while time.time() < deadline and not [r for r in store.query("SELECT id FROM sweeps") if r[0] not in before]:
+        time.sleep(0.2)
+    dash_duo.wait_for_element("#cancel-btn:not([disabled])", timeout=10).click()
+    dash_duo.wait_for_element("#launch-btn:not([disabled])", timeout=15)
+    [(sweep_id, total, status)] = [tuple(r) for r in store.query("SELECT id, total, status FROM sweeps")
+                                   if r[0] not in before]
+    landed = store.query("SELECT COUNT(*) FROM scenarios WHERE sweep_id=?", (sweep_id,))[0][0]
+    assert status == "running" and landed < total
+    assert "finished" not in dash_duo.find_element("#launch-status").text
+    store.close()
