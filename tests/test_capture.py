@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import traces
+from sidco.cli import main
 from sidco.store import Store
 
 
@@ -152,25 +153,28 @@ def test_capture_rejects_bad_arguments(tmp_path: Path) -> None:
     assert not (tmp_path / "t").exists()
 
 
-def test_sidco_capture_registers_the_trace(tmp_path: Path) -> None:
+def test_sidco_capture_registers_the_trace(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     store_path = tmp_path / "r.sqlite"
-    result = subprocess.run(
+    code = main(
         [
-            sys.executable, "-m", "sidco", "capture", "--workload", "resnet20", "--workers", "2",
-            "--iterations", "2", "--every", "1", "--width", "0.25", "--batch-size", "2",
-            "--out", str(tmp_path / "r20"), "--store", str(store_path), "--json",
-        ],
-        capture_output=True, text=True, timeout=300,
+            "capture", "--workload", "resnet20", "--workers", "2", "--iterations", "2", "--every", "1",
+            "--width", "0.25", "--batch-size", "2", "--out", str(tmp_path / "r20"), "--store", str(store_path), "--json",
+        ]
     )
-    assert result.returncode == 0, result.stderr
-    summary = json.loads(result.stdout)
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    summary = json.loads(out.out)
     assert summary["workers"] == 2 and summary["recorded_iterations"] == 2
     with Store(store_path) as store:
         rows = store.traces()
     assert len(rows) == 1 and rows[0]["id"] == summary["trace_id"] and rows[0]["numel"] == summary["numel"]
-    again = subprocess.run(
-        [sys.executable, "-m", "sidco", "capture", "--workload", "resnet20", "--iterations", "1", "--every", "1",
-         "--out", str(tmp_path / "r20"), "--store", str(store_path)],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert again.returncode == 2 and "already exists" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+    code = main(["capture", "--workload", "resnet20", "--iterations", "1", "--every", "1",
+                 "--out", str(tmp_path / "r20"), "--store", str(store_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "already exists" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sidco_capture_help_states_units() -> None:
+    result = subprocess.run([sys.executable, "-m", "sidco", "capture", "--help"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0
+    assert "seconds" in result.stdout and "samples per worker" in result.stdout

@@ -169,8 +169,9 @@ def run(args: argparse.Namespace) -> int:
             bucket_bytes=bucket_bytes, skip=frozenset(done),
         )
         skipped = len(names) * len(densities) - len(todo)
-        desc = f"replay ({skipped} combination(s) already stored)" if skipped else "replay"
-        with tqdm(total=len(todo) * expected, desc=desc, unit="call", file=sys.stderr, disable=None) as bar:
+        if skipped:
+            print(f"sidco replay: {skipped} combination(s) already stored in replay {replay_id}, skipped", file=sys.stderr)
+        with tqdm(total=len(todo) * expected, desc="replay", unit="call", file=sys.stderr, disable=None) as bar:
             batch: list[dict[str, Any]] = []
             for row in rows_iter:
                 batch.append(row)
