@@ -303,3 +303,47 @@ def test_csv_and_html_buttons_download_the_figure_they_sit_on(tmp_path):
         assert download["filename"] == name
         assert "sidco-e" in download["content"]
         assert kind == "html" or "speed-up,3.25,sidco-e" in download["content"].replace("\r", "")
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.floats(-1e12, 1e12, allow_nan=False), st.floats(-1e12, 1e12, allow_nan=False)),
+                max_size=40),
+       st.text(min_size=1, max_size=12))
+def test_figure_csv_has_one_row_per_plotted_point(points, name):
+    fig = figures.figure([{"type": "scatter", "name": name, "x": [p[0] for p in points], "y": [p[1] for p in points]}],
+                         "x (s)", "y (bytes)")
+    rows = list(csv.reader(io.StringIO(figure_csv(fig))))
+    assert len(rows) == 1 + len(points)
+    assert [(float(r[1]), float(r[2])) for r in rows[1:]] == [(float(x), float(y)) for x, y in points]
+    assert all(r[0] == name for r in rows[1:])
+
+
+def test_timeline_page_simulates_and_downloads_perfetto_json(populated_store, tmp_path):
+    from dashboard.app import create_app
+
+    app = create_app(populated_store["path"], cache_dir=tmp_path / "cache")
+    client = app.server.test_client()
+    values = {"timeline-source": f"trace:{populated_store['trace']}", "timeline-compressors": "sidco-e",
+              "timeline-density": "0.01", "timeline-nodes": "4", "timeline-bandwidth": "1Gbit",
+              "timeline-latency": "50us", "timeline-topology": "ring", "timeline-fidelity": "des"}
+    response = client.post("/_dash-update-component", json={
+        "output": '..{"fig":"timeline-gantt","type":"graph"}.figure...timeline-message.children...timeline-data.data..',
+        "outputs": [{"id": {"fig": "timeline-gantt", "type": "graph"}, "property": "figure"},
+                    {"id": "timeline-message", "property": "children"}, {"id": "timeline-data", "property": "data"}],
+        "inputs": [{"id": k, "property": "value", "value": v} for k, v in values.items()],
+        "state": [], "changedPropIds": ["timeline-nodes.value"]})
+    assert response.status_code == 200
+    body = response.get_json()["response"]
+    trace = body["timeline-data"]["data"]
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["pid"] for e in spans} == {0, 1, 2, 3}
+    gantt = body['{"fig":"timeline-gantt","type":"graph"}']["figure"]
+    assert sum(len(t["x"]) for t in gantt["data"]) == len(spans)
+    assert gantt["layout"]["xaxis"]["title"]["text"] == "time since iteration start (ms)"
+    download = client.post("/_dash-update-component", json={
+        "output": "timeline-perfetto.data", "outputs": {"id": "timeline-perfetto", "property": "data"},
+        "inputs": [{"id": "timeline-perfetto-btn", "property": "n_clicks", "value": 1}],
+        "state": [{"id": "timeline-data", "property": "data", "value": trace}],
+        "changedPropIds": ["timeline-perfetto-btn.n_clicks"]}).get_json()["response"]["timeline-perfetto"]["data"]
+    assert download["filename"].endswith(".json")
+    assert json.loads(download["content"])["traceEvents"] == trace["traceEvents"]
