@@ -14,6 +14,7 @@ from typing import Any
 
 import simulator
 from sidco.store import DEFAULT_PATH, Store
+from simulator.profile import density_key
 from simulator.scenario import COMPRESS_ON, TOPOLOGIES
 from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
 from simulator.workload import BUCKET_MODES
@@ -128,36 +129,51 @@ def load_source(args: argparse.Namespace) -> tuple[simulator.Workload, Any, dict
 
 
 def stored_replay_rows(store: Store, trace: Any, pairs: list[tuple[str, float]]) -> list[Any]:
-    """Replay rows of the latest replay of ``trace`` in the store covering every pair, or []."""
+    """Replay rows of ``trace`` in the store for each of ``pairs`` (from the newest replay that has it)."""
     found = store.query("SELECT id FROM traces WHERE path=?", (str(Path(trace).resolve()),))
     if not found:
         return []
+    wanted = {(c, density_key(d)) for c, d in pairs}
+    rows: list[Any] = []
     for replay in store.query("SELECT id FROM replays WHERE trace_id=? ORDER BY created DESC, id DESC", (found[0]["id"],)):
-        rows = store.query("SELECT * FROM replay_rows WHERE replay_id=?", (replay["id"],))
-        have = {(r["compressor"], simulator.profile.density_key(r["density"])) for r in rows}
-        if all((c, simulator.profile.density_key(d)) in have for c, d in pairs):
-            return rows
-    return []
+        for row in store.query("SELECT * FROM replay_rows WHERE replay_id=?", (replay["id"],)):
+            if (row["compressor"], density_key(row["density"])) in wanted:
+                rows.append(row)
+        wanted -= {(r["compressor"], density_key(r["density"])) for r in rows}
+        if not wanted:
+            break
+    return rows
 
 
 def build_profile(
     store: Store, trace: Any, pairs: list[tuple[str, float]], device: str
 ) -> simulator.CompressionProfile | None:
-    """Compression costs for ``pairs``: the store's replay results of the trace when they
-    cover them, else measured now by running the compressors (trace or synthetic data)."""
+    """Compression costs for ``pairs``: the store's replay results of the trace where they
+    exist, the rest measured now by running the compressors (on the trace, or on synthetic
+    Laplace gradients for layouts)."""
     pairs = [(c, d) for c, d in pairs if c != "none"]
     if not pairs:
         return None
-    names = sorted({c for c, _ in pairs})
-    densities = sorted({d for _, d in pairs})
+    costs: dict = {}
+    sources = []
     if trace is not None:
         rows = stored_replay_rows(store, trace, pairs)
         if rows:
-            return simulator.CompressionProfile.from_replay_rows(rows, source="results store replay")
-        print(f"profiling {', '.join(names)} on the trace ({device}) ...", file=sys.stderr)
-        return simulator.CompressionProfile.from_trace(trace, names, densities, device=device)
-    print(f"profiling {', '.join(names)} on synthetic Laplace gradients ({device}) ...", file=sys.stderr)
-    return simulator.CompressionProfile.synthetic(names, densities, device=device)
+            costs.update(simulator.CompressionProfile.from_replay_rows(rows).costs)
+            sources.append("results store replay")
+    missing = [(c, d) for c, d in pairs if (c, density_key(d)) not in costs]
+    if missing:
+        names = sorted({c for c, _ in missing})
+        densities = sorted({d for _, d in missing})
+        where = "the trace" if trace is not None else "synthetic Laplace gradients"
+        print(f"profiling {', '.join(names)} on {where} ({device}) ...", file=sys.stderr)
+        if trace is not None:
+            measured = simulator.CompressionProfile.from_trace(trace, names, densities, device=device)
+        else:
+            measured = simulator.CompressionProfile.synthetic(names, densities, device=device)
+        costs.update({k: v for k, v in measured.costs.items() if k not in costs})
+        sources.append(measured.source)
+    return simulator.CompressionProfile(costs, "; ".join(sources))
 
 
 def load_calibration(store: Store, wanted: bool) -> simulator.Calibration | None:
