@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 
 from sidco.store import DEFAULT_PATH
@@ -37,7 +38,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"invalid port {args.port}: must be 1-65535")
     from dashboard import create_app
 
-    app = create_app(args.store)
+    try:
+        app = create_app(args.store)
+    except sqlite3.DatabaseError as exc:
+        raise ValueError(f"{args.store}: not a results store ({exc})") from None
     url = f"http://{args.host}:{args.port}/"
     if args.json:
         print(json.dumps({"url": url, "store": args.store}), flush=True)

@@ -283,6 +283,16 @@ def test_cli_help_and_bad_port(capsys):
     assert "invalid port 70000" in capsys.readouterr().err
 
 
+def test_cli_rejects_a_file_that_is_not_a_store(tmp_path, capsys):
+    from sidco.cli import main
+
+    bogus = tmp_path / "notes.sqlite"
+    bogus.write_text("not a database " * 100)
+    assert main(["dashboard", "--store", str(bogus)]) == 2
+    err = capsys.readouterr().err
+    assert "not a results store" in err and len(err.strip().splitlines()) == 1
+
+
 def test_csv_and_html_buttons_download_the_figure_they_sit_on(tmp_path):
     from dashboard.app import create_app
 
