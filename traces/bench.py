@@ -1,0 +1,155 @@
+"""Benchmarks of the traces package; prints JSON lines and a summary (see BENCHMARKS.md).
+
+``python -m traces.bench capture``  capture overhead of the Recorder at every-10th iteration:
+    the same training loop with and without a recorder, alternated block by block in one run,
+    ratio of mean step times (recorder blocks include opening and closing their trace).
+``python -m traces.bench replay``   replay throughput: GB of float32 gradient compressed per
+    second of compress time, per compressor and density, on this machine's CPU (or --device).
+``python -m traces.bench open``     seconds to open a ≈1 GB trace (written to a temporary
+    directory, deleted afterwards) and to read one gradient of it.
+``python -m traces.bench all``      all three.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import compressors
+import traces
+from traces.recorder import Recorder
+from traces.replay import replay
+
+
+def _emit(record: dict[str, Any]) -> None:
+    print(json.dumps(record, sort_keys=True), flush=True)
+
+
+def _steps(workload: traces.workloads.Workload, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+           batches, count: int, recorder: Recorder | None) -> None:
+    for _ in range(count):
+        x, y = next(batches)
+        optimizer.zero_grad()
+        workload.loss(model(x), y).backward()
+        if recorder is not None:
+            recorder.capture()
+            with recorder.optimizer():
+                optimizer.step()
+            recorder.step()
+        else:
+            optimizer.step()
+
+
+def capture_overhead(workload: str = "resnet20", rounds: int = 4, block: int = 20, every: int = 10) -> dict[str, Any]:
+    """Mean step time (s) with and without a Recorder recording every ``every``-th step, alternated."""
+    plain_work = traces.workloads.build(workload)
+    rec_work = traces.workloads.build(workload)
+    plain_opt, rec_opt = plain_work.optimizer(), rec_work.optimizer()
+    plain_batches, rec_batches = plain_work.batches(0, 1), rec_work.batches(0, 1)
+    _steps(plain_work, plain_work.model, plain_opt, plain_batches, 3, None)
+    _steps(rec_work, rec_work.model, rec_opt, rec_batches, 3, None)
+    plain_s: list[float] = []
+    recorded_s: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for index in range(rounds):
+            start = time.perf_counter()
+            _steps(plain_work, plain_work.model, plain_opt, plain_batches, block, None)
+            plain_s.append((time.perf_counter() - start) / block)
+            start = time.perf_counter()
+            recorder = Recorder(rec_work.model, Path(tmp) / f"t{index}", every=every, batch_size=rec_work.batch_size)
+            _steps(rec_work, rec_work.model, rec_opt, rec_batches, block, recorder)
+            recorder.close()
+            recorded_s.append((time.perf_counter() - start) / block)
+    plain, recorded = statistics.mean(plain_s), statistics.mean(recorded_s)
+    return {
+        "bench": "capture_overhead",
+        "workload": workload,
+        "every": every,
+        "steps_per_arm": rounds * block,
+        "plain_step_s": plain,
+        "recorded_step_s": recorded,
+        "overhead_ratio": recorded / plain - 1.0,
+        "paired_ratios": [r / p - 1.0 for p, r in zip(plain_s, recorded_s)],
+    }
+
+
+def replay_throughput(numel: int = 2_621_440, densities: tuple[float, ...] = (0.01, 0.001), device: str = "cpu",
+                      names: list[str] | None = None) -> list[dict[str, Any]]:
+    """GB/s of float32 gradient per second of compress time, per compressor and density."""
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = traces.synthetic(Path(tmp) / "t", "gamma", numel=numel, workers=2, iterations=3, seed=0)
+        for name in names or compressors.names():
+            for density in densities:
+                rows = list(replay(trace, [name], [density], device=device))
+                compress_s = sum(r["compress_s"] for r in rows)
+                decompress_s = sum(r["decompress_s"] for r in rows)
+                gbytes = 4 * sum(r["numel"] for r in rows) / 1e9
+                results.append({
+                    "bench": "replay_throughput", "compressor": name, "density": density, "numel": numel,
+                    "calls": len(rows), "device": device,
+                    "compress_gb_per_s": gbytes / compress_s,
+                    "decompress_gb_per_s": gbytes / decompress_s if decompress_s else None,
+                    "mean_achieved_over_target": statistics.mean(r["achieved_over_target"] for r in rows),
+                })
+    return results
+
+
+def open_time(gigabytes: float = 1.0, workers: int = 4, iterations: int = 2, repeats: int = 5) -> dict[str, Any]:
+    """Seconds to open a trace of ``gigabytes`` GB (10^9 bytes) and to read one gradient of it."""
+    numel = int(gigabytes * 1e9 / (4 * workers * iterations))
+    tmp = tempfile.mkdtemp()
+    try:
+        start = time.perf_counter()
+        traces.synthetic(Path(tmp) / "big", "laplace", numel=numel, workers=workers, iterations=iterations, seed=0)
+        write_s = time.perf_counter() - start
+        size = sum(f.stat().st_size for f in (Path(tmp) / "big").iterdir())
+        opens = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            trace = traces.open(Path(tmp) / "big")
+            opens.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        trace.gradient(trace.iterations[-1], workers - 1)
+        read_s = time.perf_counter() - start
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "bench": "open_time", "trace_bytes": size, "files": iterations, "workers": workers,
+        "open_s_first": opens[0], "open_s_median": statistics.median(opens), "write_s": write_s,
+        "read_one_gradient_s": read_s, "gradient_bytes": 4 * numel,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry: run the chosen benchmark(s) and print JSON lines."""
+    parser = argparse.ArgumentParser(prog="python -m traces.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("which", choices=["capture", "replay", "open", "all"])
+    parser.add_argument("--device", default="cpu", help="device for the replay benchmark (cpu, cuda)")
+    parser.add_argument("--numel", type=int, default=2_621_440, help="elements per replayed gradient (default 10 MB fp32)")
+    parser.add_argument("--workload", default="resnet20", help="workload of the capture benchmark")
+    parser.add_argument("--gigabytes", type=float, default=1.0, help="size of the trace for the open benchmark (10^9 bytes)")
+    args = parser.parse_args(argv)
+    _emit({"bench": "machine", "platform": platform.platform(), "processor": platform.processor(),
+           "torch": torch.__version__, "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
+    if args.which in ("capture", "all"):
+        _emit(capture_overhead(args.workload))
+    if args.which in ("replay", "all"):
+        for record in replay_throughput(args.numel, device=args.device):
+            _emit(record)
+    if args.which in ("open", "all"):
+        _emit(open_time(args.gigabytes))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
