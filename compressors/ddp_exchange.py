@@ -25,12 +25,10 @@ allocated here, never from the future's value.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.distributed as dist
 
-GatherMethod = Literal["auto", "single", "into_tensor"]
 GATHER_METHODS: tuple[str, ...] = ("auto", "single", "into_tensor")
 
 COUNT_BYTES = 8

@@ -154,7 +154,7 @@ def test_hook_trains_two_gloo_ranks(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_hook_trains_four_gloo_ranks(tmp_path):
-    names = ["topk", "sidco-e"]
+    names = ["none", "topk", "sidco-e", "dgc"]
     _check(_run(tmp_path, 4, names), names, 4)
 
 
