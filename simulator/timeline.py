@@ -19,15 +19,16 @@ import numpy as np
 from simulator.iteration import Prepared, Record
 
 MAX_WORKERS = 64
+SLOWEST = 8
 
 
 def events(prep: Prepared, rec: Record, max_workers: int = MAX_WORKERS) -> list[dict[str, Any]]:
-    """The events of the first ``max_workers`` workers (plus every slower-than-median one)."""
+    """The events of the first ``max_workers`` workers and of the ``SLOWEST`` slowest ones."""
     sc = prep.scenario
     on_compute = sc.compress_on == "compute"
     n_b, p = rec.ready.shape
-    median = float(np.median(prep.scale))
-    chosen = [w for w in range(p) if w < max_workers or prep.scale[w] > median * 1.000001]
+    slowest = np.argsort(-prep.scale, kind="stable")[:SLOWEST]
+    chosen = sorted(set(range(min(p, max_workers))) | {int(w) for w in slowest})
     compute_end = rec.ready[-1] if on_compute else rec.backward_end[-1]
     comm_end = rec.decompress_end.max(axis=0)
     out: list[dict[str, Any]] = []
