@@ -242,3 +242,30 @@ def test_sweep_bad_input_is_one_line(tmp_path, trace_dir, extra, message, capsys
     assert main(["sweep", "--trace", str(trace_dir), "--store", str(tmp_path / "r.sqlite"), *extra]) == 2
     err = capsys.readouterr().err
     assert err.strip().count("\n") == 0 and message in err
+
+
+def test_simulate_uses_the_latest_calibration(tmp_path, trace_dir, capsys):
+    store = tmp_path / "r.sqlite"
+    argv = ["simulate", "--trace", str(trace_dir), "--nodes", "8", "--bandwidth", "1Gbit", "--fidelity", "analytic",
+            "--bucket-mode", "single", "--store", str(store), "--json"]
+    assert main(argv + ["--calibration"]) == 2
+    assert "no calibration" in capsys.readouterr().err
+    assert main(argv) == 0
+    plain = json.loads(capsys.readouterr().out)
+    with Store(store) as s:
+        s.insert_many("calibrations", [{"created": time.time(), "alpha_s": 1e-3, "beta_s_per_byte": 1.6e-8,
+                                        "efficiency": 0.5, "source_json": "{}"}])
+    assert main(argv + ["--calibration"]) == 0
+    calibrated = json.loads(capsys.readouterr().out)
+    n, p = plain["dense_bytes"], 8
+    expected = 2 * (p - 1) * (50e-6 + 1e-3) + 2 * (p - 1) / p * n / (0.5 * 1e9 / 8)
+    assert calibrated["exposed_comm_s"] == pytest.approx(expected, rel=1e-9)
+    assert calibrated["iteration_s"] > plain["iteration_s"]
+
+
+def test_unreachable_dask_scheduler_is_a_one_line_error(tmp_path, trace_dir, capsys):
+    argv = ["sweep", "--trace", str(trace_dir), "--nodes", "2", "--bandwidth", "1Gbit", "--compressors", "none",
+            "--store", str(tmp_path / "r.sqlite"), "--dask", "tcp://127.0.0.1:9", "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sidco sweep: error:") and err.strip().count("\n") == 0
