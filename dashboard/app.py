@@ -32,18 +32,20 @@ def _nav(pathname: str) -> list:
 def create_app(store_path: str | Path, cache_dir: str | Path | None = None) -> Dash:
     """Build the dashboard over the store at ``store_path``.
 
-    ``cache_dir`` holds the background-callback cache (a fresh temporary
-    directory if not given). The compressor and layout registries (which import
+    ``cache_dir`` holds the background-callback cache (a temporary directory,
+    removed when the process exits, if not given). The compressor and layout registries (which import
     torch) are loaded here, once, so the first page load does not pay for them.
     """
     reader = StoreReader(store_path)
     reader.store()
     projection.compressor_names()
     projection.layout_names()
-    cache = diskcache.Cache(str(cache_dir or tempfile.mkdtemp(prefix="sidco-dashboard-")))
+    scratch = None if cache_dir else tempfile.TemporaryDirectory(prefix="sidco-dashboard-")
+    cache = diskcache.Cache(str(cache_dir or scratch.name))
     manager = DiskcacheManager(cache)
     app = Dash(__name__, title="SIDCo testbed", assets_folder=str(ASSETS), suppress_callback_exceptions=True,
                background_callback_manager=manager)
+    app.sidco_scratch = scratch  # lives (and is removed at exit) with the app
     app.layout = html.Div([
         dcc.Location(id="url"),
         html.Header(className="topbar", children=[
