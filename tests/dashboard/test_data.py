@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+import time
 
 import numpy as np
 import pytest
@@ -357,3 +358,40 @@ def test_timeline_page_simulates_and_downloads_perfetto_json(populated_store, tm
         "changedPropIds": ["timeline-perfetto-btn.n_clicks"]}).get_json()["response"]["timeline-perfetto"]["data"]
     assert download["filename"].endswith(".json")
     assert json.loads(download["content"])["traceEvents"] == trace["traceEvents"]
+
+
+def test_sidco_dashboard_serves_on_loopback_and_prints_its_address(populated_store):
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sidco", "dashboard", "--store", str(populated_store["path"]), "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert f"http://127.0.0.1:{port}/" in line
+        deadline = time.time() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+                    assert response.status == 200 and "SIDCo testbed" in response.read().decode()
+                break
+            except OSError:
+                assert time.time() < deadline and process.poll() is None
+                time.sleep(0.3)
+        listening = []
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with open(table) as lines:
+                for line in list(lines)[1:]:
+                    local, state = line.split()[1], line.split()[3]
+                    if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                        listening.append(local.rsplit(":", 1)[0])
+        assert listening == ["0100007F"]  # 127.0.0.1 only (little-endian hex), no IPv6 or wildcard
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
