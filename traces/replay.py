@@ -42,7 +42,6 @@ from typing import Any
 import torch
 
 import compressors as compressor_lib
-from traces.errors import TraceError
 from traces.reader import Trace, open_trace
 
 COLUMNS = (
@@ -131,7 +130,7 @@ def replay(
     ``options`` maps a compressor name to extra keyword options of
     :func:`compressors.create`. Rows of one combination are consecutive, in
     (iteration, worker, bucket) order. Arguments are checked before this returns
-    (``ValueError``, :class:`TraceError`); the work happens as the iterator is consumed.
+    (``ValueError``, :class:`traces.TraceError`); the work happens as the iterator is consumed.
     """
     if not isinstance(trace, Trace):
         trace = open_trace(trace)
@@ -215,4 +214,4 @@ def _combination(
                 }
 
 
-__all__ = ["COLUMNS", "TraceError", "buckets", "calls_per_combination", "replay"]
+__all__ = ["COLUMNS", "buckets", "calls_per_combination", "replay"]

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+import torch
 from tqdm import tqdm
 
 import traces
@@ -36,6 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--width", type=float, help="width multiplier of the model (default: the workload's CPU default)")
     parser.add_argument("--batch-size", type=int, help="samples per worker per step (default: the workload's)")
     parser.add_argument("--lr", type=float, help="SGD learning rate (default: the workload's)")
+    parser.add_argument(
+        "--threads", type=int, help="torch intra-op CPU threads (default: torch's choice; 1 is steadier on a busy machine)"
+    )
     parser.add_argument("--force", action="store_true", help="replace an existing trace at --out")
     parser.add_argument("--store", default=str(DEFAULT_PATH), help=f"results store, SQLite file (default {DEFAULT_PATH})")
     parser.add_argument("--json", action="store_true", help="print the trace summary as JSON on stdout")
@@ -44,6 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Capture the trace, register it, print a summary."""
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"invalid --threads {args.threads}: must be >= 1")
+        torch.set_num_threads(args.threads)
     bar = tqdm(total=args.iterations, desc=f"capture {args.workload}", unit="it", file=sys.stderr, disable=None)
 
     def progress(iteration: int, loss: float) -> None:
