@@ -158,8 +158,11 @@ def sparse_allgather_sum(
             raises ``ValueError`` naming the failed ranks, so nobody waits for phase 2.
 
     Phase 1 (counts) is waited for here: the padded size must be known on the host to
-    allocate phase 2's buffers (on CUDA this is one device-to-host sync). Phase 2 is
-    asynchronous; the returned :class:`SparseExchange` carries its future.
+    allocate phase 2's buffers (on CUDA this is one device-to-host sync), and issuing
+    phase 2 from the calling thread keeps every rank's collectives in the same order
+    (launching it from a completion callback could interleave two buckets' collectives
+    differently on different ranks). Phase 2 is asynchronous; the returned
+    :class:`SparseExchange` carries its future.
 
     Every rank must call this with the same ``numel``, ``gather`` and value dtype, and
     every rank must send at least one element: an all-zero count everywhere would ask
