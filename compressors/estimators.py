@@ -48,16 +48,17 @@ def gpareto_threshold(mu: torch.Tensor, var: torch.Tensor, p: float) -> torch.Te
 
     ``r = μ²/v``, ``ξ = ½(1 − r)``, ``σ = ½·μ·(r + 1)``, ``η = (σ/ξ)(p^(−ξ) − 1)``, written as
     ``σ·expm1(−ξ ln p)/ξ``; for ``|ξ| < XI_EPS`` the limit ``σ·ln(1/p)``. ``v = 0`` (constant or
-    single-element data) falls back to the exponential fit (``ξ = 0``, ``σ = μ``).
+    single-element data) takes the ``v → 0`` limit ``η = μ`` (the upper end of the fitted support).
     """
     log_p = math.log(p)
     degenerate = ~(var > 0) | ~torch.isfinite(mu * mu / var)
-    r = torch.where(degenerate, torch.ones_like(mu), mu * mu / torch.where(degenerate, torch.ones_like(var), var))
+    r = mu * mu / torch.where(degenerate, torch.ones_like(var), var)
     xi = 0.5 * (1.0 - r)
     sigma = 0.5 * mu * (r + 1.0)
     near_zero = xi.abs() < XI_EPS
     safe_xi = torch.where(near_zero, torch.ones_like(xi), xi)
-    return torch.where(near_zero, -sigma * log_p, sigma * torch.expm1(-xi * log_p) / safe_xi)
+    eta = torch.where(near_zero, -sigma * log_p, sigma * torch.expm1(-xi * log_p) / safe_xi)
+    return torch.where(degenerate, mu, eta)
 
 
 def gamma_shape(mu: torch.Tensor, mean_log: torch.Tensor) -> torch.Tensor:

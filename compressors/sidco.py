@@ -9,15 +9,17 @@ generalized Pareto law) and sets ``η_m = η_{m−1} + threshold(p_m)`` with
 
 Tie rule: an element is sent when ``|g| > η`` (strictly greater), where ``η`` is first rounded to
 the gradient's dtype; ``Sparse.threshold`` reports that rounded ``η``.
-Guards: if a stage leaves no exceedances, stages stop and the last threshold that selected
-something is kept; if even stage 1 selects nothing (e.g. an all-zero or constant gradient), the
+Guards: stages stop when fewer than two exceedances are left to fit (a single exceedance has no
+variance) or when a stage would leave no exceedances, keeping the last threshold that selected
+something; if even stage 1 selects nothing (e.g. an all-zero or constant gradient), the
 single largest ``|g|`` (lowest index among ties) is sent. NaN/Inf raise ``ValueError``.
 Two backends compute the same thing: fused C kernels (:mod:`compressors.native`: one pass for
 the stage-1 statistics, one for the selection) for contiguous float32 CPU tensors, and plain torch
 ops (any device, any floating dtype, no device->host sync except the one sizing each stage's
 selection).
 When the statistics or the threshold overflow (huge finite ``|g|``), the selection is computed on
-``g / max|g|`` (all three fits are scale-equivariant) and the threshold scaled back.
+``g / 2^⌈log₂ max|g|⌉`` (all three fits are scale-equivariant; a power of two keeps it exact) and
+the threshold scaled back.
 """
 
 from __future__ import annotations
@@ -134,6 +136,8 @@ class SIDCo(Compressor):
             return self._degenerate(grad, threshold)
         used = 1
         for p in probs[1:]:
+            if mags.numel() < 2:
+                break
             shift = float(threshold)
             tail = native.stats(mags, absolute=False, shift=shift, squares=self.tail_needs_var)
             count = mags.numel()
@@ -168,6 +172,8 @@ class SIDCo(Compressor):
             return self._degenerate(grad, threshold)
         used = 1
         for p in probs[1:]:
+            if selected.numel() < 2:
+                break
             exceed = a.index_select(0, selected)
             excess = exceed - threshold
             mean = estimators.mean(excess)
@@ -198,17 +204,19 @@ class SIDCo(Compressor):
     def _degenerate(self, grad: torch.Tensor, threshold: torch.Tensor | None) -> Sparse:
         """Stage 1 selected nothing, or its statistics overflowed (``threshold`` is then ``None``).
 
-        NaN/Inf raise; overflow of finite data re-runs on ``grad / max|g|`` (all fits are
-        scale-equivariant); otherwise (flat data) the largest ``|g|`` is sent.
+        NaN/Inf raise; overflow of finite data re-runs on ``grad / 2^⌈log₂ max|g|⌉`` (all fits are
+        scale-equivariant; dividing by a power of two keeps every comparison exact); otherwise (flat
+        data) the largest ``|g|`` is sent.
         """
         raise_if_not_finite(grad)
         a = grad.abs()
-        scale = torch.amax(a)
+        top = float(torch.amax(a))
         overflow = threshold is None or not bool(torch.isfinite(threshold))
-        if overflow and bool(scale > 0):
+        if overflow and top > 0:
+            scale = math.ldexp(1.0, math.frexp(top)[1])  # a power of two: scaling is exact
             probs = stage_probabilities(self.density, self.stages, self.first_ratio)
             scaled = self._compress_torch(grad / scale, probs)
-            back = (scaled.threshold_tensor.double() * scale.double()).to(grad.dtype)
+            back = (scaled.threshold_tensor.double() * scale).to(grad.dtype)
             return Sparse(grad.index_select(0, scaled.indices), scaled.indices, grad.numel(), back, scaled.stages)
         selected = argmax_fallback(a)
         return Sparse(grad.index_select(0, selected), selected, grad.numel(), threshold, 1)

@@ -1,0 +1,129 @@
+"""Property-based tests (hypothesis) over sizes, dtypes, densities and odd values, for every
+compressor and both SIDCo backends."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import compressors
+from compressors import native
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+PROFILE = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def gradients(draw) -> torch.Tensor:
+    """1-D gradients: random sizes and dtypes; Laplace/Gaussian bodies, zeros, constants, huge or
+    tiny scales, ties, a few spikes."""
+    n = draw(st.integers(1, 5000))
+    dtype = DTYPES[draw(st.sampled_from(sorted(DTYPES)))]
+    seed = draw(st.integers(0, 2**31 - 1))
+    kind = draw(st.sampled_from(["laplace", "gaussian", "zeros", "constant", "ties", "spiky"]))
+    gen = np.random.default_rng(seed)
+    if kind == "laplace":
+        x = gen.laplace(size=n)
+    elif kind == "gaussian":
+        x = gen.standard_normal(n)
+    elif kind == "zeros":
+        x = np.zeros(n)
+    elif kind == "constant":
+        x = np.full(n, draw(st.sampled_from([-2.5, 1e-3, 7.0])))
+    elif kind == "ties":
+        x = gen.integers(-3, 4, size=n).astype(np.float64)
+    else:
+        x = np.zeros(n)
+        x[gen.integers(0, n, size=max(1, n // 100))] = gen.standard_normal(max(1, n // 100)) * 100
+    limit = {torch.float32: 1e30, torch.float16: 50.0, torch.bfloat16: 1e30}[dtype]  # stays finite
+    scale = draw(st.sampled_from([1.0, 1e-6, 1e-30, limit]))
+    if dtype == torch.float16 and scale < 1e-4:
+        scale = 1e-4
+    return torch.from_numpy(x * scale).to(dtype)
+
+
+def check_selection(name: str, c: compressors.Compressor, g: torch.Tensor) -> compressors.Sparse:
+    s = c.compress(g)
+    assert s.numel == g.numel()
+    assert s.values.dtype == g.dtype and s.values.device == g.device
+    assert 1 <= s.selected <= g.numel(), "non-empty gradient, empty selection"
+    assert torch.equal(s.values, g[s.indices])
+    if name != "none":
+        assert torch.all(s.indices[1:] > s.indices[:-1]), "indices ascending and unique"
+    assert s.wire_bytes() > 0
+    dense = c.decompress(s)
+    assert dense.shape == g.shape and dense.dtype == g.dtype
+    assert torch.equal(dense[s.indices], s.values)
+    assert int(torch.count_nonzero(dense)) <= s.selected
+    return s
+
+
+@pytest.mark.parametrize("name", compressors.names())
+@PROFILE
+@given(g=gradients(), density=st.sampled_from([1.0, 0.5, 0.1, 0.01, 0.001]))
+def test_any_gradient_gives_a_valid_selection(name, g, density):
+    check_selection(name, compressors.create(name, density=density), g)
+
+
+@pytest.mark.parametrize("name", ["sidco-e", "sidco-p", "sidco-gp"])
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@PROFILE
+@given(g=gradients(), density=st.sampled_from([0.5, 0.1, 0.01, 0.001]), stages=st.integers(1, 4))
+def test_sidco_selection_is_exactly_above_threshold(name, backend, g, density, stages):
+    c = compressors.create(name, density=density, stages=stages, backend=backend)
+    s = check_selection(name, c, g)
+    a = g.abs().float()
+    thr = s.threshold
+    assert thr is not None and 1 <= s.stages <= stages
+    above = torch.nonzero(a > thr).squeeze(1)
+    if above.numel():
+        assert torch.equal(above, s.indices), "selection is exactly {|g| > threshold}"
+    else:
+        # nothing strictly above: the single first largest element is sent
+        assert s.selected == 1 and int(s.indices[0]) == int(torch.argmax(a))
+
+
+@pytest.mark.skipif(native.library() is None, reason="no C compiler for the native kernels")
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 300_000), seed=st.integers(0, 10_000), density=st.sampled_from([0.1, 0.01, 0.001]),
+       stages=st.integers(1, 4), name=st.sampled_from(["sidco-e", "sidco-p", "sidco-gp"]))
+def test_native_and_torch_backends_agree(n, seed, density, stages, name):
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.randn(n, generator=gen) * torch.rand(n, generator=gen) ** 3
+    fast = compressors.create(name, density=density, stages=stages).compress(g)
+    slow = compressors.create(name, density=density, stages=stages, backend="torch").compress(g)
+    assert math.isclose(fast.threshold, slow.threshold, rel_tol=1e-4)
+    assume(fast.threshold == slow.threshold)  # equal rounded thresholds must give equal selections
+    assert fast.stages == slow.stages
+    assert torch.equal(fast.indices, slow.indices)
+
+
+@pytest.mark.parametrize("name", compressors.names())
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 3000), position=st.integers(0, 10**6), bad=st.sampled_from(["nan", "inf", "-inf"]),
+       dtype=st.sampled_from(sorted(DTYPES)))
+def test_non_finite_values_always_raise(name, n, position, bad, dtype):
+    g = torch.randn(n).to(DTYPES[dtype])
+    g[position % n] = float(bad)
+    with pytest.raises(ValueError, match="NaN|Inf"):
+        compressors.create(name, density=0.1).compress(g)
+
+
+@settings(max_examples=30, deadline=None)
+@given(steps=st.integers(1, 6), n=st.integers(1, 2000), density=st.sampled_from([0.5, 0.05, 0.01]),
+       name=st.sampled_from(compressors.names()), seed=st.integers(0, 1000))
+def test_error_feedback_conservation_property(steps, n, density, name, seed):
+    gen = torch.Generator().manual_seed(seed)
+    ef = compressors.ErrorFeedback(compressors.create(name, density=density))
+    total_in = torch.zeros(n, dtype=torch.float64)
+    total_out = torch.zeros(n, dtype=torch.float64)
+    for _ in range(steps):
+        g = torch.randn(n, generator=gen, dtype=torch.float64)
+        total_in += g
+        total_out += ef.decompress(ef.compress(g, key="k"))
+    assert torch.allclose(total_out + ef.residual("k"), total_in, atol=1e-9)
