@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
+from simulator.interference import advance_one, work_done
 from simulator.iteration import Prepared, Record
 from simulator.links import Fabric
 
@@ -32,15 +33,35 @@ def run_des(prep: Prepared) -> Record:
     ready = np.empty((n_b, p))
     pending = [p] * n_b
     all_ready = [env.event() for _ in range(n_b)]
+    slowdown = sc.interference
+    intervals: list[list[tuple[float, float]]] = [[] for _ in range(p)]
+    busy = [False] * p
+
+    def run(w: int, work: float):
+        """Compute ``work`` s; with interference, slower inside this worker's transfers
+        (the communication process interrupts when it schedules a new transfer)."""
+        if not slowdown:
+            yield env.timeout(work)
+            return
+        begun, left = env.now, work
+        while True:
+            busy[w] = True
+            try:
+                yield env.timeout(max(0.0, advance_one(env.now, left, intervals[w], slowdown) - env.now))
+                busy[w] = False
+                return
+            except simpy.Interrupt:
+                left = max(0.0, left - work_done(begun, env.now, intervals[w], slowdown))
+                begun = env.now
 
     def compute(w: int):
         yield env.timeout(sc.workload.forward_s * scale[w])
         fwd_end[w] = env.now
         for b in range(n_b):
-            yield env.timeout(prep.backward_s[b] * scale[w])
+            yield from run(w, prep.backward_s[b] * scale[w])
             bwd_end[b, w] = env.now
             if on_compute:
-                yield env.timeout(prep.compress_s[b, w])
+                yield from run(w, prep.compress_s[b, w])
             ready[b, w] = env.now
             pending[b] -= 1
             if not pending[b]:
@@ -50,6 +71,7 @@ def run_des(prep: Prepared) -> Record:
     fabric = Fabric(ranks, prep.flat, gpus=sc.gpus_per_node, intra=prep.intra)
     start = np.empty((n_b, p))
     comp_end = np.empty((n_b, p))
+    joined = np.empty((n_b, p))
     xfer_end = np.empty((n_b, p))
     dec_end = np.empty((n_b, p))
 
@@ -65,13 +87,17 @@ def run_des(prep: Prepared) -> Record:
                 entry = fabric.run(phase.plan, phase.nbytes, entry, phase.sizes)
             start[b] = begin
             xfer_end[b] = entry[:p]
+            joined[b] = np.minimum(comp_end[b].max(), xfer_end[b])
             dec_end[b] = entry[:p] + prep.decompress_s[b]
             free = entry
             free[:p] = dec_end[b]
+            if slowdown:
+                for w in range(p):
+                    intervals[w].append((float(joined[b, w]), float(xfer_end[b, w])))
+                    if busy[w]:
+                        workers[w].interrupt()
 
-    for w in range(p):
-        env.process(compute(w))
+    workers = [env.process(compute(w)) for w in range(p)]
     env.process(communicate())
     env.run()
-    joined = np.minimum(comp_end.max(axis=1, keepdims=True), xfer_end)
     return Record(fwd_end, bwd_end, ready, start, comp_end, joined, xfer_end, dec_end)

@@ -19,6 +19,7 @@ import numpy as np
 
 from simulator import plans
 from simulator.collectives import analytic_time, ring_allgather_uneven
+from simulator.interference import advance
 from simulator.links import Level
 from simulator.scenario import Scenario
 
@@ -187,19 +188,20 @@ def run_analytic(prep: Prepared) -> Record:
     n_b, p = prep.compress_s.shape
     on_compute = sc.compress_on == "compute"
     fwd_end = sc.workload.forward_s * scale
-    bwd_end = fwd_end + np.cumsum(prep.backward_s)[:, None] * scale
-    if on_compute:
-        bwd_end = bwd_end + np.cumsum(prep.compress_s, axis=0) - prep.compress_s
-        ready = bwd_end + prep.compress_s
-    else:
-        ready = bwd_end
+    bwd_end = np.empty((n_b, p))
+    ready = np.empty((n_b, p))
     start = np.empty((n_b, p))
     comp_end = np.empty((n_b, p))
     xfer_start = np.empty((n_b, p))
     xfer_end = np.empty((n_b, p))
     dec_end = np.empty((n_b, p))
     free = np.zeros(p)
+    intervals: list[tuple[np.ndarray, np.ndarray]] = []
+    t = fwd_end
     for b in range(n_b):
+        bwd_end[b] = advance(t, prep.backward_s[b] * scale, intervals, sc.interference)
+        ready[b] = advance(bwd_end[b], prep.compress_s[b], intervals, sc.interference) if on_compute else bwd_end[b]
+        t = ready[b]
         begin = np.maximum(ready[b], free)
         comp_end[b] = begin if on_compute else begin + prep.compress_s[b]
         t0 = comp_end[b].max()
@@ -208,6 +210,8 @@ def run_analytic(prep: Prepared) -> Record:
         xfer_end[b] = t0 + sum(ph.analytic_s for ph in prep.phases[b])
         dec_end[b] = xfer_end[b] + prep.decompress_s[b]
         free = np.full(p, dec_end[b].max())
+        if sc.interference:
+            intervals.append((xfer_start[b], xfer_end[b]))
     return Record(fwd_end, bwd_end, ready, start, comp_end, xfer_start, xfer_end, dec_end)
 
 

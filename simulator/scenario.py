@@ -34,7 +34,8 @@ class Scenario:
     ``compress_on``: the stream compression runs on; ``padded``: sparse all-gathers pad
     to the largest message (as gloo needs; counts are exchanged first); ``jitter``:
     coefficient of variation of each worker's compute time (lognormal, seeded by
-    ``seed``); ``stragglers`` workers are slowed by ``straggler_slowdown``; ``timeline``:
+    ``seed``); ``interference``: compute runs ``1 + interference`` times slower while the
+    worker's communication stream transfers; ``stragglers`` workers are slowed by ``straggler_slowdown``; ``timeline``:
     also return the iteration's events.
     """
 
@@ -59,6 +60,7 @@ class Scenario:
     padded: bool = True
     compress_on: str = "compute"
     jitter: float = 0.0
+    interference: float = 0.0
     stragglers: int = 0
     straggler_slowdown: float = 1.5
     seed: int = 0
@@ -71,7 +73,7 @@ class Scenario:
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be > 0 bits/s, got {value!r}")
-        for name in ("latency_s", "intra_latency_s", "jitter"):
+        for name in ("latency_s", "intra_latency_s", "jitter", "interference"):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be >= 0, got {value!r}")

@@ -57,6 +57,33 @@ def test_full_overlap_except_the_last_small_bucket(fidelity):
     assert comm[1]["start_s"] == pytest.approx(0.210)
 
 
+@pytest.mark.parametrize("fidelity", ["analytic", "des"])
+def test_interference_slows_compute_that_overlaps_a_transfer(fidelity):
+    wl = Workload((Layer("small", 400_000, 0.200), Layer("big", 40 * MB, 0.010)), 0.0, 0.0, 8)
+    sc = Scenario(wl, 8, BW, LAT, bucket_cap_bytes=MB, first_bucket_bytes=MB, fidelity=fidelity, interference=0.5)
+    r = simulate(sc)
+    big, small = ring(40 * MB, 8), ring(400_000, 8)
+    # the small layer's 200 ms of backward runs 1.5× slower during the big all-reduce: over
+    # those `big` seconds it does big/1.5 of work, so it ends big·(1 − 1/1.5) later
+    assert r["iteration_s"] == pytest.approx(0.010 + 0.200 + big * (1 - 1 / 1.5) + small, rel=1e-9)
+    assert r["backward_s"] == pytest.approx(0.210)
+    assert sum_of_parts(r) == pytest.approx(r["iteration_s"], rel=1e-9)
+
+
+@given(
+    sizes=st.lists(st.integers(1, 20_000_000), min_size=1, max_size=10),
+    times=st.lists(st.floats(0, 0.05), min_size=10, max_size=10),
+    slowdown=st.floats(0, 2),
+)
+@settings(max_examples=30, deadline=None)
+def test_interference_agrees_across_fidelities_and_only_slows(sizes, times, slowdown):
+    wl = Workload(tuple(Layer(f"l{i}", s, times[i]) for i, s in enumerate(sizes)), 0.01, 0.001, 4)
+    sc = Scenario(wl, 4, BW, LAT, "sidco-e", 0.001, profile=_profile(), bucket_mode="layer", interference=slowdown)
+    a = simulate(sc)["iteration_s"]
+    assert simulate(replace(sc, fidelity="des"))["iteration_s"] == pytest.approx(a, rel=1e-9, abs=1e-12)
+    assert a >= simulate(replace(sc, interference=0.0))["iteration_s"] * (1 - 1e-12)
+
+
 def test_straggler_delays_everyone_and_shows_as_idle():
     wl = Workload((Layer("a", 10 * MB, 0.040),), forward_s=0.020, optimizer_s=0.010, batch_size=8)
     base = Scenario(wl, 4, BW, LAT, stragglers=1, straggler_slowdown=2.0, fidelity="analytic")

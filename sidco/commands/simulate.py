@@ -69,6 +69,8 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jitter", default="0",
                         help="coefficient of variation of each worker's compute time (lognormal), or 'trace' "
                              "for the variation measured in the trace (default 0)")
+    parser.add_argument("--interference", type=float, default=0.0,
+                        help="compute slowdown while the worker transfers: 0.1 = 10%% slower (default 0)")
     parser.add_argument("--stragglers", type=int, default=0, help="number of slow workers (default 0)")
     parser.add_argument("--straggler-slowdown", type=float, default=1.5,
                         help="compute-time factor of a straggler (default 1.5)")
@@ -106,6 +108,7 @@ def scenario_options(args: argparse.Namespace, workload: simulator.Workload) -> 
         "padded": not args.unpadded,
         "compress_on": args.compress_on,
         "jitter": parse_jitter(args.jitter, workload),
+        "interference": args.interference,
         "stragglers": args.stragglers,
         "straggler_slowdown": args.straggler_slowdown,
         "seed": args.seed,
