@@ -8,7 +8,10 @@ messages, each rank entering when *it* is ready (its bucket produced, its previo
 collective and decompression done), so a straggler delays exactly the messages that
 depend on it, and links keep their busy-until state across buckets. A worker's transfer
 is counted from the moment the last rank joined the collective (earlier waiting is
-idle time, even though early ranks already send their first chunks).
+idle time, even though early ranks already send their first chunks). With
+interference, a worker's compute runs slower inside its transfers: the communication
+process interrupts a computing worker when it schedules a transfer, and the worker
+recomputes when its current piece of work ends.
 """
 
 from __future__ import annotations
