@@ -85,14 +85,15 @@ def run_training(
     warmup: int,
     batch_size: int,
     trace_dir: Path,
-    record_iterations: int = 5,
+    record_iterations: int = 10,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Run ``workload`` on ``workers`` ranks over links of ``bandwidth_bps`` bits/s (``None``:
-    loopback, unshaped) once per compressor; record the compute trace into ``trace_dir``.
+    loopback, unshaped) once per compressor; each run records its compute trace into
+    ``trace_dir/<compressor>``.
 
-    Returns one dict per compressor: ``compressor``, ``measured_s`` (s), ``phases_s``,
-    ``per_rank_iteration_s``, ``buckets`` (see :func:`summarize`).
+    Returns one dict per compressor: ``compressor``, ``trace`` (its path), ``measured_s`` (s),
+    ``phases_s``, ``per_rank_iteration_s``, ``buckets`` (see :func:`summarize`).
     """
     check_request(workload, compressor_names, density, iterations, warmup, batch_size)
     model_bytes = sum(p.numel() * 4 for p in traces.workloads.build(workload).model.parameters())
@@ -104,10 +105,11 @@ def run_training(
 
     def runs(plan: Any) -> list[dict[str, Any]]:
         results = []
-        for index, name in enumerate(compressor_names):
-            extra = ["--record-dir", str(trace_dir), "--record-iterations", str(record_iterations)] if index == 0 else []
+        for name in compressor_names:
+            trace = Path(trace_dir) / name
+            extra = ["--record-dir", str(trace), "--record-iterations", str(record_iterations)]
             per_rank = run_workers("emulation.worker", [*base, "--compressor", name, *extra], workers, plan, timeout)
-            results.append({"compressor": name, **summarize(per_rank)})
+            results.append({"compressor": name, "trace": str(trace), **summarize(per_rank)})
         return results
 
     if bandwidth_bps is None:

@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size (MB)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--record-dir", type=Path, help="rank 0 records a compute-only trace here")
-    parser.add_argument("--record-iterations", type=int, default=5)
+    parser.add_argument("--record-iterations", type=int, default=10)
     return parser
 
 

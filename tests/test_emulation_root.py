@@ -104,3 +104,32 @@ def test_collective_time_grows_as_bandwidth_falls():
         assert s["seconds"] > 3 * f["seconds"]
     # 1 MB over 2 ranks on 20 Mbit/s: the ring formula gives 0.4 s; the link cannot beat it
     assert 0.4 * 0.95 < slow[1]["seconds"] < 0.4 * 1.6
+
+
+def test_training_end_to_end_two_bandwidths(tmp_path, capsys):
+    import json
+
+    from sidco.cli import main
+    from sidco.store import Store
+
+    store_path = tmp_path / "r.sqlite"
+    code = main([
+        "emulate", "--workers", "2", "--bandwidth", "20Mbit,200Mbit", "--workload", "resnet20",
+        "--compressors", "none,sidco-e", "--density", "0.01", "--iterations", "4", "--warmup", "2",
+        "--batch-size", "8", "--calibration", "none", "--store", str(store_path), "--json",
+    ])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {(r["bandwidth_bps"], r["compressor"]): r for r in out["results"]}
+    assert set(rows) == {(b, c) for b in (20e6, 200e6) for c in ("none", "sidco-e")}
+    # dense resnet20 gradients (1.09 MB) take ~0.44 s at 20 Mbit/s and ~0.04 s at 200 Mbit/s
+    assert rows[(20e6, "none")]["measured_s"] > rows[(200e6, "none")]["measured_s"] + 0.2
+    assert rows[(20e6, "none")]["measured_s"] > 2 * rows[(20e6, "sidco-e")]["measured_s"]
+    for r in rows.values():
+        assert abs(r["error_pct"]) < 50, r
+        assert r["detail"]["measured"]["buckets"], r
+    with Store(store_path) as store:
+        assert store.query("SELECT status FROM emulations")[0]["status"] == "done"
+        assert len(store.query("SELECT * FROM validation WHERE calibrated = 0")) == 4
+        assert len(store.traces()) == 4
+    assert leftovers() == [] or not any(name.startswith("sidco-") for name in leftovers())

@@ -158,28 +158,28 @@ def _calibration(store: Store, choice: str) -> tuple[int | None, Any]:
 
 def _validation_rows(
     emulation_id: int, args: argparse.Namespace, workers: int, bandwidth: float | None,
-    measured: list[dict[str, Any]], trace_path: str, calibration: tuple[int | None, Any],
+    measured: list[dict[str, Any]], calibration: tuple[int | None, Any],
 ) -> list[dict[str, Any]]:
+    """Project every measured run from its own trace, uncalibrated and (if any) calibrated."""
     from emulation.projection import project
 
     if bandwidth is None:
         return []
-    names = [m["compressor"] for m in measured]
     variants = [(0, None)] + ([(1, calibration[1])] if calibration[1] is not None else [])
+    keep = ("iteration_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s")
     rows = []
     for calibrated, constants in variants:
-        projected = project(trace_path, workers, bandwidth, names, args.density, calibration=constants)
         for m in measured:
-            p = projected[m["compressor"]]
-            keep = ("iteration_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s")
+            name = m["compressor"]
+            p = project(m["trace"], workers, bandwidth, [name], args.density, calibration=constants)[name]
             rows.append({
-                "emulation_id": emulation_id, "workload": args.workload, "compressor": m["compressor"],
-                "density": None if m["compressor"] == "none" else args.density, "workers": workers,
+                "emulation_id": emulation_id, "workload": args.workload, "compressor": name,
+                "density": None if name == "none" else args.density, "workers": workers,
                 "bandwidth_bps": bandwidth, "measured_s": m["measured_s"], "projected_s": p["iteration_s"],
                 "error_pct": (p["iteration_s"] - m["measured_s"]) / m["measured_s"] * 100.0,
                 "calibrated": calibrated,
                 "detail_json": json.dumps({
-                    "cores": os.cpu_count(), "trace": trace_path, "calibration_id": calibration[0] if calibrated else None,
+                    "cores": os.cpu_count(), "trace": m["trace"], "calibration_id": calibration[0] if calibrated else None,
                     "measured": m, "projected": {k: p.get(k) for k in keep},
                 }, sort_keys=True),
             })
@@ -211,13 +211,14 @@ def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
             combos = [(p, b) for p in workers for b in bandwidths]
             for p, bandwidth in tqdm(combos, desc="emulations", unit="network", file=sys.stderr):
                 label = f"{int(bandwidth / 1e6)}mbit" if bandwidth else "loopback"
-                trace_path = trace_root / f"{emulation_id}-{args.workload}-w{p}-{label}"
                 measured = run_training(
                     p, bandwidth, args.workload, names, args.density, iterations=args.iterations,
-                    warmup=args.warmup, batch_size=args.batch_size, trace_dir=trace_path,
+                    warmup=args.warmup, batch_size=args.batch_size,
+                    trace_dir=trace_root / f"{emulation_id}-{args.workload}-w{p}-{label}",
                 )
-                store.register_trace(trace_path, json.loads((trace_path / "manifest.json").read_text()))
-                rows = _validation_rows(emulation_id, args, p, bandwidth, measured, str(trace_path), calibration)
+                for m in measured:
+                    store.register_trace(m["trace"], json.loads((Path(m["trace"]) / "manifest.json").read_text()))
+                rows = _validation_rows(emulation_id, args, p, bandwidth, measured, calibration)
                 store.insert_many("validation", rows)
                 if rows:
                     out += [{**{k: v for k, v in r.items() if k != "detail_json"}, "detail": json.loads(r["detail_json"])}
@@ -228,9 +229,10 @@ def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
             status = "done"
         finally:
             store.set_status("emulations", emulation_id, status)
+    summary = _summary(out)
     if args.json:
         print(json.dumps({"emulation_id": emulation_id, "cores": os.cpu_count(), "calibration_id": calibration[0],
-                          "results": out}))
+                          "summary": summary, "results": out}))
         return 0
     print(f"emulation {emulation_id}: {args.workload}, density {args.density:g}, {os.cpu_count()} cores, "
           f"1 thread per worker; calibration: {calibration[0] if calibration[0] is not None else 'none'}")
@@ -243,4 +245,18 @@ def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
         else:
             print(f"{r['workers']:>7} {bw:>14} {r['compressor']:<10} {format_seconds(r['measured_s']):>10} "
                   f"{'-':>10} {'-':>8} {'-':>6}")
+    for label, value in summary.items():
+        print(f"{label}: {value:.1f} %")
     return 0
+
+
+def _summary(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Median |error| (%) of the projections, uncalibrated and calibrated."""
+    import statistics
+
+    summary = {}
+    for calibrated, label in ((0, "median |error| uncalibrated"), (1, "median |error| calibrated")):
+        errors = [abs(r["error_pct"]) for r in results if r.get("calibrated") == calibrated and "error_pct" in r]
+        if errors:
+            summary[label] = statistics.median(errors)
+    return summary

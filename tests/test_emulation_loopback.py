@@ -1,0 +1,49 @@
+"""Emulated training on loopback (--no-shaping): real gloo DDP processes, no root needed."""
+
+from __future__ import annotations
+
+import json
+
+import traces
+from sidco.cli import main
+from sidco.store import Store
+
+
+def test_no_shaping_training_measures_and_records(tmp_path, capsys):
+    store_path = tmp_path / "r.sqlite"
+    code = main([
+        "emulate", "--no-shaping", "--workers", "2", "--workload", "resnet20", "--compressors", "topk",
+        "--density", "0.01", "--iterations", "3", "--warmup", "1", "--batch-size", "4",
+        "--store", str(store_path), "--trace-dir", str(tmp_path / "traces"), "--json",
+    ])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    (result,) = out["results"]
+    measured = result["detail"]["measured"]
+    assert result["compressor"] == "topk" and result["bandwidth_bps"] is None
+    assert 0 < measured["phases_s"]["forward_s"] < measured["measured_s"]
+    assert len(measured["per_rank_iteration_s"]) == 2
+    (bucket,) = measured["buckets"]
+    assert bucket["path"] == "allgather"
+    # top-k at 1 %: each rank sends ~1 % of the 272,474 values, 4-byte values + 4-byte indices
+    assert 0.005 * bucket["numel"] * 8 < bucket["payload_bytes"] < 0.02 * bucket["numel"] * 8
+    trace = traces.open(measured["trace"])
+    assert str(tmp_path / "traces") in measured["trace"]
+    assert trace.workers == 1 and len(trace.iterations) == 10
+    assert trace.timings["forward_s"] > 0
+    with Store(store_path) as store:
+        (row,) = store.query("SELECT * FROM emulations")
+        assert row["kind"] == "train" and row["status"] == "done" and row["cores"] >= 1
+        assert store.query("SELECT COUNT(*) AS n FROM validation")[0]["n"] == 0
+
+
+def test_bad_training_request_is_one_line(tmp_path, capsys):
+    for argv, message in [
+        (["--workload", "alexnet"], "unknown workload"),
+        (["--compressors", "zip"], "unknown compressor"),
+        (["--density", "1.5"], "density"),
+        (["--calibration", "abc"], "invalid --calibration"),
+    ]:
+        code = main(["emulate", "--no-shaping", *argv, "--store", str(tmp_path / "r.sqlite")])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and message in err and "\n" not in err, (argv, err)
