@@ -97,12 +97,12 @@ def empty_store(what: str, command: str) -> html.Div:
     )
 
 
-def labelled(label: str, control, hint: str | None = None) -> html.Div:
-    """A control with its label (and an optional unit hint)."""
+def labelled(label: str, control, hint: str | None = None, wide: bool = False) -> html.Div:
+    """A control with its label (and an optional unit hint); ``wide`` takes twice the room in a row."""
     children = [html.Label(label), control]
     if hint:
         children.append(html.Small(hint, className="hint"))
-    return html.Div(className="control", children=children)
+    return html.Div(className="control wide" if wide else "control", children=children)
 
 
 def register_downloads(app: Dash) -> None:

@@ -238,27 +238,31 @@ def latest_calibration(store: Store) -> dict[str, Any] | None:
 
 
 @_per_sweep
-def best_two(store: Store, sweep_id: int) -> list[dict[str, Any]]:
-    """The fastest and the runner-up scenario per (nodes, bandwidth) of a sweep (``rank`` 1 and 2)."""
+def best_two(store: Store, sweep_id: int, latency_s: float, topology: str) -> list[dict[str, Any]]:
+    """The fastest and the runner-up scenario (``rank`` 1 and 2) per (nodes, bandwidth) of a
+    sweep, among its scenarios with this latency (s) and topology."""
     return _dicts(
         store.query(
             "SELECT nodes, bandwidth_bps, compressor, density, iteration_s, speedup, rank FROM ("
             " SELECT nodes, bandwidth_bps, compressor, density, iteration_s, speedup,"
             " ROW_NUMBER() OVER (PARTITION BY nodes, bandwidth_bps ORDER BY iteration_s) AS rank"
-            " FROM scenarios WHERE sweep_id=?) WHERE rank <= 2 ORDER BY nodes, bandwidth_bps, rank",
-            (int(sweep_id),),
+            " FROM scenarios WHERE sweep_id=? AND latency_s=? AND topology=?)"
+            " WHERE rank <= 2 ORDER BY nodes, bandwidth_bps, rank",
+            (int(sweep_id), float(latency_s), str(topology)),
         )
     )
 
 
 @_per_sweep
-def crossover_points(store: Store, sweep_id: int, bandwidth_bps: float) -> list[dict[str, Any]]:
-    """Per (compressor, nodes) at one bandwidth: the largest density whose speed-up over none is > 1."""
+def crossover_points(store: Store, sweep_id: int, bandwidth_bps: float, latency_s: float,
+                     topology: str) -> list[dict[str, Any]]:
+    """Per (compressor, nodes) at one bandwidth (bits/s), latency (s) and topology: the largest
+    density whose speed-up over none is > 1."""
     return _dicts(
         store.query(
             "SELECT compressor, nodes, MAX(density) AS density FROM scenarios"
-            " WHERE sweep_id=? AND bandwidth_bps=? AND compressor != 'none' AND density IS NOT NULL"
-            " AND speedup > 1 GROUP BY compressor, nodes ORDER BY compressor, nodes",
-            (int(sweep_id), float(bandwidth_bps)),
+            " WHERE sweep_id=? AND bandwidth_bps=? AND latency_s=? AND topology=? AND compressor != 'none'"
+            " AND density IS NOT NULL AND speedup > 1 GROUP BY compressor, nodes ORDER BY compressor, nodes",
+            (int(sweep_id), float(bandwidth_bps), float(latency_s), str(topology)),
         )
     )

@@ -67,7 +67,10 @@ def layout(reader: StoreReader) -> html.Div:
     body = [
         html.Div(className="row", children=[
             ui.labelled("Sweep", dcc.Dropdown(id="sweep-select", options=options,
-                                              value=options[0]["value"] if options else None, clearable=False)),
+                                              value=options[0]["value"] if options else None, clearable=False),
+                        wide=True),
+            ui.labelled("Latency", dcc.Dropdown(id="sweep-latency", clearable=False)),
+            ui.labelled("Topology", dcc.Dropdown(id="sweep-topology", clearable=False)),
             ui.labelled("Nodes (bandwidth plots)", dcc.Dropdown(id="sweep-nodes", clearable=False)),
             ui.labelled("Bandwidth (crossover plot)", dcc.Dropdown(id="sweep-bandwidth", clearable=False)),
         ]),
@@ -110,25 +113,39 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
         return options, current if current is not None else (options[0]["value"] if options else None)
 
     @app.callback(
+        Output("sweep-latency", "options"),
+        Output("sweep-latency", "value"),
+        Output("sweep-topology", "options"),
+        Output("sweep-topology", "value"),
         Output("sweep-nodes", "options"),
         Output("sweep-nodes", "value"),
         Output("sweep-bandwidth", "options"),
         Output("sweep-bandwidth", "value"),
         Input("sweep-select", "value"),
         Input("sweep-poll", "n_intervals"),
+        State("sweep-latency", "value"),
+        State("sweep-topology", "value"),
         State("sweep-nodes", "value"),
         State("sweep-bandwidth", "value"),
     )
-    def _filters(sweep_id, _ticks, nodes, bandwidth):
+    def _filters(sweep_id, _ticks, latency, topology, nodes, bandwidth):
         if sweep_id is None:
-            return [], None, [], None
+            return [], None, [], None, [], None, [], None
         axes = data.sweep_axes(reader.store(), sweep_id)
-        node_options = [{"label": f"{n} nodes", "value": n} for n in axes["nodes"]]
-        bw_options = [{"label": format_bandwidth(b), "value": b} for b in axes["bandwidth_bps"]]
-        nodes = nodes if nodes in axes["nodes"] else (max(axes["nodes"]) if axes["nodes"] else None)
-        bandwidth = bandwidth if bandwidth in axes["bandwidth_bps"] else (
-            axes["bandwidth_bps"][0] if axes["bandwidth_bps"] else None)
-        return node_options, nodes, bw_options, bandwidth
+
+        def keep(current, values, default):
+            return current if current in values else (default(values) if values else None)
+
+        return (
+            [{"label": format_seconds(v), "value": v} for v in axes["latency_s"]],
+            keep(latency, axes["latency_s"], min),
+            [{"label": t, "value": t} for t in axes["topology"]],
+            keep(topology, axes["topology"], lambda v: v[0]),
+            [{"label": f"{n} nodes", "value": n} for n in axes["nodes"]],
+            keep(nodes, axes["nodes"], max),
+            [{"label": format_bandwidth(b), "value": b} for b in axes["bandwidth_bps"]],
+            keep(bandwidth, axes["bandwidth_bps"], min),
+        )
 
     @app.callback(
         Output(ui.graph_id("sweep-time"), "figure"),
@@ -137,28 +154,26 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
         Output(ui.graph_id("sweep-crossover"), "figure"),
         Output("sweep-message", "children"),
         Input("sweep-select", "value"),
+        Input("sweep-latency", "value"),
+        Input("sweep-topology", "value"),
         Input("sweep-nodes", "value"),
         Input("sweep-bandwidth", "value"),
         Input("sweep-poll", "n_intervals"),
     )
-    def _figures(sweep_id, nodes, bandwidth, _ticks):
-        if sweep_id is None:
-            blank = ui.empty_figure("no sweep selected")
+    def _figures(sweep_id, latency, topology, nodes, bandwidth, _ticks):
+        if sweep_id is None or latency is None or topology is None:
+            blank = ui.empty_figure("no scenario of this sweep has landed yet" if sweep_id else "no sweep selected")
             return blank, blank, blank, blank, None
         store = reader.store()
         axes = data.sweep_axes(store, sweep_id)
-        if not axes["nodes"]:
-            blank = ui.empty_figure("no scenario of this sweep has landed yet")
-            return blank, blank, blank, blank, None
-        at_nodes = data.scenarios(store, sweep_id, nodes=nodes)
-        points = data.crossover_points(store, sweep_id, bandwidth) if bandwidth is not None else []
+        at_nodes = data.scenarios(store, sweep_id, nodes=nodes, latency_s=latency, topology=topology)
+        points = [] if bandwidth is None else data.crossover_points(store, sweep_id, bandwidth, latency, topology)
         message = ui.note(
-            f"latency {', '.join(format_seconds(v) for v in axes['latency_s'])} · topology "
-            f"{', '.join(axes['topology'])} · {', '.join(axes['fidelity'])} fidelity · bandwidth plots at {nodes} "
-            f"nodes · crossover at {format_bandwidth(bandwidth) if bandwidth else '-'}")
+            f"{', '.join(axes['fidelity'])} fidelity · latency {format_seconds(latency)} · {topology} · bandwidth "
+            f"plots at {nodes} nodes · crossover at {format_bandwidth(bandwidth) if bandwidth else '-'}")
         return (figures.sweep_vs_bandwidth(at_nodes, "iteration_s"), figures.sweep_vs_bandwidth(at_nodes, "speedup"),
-                figures.best_heatmap(data.best_two(store, sweep_id)), figures.crossover(points, axes["nodes"]),
-                message)
+                figures.best_heatmap(data.best_two(store, sweep_id, latency, topology)),
+                figures.crossover(points, axes["nodes"]), message)
 
     @app.callback(
         Output("launch-status", "children"),

@@ -143,12 +143,13 @@ def test_queries_on_a_filled_store(tmp_path):
     assert sweep["landed"] == written["scenarios"]
     axes = data.sweep_axes(store, sweep["id"])
     assert "none" in axes["compressor"] and axes["nodes"] == sorted(axes["nodes"])
-    best = data.best_two(store, sweep["id"])
+    latency, topology = axes["latency_s"][0], axes["topology"][0]
+    best = data.best_two(store, sweep["id"], latency, topology)
     assert {r["rank"] for r in best} == {1, 2}
     assert len(best) == 2 * len(axes["nodes"]) * len(axes["bandwidth_bps"])
     for a, b in zip(best[::2], best[1::2]):
         assert a["iteration_s"] <= b["iteration_s"]
-    points = data.crossover_points(store, sweep["id"], axes["bandwidth_bps"][0])
+    points = data.crossover_points(store, sweep["id"], axes["bandwidth_bps"][0], latency, topology)
     for p in points:
         beats = store.query("SELECT MAX(density) FROM scenarios WHERE sweep_id=? AND compressor=? AND nodes=?"
                             " AND bandwidth_bps=? AND speedup > 1",
@@ -395,3 +396,25 @@ def test_sidco_dashboard_serves_on_loopback_and_prints_its_address(populated_sto
     finally:
         process.terminate()
         process.wait(timeout=20)
+
+
+def test_sweep_queries_keep_latencies_and_topologies_apart(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    sweep_id, _ = store.get_or_create("sweeps", {"hand": 1}, total=8)
+    rows = []
+    for latency, topology, winner in ((1e-6, "ring", "topk"), (1e-3, "ring", "sidco-e"), (1e-6, "tree", "sidco-e")):
+        for compressor in ("topk", "sidco-e"):
+            t = 1.0 if compressor == winner else 2.0
+            rows.append({"sweep_id": sweep_id, "scenario_key": f"{latency}|{topology}|{compressor}",
+                         "compressor": compressor, "density": 0.01, "nodes": 8, "bandwidth_bps": 1e9,
+                         "latency_s": latency, "topology": topology, "fidelity": "analytic", "iteration_s": t,
+                         "samples_per_s": None, "forward_s": None, "backward_s": None, "compress_s": None,
+                         "exposed_comm_s": None, "idle_s": None, "speedup": 3.0 / t, "result_json": "{}"})
+    store.insert_many("scenarios", rows)
+    for latency, topology, winner in ((1e-6, "ring", "topk"), (1e-3, "ring", "sidco-e"), (1e-6, "tree", "sidco-e")):
+        best = data.best_two(store, sweep_id, latency, topology)
+        assert [(r["rank"], r["compressor"]) for r in best][0] == (1, winner) and len(best) == 2
+        assert len(data.scenarios(store, sweep_id, nodes=8, latency_s=latency, topology=topology)) == 2
+    axes = data.sweep_axes(store, sweep_id)
+    assert axes["latency_s"] == [1e-6, 1e-3] and axes["topology"] == ["ring", "tree"]
+    store.close()
