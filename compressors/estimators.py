@@ -18,6 +18,10 @@ from compressors.gammainv import gammainccinv
 XI_EPS = 1e-8
 """``|ξ|`` below this uses the exponential limit ``σ·ln(1/p)`` of the generalized Pareto threshold."""
 
+S_FLOOR = 1e-6
+"""``s = ln μ − mean(ln x)`` below this is within float32 logarithm error of 0 (constant data);
+it is taken as ``S_FLOOR`` (``α ≈ 5·10⁵``) so that every backend gives the same threshold."""
+
 ALPHA_RANGE = (1e-4, 1e6)
 """Gamma shape estimates are clamped to this range (``s → 0`` for constant data gives ``α → ∞``)."""
 
@@ -63,8 +67,9 @@ def gpareto_threshold(mu: torch.Tensor, var: torch.Tensor, p: float) -> torch.Te
 
 def gamma_shape(mu: torch.Tensor, mean_log: torch.Tensor) -> torch.Tensor:
     """Approximate MLE of the gamma shape: ``s = ln μ − mean(ln x)``,
-    ``α = (3 − s + √((s − 3)² + 24 s)) / (12 s)``, clamped to :data:`ALPHA_RANGE`."""
-    s = torch.clamp(torch.log(mu) - mean_log, min=1e-12)
+    ``α = (3 − s + √((s − 3)² + 24 s)) / (12 s)``, clamped to :data:`ALPHA_RANGE`; ``s`` is
+    floored at :data:`S_FLOOR`."""
+    s = torch.clamp(torch.log(mu) - mean_log, min=S_FLOOR)
     alpha = (3.0 - s + torch.sqrt((s - 3.0) ** 2 + 24.0 * s)) / (12.0 * s)
     return torch.clamp(alpha, *ALPHA_RANGE)
 
