@@ -50,14 +50,15 @@ def _timer(device: torch.device) -> Callable[[Callable[[], Any]], tuple[float, A
 
 
 def run(size: int, densities: Sequence[float], device: str = "cpu", names: Sequence[str] | None = None,
-        repeats: int = 10, warmup: int = 10, dtype: str = "fp32", seed: int = 0,
+        repeats: int = 10, warmup: int = 10, dtype: str = "fp32", seed: int = 0, threads: int | None = None,
         progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Benchmark ``names`` (default: all) at each density; return one dict per (compressor, density).
 
     Keys: compressor, density, size, dtype, device, compress_ms, decompress_ms, floor_ms,
     over_floor (compress_ms / floor_ms), speedup_vs_topk (topk compress_ms / compress_ms at the
     same density, when topk ran), achieved_over_target, selected, stages, wire_bytes,
-    repeats, warmup. ``none`` runs once at density 1.
+    repeats, warmup, threads. ``none`` runs once at density 1. ``threads`` sets torch's (and the
+    native kernels') CPU thread count for the run (default: leave it as it is).
     """
     if size < 1:
         raise ValueError(f"size must be >= 1 element, got {size}")
@@ -75,6 +76,10 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
         raise ValueError(f"bad device {device!r}: {exc}") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available")
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
     grad = gradient_like(size, seed, dev, DTYPES[dtype])
     timed = _timer(dev)
     out = torch.empty_like(grad)
@@ -100,7 +105,7 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
             "floor_ms": statistics.median(floors),
             "achieved_over_target": sparse.selected / (density * size),
             "selected": sparse.selected, "stages": sparse.stages, "wire_bytes": sparse.wire_bytes(),
-            "repeats": repeats, "warmup": warmup,
+            "repeats": repeats, "warmup": warmup, "threads": torch.get_num_threads(),
         })
     topk = {r["density"]: r["compress_ms"] for r in rows if r["compressor"] == "topk"}
     for r in rows:

@@ -44,15 +44,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--size", type=int, default=26_214_400,
                         help="vector length in elements (default 26214400 = 100 MB of fp32)")
-    parser.add_argument("--densities", type=_densities, default=[0.1, 0.01, 0.001],
+    parser.add_argument("--densities", default="0.1,0.01,0.001",
                         help="comma-separated target densities in (0, 1] (default 0.1,0.01,0.001)")
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
     parser.add_argument("--dtype", default="fp32", choices=sorted(benchmark.DTYPES), help="element type (default fp32)")
-    parser.add_argument("--compressors", type=_names, default=None,
+    parser.add_argument("--compressors", default=None,
                         help=f"comma-separated subset of: {','.join(compressors.names())} (default all)")
     parser.add_argument("--repeats", type=int, default=10, help="timed calls per row; the median is reported (default 10)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed calls per row before timing (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the gradient-like vector (default 0)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for torch and the native kernels (default: torch's default)")
     parser.add_argument("--json", action="store_true", help="print the rows as a JSON list on stdout")
     parser.set_defaults(func=run)
 
@@ -75,20 +77,22 @@ def format_table(rows: list[dict]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print the table (or JSON)."""
-    names = args.compressors or compressors.names()
-    total = len([n for n in names if n == "none"]) + len(args.densities) * len([n for n in names if n != "none"])
+    names = _names(args.compressors) if args.compressors is not None else compressors.names()
+    densities = _densities(args.densities)
+    total = len([n for n in names if n == "none"]) + len(densities) * len([n for n in names if n != "none"])
     with tqdm(total=total, desc="bench", unit="row", file=sys.stderr, disable=None) as bar:
         def progress(label: str) -> None:
             bar.set_postfix_str(label, refresh=False)
             bar.update(1)
 
-        rows = benchmark.run(args.size, args.densities, device=args.device, names=names, repeats=args.repeats,
-                             warmup=args.warmup, dtype=args.dtype, seed=args.seed, progress=progress)
+        rows = benchmark.run(args.size, densities, device=args.device, names=names, repeats=args.repeats,
+                             warmup=args.warmup, dtype=args.dtype, seed=args.seed, threads=args.threads,
+                             progress=progress)
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print(f"{args.size:,} {args.dtype} elements on {rows[0]['device']}; median of {args.repeats} after "
-              f"{args.warmup} warm-up calls; floor = torch.sum over the same vector")
+        print(f"{args.size:,} {args.dtype} elements on {rows[0]['device']} ({rows[0]['threads']} CPU threads); "
+              f"median of {args.repeats} after {args.warmup} warm-up calls; floor = torch.sum over the same vector")
         print(format_table(rows))
     return 0

@@ -1,0 +1,60 @@
+"""``sidco bench``: runs end to end on a small vector, JSON shape, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from compressors import benchmark
+from sidco.cli import main
+
+
+def test_bench_json(capsys):
+    code = main(["bench", "--size", "20000", "--densities", "0.1,0.01", "--repeats", "2", "--warmup", "2",
+                 "--compressors", "none,topk,sidco-e,dgc", "--json"])
+    assert code == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["compressor"], r["density"]) for r in rows] == [
+        ("none", 1.0), ("topk", 0.1), ("sidco-e", 0.1), ("dgc", 0.1), ("topk", 0.01), ("sidco-e", 0.01),
+        ("dgc", 0.01)]
+    for r in rows:
+        for key in ("compressor", "density", "size", "device", "compress_ms", "decompress_ms", "floor_ms",
+                    "achieved_over_target", "over_floor", "speedup_vs_topk"):
+            assert key in r
+        assert r["size"] == 20000 and r["device"] == "cpu"
+        assert r["compress_ms"] > 0 and r["floor_ms"] > 0
+        assert r["over_floor"] == pytest.approx(r["compress_ms"] / r["floor_ms"])
+    topk = [r for r in rows if r["compressor"] == "topk"]
+    assert all(r["achieved_over_target"] == 1.0 and r["speedup_vs_topk"] == pytest.approx(1.0) for r in topk)
+    assert rows[0]["speedup_vs_topk"] is None
+
+
+def test_bench_table_and_errors(capsys):
+    out = subprocess.run([sys.executable, "-m", "sidco", "bench", "--size", "5000", "--densities", "0.1",
+                          "--repeats", "1", "--warmup", "0", "--compressors", "sidco-p"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "compress ms" in out.stdout and "sidco-p" in out.stdout
+    capsys.readouterr()
+    for args, word in ((["--densities", "0,0.1"], "densities"), (["--compressors", "zip"], "unknown compressor"),
+                       (["--size", "0"], "size"), (["--threads", "0"], "threads")):
+        assert main(["bench", "--size", "1000", "--repeats", "1", *args]) == 2
+        err = capsys.readouterr().err
+        assert word in err and len(err.strip().splitlines()) == 1
+
+
+def test_gradient_like_is_seeded_and_heavy_tailed():
+    a, b = benchmark.gradient_like(100_000, seed=3), benchmark.gradient_like(100_000, seed=3)
+    assert torch.equal(a, b) and not torch.equal(a, benchmark.gradient_like(100_000, seed=4))
+    kurtosis = float(((a - a.mean()) ** 4).mean() / a.var() ** 2)
+    assert kurtosis > 6.0  # Laplace alone has 6
+
+
+@pytest.mark.gpu
+def test_bench_runs_on_cuda():
+    rows = benchmark.run(100_000, [0.01], device="cuda", names=["topk", "sidco-e", "sidco-gp"], repeats=2, warmup=2)
+    assert all(r["device"].startswith("cuda") for r in rows)
