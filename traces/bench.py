@@ -1,8 +1,8 @@
-"""Benchmarks of the traces package; prints JSON lines and a summary (see BENCHMARKS.md).
+"""Benchmarks of the traces package; prints one JSON line per result (see BENCHMARKS.md).
 
 ``python -m traces.bench capture``  capture overhead of the Recorder at every-10th iteration:
-    the same training loop with and without a recorder, alternated block by block in one run,
-    ratio of mean step times (recorder blocks include opening and closing their trace).
+    the same training loop with and without a recorder, alternated block by block in one run;
+    ratio of step times.
 ``python -m traces.bench replay``   replay throughput: GB of float32 gradient compressed per
     second of compress time, per compressor and density, on this machine's CPU (or --device).
 ``python -m traces.bench open``     seconds to open a ≈1 GB trace (written to a temporary
@@ -34,51 +34,70 @@ def _emit(record: dict[str, Any]) -> None:
     print(json.dumps(record, sort_keys=True), flush=True)
 
 
-def _steps(workload: traces.workloads.Workload, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-           batches, count: int, recorder: Recorder | None) -> None:
-    for _ in range(count):
-        x, y = next(batches)
-        optimizer.zero_grad()
-        workload.loss(model(x), y).backward()
-        if recorder is not None:
-            recorder.capture()
-            with recorder.optimizer():
-                optimizer.step()
-            recorder.step()
-        else:
-            optimizer.step()
+def _step(workload: traces.workloads.Workload, optimizer: torch.optim.Optimizer, batches, recorder: Recorder | None) -> float:
+    """One training step; returns the seconds spent inside recorder calls (0 without one)."""
+    x, y = next(batches)
+    optimizer.zero_grad()
+    workload.loss(workload.model(x), y).backward()
+    if recorder is None:
+        optimizer.step()
+        return 0.0
+    start = time.perf_counter()
+    recorder.capture()
+    inside = time.perf_counter() - start
+    with recorder.optimizer():
+        optimizer.step()
+    start = time.perf_counter()
+    recorder.step()
+    return inside + time.perf_counter() - start
 
 
-def capture_overhead(workload: str = "resnet20", rounds: int = 4, block: int = 20, every: int = 10) -> dict[str, Any]:
-    """Mean step time (s) with and without a Recorder recording every ``every``-th step, alternated."""
+def capture_overhead(workload: str = "resnet20", steps: int = 120, every: int = 10) -> dict[str, Any]:
+    """Step time (s) with and without a Recorder recording every ``every``-th step, side by side.
+
+    Two identical models train in alternation, one step each in turn, so both arms see the
+    same machine load; one Recorder stays attached to the second model for the whole run
+    (file writes included). Reports the mean step time per arm and their ratio, the median
+    ratio over windows of ``every`` steps, and the share of the recorded arm's time spent
+    inside the recorder's calls (capture copy and file write), which is the least noisy figure.
+    """
     plain_work = traces.workloads.build(workload)
     rec_work = traces.workloads.build(workload)
     plain_opt, rec_opt = plain_work.optimizer(), rec_work.optimizer()
     plain_batches, rec_batches = plain_work.batches(0, 1), rec_work.batches(0, 1)
-    _steps(plain_work, plain_work.model, plain_opt, plain_batches, 3, None)
-    _steps(rec_work, rec_work.model, rec_opt, rec_batches, 3, None)
+    for _ in range(3):
+        _step(plain_work, plain_opt, plain_batches, None)
+        _step(rec_work, rec_opt, rec_batches, None)
     plain_s: list[float] = []
     recorded_s: list[float] = []
+    inside_s = 0.0
     with tempfile.TemporaryDirectory() as tmp:
-        for index in range(rounds):
+        recorder = Recorder(rec_work.model, Path(tmp) / "t", every=every, batch_size=rec_work.batch_size)
+        for _ in range(steps):
             start = time.perf_counter()
-            _steps(plain_work, plain_work.model, plain_opt, plain_batches, block, None)
-            plain_s.append((time.perf_counter() - start) / block)
+            _step(plain_work, plain_opt, plain_batches, None)
+            plain_s.append(time.perf_counter() - start)
             start = time.perf_counter()
-            recorder = Recorder(rec_work.model, Path(tmp) / f"t{index}", every=every, batch_size=rec_work.batch_size)
-            _steps(rec_work, rec_work.model, rec_opt, rec_batches, block, recorder)
-            recorder.close()
-            recorded_s.append((time.perf_counter() - start) / block)
-    plain, recorded = statistics.mean(plain_s), statistics.mean(recorded_s)
+            inside_s += _step(rec_work, rec_opt, rec_batches, recorder)
+            recorded_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        trace = recorder.close()
+        close_s = time.perf_counter() - start
+    windows = [
+        sum(recorded_s[i : i + every]) / sum(plain_s[i : i + every]) - 1.0 for i in range(0, steps - every + 1, every)
+    ]
     return {
         "bench": "capture_overhead",
         "workload": workload,
         "every": every,
-        "steps_per_arm": rounds * block,
-        "plain_step_s": plain,
-        "recorded_step_s": recorded,
-        "overhead_ratio": recorded / plain - 1.0,
-        "paired_ratios": [r / p - 1.0 for p, r in zip(plain_s, recorded_s)],
+        "steps_per_arm": steps,
+        "recorded_iterations": len(trace.iterations),
+        "plain_step_s": statistics.mean(plain_s),
+        "recorded_step_s": statistics.mean(recorded_s),
+        "overhead_ratio_of_means": sum(recorded_s) / sum(plain_s) - 1.0,
+        "overhead_ratio_median_window": statistics.median(windows),
+        "recorder_time_share": inside_s / sum(recorded_s),
+        "close_s": close_s,
     }
 
 
@@ -138,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--numel", type=int, default=2_621_440, help="elements per replayed gradient (default 10 MB fp32)")
     parser.add_argument("--workload", default="resnet20", help="workload of the capture benchmark")
     parser.add_argument("--gigabytes", type=float, default=1.0, help="size of the trace for the open benchmark (10^9 bytes)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: steadier on a shared machine)")
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
     _emit({"bench": "machine", "platform": platform.platform(), "processor": platform.processor(),
            "torch": torch.__version__, "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
     if args.which in ("capture", "all"):

@@ -8,6 +8,7 @@ all-reduce would produce) and one optimizer step updates the shared model.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 
@@ -93,9 +94,9 @@ def capture(
             with recorder.optimizer():
                 optimizer.step()
             losses.append(loss_sum / workers)
+            if not math.isfinite(losses[-1]):
+                raise TraceError(f"{out_dir}: training diverged at iteration {recorder.iteration} (loss not finite); lower --lr")
             if progress is not None:
                 progress(recorder.iteration, losses[-1])
             recorder.step()
-        if not all(map(lambda v: v == v and abs(v) != float("inf"), losses)):
-            raise TraceError(f"{out_dir}: training diverged (loss is not finite); lower --lr")
         return recorder.close(extra={"loss": {"first": losses[0], "last": losses[-1], "per_iteration": losses}})

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+import torch
 from tqdm import tqdm
 
 import traces
@@ -65,6 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         help="compress DDP-like buckets of this many MB (10^6 bytes of fp32 gradient, reverse layer order); "
         "default: the whole model as one vector",
+    )
+    parser.add_argument(
+        "--threads", type=int, help="torch intra-op CPU threads (default: torch's choice; 1 is steadier on a busy machine)"
     )
     parser.add_argument("--store", default=str(DEFAULT_PATH), help=f"results store, SQLite file (default {DEFAULT_PATH})")
     parser.add_argument("--json", action="store_true", help="print {replay_id, summary, rows} as JSON on stdout")
@@ -141,6 +145,10 @@ def _print_table(summary: list[dict[str, Any]]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Replay, storing each combination in one transaction; print the summary."""
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"invalid --threads {args.threads}: must be >= 1")
+        torch.set_num_threads(args.threads)
     names = parse_list(args.compressors, str)
     densities = parse_list(args.densities, _density)
     bucket_bytes = None
