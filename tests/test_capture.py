@@ -178,3 +178,11 @@ def test_sidco_capture_help_states_units() -> None:
     result = subprocess.run([sys.executable, "-m", "sidco", "capture", "--help"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0
     assert "seconds" in result.stdout and "samples per worker" in result.stdout
+
+
+@pytest.mark.gpu
+def test_capture_on_cuda_times_with_events(tmp_path: Path) -> None:
+    t = traces.capture("resnet20", tmp_path / "t", workers=2, iterations=2, every=1, width=0.25, batch_size=4, device="cuda")
+    assert t.timings["device"].startswith("cuda")
+    assert t.timings["forward_s"] > 0 and t.timings["backward_total_s"] > 0
+    assert t.gradient(2, 1).device.type == "cpu" and bool(torch.isfinite(t.gradient(2, 1)).all())

@@ -187,7 +187,7 @@ def test_sidco_replay_bad_input(laplace: traces.Trace, tmp_path: Path, capsys: p
 
 @pytest.mark.slow
 def test_replay_killed_halfway_finishes_without_duplicates_or_losses(tmp_path: Path) -> None:
-    trace = traces.synthetic(tmp_path / "t", "gamma", numel=300_000, workers=2, iterations=4, seed=0)
+    trace = traces.synthetic(tmp_path / "t", "gamma", numel=300_000, workers=2, iterations=6, seed=0)
     db = tmp_path / "r.sqlite"
     combos = [(c, d) for c in ("topk", "dgc", "sidco-gp") for d in (0.01, 0.001)]
     per = calls_per_combination(trace)
@@ -227,3 +227,13 @@ def test_replay_killed_halfway_finishes_without_duplicates_or_losses(tmp_path: P
         if key in kept:
             assert row["compress_s"] == kept[key], "rows stored before the kill were kept, not recomputed"
     assert status == "done"
+
+
+@pytest.mark.gpu
+def test_replay_on_cuda_matches_cpu(laplace: traces.Trace) -> None:
+    cpu = list(replay(laplace, ["topk"], [0.01], device="cpu"))
+    gpu = list(replay(laplace, ["topk"], [0.01], device="cuda"))
+    assert [r["selected"] for r in gpu] == [r["selected"] for r in cpu]
+    for a, b in zip(cpu, gpu):
+        assert b["rel_error"] == pytest.approx(a["rel_error"], rel=1e-4)
+        assert b["wire_bytes"] == a["wire_bytes"] and b["compress_s"] > 0
