@@ -9,11 +9,14 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.torch import save_file
 from scipy import stats
 
@@ -266,3 +269,37 @@ def test_trace_copy_is_still_valid(tmp_path: Path, small: traces.Trace) -> None:
     t = traces.open(tmp_path / "copy")
     assert torch.equal(t.gradient(3, 1), small.gradient(3, 1))
     assert math.isclose(float(t.gradient(3, 1).abs().sum()), float(small.gradient(3, 1).abs().sum()))
+
+
+_shapes = st.lists(st.lists(st.integers(0, 5), min_size=0, max_size=3), min_size=1, max_size=5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shapes=_shapes.filter(lambda s: sum(math.prod(x) for x in s) > 0),
+    workers=st.integers(1, 3),
+    iterations=st.lists(st.integers(0, 10**6), min_size=1, max_size=3, unique=True),
+    dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.float64]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_write_read_round_trip(shapes, workers, iterations, dtype, seed) -> None:
+    """Any layer shapes, worker count, iteration numbers and gradient dtype survive a round trip."""
+    numel = sum(math.prod(s) for s in shapes)
+    gen = torch.Generator().manual_seed(seed)
+    iterations = sorted(iterations)
+    written = {(i, w): (torch.randn(numel, generator=gen) * 10).to(dtype) for i in iterations for w in range(workers)}
+    with tempfile.TemporaryDirectory() as tmp:
+        with TraceWriter(
+            Path(tmp) / "t", workload="prop", layers=[(f"p{i}", s, str(dtype)) for i, s in enumerate(shapes)], workers=workers
+        ) as writer:
+            for i in iterations:
+                writer.write_iteration(i, [written[(i, w)] for w in range(workers)])
+            writer.close(timings={"forward_s": 0.0, "backward_s": [0.0] * len(shapes), "optimizer_s": 0.0,
+                                  "batch_size": 1, "device": "cpu"})
+        t = traces.open(Path(tmp) / "t")
+        assert t.iterations == iterations and t.workers == workers and t.numel == numel
+        assert t.layers == [(f"p{i}", tuple(s)) for i, s in enumerate(shapes)]
+        offsets = [e["offset"] for e in t.manifest["layers"]]
+        assert offsets == [sum(math.prod(s) for s in shapes[:i]) for i in range(len(shapes))]
+        for (i, w), grad in written.items():
+            assert torch.equal(t.gradient(i, w), grad.float())
