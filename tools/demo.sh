@@ -1,6 +1,40 @@
 #!/usr/bin/env bash
-# The end-to-end demo on the built-in defaults. $1: path of the sidco executable.
+# The end-to-end demo on the built-in defaults: capture a small trace from real training,
+# replay it through the compressors, project one scenario and sweep a small grid, run a short
+# real emulation on shaped links (root only), then serve the dashboard.
+# $1: path of the sidco executable. Outputs: demo-out/ and the store runs/results.sqlite.
 set -euo pipefail
 SIDCO="$1"
-echo "== compressor benchmark (1,048,576 fp32 elements, CPU) =="
-"$SIDCO" bench --size 1048576 --densities 0.1,0.01,0.001 --device cpu --repeats 5
+STORE="${SIDCO_DEMO_STORE:-runs/results.sqlite}"
+TRACE=demo-out/resnet20
+PORT="${SIDCO_DEMO_PORT:-8050}"
+mkdir -p demo-out
+step() { printf '\n== [%s] %s ==\n' "$(date +%H:%M:%S)" "$*"; }
+
+step "1/6 capture: ResNet-20, 2 simulated workers, 20 steps, every 5th recorded"
+"$SIDCO" capture --workload resnet20 --workers 2 --iterations 20 --every 5 --width 0.5 --threads 1 \
+    --out "$TRACE" --force --store "$STORE"
+
+step "2/6 replay: SIDCo-E/-P/-GP, Top-k, DGC at densities 0.01 and 0.001"
+"$SIDCO" replay "$TRACE" --compressors sidco-e,sidco-p,sidco-gp,topk,dgc --densities 0.01,0.001 \
+    --threads 1 --store "$STORE"
+
+step "3/6 simulate: 8 nodes, 10 Gbit/s, 50 us, SIDCo-E at 0.001 (timeline: demo-out/timeline.json)"
+"$SIDCO" simulate --trace "$TRACE" --nodes 8 --bandwidth 10Gbit --latency 50us --compressor sidco-e \
+    --density 0.001 --timeline demo-out/timeline.json --store "$STORE"
+
+step "4/6 sweep: 2..64 nodes x 1..100 Gbit/s x every compressor at 0.01 and 0.001"
+"$SIDCO" sweep --trace "$TRACE" --nodes 2,4,8,16,32,64 --bandwidth 1Gbit,10Gbit,25Gbit,100Gbit \
+    --compressors all --densities 0.01,0.001 --store "$STORE"
+
+step "5/6 emulation: real gloo training on shaped links (needs root, ip, tc)"
+if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && command -v tc >/dev/null; then
+    "$SIDCO" emulate --workers 2 --bandwidth 50Mbit --workload resnet20 --compressors none,sidco-e \
+        --density 0.01 --iterations 6 --warmup 2 --store "$STORE" \
+        || echo "emulation failed (see above); continuing with the dashboard"
+else
+    echo "skipped: not root or no ip/tc (run 'sudo make demo' for the emulation step)"
+fi
+
+step "6/6 dashboard"
+exec "$SIDCO" dashboard --store "$STORE" --port "$PORT"
