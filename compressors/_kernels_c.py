@@ -6,7 +6,8 @@ Two kernels, both OpenMP-parallel over contiguous float32 input:
   where ``y = |x|`` or ``y = x − shift``; partial sums in float32 over blocks of 4096 elements,
   accumulated in float64.
 - ``sidco_select``: compaction of ``{(i, y_i) : y_i > thr}`` (strict), ascending ``i`` (int32), in one
-  read pass into caller-provided buffers of capacity ``n``; blocks of 64 with nothing above ``thr``
+  read pass into caller-provided buffers of capacity ``n``, also summing ``y − thr`` and
+  ``(y − thr)²`` over the hits (what the next peak-over-threshold stage fits); blocks of 64 with nothing above ``thr``
   are skipped after a vectorised test, the rest compacted with AVX-512 where available.
 """
 
@@ -81,8 +82,9 @@ static inline float load_y(const float* x, int64_t i, int absolute) {
 }
 
 int64_t sidco_select(const float* x, const int32_t* src, int64_t n, float thr, int absolute, int parts,
-                     int32_t* idx_buf, float* mag_buf) {
+                     int32_t* idx_buf, float* mag_buf, double* excess) {
     int64_t counts[256];
+    double sums[256], squares[256];
     if (parts > 256) parts = 256;
     if (parts < 1) parts = 1;
     #pragma omp parallel for num_threads(parts) schedule(static, 1)
@@ -91,6 +93,7 @@ int64_t sidco_select(const float* x, const int32_t* src, int64_t n, float thr, i
         int32_t* io = idx_buf + lo;
         float* mo = mag_buf + lo;
         int64_t cnt = 0;
+        double s1 = 0.0, s2 = 0.0;
         for (int64_t b = lo; b < hi; b += SCAN) {
             int64_t e = b + SCAN < hi ? b + SCAN : hi;
             int32_t any = 0;
@@ -101,21 +104,28 @@ int64_t sidco_select(const float* x, const int32_t* src, int64_t n, float thr, i
             }
             if (!any) continue;
             int64_t i = b;
+            float b1 = 0.0f, b2 = 0.0f;
 #ifdef __AVX512F__
             const __m512 vthr = _mm512_set1_ps(thr);
             const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+            __m512 v1 = _mm512_setzero_ps(), v2 = _mm512_setzero_ps();
             for (; i + 16 <= e; i += 16) {
                 __m512 v = _mm512_loadu_ps(x + i);
                 if (absolute) v = _mm512_abs_ps(v);
                 __mmask16 m = _mm512_cmp_ps_mask(v, vthr, _CMP_GT_OQ);
                 if (!m) continue;
                 int c = __builtin_popcount(m);
+                __m512 d = _mm512_maskz_sub_ps(m, v, vthr);
+                v1 = _mm512_add_ps(v1, d);
+                v2 = _mm512_fmadd_ps(d, d, v2);
                 _mm512_mask_storeu_ps(mo + cnt, (__mmask16)((1u << c) - 1u), _mm512_maskz_compress_ps(m, v));
                 __m512i pos = src ? _mm512_loadu_si512((const void*)(src + i))
                                   : _mm512_add_epi32(_mm512_set1_epi32((int32_t)i), step);
                 _mm512_mask_storeu_epi32(io + cnt, (__mmask16)((1u << c) - 1u), _mm512_maskz_compress_epi32(m, pos));
                 cnt += c;
             }
+            b1 = _mm512_reduce_add_ps(v1);
+            b2 = _mm512_reduce_add_ps(v2);
 #endif
             for (; i < e; i++) {
                 float y = load_y(x, i, absolute);
@@ -123,10 +133,22 @@ int64_t sidco_select(const float* x, const int32_t* src, int64_t n, float thr, i
                     io[cnt] = src ? src[i] : (int32_t)i;
                     mo[cnt] = y;
                     cnt++;
+                    b1 += y - thr;
+                    b2 += (y - thr) * (y - thr);
                 }
             }
+            s1 += b1;
+            s2 += b2;
         }
         counts[part] = cnt;
+        sums[part] = s1;
+        squares[part] = s2;
+    }
+    excess[0] = 0.0;
+    excess[1] = 0.0;
+    for (int part = 0; part < parts; part++) {
+        excess[0] += sums[part];
+        excess[1] += squares[part];
     }
     int64_t total = counts[0];
     for (int part = 1; part < parts; part++) {

@@ -11,16 +11,25 @@ from compressors.sparse import Sparse
 
 
 class NoCompression(Compressor):
-    """``none``: the dense gradient is the message (``wire_bytes = numel * itemsize``)."""
+    """``none``: the dense gradient is the message (``wire_bytes = numel * itemsize``).
+
+    ``indices`` is ``arange(numel)``, cached per size and device and shared between calls (read it,
+    do not modify it); ``values`` is the gradient itself.
+    """
 
     name = "none"
 
     def __init__(self, density: float = 1.0):
         super().__init__(density)
+        self._positions: dict[tuple[int, torch.device], torch.Tensor] = {}
 
     def _compress(self, grad: torch.Tensor) -> Sparse:
         raise_if_not_finite(grad, grad.sum(dtype=torch.float32 if grad.dtype != torch.float64 else None))
-        indices = torch.arange(grad.numel(), device=grad.device)
+        key = (grad.numel(), grad.device)
+        indices = self._positions.get(key)
+        if indices is None:
+            indices = torch.arange(grad.numel(), device=grad.device)
+            self._positions = {key: indices}
         return Sparse(grad, indices, grad.numel(), dense=True)
 
 

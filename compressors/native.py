@@ -72,7 +72,8 @@ def _build() -> ctypes.CDLL | None:
                                 ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
     lib.sidco_stats.restype = None
     lib.sidco_select.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float,
-                                 ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+                                 ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                 ctypes.POINTER(ctypes.c_double)]
     lib.sidco_select.restype = ctypes.c_int64
     return lib
 
@@ -112,9 +113,19 @@ def stats(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool 
     return Stats(out[0], out[1], out[2], int(out[3]))
 
 
+class Selection(NamedTuple):
+    """Hits of :func:`select_above` and the sums of their excess over the threshold."""
+
+    indices: torch.Tensor
+    magnitudes: torch.Tensor
+    excess: float
+    excess_sq: float
+
+
 def select_above(x: torch.Tensor, threshold: float, *, absolute: bool, positions: torch.Tensor | None = None,
-                 buffers: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(indices, magnitudes)`` of the elements with ``y > threshold`` (strict), ascending.
+                 buffers: tuple[torch.Tensor, torch.Tensor] | None = None) -> Selection:
+    """Indices and magnitudes of the elements with ``y > threshold`` (strict), ascending, with
+    ``Σ(y − threshold)`` and ``Σ(y − threshold)²`` over them (float32 differences, float64 sums).
 
     ``y = |x|`` when ``absolute`` else ``x``. ``indices`` (int32) are positions in ``x`` or, when
     ``positions`` (int32, same length) is given, ``positions[i]``. ``buffers`` (an int32 and a
@@ -128,6 +139,7 @@ def select_above(x: torch.Tensor, threshold: float, *, absolute: bool, positions
     if idx_buf.numel() < n or mag_buf.numel() < n:
         raise ValueError(f"selection buffers hold {min(idx_buf.numel(), mag_buf.numel())} elements, need {n}")
     parts = max(1, torch.get_num_threads()) if n >= PARALLEL_MIN else 1
+    excess = (ctypes.c_double * 2)()
     total = library().sidco_select(x.data_ptr(), positions.data_ptr() if positions is not None else None, n,
-                                   threshold, int(absolute), parts, idx_buf.data_ptr(), mag_buf.data_ptr())
-    return idx_buf[:total], mag_buf[:total]
+                                   threshold, int(absolute), parts, idx_buf.data_ptr(), mag_buf.data_ptr(), excess)
+    return Selection(idx_buf[:total], mag_buf[:total], excess[0], excess[1])

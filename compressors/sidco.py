@@ -131,28 +131,26 @@ class SIDCo(Compressor):
             torch.tensor(estimators.mean_log_from_sums(sums.total_log, sums.positive, n), dtype=torch.float64),
         )
         threshold = self.first_threshold(moments, probs[0]).float()
-        indices, mags = native.select_above(grad, float(threshold), absolute=True, buffers=self._buffers("stage1", n))
-        if indices.numel() == 0:
+        hits = native.select_above(grad, float(threshold), absolute=True, buffers=self._buffers("stage1", n))
+        if hits.indices.numel() == 0:
             return self._degenerate(grad, threshold)
         used = 1
         for p in probs[1:]:
-            if mags.numel() < 2:
+            count = hits.indices.numel()
+            if count < 2:
                 break
-            shift = float(threshold)
-            tail = native.stats(mags, absolute=False, shift=shift, squares=self.tail_needs_var)
-            count = mags.numel()
-            tail_mean = tail.total / count
+            tail_mean = hits.excess / count
             tail_moments = Moments(torch.tensor(tail_mean, dtype=torch.float64),
-                                   torch.tensor(max(tail.total_sq / count - tail_mean * tail_mean, 0.0),
+                                   torch.tensor(max(hits.excess_sq / count - tail_mean * tail_mean, 0.0),
                                                 dtype=torch.float64))
-            candidate = (shift + self.tail_threshold(tail_moments, p)).float()
-            keep, kept_mags = native.select_above(mags, float(candidate), absolute=False, positions=indices,
-                                                  buffers=self._buffers(f"stage{used + 1}", count))
-            if keep.numel() == 0:
+            candidate = (float(threshold) + self.tail_threshold(tail_moments, p)).float()
+            kept = native.select_above(hits.magnitudes, float(candidate), absolute=False, positions=hits.indices,
+                                       buffers=self._buffers(f"stage{used + 1}", count))
+            if kept.indices.numel() == 0:
                 break
-            indices, mags, threshold = keep, kept_mags, candidate
+            hits, threshold = kept, candidate
             used += 1
-        indices = indices.long()
+        indices = hits.indices.long()
         return Sparse(grad.index_select(0, indices), indices, n, threshold, used)
 
     def _buffers(self, name: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
