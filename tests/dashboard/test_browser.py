@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from dashboard import create_app
@@ -21,34 +20,53 @@ PAGES = (("whatif", "/"), ("sweeps", "/sweeps"), ("quality", "/quality"), ("time
 pytestmark = pytest.mark.browser
 
 
-def _graph(dash_duo, name: str):
-    return dash_duo.driver.find_element(By.XPATH, f"//div[contains(@id, '\"fig\":\"{name}\"')]")
-
-
-def _figure_data(dash_duo, name: str) -> list:
-    """The plotted traces of figure ``name`` as plotly.js holds them."""
-    element = _graph(dash_duo, name)
+def _figure_data(dash_duo, name: str) -> list | None:
+    """The plotted traces of figure ``name`` as plotly.js holds them (looked up inside the page, so a
+    re-render between lookup and read cannot leave a stale handle)."""
     return dash_duo.driver.execute_script(
-        "const p = arguments[0].querySelector('.js-plotly-plot');"
+        "const box = document.getElementById(JSON.stringify({fig: arguments[0], type: 'graph'}));"
+        "const p = box && box.querySelector('.js-plotly-plot');"
         "return p && p.data ? JSON.parse(JSON.stringify(p.data.map(t => ({name: t.name, x: t.x, y: t.y})))) : null;",
-        element,
+        name,
     )
 
 
-def _wait_idle(dash_duo, timeout: float = 20.0) -> None:
-    """Wait until no callback is pending and every graph on the page has been drawn."""
+def _wait_idle(dash_duo, timeout: float = 30.0) -> None:
+    """Wait until no callback is pending, every graph is drawn, and the plotted traces stop changing
+    over three polls 0.3 s apart (callbacks fire a moment after the layout arrives)."""
+    state_js = (
+        "const busy = document.querySelectorAll('[data-dash-is-loading=\"true\"]').length"
+        " + (document.querySelectorAll('.dash-graph').length"
+        " - document.querySelectorAll('.dash-graph .main-svg').length > 0 ? 1 : 0);"
+        "const traces = Array.from(document.querySelectorAll('.js-plotly-plot'))"
+        ".map(p => JSON.stringify((p.data || []).map(t => [t.name, t.y && t.y.length, t.x && t.x.length])));"
+        "return [busy, traces.join('|')];"
+    )
+    deadline = time.time() + timeout
+    last, stable = None, 0
+    while time.time() < deadline:
+        busy, traces = dash_duo.driver.execute_script(state_js)
+        if not busy and traces == last:
+            stable += 1
+            if stable >= 3:
+                return
+        else:
+            stable = 0
+        last = traces
+        time.sleep(0.3)
+    raise AssertionError("page did not settle")
+
+
+def _wait_for_figure(dash_duo, name: str, timeout: float = 30.0) -> list:
+    """The traces of figure ``name`` once it has any."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        busy = dash_duo.driver.execute_script(
-            "return document.querySelectorAll('[data-dash-is-loading=\"true\"]').length"
-            " + (document.querySelectorAll('.dash-graph').length"
-            " - document.querySelectorAll('.dash-graph .main-svg').length > 0 ? 1 : 0);"
-        )
-        if not busy:
-            time.sleep(0.3)
-            return
+        traces = _figure_data(dash_duo, name)
+        if traces:
+            return traces
         time.sleep(0.2)
-    raise AssertionError("page did not settle")
+    message = dash_duo.driver.execute_script("return document.querySelector('.page').innerText.slice(0, 600)")
+    raise AssertionError(f"figure {name} stayed empty; page: {message}; console: {dash_duo.get_logs()}")
 
 
 def _severe(dash_duo) -> list:
@@ -105,6 +123,7 @@ def test_every_page_loads_without_console_errors_and_is_screenshotted(dash_duo, 
 
 def test_changing_a_control_updates_the_projection_and_bad_input_is_inline(dash_duo, app):
     dash_duo.start_server(app)
+    _wait_for_figure(dash_duo, "whatif-breakdown")
     _wait_idle(dash_duo)
     before = _figure_data(dash_duo, "whatif-breakdown")
     assert before and before[0]["x"], "the what-if figure is empty"
