@@ -39,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "at each density, in one process, at steady state: buffers reused, --warmup calls first, "
             "then the median of --repeats timed calls. The floor is the median time of torch.sum "
             "over the same vector, timed interleaved with each compressor. Times in milliseconds; "
-            "'x floor' = compress_ms / floor_ms; 'vs topk' = topk compress_ms / compress_ms."
+            "'x floor' = compress_ms / floor_ms; 'vs topk' = topk's 'x floor' / this row's 'x floor' "
+            "(speed-up over torch.topk, each normalised by its own interleaved floor)."
         ),
     )
     parser.add_argument("--size", type=int, default=26_214_400,
