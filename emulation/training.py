@@ -4,7 +4,9 @@
 :mod:`emulation.worker` for every compressor in it (fresh processes each time), and returns
 per compressor the measured iteration time — the median over the timed iterations of each
 rank, averaged over ranks — with the per-phase medians and the per-bucket communication
-log. The first run also records a compute-only trace on rank 0 (see :mod:`emulation.worker`).
+log. Every run also records a compute-only trace on rank 0 from iterations interleaved
+with the timed ones (see :mod:`emulation.worker`), so the projection of that run uses
+compute times sampled beside the measurement, under the same background load.
 """
 
 from __future__ import annotations
@@ -85,7 +87,6 @@ def run_training(
     warmup: int,
     batch_size: int,
     trace_dir: Path,
-    record_iterations: int = 10,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Run ``workload`` on ``workers`` ranks over links of ``bandwidth_bps`` bits/s (``None``:
@@ -97,7 +98,7 @@ def run_training(
     """
     check_request(workload, compressor_names, density, iterations, warmup, batch_size)
     model_bytes = sum(p.numel() * 4 for p in traces.workloads.build(workload).model.parameters())
-    timeout = _timeout_s(workers, bandwidth_bps, warmup + iterations + record_iterations, model_bytes)
+    timeout = _timeout_s(workers, bandwidth_bps, warmup + 2 * iterations, model_bytes)
     base = [
         "--workload", workload, "--density", str(density), "--iterations", str(iterations),
         "--warmup", str(warmup), "--batch-size", str(batch_size), "--seed", str(seed),
@@ -107,8 +108,8 @@ def run_training(
         results = []
         for name in compressor_names:
             trace = Path(trace_dir) / name
-            extra = ["--record-dir", str(trace), "--record-iterations", str(record_iterations)]
-            per_rank = run_workers("emulation.worker", [*base, "--compressor", name, *extra], workers, plan, timeout)
+            args = [*base, "--compressor", name, "--record-dir", str(trace)]
+            per_rank = run_workers("emulation.worker", args, workers, plan, timeout)
             results.append({"compressor": name, "trace": str(trace), **summarize(per_rank)})
         return results
 

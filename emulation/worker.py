@@ -5,9 +5,11 @@ Run by :func:`emulation.training.run_training`. Trains a built-in workload
 (:func:`compressors.ddp.comm_hook`) and writes, as JSON: per-iteration wall times
 (seconds; forward, backward incl. communication, optimizer step), and the hook's
 per-bucket log (communication seconds, bytes) of the timed iterations.
-With ``--record-dir`` rank 0 then records a trace (per-layer timings and gradients,
-:class:`traces.Recorder`) of compute-only iterations run under ``DistributedDataParallel.no_sync``
-by every rank at once, so the trace's compute times carry the same CPU contention as training.
+With ``--record-dir`` every timed iteration is followed by a compute-only one (forward and
+backward under ``DistributedDataParallel.no_sync``, no optimizer step) on every rank, which
+rank 0 records (per-layer timings and gradients, :class:`traces.Recorder`; the optimizer time
+is that of the timed iterations). Interleaving puts the trace's compute samples right beside
+the measured iterations, under the same CPU contention and background load.
 """
 
 from __future__ import annotations
@@ -36,22 +38,36 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, required=True, help="samples per worker per step")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size (MB)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--record-dir", type=Path, help="rank 0 records a compute-only trace here")
-    parser.add_argument("--record-iterations", type=int, default=10)
+    parser.add_argument("--record-dir", type=Path, help="interleave compute-only iterations; rank 0 records them here")
     return parser
 
 
-def _train(args: argparse.Namespace, model: DistributedDataParallel, workload: Any, batches: Any) -> list[dict[str, float]]:
+def _compute_only(model: DistributedDataParallel, workload: Any, batches: Any, recorder: Any) -> None:
+    """One forward/backward without gradient synchronisation; rank 0 records it."""
+    inputs, targets = next(batches)
+    with model.no_sync():
+        workload.loss(model(inputs), targets).backward()
+    if recorder is not None:
+        recorder.capture()
+        recorder.step()
+    model.zero_grad(set_to_none=False)
+
+
+def _train(args: argparse.Namespace, model: DistributedDataParallel, workload: Any, batches: Any, recorder: Any) -> list[dict[str, float]]:
     optimizer = workload.optimizer(model)
     steps = []
-    for _ in range(args.warmup + args.iterations):
+    for index in range(args.warmup + args.iterations):
         inputs, targets = next(batches)
         start = time.perf_counter()
         loss = workload.loss(model(inputs), targets)
         forward_end = time.perf_counter()
         loss.backward()
         backward_end = time.perf_counter()
-        optimizer.step()
+        if recorder is not None:
+            with recorder.optimizer():
+                optimizer.step()
+        else:
+            optimizer.step()
         optimizer.zero_grad(set_to_none=False)
         end = time.perf_counter()
         steps.append({
@@ -60,31 +76,9 @@ def _train(args: argparse.Namespace, model: DistributedDataParallel, workload: A
             "backward_s": backward_end - forward_end,
             "optimizer_s": end - backward_end,
         })
+        if args.record_dir is not None and index >= args.warmup:
+            _compute_only(model, workload, batches, recorder)
     return steps[args.warmup:]
-
-
-def _record(args: argparse.Namespace, model: DistributedDataParallel, workload: Any, batches: Any) -> None:
-    optimizer = workload.optimizer(model)
-    recorder = None
-    if args.rank == 0:
-        recorder = traces.Recorder(
-            model.module, args.record_dir, every=1, workers=1, batch_size=args.batch_size,
-            workload=args.workload, extra={"source": "emulation", "world_size": args.world_size},
-        )
-    with model.no_sync():
-        for _ in range(args.record_iterations):
-            inputs, targets = next(batches)
-            optimizer.zero_grad(set_to_none=False)
-            workload.loss(model(inputs), targets).backward()
-            if recorder is None:
-                optimizer.step()
-                continue
-            recorder.capture()
-            with recorder.optimizer():
-                optimizer.step()
-            recorder.step()
-    if recorder is not None:
-        recorder.close()
 
 
 def main() -> None:
@@ -97,11 +91,16 @@ def main() -> None:
     state, hook = compressors.ddp.comm_hook(args.compressor, args.density)
     model.register_comm_hook(state, hook)
     batches = workload.batches(args.rank, args.world_size)
-    steps = _train(args, model, workload, batches)
-    first_timed = args.warmup
-    buckets = [dict(entry) for entry in state.log if entry["iteration"] >= first_timed]
-    if args.record_dir is not None:
-        _record(args, model, workload, batches)
+    recorder = None
+    if args.record_dir is not None and args.rank == 0:
+        recorder = traces.Recorder(
+            model.module, args.record_dir, every=1, workers=1, batch_size=args.batch_size,
+            workload=args.workload, extra={"source": "emulation", "world_size": args.world_size},
+        )
+    steps = _train(args, model, workload, batches, recorder)
+    if recorder is not None:
+        recorder.close()
+    buckets = [dict(entry) for entry in state.log if entry["iteration"] >= args.warmup]
     finish(args, {"rank": args.rank, "steps": steps, "buckets": buckets, "threads": torch.get_num_threads()})
 
 

@@ -166,7 +166,7 @@ def _validation_rows(
     if bandwidth is None:
         return []
     variants = [(0, None)] + ([(1, calibration[1])] if calibration[1] is not None else [])
-    keep = ("iteration_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s")
+    keep = ("iteration_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s", "jitter")
     rows = []
     for calibrated, constants in variants:
         for m in measured:
