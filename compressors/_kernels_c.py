@@ -7,7 +7,8 @@ Two kernels, both OpenMP-parallel over contiguous float32 input:
   accumulated in float64.
 - ``sidco_select``: compaction of ``{(i, y_i) : y_i > thr}`` (strict), ascending ``i`` (int32), in one
   read pass into caller-provided buffers of capacity ``n``, also summing ``y − thr`` and
-  ``(y − thr)²`` over the hits (what the next peak-over-threshold stage fits); blocks of 64 with nothing above ``thr``
+  ``(y − thr)²`` over the hits (what the next peak-over-threshold stage fits) and, on request,
+  ``Σ|x|`` and ``Σx²`` over all elements (statistics and a speculative selection in one pass); blocks of 64 with nothing above ``thr``
   are skipped after a vectorised test, the rest compacted with AVX-512 where available.
 """
 
@@ -82,9 +83,9 @@ static inline float load_y(const float* x, int64_t i, int absolute) {
 }
 
 int64_t sidco_select(const float* x, const int32_t* src, int64_t n, float thr, int absolute, int parts,
-                     int32_t* idx_buf, float* mag_buf, double* excess) {
+                     int32_t* idx_buf, float* mag_buf, double* excess, double* whole) {
     int64_t counts[256];
-    double sums[256], squares[256];
+    double sums[256], squares[256], whole_sums[256], whole_squares[256];
     if (parts > 256) parts = 256;
     if (parts < 1) parts = 1;
     #pragma omp parallel for num_threads(parts) schedule(static, 1)
@@ -93,11 +94,21 @@ int64_t sidco_select(const float* x, const int32_t* src, int64_t n, float thr, i
         int32_t* io = idx_buf + lo;
         float* mo = mag_buf + lo;
         int64_t cnt = 0;
-        double s1 = 0.0, s2 = 0.0;
+        double s1 = 0.0, s2 = 0.0, w1 = 0.0, w2 = 0.0;
         for (int64_t b = lo; b < hi; b += SCAN) {
             int64_t e = b + SCAN < hi ? b + SCAN : hi;
             int32_t any = 0;
-            if (absolute) {
+            if (whole) {
+                float t1 = 0.0f, t2 = 0.0f;
+                for (int64_t i = b; i < e; i++) {
+                    float y = fabsf(x[i]);
+                    t1 += y;
+                    t2 += y * y;
+                    any |= y > thr;
+                }
+                w1 += t1;
+                w2 += t2;
+            } else if (absolute) {
                 for (int64_t i = b; i < e; i++) any |= fabsf(x[i]) > thr;
             } else {
                 for (int64_t i = b; i < e; i++) any |= x[i] > thr;
@@ -143,12 +154,22 @@ int64_t sidco_select(const float* x, const int32_t* src, int64_t n, float thr, i
         counts[part] = cnt;
         sums[part] = s1;
         squares[part] = s2;
+        whole_sums[part] = w1;
+        whole_squares[part] = w2;
     }
     excess[0] = 0.0;
     excess[1] = 0.0;
     for (int part = 0; part < parts; part++) {
         excess[0] += sums[part];
         excess[1] += squares[part];
+    }
+    if (whole) {
+        whole[0] = 0.0;
+        whole[1] = 0.0;
+        for (int part = 0; part < parts; part++) {
+            whole[0] += whole_sums[part];
+            whole[1] += whole_squares[part];
+        }
     }
     int64_t total = counts[0];
     for (int part = 1; part < parts; part++) {

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import shutil
 import subprocess
@@ -35,6 +36,10 @@ FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _tried = False
+
+
+_NO_HITS = (torch.empty(1, dtype=torch.int32), torch.empty(1, dtype=torch.float32))
+"""Output buffers for selection calls with an infinite threshold (nothing is ever written)."""
 
 
 class Stats(NamedTuple):
@@ -73,7 +78,7 @@ def _build() -> ctypes.CDLL | None:
     lib.sidco_stats.restype = None
     lib.sidco_select.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float,
                                  ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                                 ctypes.POINTER(ctypes.c_double)]
+                                 ctypes.POINTER(ctypes.c_double), ctypes.c_void_p]
     lib.sidco_select.restype = ctypes.c_int64
     return lib
 
@@ -105,10 +110,18 @@ def stats(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool 
     """Sums over ``y = |x|`` (``absolute``) or ``y = x − shift`` in one pass.
 
     ``squares`` adds Σy²; ``logs`` (with ``absolute`` only) adds Σ ln y over ``y > 0``
-    (float32 log with < 2e-7 relative error, float64 accumulation).
+    (float32 log with < 2e-7 relative error, float64 accumulation). Without ``logs``, ``|x|``
+    sums always include Σy² and leave ``positive`` at 0.
     """
     out = (ctypes.c_double * 4)()
     threads = max(1, torch.get_num_threads()) if x.numel() >= PARALLEL_MIN else 1
+    if absolute and not logs:
+        # The selection kernel with an infinite threshold: the same partition and summation order
+        # as select_above(..., with_stats=True), so speculative and plain calls agree bit for bit.
+        whole, excess = (ctypes.c_double * 2)(), (ctypes.c_double * 2)()
+        library().sidco_select(x.data_ptr(), None, x.numel(), math.inf, 1, threads, _NO_HITS[0].data_ptr(),
+                               _NO_HITS[1].data_ptr(), excess, ctypes.cast(whole, ctypes.c_void_p))
+        return Stats(whole[0], whole[1], 0.0, 0)
     library().sidco_stats(x.data_ptr(), x.numel(), shift, int(absolute), int(squares), int(logs), threads, out)
     return Stats(out[0], out[1], out[2], int(out[3]))
 
@@ -123,15 +136,19 @@ class Selection(NamedTuple):
 
 
 def select_above(x: torch.Tensor, threshold: float, *, absolute: bool, positions: torch.Tensor | None = None,
-                 buffers: tuple[torch.Tensor, torch.Tensor] | None = None) -> Selection:
+                 buffers: tuple[torch.Tensor, torch.Tensor] | None = None, with_stats: bool = False):
     """Indices and magnitudes of the elements with ``y > threshold`` (strict), ascending, with
     ``Σ(y − threshold)`` and ``Σ(y − threshold)²`` over them (float32 differences, float64 sums).
 
     ``y = |x|`` when ``absolute`` else ``x``. ``indices`` (int32) are positions in ``x`` or, when
     ``positions`` (int32, same length) is given, ``positions[i]``. ``buffers`` (an int32 and a
     float32 tensor of at least ``x.numel()`` elements) are reused for the output, which is then a
-    view into them; without them fresh buffers are allocated.
+    view into them; without them fresh buffers are allocated. With ``with_stats`` (``absolute``
+    only) the same pass also sums ``|x|`` and ``x²`` over all elements and ``(Selection, Stats)``
+    is returned (``Stats.total_log`` and ``Stats.positive`` are not computed: 0).
     """
+    if with_stats and not absolute:
+        raise ValueError("with_stats needs absolute=True")
     n = x.numel()
     if buffers is None:
         buffers = (torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.float32))
@@ -140,6 +157,11 @@ def select_above(x: torch.Tensor, threshold: float, *, absolute: bool, positions
         raise ValueError(f"selection buffers hold {min(idx_buf.numel(), mag_buf.numel())} elements, need {n}")
     parts = max(1, torch.get_num_threads()) if n >= PARALLEL_MIN else 1
     excess = (ctypes.c_double * 2)()
+    whole = (ctypes.c_double * 2)() if with_stats else None
     total = library().sidco_select(x.data_ptr(), positions.data_ptr() if positions is not None else None, n,
-                                   threshold, int(absolute), parts, idx_buf.data_ptr(), mag_buf.data_ptr(), excess)
-    return Selection(idx_buf[:total], mag_buf[:total], excess[0], excess[1])
+                                   threshold, int(absolute), parts, idx_buf.data_ptr(), mag_buf.data_ptr(), excess,
+                                   ctypes.cast(whole, ctypes.c_void_p) if whole is not None else None)
+    selection = Selection(idx_buf[:total], mag_buf[:total], excess[0], excess[1])
+    if whole is None:
+        return selection
+    return selection, Stats(whole[0], whole[1], 0.0, 0)

@@ -33,6 +33,20 @@ class Workspace:
         return buf
 
 
+    def at_least(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A view of ``numel`` elements into one growing buffer per (name, dtype, device).
+
+        For outputs whose size changes from call to call (selections): the buffer grows by a
+        quarter more than needed and is otherwise reused, so steady state allocates nothing.
+        """
+        key = (name, "grow", dtype, device)
+        buf = self._buffers.get(key)
+        if buf is None or buf.numel() < numel:
+            buf = torch.empty(numel + numel // 4, dtype=dtype, device=device)
+            self._buffers[key] = buf
+        return buf[:numel]
+
+
 def magnitude(grad: torch.Tensor, workspace: Workspace) -> torch.Tensor:
     """``|grad|`` written into a reused buffer of the same dtype."""
     buf = workspace.get("abs", grad.numel(), grad.dtype, grad.device)

@@ -37,6 +37,14 @@ from compressors.selection import Workspace, argmax_fallback, indices_above, mag
 from compressors.sparse import Sparse
 
 
+GUESS_MARGIN = 0.9
+"""Native path, SIDCo-E/-P: the statistics pass also collects ``|g| > 0.9·η₁(previous call)``.
+When this call's ``η₁`` is not below that guess (the usual case in training, where gradient
+scales drift slowly) the exact stage-1 selection is taken from that superset instead of a
+second pass over the whole vector; otherwise the second pass runs. Stage 1 is bit-identical
+either way; later stages may differ in the last float32 bits of their sums (summation order)."""
+
+
 class Moments(NamedTuple):
     """What a fit needs, as 0-d float64 tensors: mean, variance (divisor n), mean of ln (or None)."""
 
@@ -93,6 +101,7 @@ class SIDCo(Compressor):
         else:
             raise ValueError(f"stages must be an int >= 1 or 'adaptive', got {stages!r}")
         self._workspace = Workspace()
+        self._guesses: dict[int, float] = {}
 
     @property
     def stages(self) -> int:
@@ -121,7 +130,13 @@ class SIDCo(Compressor):
 
     def _compress_native(self, grad: torch.Tensor, probs: list[float]) -> Sparse:
         n = grad.numel()
-        sums = native.stats(grad, absolute=True, squares=self.first_needs_var, logs=self.first_needs_log)
+        guess = None if self.first_needs_log else self._guesses.get(n)
+        speculative = None
+        if guess is None:
+            sums = native.stats(grad, absolute=True, squares=self.first_needs_var, logs=self.first_needs_log)
+        else:
+            speculative, sums = native.select_above(grad, guess, absolute=True, with_stats=True,
+                                                    buffers=self._buffers("guess", n))
         if not (math.isfinite(sums.total) and math.isfinite(sums.total_sq)):
             return self._degenerate(grad, None)
         mean = sums.total / n
@@ -131,7 +146,14 @@ class SIDCo(Compressor):
             torch.tensor(estimators.mean_log_from_sums(sums.total_log, sums.positive, n), dtype=torch.float64),
         )
         threshold = self.first_threshold(moments, probs[0]).float()
-        hits = native.select_above(grad, float(threshold), absolute=True, buffers=self._buffers("stage1", n))
+        eta = float(threshold)
+        if speculative is not None and eta >= guess:
+            hits = native.select_above(speculative.magnitudes, eta, absolute=False, positions=speculative.indices,
+                                       buffers=self._buffers("stage1", speculative.indices.numel()))
+        else:
+            hits = native.select_above(grad, eta, absolute=True, buffers=self._buffers("stage1", n))
+        if not self.first_needs_log and math.isfinite(eta):
+            self._guesses = {**dict(list(self._guesses.items())[-7:]), n: eta * GUESS_MARGIN}
         if hits.indices.numel() == 0:
             return self._degenerate(grad, threshold)
         used = 1
@@ -155,8 +177,8 @@ class SIDCo(Compressor):
 
     def _buffers(self, name: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Reused (int32, float32) selection buffers of capacity ``numel`` for the native path."""
-        return (self._workspace.get(name + "-idx", numel, torch.int32, torch.device("cpu")),
-                self._workspace.get(name + "-mag", numel, torch.float32, torch.device("cpu")))
+        return (self._workspace.at_least(name + "-idx", numel, torch.int32, torch.device("cpu")),
+                self._workspace.at_least(name + "-mag", numel, torch.float32, torch.device("cpu")))
 
     def _compress_torch(self, grad: torch.Tensor, probs: list[float]) -> Sparse:
         n = grad.numel()

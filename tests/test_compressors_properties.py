@@ -135,3 +135,25 @@ def test_error_feedback_conservation_property(steps, n, density, name, seed):
         total_in += g
         total_out += ef.decompress(ef.compress(g, key="k"))
     assert torch.allclose(total_out + ef.residual("k"), total_in, atol=1e-9)
+
+
+@pytest.mark.skipif(native.library() is None, reason="no C compiler for the native kernels")
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(scales=st.lists(st.sampled_from([1.0, 0.5, 2.0, 1e-3, 10.0]), min_size=2, max_size=6),
+       n=st.integers(2, 200_000), name=st.sampled_from(["sidco-e", "sidco-p"]), stages=st.integers(1, 3))
+def test_speculative_first_stage_is_exact(scales, n, name, stages):
+    """The native path reuses the previous call's threshold as a pre-filter; whatever the scale
+    does between calls, every call must select exactly {|g| > threshold} like a fresh compressor.
+    Stage 1 is bit-identical; later stages sum the excess in another order (last-bit differences)."""
+    gen = torch.Generator().manual_seed(n)
+    warm = compressors.create(name, density=0.01, stages=stages)
+    for scale in scales:
+        g = torch.randn(n, generator=gen) * scale
+        s = warm.compress(g)
+        fresh = compressors.create(name, density=0.01, stages=stages).compress(g)
+        if s.stages == 1:
+            assert s.threshold == fresh.threshold
+        assert math.isclose(s.threshold, fresh.threshold, rel_tol=1e-5)
+        assert torch.equal(s.indices, torch.nonzero(g.abs() > s.threshold).squeeze(1)) or s.selected == 1
+        if s.threshold == fresh.threshold:
+            assert torch.equal(s.indices, fresh.indices)
