@@ -116,7 +116,7 @@ def test_training_end_to_end_two_bandwidths(tmp_path, capsys):
     store_path = tmp_path / "r.sqlite"
     code = main([
         "emulate", "--workers", "2", "--bandwidth", "20Mbit,200Mbit", "--workload", "resnet20",
-        "--compressors", "none,sidco-e", "--density", "0.01", "--iterations", "4", "--warmup", "2",
+        "--compressors", "none,sidco-e", "--density", "0.01", "--iterations", "6", "--warmup", "2",
         "--batch-size", "8", "--calibration", "none", "--store", str(store_path), "--json",
     ])
     assert code == 0
