@@ -45,6 +45,11 @@ second pass over the whole vector; otherwise the second pass runs. Stage 1 is bi
 either way; later stages may differ in the last float32 bits of their sums (summation order)."""
 
 
+SPECULATE_MAX_P = 0.05
+"""The pre-filter is used only when stage 1's tail mass is at most this: for ``p₁ = 0.25`` the
+superset is a quarter of the vector and compacting it twice costs more than a second read pass."""
+
+
 class Moments(NamedTuple):
     """What a fit needs, as 0-d float64 tensors: mean, variance (divisor n), mean of ln (or None)."""
 
@@ -130,7 +135,7 @@ class SIDCo(Compressor):
 
     def _compress_native(self, grad: torch.Tensor, probs: list[float]) -> Sparse:
         n = grad.numel()
-        guess = None if self.first_needs_log else self._guesses.get(n)
+        guess = None if self.first_needs_log or probs[0] > SPECULATE_MAX_P else self._guesses.get(n)
         speculative = None
         if guess is None:
             sums = native.stats(grad, absolute=True, squares=self.first_needs_var, logs=self.first_needs_log)
