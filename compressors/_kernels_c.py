@@ -3,7 +3,7 @@
 Two kernels, both OpenMP-parallel over contiguous float32 input:
 
 - ``sidco_stats``: one pass computing ``Σy``, ``Σy²``, ``Σ ln max(y, FLT_MIN)`` and ``#(y > 0)``
-  where ``y = |x|`` or ``y = x − shift``; partial sums in float32 over blocks of 4096 elements,
+  where ``y = |x|`` or ``y = max(x − shift, 0)`` (the excess of the exceedances); partial sums in float32 over blocks of 4096 elements,
   accumulated in float64.
 - ``sidco_select``: compaction of ``{(i, y_i) : y_i > thr}`` (strict), ascending ``i`` (int32), in one
   read pass into caller-provided buffers of capacity ``n``, also summing ``y − thr`` and
@@ -65,6 +65,7 @@ void sidco_stats(const float* x, int64_t n, float shift, int absolute, int want_
         } else {
             for (int64_t i = b; i < e; i++) {
                 float y = absolute ? fabsf(x[i]) : x[i] - shift;
+                y = y > 0.0f ? y : 0.0f;
                 a1 += y;
                 a2 += y * y;
                 c += y > 0.0f;

@@ -107,7 +107,8 @@ def usable(x: torch.Tensor) -> bool:
 
 def stats(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool = False,
           logs: bool = False) -> Stats:
-    """Sums over ``y = |x|`` (``absolute``) or ``y = x − shift`` in one pass.
+    """Sums over ``y = |x|`` (``absolute``) or the excess ``y = x − shift`` of the elements with
+    ``x > shift`` (``positive`` then counts them) in one pass.
 
     ``squares`` adds Σy²; ``logs`` (with ``absolute`` only) adds Σ ln y over ``y > 0``
     (float32 log with < 2e-7 relative error, float64 accumulation). Without ``logs``, ``|x|``

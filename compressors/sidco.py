@@ -40,14 +40,9 @@ from compressors.sparse import Sparse
 GUESS_MARGIN = 0.9
 """Native path, SIDCo-E/-P: the statistics pass also collects ``|g| > 0.9·η₁(previous call)``.
 When this call's ``η₁`` is not below that guess (the usual case in training, where gradient
-scales drift slowly) the exact stage-1 selection is taken from that superset instead of a
-second pass over the whole vector; otherwise the second pass runs. Stage 1 is bit-identical
+scales drift slowly) stage 1's exceedances are taken from that superset (and later stages
+select from it) instead of a second pass over the whole vector; otherwise the second pass runs. Stage 1 is bit-identical
 either way; later stages may differ in the last float32 bits of their sums (summation order)."""
-
-
-SPECULATE_MAX_P = 0.05
-"""The pre-filter is used only when stage 1's tail mass is at most this: for ``p₁ = 0.25`` the
-superset is a quarter of the vector and compacting it twice costs more than a second read pass."""
 
 
 class Moments(NamedTuple):
@@ -135,7 +130,7 @@ class SIDCo(Compressor):
 
     def _compress_native(self, grad: torch.Tensor, probs: list[float]) -> Sparse:
         n = grad.numel()
-        guess = None if self.first_needs_log or probs[0] > SPECULATE_MAX_P else self._guesses.get(n)
+        guess = None if self.first_needs_log else self._guesses.get(n)
         speculative = None
         if guess is None:
             sums = native.stats(grad, absolute=True, squares=self.first_needs_var, logs=self.first_needs_log)
@@ -152,32 +147,45 @@ class SIDCo(Compressor):
         )
         threshold = self.first_threshold(moments, probs[0]).float()
         eta = float(threshold)
-        if speculative is not None and eta >= guess:
-            hits = native.select_above(speculative.magnitudes, eta, absolute=False, positions=speculative.indices,
-                                       buffers=self._buffers("stage1", speculative.indices.numel()))
+        # `pool` holds every exceedance of `threshold` (with `exact`, nothing else); count, excess
+        # and excess_sq describe the exceedances exactly.
+        exact = True
+        if speculative is not None and eta >= guess and len(probs) > 1:
+            pool, exact = speculative, False
+            tail = native.stats(pool.magnitudes, absolute=False, shift=eta, squares=True)
+            count, excess, excess_sq = tail.positive, tail.total, tail.total_sq
         else:
-            hits = native.select_above(grad, eta, absolute=True, buffers=self._buffers("stage1", n))
+            if speculative is not None and eta >= guess:
+                pool = native.select_above(speculative.magnitudes, eta, absolute=False,
+                                           positions=speculative.indices,
+                                           buffers=self._buffers("stage1", speculative.indices.numel()))
+            else:
+                pool = native.select_above(grad, eta, absolute=True, buffers=self._buffers("stage1", n))
+            count, excess, excess_sq = pool.indices.numel(), pool.excess, pool.excess_sq
         if not self.first_needs_log and math.isfinite(eta):
             self._guesses = {**dict(list(self._guesses.items())[-7:]), n: eta * GUESS_MARGIN}
-        if hits.indices.numel() == 0:
+        if count == 0:
             return self._degenerate(grad, threshold)
         used = 1
         for p in probs[1:]:
-            count = hits.indices.numel()
             if count < 2:
                 break
-            tail_mean = hits.excess / count
+            tail_mean = excess / count
             tail_moments = Moments(torch.tensor(tail_mean, dtype=torch.float64),
-                                   torch.tensor(max(hits.excess_sq / count - tail_mean * tail_mean, 0.0),
+                                   torch.tensor(max(excess_sq / count - tail_mean * tail_mean, 0.0),
                                                 dtype=torch.float64))
             candidate = (float(threshold) + self.tail_threshold(tail_moments, p)).float()
-            kept = native.select_above(hits.magnitudes, float(candidate), absolute=False, positions=hits.indices,
-                                       buffers=self._buffers(f"stage{used + 1}", count))
+            kept = native.select_above(pool.magnitudes, float(candidate), absolute=False, positions=pool.indices,
+                                       buffers=self._buffers(f"stage{used + 1}", pool.indices.numel()))
             if kept.indices.numel() == 0:
                 break
-            hits, threshold = kept, candidate
+            pool, threshold, exact = kept, candidate, True
+            count, excess, excess_sq = kept.indices.numel(), kept.excess, kept.excess_sq
             used += 1
-        indices = hits.indices.long()
+        if not exact:
+            pool = native.select_above(pool.magnitudes, float(threshold), absolute=False, positions=pool.indices,
+                                       buffers=self._buffers("final", pool.indices.numel()))
+        indices = pool.indices.long()
         return Sparse(grad.index_select(0, indices), indices, n, threshold, used)
 
     def _buffers(self, name: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:

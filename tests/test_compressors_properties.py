@@ -157,3 +157,19 @@ def test_speculative_first_stage_is_exact(scales, n, name, stages):
         assert torch.equal(s.indices, torch.nonzero(g.abs() > s.threshold).squeeze(1)) or s.selected == 1
         if s.threshold == fresh.threshold:
             assert torch.equal(s.indices, fresh.indices)
+
+
+@pytest.mark.skipif(native.library() is None, reason="no C compiler for the native kernels")
+@pytest.mark.parametrize("name", ["sidco-e", "sidco-p"])
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_speculative_path_on_large_tensors(name, stages):
+    gen = torch.Generator().manual_seed(stages)
+    warm = compressors.create(name, density=0.001, stages=stages)
+    for scale in (1.0, 1.0, 0.3, 3.0, 3.0):
+        g = torch.distributions.Laplace(0.0, scale).sample((300_000,))
+        g = g * (1 + torch.rand(300_000, generator=gen))
+        s = warm.compress(g)
+        fresh = compressors.create(name, density=0.001, stages=stages, backend="torch").compress(g)
+        assert s.stages == fresh.stages
+        assert math.isclose(s.threshold, fresh.threshold, rel_tol=1e-4)
+        assert torch.equal(s.indices, torch.nonzero(g.abs() > s.threshold).squeeze(1))
