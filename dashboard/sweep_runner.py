@@ -16,7 +16,7 @@ from typing import Any
 
 import simulator
 from simulator.sweep import Grid, SweepContext, describe, run_sweep
-from simulator.units import parse_bandwidth, parse_duration, parse_list
+from simulator.units import parse_bandwidth, parse_density, parse_duration, parse_list
 
 from sidco.store import Store
 
@@ -40,16 +40,6 @@ def _node_count(item: str) -> int:
     return int(item)
 
 
-def _density(item: str) -> float:
-    try:
-        value = float(item)
-    except ValueError:
-        raise ValueError(f"invalid density {item!r}: a number in (0, 1]") from None
-    if not 0 < value <= 1:
-        raise ValueError(f"invalid density {item!r}: a number in (0, 1]")
-    return value
-
-
 def parse_spec(source: str | None, compressors: list[str] | None, densities: str | None, nodes: str | None,
                bandwidths: str | None, latency: str | None, topology: str | None,
                max_scenarios: int = 5000) -> SweepSpec:
@@ -67,7 +57,7 @@ def parse_spec(source: str | None, compressors: list[str] | None, densities: str
         bandwidths_bps=tuple(parse_list(bandwidths or "", parse_bandwidth)),
         latencies_s=(parse_duration(latency or ""),),
         compressors=tuple(dict.fromkeys(["none", *compressors])),
-        densities=tuple(parse_list(densities or "", _density)),
+        densities=tuple(parse_list(densities or "", parse_density)),
         topologies=(str(topology),),
     )
     if len(grid) > max_scenarios:

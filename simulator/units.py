@@ -98,3 +98,14 @@ def format_seconds(seconds: float) -> str:
     if seconds >= 1e-6:
         return f"{seconds * 1e6:.3g} µs"
     return f"{seconds * 1e9:.3g} ns"
+
+
+def parse_density(text: str) -> float:
+    """Parse a target density: the fraction of elements sent, a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"invalid density {text!r}: give a fraction in (0, 1], e.g. 0.01") from None
+    if not 0 < value <= 1:
+        raise ValueError(f"invalid density {text!r}: must be in (0, 1]")
+    return value

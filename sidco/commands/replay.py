@@ -13,20 +13,10 @@ from tqdm import tqdm
 import traces
 import traces.replay as trace_replay
 from sidco.store import DEFAULT_PATH, Store
-from simulator.units import parse_list
+from simulator.units import parse_density, parse_list
 
 DEFAULT_COMPRESSORS = "sidco-e,sidco-p,sidco-gp,topk,dgc"
 DEFAULT_DENSITIES = "0.1,0.01,0.001"
-
-
-def _density(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"invalid density {text!r}: give a fraction in (0, 1], e.g. 0.01") from None
-    if not 0 < value <= 1:
-        raise ValueError(f"invalid density {text!r}: must be in (0, 1]")
-    return value
 
 
 def _on_off(text: str) -> bool:
@@ -150,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"invalid --threads {args.threads}: must be >= 1")
         torch.set_num_threads(args.threads)
     names = parse_list(args.compressors, str)
-    densities = parse_list(args.densities, _density)
+    densities = parse_list(args.densities, parse_density)
     bucket_bytes = None
     if args.bucket_mb is not None:
         if not args.bucket_mb > 0:

@@ -31,10 +31,9 @@ from sidco.commands.simulate import (
 from sidco.store import Store
 from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid, SweepContext, describe, run_sweep
-from simulator.units import parse_bandwidth, parse_duration, parse_list
+from simulator.units import parse_bandwidth, parse_density, parse_duration, parse_list
 
 PROFILE_META = "sweep-profile:{}"
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``sweep`` subcommand."""
@@ -65,7 +64,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_scenario_args(parser)
     parser.set_defaults(func=run, fidelity="analytic")
 
-
 def parse_grid(args: argparse.Namespace) -> Grid:
     """The sweep axes from the command line (strict units)."""
     import compressors
@@ -79,24 +77,14 @@ def parse_grid(args: argparse.Namespace) -> Grid:
     if bad:
         raise ValueError(f"unknown topology {bad[0]!r}; choose from {', '.join(TOPOLOGIES)}")
 
-    def density(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise ValueError(f"invalid density {text!r}: give a number in (0, 1]") from None
-        if not 0 < value <= 1:
-            raise ValueError(f"invalid density {text!r}: must be in (0, 1]")
-        return value
-
     return Grid(
         nodes=tuple(parse_list(args.nodes, lambda t: positive_int(t, "--nodes"))),
         bandwidths_bps=tuple(parse_list(args.bandwidth, parse_bandwidth)),
         latencies_s=tuple(parse_list(args.latency, parse_duration)),
         compressors=tuple(dict.fromkeys(names)),
-        densities=tuple(parse_list(args.densities, density)) if any(n != "none" for n in names) else (),
+        densities=tuple(parse_list(args.densities, parse_density)) if any(n != "none" for n in names) else (),
         topologies=tuple(dict.fromkeys(topologies)),
     )
-
 
 @contextmanager
 def make_executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]:
@@ -110,7 +98,6 @@ def make_executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             yield pool, jobs
-
 
 def _profile(store: Store, sweep_id: int, created: bool, trace: Any, grid: Grid, device: str):
     """The sweep's compression profile: measured/loaded once, kept in the store's meta table
@@ -127,7 +114,6 @@ def _profile(store: Store, sweep_id: int, created: bool, trace: Any, grid: Grid,
         cur.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
                     (key, "null" if profile is None else profile.to_json()))
     return profile
-
 
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the sweep; print a summary (JSON with --json)."""
