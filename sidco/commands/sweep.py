@@ -35,6 +35,7 @@ from simulator.units import parse_bandwidth, parse_density, parse_duration, pars
 
 PROFILE_META = "sweep-profile:{}"
 
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``sweep`` subcommand."""
     parser = subparsers.add_parser(
@@ -64,6 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_scenario_args(parser)
     parser.set_defaults(func=run, fidelity="analytic")
 
+
 def parse_grid(args: argparse.Namespace) -> Grid:
     """The sweep axes from the command line (strict units)."""
     import compressors
@@ -86,6 +88,7 @@ def parse_grid(args: argparse.Namespace) -> Grid:
         topologies=tuple(dict.fromkeys(topologies)),
     )
 
+
 @contextmanager
 def make_executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]:
     """A local process pool, or the executor of an existing Dask cluster; yields (executor, slots)."""
@@ -98,6 +101,7 @@ def make_executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             yield pool, jobs
+
 
 def _profile(store: Store, sweep_id: int, created: bool, trace: Any, grid: Grid, device: str):
     """The sweep's compression profile: measured/loaded once, kept in the store's meta table
@@ -114,6 +118,7 @@ def _profile(store: Store, sweep_id: int, created: bool, trace: Any, grid: Grid,
         cur.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
                     (key, "null" if profile is None else profile.to_json()))
     return profile
+
 
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the sweep; print a summary (JSON with --json)."""
