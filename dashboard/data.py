@@ -98,12 +98,14 @@ def replay_iterations(store: Store, replay_id: int) -> list[int]:
 
 
 def quality_by_iteration(store: Store, replay_id: int) -> list[dict[str, Any]]:
-    """Per (compressor, density, error_feedback, iteration): mean achieved/target,
-    mean threshold (|g| units), mean stage count, over workers and buckets."""
+    """Per (compressor, density, error_feedback, iteration), over workers and buckets:
+    achieved/target of all elements together (Σ selected / Σ numel / density, so a tiny bucket
+    where k = max(1, δ·n) rounds up does not dominate), the per-call min and max of
+    achieved/target, mean threshold (|g| units) and mean stage count."""
     return _dicts(
         store.query(
             "SELECT compressor, density, error_feedback, iteration,"
-            " AVG(achieved_over_target) AS achieved_over_target,"
+            " SUM(selected) * 1.0 / SUM(numel) / density AS achieved_over_target,"
             " MIN(achieved_over_target) AS aot_min, MAX(achieved_over_target) AS aot_max,"
             " AVG(threshold) AS threshold, AVG(stages) AS stages, AVG(rel_error) AS rel_error"
             " FROM replay_rows WHERE replay_id=?"

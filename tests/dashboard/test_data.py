@@ -418,3 +418,22 @@ def test_sweep_queries_keep_latencies_and_topologies_apart(tmp_path):
     axes = data.sweep_axes(store, sweep_id)
     assert axes["latency_s"] == [1e-6, 1e-3] and axes["topology"] == ["ring", "tree"]
     store.close()
+
+
+def test_achieved_over_target_is_weighted_by_elements(tmp_path):
+    """A tiny bucket where k = max(1, δ·n) rounds up must not dominate the per-iteration ratio."""
+    store = Store(tmp_path / "r.sqlite")
+    trace_id = store.register_trace(tmp_path / "t", {"workload": "w", "workers": 1, "iterations": [0]})
+    replay_id, _ = store.get_or_create("replays", {"t": trace_id}, trace_id=trace_id)
+    base = dict(replay_id=replay_id, compressor="topk", density=0.01, error_feedback=1, iteration=0,
+                worker=0, threshold=None, stages=None, compress_s=1e-4, decompress_s=1e-5, rel_error=0.5)
+    store.insert_many("replay_rows", [
+        dict(base, bucket=0, numel=100_000, selected=1_000, achieved_density=0.01,
+             achieved_over_target=1.0, wire_bytes=8_000),
+        dict(base, bucket=1, numel=10, selected=1, achieved_density=0.1,
+             achieved_over_target=10.0, wire_bytes=8),
+    ])
+    (row,) = data.quality_by_iteration(store, replay_id)
+    assert row["achieved_over_target"] == pytest.approx(1001 / 100_010 / 0.01)
+    assert (row["aot_min"], row["aot_max"]) == (1.0, 10.0)
+    store.close()
