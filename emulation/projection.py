@@ -2,11 +2,18 @@
 
 - Compute (seconds): the trace's forward, per-layer backward and optimizer times, rescaled
   from the mean to the median over the recorded passes (one pass disturbed by another
-  tenant of the machine must not move the estimate).
-- Compute variability: the coefficient of variation of the recorded passes' forward +
-  backward time becomes the simulator's per-worker ``jitter``; the projection is the mean
-  over :data:`JITTER_SEEDS` seeded draws. With ``p`` workers an iteration waits for the
-  slowest, so variability lengthens it (≈ +0.56σ at p = 2, +1.03σ at p = 4).
+  tenant of the machine must not move the estimate). When every rank's compute-only passes
+  are timed (``rank_passes``, :mod:`emulation.worker`), the median is taken over all ranks'
+  passes: ``p`` times the samples, and not only rank 0's share of the cores.
+- Compute variability: the simulator's per-worker ``jitter`` (coefficient of variation of
+  a worker's forward + backward time); the projection is the mean over
+  :data:`JITTER_SEEDS` seeded draws. With ``p`` workers an iteration waits for the slowest,
+  so variability lengthens it (≈ +0.56σ at p = 2, +1.03σ at p = 4). Only variation that
+  differs between workers makes one wait for another: a slowdown every rank sees in the
+  same pass (background load, ranks sharing cores in lock-step) lengthens the compute of
+  all of them alike, and is already in the median compute time. With ``rank_passes``,
+  :func:`independent_jitter` measures that part alone; otherwise the recorded passes'
+  pass-to-pass variation is used.
 - Compression costs and wire sizes: the trace's gradients replayed through the compressor
   (:func:`traces.replay.replay`, error feedback, one thread as in the workers; the first
   recorded iteration is a warm-up and its rows are dropped).
@@ -19,8 +26,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -50,20 +58,60 @@ def compression_profile(trace: traces.Trace, compressor_names: Sequence[str], de
     return simulator.CompressionProfile.from_replay_rows(rows, source=f"replay of {trace}, warm, 1 thread")
 
 
-def compute_model(trace: traces.Trace) -> tuple[simulator.Workload, float]:
-    """The trace's workload with median compute times, and the passes' coefficient of variation."""
+def compute_model(
+    trace: traces.Trace, rank_passes: Sequence[Sequence[Mapping[str, float]]] | None = None
+) -> tuple[simulator.Workload, float]:
+    """The trace's workload with median compute times (s), and the per-worker jitter (CV).
+
+    Without ``rank_passes`` (or with fewer than 2 ranks' passes) both come from the trace's
+    recorded passes: medians of its forward and backward times, pass-to-pass CV. With
+    ``rank_passes[r][k]`` (rank ``r``'s ``forward_s``/``backward_s`` of compute-only pass
+    ``k``, s) the medians are over every rank's passes and the jitter is
+    :func:`independent_jitter`.
+    """
     workload = simulator.workload_from_trace(trace)
-    passes = trace.timings.get("per_pass") or []
-    forward = [float(p["forward_s"]) for p in passes]
-    backward = [float(p["backward_s"]) for p in passes]
-    if len(passes) < 2 or not statistics.fmean(forward) > 0 or not statistics.fmean(backward) > 0:
+    recorded = trace.timings.get("per_pass") or []
+    ranks = [list(r) for r in rank_passes or () if r]
+    pooled = len(ranks) >= 2
+    passes = [q for r in ranks for q in r] if pooled else recorded
+    forward = [float(q["forward_s"]) for q in recorded]
+    backward = [float(q["backward_s"]) for q in recorded]
+    if len(passes) < 2 or not statistics.fmean(forward or [0.0]) > 0 or not statistics.fmean(backward or [0.0]) > 0:
         return workload, 0.0
-    forward_scale = statistics.median(forward) / statistics.fmean(forward)
-    backward_scale = statistics.median(backward) / statistics.fmean(backward)
+    forward_scale = statistics.median(float(q["forward_s"]) for q in passes) / statistics.fmean(forward)
+    backward_scale = statistics.median(float(q["backward_s"]) for q in passes) / statistics.fmean(backward)
     layers = tuple(layer._replace(backward_s=layer.backward_s * backward_scale) for layer in workload.layers)
-    totals = [f + b for f, b in zip(forward, backward)]
-    jitter = statistics.pstdev(totals) / statistics.fmean(totals)
+    if pooled:
+        jitter = independent_jitter(ranks) or 0.0
+    else:
+        totals = [f + b for f, b in zip(forward, backward)]
+        jitter = statistics.pstdev(totals) / statistics.fmean(totals)
     return dataclasses.replace(workload, layers=layers, forward_s=workload.forward_s * forward_scale), jitter
+
+
+def independent_jitter(per_rank_passes: Sequence[Sequence[Mapping[str, float]]]) -> float | None:
+    """The per-worker compute variation that is not common to all ranks (dimensionless CV).
+
+    ``per_rank_passes[r][k]`` holds rank ``r``'s ``forward_s`` and ``backward_s`` (s) of the
+    ``k``-th compute-only pass (all ranks run pass ``k`` at the same time). Each rank's
+    forward + backward time ``t[r, k]`` is compared with the mean over ranks of the same pass,
+    ``d[r, k] = t[r, k] − mean_r t[r, k]``, which removes what every rank saw in that pass.
+    For ``p`` independent workers ``var(d) = σ²·(p − 1)/p``, so the result is
+    ``sqrt(mean(d²)·p/(p − 1)) / mean(t)``. A persistent difference between ranks stays in
+    (it makes the others wait just the same).
+
+    Returns ``None`` with fewer than 2 ranks or no pass that every rank timed.
+    """
+    ranks = len(per_rank_passes)
+    passes = min((len(r) for r in per_rank_passes), default=0)
+    if ranks < 2 or passes == 0:
+        return None
+    totals = [[float(r[k]["forward_s"]) + float(r[k]["backward_s"]) for r in per_rank_passes] for k in range(passes)]
+    mean = statistics.fmean(t for per_pass in totals for t in per_pass)
+    if not mean > 0:
+        return None
+    squares = [(t - statistics.fmean(per_pass)) ** 2 for per_pass in totals for t in per_pass]
+    return math.sqrt(statistics.fmean(squares) * ranks / (ranks - 1)) / mean
 
 
 def _mean_over_seeds(scenario: simulator.Scenario) -> dict[str, Any]:
@@ -85,11 +133,16 @@ def project(
     *,
     calibration: simulator.Calibration | None = None,
     bucket_cap_mb: float = 25.0,
+    rank_passes: Sequence[Sequence[Mapping[str, float]]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Project the iteration of each compressor; returns ``{compressor: simulate() result}``
-    (float fields averaged over the jitter seeds; ``jitter`` added)."""
+    (float fields averaged over the jitter seeds; ``jitter`` added).
+
+    ``rank_passes``: every rank's timed compute-only passes (see :func:`compute_model`);
+    ``None`` uses only the trace's recorded passes.
+    """
     trace = traces.open(trace_path)
-    workload, jitter = compute_model(trace)
+    workload, jitter = compute_model(trace, rank_passes)
     profile = compression_profile(trace, compressor_names, density)
     cap = int(bucket_cap_mb * 1024 * 1024)
     results = {}

@@ -48,7 +48,9 @@ def _timeout_s(workers: int, bandwidth_bps: float | None, rounds: int, model_byt
 
 
 def summarize(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
-    """Combine the workers' JSON results of one run into medians (seconds) and bucket stats."""
+    """Combine the workers' JSON results of one run into medians (seconds) and bucket stats;
+    ``compute_passes[r]`` are rank ``r``'s timed compute-only passes (``forward_s``,
+    ``backward_s``, s; empty without ``--record-dir``), for the projection's compute model."""
     medians = {
         key: statistics.fmean(statistics.median(step[key] for step in rank["steps"]) for rank in per_rank)
         for key in ("iteration_s", "forward_s", "backward_s", "optimizer_s")
@@ -59,6 +61,7 @@ def summarize(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         by_bucket.setdefault(int(entry["bucket"]), []).append(entry)
     return {
         "measured_s": medians["iteration_s"],
+        "compute_passes": [rank.get("compute_passes") or [] for rank in per_rank],
         "phases_s": medians,
         "per_rank_iteration_s": [statistics.median(s["iteration_s"] for s in rank["steps"]) for rank in per_rank],
         "buckets": [
@@ -94,7 +97,7 @@ def run_training(
     ``trace_dir/<compressor>``.
 
     Returns one dict per compressor: ``compressor``, ``trace`` (its path), ``measured_s`` (s),
-    ``phases_s``, ``per_rank_iteration_s``, ``buckets`` (see :func:`summarize`).
+    ``compute_passes``, ``phases_s``, ``per_rank_iteration_s``, ``buckets`` (see :func:`summarize`).
     """
     check_request(workload, compressor_names, density, iterations, warmup, batch_size)
     model_bytes = sum(p.numel() * 4 for p in traces.workloads.build(workload).model.parameters())

@@ -9,7 +9,13 @@ With ``--record-dir`` every timed iteration is followed by a compute-only one (f
 backward under ``DistributedDataParallel.no_sync``, no optimizer step) on every rank, which
 rank 0 records (per-layer timings and gradients, :class:`traces.Recorder`; the optimizer time
 is that of the timed iterations). Interleaving puts the trace's compute samples right beside
-the measured iterations, under the same CPU contention and background load.
+the measured iterations, under the same CPU contention and background load. Every rank also
+times its own compute-only passes (``compute_passes``: forward and backward seconds), from
+which the projection takes the median compute over all ranks and separates per-worker compute
+variation from variation common to all ranks (:func:`emulation.projection.compute_model`). Each compute-only iteration ends
+with a barrier, so that every timed iteration starts with the ranks aligned, as they are
+after a synchronised step: rank 0's recording (copying the gradients, writing the file)
+must not reach the other ranks' timed iteration as a wait in their first collective.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import compressors.ddp
@@ -42,20 +49,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _compute_only(model: DistributedDataParallel, workload: Any, batches: Any, recorder: Any) -> None:
-    """One forward/backward without gradient synchronisation; rank 0 records it."""
+def _compute_only(model: DistributedDataParallel, workload: Any, batches: Any, recorder: Any) -> dict[str, float]:
+    """One forward/backward without gradient synchronisation; rank 0 records it. Ends with a
+    barrier (see the module docstring). Returns this rank's ``forward_s`` and ``backward_s`` (s)."""
     inputs, targets = next(batches)
     with model.no_sync():
-        workload.loss(model(inputs), targets).backward()
+        start = time.perf_counter()
+        loss = workload.loss(model(inputs), targets)
+        forward_end = time.perf_counter()
+        loss.backward()
+        backward_end = time.perf_counter()
     if recorder is not None:
         recorder.capture()
         recorder.step()
     model.zero_grad(set_to_none=False)
+    dist.barrier()
+    return {"forward_s": forward_end - start, "backward_s": backward_end - forward_end}
 
 
-def _train(args: argparse.Namespace, model: DistributedDataParallel, workload: Any, batches: Any, recorder: Any) -> list[dict[str, float]]:
+def _train(
+    args: argparse.Namespace, model: DistributedDataParallel, workload: Any, batches: Any, recorder: Any
+) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """Run the warm-up and timed iterations; returns the timed steps' phases (s) and, with
+    ``--record-dir``, this rank's compute-only passes (s)."""
     optimizer = workload.optimizer(model)
     steps = []
+    passes = []
     for index in range(args.warmup + args.iterations):
         inputs, targets = next(batches)
         start = time.perf_counter()
@@ -77,8 +96,8 @@ def _train(args: argparse.Namespace, model: DistributedDataParallel, workload: A
             "optimizer_s": end - backward_end,
         })
         if args.record_dir is not None and index >= args.warmup:
-            _compute_only(model, workload, batches, recorder)
-    return steps[args.warmup:]
+            passes.append(_compute_only(model, workload, batches, recorder))
+    return steps[args.warmup:], passes
 
 
 def main() -> None:
@@ -97,11 +116,14 @@ def main() -> None:
             model.module, args.record_dir, every=1, workers=1, batch_size=args.batch_size,
             workload=args.workload, extra={"source": "emulation", "world_size": args.world_size},
         )
-    steps = _train(args, model, workload, batches, recorder)
+    steps, passes = _train(args, model, workload, batches, recorder)
     if recorder is not None:
         recorder.close()
     buckets = [dict(entry) for entry in state.log if entry["iteration"] >= args.warmup]
-    finish(args, {"rank": args.rank, "steps": steps, "buckets": buckets, "threads": torch.get_num_threads()})
+    finish(args, {
+        "rank": args.rank, "steps": steps, "buckets": buckets, "compute_passes": passes,
+        "threads": torch.get_num_threads(),
+    })
 
 
 if __name__ == "__main__":

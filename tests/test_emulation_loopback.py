@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import traces
+from emulation.projection import compute_model
 from sidco.cli import main
 from sidco.store import Store
 
@@ -31,6 +34,16 @@ def test_no_shaping_training_measures_and_records(tmp_path, capsys):
     assert str(tmp_path / "traces") in measured["trace"]
     assert trace.workers == 1 and len(trace.iterations) == 3
     assert trace.timings["forward_s"] > 0
+    # every rank timed its 3 compute-only passes; the projection pools them
+    passes = measured["compute_passes"]
+    assert len(passes) == 2 and all(len(rank) == 3 for rank in passes)
+    assert all(q["forward_s"] > 0 and q["backward_s"] > 0 for rank in passes for q in rank)
+    same = [[{"forward_s": 0.01, "backward_s": 0.02}] * 3] * 2
+    workload, jitter = compute_model(trace, same)
+    assert workload.forward_s == pytest.approx(0.01)
+    assert sum(layer.backward_s for layer in workload.layers) == pytest.approx(0.02)
+    assert jitter == 0.0
+    assert compute_model(trace, [same[0]])[0].forward_s == pytest.approx(compute_model(trace)[0].forward_s)
     with Store(store_path) as store:
         (row,) = store.query("SELECT * FROM emulations")
         assert row["kind"] == "train" and row["status"] == "done" and row["cores"] >= 1

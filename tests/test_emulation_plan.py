@@ -211,3 +211,40 @@ def test_collective_span_runs_from_last_start_to_last_end():
     assert row["repeats_s"] == pytest.approx([0.5, 0.2, 0.3])
     assert row["seconds"] == pytest.approx(0.3)
     assert row["op"] == "allreduce" and row["workers"] == 2 and row["bandwidth_bps"] == 100e6
+
+
+def _passes(totals):
+    """``totals[r][k]`` (s) as compute-only passes, split 40 % forward / 60 % backward."""
+    return [[{"forward_s": 0.4 * t, "backward_s": 0.6 * t} for t in rank] for rank in totals]
+
+
+def test_independent_jitter_ignores_what_every_rank_sees():
+    from emulation.projection import independent_jitter
+
+    drift = [0.05, 0.09, 0.04, 0.12]  # the whole machine slows down and speeds up (s)
+    assert independent_jitter(_passes([drift, drift, drift])) == pytest.approx(0.0)
+    # two ranks ±e around each pass's mean: d = ±e, σ = sqrt(e² · 2/1) relative to the mean
+    e = 0.01
+    totals = [[t + e for t in drift], [t - e for t in drift]]
+    mean = sum(drift) / len(drift)
+    assert independent_jitter(_passes(totals)) == pytest.approx((2 * e * e) ** 0.5 / mean)
+
+
+def test_independent_jitter_recovers_iid_spread_under_common_drift():
+    import numpy as np
+
+    from emulation.projection import independent_jitter
+
+    rng = np.random.default_rng(0)
+    drift = 0.1 * (1 + 0.5 * rng.random(4000))  # common to all ranks: a CV of ~0.14 alone
+    totals = [drift * (1 + 0.08 * rng.standard_normal(drift.size)) for _ in range(4)]
+    estimate = independent_jitter(_passes([list(t) for t in totals]))
+    assert estimate == pytest.approx(0.08 * float(np.mean(drift ** 2) ** 0.5) / float(np.mean(drift)), rel=0.05)
+
+
+def test_independent_jitter_needs_two_ranks_with_passes():
+    from emulation.projection import independent_jitter
+
+    assert independent_jitter(_passes([[0.1, 0.2]])) is None
+    assert independent_jitter(_passes([[0.1], []])) is None
+    assert independent_jitter([]) is None

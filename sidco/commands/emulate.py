@@ -171,7 +171,8 @@ def _validation_rows(
     for calibrated, constants in variants:
         for m in measured:
             name = m["compressor"]
-            p = project(m["trace"], workers, bandwidth, [name], args.density, calibration=constants)[name]
+            p = project(m["trace"], workers, bandwidth, [name], args.density, calibration=constants,
+                        rank_passes=m.get("compute_passes"))[name]
             rows.append({
                 "emulation_id": emulation_id, "workload": args.workload, "compressor": name,
                 "density": None if name == "none" else args.density, "workers": workers,
