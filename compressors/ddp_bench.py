@@ -11,6 +11,7 @@ not the speed-up on a slow link (that is what ``simulator`` and ``emulation`` ar
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import statistics
@@ -85,6 +86,7 @@ def _worker(rank: int, world: int, rdv: str, out: str, names: list[str], density
         if rank == 0:
             Path(out).write_text(json.dumps(rows))
     finally:
+        gc.collect()  # free the DDP reducers now: destroyed at interpreter exit they abort the process
         dist.destroy_process_group()
 
 

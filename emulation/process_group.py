@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -39,5 +40,6 @@ def init_gloo(args: argparse.Namespace) -> None:
 def finish(args: argparse.Namespace, result: dict[str, Any]) -> None:
     """Write ``result`` as this rank's JSON output, wait for every rank, leave the process group."""
     args.out.write_text(json.dumps(result))
+    gc.collect()  # free the DDP reducers now: destroyed at interpreter exit they abort the process
     dist.barrier()
     dist.destroy_process_group()

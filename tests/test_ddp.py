@@ -5,6 +5,7 @@ must fall, residuals must survive DDP's bucket rebuild, and the per-bucket log m
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 from pathlib import Path
 
@@ -109,6 +110,7 @@ def _train_worker(rank: int, world: int, rdv: str, out_dir: str, names: list[str
         results["nan"] = _nan_on_one_rank(rank, world, device)
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     finally:
+        gc.collect()  # free the DDP reducers now: destroyed at interpreter exit they abort the process
         dist.destroy_process_group()
 
 
