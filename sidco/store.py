@@ -305,8 +305,3 @@ class Store:
         """The most recent calibration row, or ``None``."""
         rows = self.query("SELECT * FROM calibrations ORDER BY created DESC, id DESC LIMIT 1")
         return rows[0] if rows else None
-
-
-def open_store(path: str | Path = DEFAULT_PATH) -> Store:
-    """Open (creating if needed) the results store at ``path``."""
-    return Store(path)

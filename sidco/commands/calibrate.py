@@ -7,7 +7,8 @@ import json
 import time
 
 from emulation.calibration import fit
-from sidco.store import DEFAULT_PATH, Store
+from sidco.commands import add_store_argument
+from sidco.store import Store
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "stored in the calibrations table; the simulator uses it with --calibration."
         ),
     )
-    parser.add_argument("--store", default=str(DEFAULT_PATH), help="results store (SQLite file)")
+    add_store_argument(parser)
     parser.add_argument(
         "--emulation",
         type=int,

@@ -10,7 +10,8 @@ import torch
 from tqdm import tqdm
 
 import traces
-from sidco.store import DEFAULT_PATH, Store
+from sidco.commands import add_store_argument
+from sidco.store import Store
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--threads", type=int, help="torch intra-op CPU threads (default: torch's choice; 1 is steadier on a busy machine)"
     )
     parser.add_argument("--force", action="store_true", help="replace an existing trace at --out")
-    parser.add_argument("--store", default=str(DEFAULT_PATH), help=f"results store, SQLite file (default {DEFAULT_PATH})")
+    add_store_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the trace summary as JSON on stdout")
     parser.set_defaults(func=run)
 

@@ -7,7 +7,7 @@ import json
 import sqlite3
 import sys
 
-from sidco.store import DEFAULT_PATH
+from sidco.commands import add_store_argument
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "chosen among those registered in the store."
         ),
     )
-    parser.add_argument("--store", default=str(DEFAULT_PATH), help="results store, SQLite file (default: %(default)s)")
+    add_store_argument(parser)
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default: %(default)s, this machine only)")
     parser.add_argument("--port", type=int, default=8050, help="TCP port, 1-65535 (default: %(default)s)")

@@ -15,7 +15,8 @@ from emulation.alphabeta import OPS
 from emulation.collectives import measure_collectives
 from emulation.network import require_emulation
 from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
-from sidco.store import DEFAULT_PATH, Store
+from sidco.commands import add_store_argument
+from sidco.store import Store
 
 
 def _positive_int_list(text: str, what: str, minimum: int) -> list[int]:
@@ -53,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="per-worker link rates, comma-separated, with units (e.g. 50Mbit,1Gbit; bits/s)")
     parser.add_argument("--no-shaping", action="store_true",
                         help="run on loopback without namespaces or shaping (no root needed)")
-    parser.add_argument("--store", default=str(DEFAULT_PATH), help="results store (SQLite file)")
+    add_store_argument(parser)
     parser.add_argument("--json", action="store_true", help="print results as JSON on stdout")
     collective = parser.add_argument_group("collective mode")
     collective.add_argument("--op", default="allreduce,allgather", help="collectives: allreduce, allgather")

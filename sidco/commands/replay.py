@@ -12,7 +12,8 @@ from tqdm import tqdm
 
 import traces
 import traces.replay as trace_replay
-from sidco.store import DEFAULT_PATH, Store
+from sidco.commands import add_store_argument
+from sidco.store import Store
 from simulator.units import parse_density, parse_list
 
 DEFAULT_COMPRESSORS = "sidco-e,sidco-p,sidco-gp,topk,dgc"
@@ -60,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--threads", type=int, help="torch intra-op CPU threads (default: torch's choice; 1 is steadier on a busy machine)"
     )
-    parser.add_argument("--store", default=str(DEFAULT_PATH), help=f"results store, SQLite file (default {DEFAULT_PATH})")
+    add_store_argument(parser)
     parser.add_argument("--json", action="store_true", help="print {replay_id, summary, rows} as JSON on stdout")
     parser.set_defaults(func=run)
 

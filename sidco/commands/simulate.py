@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import simulator
-from sidco.store import DEFAULT_PATH, Store
+from sidco.commands import add_store_argument
+from sidco.store import Store
 from simulator.profile import density_key
 from simulator.scenario import COMPRESS_ON, TOPOLOGIES
 from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
@@ -77,7 +78,7 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of jitter and stragglers (default 0)")
     parser.add_argument("--calibration", action="store_true",
                         help="apply the latest calibration (α, efficiency) of the results store")
-    parser.add_argument("--store", default=str(DEFAULT_PATH), help=f"results store (default {DEFAULT_PATH})")
+    add_store_argument(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
 
 
