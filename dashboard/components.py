@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from dash import MATCH, Dash, Input, Output, State, dcc, html, no_update
@@ -107,27 +108,22 @@ def labelled(label: str, control, hint: str | None = None, wide: bool = False) -
 
 def register_downloads(app: Dash) -> None:
     """Wire every figure card's CSV/HTML buttons to its graph."""
+    for kind, export in (("csv", figure_csv), ("html", figure_html)):
+        _register_download(app, kind, export)
+
+
+def _register_download(app: Dash, kind: str, export: Callable[[dict], str]) -> None:
+    """One pattern-matching callback: the ``{kind}-btn`` button of a card sends its figure,
+    rendered by ``export``, as ``<figure name>.{kind}``."""
 
     @app.callback(
-        Output({"type": "csv-dl", "fig": MATCH}, "data"),
-        Input({"type": "csv-btn", "fig": MATCH}, "n_clicks"),
+        Output({"type": f"{kind}-dl", "fig": MATCH}, "data"),
+        Input({"type": f"{kind}-btn", "fig": MATCH}, "n_clicks"),
         State({"type": GRAPH, "fig": MATCH}, "figure"),
         State({"type": GRAPH, "fig": MATCH}, "id"),
         prevent_initial_call=True,
     )
-    def _csv(clicks, figure, ident):
+    def _download(clicks, figure, ident):
         if not clicks or not figure:
             return no_update
-        return dcc.send_string(figure_csv(figure), f"{ident['fig']}.csv")
-
-    @app.callback(
-        Output({"type": "html-dl", "fig": MATCH}, "data"),
-        Input({"type": "html-btn", "fig": MATCH}, "n_clicks"),
-        State({"type": GRAPH, "fig": MATCH}, "figure"),
-        State({"type": GRAPH, "fig": MATCH}, "id"),
-        prevent_initial_call=True,
-    )
-    def _html(clicks, figure, ident):
-        if not clicks or not figure:
-            return no_update
-        return dcc.send_string(figure_html(figure), f"{ident['fig']}.html")
+        return dcc.send_string(export(figure), f"{ident['fig']}.{kind}")
