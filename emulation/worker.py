@@ -49,16 +49,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _forward_backward(model: DistributedDataParallel, workload: Any, batches: Any) -> tuple[float, float, float]:
+    """Run forward and backward on the next batch; returns the ``time.perf_counter`` readings (s)
+    at the start, after forward and after backward."""
+    inputs, targets = next(batches)
+    start = time.perf_counter()
+    loss = workload.loss(model(inputs), targets)
+    forward_end = time.perf_counter()
+    loss.backward()
+    return start, forward_end, time.perf_counter()
+
+
 def _compute_only(model: DistributedDataParallel, workload: Any, batches: Any, recorder: Any) -> dict[str, float]:
     """One forward/backward without gradient synchronisation; rank 0 records it. Ends with a
     barrier (see the module docstring). Returns this rank's ``forward_s`` and ``backward_s`` (s)."""
-    inputs, targets = next(batches)
     with model.no_sync():
-        start = time.perf_counter()
-        loss = workload.loss(model(inputs), targets)
-        forward_end = time.perf_counter()
-        loss.backward()
-        backward_end = time.perf_counter()
+        start, forward_end, backward_end = _forward_backward(model, workload, batches)
     if recorder is not None:
         recorder.capture()
         recorder.step()
@@ -76,12 +82,7 @@ def _train(
     steps = []
     passes = []
     for index in range(args.warmup + args.iterations):
-        inputs, targets = next(batches)
-        start = time.perf_counter()
-        loss = workload.loss(model(inputs), targets)
-        forward_end = time.perf_counter()
-        loss.backward()
-        backward_end = time.perf_counter()
+        start, forward_end, backward_end = _forward_backward(model, workload, batches)
         if recorder is not None:
             with recorder.optimizer():
                 optimizer.step()
