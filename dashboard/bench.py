@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 import traces
-from sidco.store import Store, config_key
+from results.store import Store, config_key
 
 COMPRESSORS = ("topk", "dgc", "gaussiank", "redsync", "sidco-e", "sidco-p", "sidco-gp")
 DENSITIES = (0.1, 0.01, 0.001)

@@ -1,6 +1,6 @@
 """Read-only queries of the results store for the dashboard pages.
 
-Every function takes a :class:`sidco.store.Store` and returns plain Python
+Every function takes a :class:`results.store.Store` and returns plain Python
 lists/dicts (JSON-ready), aggregated in SQL so a page stays small and fast on a
 store with hundreds of thousands of rows. Units follow the store: seconds,
 bytes, bits/s.
@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sidco.store import Store
+from results.store import Store
 
 FILL_COMMANDS = {
     "traces": "sidco capture --workload resnet20 --workers 4 --iterations 20 --out traces/resnet20",

@@ -18,7 +18,7 @@ import traces
 from simulator.scenario import TOPOLOGIES
 from simulator.units import parse_bandwidth, parse_duration
 
-from sidco.store import Store
+from results.store import Store
 
 from dashboard import data
 

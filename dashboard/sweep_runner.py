@@ -18,7 +18,7 @@ import simulator
 from simulator.sweep import Grid, SweepContext, describe, run_sweep
 from simulator.units import parse_bandwidth, parse_density, parse_duration, parse_list
 
-from sidco.store import Store
+from results.store import Store
 
 from dashboard import data, projection
 

@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def store(tmp_path):
     """A fresh results store in a temporary directory."""
-    from sidco.store import Store
+    from results.store import Store
 
     s = Store(tmp_path / "results.sqlite")
     yield s

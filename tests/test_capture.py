@@ -14,7 +14,7 @@ from torch import nn
 
 import traces
 from sidco.cli import main
-from sidco.store import Store
+from results.store import Store
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import pytest
 import traces
 from emulation.projection import compute_model
 from sidco.cli import main
-from sidco.store import Store
+from results.store import Store
 
 
 def test_no_shaping_training_measures_and_records(tmp_path, capsys):

@@ -185,7 +185,7 @@ def test_cli_collective_on_loopback_and_calibrate_refuses_unshaped(capsys, tmp_p
     import json
 
     from sidco.cli import main
-    from sidco.store import Store
+    from results.store import Store
 
     path = tmp_path / "r.sqlite"
     code = main(["emulate", "collective", "--no-shaping", "--workers", "2", "--op", "allreduce",

@@ -111,7 +111,7 @@ def test_training_end_to_end_two_bandwidths(tmp_path, capsys):
     import json
 
     from sidco.cli import main
-    from sidco.store import Store
+    from results.store import Store
 
     store_path = tmp_path / "r.sqlite"
     code = main([

@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 
 from sidco import __version__
 from sidco.cli import main
-from sidco.store import SCHEMA_VERSION, Store
+from results.store import SCHEMA_VERSION, Store
 from simulator.units import parse_bandwidth, parse_bytes, parse_duration
 
 

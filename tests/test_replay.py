@@ -19,7 +19,7 @@ import compressors
 import traces
 from traces.replay import COLUMNS, buckets, calls_per_combination, replay
 from sidco.cli import main
-from sidco.store import Store
+from results.store import Store
 
 STORE_COLUMNS = (
     "compressor", "density", "error_feedback", "iteration", "worker", "bucket", "numel", "selected",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sidco.cli import main
-from sidco.store import Store
+from results.store import Store
 from simulator.sweep import Grid, scenario_key
 
 SIDCO = [sys.executable, "-m", "sidco"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sidco.store import DEFAULT_PATH
+from results.store import DEFAULT_PATH
 
 
 def add_store_argument(parser: argparse.ArgumentParser) -> None:

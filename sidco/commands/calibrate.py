@@ -8,7 +8,7 @@ import time
 
 from emulation.calibration import fit
 from sidco.commands import add_store_argument
-from sidco.store import Store
+from results.store import Store
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

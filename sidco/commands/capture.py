@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 import traces
 from sidco.commands import add_store_argument
-from sidco.store import Store
+from results.store import Store
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -16,7 +16,7 @@ from emulation.collectives import measure_collectives
 from emulation.network import require_emulation
 from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
 from sidco.commands import add_store_argument
-from sidco.store import Store
+from results.store import Store
 
 
 def _positive_int_list(text: str, what: str, minimum: int) -> list[int]:

@@ -13,7 +13,7 @@ from tqdm import tqdm
 import traces
 import traces.replay as trace_replay
 from sidco.commands import add_store_argument
-from sidco.store import Store
+from results.store import Store
 from simulator.units import parse_density, parse_list
 
 DEFAULT_COMPRESSORS = "sidco-e,sidco-p,sidco-gp,topk,dgc"

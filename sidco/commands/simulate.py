@@ -14,7 +14,7 @@ from typing import Any
 
 import simulator
 from sidco.commands import add_store_argument
-from sidco.store import Store
+from results.store import Store
 from simulator.profile import density_key
 from simulator.scenario import COMPRESS_ON, TOPOLOGIES
 from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration

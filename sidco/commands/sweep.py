@@ -28,7 +28,7 @@ from sidco.commands.simulate import (
     positive_int,
     scenario_options,
 )
-from sidco.store import Store
+from results.store import Store
 from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid, SweepContext, describe, run_sweep
 from simulator.units import parse_bandwidth, parse_density, parse_duration, parse_list

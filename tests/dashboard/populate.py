@@ -17,7 +17,7 @@ import traces
 from traces.replay import replay
 
 from dashboard import sweep_runner
-from sidco.store import Store
+from results.store import Store
 
 COMPRESSORS = ("topk", "dgc", "sidco-e")
 DENSITIES = (0.1, 0.01)

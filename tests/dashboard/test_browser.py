@@ -11,7 +11,7 @@ import pytest
 from selenium.webdriver.common.keys import Keys
 
 from dashboard import create_app
-from sidco.store import Store
+from results.store import Store
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 PAGES = (("whatif", "/"), ("sweeps", "/sweeps"), ("quality", "/quality"), ("timeline", "/timeline"),

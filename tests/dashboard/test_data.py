@@ -18,7 +18,7 @@ from hypothesis.extra.numpy import arrays
 from dashboard import data, figures, fits, projection, sweep_runner
 from dashboard.bench import fill, time_page
 from dashboard.export import figure_csv, figure_html
-from sidco.store import Store
+from results.store import Store
 
 
 # --- fits -------------------------------------------------------------------------------------
