@@ -33,13 +33,15 @@ all of a batch or none of it.
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from results.queries import Queries, config_key
+
+__all__ = ["DEFAULT_PATH", "MIGRATIONS", "SCHEMA_VERSION", "Store", "config_key"]
 
 DEFAULT_PATH = Path("runs/results.sqlite")
 
@@ -216,11 +218,6 @@ MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def config_key(config: Mapping[str, Any]) -> str:
-    """Return a canonical string identifying ``config`` (sorted-key JSON)."""
-    return json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-
-
 def _schema_version(cur: sqlite3.Cursor) -> int:
     """The schema version recorded in the file (0 for a file without a ``meta`` table)."""
     has_meta = cur.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
@@ -230,8 +227,9 @@ def _schema_version(cur: sqlite3.Cursor) -> int:
     return 0 if row is None else int(row[0])
 
 
-class Store:
-    """A results store backed by one SQLite file at ``path`` (created if missing)."""
+class Store(Queries):
+    """A results store backed by one SQLite file at ``path`` (created if missing); its reads and
+    writes are the named queries of :class:`results.queries.Queries`."""
 
     def __init__(self, path: str | Path = DEFAULT_PATH, *, timeout_s: float = 30.0):
         self.path = Path(path)
@@ -288,97 +286,6 @@ class Store:
         self.close()
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        """Run a read-only query and return all rows."""
+        """Run an ad-hoc read-only query and return all rows (for inspection and tests; the
+        testbed itself reads through the named queries of :class:`results.queries.Queries`)."""
         return self.conn.execute(sql, params).fetchall()
-
-    def insert_many(self, table: str, rows: Iterable[Mapping[str, Any]], *, or_ignore: bool = False) -> int:
-        """Insert ``rows`` (dicts with the same keys) into ``table`` in one transaction.
-
-        With ``or_ignore`` rows whose primary key already exists are skipped.
-        Returns the number of rows offered.
-        """
-        rows = list(rows)
-        if not rows:
-            return 0
-        columns = list(rows[0])
-        verb = "INSERT OR IGNORE" if or_ignore else "INSERT"
-        sql = (
-            f"{verb} INTO {table} ({', '.join(columns)}) "
-            f"VALUES ({', '.join('?' for _ in columns)})"
-        )
-        with self.transaction() as cur:
-            cur.executemany(sql, [tuple(r[c] for c in columns) for r in rows])
-        return len(rows)
-
-    def register_trace(self, path: str | Path, manifest: Mapping[str, Any]) -> int:
-        """Register (or refresh) the trace at ``path``; return its id."""
-        resolved = str(Path(path).resolve())
-        layers = manifest.get("layers", [])
-        numel = 0
-        for layer in layers:
-            count = 1
-            for dim in layer.get("shape", []):
-                count *= int(dim)
-            numel += count
-        iterations = manifest.get("iterations", [])
-        values = (
-            manifest.get("workload"),
-            manifest.get("workers"),
-            len(iterations) if isinstance(iterations, list) else iterations,
-            numel,
-            time.time(),
-            json.dumps(manifest, sort_keys=True),
-        )
-        with self.transaction() as cur:
-            row = cur.execute("SELECT id FROM traces WHERE path=?", (resolved,)).fetchone()
-            if row is None:
-                cur.execute(
-                    "INSERT INTO traces(path, workload, workers, iterations, numel, created, manifest_json)"
-                    " VALUES(?, ?, ?, ?, ?, ?, ?)",
-                    (resolved, *values),
-                )
-                return int(cur.lastrowid)
-            cur.execute(
-                "UPDATE traces SET workload=?, workers=?, iterations=?, numel=?, created=?, manifest_json=?"
-                " WHERE id=?",
-                (*values, row[0]),
-            )
-            return int(row[0])
-
-    def traces(self) -> list[sqlite3.Row]:
-        """All registered traces, newest first."""
-        return self.query("SELECT * FROM traces ORDER BY created DESC")
-
-    def get_or_create(self, table: str, config: Mapping[str, Any], **columns: Any) -> tuple[int, bool]:
-        """Find the row of ``table`` (replays, sweeps) with this ``config``, or create it.
-
-        Returns ``(id, created)``; a rerun of the same configuration finds the
-        same id, which is what makes replays and sweeps resumable.
-        """
-        key = config_key(config)
-        with self.transaction() as cur:
-            row = cur.execute(f"SELECT id FROM {table} WHERE config_key=?", (key,)).fetchone()
-            if row is not None:
-                return int(row[0]), False
-            names = ["config_key", "config_json", "created", *columns]
-            values = [key, json.dumps(config, sort_keys=True, default=str), time.time(), *columns.values()]
-            cur.execute(
-                f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})",
-                values,
-            )
-            return int(cur.lastrowid), True
-
-    def set_status(self, table: str, row_id: int, status: str) -> None:
-        """Set ``status`` (and ``finished`` when done) of a replay, sweep or emulation."""
-        with self.transaction() as cur:
-            if status == "done" and table != "emulations":
-                cur.execute(
-                    f"UPDATE {table} SET status=?, finished=? WHERE id=?", (status, time.time(), row_id)
-                )
-            else:
-                cur.execute(f"UPDATE {table} SET status=? WHERE id=?", (status, row_id))
-
-    def latest_calibration(self) -> sqlite3.Row | None:
-        """The most recent calibration row, or ``None``."""
-        rows = self.query("SELECT * FROM calibrations ORDER BY created DESC, id DESC LIMIT 1")
-        return rows[0] if rows else None
