@@ -139,3 +139,19 @@ def test_simulate_on_a_layout_never_times_compressors(tmp_path, capsys):
     assert main(argv + ["--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["cost_source"].startswith("measured cpu ") and result["compress_s"] > 0
+
+
+def test_emulation_projections_replay_the_run_trace_into_the_store(store, tmp_path):
+    from pipeline.emulate import validation_rows
+
+    trace = traces.synthetic(tmp_path / "run", "laplace", 20_000, workers=1, iterations=2, seed=0,
+                             timings={"forward_s": 0.01, "backward_s": [0.02], "optimizer_s": 0.001,
+                                      "batch_size": 8, "device": "cpu"})
+    store.register_trace(trace.path, trace.manifest)
+    measured = [{"compressor": name, "trace": str(trace.path), "measured_s": 0.05} for name in ("none", "topk")]
+    rows = validation_rows(store, 1, "synthetic", 2, 1e8, 0.01, measured, (None, None))
+    by_name = {r["compressor"]: json.loads(r["detail_json"]) for r in rows}
+    assert by_name["none"]["cost_source"] is None
+    (stored,) = store.replay_list()
+    assert by_name["topk"]["cost_source"].startswith(f"replay #{stored['id']} cpu ")
+    assert by_name["topk"]["projected"]["compress_s"] > 0
