@@ -4,7 +4,8 @@
 small chunks) both call :func:`run`. The sweep row is found by its configuration, so running
 the same sweep again resumes it: every scenario lands exactly once. The compression profile
 is decided once (:func:`pipeline.costs.compression_profile`) and kept with the sweep, so a
-resumed sweep uses exactly the same costs.
+resumed sweep uses exactly the same costs; each scenario row records the device and where
+its compression costs came from (``device``, ``cost_source``).
 """
 
 from __future__ import annotations
@@ -95,8 +96,13 @@ def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelit
     if started:
         started(sweep_id, store.scenario_count(sweep_id))
 
+    def cost_source(row: Mapping[str, Any]) -> str | None:
+        if profile is None or row["compressor"] == "none":
+            return None
+        return profile.cost(row["compressor"], row["density"]).source
+
     def on_rows(rows: list[dict[str, Any]]) -> None:
-        store.add_scenarios(sweep_id, rows)
+        store.add_scenarios(sweep_id, ({**row, "device": device, "cost_source": cost_source(row)} for row in rows))
         if progress:
             progress(store.scenario_count(sweep_id), total)
 

@@ -99,6 +99,8 @@ def test_sweep_stores_every_scenario_once_and_resumes(tmp_path, trace_dir, capsy
         assert none["speedup"] == 1.0
         assert topk["speedup"] == pytest.approx(none["iteration_s"] / topk["iteration_s"])
         assert s.query("SELECT status FROM sweeps")[0]["status"] == "done"
+        assert (none["device"], none["cost_source"]) == ("cpu", None)
+        assert topk["device"] == "cpu" and topk["cost_source"].startswith("replay #")
         detail = json.loads(topk["result_json"])
         assert detail["workers"] == 8 and detail["wire_bytes"] < detail["dense_bytes"]
 
