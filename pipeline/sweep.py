@@ -10,7 +10,7 @@ its compression costs came from (``device``, ``cost_source``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +20,7 @@ import simulator
 from pipeline.costs import compression_profile
 from pipeline.project import Source, calibration, workload
 from results.store import Store
+from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid, SweepContext, describe, run_sweep
 
 PROFILE_META = "sweep-profile:{}"
@@ -35,6 +36,30 @@ class SweepRun:
     stored: int
     computed: int
     resumed: bool
+
+
+def grid(*, nodes: Sequence[int], bandwidths_bps: Sequence[float], latencies_s: Sequence[float],
+         compressors: Sequence[str], densities: Sequence[float], topologies: Sequence[str]) -> Grid:
+    """The sweep grid from parsed axes (machines, bits/s, seconds, names, fractions, names):
+    unknown compressors or topologies are a ValueError naming the first; repeats are dropped;
+    densities are kept only when a compressor other than ``none`` uses them."""
+    import compressors as compressor_lib
+
+    known = compressor_lib.names()
+    unknown = [n for n in compressors if n not in known]
+    if unknown:
+        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(known)}")
+    if not compressors:
+        raise ValueError("choose at least one compressor")
+    bad = [t for t in topologies if t not in TOPOLOGIES]
+    if bad:
+        raise ValueError(f"unknown topology {bad[0]!r}; choose from {', '.join(TOPOLOGIES)}")
+    return Grid(
+        nodes=tuple(nodes), bandwidths_bps=tuple(bandwidths_bps), latencies_s=tuple(latencies_s),
+        compressors=tuple(dict.fromkeys(compressors)),
+        densities=tuple(densities) if any(n != "none" for n in compressors) else (),
+        topologies=tuple(dict.fromkeys(topologies)),
+    )
 
 
 def description(source: Source, origin: str | None = None) -> dict[str, Any]:
