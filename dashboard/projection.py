@@ -123,10 +123,10 @@ def parse_controls(
     parsed_source = Source.parse(source)
     if not compressors:
         raise ProjectionError("choose at least one compressor")
-    known = set(compressor_names())
-    unknown = [c for c in compressors if c not in known]
-    if unknown:
-        raise ProjectionError(f"unknown compressor {unknown[0]!r}")
+    try:
+        pipeline_project.check_compressors(compressors)
+    except ValueError as exc:
+        raise ProjectionError(str(exc)) from None
     try:
         density_value = float(density)
     except (TypeError, ValueError):

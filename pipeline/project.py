@@ -34,6 +34,18 @@ class Source:
     batch_size: int = 32
 
 
+def check_compressors(names: Sequence[str]) -> list[str]:
+    """``names`` if every one is a compressor of :func:`compressors.names`; ValueError naming
+    the first unknown one (and the choices) otherwise."""
+    import compressors
+
+    known = compressors.names()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(known)}")
+    return list(names)
+
+
 def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int | None = None) -> Source:
     """The source of a trace given by directory ``path`` or by its id in the store."""
     if trace_id is not None:

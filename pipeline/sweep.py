@@ -18,7 +18,7 @@ from typing import Any
 
 import simulator
 from pipeline.costs import compression_profile
-from pipeline.project import Source, calibration, workload
+from pipeline.project import Source, calibration, check_compressors, workload
 from results.store import Store
 from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid, SweepContext, describe, run_sweep
@@ -43,12 +43,7 @@ def grid(*, nodes: Sequence[int], bandwidths_bps: Sequence[float], latencies_s: 
     """The sweep grid from parsed axes (machines, bits/s, seconds, names, fractions, names):
     unknown compressors or topologies are a ValueError naming the first; repeats are dropped;
     densities are kept only when a compressor other than ``none`` uses them."""
-    import compressors as compressor_lib
-
-    known = compressor_lib.names()
-    unknown = [n for n in compressors if n not in known]
-    if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(known)}")
+    check_compressors(compressors)
     if not compressors:
         raise ValueError("choose at least one compressor")
     bad = [t for t in topologies if t not in TOPOLOGIES]
