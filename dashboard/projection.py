@@ -27,7 +27,7 @@ RESULT_KEYS = ("iteration_s", "samples_per_s", "forward_s", "backward_s", "compr
 
 
 class ProjectionError(ValueError):
-    """A projection could not be made (bad control value, unreadable trace, failed measurement); one line."""
+    """A projection could not be made (bad control value, unreadable trace, missing compression costs); one line."""
 
 
 def _first_line(exc: BaseException) -> str:
@@ -84,14 +84,6 @@ class Source:
             return pipeline_project.trace_source(store, trace_id=int(self.ref))
         except ValueError as exc:
             raise ProjectionError(_first_line(exc)) from exc
-
-
-def workload(store: Store, source: Source) -> simulator.Workload:
-    """The :class:`simulator.Workload` of ``source`` (cached per trace path / layout)."""
-    try:
-        return pipeline_project.workload(source.resolve(store))
-    except (ValueError, OSError, KeyError) as exc:
-        raise ProjectionError(_first_line(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -156,7 +148,6 @@ def _run(store: Store, controls: Controls, compressors: list[str], fidelity: str
     cluster = pipeline_project.Cluster(controls.nodes, controls.bandwidth_bps, controls.latency_s, controls.topology,
                                        fidelity)
     source = controls.source.resolve(store)
-    workload(store, controls.source)
     try:
         return pipeline_project.project(store, source, cluster, compressors, controls.density, device=controls.device,
                                         calibrated=controls.calibrated, timeline=timeline)
