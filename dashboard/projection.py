@@ -155,12 +155,34 @@ def _run(store: Store, controls: Controls, compressors: list[str], fidelity: str
         raise ProjectionError(_first_line(exc)) from exc
 
 
+def _row(result: dict[str, Any], fidelity: str) -> dict[str, Any]:
+    return {**{key: result.get(key) for key in RESULT_KEYS}, "compressor": result["compressor"],
+            "fidelity": fidelity, "cost_source": result["cost_source"]}
+
+
 def project(store: Store, controls: Controls, fidelity: str = "analytic") -> list[dict[str, Any]]:
     """Simulate every chosen compressor; one dict of :data:`RESULT_KEYS` (+ compressor, fidelity,
-    cost_source) each."""
-    return [{**{key: result.get(key) for key in RESULT_KEYS}, "compressor": result["compressor"],
-             "fidelity": fidelity, "cost_source": result["cost_source"]}
-            for result in _run(store, controls, list(controls.compressors), fidelity)]
+    cost_source) each. ProjectionError when any of them cannot be projected."""
+    return [_row(result, fidelity) for result in _run(store, controls, list(controls.compressors), fidelity)]
+
+
+def project_each(store: Store, controls: Controls,
+                 fidelity: str = "analytic") -> tuple[list[dict[str, Any]], list[str]]:
+    """Like :func:`project`, compressor by compressor: the rows of those that could be projected
+    and one message per compressor that could not (e.g. its compression costs were never
+    measured: the message names the command that measures them). Each row equals the row
+    :func:`project` gives for it alone. ProjectionError when none could be projected."""
+    rows, problems = [], []
+    for name in controls.compressors:
+        try:
+            (result,) = _run(store, controls, [name], fidelity)
+        except ProjectionError as exc:
+            problems.append(str(exc))
+            continue
+        rows.append(_row(result, fidelity))
+    if not rows:
+        raise ProjectionError(problems[0])
+    return rows, problems
 
 
 def timeline(store: Store, controls: Controls, fidelity: str = "des") -> dict[str, Any]:

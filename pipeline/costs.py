@@ -96,7 +96,7 @@ def from_replays(request: CostRequest, missing: Sequence[Key]) -> dict[Key, Comp
         todo = set(missing) - found.keys()
         if not todo:
             break
-        rows = [r for r in request.store.replay_rows(replay["id"])
+        rows = [r for r in request.store.replay_rows(replay["id"], compressors=sorted({c for c, _ in todo}))
                 if (r["compressor"], density_key(r["density"])) in todo]
         if rows:
             found.update(_fit(rows, f"replay #{replay['id']} {replay['device']} {_day(replay['created'])}"))

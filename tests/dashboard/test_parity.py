@@ -64,3 +64,16 @@ def test_whatif_never_measures_missing_costs(captured):
         projection.project(store, controls)
     message = str(info.value)
     assert "no compression costs for dgc@0.01 on cpu" in message and "sidco replay" in message
+
+
+def test_whatif_projects_what_it_can_and_names_what_is_missing(captured):
+    store_path, _, trace_id = captured
+    controls = projection.parse_controls(f"trace:{trace_id}", ["none", "dgc", "topk"], "0.01", "8", "10Gbit",
+                                         "50us", "ring")
+    alone = projection.parse_controls(f"trace:{trace_id}", ["topk"], "0.01", "8", "10Gbit", "50us", "ring")
+    with Store(store_path) as store:
+        rows, problems = projection.project_each(store, controls)
+        (topk,) = projection.project(store, alone)
+    assert [r["compressor"] for r in rows] == ["none", "topk"] and rows[1] == topk
+    (problem,) = problems
+    assert problem.startswith("no compression costs for dgc@0.01 on cpu: run `sidco replay ")
