@@ -47,7 +47,8 @@ def check_compressors(names: Sequence[str]) -> list[str]:
 
 
 def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int | None = None) -> Source:
-    """The source of a trace given by directory ``path`` or by its id in the store."""
+    """The source of a trace given by directory ``path`` (registered in the store if it is not
+    yet) or by its id in the store."""
     if trace_id is not None:
         row = store.trace(int(trace_id))
         if row is None:
@@ -56,7 +57,11 @@ def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int 
     if path is None:
         raise ValueError("give a trace path or a trace id")
     resolved = str(Path(path).resolve())
-    return Source("trace", resolved, store.trace_id_for_path(resolved))
+    trace_id = store.trace_id_for_path(resolved)
+    if trace_id is None:  # registered now, so its replays (and the commands that make them) have a name
+        trace = traces.open(resolved)
+        trace_id = store.register_trace(trace.path, trace.manifest)
+    return Source("trace", resolved, trace_id)
 
 
 def layout_source(name: str, *, device_flops_per_s: float = 100e12, batch_size: int = 32) -> Source:

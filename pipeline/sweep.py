@@ -101,11 +101,6 @@ def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelit
     if device != "cpu" or profile_file is not None:  # cpu replays were the only costs before devices
         described["costs"] = {"device": device, "profile_file": None if profile_file is None else str(profile_file)}
     config = describe(SweepContext(wl, None, fidelity, constants, options), grid, described)
-    if source.kind == "trace" and source.trace_id is None:
-        import traces
-
-        trace = traces.open(source.ref)
-        source = Source("trace", source.ref, store.register_trace(trace.path, trace.manifest))
     sweep_id, created = store.get_or_create("sweeps", config, trace_id=source.trace_id, total=len(grid))
     profile = _profile(store, sweep_id, created, source, grid, device, profile_file)
     context = SweepContext(wl, profile, fidelity, constants, options)

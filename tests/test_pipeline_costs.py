@@ -155,3 +155,13 @@ def test_emulation_projections_replay_the_run_trace_into_the_store(store, tmp_pa
     (stored,) = store.replay_list()
     assert by_name["topk"]["cost_source"].startswith(f"replay #{stored['id']} cpu ")
     assert by_name["topk"]["projected"]["compress_s"] > 0
+
+
+def test_simulate_on_a_trace_without_replays_names_the_replay_command(tmp_path, capsys):
+    trace = traces.synthetic(tmp_path / "lap", "laplace", 5_000, workers=2, iterations=1, seed=0)
+    assert main(["simulate", "--trace", str(trace.path), "--nodes", "4", "--bandwidth", "1Gbit", "--compressor",
+                 "sidco-e", "--density", "0.01", "--store", str(tmp_path / "r.sqlite")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"sidco simulate: error: no compression costs for sidco-e@0.01 on cpu: run `sidco replay "
+                   f"{trace.path.resolve()} --compressors sidco-e --densities 0.01 --device cpu` or "
+                   f"`sidco profile --device cpu`")
