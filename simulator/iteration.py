@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from simulator import plans
-from simulator.collectives import analytic_time, ring_allgather_uneven
+from simulator.collectives import analytic_time
 from simulator.interference import advance
 from simulator.links import Level
 from simulator.scenario import Scenario
@@ -123,7 +123,7 @@ def _sparse_phases(sc: Scenario, dense: float, wire: np.ndarray, flat: Level, in
         node = wire.reshape(p, g).sum(axis=1)
         if sc.padded:
             node = np.full(p, float(node.max()))
-        inter = ((p - 1) * (a + float(node[0]) / B) if sc.padded else ring_allgather_uneven(node / B, a)) if p > 1 else 0.0
+        inter = analytic_time("allgather", 0.0, p, B, a, "ring", sizes=node, padded=sc.padded)
         intra_s = analytic_time("allreduce", dense, 1, B, a, "hierarchical", gpus=g, intra=intra)
         return [Phase(plans.hierarchical_allreduce(p, g, True), dense, node, intra_s + inter)]
     plan = plans.ring_allgather(p)

@@ -11,8 +11,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from emulation.alphabeta import OPS
-from emulation.collectives import measure_collectives
+from emulation.collectives import OPS, measure_collectives
 from emulation.network import require_emulation
 from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
 from sidco.commands import add_store_argument
