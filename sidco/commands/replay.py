@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 import traces
 import traces.replay as trace_replay
+from compressors.ddp_buckets import bucket_caps
 from sidco.commands import add_store_argument
 from results.store import Store
 from simulator.units import parse_density, parse_list
@@ -55,8 +56,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--bucket-mb",
         type=float,
-        help="compress DDP-like buckets of this many MB (10^6 bytes of fp32 gradient, reverse layer order); "
-        "default: the whole model as one vector",
+        help="compress DDP buckets of this many MiB (2^20 bytes of fp32 gradient, reverse layer order), "
+        "as DistributedDataParallel(bucket_cap_mb=...); default: the whole model as one vector",
+    )
+    parser.add_argument(
+        "--first-bucket-mb",
+        type=float,
+        help="cap of the first bucket in MiB (default: --bucket-mb, as DDP with an explicit cap; "
+        "DDP's own default is 1 MiB first, 25 MiB after)",
     )
     parser.add_argument(
         "--threads", type=int, help="torch intra-op CPU threads (default: torch's choice; 1 is steadier on a busy machine)"
@@ -142,14 +149,20 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     names = parse_list(args.compressors, str)
     densities = parse_list(args.densities, parse_density)
-    bucket_bytes = None
+    bucket_bytes = first_bucket_bytes = None
+    if args.first_bucket_mb is not None and args.bucket_mb is None:
+        raise ValueError("--first-bucket-mb needs --bucket-mb")
+    for flag, value in (("--bucket-mb", args.bucket_mb), ("--first-bucket-mb", args.first_bucket_mb)):
+        if value is not None and not value > 0:
+            raise ValueError(f"invalid {flag} {value}: must be > 0 MiB")
     if args.bucket_mb is not None:
-        if not args.bucket_mb > 0:
-            raise ValueError(f"invalid --bucket-mb {args.bucket_mb}: must be > 0")
-        bucket_bytes = int(round(args.bucket_mb * 1e6))
+        bucket_bytes = bucket_caps(args.bucket_mb)[1]
+        first_bucket_bytes = bucket_caps(args.first_bucket_mb or args.bucket_mb)[0]
     trace = traces.open(args.trace)
-    expected = trace_replay.calls_per_combination(trace, bucket_bytes)
-    trace_replay.replay(trace, names, densities, device=args.device, bucket_bytes=bucket_bytes)  # checks arguments
+    expected = trace_replay.calls_per_combination(trace, bucket_bytes, first_bucket_bytes)
+    trace_replay.replay(  # checks arguments
+        trace, names, densities, device=args.device, bucket_bytes=bucket_bytes, first_bucket_bytes=first_bucket_bytes
+    )
     config = {
         "trace_id": trace.manifest.get("trace_id"),
         "trace_path": str(trace.path.resolve()),
@@ -157,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
         "bucket_bytes": bucket_bytes,
         "device": args.device,
     }
+    if bucket_bytes is not None:
+        config["first_bucket_bytes"] = first_bucket_bytes
     with Store(args.store) as store:
         trace_row = store.register_trace(trace.path, trace.manifest)
         replay_id, _ = store.get_or_create("replays", config, trace_id=trace_row, device=args.device)
@@ -165,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         store.set_status("replays", replay_id, "running")
         rows_iter = trace_replay.replay(
             trace, names, densities, device=args.device, error_feedback=args.error_feedback,
-            bucket_bytes=bucket_bytes, skip=frozenset(done),
+            bucket_bytes=bucket_bytes, first_bucket_bytes=first_bucket_bytes, skip=frozenset(done),
         )
         skipped = len(names) * len(densities) - len(todo)
         if skipped:
