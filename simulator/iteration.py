@@ -1,6 +1,6 @@
 """One training iteration: what every bucket costs, and the closed-form (analytic) schedule.
 
-DDP semantics (cost-model.md): buckets in backward order; a bucket's collective starts
+DDP semantics (docs/model.md): buckets in backward order; a bucket's collective starts
 when every worker has produced (and, with ``compress_on="compute"``, compressed) it and
 the previous collective has finished; collectives run one at a time on one
 communication stream; each worker decompresses after its collective; the optimizer
@@ -17,14 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from compressors.wire import COUNT_BYTES, allreduce_bytes
 from simulator import plans
 from simulator.collectives import analytic_time
 from simulator.interference import advance
 from simulator.links import Level
 from simulator.scenario import Scenario
-
-COUNT_BYTES = 4
-
 
 @dataclass(frozen=True)
 class Phase:
@@ -159,6 +157,9 @@ def prepare(sc: Scenario) -> Prepared:
         comp[b] = cost.compress_s(shard)
         wire[b] = cost.wire_bytes(shard, p)
         if not sc.sparse:
+            fixed = allreduce_bytes(sc.compressor, round(shard), sc.density, wl.itemsize, sc.compressor_options)
+            if fixed is not None:
+                wire[b] = fixed
             decomp[b] = cost.decompress_s(bucket.numel)
             phases.append([_dense_phase(sc, float(wire[b].mean()), flat, intra)])
         else:
