@@ -38,6 +38,38 @@ def test_fits_recover_known_parameters():
     assert fitted["scale"] == pytest.approx(sigma, rel=0.05)
 
 
+def test_page_fits_are_sidcos_estimators_on_a_gradient_with_zeros():
+    """The quality page draws the laws SIDCo fits: the same parameters as compressors.estimators
+    (zeros count in μ, not in mean ln), and each law's tail quantile (SciPy) is the estimator's
+    threshold."""
+    import torch
+    from scipy import stats
+
+    from compressors import estimators
+
+    rng = np.random.default_rng(3)
+    g = (rng.laplace(0, 1e-3, 50_000) * (rng.random(50_000) > 0.3)).astype(np.float32)  # ~30 % zeros
+    x = torch.from_numpy(np.abs(g))
+    mu, var = estimators.mean_and_var(x)
+    mean_log = estimators.mean_log_positive(x)
+    alpha = estimators.gamma_shape(mu, mean_log)
+    xi, sigma = estimators.gpareto_params(mu, var)
+    hist = fits.histogram(g, density_target=0.01)
+    params = {f["name"]: f["params"] for f in hist["fits"]}
+    assert params["exponential"] == {"scale": pytest.approx(float(mu), rel=1e-12)}
+    assert params["gamma"] == {"shape": pytest.approx(float(alpha), rel=1e-12),
+                               "scale": pytest.approx(float(mu / alpha), rel=1e-12)}
+    assert params["gpareto"] == {"shape": pytest.approx(float(xi), rel=1e-12),
+                                 "scale": pytest.approx(float(sigma), rel=1e-12)}
+    p = 0.01
+    assert stats.expon.isf(p, scale=params["exponential"]["scale"]) == pytest.approx(
+        float(estimators.exponential_threshold(mu, p)), rel=1e-9)
+    assert stats.gamma.isf(p, params["gamma"]["shape"], scale=params["gamma"]["scale"]) == pytest.approx(
+        float(estimators.gamma_threshold(mu, mean_log, p)), rel=1e-5)
+    assert stats.genpareto.isf(p, params["gpareto"]["shape"], scale=params["gpareto"]["scale"]) == pytest.approx(
+        float(estimators.gpareto_threshold(mu, var, p)), rel=1e-9)
+
+
 def test_histogram_threshold_is_the_exact_top_delta_value():
     g = np.random.default_rng(1).laplace(0, 1e-3, 100_000)
     hist = fits.histogram(g, density_target=0.01)
