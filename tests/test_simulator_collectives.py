@@ -20,7 +20,7 @@ GRID = list(itertools.product(NODES, SIZES, BANDWIDTHS, LATENCIES))
 
 
 def closed_form(op: str, alg: str, n: float, p: int, bw_bps: float, a: float, **kw) -> float:
-    """cost-model.md formulas, restated independently of simulator.collectives."""
+    """The formulas of docs/model.md, restated independently of simulator.collectives."""
     B = bw_bps / 8
     if p == 1 and alg != "hierarchical":
         return 0.0
