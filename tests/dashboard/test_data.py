@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from dashboard import data, figures, fits, projection, sweep_runner
-from dashboard.bench import fill, time_page
+from benchmarks.dashboard_bench import fill, time_page
 from dashboard.export import figure_csv, figure_html
 from results.store import Store
 
