@@ -24,6 +24,7 @@ from simulator.interference import advance
 from simulator.links import Level
 from simulator.scenario import Scenario
 
+
 @dataclass(frozen=True)
 class Phase:
     """One collective (or one phase of a two-phase exchange) of a bucket.
