@@ -47,6 +47,15 @@ def exponential_threshold(mu: torch.Tensor, p: float) -> torch.Tensor:
     return mu * math.log(1.0 / p)
 
 
+def gpareto_params(mu: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized Pareto (location 0) shape and scale ``(ξ, σ)`` by the method of moments:
+    ``r = μ²/v``, ``ξ = ½(1 − r)``, ``σ = ½·μ·(r + 1)`` (``v = 1`` stands in where ``v`` is 0 or
+    ``μ²/v`` is not finite; :func:`gpareto_threshold` handles that case)."""
+    degenerate = ~(var > 0) | ~torch.isfinite(mu * mu / var)
+    r = mu * mu / torch.where(degenerate, torch.ones_like(var), var)
+    return 0.5 * (1.0 - r), 0.5 * mu * (r + 1.0)
+
+
 def gpareto_threshold(mu: torch.Tensor, var: torch.Tensor, p: float) -> torch.Tensor:
     """Generalized Pareto (location 0) threshold from the method of moments.
 
@@ -56,9 +65,7 @@ def gpareto_threshold(mu: torch.Tensor, var: torch.Tensor, p: float) -> torch.Te
     """
     log_p = math.log(p)
     degenerate = ~(var > 0) | ~torch.isfinite(mu * mu / var)
-    r = mu * mu / torch.where(degenerate, torch.ones_like(var), var)
-    xi = 0.5 * (1.0 - r)
-    sigma = 0.5 * mu * (r + 1.0)
+    xi, sigma = gpareto_params(mu, var)
     near_zero = xi.abs() < XI_EPS
     safe_xi = torch.where(near_zero, torch.ones_like(xi), xi)
     eta = torch.where(near_zero, -sigma * log_p, sigma * torch.expm1(-xi * log_p) / safe_xi)

@@ -7,8 +7,11 @@ else (CUDA, fp16/bf16/fp64) takes the pure-torch path in :mod:`compressors.sidco
 the same thresholds and selections.
 
 The library is built on first use into ``$SIDCO_CACHE_DIR`` (default
-``~/.cache/sidco-testbed``), keyed by a hash of the source and compiler flags. Set
-``SIDCO_NATIVE=0`` to disable it; without a working C compiler it is skipped silently.
+``~/.cache/sidco-testbed``), keyed by a hash of the source, the compiler flags and the CPU's
+identity (:func:`cpu_identity`): it is built with ``-march=native``, so a build is never
+loaded on another CPU model (a cache directory shared over NFS, a copied home). Set
+``SIDCO_NATIVE=0`` to disable it. Without a C compiler, or when the build fails, one
+``RuntimeWarning`` says why (the compiler's first error line) and SIDCo takes the torch path.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -55,12 +59,46 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("SIDCO_CACHE_DIR") or Path.home() / ".cache" / "sidco-testbed")
 
 
+def cpu_identity() -> str:
+    """This CPU's model name and feature flags (``/proc/cpuinfo``; elsewhere the platform's
+    processor and machine strings): what a ``-march=native`` build depends on."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "flags", "Features", "CPU part") and key not in fields:
+                    fields[key] = " ".join(value.split())
+    except OSError:
+        pass
+    if not fields:
+        import platform
+
+        return f"{platform.processor()} {platform.machine()}"
+    return "; ".join(f"{key}: {value}" for key, value in sorted(fields.items()))
+
+
+def cache_path(identity: str | None = None) -> Path:
+    """Where the library built from this source and these flags for CPU ``identity``
+    (default :func:`cpu_identity`) is cached."""
+    cpu = cpu_identity() if identity is None else identity
+    digest = hashlib.sha256("\0".join([SOURCE, " ".join(FLAGS), cpu]).encode()).hexdigest()[:16]
+    return _cache_dir() / f"sidco_kernels_{digest}.so"
+
+
+def _unavailable(reason: str) -> None:
+    warnings.warn(f"SIDCo native kernels unavailable ({reason}); SIDCo uses the torch backend "
+                  "(set SIDCO_NATIVE=0 to silence)", RuntimeWarning, stacklevel=4)
+
+
 def _build() -> ctypes.CDLL | None:
-    compiler = shutil.which(os.environ.get("CC", "gcc"))
+    name = os.environ.get("CC", "gcc")
+    compiler = shutil.which(name)
     if compiler is None:
+        _unavailable(f"no C compiler {name!r} on PATH")
         return None
-    digest = hashlib.sha256((SOURCE + " ".join(FLAGS)).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"sidco_kernels_{digest}.so"
+    target = cache_path()
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
@@ -70,6 +108,9 @@ def _build() -> ctypes.CDLL | None:
             done = subprocess.run([compiler, *FLAGS, "-o", str(out), str(src), "-lm"],
                                   capture_output=True, text=True)
             if done.returncode != 0:
+                lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+                first = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
+                _unavailable(f"{name} failed with exit code {done.returncode}: {first.strip()}")
                 return None
             os.replace(out, target)
     lib = ctypes.CDLL(str(target))
@@ -93,7 +134,8 @@ def library() -> ctypes.CDLL | None:
             _tried = True
             try:
                 _lib = _build()
-            except OSError:
+            except OSError as exc:
+                _unavailable(f"cannot build or load the library: {exc}")
                 _lib = None
         return _lib
 

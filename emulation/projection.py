@@ -19,8 +19,9 @@
   workers, and asks the one compression-profile policy for its costs).
 - Network: the emulated link rate (bits/s), no added latency, and optionally a
   :class:`simulator.Calibration` (α per message step, efficiency × bandwidth).
-- Buckets: what DDP uses in steady state, buckets of ``bucket_cap_mb`` in backward order
-  (after its first iteration DDP no longer caps the first bucket at 1 MiB).
+- Buckets: what DDP uses in steady state (:mod:`compressors.ddp_buckets`): the workers
+  build ``DistributedDataParallel(bucket_cap_mb=...)``, which caps every bucket, the first
+  included, at ``bucket_cap_mb`` MiB.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 
 import simulator
 import traces
+from compressors.ddp_buckets import bucket_caps
 
 LINK_LATENCY_S = 0.0  # the emulated links add no delay (no netem); α comes from calibration
 JITTER_SEEDS = 16
@@ -125,7 +127,7 @@ def project(
     """
     trace = traces.open(trace_path)
     workload, jitter = compute_model(trace, rank_passes)
-    cap = int(bucket_cap_mb * 1024 * 1024)
+    first, cap = bucket_caps(bucket_cap_mb)
     results = {}
     for name in compressor_names:
         scenario = simulator.Scenario(
@@ -139,7 +141,7 @@ def project(
             calibration=calibration,
             bucket_mode="ddp",
             bucket_cap_bytes=cap,
-            first_bucket_bytes=cap,
+            first_bucket_bytes=first,
             jitter=jitter,
         )
         results[name] = {**_mean_over_seeds(scenario), "jitter": jitter}

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compressors.sparse import INDEX_BYTES
+from compressors.wire import sparse_bytes
 from results.store import Store
 from simulator.profile import CompressionCost, CompressionProfile, density_key
 
@@ -73,13 +73,13 @@ def _fit(rows: Sequence[Mapping[str, Any]], source: str) -> dict[Key, Compressio
 
 def _profile_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Device-profile rows as replay-shaped rows (one worker, error feedback on). A row without
-    ``wire_bytes`` gets the sparse message size ``k·(value + index bytes)``, k = max(1, round(δ·n))."""
+    ``wire_bytes`` gets the sparse message size of :func:`compressors.wire.sparse_bytes`, k = max(1, round(δ·n))."""
     out = []
     for row in rows:
         numel, density = int(row["numel"]), float(row["density"])
         wire = row.get("wire_bytes")
         if wire is None:
-            wire = max(1, round(density * numel)) * (VALUE_BYTES + INDEX_BYTES)
+            wire = sparse_bytes(max(1, round(density * numel)), VALUE_BYTES)
         out.append({"compressor": str(row["compressor"]), "density": density, "error_feedback": 1, "worker": 0,
                     "numel": numel, "compress_s": float(row["compress_s"]),
                     "decompress_s": float(row["decompress_s"]), "wire_bytes": int(wire)})

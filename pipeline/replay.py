@@ -51,29 +51,31 @@ def summarize(store: Store, replay_id: int, names: Sequence[str], densities: Seq
 
 
 def check(trace_path: str | Path, names: Sequence[str], densities: Sequence[float], *, device: str = "cpu",
-          bucket_bytes: int | None = None) -> traces.Trace:
-    """Open the trace and check the request (compressors, densities, device, bucket size) without
-    running anything; ValueError / :class:`traces.TraceError` naming the problem."""
+          bucket_bytes: int | None = None, first_bucket_bytes: int | None = None) -> traces.Trace:
+    """Open the trace and check the request (compressors, densities, device, bucket caps in bytes)
+    without running anything; ValueError / :class:`traces.TraceError` naming the problem."""
     trace = traces.open(trace_path)
-    trace_replay.replay(trace, names, densities, device=device, bucket_bytes=bucket_bytes)  # checks arguments
+    trace_replay.replay(trace, names, densities, device=device, bucket_bytes=bucket_bytes,  # checks arguments
+                        first_bucket_bytes=first_bucket_bytes)
     return trace
 
 
 def run(store: Store, trace: traces.Trace | str | Path, names: Sequence[str], densities: Sequence[float], *,
         device: str = "cpu", error_feedback: bool = True, bucket_bytes: int | None = None,
-        threads: int | None = None, progress: Callable[[int, int], None] | None = None) -> ReplayRun:
+        first_bucket_bytes: int | None = None, threads: int | None = None, progress: Callable[[int, int], None] | None = None) -> ReplayRun:
     """Replay ``trace`` (opened, or its directory) through ``names`` × ``densities`` on ``device``
     and store the rows.
 
-    ``bucket_bytes``: DDP-like buckets of that many fp32 gradient bytes (``None``: the whole
-    model as one vector); ``threads``: torch intra-op threads for the run (restored after);
+    ``bucket_bytes``/``first_bucket_bytes``: DDP bucket caps in fp32 gradient bytes
+    (:func:`traces.replay.buckets`; ``None``: the whole model as one vector); ``threads``: torch intra-op threads for the run (restored after);
     ``progress(calls_done, calls_total)`` after every call.
     """
     if threads is not None and threads < 1:
         raise ValueError(f"invalid threads {threads}: must be >= 1")
     if not isinstance(trace, traces.Trace):
-        trace = check(trace, names, densities, device=device, bucket_bytes=bucket_bytes)
-    calls = trace_replay.calls_per_combination(trace, bucket_bytes)
+        trace = check(trace, names, densities, device=device, bucket_bytes=bucket_bytes,
+                      first_bucket_bytes=first_bucket_bytes)
+    calls = trace_replay.calls_per_combination(trace, bucket_bytes, first_bucket_bytes)
     config = {
         "trace_id": trace.manifest.get("trace_id"),
         "trace_path": str(trace.path.resolve()),
@@ -81,6 +83,8 @@ def run(store: Store, trace: traces.Trace | str | Path, names: Sequence[str], de
         "bucket_bytes": bucket_bytes,
         "device": device,
     }
+    if bucket_bytes is not None:
+        config["first_bucket_bytes"] = first_bucket_bytes
     trace_id = store.register_trace(trace.path, trace.manifest)
     replay_id, _ = store.get_or_create("replays", config, trace_id=trace_id, device=device)
     done = store.complete_combinations(replay_id, error_feedback, calls)
@@ -91,7 +95,8 @@ def run(store: Store, trace: traces.Trace | str | Path, names: Sequence[str], de
         torch.set_num_threads(threads)
     try:
         rows = trace_replay.replay(trace, names, densities, device=device, error_feedback=error_feedback,
-                                   bucket_bytes=bucket_bytes, skip=frozenset(done))
+                                   bucket_bytes=bucket_bytes, first_bucket_bytes=first_bucket_bytes,
+                                   skip=frozenset(done))
         batch: list[dict[str, Any]] = []
         finished = 0
         for row in rows:

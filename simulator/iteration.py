@@ -1,6 +1,6 @@
 """One training iteration: what every bucket costs, and the closed-form (analytic) schedule.
 
-DDP semantics (cost-model.md): buckets in backward order; a bucket's collective starts
+DDP semantics (docs/model.md): buckets in backward order; a bucket's collective starts
 when every worker has produced (and, with ``compress_on="compute"``, compressed) it and
 the previous collective has finished; collectives run one at a time on one
 communication stream; each worker decompresses after its collective; the optimizer
@@ -17,13 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from compressors.wire import COUNT_BYTES, allreduce_bytes
 from simulator import plans
-from simulator.collectives import analytic_time, ring_allgather_uneven
+from simulator.collectives import analytic_time
 from simulator.interference import advance
 from simulator.links import Level
 from simulator.scenario import Scenario
-
-COUNT_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -123,7 +122,7 @@ def _sparse_phases(sc: Scenario, dense: float, wire: np.ndarray, flat: Level, in
         node = wire.reshape(p, g).sum(axis=1)
         if sc.padded:
             node = np.full(p, float(node.max()))
-        inter = ((p - 1) * (a + float(node[0]) / B) if sc.padded else ring_allgather_uneven(node / B, a)) if p > 1 else 0.0
+        inter = analytic_time("allgather", 0.0, p, B, a, "ring", sizes=node, padded=sc.padded)
         intra_s = analytic_time("allreduce", dense, 1, B, a, "hierarchical", gpus=g, intra=intra)
         return [Phase(plans.hierarchical_allreduce(p, g, True), dense, node, intra_s + inter)]
     plan = plans.ring_allgather(p)
@@ -159,6 +158,9 @@ def prepare(sc: Scenario) -> Prepared:
         comp[b] = cost.compress_s(shard)
         wire[b] = cost.wire_bytes(shard, p)
         if not sc.sparse:
+            fixed = allreduce_bytes(sc.compressor, round(shard), sc.density, wl.itemsize, sc.compressor_options)
+            if fixed is not None:
+                wire[b] = fixed
             decomp[b] = cost.decompress_s(bucket.numel)
             phases.append([_dense_phase(sc, float(wire[b].mean()), flat, intra)])
         else:

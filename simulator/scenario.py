@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
+from compressors.wire import ALLGATHER, collective
 from simulator.calibration import Calibration
 from simulator.profile import CompressionProfile
 from simulator.workload import (
@@ -31,6 +34,9 @@ class Scenario:
     ``oversubscription`` ≥ 1 divides the bandwidth through the switch core; ``compressor``
     / ``density``: ``none`` sends dense gradients; ``profile``: compression costs
     (required unless ``none``); ``bucket_mode``: ``ddp`` | ``single`` | ``layer``;
+    ``compressor_options``: the compressor's keyword options (as for ``compressors.create``;
+    they decide its collective, :func:`compressors.wire.collective`: ``randomk`` with a
+    ``seed`` all-reduces its values, without one it all-gathers values + indices);
     ``compress_on``: the stream compression runs on; ``padded``: sparse all-gathers pad
     to the largest message (as gloo needs; counts are exchanged first); ``jitter``:
     coefficient of variation of each worker's compute time (lognormal, seeded by
@@ -65,6 +71,7 @@ class Scenario:
     straggler_slowdown: float = 1.5
     seed: int = 0
     timeline: bool = False
+    compressor_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
@@ -107,5 +114,6 @@ class Scenario:
 
     @property
     def sparse(self) -> bool:
-        """Whether gradients travel as sparse (values + indices) messages."""
-        return self.compressor not in ("none", "randomk")
+        """Whether gradients travel as sparse (values + indices) messages through an all-gather
+        (:func:`compressors.wire.collective`); otherwise they are all-reduced."""
+        return collective(self.compressor, self.compressor_options) == ALLGATHER

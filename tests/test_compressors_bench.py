@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from compressors import benchmark
+from benchmarks import compressor_bench as benchmark
 from sidco.cli import main
 
 

@@ -25,10 +25,12 @@ keys are exactly the ``replay_rows`` columns of the results store (minus
                              decompressed message (0 when ‖g‖ = 0)
 ==========================  ===============================================================
 
-Buckets follow DistributedDataParallel: layers are taken in reverse order (the
-order backward produces them) and a bucket is closed as soon as it holds at
-least ``bucket_bytes`` bytes of float32 gradient (a layer larger than that gets
-a bucket of its own). Without ``bucket_bytes`` the whole model is one bucket.
+Buckets follow DistributedDataParallel (:func:`compressors.ddp_buckets.assign`): layers are
+taken in reverse order (the order backward produces them) and a bucket is closed as soon as
+it holds at least its cap in bytes of float32 gradient: ``first_bucket_bytes`` for the first,
+``bucket_bytes`` for the others (a layer larger than that gets a bucket of its own). As in
+``DistributedDataParallel(bucket_cap_mb=...)``, the first cap defaults to the others. Without
+``bucket_bytes`` the whole model is one bucket.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import Any
 import torch
 
 import compressors as compressor_lib
+from compressors.ddp_buckets import assign
 from traces.reader import Trace, open_trace
 
 COLUMNS = (
@@ -64,30 +67,26 @@ COLUMNS = (
 )
 
 
-def buckets(trace: Trace, bucket_bytes: int | None = None) -> list[list[tuple[int, int]]]:
-    """DDP-like buckets of ``trace``: lists of ``(offset, numel)`` layer slices (see module docstring)."""
+def buckets(
+    trace: Trace, bucket_bytes: int | None = None, first_bucket_bytes: int | None = None
+) -> list[list[tuple[int, int]]]:
+    """DDP buckets of ``trace``: lists of ``(offset, numel)`` layer slices (see module docstring).
+
+    ``bucket_bytes``/``first_bucket_bytes``: caps in bytes (``first_bucket_bytes`` defaults to
+    ``bucket_bytes``); ``bucket_bytes=None``: the whole model as one bucket.
+    """
     slices = [(offset, numel) for _, offset, numel in trace.layer_slices() if numel > 0]
     if bucket_bytes is None:
         return [[(0, trace.numel)]]
-    if bucket_bytes < 1:
-        raise ValueError(f"bucket size must be >= 1 byte, got {bucket_bytes}")
-    result: list[list[tuple[int, int]]] = []
-    current: list[tuple[int, int]] = []
-    size = 0
-    for offset, numel in reversed(slices):
-        current.append((offset, numel))
-        size += 4 * numel
-        if size >= bucket_bytes:
-            result.append(current)
-            current, size = [], 0
-    if current:
-        result.append(current)
-    return result
+    first = bucket_bytes if first_bucket_bytes is None else first_bucket_bytes
+    if bucket_bytes < 1 or first < 1:
+        raise ValueError(f"bucket size must be >= 1 byte, got {bucket_bytes} (first bucket {first})")
+    return [[slices[i] for i in group] for group in assign([4 * n for _, n in slices], bucket_bytes, first)]
 
 
-def calls_per_combination(trace: Trace, bucket_bytes: int | None = None) -> int:
+def calls_per_combination(trace: Trace, bucket_bytes: int | None = None, first_bucket_bytes: int | None = None) -> int:
     """Rows one (compressor, density) combination produces: iterations × workers × buckets."""
-    return len(trace.iterations) * trace.workers * len(buckets(trace, bucket_bytes))
+    return len(trace.iterations) * trace.workers * len(buckets(trace, bucket_bytes, first_bucket_bytes))
 
 
 def _synchronizer(device: torch.device) -> Callable[[], None]:
@@ -121,11 +120,13 @@ def replay(
     device: str | torch.device = "cpu",
     error_feedback: bool = True,
     bucket_bytes: int | None = None,
+    first_bucket_bytes: int | None = None,
     skip: frozenset[tuple[str, float]] | set[tuple[str, float]] = frozenset(),
     options: dict[str, dict[str, Any]] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Return an iterator of one row per compressor call (module docstring), combination by combination.
 
+    ``bucket_bytes``/``first_bucket_bytes``: DDP bucket caps in bytes (:func:`buckets`).
     ``skip`` holds ``(compressor, density)`` pairs not to run (already stored).
     ``options`` maps a compressor name to extra keyword options of
     :func:`compressors.create`. Rows of one combination are consecutive, in
@@ -140,7 +141,7 @@ def replay(
         if not 0 < density <= 1:
             raise ValueError(f"density must be in (0, 1], got {density}")
     dev = _resolve_device(device)
-    layout = buckets(trace, bucket_bytes)
+    layout = buckets(trace, bucket_bytes, first_bucket_bytes)
     options = options or {}
     combinations = [(n, d) for n in names for d in targets if (n, d) not in skip]
     for name, density in combinations:

@@ -9,7 +9,7 @@ import sys
 from tqdm import tqdm
 
 import compressors
-from compressors import benchmark
+from benchmarks import compressor_bench as benchmark
 
 
 def _densities(text: str) -> list[float]:

@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "calibrate",
         help="fit α (s), β (s/byte) and link efficiency to measured collectives",
         description=(
-            "Least-squares fit of the ring α–β forms (cost-model.md) to the collective times stored "
+            "Least-squares fit of the ring α–β forms (docs/model.md) to the collective times stored "
             "by 'sidco emulate collective': alpha_s is the per-message latency in seconds, "
             "beta_s_per_byte the seconds per byte at the slowest measured link, efficiency the "
             "fraction of the nominal link rate (bits/s) the collectives achieve. The result is "

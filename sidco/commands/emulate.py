@@ -11,7 +11,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from emulation.alphabeta import OPS
+from emulation.collectives import OPS
 from emulation.network import require_emulation
 from pipeline import emulate
 from results.store import Store

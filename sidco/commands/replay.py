@@ -11,6 +11,7 @@ from typing import Any
 from tqdm import tqdm
 
 import compressors
+from compressors.ddp_buckets import bucket_caps
 from pipeline import replay
 from results.store import Store
 from sidco.commands import add_store_argument
@@ -56,8 +57,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--bucket-mb",
         type=float,
-        help="compress DDP-like buckets of this many MB (10^6 bytes of fp32 gradient, reverse layer order); "
-        "default: the whole model as one vector",
+        help="compress DDP buckets of this many MiB (2^20 bytes of fp32 gradient, reverse layer order), "
+        "as DistributedDataParallel(bucket_cap_mb=...); default: the whole model as one vector",
+    )
+    parser.add_argument(
+        "--first-bucket-mb",
+        type=float,
+        help="cap of the first bucket in MiB (default: --bucket-mb, as DDP with an explicit cap; "
+        "DDP's own default is 1 MiB first, 25 MiB after)",
     )
     parser.add_argument(
         "--threads", type=int, help="torch intra-op CPU threads (default: torch's choice; 1 is steadier on a busy machine)"
@@ -101,14 +108,19 @@ def run(args: argparse.Namespace) -> int:
     """Replay, storing each combination in one transaction; print the summary."""
     names = parse_compressors(args.compressors)
     densities = parse_list(args.densities, parse_density)
-    bucket_bytes = None
+    bucket_bytes = first_bucket_bytes = None
+    if args.first_bucket_mb is not None and args.bucket_mb is None:
+        raise ValueError("--first-bucket-mb needs --bucket-mb")
+    for flag, value in (("--bucket-mb", args.bucket_mb), ("--first-bucket-mb", args.first_bucket_mb)):
+        if value is not None and not value > 0:
+            raise ValueError(f"invalid {flag} {value}: must be > 0 MiB")
     if args.bucket_mb is not None:
-        if not args.bucket_mb > 0:
-            raise ValueError(f"invalid --bucket-mb {args.bucket_mb}: must be > 0")
-        bucket_bytes = int(round(args.bucket_mb * 1e6))
+        bucket_bytes = bucket_caps(args.bucket_mb)[1]
+        first_bucket_bytes = bucket_caps(args.first_bucket_mb or args.bucket_mb)[0]
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"invalid --threads {args.threads}: must be >= 1")
-    trace = replay.check(args.trace, names, densities, device=args.device, bucket_bytes=bucket_bytes)
+    trace = replay.check(args.trace, names, densities, device=args.device, bucket_bytes=bucket_bytes,
+                          first_bucket_bytes=first_bucket_bytes)
     with Store(args.store) as store, tqdm(desc="replay", unit="call", file=sys.stderr, disable=None) as bar:
 
         def progress(done: int, total: int) -> None:
@@ -116,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
             bar.update(done - bar.n)
 
         done = replay.run(store, trace, names, densities, device=args.device, error_feedback=args.error_feedback,
-                          bucket_bytes=bucket_bytes, threads=args.threads, progress=progress)
+                          bucket_bytes=bucket_bytes, first_bucket_bytes=first_bucket_bytes,
+                          threads=args.threads, progress=progress)
         rows = replay.stored_rows(store, done.replay_id, args.error_feedback, names, densities) if args.json else []
     if done.skipped:
         print(f"sidco replay: {done.skipped} combination(s) already stored in replay {done.replay_id}, skipped",

@@ -1,6 +1,6 @@
 """Page-load benchmark: fill a temporary store with ~100,000 rows, time every page's requests.
 
-    python -m dashboard.bench [--rows 100000] [--repeats 3] [--json]
+    python -m benchmarks.dashboard_bench [--rows 100000] [--repeats 3] [--json]
 
 The filler writes rows of the exact store schema through the :class:`Store` API
 (``register_trace``, ``get_or_create``, ``add_replay_rows``, ``add_scenarios``,

@@ -1,4 +1,4 @@
-"""Simulator benchmarks: ``python -m simulator.bench [--quick]``.
+"""Simulator benchmarks: ``python -m benchmarks.simulator_bench [--quick]``.
 
 Prints a Markdown report:
 
@@ -115,7 +115,7 @@ def des_time(nodes: int, buckets: int = 50, repeats: int = 1) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmarks and print the report."""
-    parser = argparse.ArgumentParser(prog="python -m simulator.bench", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.simulator_bench", description=__doc__.splitlines()[0],
                                      allow_abbrev=False)
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not the figures)")
     args = parser.parse_args(argv)
