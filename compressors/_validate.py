@@ -20,14 +20,19 @@ def check_density(density: object) -> float:
 
 
 def check_gradient(grad: object) -> torch.Tensor:
-    """Return ``grad`` if it is a 1-D floating tensor; raise ``ValueError`` otherwise."""
+    """Return ``grad`` (detached from autograd) if it is a 1-D floating tensor; raise ``ValueError``
+    otherwise.
+
+    A tensor with ``requires_grad=True`` is returned as ``grad.detach()`` (same storage, no copy):
+    compressing is never part of the autograd graph, and in-place kernels refuse tracked tensors.
+    """
     if not isinstance(grad, torch.Tensor):
         raise ValueError(f"gradient must be a torch.Tensor, got {type(grad).__name__}")
     if grad.dim() != 1:
         raise ValueError(f"gradient must be 1-D (flatten it first), got shape {tuple(grad.shape)}")
     if grad.dtype not in FLOATING:
         raise ValueError(f"gradient must be floating point (fp16/bf16/fp32/fp64), got {grad.dtype}")
-    return grad
+    return grad.detach() if grad.requires_grad else grad
 
 
 def target_count(density: float, numel: int) -> int:
