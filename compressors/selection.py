@@ -18,11 +18,31 @@ first rounded to ``x``'s dtype. For ``|x| ≥ t`` (DGC), pass ``torch.nextafter(
 from __future__ import annotations
 
 import math
+import os
+import warnings
 from typing import NamedTuple
 
 import torch
 
 from compressors import native
+
+_warned = False
+
+
+def _native_ok(x: torch.Tensor, allow_native: bool) -> bool:
+    """Whether the fused kernel serves ``x``; says once (a warning) when it would, but the library
+    could not be built (results are the same, only slower: ``backend`` then reads ``torch``)."""
+    global _warned
+    if not allow_native:
+        return False
+    if native.usable(x):
+        return True
+    if (not _warned and x.device.type == "cpu" and x.dtype == torch.float32 and x.is_contiguous()
+            and os.environ.get("SIDCO_NATIVE", "1") != "0" and native.library() is None):
+        _warned = True
+        warnings.warn("the native selection kernels could not be built (no C compiler?): compressors run on "
+                      "torch, with the same results; backend='torch'", RuntimeWarning, stacklevel=3)
+    return False
 
 
 class Workspace:
@@ -102,7 +122,7 @@ def select_above(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Wo
     returned tensors are views into them, valid until the next call with the same workspace.
     """
     n = x.numel()
-    if allow_native and native.usable(x):
+    if _native_ok(x, allow_native):
         buffers = (workspace.at_least("above-idx", n, torch.int32, x.device),
                    workspace.at_least("above-mag", n, torch.float32, x.device))
         thr = _threshold_float(x, threshold)
@@ -123,7 +143,7 @@ def select_above(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Wo
 def count_above(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace, *,
                 allow_native: bool = True) -> tuple[int, str]:
     """``(number of elements with |x| > threshold, backend)``: one pass, one device→host sync."""
-    if allow_native and native.usable(x):
+    if _native_ok(x, allow_native):
         found = select_above(x, threshold, workspace)
         return found.count, found.backend
     a = magnitude(x, workspace)

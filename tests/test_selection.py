@@ -131,3 +131,36 @@ def test_huge_uniform_gradient_at_density_0_1():
     assert 2 * k / 3 <= compressors.create("gaussiank", density=0.1).compress(normal).selected <= 4 * k / 3
     for name in ("dgc", "topk"):
         assert 0.8 * k <= compressors.create(name, density=0.1).compress(g).selected <= 1.3 * k
+
+
+def test_without_the_native_library_results_are_the_same_and_backend_says_torch(tmp_path):
+    """No C compiler: one warning, backend 'torch', the same selections as with the kernels."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import json, warnings, torch, compressors\n"
+        "warnings.simplefilter('always')\n"
+        "g = torch.randn(200_000, generator=torch.Generator().manual_seed(5))\n"
+        "out = {}\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    for name in ('topk', 'dgc', 'gaussiank', 'redsync'):\n"
+        "        c = compressors.create(name, density=0.01, **({'seed': 0} if name == 'dgc' else {}))\n"
+        "        s = c.compress(g)\n"
+        "        out[name] = [c.backend, s.indices.tolist()]\n"
+        "out['warnings'] = [str(w.message) for w in caught if 'native' in str(w.message)]\n"
+        "print(json.dumps(out))\n"
+    )
+    env = dict(os.environ, CC=str(tmp_path / "no-compiler"), SIDCO_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert len(out.pop("warnings")) == 1
+    g = torch.randn(200_000, generator=torch.Generator().manual_seed(5))
+    for name, (backend, indices) in out.items():
+        assert backend == "torch"
+        c = compressors.create(name, density=0.01, **({"seed": 0} if name == "dgc" else {}))
+        assert c.compress(g).indices.tolist() == indices
