@@ -96,3 +96,15 @@ def test_sweep_runs_powersgd_over_ranks():
     with pytest.raises(ValueError, match="ranks"):
         Grid(nodes=(P,), bandwidths_bps=(BW,), latencies_s=(LAT,), compressors=("powersgd",), densities=(1.0,),
              ranks=(0,))
+
+
+def test_cli_rejects_a_bad_rank(capsys, tmp_path):
+    from sidco.cli import main
+
+    store = str(tmp_path / "r.sqlite")
+    assert main(["simulate", "--layout", "resnet50", "--nodes", "4", "--bandwidth", "10Gbit", "--compressor",
+                 "powersgd", "--density", "1", "--rank", "0", "--store", store]) == 2
+    assert "--rank" in capsys.readouterr().err
+    assert main(["sweep", "--layout", "resnet50", "--nodes", "4", "--bandwidth", "10Gbit", "--compressors",
+                 "powersgd", "--densities", "1", "--rank", "2,x", "--store", store]) == 2
+    assert "--rank" in capsys.readouterr().err
