@@ -167,7 +167,8 @@ def comm_hook(
     ``seed`` (0), ``epsilon`` (0), ``batch_same_shape`` (False); ``memory="residual"`` is
     PyTorch's ``use_error_feedback=True``, ``memory="none"`` turns it off. On gloo, PyTorch's
     PowerSGD hook hangs with more than one bucket (it waits on collectives inside future
-    callbacks, and the ranks' callbacks then issue them in different orders); use one bucket
+    callbacks, and the ranks' callbacks then issue them in different orders): on gloo a second
+    bucket raises ``ValueError`` on every rank at the first PowerSGD step instead; use one bucket
     (``bucket_cap_mb`` above the model size) there. PyTorch's bf16 hook runs on gloo through this
     wrapper although DDP refuses to register it directly on a non-NCCL backend.
 
@@ -375,6 +376,10 @@ def torch_hook(state: TorchHookState, bucket: dist.GradBucket) -> torch.futures.
     elif state.inner_state.iter < state.inner_state.start_powerSGD_iter:
         path, selected, payload = "allreduce", numel, numel * buffer.element_size()
     else:
+        if index > 0 and dist.get_backend(state.process_group) == "gloo":
+            raise ValueError("PyTorch's PowerSGD hook hangs on gloo with more than one bucket (it waits on "
+                             "collectives inside future callbacks); give DistributedDataParallel a bucket_cap_mb "
+                             "above the model size")
         shapes = [tuple(g.shape) for g in bucket.gradients()]
         blocks, rest, _ = powersgd_plan(shapes, numel, state.inner_state.matrix_approximation_rank,
                                         state.inner_state.min_compression_rate)

@@ -143,6 +143,19 @@ def _train(name: str, rank: int, ours: bool, steps: int = 6) -> tuple[torch.Tens
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), log
 
 
+def _powersgd_on_several_buckets(rank: int) -> str:
+    """What PowerSGD with several buckets on gloo raises (PyTorch's hook would hang instead)."""
+    model = DistributedDataParallel(_net(), bucket_cap_mb=0.002)
+    model.register_comm_hook(*compressors.ddp.comm_hook("powersgd", 1.0, start_iter=2))
+    x = torch.randn(8, 16)
+    try:
+        for _ in range(3):
+            torch.nn.functional.mse_loss(model(x), x[:, :1]).backward()
+    except Exception as exc:  # DDP re-raises the hook's ValueError wrapped in a RuntimeError
+        return str(exc)
+    return "nothing raised"
+
+
 def _worker(rank: int, rdv: str, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=rank, world_size=WORLD,
@@ -162,6 +175,7 @@ def _worker(rank: int, rdv: str, out_dir: str) -> None:
             results["identical"][name] = torch.equal(gathered[0], gathered[1])
             results["paths"][name] = sorted({e["path"] for e in log})
             results.setdefault("bytes", {})[name] = sum(e["bytes_sent"] for e in log)
+        results["multi_bucket_powersgd"] = _powersgd_on_several_buckets(rank)
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     finally:
         gc.collect()
@@ -205,3 +219,9 @@ def test_delegating_hooks_reject_bad_options():
         compressors.ddp.comm_hook("powersgd", 1.0, start_iter=1)     # PyTorch needs >= 2 with error feedback
     with pytest.raises(ValueError, match="rank"):
         compressors.ddp.comm_hook("powersgd", 1.0, rank=0)
+
+
+@pytest.mark.timeout(300)
+def test_powersgd_on_several_gloo_buckets_fails_on_every_rank_instead_of_hanging(results):
+    for rank in results:
+        assert "more than one bucket" in rank["multi_bucket_powersgd"]
