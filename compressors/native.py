@@ -88,8 +88,8 @@ def cache_path(identity: str | None = None) -> Path:
 
 
 def _unavailable(reason: str) -> None:
-    warnings.warn(f"SIDCo native kernels unavailable ({reason}); SIDCo uses the torch backend "
-                  "(set SIDCO_NATIVE=0 to silence)", RuntimeWarning, stacklevel=4)
+    warnings.warn(f"native kernels unavailable ({reason}): compressors run on torch with the same results, "
+                  "backend='torch' (set SIDCO_NATIVE=0 to silence)", RuntimeWarning, stacklevel=4)
 
 
 def _build() -> ctypes.CDLL | None:

@@ -67,13 +67,18 @@ def values_allreduce_bytes(k: int, value_itemsize: int) -> int:
     return (k + FLAG_ELEMENTS) * value_itemsize
 
 
+DENSE_ALLREDUCE = {"none": 4, "fp16": 2, "bf16": 2, "powersgd": 4}
+"""Compressors whose message is all-reduced whole: bytes per element on the wire (PowerSGD's
+size depends on the layer shapes, see :func:`compressors.powersgd.plan`)."""
+
+
 def collective(name: str, options: Mapping[str, Any] | None = None) -> str:
     """``"allreduce"`` or ``"allgather"``: the collective that carries compressor ``name``'s message.
 
     ``options`` are the compressor's keyword options (as for ``compressors.create``).
     """
     options = options or {}
-    if name == "none" or (name == "randomk" and options.get("seed") is not None):
+    if name in DENSE_ALLREDUCE or (name == "randomk" and options.get("seed") is not None):
         return ALLREDUCE
     return ALLGATHER
 
@@ -82,12 +87,14 @@ def allreduce_bytes(
     name: str, numel: int, density: float | None, value_itemsize: int = 4, options: Mapping[str, Any] | None = None
 ) -> int | None:
     """Bytes one rank puts into the all-reduce of a ``numel``-element bucket, where they are fixed
-    by the compressor: ``none`` the dense bucket, shared-seed ``randomk`` its ``k`` values and
+    by the compressor: ``none`` the dense bucket, ``fp16``/``bf16`` 2 bytes per element, shared-seed ``randomk`` its ``k`` values and
     the flag. ``None`` for a compressor that does not all-reduce or whose size must be measured."""
     if collective(name, options) != ALLREDUCE:
         return None
     if name == "none":
         return numel * value_itemsize
+    if name in ("fp16", "bf16"):
+        return numel * DENSE_ALLREDUCE[name]
     if name == "randomk":
         return values_allreduce_bytes(target_count(float(density), numel), value_itemsize)
     return None

@@ -7,7 +7,7 @@ run stopped halfway keeps every finished combination, and a rerun of the same re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 import traces
+from compressors.identity import device_identity
 import traces.replay as trace_replay
 from results.store import Store
 
@@ -51,18 +52,21 @@ def summarize(store: Store, replay_id: int, names: Sequence[str], densities: Seq
 
 
 def check(trace_path: str | Path, names: Sequence[str], densities: Sequence[float], *, device: str = "cpu",
-          bucket_bytes: int | None = None, first_bucket_bytes: int | None = None) -> traces.Trace:
-    """Open the trace and check the request (compressors, densities, device, bucket caps in bytes)
-    without running anything; ValueError / :class:`traces.TraceError` naming the problem."""
+          bucket_bytes: int | None = None, first_bucket_bytes: int | None = None,
+          options: Mapping[str, Mapping[str, Any]] | None = None) -> traces.Trace:
+    """Open the trace and check the request (compressors, densities, device, bucket caps in bytes,
+    per-compressor ``options`` such as ``{"powersgd": {"rank": 2}}``) without running anything;
+    ValueError / :class:`traces.TraceError` naming the problem."""
     trace = traces.open(trace_path)
     trace_replay.replay(trace, names, densities, device=device, bucket_bytes=bucket_bytes,  # checks arguments
-                        first_bucket_bytes=first_bucket_bytes)
+                        first_bucket_bytes=first_bucket_bytes, options=options)
     return trace
 
 
 def run(store: Store, trace: traces.Trace | str | Path, names: Sequence[str], densities: Sequence[float], *,
         device: str = "cpu", error_feedback: bool = True, bucket_bytes: int | None = None,
-        first_bucket_bytes: int | None = None, threads: int | None = None, progress: Callable[[int, int], None] | None = None) -> ReplayRun:
+        first_bucket_bytes: int | None = None, options: Mapping[str, Mapping[str, Any]] | None = None,
+        threads: int | None = None, progress: Callable[[int, int], None] | None = None) -> ReplayRun:
     """Replay ``trace`` (opened, or its directory) through ``names`` × ``densities`` on ``device``
     and store the rows.
 
@@ -74,7 +78,7 @@ def run(store: Store, trace: traces.Trace | str | Path, names: Sequence[str], de
         raise ValueError(f"invalid threads {threads}: must be >= 1")
     if not isinstance(trace, traces.Trace):
         trace = check(trace, names, densities, device=device, bucket_bytes=bucket_bytes,
-                      first_bucket_bytes=first_bucket_bytes)
+                      first_bucket_bytes=first_bucket_bytes, options=options)
     calls = trace_replay.calls_per_combination(trace, bucket_bytes, first_bucket_bytes)
     config = {
         "trace_id": trace.manifest.get("trace_id"),
@@ -85,8 +89,10 @@ def run(store: Store, trace: traces.Trace | str | Path, names: Sequence[str], de
     }
     if bucket_bytes is not None:
         config["first_bucket_bytes"] = first_bucket_bytes
+    if options:
+        config["options"] = {name: dict(opts) for name, opts in options.items()}
     trace_id = store.register_trace(trace.path, trace.manifest)
-    replay_id, _ = store.get_or_create("replays", config, trace_id=trace_id, device=device)
+    replay_id, _ = store.get_or_create("replays", config, trace_id=trace_id, device=device_identity(device))
     done = store.complete_combinations(replay_id, error_feedback, calls)
     todo = [(n, d) for n in names for d in densities if (n, d) not in done]
     store.set_status("replays", replay_id, "running")

@@ -39,8 +39,10 @@ class SweepRun:
 
 
 def grid(*, nodes: Sequence[int], bandwidths_bps: Sequence[float], latencies_s: Sequence[float],
-         compressors: Sequence[str], densities: Sequence[float], topologies: Sequence[str]) -> Grid:
-    """The sweep grid from parsed axes (machines, bits/s, seconds, names, fractions, names):
+         compressors: Sequence[str], densities: Sequence[float], topologies: Sequence[str],
+         ranks: Sequence[int] = (1,)) -> Grid:
+    """The sweep grid from parsed axes (machines, bits/s, seconds, names, fractions, names,
+    PowerSGD ranks):
     unknown compressors or topologies are a ValueError naming the first; repeats are dropped;
     densities are kept only when a compressor other than ``none`` uses them."""
     check_compressors(compressors)
@@ -54,6 +56,7 @@ def grid(*, nodes: Sequence[int], bandwidths_bps: Sequence[float], latencies_s: 
         compressors=tuple(dict.fromkeys(compressors)),
         densities=tuple(densities) if any(n != "none" for n in compressors) else (),
         topologies=tuple(dict.fromkeys(topologies)),
+        ranks=tuple(dict.fromkeys(ranks)),
     )
 
 

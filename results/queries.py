@@ -219,7 +219,8 @@ class Queries:
             " AVG(achieved_over_target) AS achieved_over_target, MIN(achieved_over_target) AS min_over_target,"
             " MAX(achieved_over_target) AS max_over_target, AVG(stages) AS mean_stages,"
             " AVG(compress_s) AS compress_s, AVG(decompress_s) AS decompress_s, SUM(compress_s) AS total_compress_s,"
-            " AVG(wire_bytes) AS wire_bytes, AVG(numel) AS numel, AVG(rel_error) AS rel_error"
+            " AVG(wire_bytes) AS wire_bytes, AVG(numel) AS numel, AVG(rel_error) AS rel_error,"
+            " GROUP_CONCAT(DISTINCT backend) AS backend"
             " FROM replay_rows WHERE replay_id=? AND compressor=? AND density=? AND error_feedback=?",
             (replay_id, compressor, density, int(error_feedback)),
         )[0]

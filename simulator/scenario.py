@@ -42,7 +42,8 @@ class Scenario:
     coefficient of variation of each worker's compute time (lognormal, seeded by
     ``seed``); ``interference``: compute runs ``1 + interference`` times slower while the
     worker's communication stream transfers; ``stragglers`` workers are slowed by ``straggler_slowdown``; ``timeline``:
-    also return the iteration's events.
+    also return the iteration's events; ``rank``: PowerSGD's rank r (columns of P and Q per
+    matrix; only ``powersgd`` uses it).
     """
 
     workload: Workload
@@ -72,6 +73,7 @@ class Scenario:
     seed: int = 0
     timeline: bool = False
     compressor_options: Mapping[str, Any] = field(default_factory=dict)
+    rank: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
@@ -100,6 +102,8 @@ class Scenario:
             raise ValueError(f"ps_servers must be 0..workers ({self.workers}) with the ps topology")
         if not 0 <= self.stragglers <= self.workers or not self.straggler_slowdown > 0:
             raise ValueError(f"stragglers must be 0..{self.workers} with a slowdown > 0")
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
+            raise ValueError(f"rank must be an integer >= 1, got {self.rank!r}")
         if self.compressor != "none":
             if self.density is None or not 0 < self.density <= 1:
                 raise ValueError(f"density must be in (0, 1] for {self.compressor}, got {self.density!r}")
@@ -111,6 +115,14 @@ class Scenario:
     def workers(self) -> int:
         """Data-parallel workers (GPUs): nodes × gpus_per_node."""
         return self.nodes * self.gpus_per_node
+
+    @property
+    def message(self) -> str:
+        """The kind of message the compressor sends: ``sparse``, ``dense`` (``none``, ``fp16``,
+        ``bf16``) or ``lowrank`` (``powersgd``)."""
+        import compressors
+
+        return "dense" if self.compressor == "none" else compressors.message_kind(self.compressor)
 
     @property
     def sparse(self) -> bool:

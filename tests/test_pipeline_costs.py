@@ -123,7 +123,7 @@ def test_real_replay_feeds_the_policy(store, tmp_path):
     done = replay.run(store, trace.path, ["topk"], [0.01], threads=1)
     trace_id = store.trace_id_for_path(str(trace.path.resolve()))
     cost = compression_profile(store, trace_id=trace_id, device="cpu", pairs=[("topk", 0.01)]).cost("topk", 0.01)
-    assert cost.source.startswith(f"replay #{done.replay_id} cpu ")
+    assert cost.source.startswith(f"replay #{done.replay_id} cpu")
     assert cost.wire_per_element == pytest.approx((0.08, 0.08))  # exactly k = 200 of 20,000, 8 bytes each
     assert cost.compress_per_element_s > 0
 

@@ -64,7 +64,11 @@ def test_one_rule_for_which_compressors_all_reduce():
     assert wire.collective("randomk", {"seed": 0}) == "allreduce"
     for name in compressors.names():
         if name not in ("none", "randomk"):
-            assert wire.collective(name) == wire.collective(name, {"seed": 0}) == "allgather", name
+            expected = "allgather" if compressors.message_kind(name) == "sparse" else "allreduce"
+            assert wire.collective(name) == wire.collective(name, {"seed": 0}) == expected, name
+            assert compressors.exchange(name) == expected, name
+    assert {n for n in compressors.names() if compressors.message_kind(n) != "sparse"} | {"none"} == set(
+        wire.DENSE_ALLREDUCE)
     # the hook follows it
     for name, options, shared in (("randomk", {}, False), ("randomk", {"seed": 3}, True), ("topk", {}, False)):
         state, _ = compressors.ddp.comm_hook(name, 0.01, **options)
@@ -73,6 +77,7 @@ def test_one_rule_for_which_compressors_all_reduce():
     assert wire.allreduce_bytes("randomk", 1000, 0.01, 4, {"seed": 0}) == (10 + 1) * 4
     assert wire.allreduce_bytes("randomk", 1000, 0.01, 4) is None
     assert wire.allreduce_bytes("topk", 1000, 0.01, 4) is None
+    assert wire.allreduce_bytes("fp16", 1000, None, 4) == wire.allreduce_bytes("bf16", 1000, None, 4) == 2000
 
 
 BW = 8e9  # bits/s: one byte per ns

@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 import compressors
 from compressors.ddp_buckets import bucket_caps
+from compressors.identity import device_identity
 from pipeline import replay
 from results.store import Store
 from sidco.commands import add_store_argument
@@ -39,7 +40,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "stages, compress and decompress time (seconds, device-synchronised), bytes on the "
             "wire (values + int32 indices) and the relative error ||g - g_hat|| / ||g||. Each "
             "(compressor, density) combination is written to the results store in one "
-            "transaction; a rerun of the same replay skips the combinations already stored."
+            "transaction; a rerun of the same replay skips the combinations already stored. "
+            "fp16/bf16 send the dense gradient cast to 16 bits (density ignored); powersgd sends "
+            "rank-r factors per layer of each bucket (--rank; density ignored). The backend "
+            "column says what ran the calls (native C kernels, torch or cuda)."
         ),
     )
     parser.add_argument("trace", metavar="TRACE", help="trace directory (see traces/FORMAT.md)")
@@ -51,6 +55,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--densities", default=DEFAULT_DENSITIES, help=f"comma-separated target densities in (0, 1] (default {DEFAULT_DENSITIES})"
     )
     parser.add_argument("--device", default="cpu", help="torch device for the compressors: cpu, cuda (default cpu)")
+    parser.add_argument(
+        "--rank", type=int, default=None,
+        help="PowerSGD's rank r (columns of P and Q per layer; default 1); layer shapes come from the trace",
+    )
     parser.add_argument(
         "--error-feedback", type=_on_off, default=True, metavar="on|off", help="carry the residual across iterations (default on)"
     )
@@ -84,7 +92,8 @@ def parse_compressors(text: str) -> list[str]:
 def _print_table(summary: list[dict[str, Any]]) -> None:
     header = (
         f"{'compressor':<10} {'density':>8} {'calls':>6} {'achieved':>9} {'ach/tgt':>8} {'range':>13} "
-        f"{'stages':>6} {'comp ms':>8} {'decomp ms':>9} {'GB/s':>7} {'wire kB':>9} {'wire/dense':>10} {'rel err':>8}"
+        f"{'stages':>6} {'comp ms':>8} {'decomp ms':>9} {'GB/s':>7} {'wire kB':>9} {'wire/dense':>10} {'rel err':>8} "
+        f"{'backend':<8}"
     )
     print(header)
     print("-" * len(header))
@@ -95,12 +104,14 @@ def _print_table(summary: list[dict[str, Any]]) -> None:
             f"{s['compressor']:<10} {s['density']:>8g} {s['calls']:>6} {s['achieved_density']:>9.5f} "
             f"{s['achieved_over_target']:>8.3f} {s['min_over_target']:>6.2f}-{s['max_over_target']:<6.2f} {stages:>6} "
             f"{s['compress_s'] * 1e3:>8.3f} {s['decompress_s'] * 1e3:>9.3f} {gbps:>7} "
-            f"{s['wire_bytes'] / 1e3:>9.1f} {s['wire_over_dense']:>10.4f} {s['rel_error']:>8.4f}"
+            f"{s['wire_bytes'] / 1e3:>9.1f} {s['wire_over_dense']:>10.4f} {s['rel_error']:>8.4f} "
+            f"{s['backend'] or '-':<8}"
         )
     print(
         "achieved = selected/numel; ach/tgt = achieved/target (range over calls); comp/decomp ms = mean "
         "milliseconds per call; GB/s = fp32 gradient GB compressed per second; wire kB = mean bytes "
-        "on the wire per call / 1000; rel err = mean ||g - g_hat|| / ||g||"
+        "on the wire per call / 1000; rel err = mean ||g - g_hat|| / ||g||; backend = what ran the calls "
+        "(native = fused C kernels, torch, cuda)"
     )
 
 
@@ -119,8 +130,11 @@ def run(args: argparse.Namespace) -> int:
         first_bucket_bytes = bucket_caps(args.first_bucket_mb or args.bucket_mb)[0]
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"invalid --threads {args.threads}: must be >= 1")
+    if args.rank is not None and args.rank < 1:
+        raise ValueError(f"invalid --rank {args.rank}: must be >= 1")
+    options = {"powersgd": {"rank": args.rank}} if args.rank is not None else {}
     trace = replay.check(args.trace, names, densities, device=args.device, bucket_bytes=bucket_bytes,
-                          first_bucket_bytes=first_bucket_bytes)
+                          first_bucket_bytes=first_bucket_bytes, options=options)
     with Store(args.store) as store, tqdm(desc="replay", unit="call", file=sys.stderr, disable=None) as bar:
 
         def progress(done: int, total: int) -> None:
@@ -129,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
         done = replay.run(store, trace, names, densities, device=args.device, error_feedback=args.error_feedback,
                           bucket_bytes=bucket_bytes, first_bucket_bytes=first_bucket_bytes,
-                          threads=args.threads, progress=progress)
+                          options=options, threads=args.threads, progress=progress)
         rows = replay.stored_rows(store, done.replay_id, args.error_feedback, names, densities) if args.json else []
     if done.skipped:
         print(f"sidco replay: {done.skipped} combination(s) already stored in replay {done.replay_id}, skipped",
@@ -140,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"replay {done.replay_id} of {trace.path} ({trace.workers} workers x {len(trace.iterations)} iterations, "
             f"{done.calls // (trace.workers * len(trace.iterations))} bucket(s), error feedback "
-            f"{'on' if args.error_feedback else 'off'}, {args.device}); store {args.store}"
+            f"{'on' if args.error_feedback else 'off'}, {device_identity(args.device)}); store {args.store}"
         )
         _print_table(done.summary)
     return 0

@@ -145,7 +145,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--bandwidth", required=True, help="NIC bandwidth per direction, e.g. 10Gbit or 1.25GB/s")
     parser.add_argument("--latency", default="50us", help="per-message latency, e.g. 50us (default 50us)")
     parser.add_argument("--compressor", default="none", help="compressor name (default none)")
-    parser.add_argument("--density", type=float, help="target density in (0, 1], e.g. 0.001")
+    parser.add_argument("--density", type=float, help="target density in (0, 1], e.g. 0.001 (fp16, bf16 and "
+                        "powersgd send what their dtype or rank sets; give 1)")
+    parser.add_argument("--rank", default="1", help="PowerSGD's rank r, columns of P and Q per layer (default 1)")
     parser.add_argument("--topology", choices=TOPOLOGIES, default="ring",
                         help="ring (default), halving-doubling, tree, ps, hierarchical")
     parser.add_argument("--timeline", metavar="OUT.json",
@@ -181,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     projection.check_compressors([args.compressor])
     with Store(args.store) as store:
         source = parse_source(args, store)
-        options = scenario_options(args, projection.workload(source))
+        options = {**scenario_options(args, projection.workload(source)), "rank": positive_int(args.rank, "--rank")}
         cluster = projection.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
         (result,) = projection.project(
             store, source, cluster, [args.compressor], args.density, device=args.profile_device,
