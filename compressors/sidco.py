@@ -17,7 +17,8 @@ Two ways to split the tail mass and to choose ``M`` (option ``adapt``):
   count ``c`` still misses ``[k/(1+band), k(1+band)]`` the last stage's tail mass is corrected
   before anything is sent, at most ``corrections`` times: ``ln p ← ln p + ln(k/c)/r``, where
   ``r`` is the observed slope ``d ln c / d ln p`` (1, the fitted law's own, for the first step;
-  the secant of the last two tries after that, clamped to [0.2, 5]); the try closest to ``k`` (in
+  the secant of the last two tries after that, clamped to [0.2, 5]; a step that leaves the bracket
+  of tries known to select too few and too many bisects it instead); the try closest to ``k`` (in
   ``|ln(c/k)|``) is kept. The stage controller then learns ``M`` from the ratios *before* this
   correction, so that later calls need fewer corrections.
 
@@ -113,7 +114,9 @@ class _Ops:
 
     def first(self) -> Moments: ...
     def tail(self, threshold: torch.Tensor) -> Tail: ...
-    def select(self, threshold: torch.Tensor, pre_count: torch.Tensor) -> tuple[torch.Tensor, int]: ...
+    def select(self, threshold: torch.Tensor, pre_count: torch.Tensor,
+               used: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+        """Positions above ``threshold``, with ``pre_count`` and ``used`` read on the host."""
 
 
 class _NativeOps(_Ops):
@@ -178,12 +181,13 @@ class _NativeOps(_Ops):
             self.eta1 = t
         return Tail(_f64(r.count), _f64(r.excess), _f64(r.excess_sq))
 
-    def select(self, threshold: torch.Tensor, pre_count: torch.Tensor) -> tuple[torch.Tensor, int]:
+    def select(self, threshold: torch.Tensor, pre_count: torch.Tensor,
+               used: torch.Tensor) -> tuple[torch.Tensor, int, int]:
         t = float(threshold)
         if self.eta1 is not None and t != self.eta1:
             self.lowest = min(self.lowest, t)
         r = self._scan(t, select=t)
-        return r.selection.indices.long(), int(pre_count)
+        return r.selection.indices.long(), int(pre_count), int(used)
 
 
 class _TorchOps(_Ops):
@@ -216,15 +220,17 @@ class _TorchOps(_Ops):
         square = torch.linalg.vector_norm(excess, 2, dtype=self.acc).double() ** 2
         return Tail(count, total, square)
 
-    def select(self, threshold: torch.Tensor, pre_count: torch.Tensor) -> tuple[torch.Tensor, int]:
+    def select(self, threshold: torch.Tensor, pre_count: torch.Tensor,
+               used: torch.Tensor) -> tuple[torch.Tensor, int, int]:
         mask = torch.gt(self.a, threshold.to(self.a.dtype), out=self.ws.get("mask", self.a.numel(), torch.bool,
                                                                             self.a.device))
         count = torch.count_nonzero(mask)
         finite = torch.isfinite(self.statistic)
-        selected, pre, ok = torch.stack([count.double(), pre_count, finite.double()]).tolist()  # the one sync
+        info = torch.stack([count.double(), pre_count, used.to(count.device), finite.double()])
+        selected, pre, stages, ok = info.tolist()  # the one device->host transfer of the call
         if not ok:
             raise _Overflow
-        return torch.nonzero_static(mask, size=int(selected)).squeeze(1), int(pre)
+        return torch.nonzero_static(mask, size=int(selected)).squeeze(1), int(pre), int(stages)
 
 
 def _f64(value: float) -> torch.Tensor:
@@ -237,7 +243,7 @@ class SIDCo(Compressor):
     Options: ``stages`` — an int ≥ 1 or ``"adaptive"`` (default; see
     :class:`compressors.adaptive.StageController`); ``adapt`` — ``"count"`` (default) or
     ``"paper"`` (module docstring); ``corrections`` — at most this many in-call corrections of the
-    last stage (``adapt="count"`` only; default 3, 0 disables); ``first_ratio`` — tail mass of
+    last stage (``adapt="count"`` only; default 4, 0 disables); ``first_ratio`` — tail mass of
     stage 1 in (0, 1) (default 0.25); ``window`` and ``band`` of the adaptive controller (5 calls,
     ±20 %; ``band`` is also the in-call correction's band); ``backend`` — ``"auto"`` (default: the
     fused C kernels for contiguous float32 CPU tensors when they are available, torch otherwise) or
@@ -252,7 +258,7 @@ class SIDCo(Compressor):
 
     def __init__(self, density: float, stages: int | str = "adaptive", first_ratio: float = 0.25,
                  window: int = 5, band: float = 0.2, backend: str = "auto", adapt: str = "count",
-                 corrections: int = 3):
+                 corrections: int = 4):
         super().__init__(density)
         if backend not in ("auto", "torch"):
             raise ValueError(f"backend must be 'auto' or 'torch', got {backend!r}")
@@ -319,7 +325,7 @@ class SIDCo(Compressor):
             ops = _TorchOps(self, grad, self.first_needs_log, self.first_needs_var)
             self.backend = "cuda" if grad.device.type == "cuda" else "torch"
         threshold, used, pre_count = self._chain(ops, n, stages, grad.dtype)
-        indices, pre = ops.select(threshold, pre_count)
+        indices, pre, used = ops.select(threshold, pre_count, used)
         if isinstance(ops, _NativeOps) and remember and ops.eta1 is not None:
             lowest = ops.lowest if math.isfinite(ops.lowest) else float(threshold)
             if lowest > 0 and ops.eta1 > 0 and math.isfinite(ops.eta1):
@@ -327,7 +333,7 @@ class SIDCo(Compressor):
         if indices.numel() == 0:
             raise_if_not_finite(grad, getattr(ops, "statistic", None))
             indices = argmax_fallback(grad.abs())
-        return Sparse(grad.index_select(0, indices), indices, n, threshold, int(used)), pre
+        return Sparse(grad.index_select(0, indices), indices, n, threshold, used), pre
 
     def _chain(self, ops: _Ops, n: int, stages: int, dtype: torch.dtype):
         """Thresholds of every stage and the in-call correction; returns (η, stages used, count
@@ -376,12 +382,19 @@ class SIDCo(Compressor):
         return lambda p: _round(base.double() + self.tail_threshold(moments, p), dtype)
 
     def _correct(self, ops: _Ops, fit, t, tail, log_p, k: float, dtype):
-        """Secant steps on ``ln p`` of the last stage until its count is within the band."""
+        """Safeguarded secant steps on ``ln p`` of the last stage until its count is within the band.
+
+        Each step moves ``ln p`` by ``ln(k/c)/r`` (``r`` the slope: 1, then the secant of the last
+        two tries); a step leaving the bracket of tries known to under- and over-select bisects it
+        instead. The try closest to ``k`` is kept.
+        """
         limit = math.log1p(self.band)
         log_k = math.log(k)
         err = torch.log(torch.clamp(tail.count, min=0.5)) - log_k
         best_t, best_tail, best_err = t, tail, err.abs()
         slope = torch.ones((), dtype=torch.float64, device=t.device)
+        under = torch.where(err < 0, log_p, torch.full_like(log_p, -math.inf))  # ln p known to select too few
+        over = torch.where(err > 0, log_p, torch.full_like(log_p, math.inf))    # ln p known to select too many
         prev_log_p, prev_err = log_p, err
         for step in range(self.corrections):
             need = best_err > limit
@@ -389,15 +402,21 @@ class SIDCo(Compressor):
                 break
             if step:
                 dx = log_p - prev_log_p
-                secant = (err - prev_err) / torch.where(dx.abs() > 1e-12, dx, torch.ones_like(dx))
-                slope = torch.where(dx.abs() > 1e-12, torch.clamp(secant, *SLOPE_RANGE), slope)
+                moved = dx.abs() > 1e-12
+                secant = (err - prev_err) / torch.where(moved, dx, torch.ones_like(dx))
+                slope = torch.where(moved, torch.clamp(secant, *SLOPE_RANGE), slope)
             new_log_p = torch.clamp(log_p - err / slope, max=0.0)
+            bracketed = torch.isfinite(under) & torch.isfinite(over)
+            outside = (new_log_p <= under) | (new_log_p >= over)
+            new_log_p = torch.where(bracketed & outside, 0.5 * (under + over), new_log_p)
             candidate = fit(torch.exp(new_log_p))
             cand_tail = ops.tail(candidate)
             cand_err = torch.log(torch.clamp(cand_tail.count, min=0.5)) - log_k
             prev_log_p, prev_err = log_p, err
             log_p = torch.where(need, new_log_p, log_p)
             err = torch.where(need, cand_err, err)
+            under = torch.where(need & (cand_err < 0), torch.maximum(under, new_log_p), under)
+            over = torch.where(need & (cand_err > 0), torch.minimum(over, new_log_p), over)
             better = need & (cand_err.abs() < best_err)
             best_t = torch.where(better, candidate, best_t)
             best_tail = Tail(*(torch.where(better, new, old) for new, old in zip(cand_tail, best_tail)))
