@@ -17,7 +17,7 @@ Two ways to split the tail mass and to choose ``M`` (option ``adapt``):
   count ``c`` still misses ``[k/(1+band), k(1+band)]`` the last stage's tail mass is corrected
   before anything is sent, at most ``corrections`` times: ``ln p ← ln p + ln(k/c)/r``, where
   ``r`` is the observed slope ``d ln c / d ln p`` (1, the fitted law's own, for the first step;
-  the secant of the last two tries after that, clamped to [0.2, 5]; a step that leaves the bracket
+  the secant of the last two tries after that, clamped to [0.1, 10]; a step that leaves the bracket
   of tries known to select too few and too many bisects it instead); the try closest to ``k`` (in
   ``|ln(c/k)|``) is kept. The stage controller then learns ``M`` from the ratios *before* this
   correction, so that later calls need fewer corrections.
@@ -65,7 +65,7 @@ GUESS_MARGIN = 0.9
 """Native path: the pool holds ``|g| > 0.9·τ``, ``τ`` the lowest threshold the previous call of
 the same size needed after stage 1 (scaled by how this call's ``η₁`` moved)."""
 
-SLOPE_RANGE = (0.2, 5.0)
+SLOPE_RANGE = (0.1, 10.0)
 """Clamp of the secant slope ``d ln c / d ln p`` used by the in-call correction."""
 
 
