@@ -19,8 +19,9 @@ Two ways to split the tail mass and to choose ``M`` (option ``adapt``):
   ``r`` is the observed slope ``d ln c / d ln p`` (1, the fitted law's own, for the first step;
   the secant of the last two tries after that, clamped to [0.1, 10]; a step that leaves the bracket
   of tries known to select too few and too many bisects it instead); the try closest to ``k`` (in
-  ``|ln(c/k)|``) is kept. The stage controller then learns ``M`` from the ratios *before* this
-  correction, so that later calls need fewer corrections.
+  ``|ln(c/k)|``) is kept. The stage controller starts at one stage and sees the ratios *after*
+  the correction, so a stage is added only where the corrections alone do not reach the band:
+  every extra stage costs a pass over the whole vector, a correction only a pass over the pool.
 
 Tie rule: an element is sent when ``|g| > η`` (strictly greater), where every ``η`` is first
 rounded to the gradient's dtype; ``Sparse.threshold`` reports that rounded ``η``.
@@ -63,7 +64,8 @@ from compressors.sparse import Sparse
 
 GUESS_MARGIN = 0.9
 """Native path: the pool holds ``|g| > 0.9·τ``, ``τ`` the lowest threshold the previous call of
-the same size needed after stage 1 (scaled by how this call's ``η₁`` moved)."""
+the same size needed after stage 1 (scaled by how this call's ``η₁`` moved); with one stage, the
+lower of that and the previous ``η₁``, and the pool is collected by the first pass."""
 
 SLOPE_RANGE = (0.1, 10.0)
 """Clamp of the secant slope ``d ln c / d ln p`` used by the in-call correction."""
@@ -139,7 +141,7 @@ class _NativeOps(_Ops):
     def first(self) -> Moments:
         select = None
         if self.single and self.guess is not None:
-            select = GUESS_MARGIN * self.guess[1]
+            select = GUESS_MARGIN * min(self.guess)  # one stage: stage 1's own threshold comes from the pool
         r = native.scan(self.grad, absolute=True, logs=self.logs, select=select,
                         buffers=self._buffers("pool", self.n) if select is not None else None)
         if r.selection is not None:
@@ -243,7 +245,7 @@ class SIDCo(Compressor):
     Options: ``stages`` — an int ≥ 1 or ``"adaptive"`` (default; see
     :class:`compressors.adaptive.StageController`); ``adapt`` — ``"count"`` (default) or
     ``"paper"`` (module docstring); ``corrections`` — at most this many in-call corrections of the
-    last stage (``adapt="count"`` only; default 4, 0 disables); ``first_ratio`` — tail mass of
+    last stage (``adapt="count"`` only; default 8, 0 disables); ``first_ratio`` — tail mass of
     stage 1 in (0, 1) (default 0.25); ``window`` and ``band`` of the adaptive controller (5 calls,
     ±20 %; ``band`` is also the in-call correction's band); ``backend`` — ``"auto"`` (default: the
     fused C kernels for contiguous float32 CPU tensors when they are available, torch otherwise) or
@@ -258,7 +260,7 @@ class SIDCo(Compressor):
 
     def __init__(self, density: float, stages: int | str = "adaptive", first_ratio: float = 0.25,
                  window: int = 5, band: float = 0.2, backend: str = "auto", adapt: str = "count",
-                 corrections: int = 4):
+                 corrections: int = 8):
         super().__init__(density)
         if backend not in ("auto", "torch"):
             raise ValueError(f"backend must be 'auto' or 'torch', got {backend!r}")
@@ -337,7 +339,7 @@ class SIDCo(Compressor):
 
     def _chain(self, ops: _Ops, n: int, stages: int, dtype: torch.dtype):
         """Thresholds of every stage and the in-call correction; returns (η, stages used, count
-        before correction), η rounded to ``dtype``."""
+        above η), η rounded to ``dtype``."""
         k = float(target_count(self.density, n))
         probs = stage_probabilities(self.density, stages, self.first_ratio)
         moments = ops.first()
@@ -372,10 +374,9 @@ class SIDCo(Compressor):
             fit = _switch(ok, stage_fit, fit)
             log_p = torch.where(ok, torch.log(p), log_p)
             used = used + (ok & (p < 1)).double()
-        pre_count = tail.count
         if self.corrections:
             t, tail = self._correct(ops, fit, t, tail, log_p, k, dtype)
-        return t, used, pre_count
+        return t, used, tail.count
 
     def _stage_fit(self, base: torch.Tensor, base_tail: Tail, dtype: torch.dtype):
         moments = base_tail.moments()
