@@ -30,8 +30,10 @@ import torch
 
 from compressors._kernels_c import SOURCE
 
-PARALLEL_MIN = 1 << 16
-"""Inputs shorter than this run on one thread (waking threads costs more than it saves)."""
+PARALLEL_MIN = 1 << 19
+"""Inputs shorter than this run on one thread: waking threads costs more than it saves, and on a
+loaded machine a parallel region can wait a whole scheduler slice for a descheduled thread (SIDCo
+scans its small pool several times per call)."""
 
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno",
          "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"]
