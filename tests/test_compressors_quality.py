@@ -168,7 +168,7 @@ def test_adaptive_stages_settle(name, kind, density):
 
 def test_adaptive_moves_the_right_way_on_both_tails():
     gen = torch.Generator().manual_seed(1)
-    e = compressors.create("sidco-e", density=0.001)
+    e = compressors.create("sidco-e", density=0.001, adapt="paper")  # the stage controller alone
     settle(e, lambda: torch.randn(200_000, generator=gen))
     assert e.stages >= 3  # Gaussian under-selects with one exponential stage: more stages fix it
     assert 1 <= e.stages <= 10
