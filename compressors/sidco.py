@@ -35,10 +35,11 @@ comparison exact) and the threshold scaled back, so the selection is the one of 
 
 Backends compute the same thing: fused C kernels (:mod:`compressors.native`) for contiguous float32
 CPU tensors, and plain torch ops for anything else (CUDA, fp16/bf16/fp64). Native: one read pass
-for the stage-1 statistics, one for the statistics of stage 1's exceedances that also collects a
-small pool (the elements above a guess from the previous call, just below the later thresholds),
-then every later stage, correction and the final selection read only that pool; when the guess
-misses, one more pass over the vector collects the exceedances actually needed. Torch: stage
+for the stage-1 statistics and, with more than one stage, one for the statistics of stage 1's
+exceedances (read-only: they are never compacted). One of these passes also collects a small pool
+(the elements above a guess from the previous call of the same size, just below the thresholds
+it will need), and every later stage, correction and the final selection read only that pool; when
+the guess misses, one more pass over the vector collects the exceedances actually needed. Torch: stage
 statistics as masked reductions over ``|g|`` (no data-dependent shapes), every branch written as
 ``torch.where``, and exactly one device→host transfer per call: a few counts read together, which
 size the selection.
