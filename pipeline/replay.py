@@ -20,6 +20,11 @@ import traces.replay as trace_replay
 from results.store import Store
 
 
+FIRST_CALLS = 2
+"""Calls with ``call_index`` below this are the "first calls" of a compressor instance (no history
+yet); the rest are its steady state. The summary reports the two apart."""
+
+
 @dataclass(frozen=True)
 class ReplayRun:
     """What :func:`run` did: the replay id, the trace, calls per combination, combinations
@@ -44,6 +49,12 @@ def summarize(store: Store, replay_id: int, names: Sequence[str], densities: Seq
             if row is None:
                 continue
             item = {"compressor": name, "density": density, **row}
+            phases = store.replay_phases(replay_id, name, density, error_feedback, FIRST_CALLS)
+            for phase in ("first", "steady"):
+                found = phases.get(phase) or {}
+                item[f"{phase}_calls"] = found.get("calls")
+                for key in ("mean", "low", "high"):
+                    item[f"{phase}_{key}_over_target"] = found.get(key)
             item["wire_over_dense"] = row["wire_bytes"] / (4 * row["numel"])
             item["throughput_gb_per_s"] = (4 * row["elements"] / row["total_compress_s"] / 1e9
                                            if row["total_compress_s"] else None)

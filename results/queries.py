@@ -226,6 +226,20 @@ class Queries:
         )[0]
         return row if row["calls"] else None
 
+    def replay_phases(self, replay_id: int, compressor: str, density: float, error_feedback: bool,
+                      first_calls: int) -> dict[str, dict[str, Any]]:
+        """Achieved/target of one combination's first ``first_calls`` calls of each compressor
+        instance apart from its later (steady) calls: ``{"first"|"steady": {calls, mean, low, high}}``
+        (rows without a ``call_index`` are left out)."""
+        rows = self._all(
+            "SELECT call_index >= ? AS steady, COUNT(*) AS calls, AVG(achieved_over_target) AS mean,"
+            " MIN(achieved_over_target) AS low, MAX(achieved_over_target) AS high"
+            " FROM replay_rows WHERE replay_id=? AND compressor=? AND density=? AND error_feedback=?"
+            " AND call_index IS NOT NULL GROUP BY steady",
+            (int(first_calls), replay_id, compressor, density, int(error_feedback)),
+        )
+        return {("steady" if row["steady"] else "first"): row for row in rows}
+
     def replay_series(self, replay_id: int) -> list[dict[str, Any]]:
         """Distinct (compressor, density, error_feedback) series of a replay."""
         return self._all("SELECT DISTINCT compressor, density, error_feedback FROM replay_rows WHERE replay_id=?"

@@ -155,7 +155,7 @@ def test_emulation_projections_replay_the_run_trace_into_the_store(store, tmp_pa
     by_name = {r["compressor"]: json.loads(r["detail_json"]) for r in rows}
     assert by_name["none"]["cost_source"] is None
     (stored,) = store.replay_list()
-    assert by_name["topk"]["cost_source"].startswith(f"replay #{stored['id']} cpu ")
+    assert by_name["topk"]["cost_source"].startswith(f"replay #{stored['id']} cpu")
     assert by_name["topk"]["projected"]["compress_s"] > 0
 
 

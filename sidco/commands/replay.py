@@ -14,6 +14,7 @@ import compressors
 from compressors.ddp_buckets import bucket_caps
 from compressors.identity import device_identity
 from pipeline import replay
+from pipeline.replay import FIRST_CALLS
 from results.store import Store
 from sidco.commands import add_store_argument
 from simulator.units import parse_density, parse_list
@@ -93,7 +94,7 @@ def _print_table(summary: list[dict[str, Any]]) -> None:
     header = (
         f"{'compressor':<10} {'density':>8} {'calls':>6} {'achieved':>9} {'ach/tgt':>8} {'range':>13} "
         f"{'stages':>6} {'comp ms':>8} {'decomp ms':>9} {'GB/s':>7} {'wire kB':>9} {'wire/dense':>10} {'rel err':>8} "
-        f"{'backend':<8}"
+        f"{'backend':<8} {'first':>6} {'steady':>6} {'steady range':>12}"
     )
     print(header)
     print("-" * len(header))
@@ -105,14 +106,24 @@ def _print_table(summary: list[dict[str, Any]]) -> None:
             f"{s['achieved_over_target']:>8.3f} {s['min_over_target']:>6.2f}-{s['max_over_target']:<6.2f} {stages:>6} "
             f"{s['compress_s'] * 1e3:>8.3f} {s['decompress_s'] * 1e3:>9.3f} {gbps:>7} "
             f"{s['wire_bytes'] / 1e3:>9.1f} {s['wire_over_dense']:>10.4f} {s['rel_error']:>8.4f} "
-            f"{s['backend'] or '-':<8}"
+            f"{s['backend'] or '-':<8} {_ratio(s['first_mean_over_target']):>6} {_ratio(s['steady_mean_over_target']):>6} "
+            f"{_range(s['steady_low_over_target'], s['steady_high_over_target']):>12}"
         )
     print(
         "achieved = selected/numel; ach/tgt = achieved/target (range over calls); comp/decomp ms = mean "
         "milliseconds per call; GB/s = fp32 gradient GB compressed per second; wire kB = mean bytes "
         "on the wire per call / 1000; rel err = mean ||g - g_hat|| / ||g||; backend = what ran the calls "
-        "(native = fused C kernels, torch, cuda)"
+        "(native = fused C kernels, torch, cuda); first = mean ach/tgt of each compressor instance's first "
+        f"{FIRST_CALLS} calls, steady = mean (range) of its later calls"
     )
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _range(low: float | None, high: float | None) -> str:
+    return "-" if low is None else f"{low:.2f}-{high:.2f}"
 
 
 def run(args: argparse.Namespace) -> int:
