@@ -14,6 +14,11 @@ Schema (version 1; all times in seconds, sizes in bytes, bandwidths in bits/s):
 ``emulations``   one row per real emulated run (configuration, core count).
 ``collective_measurements`` measured collective times of an emulation.
 ``validation``   measured vs projected iteration time per emulated scenario.
+``convergences`` one row per convergence run (``sidco converge``); ``config_key``
+                 makes reruns resume; ``trace_id`` is the trace its gradients made.
+``convergence_rows`` training loss per iteration (held-out loss and accuracy on
+                 evaluated iterations) per (convergence, compressor, density,
+                 iteration), the primary key, so each lands exactly once.
 
 The database runs in WAL mode so the dashboard can read while a sweep writes.
 Every write goes through :meth:`Store.transaction`, so a crash leaves either
@@ -145,6 +150,25 @@ CREATE TABLE IF NOT EXISTS validation (
     error_pct      REAL NOT NULL,
     calibrated     INTEGER NOT NULL,
     detail_json    TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS convergences (
+    id          INTEGER PRIMARY KEY,
+    config_key  TEXT NOT NULL UNIQUE,
+    config_json TEXT NOT NULL,
+    trace_id    INTEGER REFERENCES traces(id),
+    status      TEXT NOT NULL DEFAULT 'running',
+    created     REAL NOT NULL,
+    finished    REAL
+);
+CREATE TABLE IF NOT EXISTS convergence_rows (
+    convergence_id INTEGER NOT NULL REFERENCES convergences(id),
+    compressor     TEXT NOT NULL,
+    density        REAL NOT NULL,
+    iteration      INTEGER NOT NULL,
+    loss           REAL NOT NULL,
+    eval_loss      REAL,
+    accuracy       REAL,
+    PRIMARY KEY (convergence_id, compressor, density, iteration)
 );
 CREATE INDEX IF NOT EXISTS replay_rows_by_compressor ON replay_rows(replay_id, compressor, density);
 CREATE INDEX IF NOT EXISTS scenarios_by_compressor ON scenarios(sweep_id, compressor, density);
@@ -305,3 +329,56 @@ class Store:
         """The most recent calibration row, or ``None``."""
         rows = self.query("SELECT * FROM calibrations ORDER BY created DESC, id DESC LIMIT 1")
         return rows[0] if rows else None
+
+    def convergence(self, convergence_id: int | str) -> sqlite3.Row | None:
+        """The convergence run ``convergence_id`` (an id, or ``"latest"``: the newest), or ``None``."""
+        if convergence_id == "latest":
+            rows = self.query("SELECT * FROM convergences ORDER BY created DESC, id DESC LIMIT 1")
+        else:
+            rows = self.query("SELECT * FROM convergences WHERE id=?", (int(convergence_id),))
+        return rows[0] if rows else None
+
+    def convergences(self) -> list[sqlite3.Row]:
+        """All convergence runs, newest first."""
+        return self.query("SELECT * FROM convergences ORDER BY created DESC, id DESC")
+
+    def convergence_rows(self, convergence_id: int) -> list[sqlite3.Row]:
+        """Rows of a convergence run in (compressor, density, iteration) order."""
+        return self.query(
+            "SELECT * FROM convergence_rows WHERE convergence_id=? ORDER BY compressor, density, iteration",
+            (int(convergence_id),),
+        )
+
+    def convergence_done(self, convergence_id: int, iterations: int) -> set[tuple[str, float]]:
+        """(compressor, density) pairs of a convergence run that have all ``iterations`` rows."""
+        rows = self.query(
+            "SELECT compressor, density, COUNT(*) AS n FROM convergence_rows WHERE convergence_id=? "
+            "GROUP BY compressor, density",
+            (int(convergence_id),),
+        )
+        return {(r["compressor"], float(r["density"])) for r in rows if r["n"] == iterations}
+
+    def write_convergence(self, convergence_id: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Store one (compressor, density)'s rows in one transaction, replacing any partial leftovers.
+
+        Each row: ``compressor``, ``density``, ``iteration``, ``loss`` and optional
+        ``eval_loss``, ``accuracy``.
+        """
+        pairs = {(r["compressor"], float(r["density"])) for r in rows}
+        with self.transaction() as cur:
+            for compressor, density in pairs:
+                cur.execute(
+                    "DELETE FROM convergence_rows WHERE convergence_id=? AND compressor=? AND density=?",
+                    (int(convergence_id), compressor, density),
+                )
+            cur.executemany(
+                "INSERT INTO convergence_rows(convergence_id, compressor, density, iteration, loss, eval_loss, "
+                "accuracy) VALUES(?, ?, ?, ?, ?, ?, ?)",
+                [(int(convergence_id), r["compressor"], float(r["density"]), int(r["iteration"]), float(r["loss"]),
+                  r.get("eval_loss"), r.get("accuracy")) for r in rows],
+            )
+
+    def set_convergence_trace(self, convergence_id: int, trace_id: int) -> None:
+        """Record which registered trace holds the gradients a convergence run saw."""
+        with self.transaction() as cur:
+            cur.execute("UPDATE convergences SET trace_id=? WHERE id=?", (int(trace_id), int(convergence_id)))

@@ -21,6 +21,8 @@ COMMANDS = (
     "replay",
     "simulate",
     "sweep",
+    "converge",
+    "tta",
     "emulate",
     "calibrate",
     "dashboard",

@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 import traces
 import traces.replay as trace_replay
+from pipeline.replay import store_replay
 from sidco.commands import add_store_argument
 from results.store import Store
 from simulator.units import parse_density, parse_list
@@ -64,28 +65,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_store_argument(parser)
     parser.add_argument("--json", action="store_true", help="print {replay_id, summary, rows} as JSON on stdout")
     parser.set_defaults(func=run)
-
-
-def _done(store: Store, replay_id: int, error_feedback: bool, expected: int) -> set[tuple[str, float]]:
-    rows = store.query(
-        "SELECT compressor, density, COUNT(*) AS n FROM replay_rows WHERE replay_id=? AND error_feedback=? "
-        "GROUP BY compressor, density",
-        (replay_id, int(error_feedback)),
-    )
-    return {(r["compressor"], float(r["density"])) for r in rows if r["n"] == expected}
-
-
-def _write_combination(store: Store, replay_id: int, rows: list[dict[str, Any]]) -> None:
-    """Write one combination's rows in one transaction, replacing any partial leftovers."""
-    first = rows[0]
-    columns = ["replay_id", *trace_replay.COLUMNS]
-    sql = f"INSERT INTO replay_rows ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
-    with store.transaction() as cur:
-        cur.execute(
-            "DELETE FROM replay_rows WHERE replay_id=? AND compressor=? AND density=? AND error_feedback=?",
-            (replay_id, first["compressor"], first["density"], first["error_feedback"]),
-        )
-        cur.executemany(sql, [(replay_id, *(row[c] for c in trace_replay.COLUMNS)) for row in rows])
 
 
 def summarize(store: Store, replay_id: int, names: list[str], densities: list[float], error_feedback: bool) -> list[dict[str, Any]]:
@@ -149,36 +128,18 @@ def run(args: argparse.Namespace) -> int:
         bucket_bytes = int(round(args.bucket_mb * 1e6))
     trace = traces.open(args.trace)
     expected = trace_replay.calls_per_combination(trace, bucket_bytes)
-    trace_replay.replay(trace, names, densities, device=args.device, bucket_bytes=bucket_bytes)  # checks arguments
-    config = {
-        "trace_id": trace.manifest.get("trace_id"),
-        "trace_path": str(trace.path.resolve()),
-        "error_feedback": args.error_feedback,
-        "bucket_bytes": bucket_bytes,
-        "device": args.device,
-    }
     with Store(args.store) as store:
-        trace_row = store.register_trace(trace.path, trace.manifest)
-        replay_id, _ = store.get_or_create("replays", config, trace_id=trace_row, device=args.device)
-        done = _done(store, replay_id, args.error_feedback, expected)
-        todo = [(n, d) for n in names for d in densities if (n, d) not in done]
-        store.set_status("replays", replay_id, "running")
-        rows_iter = trace_replay.replay(
-            trace, names, densities, device=args.device, error_feedback=args.error_feedback,
-            bucket_bytes=bucket_bytes, skip=frozenset(done),
-        )
-        skipped = len(names) * len(densities) - len(todo)
+        with tqdm(desc="replay", unit="call", file=sys.stderr, disable=None) as bar:
+
+            def progress(done: int, total: int) -> None:
+                bar.total = total
+                bar.update(done - bar.n)
+
+            replay_id, skipped = store_replay(store, trace, names, densities, device=args.device,
+                                              error_feedback=args.error_feedback, bucket_bytes=bucket_bytes,
+                                              progress=progress)
         if skipped:
             print(f"sidco replay: {skipped} combination(s) already stored in replay {replay_id}, skipped", file=sys.stderr)
-        with tqdm(total=len(todo) * expected, desc="replay", unit="call", file=sys.stderr, disable=None) as bar:
-            batch: list[dict[str, Any]] = []
-            for row in rows_iter:
-                batch.append(row)
-                bar.update(1)
-                if len(batch) == expected:
-                    _write_combination(store, replay_id, batch)
-                    batch = []
-        store.set_status("replays", replay_id, "done")
         summary = summarize(store, replay_id, names, densities, args.error_feedback)
         if args.json:
             rows = [

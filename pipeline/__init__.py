@@ -1,0 +1,1 @@
+"""Orchestration shared by the ``sidco`` command line and the dashboard."""
