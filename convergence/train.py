@@ -102,6 +102,7 @@ def train(
     *,
     recorder_factory: Callable[[nn.Module, int], Recorder] | None = None,
     progress: Callable[[int, float], None] | None = None,
+    observe: Callable[[int, nn.Module], None] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield one row per iteration: ``compressor``, ``density``, ``iteration`` (from 1), ``loss``
     (mean training loss of the workers), ``eval_loss`` and ``accuracy`` (held-out; ``None`` on
@@ -110,7 +111,7 @@ def train(
     ``density`` is ignored by ``none`` (reported as 1.0). ``recorder_factory(model, batch_size)``
     returns a :class:`traces.Recorder` (with ``workers`` set) that records this run's per-worker
     gradients; it is closed (the trace written) after the last iteration. ``progress(iteration,
-    loss)`` is called after every step. Raises ``ValueError`` when the loss stops being finite.
+    loss)`` and ``observe(iteration, model)`` are called after every step. Raises ``ValueError`` when the loss stops being finite.
     """
     config.check()
     work = config.build()
@@ -158,6 +159,8 @@ def train(
                     row["eval_loss"], row["accuracy"] = evaluate(work, model, eval_batches)
                 if progress is not None:
                     progress(iteration, loss_mean)
+                if observe is not None:
+                    observe(iteration, model)
                 yield row
     finally:
         exchange.close()
