@@ -22,6 +22,10 @@ FILL_COMMANDS = {
         "sidco sweep --trace traces/resnet20 --nodes 2,4,8,16 --bandwidth 1Gbit,10Gbit "
         "--compressors all --densities 0.01,0.001"
     ),
+    "convergences": (
+        "sidco converge --workload resnet20 --width 0.25 --workers 2 --iterations 40 --eval-every 10 "
+        "--compressors none,topk,sidco-e --densities 0.01   (or launch one with the form)"
+    ),
     "validation": (
         "sidco emulate train --workload resnet20 --workers 2 --bandwidth 100Mbit --compressors none,sidco-e "
         "--density 0.01   (as root; sidco emulate collective + sidco calibrate first for calibrated projections)"
@@ -268,3 +272,14 @@ def crossover_points(store: Store, sweep_id: int, bandwidth_bps: float, latency_
             (int(sweep_id), float(bandwidth_bps), float(latency_s), str(topology)),
         )
     )
+
+
+def convergences(store: Store) -> list[dict[str, Any]]:
+    """Convergence runs, newest first: id, status, trace_id, parsed config, stored pairs."""
+    runs = []
+    for row in store.convergences():
+        pairs = store.query("SELECT COUNT(DISTINCT compressor || '@' || density) FROM convergence_rows "
+                            "WHERE convergence_id=?", (row["id"],))[0][0]
+        runs.append({"id": row["id"], "status": row["status"], "trace_id": row["trace_id"],
+                     "config": json.loads(row["config_json"]), "pairs": int(pairs)})
+    return runs
