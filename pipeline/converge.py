@@ -20,7 +20,7 @@ from typing import Any
 
 import traces
 from convergence import RunConfig, train
-from pipeline.replay import store_replay
+import pipeline.replay
 from results.store import Store
 
 ProgressFn = Callable[[str, int, int], None]
@@ -133,7 +133,7 @@ def replay_run(store: Store, convergence_id: int, combinations: Sequence[tuple[s
     row = store.convergence(convergence_id)
     if row is None or row["trace_id"] is None:
         return None
-    path = store.query("SELECT path FROM traces WHERE id=?", (row["trace_id"],))[0]["path"]
+    path = store.trace(int(row["trace_id"]))["path"]
     compressed = [(c, d) for c, d in combinations if c != "none"]
     if not compressed:
         return None
@@ -144,8 +144,7 @@ def replay_run(store: Store, convergence_id: int, combinations: Sequence[tuple[s
         if progress is not None:
             progress("replay", done, total)
 
-    replay_id, _ = store_replay(store, traces.open(path), names, densities, progress=step)
-    return replay_id
+    return pipeline.replay.run(store, path, names, densities, progress=step).replay_id
 
 
 def _recorder_factory(store: Store, convergence_id: int, config: RunConfig, every: int) -> Callable[[Any, int], traces.Recorder]:

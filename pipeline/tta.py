@@ -12,11 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import simulator
-import traces
 from convergence.tta import time_to_target
+from pipeline import project
 from results.store import Store
-from simulator.simulate import iteration
 
 
 def resolve(store: Store, convergence: int | str | None) -> dict[str, Any]:
@@ -45,47 +43,34 @@ def trace_path(store: Store, run: Mapping[str, Any]) -> str:
     if run["trace_id"] is None:
         raise ValueError(f"convergence #{run['id']} has no trace yet (its first pair did not finish); "
                          "rerun the same sidco converge command")
-    return store.query("SELECT path FROM traces WHERE id=?", (run["trace_id"],))[0]["path"]
-
-
-def scenario_density(compressor: str, density: float) -> float | None:
-    """The simulator's density of a convergence pair (``none`` has none)."""
-    return None if compressor == "none" else float(density)
+    return store.trace(int(run["trace_id"]))["path"]
 
 
 def iteration_times(
     store: Store,
-    trace: traces.Trace,
+    trace_id: int,
     pairs: Sequence[tuple[str, float]],
+    cluster: project.Cluster,
     *,
-    nodes: int,
-    bandwidth_bps: float,
-    latency_s: float,
-    topology: str = "ring",
-    fidelity: str = "analytic",
-    profile_device: str = "cpu",
-    calibration: simulator.Calibration | None = None,
-    options: Mapping[str, Any] | None = None,
-) -> tuple[dict[tuple[str, float], float], str]:
-    """Projected seconds per iteration of each (compressor, density) of ``pairs`` on the cluster,
-    and where the compression costs came from.
-
-    Compute comes from ``trace``'s timings; compression costs from the store's replays of
-    the trace (measured on ``trace`` now where none covers a pair).
-    """
-    from sidco.commands.simulate import build_profile
-
-    workload = simulator.workload_from_trace(trace)
-    profile = build_profile(store, trace, [(c, scenario_density(c, d)) for c, d in pairs], profile_device)
+    device: str = "cpu",
+    calibrated: bool = False,
+) -> tuple[dict[tuple[str, float], float], dict[tuple[str, float], str | None]]:
+    """Projected seconds per iteration of each (compressor, density) of ``pairs`` on ``cluster``
+    (:func:`pipeline.project.project`: compute from the trace, compression costs on ``device``
+    by the one cost policy), and where each pair's costs came from (``None`` for ``none``)."""
+    source = project.trace_source(store, trace_id=trace_id)
     times: dict[tuple[str, float], float] = {}
-    for compressor, density in pairs:
-        scenario = simulator.Scenario(
-            workload, nodes, bandwidth_bps, latency_s, compressor, scenario_density(compressor, density),
-            topology=topology, fidelity=fidelity, profile=profile if compressor != "none" else None,
-            calibration=calibration, **dict(options or {}),
-        )
-        times[(compressor, float(density))] = float(iteration(scenario)["iteration_s"])
-    return times, profile.source if profile is not None else "no compression"
+    sources: dict[tuple[str, float], str | None] = {}
+    densities = list(dict.fromkeys(d for c, d in pairs if c != "none"))
+    groups = [(["none"], None)] if any(c == "none" for c, _ in pairs) else []
+    groups += [([c for c, d in pairs if c != "none" and d == density], density) for density in densities]
+    for names, density in groups:
+        for result in project.project(store, source, cluster, names, density, device=device, calibrated=calibrated,
+                                      calibration_required=calibrated):
+            key = (result["compressor"], 1.0 if density is None else float(density))
+            times[key] = float(result["iteration_s"])
+            sources[key] = result["cost_source"]
+    return times, sources
 
 
 def time_to_accuracy(
@@ -94,20 +79,16 @@ def time_to_accuracy(
     *,
     target_accuracy: float | None = None,
     target_loss: float | None = None,
-    nodes: int,
-    bandwidth_bps: float,
-    latency_s: float = 50e-6,
-    topology: str = "ring",
-    fidelity: str = "analytic",
-    profile_device: str = "cpu",
-    calibration: simulator.Calibration | None = None,
-    options: Mapping[str, Any] | None = None,
+    cluster: project.Cluster,
+    device: str = "cpu",
+    calibrated: bool = False,
 ) -> dict[str, Any]:
     """The time-to-target table of a convergence run on a cluster.
 
     Returns the fields of :func:`convergence.tta.time_to_target` plus ``convergence_id``,
     ``trace_id``, ``workers_trained``, ``cluster`` (nodes, bandwidth_bps, latency_s,
-    topology, fidelity), ``target`` and ``cost_source``; and ``curves``: per (compressor,
+    topology, fidelity), ``device``, ``target`` and ``cost_sources`` (per pair label, where its
+    compression costs came from); and ``curves``: per (compressor,
     density) the evaluated points ``{iteration, time_s, accuracy, eval_loss}`` (time_s =
     iteration × projected iteration_s).
     """
@@ -117,10 +98,8 @@ def time_to_accuracy(
         raise ValueError(f"convergence #{run['id']} has no finished (compressor, density) yet; "
                          "rerun its sidco converge command")
     pairs = list(dict.fromkeys((r["compressor"], float(r["density"])) for r in rows))
-    trace = traces.open(trace_path(store, run))
-    times, source = iteration_times(store, trace, pairs, nodes=nodes, bandwidth_bps=bandwidth_bps,
-                                    latency_s=latency_s, topology=topology, fidelity=fidelity,
-                                    profile_device=profile_device, calibration=calibration, options=options)
+    trace_path(store, run)
+    times, sources = iteration_times(store, int(run["trace_id"]), pairs, cluster, device=device, calibrated=calibrated)
     result = time_to_target(rows, times, target_accuracy=target_accuracy, target_loss=target_loss)
     curves: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -133,10 +112,10 @@ def time_to_accuracy(
     result.update({
         "convergence_id": run["id"], "trace_id": run["trace_id"], "workers_trained": run["config"]["workers"],
         "workload": run["config"]["workload"],
-        "cluster": {"nodes": nodes, "bandwidth_bps": bandwidth_bps, "latency_s": latency_s, "topology": topology,
-                    "fidelity": fidelity},
-        "target": {"accuracy": target_accuracy, "loss": target_loss},
-        "cost_source": source, "curves": curves,
+        "cluster": {"nodes": cluster.nodes, "bandwidth_bps": cluster.bandwidth_bps, "latency_s": cluster.latency_s,
+                    "topology": cluster.topology, "fidelity": cluster.fidelity},
+        "device": device, "target": {"accuracy": target_accuracy, "loss": target_loss},
+        "cost_sources": {label(*key): value for key, value in sources.items() if value is not None}, "curves": curves,
     })
     return result
 
@@ -144,6 +123,9 @@ def time_to_accuracy(
 def label(compressor: str, density: float) -> str:
     """``none`` or ``topk@0.01``: how a (compressor, density) pair is named in tables and legends."""
     return compressor if compressor == "none" else f"{compressor}@{density:g}"
+
+
+SWEEP_COLUMNS = ("nodes", "bandwidth_bps", "latency_s", "topology", "compressor", "density", "iteration_s")
 
 
 def sweep_time_to_target(
@@ -156,7 +138,7 @@ def sweep_time_to_target(
 ) -> dict[str, Any]:
     """Time to target of every scenario of a sweep, with the iterations of a convergence run.
 
-    Returns ``{"convergence_id", "target", "rows": [{scenario_key, nodes, bandwidth_bps,
+    Returns ``{"convergence_id", "target", "rows": [{nodes, bandwidth_bps,
     latency_s, topology, compressor, density, iteration_s, iterations_to_target,
     time_to_target_s, reason}], "winners": [{nodes, bandwidth_bps, latency_s, topology,
     compressor, density, time_to_target_s, margin_ratio}]}``; a scenario whose (compressor,
@@ -171,13 +153,11 @@ def sweep_time_to_target(
     reached = {pair: iterations_to_target(items, target_accuracy=target_accuracy, target_loss=target_loss)
                for pair, items in per_pair.items()}
     rows = []
-    for s in store.query("SELECT scenario_key, nodes, bandwidth_bps, latency_s, topology, compressor, density, "
-                         "iteration_s FROM scenarios WHERE sweep_id=? ORDER BY nodes, bandwidth_bps, latency_s, "
-                         "topology, compressor, density", (int(sweep_id),)):
+    for s in store.scenarios(int(sweep_id)):
         pair = (s["compressor"], 1.0 if s["compressor"] == "none" else float(s["density"]))
         iterations, reason = reached.get(pair, (None, f"convergence #{run['id']} did not train this "
                                                       "(compressor, density)"))
-        rows.append({**dict(s), "iterations_to_target": iterations,
+        rows.append({**{k: s[k] for k in SWEEP_COLUMNS}, "iterations_to_target": iterations,
                      "time_to_target_s": None if iterations is None else iterations * s["iteration_s"],
                      "reason": reason})
     clusters: dict[tuple, list[dict[str, Any]]] = {}

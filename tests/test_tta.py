@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import simulator
+import pipeline.replay
 import traces
 from convergence.tta import iterations_to_target, time_to_target
+from pipeline import project
 from results.store import Store
 from sidco.cli import main
-from simulator.simulate import iteration
 
 # Hand-made convergence table: evaluations every 10 iterations up to 40.
 ACCURACY = {
@@ -90,6 +90,7 @@ def store_with_table(tmp_path: Path) -> Path:
         run_id, _ = store.get_or_create("convergences", {"workload": "hand-made", "workers": 2})
         store.set_convergence_trace(run_id, trace_id)
         store.write_convergence(run_id, _rows())
+        pipeline.replay.run(store, trace, ["topk", "sidco-e", "dgc"], [0.01])
     return path
 
 
@@ -97,11 +98,15 @@ def test_sidco_tta_multiplies_iterations_by_the_projected_iteration_time(store_w
     assert main(["tta", "--store", str(store_with_table), "--nodes", "8", "--bandwidth", "100Mbit",
                  "--target-accuracy", "0.6", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    trace = traces.open(Path(store_with_table).parent / "trace")
-    workload = simulator.workload_from_trace(trace)
     rows = {(r["compressor"], r["density"]): r for r in result["rows"]}
-    expected_none = iteration(simulator.Scenario(workload, 8, 1e8, 50e-6, "none", None, fidelity="analytic"))
-    assert rows[("none", 1.0)]["iteration_s"] == pytest.approx(expected_none["iteration_s"])
+    with Store(store_with_table) as store:
+        source = project.trace_source(store, path=Path(store_with_table).parent / "trace")
+        expected = project.project(store, source, project.Cluster(8, 1e8, 50e-6), ["none", "topk", "sidco-e", "dgc"],
+                                   0.01)
+    for item in expected:
+        key = (item["compressor"], 1.0 if item["compressor"] == "none" else 0.01)
+        assert rows[key]["iteration_s"] == pytest.approx(item["iteration_s"])
+    assert result["cost_sources"]["topk@0.01"].startswith("replay #1")
     for row in result["rows"]:
         if row["iterations_to_target"] is not None:
             assert row["time_to_target_s"] == pytest.approx(row["iterations_to_target"] * row["iteration_s"])

@@ -7,6 +7,7 @@ from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_upda
 from dashboard import components as ui
 from dashboard import converge_runner, data, figures, projection
 from dashboard.data import StoreReader
+from pipeline import project
 from pipeline.tta import label, time_to_accuracy
 from simulator.units import format_seconds, parse_bandwidth, parse_duration
 from traces import workloads
@@ -46,8 +47,7 @@ def table_rows(rows: list[dict]) -> list[dict]:
 def suggested_target(store, convergence_id: int) -> float:
     """A first target for the page: 90 % of the best held-out accuracy any run of ``convergence_id``
     reached, rounded down to 0.01 (0.5 when nothing was evaluated)."""
-    best = store.query("SELECT MAX(accuracy) FROM convergence_rows WHERE convergence_id=?", (int(convergence_id),))
-    value = best[0][0] if best else None
+    value = store.best_accuracy(int(convergence_id))
     return 0.5 if value is None else max(0.01, int(value * 0.9 * 100) / 100)
 
 
@@ -177,8 +177,8 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
         try:
             nodes_value, bandwidth_bps, latency_s, target_value = _parse_cluster(nodes, bandwidth, latency, target)
             targets = {"target_accuracy": target_value} if metric == "accuracy" else {"target_loss": target_value}
-            result = time_to_accuracy(reader.store(), run_id, nodes=nodes_value, bandwidth_bps=bandwidth_bps,
-                                      latency_s=latency_s, topology=topology, **targets)
+            cluster = project.Cluster(nodes_value, bandwidth_bps, latency_s, topology)
+            result = time_to_accuracy(reader.store(), run_id, cluster=cluster, **targets)
         except ValueError as exc:
             return blank, blank, blank, [], ui.error(str(exc))
         curves = result["curves"]
@@ -193,7 +193,8 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
                 verdict += f", {result['margin_ratio']:.2f}× ahead of " \
                            f"{label(result['runner_up']['compressor'], result['runner_up']['density'])}"
         note = (f"{verdict} · trained with {result['workers_trained']} workers, projected on {nodes_value} nodes · "
-                f"compression costs: {result['cost_source']}")
+                "compression costs: " + ("; ".join(f"{k}: {v}" for k, v in sorted(result["cost_sources"].items()))
+                                          or "none needed"))
         return (figures.tta_curves(curves, "time_s", metric, target_value),
                 figures.tta_curves(curves, "iteration", metric, target_value),
                 figures.tta_bars(result["rows"], names), table_rows(result["rows"]), ui.note(note))

@@ -7,9 +7,10 @@ import json
 from typing import Any
 
 from convergence.tta import check_target, target_text
-from pipeline.tta import label, time_to_accuracy
+from pipeline import project
+from pipeline.tta import label, resolve, time_to_accuracy, trace_path
 from results.store import Store
-from sidco.commands.simulate import add_scenario_args, load_calibration, positive_int, scenario_options
+from sidco.commands.simulate import add_scenario_args, positive_int, scenario_options
 from simulator.scenario import TOPOLOGIES
 from simulator.units import format_bandwidth, format_seconds, parse_bandwidth, parse_duration
 
@@ -45,8 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--latency", default="50us", help="per-message latency, e.g. 50us (default 50us)")
     parser.add_argument("--topology", choices=TOPOLOGIES, default="ring",
                         help="ring (default), halving-doubling, tree, ps, hierarchical")
-    parser.add_argument("--profile-device", default="cpu",
-                        help="device the compressors are timed on when the run's replay lacks a pair (default cpu)")
+    parser.add_argument("--device", default="cpu", metavar="NAME",
+                        help="device whose compression costs the projection uses: the run's replay on it, else its "
+                             "stored profile (default cpu)")
     add_target_args(parser)
     add_scenario_args(parser)
     parser.set_defaults(func=run, fidelity="analytic")
@@ -71,8 +73,9 @@ def print_result(result: dict[str, Any]) -> None:
         iterations = "-" if row["iterations_to_target"] is None else str(row["iterations_to_target"])
         print(f"{row['compressor']:<10} {row['density']:>8g} {iterations:>10} {_seconds(row['iteration_s']):>11} "
               f"{_seconds(row['time_to_target_s']):>15}  {row['reason'] or ''}")
-    print(f"iterations = to the first evaluation at the target; iteration = projected seconds per iteration; "
-          f"compression costs: {result['cost_source']}")
+    sources = "; ".join(f"{name}: {source}" for name, source in sorted(result["cost_sources"].items()))
+    print(f"iterations = to the first evaluation at the target; iteration = projected seconds per iteration "
+          f"(device {result['device']}); compression costs: {sources or 'none needed'}")
     if result["workers_trained"] != cluster["nodes"]:
         print(f"note: the run trained with {result['workers_trained']} workers (global batch "
               f"{result['workers_trained']} x per-worker batch); the projection assumes the same iterations "
@@ -96,24 +99,16 @@ def run(args: argparse.Namespace) -> int:
     bandwidth = parse_bandwidth(args.bandwidth)
     latency = parse_duration(args.latency)
     with Store(args.store) as store:
-        calibration = load_calibration(store, args.calibration)
-        result = time_to_accuracy(
-            store, args.convergence, target_accuracy=args.target_accuracy, target_loss=args.target_loss,
-            nodes=nodes, bandwidth_bps=bandwidth, latency_s=latency, topology=args.topology, fidelity=args.fidelity,
-            profile_device=args.profile_device, calibration=calibration, options=_options(args, store),
-        )
+        run_row = resolve(store, args.convergence)
+        source = project.trace_source(store, path=trace_path(store, run_row))
+        options = scenario_options(args, project.workload(source))
+        cluster = project.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
+        result = time_to_accuracy(store, run_row["id"], target_accuracy=args.target_accuracy,
+                                  target_loss=args.target_loss, cluster=cluster, device=args.device,
+                                  calibrated=args.calibration)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
         print_result(result)
     return 0
 
-
-def _options(args: argparse.Namespace, store: Store) -> dict[str, Any]:
-    """Scenario options of the shared flags (``--jitter trace`` reads the run's trace)."""
-    import simulator
-    import traces
-    from pipeline.tta import resolve, trace_path
-
-    workload = simulator.workload_from_trace(traces.open(trace_path(store, resolve(store, args.convergence))))
-    return scenario_options(args, workload)
