@@ -60,6 +60,9 @@ class SimulatedWorkers:
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
+        if name in getattr(compressors.ddp, "TORCH_HOOKS", ()):
+            raise ValueError(f"{name}: the hook delegates to PyTorch's own {name} hook, which the simulated "
+                             "workers do not reproduce; train it under real DDP (sidco emulate)")
         if bucket_cap_bytes < 1 or first_bucket_bytes < 1:
             raise ValueError("bucket caps must be >= 1 byte")
         self.params = list(params)
