@@ -20,6 +20,7 @@ replay``, ``sidco profile``). Every returned cost carries its ``source``.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -125,24 +126,46 @@ TIERS: list[tuple[str, Tier]] = [
 """The stored sources of costs after ``profile_file``, in the order they are asked."""
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_row(row: Any, index: int) -> None:
+    """ValueError naming the first field of profile-file row ``index`` that is missing or out of range."""
+    if not isinstance(row, dict):
+        raise ValueError(f"row {index} is not an object")
+    checks = (
+        ("compressor", lambda v: isinstance(v, str) and v != ""),
+        ("density", lambda v: _number(v) and 0 < v <= 1),
+        ("numel", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+        ("compress_s", lambda v: _number(v) and v >= 0),
+        ("decompress_s", lambda v: _number(v) and v >= 0),
+        ("wire_bytes", lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)),
+    )
+    for name, valid in checks:
+        if name not in row and name != "wire_bytes":
+            raise ValueError(f"row {index} lacks {name!r}")
+        if not valid(row.get(name)):
+            raise ValueError(f"row {index}: bad {name} {row.get(name)!r}")
+
+
 def read_profile_file(path: str | Path, device: str) -> dict[Key, CompressionCost]:
     """The costs in a profile JSON file (see the module docstring); ValueError naming the file
     when it is unreadable, malformed or for another device."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
         rows = data["rows"]
         file_device = str(data["device"])
         if not isinstance(rows, list) or not rows:
             raise ValueError("'rows' must be a non-empty list")
-        fields = ("compressor", "density", "numel", "compress_s", "decompress_s")
-        for row in rows:
-            missing = [f for f in fields if f not in row]
-            if missing:
-                raise ValueError(f"a row lacks {missing[0]!r}")
+        for index, row in enumerate(rows):
+            _check_row(row, index)
         costs = _fit(_profile_rows(rows), f"file {path.name}: {data.get('source', 'no source given')}")
     except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        detail = f"missing {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
+        detail = f"missing {exc}" if isinstance(exc, KeyError) else (str(exc).splitlines() or [type(exc).__name__])[0]
         raise ValueError(f"{path}: not a compression profile file ({detail})") from None
     if not same_device(file_device, device):
         raise ValueError(f"{path}: profile is for device {file_device!r}, the projection is for {device!r}")

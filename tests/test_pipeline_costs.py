@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import traces
 from pipeline import costs, replay
@@ -165,3 +167,38 @@ def test_simulate_on_a_trace_without_replays_names_the_replay_command(tmp_path, 
     assert err == (f"sidco simulate: error: no compression costs for sidco-e@0.01 on cpu: run `sidco replay "
                    f"{trace.path.resolve()} --compressors sidco-e --densities 0.01 --device cpu` or "
                    f"`sidco profile --device cpu`")
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+    max_leaves=20,
+)
+_SECONDS = _JSON | st.floats(min_value=0, max_value=1)
+_ROW = st.fixed_dictionaries({"compressor": st.sampled_from(["topk", 3, None]),
+                              "density": _JSON | st.floats(min_value=1e-4, max_value=1),
+                              "numel": _JSON | st.integers(min_value=1, max_value=10**7),
+                              "compress_s": _SECONDS, "decompress_s": _SECONDS})
+_VALID_ROW = st.fixed_dictionaries({"compressor": st.sampled_from(["topk", "dgc"]),
+                                    "density": st.floats(min_value=1e-4, max_value=1),
+                                    "numel": st.integers(min_value=1, max_value=10**7),
+                                    "compress_s": st.floats(0, 1), "decompress_s": st.floats(0, 1)})
+_DOCUMENT = (_JSON | st.fixed_dictionaries({"device": _JSON | st.just("cpu"), "rows": st.lists(_ROW, max_size=3)})
+             | st.fixed_dictionaries({"device": st.just("cpu"), "rows": st.lists(_VALID_ROW, min_size=1, max_size=4)}))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(document=_DOCUMENT, raw=st.binary(max_size=40))
+def test_any_profile_file_gives_costs_or_one_line_naming_the_file(tmp_path, document, raw):
+    path = tmp_path / "p.json"
+    for content in (json.dumps(document).encode(), raw):
+        path.write_bytes(content)
+        try:
+            found = costs.read_profile_file(path, "cpu")
+        except ValueError as exc:
+            assert str(path) in str(exc) and "\n" not in str(exc)
+        else:
+            assert found and all(cost.source.startswith("file p.json") for cost in found.values())
+            for cost in found.values():
+                assert cost.compress_fixed_s >= 0 and cost.compress_per_element_s >= 0
+                assert all(w > 0 for w in cost.wire_per_element)
