@@ -42,11 +42,14 @@ def pairs(names: Sequence[str], densities: Sequence[float]) -> list[tuple[str, f
     """(compressor, density) combinations to train: ``none`` once at density 1.0 (first), the rest
     at every density. ``ValueError`` for an unknown compressor or a density outside (0, 1]."""
     import compressors
+    import compressors.ddp
 
-    known = compressors.names()
+    torch_hooks = getattr(compressors.ddp, "TORCH_HOOKS", ())
+    known = [n for n in compressors.names() if n not in torch_hooks]
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(known)}")
+        why = " (its DDP hook is PyTorch's own, which converge does not simulate)" if unknown[0] in torch_hooks else ""
+        raise ValueError(f"unknown compressor {unknown[0]!r}{why}; choose from {', '.join(known)}")
     if not names:
         raise ValueError("give at least one compressor")
     for density in densities:
