@@ -61,8 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="torch intra-op CPU threads (default: torch's choice; 1 is steadier on a busy machine)")
     add_store_argument(parser)
     parser.add_argument("--json", action="store_true",
-                        help='print {"convergence_id", "rows": [{compressor, density, iteration, loss, eval_loss, '
-                             'accuracy}]} on stdout')
+                        help='print {"convergence_id", "trace_id", "replay_id", "rows": [{compressor, density, '
+                             'iteration, loss, eval_loss, accuracy}]} on stdout (losses in nats, accuracy a fraction)')
     parser.set_defaults(func=run)
 
 
