@@ -9,6 +9,7 @@ seconds, bytes, bits/s.
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,10 @@ FILL_COMMANDS = {
     "sweeps": (
         "sidco sweep --trace traces/resnet20 --nodes 2,4,8,16 --bandwidth 1Gbit,10Gbit "
         "--compressors all --densities 0.01,0.001"
+    ),
+    "convergences": (
+        "sidco converge --workload resnet20 --width 0.25 --workers 2 --iterations 40 --eval-every 10 "
+        "--compressors none,topk,sidco-e --densities 0.01   (or launch one with the form)"
     ),
     "validation": (
         "sidco emulate train --workload resnet20 --workers 2 --bandwidth 100Mbit --compressors none,sidco-e "
@@ -150,3 +155,9 @@ def crossover_points(store: Store, sweep_id: int, bandwidth_bps: float, latency_
     """Per (compressor, nodes) at one bandwidth (bits/s), latency (s) and topology: the largest
     density whose speed-up over none is > 1."""
     return store.crossover_points(int(sweep_id), bandwidth_bps, latency_s, topology)
+
+
+def convergences(store: Store) -> list[dict[str, Any]]:
+    """Convergence runs, newest first: id, status, trace_id, parsed config, stored pairs."""
+    return [{"id": row["id"], "status": row["status"], "trace_id": row["trace_id"],
+             "config": json.loads(row["config_json"]), "pairs": int(row["pairs"])} for row in store.convergences()]

@@ -9,8 +9,10 @@ and the dashboard) call.
 :mod:`pipeline.sweep`       simulate a grid into the store, resumably (``sweep``, Sweeps page)
 :mod:`pipeline.emulate`     real runs on shaped links, stored with their projections
 :mod:`pipeline.calibrate`   fit α, β, efficiency to measured collectives
+:mod:`pipeline.converge`    train with compressed gradients into the store, resumably (``converge``)
+:mod:`pipeline.tta`         time to accuracy: iterations to target × projected iteration time
 ==========================  ===================================================================
 
-Dependencies point one way: results ← compressors ← traces ← simulator ← emulation ←
-pipeline ← {sidco, dashboard}. Nothing here imports the front doors.
+Dependencies point one way: results ← compressors ← traces ← {simulator, convergence} ←
+emulation ← pipeline ← {sidco, dashboard}. Nothing here imports the front doors.
 """

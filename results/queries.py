@@ -435,6 +435,68 @@ class Queries:
             " FROM validation v ORDER BY v.workload, v.compressor, v.workers, v.bandwidth_bps"
         )
 
+    # -- convergence runs (sidco converge) ------------------------------------------------------
+
+    def convergence(self, convergence_id: int | str) -> dict[str, Any] | None:
+        """The convergence run ``convergence_id`` (an id, or ``"latest"``: the newest), or ``None``."""
+        if convergence_id == "latest":
+            rows = self._all("SELECT * FROM convergences ORDER BY created DESC, id DESC LIMIT 1")
+        else:
+            rows = self._all("SELECT * FROM convergences WHERE id=?", (int(convergence_id),))
+        return rows[0] if rows else None
+
+    def convergences(self) -> list[dict[str, Any]]:
+        """All convergence runs, newest first, each with ``pairs``: its stored (compressor, density) count."""
+        return self._all(
+            "SELECT c.*, (SELECT COUNT(*) FROM (SELECT DISTINCT compressor, density FROM convergence_rows r"
+            " WHERE r.convergence_id = c.id)) AS pairs FROM convergences c ORDER BY c.created DESC, c.id DESC"
+        )
+
+    def convergence_rows(self, convergence_id: int) -> list[dict[str, Any]]:
+        """Rows of a convergence run in (compressor, density, iteration) order."""
+        return self._all(
+            "SELECT * FROM convergence_rows WHERE convergence_id=? ORDER BY compressor, density, iteration",
+            (int(convergence_id),),
+        )
+
+    def convergence_done(self, convergence_id: int, iterations: int) -> set[tuple[str, float]]:
+        """(compressor, density) pairs of a convergence run that have all ``iterations`` rows."""
+        rows = self._all(
+            "SELECT compressor, density, COUNT(*) AS n FROM convergence_rows WHERE convergence_id=? "
+            "GROUP BY compressor, density",
+            (int(convergence_id),),
+        )
+        return {(r["compressor"], float(r["density"])) for r in rows if r["n"] == iterations}
+
+    def best_accuracy(self, convergence_id: int) -> float | None:
+        """The best held-out accuracy (fraction) any pair of a convergence run reached, or ``None``."""
+        row = self.conn.execute("SELECT MAX(accuracy) FROM convergence_rows WHERE convergence_id=?",
+                                (int(convergence_id),)).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def write_convergence(self, convergence_id: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Store pairs' rows in one transaction, replacing any partial leftovers of those pairs.
+
+        Each row: ``compressor``, ``density``, ``iteration``, ``loss`` (nats) and optional
+        ``eval_loss`` (nats), ``accuracy`` (fraction).
+        """
+        pairs = {(r["compressor"], float(r["density"])) for r in rows}
+        with self.transaction() as cur:
+            for compressor, density in pairs:
+                cur.execute("DELETE FROM convergence_rows WHERE convergence_id=? AND compressor=? AND density=?",
+                            (int(convergence_id), compressor, density))
+            cur.executemany(
+                "INSERT INTO convergence_rows(convergence_id, compressor, density, iteration, loss, eval_loss, "
+                "accuracy) VALUES(?, ?, ?, ?, ?, ?, ?)",
+                [(int(convergence_id), r["compressor"], float(r["density"]), int(r["iteration"]), float(r["loss"]),
+                  r.get("eval_loss"), r.get("accuracy")) for r in rows],
+            )
+
+    def set_convergence_trace(self, convergence_id: int, trace_id: int) -> None:
+        """Record which registered trace holds the gradients a convergence run saw."""
+        with self.transaction() as cur:
+            cur.execute("UPDATE convergences SET trace_id=? WHERE id=?", (int(trace_id), int(convergence_id)))
+
     # -- the one generic insert the named writes share ----------------------------------------
 
     def _insert_rows(self, table: str, rows: Iterable[Mapping[str, Any]], *, or_ignore: bool = False) -> int:

@@ -22,6 +22,8 @@ COMMANDS = (
     "replay",
     "simulate",
     "sweep",
+    "converge",
+    "tta",
     "emulate",
     "calibrate",
     "dashboard",

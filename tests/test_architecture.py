@@ -16,6 +16,7 @@ LAYERS = {
     "compressors": 1,
     "traces": 2,
     "simulator": 3,
+    "convergence": 3,  # real training with simulated workers: compressors and traces only
     "emulation": 4,
     "pipeline": 5,
     "dashboard": 6,

@@ -30,9 +30,9 @@ def positive_int(text: str, name: str) -> int:
     return value
 
 
-def add_source_args(parser: argparse.ArgumentParser) -> None:
-    """--trace / --layout and the layout compute model."""
-    source = parser.add_mutually_exclusive_group(required=True)
+def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """--trace / --layout and the layout compute model (``required``: one of the two must be given)."""
+    source = parser.add_mutually_exclusive_group(required=required)
     source.add_argument("--trace", metavar="DIR", help="trace directory (compute times and gradients come from it)")
     source.add_argument("--layout", metavar="NAME",
                         help="full-size layout instead of a trace: resnet50, vgg19, bert-base, gpt2")

@@ -14,16 +14,20 @@ import sys
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
 from collections.abc import Iterator
+from typing import Any
 
 from tqdm import tqdm
 
 import pipeline.sweep
 from pipeline.project import workload
+from convergence.tta import check_target, target_text
+from pipeline.tta import label, resolve, sweep_time_to_target, trace_path
 from results.store import Store
+from sidco.commands.tta import add_target_args
 from sidco.commands.simulate import add_scenario_args, add_source_args, parse_source, positive_int, scenario_options
 from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid
-from simulator.units import parse_bandwidth, parse_density, parse_duration, parse_list
+from simulator.units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,10 +39,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Simulate every combination of --nodes, --bandwidth (bits/s, e.g. 1Gbit,10Gbit), --latency "
             "(e.g. 50us), --topology and compressor × density (plus 'none' once per cluster) and store "
             "one row per scenario in the scenarios table of the results store. Rerunning the same "
-            "command resumes: each scenario is stored exactly once."
+            "command resumes: each scenario is stored exactly once. With --convergence and a target, every "
+            "scenario also gets the iterations that run needed to reach the target and the time to target "
+            "(iterations x iteration time, seconds); without --trace/--layout the run's trace is swept."
         ),
     )
-    add_source_args(parser)
+    add_source_args(parser, required=False)
+    parser.add_argument("--convergence", metavar="ID|latest",
+                        help="convergence run (sidco converge) whose iterations to target give each scenario "
+                             "a time to target")
+    add_target_args(parser)
     parser.add_argument("--nodes", required=True, help="comma-separated machine counts, e.g. 2,4,8,16,32,64")
     parser.add_argument("--bandwidth", required=True, help="comma-separated bandwidths, e.g. 1Gbit,10Gbit,25Gbit")
     parser.add_argument("--latency", default="50us", help="comma-separated latencies, e.g. 5us,50us (default 50us)")
@@ -89,8 +99,39 @@ def make_executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]
             yield pool, jobs
 
 
+def _convergence_source(args: argparse.Namespace) -> None:
+    """Check --convergence / target / source together; sweep the run's trace when no source is given."""
+    targeted = args.target_accuracy is not None or args.target_loss is not None
+    if args.convergence is None:
+        if targeted:
+            raise ValueError("--target-accuracy/--target-loss need --convergence ID|latest")
+        if not args.trace and not args.layout:
+            raise ValueError("give --trace DIR, --layout NAME or --convergence ID")
+        return
+    if not targeted:
+        raise ValueError("--convergence needs --target-accuracy A or --target-loss L")
+    check_target(args.target_accuracy, args.target_loss)
+    if not args.trace and not args.layout:
+        with Store(args.store) as store:
+            args.trace = trace_path(store, resolve(store, args.convergence))
+
+
+def _print_time_to_target(result: dict[str, Any]) -> None:
+    target = target_text(result["target"]["accuracy"], result["target"]["loss"])
+    print(f"time to {target} (convergence {result['convergence_id']}), fastest per cluster:")
+    for w in result["winners"]:
+        margin = "" if w["margin_ratio"] is None else f", {w['margin_ratio']:.2f}x ahead of the runner-up"
+        print(f"  {w['nodes']:>5} nodes {format_bandwidth(w['bandwidth_bps']):>12} {w['topology']:<10} "
+              f"{label(w['compressor'], 1.0 if w['density'] is None else w['density']):<16} "
+              f"{format_seconds(w['time_to_target_s'])}{margin}")
+    unreached = sum(1 for r in result["rows"] if r["time_to_target_s"] is None)
+    if unreached:
+        print(f"  {unreached} scenario(s) without a time to target (never reached it, or not trained): see --json")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the sweep; print a summary (JSON with --json)."""
+    _convergence_source(args)
     grid = parse_grid(args)
     jobs = positive_int(args.jobs, "--jobs")
     chunk_size = positive_int(args.chunk_size, "--chunk-size")
@@ -116,11 +157,19 @@ def run(args: argparse.Namespace) -> int:
         finally:
             for bar in bars:
                 bar.close()
+        tta = None
+        if args.convergence is not None:
+            tta = sweep_time_to_target(store, done.sweep_id, args.convergence, target_accuracy=args.target_accuracy,
+                                       target_loss=args.target_loss)
     summary = {"sweep_id": done.sweep_id, "total": done.total, "stored": done.stored, "computed": done.computed,
                "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity}
+    if tta is not None:
+        summary["time_to_target"] = tta
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     else:
         print(f"sweep {done.sweep_id}: {done.stored}/{done.total} scenarios stored in {args.store} "
               f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity})")
+        if tta is not None:
+            _print_time_to_target(tta)
     return 0

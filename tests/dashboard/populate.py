@@ -3,7 +3,8 @@
 synthetic trace of gamma(0.5)-distributed |g| (traces.synthetic) -> replay through real compressors
 (traces.replay) -> small analytic sweep (dashboard.sweep_runner -> simulator). A device profile
 for "cpu" (every compressor replayed on a synthetic Laplace vector, per-call means) gives layouts
-and the compressors the trace's replay lacks their costs.
+and the compressors the trace's replay lacks their costs. A tiny real convergence run
+(pipeline.converge: ResNet-20 at width 0.25, 2 workers, none and topk) with its trace and replay.
 Validation rows and a calibration, which need root and minutes of emulated
 training, are inserted directly with the store's exact schema.
 """
@@ -19,11 +20,14 @@ import compressors
 import traces
 from traces.replay import replay
 
+from convergence import RunConfig
 from dashboard import sweep_runner
+from pipeline import converge
 from results.store import Store
 
 COMPRESSORS = ("topk", "dgc", "sidco-e")
 DENSITIES = (0.1, 0.01)
+CONVERGENCE = RunConfig("resnet20", workers=2, iterations=8, eval_every=2, width=0.25, batch_size=8, eval_samples=32)
 LAYERS = [("fc2.bias", (10,)), ("fc2.weight", (10, 400)), ("fc1.bias", (400,)), ("fc1.weight", (400, 40))]
 
 
@@ -82,4 +86,6 @@ def populate(path: Path, trace_dir: Path) -> dict[str, int]:
     spec = sweep_runner.parse_spec(f"trace:{trace_id}", ["topk", "sidco-e"], "0.1,0.01", "2,4,8,16",
                                    "1Gbit,10Gbit,100Gbit", "50us", "ring")
     sweep_id = sweep_runner.run(path, spec)
-    return {"trace": trace_id, "replay": replay_id, "sweep": sweep_id}
+    with Store(path) as store:
+        convergence_id = converge.run(store, CONVERGENCE, [("none", 1.0), ("topk", 0.1)]).convergence_id
+    return {"trace": trace_id, "replay": replay_id, "sweep": sweep_id, "convergence": convergence_id}

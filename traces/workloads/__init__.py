@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from traces.workloads.data import ImageData, TextData, shard
+from traces.workloads.data import ImageData, TextData, heldout, shard
 from traces.workloads.models import GPTDecoder, LSTMLanguageModel, ResNetCifar, VGGCifar
 
 NAMES = ("resnet20", "vgg16", "lstm", "transformer")
@@ -94,6 +94,12 @@ class Workload:
     def batches(self, worker: int = 0, workers: int = 1, batch_size: int | None = None, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Endless iterator of ``(inputs, targets)`` on ``device`` for ``worker``'s shard of ``workers``."""
         for inputs, targets in shard(self.data, worker, workers, batch_size or self.batch_size, start):
+            yield inputs.to(self.device), targets.to(self.device)
+
+    def heldout_batches(self, samples: int, batch_size: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``(inputs, targets)`` batches on ``device`` holding ``samples`` evaluation samples that no
+        training shard contains (same every call)."""
+        for inputs, targets in heldout(self.data, samples, batch_size or self.batch_size):
             yield inputs.to(self.device), targets.to(self.device)
 
     def optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
