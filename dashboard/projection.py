@@ -15,12 +15,17 @@ from typing import Any
 import compressors
 import simulator
 import traces
+from simulator.limits import check_scenario
 from simulator.scenario import TOPOLOGIES
 from simulator.units import parse_bandwidth, parse_duration
 
 from results.store import Store
 
 from dashboard import data
+
+PAGE_MESSAGE_BUDGET = 50_000_000
+"""Link-level messages one page request may simulate (a few seconds on one core); the
+command line allows :data:`simulator.limits.MESSAGE_BUDGET`."""
 
 RESULT_KEYS = ("iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s",
                "speedup")
@@ -235,8 +240,9 @@ def parse_controls(
 
 
 def scenario(store: Store, controls: Controls, compressor: str, fidelity: str, **extra: Any):
-    """The :class:`simulator.Scenario` for one compressor under ``controls``."""
-    return simulator.Scenario(
+    """The :class:`simulator.Scenario` for one compressor under ``controls``; ValueError when
+    it exceeds :data:`PAGE_MESSAGE_BUDGET` (a page answers within seconds)."""
+    sc = simulator.Scenario(
         workload=workload(store, controls.source),
         nodes=controls.nodes,
         bandwidth_bps=controls.bandwidth_bps,
@@ -249,6 +255,8 @@ def scenario(store: Store, controls: Controls, compressor: str, fidelity: str, *
         calibration=calibration(store) if controls.calibrated else None,
         **extra,
     )
+    check_scenario(sc, message_budget=PAGE_MESSAGE_BUDGET)
+    return sc
 
 
 def project(store: Store, controls: Controls, fidelity: str = "analytic") -> list[dict[str, Any]]:

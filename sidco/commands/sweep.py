@@ -29,11 +29,13 @@ from sidco.commands.simulate import (
     scenario_options,
 )
 from results.store import Store
+from simulator.limits import check_jobs
 from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid, SweepContext, describe, run_sweep
 from simulator.units import parse_bandwidth, parse_density, parse_duration, parse_list
 
 PROFILE_META = "sweep-profile:{}"
+MAX_CHUNK_SIZE = 100_000
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -124,7 +126,11 @@ def run(args: argparse.Namespace) -> int:
     """Run (or resume) the sweep; print a summary (JSON with --json)."""
     grid = parse_grid(args)
     jobs = positive_int(args.jobs, "--jobs")
+    if not args.dask:
+        check_jobs(jobs)
     chunk_size = positive_int(args.chunk_size, "--chunk-size")
+    if chunk_size > MAX_CHUNK_SIZE:
+        raise ValueError(f"--chunk-size {chunk_size} is too large (at most {MAX_CHUNK_SIZE:,} scenarios per task)")
     workload, trace, source = load_source(args)
     options = scenario_options(args, workload)
     with Store(args.store) as store:
