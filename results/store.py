@@ -22,13 +22,16 @@ all of a batch or none of it.
 
 from __future__ import annotations
 
+import errno
 import json
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
+
+from results.errors import StoreError, guard
 
 SCHEMA_VERSION = 1
 DEFAULT_PATH = Path("runs/results.sqlite")
@@ -161,13 +164,22 @@ class Store:
 
     def __init__(self, path: str | Path = DEFAULT_PATH, *, timeout_s: float = 30.0):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
-        self.conn.row_factory = sqlite3.Row
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute("PRAGMA foreign_keys=ON")
-        self._migrate()
+        self.conn: sqlite3.Connection | None = None
+        try:
+            with guard(self.path):
+                if self.path.is_dir():
+                    raise IsADirectoryError(errno.EISDIR, "is a directory", str(self.path))
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
+                self.conn.row_factory = sqlite3.Row
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.execute("PRAGMA synchronous=NORMAL")
+                self.conn.execute("PRAGMA foreign_keys=ON")
+                self._migrate()
+        except BaseException:
+            if self.conn is not None:
+                self.conn.close()
+            raise
 
     def _migrate(self) -> None:
         with self.transaction() as cur:
@@ -187,22 +199,28 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Cursor]:
-        """Run the body in one ``BEGIN IMMEDIATE`` transaction; roll back on any error."""
-        cur = self.conn.cursor()
-        cur.execute("BEGIN IMMEDIATE")
-        try:
-            yield cur
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
-        else:
-            cur.execute("COMMIT")
-        finally:
-            cur.close()
+        """Run the body in one ``BEGIN IMMEDIATE`` transaction; roll back on any error.
+
+        SQLite and OS errors (full disk, read-only or damaged file) become one-line
+        :class:`~results.errors.StoreError`; what earlier transactions committed stays."""
+        with guard(self.path):
+            cur = self.conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+                cur.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        cur.execute("ROLLBACK")
+                raise
+            finally:
+                cur.close()
 
     def close(self) -> None:
         """Close the connection."""
-        self.conn.close()
+        if self.conn is not None:
+            self.conn.close()
 
     def __enter__(self) -> Store:
         return self
@@ -212,7 +230,8 @@ class Store:
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Run a read-only query and return all rows."""
-        return self.conn.execute(sql, params).fetchall()
+        with guard(self.path):
+            return self.conn.execute(sql, params).fetchall()
 
     def insert_many(self, table: str, rows: Iterable[Mapping[str, Any]], *, or_ignore: bool = False) -> int:
         """Insert ``rows`` (dicts with the same keys) into ``table`` in one transaction.

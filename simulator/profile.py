@@ -143,7 +143,9 @@ class CompressionProfile:
         bucket per call), timing compress and decompress on ``device``; used when no replay
         results exist. The first call of each compressor is a warm-up and not recorded."""
         import compressors as comp
+        from compressors.device import resolve
 
+        device = str(resolve(device))
         names = [c for c in compressors if c != "none"]
         if not names:
             return cls({}, "none")
@@ -179,7 +181,9 @@ class CompressionProfile:
         """Measure costs on a synthetic Laplace trace of ``numel`` elements (for layouts,
         which have no gradients); times are this machine's ``device``."""
         import traces
+        from compressors.device import resolve
 
+        device = str(resolve(device))
         with tempfile.TemporaryDirectory(prefix="sidco-profile-") as tmp:
             trace = traces.synthetic(f"{tmp}/laplace", "laplace", numel, workers=workers, iterations=2, seed=seed)
             profile = cls.from_trace(trace, compressors, densities, device=device)

@@ -14,10 +14,40 @@ from collections.abc import Callable
 
 import torch
 
+from compressors.device import resolve as resolve_device
+
 from traces import workloads
 from traces.errors import TraceError
 from traces.reader import Trace
 from traces.recorder import Recorder
+
+
+def available_memory(device: str) -> int:
+    """Bytes free for a capture on ``device``: the GPU's free memory, or the host's available RAM."""
+    if device.startswith("cuda"):
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_memory(workload: str, width: float | None, workers: int, device: str) -> None:
+    """Raise :class:`TraceError` (one line) when the model at ``width`` cannot fit: parameters,
+    gradients, momentum and the gradient sum (4 fp32 copies) plus one recorded gradient per worker."""
+    if width is not None and not (math.isfinite(width) and width > 0):
+        raise TraceError(f"--width must be a finite number > 0, got {width}")
+    spec_width = workloads.SPECS[workload].width if workload in workloads.SPECS else 1.0
+    params = workloads.parameter_count(workload, spec_width if width is None else float(width))
+    need = 4 * params * (4 + workers)
+    free = available_memory(device)
+    if need > free:
+        raise TraceError(f"{workload} at width {width if width is not None else spec_width:g} has {params:,} parameters: "
+                         f"capturing {workers} workers needs ~{need / 2**30:,.1f} GiB, {device} has "
+                         f"{free / 2**30:,.1f} GiB free; lower --width or --workers")
 
 
 def capture(
@@ -46,8 +76,11 @@ def capture(
         raise TraceError(f"iterations must be >= 1, got {iterations}")
     if not 1 <= every <= iterations:
         raise TraceError(f"every must be between 1 and iterations ({iterations}), got {every}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise TraceError(f"device {device!r} requested but CUDA is not available")
+    try:
+        device = str(resolve_device(device))
+    except ValueError as exc:
+        raise TraceError(str(exc)) from None
+    check_memory(workload, width, workers, device)
     work = workloads.build(workload, width=width, batch_size=batch_size, lr=lr, seed=seed, device=device)
     model, optimizer = work.model, work.optimizer()
     model.train()

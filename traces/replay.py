@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 import compressors as compressor_lib
+from compressors.device import resolve as resolve_device
 from traces.reader import Trace, open_trace
 
 COLUMNS = (
@@ -107,13 +108,6 @@ def _norm(x: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(x, dtype=torch.float64))
 
 
-def _resolve_device(device: str | torch.device) -> torch.device:
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {str(device)!r} requested but CUDA is not available")
-    return resolved
-
-
 def replay(
     trace: Trace | str | os.PathLike[str],
     compressors: Iterable[str],
@@ -139,7 +133,7 @@ def replay(
     for density in targets:
         if not 0 < density <= 1:
             raise ValueError(f"density must be in (0, 1], got {density}")
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     layout = buckets(trace, bucket_bytes)
     options = options or {}
     combinations = [(n, d) for n in names for d in targets if (n, d) not in skip]

@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 import traces
 from sidco.commands import add_store_argument
-from results.store import Store
+from results import Store, StoreError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,31 +53,36 @@ def run(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise ValueError(f"invalid --threads {args.threads}: must be >= 1")
         torch.set_num_threads(args.threads)
+    store = Store(args.store)  # a bad store fails here, before any training
     bar = tqdm(total=args.iterations, desc=f"capture {args.workload}", unit="it", file=sys.stderr, disable=None)
 
     def progress(iteration: int, loss: float) -> None:
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
 
-    try:
-        trace = traces.capture(
-            args.workload,
-            args.out,
-            workers=args.workers,
-            iterations=args.iterations,
-            every=args.every,
-            device=args.device,
-            seed=args.seed,
-            width=args.width,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            overwrite=args.force,
-            progress=progress,
-        )
-    finally:
-        bar.close()
-    with Store(args.store) as store:
-        trace_id = store.register_trace(trace.path, trace.manifest)
+    with store:
+        try:
+            trace = traces.capture(
+                args.workload,
+                args.out,
+                workers=args.workers,
+                iterations=args.iterations,
+                every=args.every,
+                device=args.device,
+                seed=args.seed,
+                width=args.width,
+                batch_size=args.batch_size,
+                lr=args.lr,
+                overwrite=args.force,
+                progress=progress,
+            )
+        finally:
+            bar.close()
+        try:
+            trace_id = store.register_trace(trace.path, trace.manifest)
+        except StoreError as exc:
+            raise StoreError(f"trace {trace.path} is complete but not registered: {exc}; then "
+                             f"`sidco replay {trace.path} --store {args.store}` registers it") from None
     timings = trace.timings
     summary = {
         "trace_id": trace_id,

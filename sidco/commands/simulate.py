@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import simulator
+from compressors.device import resolve as resolve_device
 from sidco.commands import add_store_argument
 from results.store import Store
 from simulator.profile import density_key
@@ -118,6 +119,7 @@ def scenario_options(args: argparse.Namespace, workload: simulator.Workload) -> 
 
 def load_source(args: argparse.Namespace) -> tuple[simulator.Workload, Any, dict[str, Any]]:
     """The workload, the opened trace (or None) and a JSON description of the source."""
+    resolve_device(args.profile_device)
     if args.trace:
         import traces
 
