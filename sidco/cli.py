@@ -3,7 +3,8 @@
 Each subcommand lives in its own module under :mod:`sidco.commands` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func(args) -> int``.
 Bad input anywhere (``ValueError``, ``OSError``) ends in a one-line error and
-exit code 2; set ``SIDCO_DEBUG=1`` to see the traceback instead.
+exit code 2; set ``SIDCO_DEBUG=1`` to see the traceback instead. SIGTERM unwinds the
+command (its ``finally`` blocks clean up) and ends in one line and exit code 143.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 
 from sidco import __version__
 
@@ -51,6 +54,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """Raised in the main thread when SIGTERM arrives, so ``finally`` blocks clean up."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated(f"received signal {signum}")
+
+
+def _catch_sigterm() -> object | None:
+    """Turn SIGTERM into :class:`Terminated` (main thread only); return the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def _is_termination(exc: BaseException) -> bool:
+    """SIGTERM as raised by this module or by an active emulated network."""
+    network = sys.modules.get("emulation.network")
+    return isinstance(exc, Terminated) or (network is not None and isinstance(exc, network.Terminated))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``sidco`` console script; returns the exit code."""
     parser = build_parser()
@@ -58,17 +82,27 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    previous = _catch_sigterm()
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("sidco: interrupted", file=sys.stderr)
         return 130
+    except BaseException as exc:
+        if not _is_termination(exc):
+            raise
+        print(f"sidco {args.command}: terminated by SIGTERM; what was running was stopped and cleaned up",
+              file=sys.stderr)
+        return 128 + signal.SIGTERM
     except (ValueError, OSError) as exc:
         if os.environ.get("SIDCO_DEBUG"):
             raise
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"sidco {args.command}: error: {message}", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

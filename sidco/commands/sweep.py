@@ -12,7 +12,7 @@ import argparse
 import json
 import os
 import sys
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -30,6 +30,7 @@ from sidco.commands.simulate import (
 )
 from results.store import Store
 from simulator.limits import check_jobs
+from simulator.pool import local_pool
 from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid, SweepContext, describe, run_sweep
 from simulator.units import parse_bandwidth, parse_density, parse_duration, parse_list
@@ -101,7 +102,7 @@ def make_executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]
             slots = max(1, sum(client.nthreads().values()))
             yield client.get_executor(pure=False), slots
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with local_pool(jobs) as pool:
             yield pool, jobs
 
 
