@@ -88,18 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("sidco: interrupted", file=sys.stderr)
         return 130
-    except BaseException as exc:
-        if not _is_termination(exc):
-            raise
-        print(f"sidco {args.command}: terminated by SIGTERM; what was running was stopped and cleaned up",
-              file=sys.stderr)
-        return 128 + signal.SIGTERM
     except (ValueError, OSError) as exc:
         if os.environ.get("SIDCO_DEBUG"):
             raise
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"sidco {args.command}: error: {message}", file=sys.stderr)
         return 2
+    except BaseException as exc:
+        if not _is_termination(exc):
+            raise
+        print(f"sidco {args.command}: terminated by SIGTERM; what was running was stopped and cleaned up",
+              file=sys.stderr)
+        return 128 + signal.SIGTERM
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
