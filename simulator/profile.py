@@ -144,6 +144,7 @@ class CompressionProfile:
         results exist. The first call of each compressor is a warm-up and not recorded."""
         import compressors as comp
         from compressors.device import resolve
+        from traces.replay import call_seed
 
         device = str(resolve(device))
         names = [c for c in compressors if c != "none"]
@@ -157,6 +158,7 @@ class CompressionProfile:
                 ef = comp.ErrorFeedback(comp.create(name, density=density))
                 ef.compress(grads[(used[0], 0)].clone(), key="warm-up")
                 for (it, w), grad in grads.items():
+                    ef.compressor.reseed(call_seed(0, name, density, it, w, 0))
                     t0 = _now(device)
                     sparse = ef.compress(grad, key=w)
                     t1 = _now(device)

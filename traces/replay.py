@@ -33,6 +33,7 @@ a bucket of its own). Without ``bucket_bytes`` the whole model is one bucket.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import time
@@ -117,12 +118,15 @@ def replay(
     bucket_bytes: int | None = None,
     skip: frozenset[tuple[str, float]] | set[tuple[str, float]] = frozenset(),
     options: dict[str, dict[str, Any]] | None = None,
+    seed: int = 0,
 ) -> Iterator[dict[str, Any]]:
     """Return an iterator of one row per compressor call (module docstring), combination by combination.
 
     ``skip`` holds ``(compressor, density)`` pairs not to run (already stored).
     ``options`` maps a compressor name to extra keyword options of
-    :func:`compressors.create`. Rows of one combination are consecutive, in
+    :func:`compressors.create`. ``seed``: randomised compressors (dgc, randomk) are reseeded
+    before every call from it and (compressor, density, iteration, worker, bucket)
+    (:func:`call_seed`), so identical replays give identical rows. Rows of one combination are consecutive, in
     (iteration, worker, bucket) order. Arguments are checked before this returns
     (``ValueError``, :class:`traces.TraceError`); the work happens as the iterator is consumed.
     """
@@ -142,8 +146,15 @@ def replay(
     return (
         row
         for name, density in combinations
-        for row in _combination(trace, layout, name, density, dev, error_feedback, options.get(name, {}))
+        for row in _combination(trace, layout, name, density, dev, error_feedback, options.get(name, {}), seed)
     )
+
+
+def call_seed(seed: int, compressor: str, density: float, iteration: int, worker: int, bucket: int) -> int:
+    """The seed of one compressor call of a replay: a 63-bit hash of the replay's ``seed`` and
+    (compressor, density, iteration, worker, bucket), the same in every identical replay."""
+    key = f"{seed}|{compressor}|{density!r}|{iteration}|{worker}|{bucket}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
 
 def _combination(
@@ -154,6 +165,7 @@ def _combination(
     device: torch.device,
     error_feedback: bool,
     options: dict[str, Any],
+    seed: int,
 ) -> Iterator[dict[str, Any]]:
     sync = _synchronizer(device)
     compressor = compressor_lib.create(name, density=density, **options)
@@ -167,6 +179,7 @@ def _combination(
             flat = trace.gradient(iteration, worker).to(device)
             for index, parts in enumerate(layout):
                 grad = _gather(flat, parts).contiguous()
+                compressor.reseed(call_seed(seed, name, density, iteration, worker, index))
                 sync()
                 start = time.perf_counter()
                 if memory is not None:
@@ -208,4 +221,4 @@ def _combination(
                 }
 
 
-__all__ = ["COLUMNS", "buckets", "calls_per_combination", "replay"]
+__all__ = ["COLUMNS", "buckets", "call_seed", "calls_per_combination", "replay"]

@@ -106,21 +106,20 @@ def make_executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]
             yield pool, jobs
 
 
-def _profile(store: Store, sweep_id: int, created: bool, trace: Any, grid: Grid, device: str):
-    """The sweep's compression profile: measured/loaded once, kept in the store's meta table
-    so a resumed sweep uses exactly the same costs."""
+def _profile(store: Store, sweep_id: int, trace: Any, grid: Grid, device: str):
+    """The sweep's compression profile, pinned once in the store's meta table: a resumed sweep,
+    or a concurrent run of the same configuration, uses exactly the costs stored first."""
     key = PROFILE_META.format(sweep_id)
-    if not created:
-        row = store.query("SELECT value FROM meta WHERE key=?", (key,))
-        if row:
-            text = row[0]["value"]
-            return None if text == "null" else simulator.CompressionProfile.from_json(text)
-    pairs = [(c, d) for c in grid.compressors if c != "none" for d in grid.densities]
-    profile = build_profile(store, trace, pairs, device)
-    with store.transaction() as cur:
-        cur.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
-                    (key, "null" if profile is None else profile.to_json()))
-    return profile
+    row = store.query("SELECT value FROM meta WHERE key=?", (key,))
+    if not row:
+        pairs = [(c, d) for c in grid.compressors if c != "none" for d in grid.densities]
+        profile = build_profile(store, trace, pairs, device)
+        with store.transaction() as cur:
+            cur.execute("INSERT OR IGNORE INTO meta(key, value) VALUES(?, ?)",
+                        (key, "null" if profile is None else profile.to_json()))
+            row = cur.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchall()
+    text = row[0]["value"]
+    return None if text == "null" else simulator.CompressionProfile.from_json(text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -140,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         config = describe(context, grid, source)
         trace_id = store.register_trace(os.fspath(trace), trace.manifest) if trace is not None else None
         sweep_id, created = store.get_or_create("sweeps", config, trace_id=trace_id, total=len(grid))
-        profile = _profile(store, sweep_id, created, trace, grid, args.profile_device)
+        profile = _profile(store, sweep_id, trace, grid, args.profile_device)
         context = SweepContext(workload, profile, args.fidelity, calibration, options)
         for point in grid.points():
             context.scenario(point)
