@@ -245,6 +245,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.compressor not in compressors.names():
         raise ValueError(f"unknown compressor {args.compressor!r}; choose from {', '.join(compressors.names())}")
+    if args.timeline:
+        simulator.check_output_path(args.timeline)
     workload, trace, _ = load_source(args)
     options = scenario_options(args, workload)
     with Store(args.store) as store:
