@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 
@@ -29,3 +31,18 @@ def resolve(name: str | torch.device) -> torch.device:
     if device.index is not None and device.index >= count:
         raise ValueError(f"device {text!r} does not exist: this machine has cuda:0 … cuda:{count - 1}")
     return device
+
+
+def available_memory(device: str | torch.device) -> int:
+    """Bytes free for new tensors on ``device``: the GPU's free memory, or the host's available RAM."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

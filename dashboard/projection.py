@@ -211,6 +211,8 @@ def parse_controls(
     parsed_source = Source.parse(source)
     if not compressors:
         raise ProjectionError("choose at least one compressor")
+    if not isinstance(compressors, (list, tuple)) or not all(isinstance(c, str) for c in compressors):
+        raise ProjectionError(f"compressors must be a list of names, got {compressors!r:.60}")
     known = set(compressor_names())
     unknown = [c for c in compressors if c not in known]
     if unknown:
@@ -223,7 +225,7 @@ def parse_controls(
         raise ProjectionError(f"density must be in (0, 1], got {density_value:g}")
     try:
         nodes_value = int(nodes)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ProjectionError(f"nodes must be a whole number ≥ 1, got {nodes!r}") from None
     if nodes_value < 1 or nodes_value != float(nodes):
         raise ProjectionError(f"nodes must be a whole number ≥ 1, got {nodes!r}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import json
 import sqlite3
+import stat
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -159,6 +160,23 @@ def config_key(config: Mapping[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _check_header(path: Path) -> None:
+    """Refuse an existing non-empty file that is not SQLite before SQLite may write to it (it
+    would take a file shorter than its header for an empty database and overwrite it)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or device: never opened (it could block)
+            raise sqlite3.DatabaseError("file is not a database")
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return
+    if head and head != SQLITE_MAGIC:
+        raise sqlite3.DatabaseError("file is not a database")
+
+
 class Store:
     """A results store backed by one SQLite file at ``path`` (created if missing)."""
 
@@ -169,6 +187,7 @@ class Store:
             with guard(self.path):
                 if self.path.is_dir():
                     raise IsADirectoryError(errno.EISDIR, "is a directory", str(self.path))
+                _check_header(self.path)
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
                 self.conn.row_factory = sqlite3.Row

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+from typing import NoReturn
 
 from sidco import __version__
 
@@ -30,9 +31,23 @@ COMMANDS = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``sidco CMD: error: …``) and exit code 2,
+    and which never accepts abbreviated options (``allow_abbrev=False``); subcommand parsers
+    are of the same class."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        text = " ".join(str(message).split())
+        self.exit(2, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the top-level parser with every available subcommand registered."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="sidco",
         description=(
             "Gradient-compression testbed built around SIDCo: capture gradient traces, "

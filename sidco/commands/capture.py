@@ -12,6 +12,7 @@ from tqdm import tqdm
 import traces
 from sidco.commands import add_store_argument
 from results import Store, StoreError
+from traces.capture import check_request
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise ValueError(f"invalid --threads {args.threads}: must be >= 1")
         torch.set_num_threads(args.threads)
+    check_request(
+        args.workload, workers=args.workers, iterations=args.iterations, every=args.every, device=args.device,
+        width=args.width, batch_size=args.batch_size, lr=args.lr,
+    )
     store = Store(args.store)  # a bad store fails here, before any training
     bar = tqdm(total=args.iterations, desc=f"capture {args.workload}", unit="it", file=sys.stderr, disable=None)
 

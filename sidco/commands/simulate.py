@@ -239,6 +239,8 @@ def run(args: argparse.Namespace) -> int:
     nodes = positive_int(args.nodes, "--nodes")
     bandwidth = parse_bandwidth(args.bandwidth)
     latency = parse_duration(args.latency)
+    if args.density is not None and not 0 < args.density <= 1:
+        raise ValueError(f"invalid --density {args.density}: must be in (0, 1]")
     if args.compressor != "none" and args.density is None:
         raise ValueError(f"--density is needed with --compressor {args.compressor}")
     import compressors
@@ -249,6 +251,8 @@ def run(args: argparse.Namespace) -> int:
         simulator.check_output_path(args.timeline)
     workload, trace, _ = load_source(args)
     options = scenario_options(args, workload)
+    # the cluster and its limits are checked before the store is opened (or created)
+    simulator.Scenario(workload, nodes, bandwidth, latency, topology=args.topology, fidelity=args.fidelity, **options)
     with Store(args.store) as store:
         calibration = load_calibration(store, args.calibration)
         profile = build_profile(store, trace, [(args.compressor, args.density)], args.profile_device)

@@ -133,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--chunk-size {chunk_size} is too large (at most {MAX_CHUNK_SIZE:,} scenarios per task)")
     workload, trace, source = load_source(args)
     options = scenario_options(args, workload)
+    unprofiled = SweepContext(workload, None, args.fidelity, None, options)
+    for point in grid.points():  # clusters and limits checked before the store is opened (or created)
+        unprofiled.scenario({**point, "compressor": "none", "density": None})
     with Store(args.store) as store:
         calibration = load_calibration(store, args.calibration)
         context = SweepContext(workload, None, args.fidelity, calibration, options)
