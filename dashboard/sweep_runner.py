@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import simulator
+from simulator.limits import check_scenario
 from simulator.sweep import Grid, SweepContext, describe, run_sweep
 from simulator.units import parse_bandwidth, parse_density, parse_duration, parse_list
 
@@ -91,6 +92,9 @@ def open_sweep(store: Store, spec: SweepSpec) -> tuple[int, SweepContext]:
     description, trace_id = _source_description(store, source)
     workload = projection.workload(store, source)
     context = SweepContext(workload, None, spec.fidelity)
+    for point in spec.grid.points():  # the simulator's limits, checked before the sweep row is written
+        check_scenario(context.scenario({**point, "compressor": "none", "density": None}),
+                       message_budget=projection.PAGE_MESSAGE_BUDGET)
     sweep_id, _ = store.get_or_create("sweeps", describe(context, spec.grid, description), trace_id=trace_id,
                                       total=len(spec.grid))
     return sweep_id, SweepContext(workload, _profile(store, source, spec.grid), spec.fidelity)

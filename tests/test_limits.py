@@ -161,3 +161,16 @@ def test_dashboard_refuses_and_stays_fast(tmp_path):
         with pytest.raises(projection.ProjectionError, match="limit 5e\\+07"):
             projection.project(store, controls, "des")
         assert projection.project(store, controls, "analytic")[0]["iteration_s"] > 0
+
+
+def test_dashboard_sweep_form_refuses_beyond_the_limits_before_writing(tmp_path):
+    from dashboard import sweep_runner
+    from results.store import Store
+
+    spec = sweep_runner.parse_spec("layout:resnet50", ["topk"], "0.01", "4,100000000", "10Gbit", "50us", "ring")
+    path = tmp_path / "r.sqlite"
+    Store(path).close()
+    with pytest.raises(ValueError, match="at most"):
+        sweep_runner.run(path, spec)
+    with Store(path) as store:
+        assert store.query("SELECT COUNT(*) FROM sweeps")[0][0] == 0
