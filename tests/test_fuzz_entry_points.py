@@ -155,7 +155,7 @@ def test_cli_bad_values_are_one_line_exit_2_and_write_nothing(command, trace_dir
     option = data.draw(st.sampled_from(sorted(options)), label="option")
     value = data.draw(JUNK, label="value")
     if option == "--timeline":
-        value = f"missing-dir/{value}"
+        value = f"missing-dir/{value}.json"
     assume(not _valid(options[option], value))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
