@@ -35,7 +35,8 @@ DES_BYTES_PER_WORKER = 8 * 1024
 """A SimPy process, its generator and events, per worker (bytes)."""
 
 JOB_BYTES = 300 * 2**20
-"""Resident memory of one local sweep worker process (Python + torch + numpy), bytes."""
+"""Resident memory of one worker process (a sweep's local worker or an emulated rank: Python +
+torch + numpy), bytes."""
 
 
 def _log2_floor(p: int) -> int:
@@ -123,7 +124,8 @@ def check_scenario(sc: Scenario, *, memory_budget_bytes: int = MEMORY_BUDGET_BYT
 
 
 def max_jobs() -> int:
-    """The most local worker processes a sweep may start: 4 per core, and what memory allows."""
+    """The most worker processes (sweep jobs, emulated ranks) to start here: 4 per core, and what
+    memory allows."""
     cores = os.cpu_count() or 1
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -174,3 +174,11 @@ def test_dashboard_sweep_form_refuses_beyond_the_limits_before_writing(tmp_path)
         sweep_runner.run(path, spec)
     with Store(path) as store:
         assert store.query("SELECT COUNT(*) FROM sweeps")[0][0] == 0
+
+
+def test_emulated_workers_are_bounded(tmp_path, capsys):
+    store = tmp_path / "r.sqlite"
+    assert main(["emulate", "--no-shaping", "--workers", f"2,{limits.max_jobs() + 1}", "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "emulated workers fit" in err
+    assert not store.exists()

@@ -14,6 +14,7 @@ from tqdm import tqdm
 from emulation.alphabeta import OPS
 from emulation.collectives import measure_collectives
 from emulation.network import remove_stale, require_emulation
+from simulator.limits import JOB_BYTES, max_jobs
 from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
 from sidco.commands import add_store_argument
 from results.store import Store
@@ -89,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"removed {len(removed)} stale namespace(s){': ' + ', '.join(removed) if removed else ''}")
         return 0
     workers = _positive_int_list(args.workers, "worker count", 2)
+    most = max_jobs()
+    if max(workers) > most:
+        raise ValueError(f"--workers {max(workers)}: at most {most} emulated workers fit on this machine "
+                         f"(one process each, 4 per core, ~{JOB_BYTES // 2**20} MiB each)")
     bandwidths: list[float | None] = [None] if args.no_shaping else parse_list(args.bandwidth, parse_bandwidth)
     if not args.no_shaping:
         require_emulation()
