@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 import compressors
+from compressors.device import available_memory, resolve as resolve_device
 from compressors.identity import device_identity
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
@@ -89,12 +90,12 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
     unknown = [n for n in names if n not in compressors.names()]
     if unknown:
         raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
-    try:
-        dev = torch.device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"bad device {device!r}: {exc}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    dev = resolve_device(device)
+    need = 4 * size * torch.empty(0, dtype=DTYPES[dtype]).element_size()
+    free = available_memory(dev)
+    if need > free:
+        raise ValueError(f"size {size:,} elements needs ~{need / 2**30:,.1f} GiB (the vector and 3 work copies), "
+                         f"{dev} has {free / 2**30:,.1f} GiB free; lower --size")
     if threads is not None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")

@@ -22,6 +22,10 @@ from simulator.units import parse_bandwidth, parse_duration
 
 from dashboard import data
 
+PAGE_MESSAGE_BUDGET = 50_000_000
+"""Link-level messages one page request may simulate (a few seconds on one core); the
+command line allows :data:`simulator.limits.MESSAGE_BUDGET`."""
+
 RESULT_KEYS = ("iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s",
                "speedup")
 
@@ -115,6 +119,8 @@ def parse_controls(
     parsed_source = Source.parse(source)
     if not compressors:
         raise ProjectionError("choose at least one compressor")
+    if not isinstance(compressors, (list, tuple)) or not all(isinstance(c, str) for c in compressors):
+        raise ProjectionError(f"compressors must be a list of names, got {compressors!r:.60}")
     try:
         pipeline_project.check_compressors(compressors)
     except ValueError as exc:
@@ -127,7 +133,7 @@ def parse_controls(
         raise ProjectionError(f"density must be in (0, 1], got {density_value:g}")
     try:
         nodes_value = int(nodes)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ProjectionError(f"nodes must be a whole number ≥ 1, got {nodes!r}") from None
     if nodes_value < 1 or nodes_value != float(nodes):
         raise ProjectionError(f"nodes must be a whole number ≥ 1, got {nodes!r}")
@@ -150,7 +156,8 @@ def _run(store: Store, controls: Controls, compressors: list[str], fidelity: str
     source = controls.source.resolve(store)
     try:
         return pipeline_project.project(store, source, cluster, compressors, controls.density, device=controls.device,
-                                        calibrated=controls.calibrated, timeline=timeline)
+                                        calibrated=controls.calibrated, timeline=timeline,
+                                        message_budget=PAGE_MESSAGE_BUDGET)
     except (ValueError, KeyError, OSError) as exc:
         raise ProjectionError(_first_line(exc)) from exc
 

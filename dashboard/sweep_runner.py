@@ -77,7 +77,8 @@ def run(store_path: str | Path, spec: SweepSpec, progress: ProgressFn | None = N
 
         with ThreadPoolExecutor(max_workers=1) as executor:
             done = pipeline.sweep.run(store, source, spec.grid, executor, fidelity=spec.fidelity, origin="dashboard",
-                                      chunk_size=chunk_size, in_flight=1, started=on_start, progress=progress)
+                                      chunk_size=chunk_size, in_flight=1, started=on_start, progress=progress,
+                                      message_budget=projection.PAGE_MESSAGE_BUDGET)
         return done.sweep_id
     finally:
         store.close()

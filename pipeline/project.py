@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import simulator
+from simulator.limits import MESSAGE_BUDGET, check_scenario
 import traces
 from pipeline.costs import compression_profile
 from results.store import Store
@@ -137,14 +138,18 @@ def scenarios(store: Store, source: Source, cluster: Cluster, compressors: Seque
 
 def project(store: Store, source: Source, cluster: Cluster, compressors: Sequence[str], density: float | None,
             *, device: str = "cpu", profile_file: str | Path | None = None, calibrated: bool = False,
-            calibration_required: bool = False, timeline: bool = False) -> list[dict[str, Any]]:
+            calibration_required: bool = False, timeline: bool = False,
+            message_budget: int = MESSAGE_BUDGET) -> list[dict[str, Any]]:
     """Simulate one iteration per compressor: the :func:`simulator.simulate` result (seconds,
     bytes, samples/s, speed-up over ``none``) plus ``compressor`` and ``cost_source`` (where
-    its compression costs came from; ``None`` for ``none``)."""
+    its compression costs came from; ``None`` for ``none``). ``message_budget``: the most
+    link-level messages one scenario may take (:func:`simulator.limits.check_scenario`; a
+    dashboard request passes a smaller one than the command line)."""
     results = []
     for scenario in scenarios(store, source, cluster, compressors, density, device=device,
                               profile_file=profile_file, calibrated=calibrated,
                               calibration_required=calibration_required, timeline=timeline):
+        check_scenario(scenario, message_budget=message_budget)
         result = simulator.simulate(scenario)
         cost = None if scenario.profile is None else scenario.profile.cost(scenario.compressor, scenario.density)
         results.append({**result, "compressor": scenario.compressor,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import simulator
+from simulator.limits import MESSAGE_BUDGET, check_scenario
 from pipeline.costs import compression_profile
 from pipeline.project import Source, calibration, check_compressors, workload
 from results.store import Store
@@ -72,27 +73,29 @@ def description(source: Source, origin: str | None = None) -> dict[str, Any]:
     return out
 
 
-def _profile(store: Store, sweep_id: int, created: bool, source: Source, grid: Grid, device: str,
+def _profile(store: Store, sweep_id: int, source: Source, grid: Grid, device: str,
              profile_file: str | Path | None) -> simulator.CompressionProfile | None:
+    """The sweep's compression profile, pinned once in the store: a resumed sweep, or a
+    concurrent run of the same configuration, uses exactly the costs stored first."""
     key = PROFILE_META.format(sweep_id)
-    if not created:
-        text = store.get_meta(key)
-        if text is not None:
-            return None if text == "null" else simulator.CompressionProfile.from_json(text)
-    pairs = [(c, d) for c in grid.compressors if c != "none" for d in grid.densities]
-    profile = (compression_profile(store, trace_id=source.trace_id, device=device, pairs=pairs,
-                                   profile_file=profile_file) if pairs else None)
-    store.set_meta(key, "null" if profile is None else profile.to_json())
-    return profile
+    text = store.get_meta(key)
+    if text is None:
+        pairs = [(c, d) for c in grid.compressors if c != "none" for d in grid.densities]
+        profile = (compression_profile(store, trace_id=source.trace_id, device=device, pairs=pairs,
+                                       profile_file=profile_file) if pairs else None)
+        text = store.pin_meta(key, "null" if profile is None else profile.to_json())
+    return None if text == "null" else simulator.CompressionProfile.from_json(text)
 
 
 def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelity: str = "analytic",
         options: Mapping[str, Any] | None = None, calibrated: bool = False, device: str = "cpu",
         profile_file: str | Path | None = None, origin: str | None = None, chunk_size: int = 200,
         in_flight: int = 2, started: Callable[[int, int], None] | None = None,
-        progress: Callable[[int, int], None] | None = None) -> SweepRun:
+        progress: Callable[[int, int], None] | None = None, message_budget: int = MESSAGE_BUDGET) -> SweepRun:
     """Run (or resume) the sweep of ``grid`` on ``source``; scenarios are simulated on
     ``executor`` in chunks of ``chunk_size`` with at most ``in_flight`` chunks pending.
+    Every point is checked against the simulator's limits (``message_budget`` link-level
+    messages, :func:`simulator.limits.check_scenario`) before the sweep row is written.
 
     ``started(sweep_id, already_stored)`` once the sweep row exists; ``progress(stored, total)``
     after each chunk lands. ``calibrated`` requires a calibration in the store.
@@ -103,9 +106,15 @@ def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelit
     described = description(source, origin)
     if device != "cpu" or profile_file is not None:  # cpu replays were the only costs before devices
         described["costs"] = {"device": device, "profile_file": None if profile_file is None else str(profile_file)}
-    config = describe(SweepContext(wl, None, fidelity, constants, options), grid, described)
+    probe = SweepContext(wl, None, fidelity, constants, options)
+    largest = max(grid.nodes)
+    for point in grid.points():  # the limits grow with the node count: the largest clusters decide
+        if point["nodes"] == largest:
+            check_scenario(probe.scenario({**point, "compressor": "none", "density": None}),
+                           message_budget=message_budget)
+    config = describe(probe, grid, described)
     sweep_id, created = store.get_or_create("sweeps", config, trace_id=source.trace_id, total=len(grid))
-    profile = _profile(store, sweep_id, created, source, grid, device, profile_file)
+    profile = _profile(store, sweep_id, source, grid, device, profile_file)
     context = SweepContext(wl, profile, fidelity, constants, options)
     for point in grid.points():  # every scenario checked before anything is simulated
         context.scenario(point)

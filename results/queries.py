@@ -15,6 +15,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from results.errors import guard
+
 REPLAY_ROW_COLUMNS = (
     "compressor", "density", "error_feedback", "iteration", "worker", "bucket", "numel", "selected",
     "achieved_density", "achieved_over_target", "threshold", "stages", "compress_s", "decompress_s",
@@ -50,20 +52,37 @@ class Queries:
     """Named reads and writes of the store's tables (mixed into :class:`results.store.Store`)."""
 
     conn: sqlite3.Connection
+    path: Path
     transaction: Callable[[], AbstractContextManager[sqlite3.Cursor]]  # Store's
 
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Every row of a read; SQLite and OS errors become one-line :class:`StoreError` s."""
+        with guard(self.path):
+            return self.conn.execute(sql, params).fetchall()
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
+        rows = self._rows(sql, params)
+        return rows[0] if rows else None
+
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        return _dicts(self.conn.execute(sql, params).fetchall())
+        return _dicts(self._rows(sql, params))
 
     def _count(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return int(self.conn.execute(sql, params).fetchone()[0])
+        return int(self._rows(sql, params)[0][0])
 
     # -- meta ---------------------------------------------------------------------------------
 
     def get_meta(self, key: str) -> str | None:
         """The text stored under ``key`` in the ``meta`` table, or ``None``."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        row = self._one("SELECT value FROM meta WHERE key=?", (key,))
         return None if row is None else str(row[0])
+
+    def pin_meta(self, key: str, value: str) -> str:
+        """Store ``value`` under ``key`` unless a value is already there; return the stored one
+        (one transaction: of two concurrent writers, both get the first one's value)."""
+        with self.transaction() as cur:
+            cur.execute("INSERT OR IGNORE INTO meta(key, value) VALUES(?, ?)", (key, value))
+            return str(cur.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()[0])
 
     def set_meta(self, key: str, value: str) -> None:
         """Store ``value`` under ``key`` in the ``meta`` table (replacing any old value)."""
@@ -139,7 +158,7 @@ class Queries:
 
     def traces(self) -> list[dict[str, Any]]:
         """All registered traces (every column), newest first."""
-        return [dict(r) for r in self.conn.execute("SELECT * FROM traces ORDER BY created DESC, id DESC")]
+        return [dict(r) for r in self._rows("SELECT * FROM traces ORDER BY created DESC, id DESC")]
 
     def trace_list(self) -> list[dict[str, Any]]:
         """Registered traces (id, path, workload, workers, iterations, numel), newest first."""
@@ -157,7 +176,7 @@ class Queries:
 
     def trace_id_for_path(self, resolved_path: str) -> int | None:
         """The id of the trace registered at ``resolved_path`` (absolute), or ``None``."""
-        row = self.conn.execute("SELECT id FROM traces WHERE path=?", (resolved_path,)).fetchone()
+        row = self._one("SELECT id FROM traces WHERE path=?", (resolved_path,))
         return None if row is None else int(row[0])
 
     # -- replays ------------------------------------------------------------------------------
@@ -205,10 +224,10 @@ class Queries:
 
     def complete_combinations(self, replay_id: int, error_feedback: bool, calls: int) -> set[tuple[str, float]]:
         """The (compressor, density) pairs of a replay that hold all ``calls`` rows."""
-        rows = self.conn.execute(
+        rows = self._rows(
             "SELECT compressor, density, COUNT(*) FROM replay_rows WHERE replay_id=? AND error_feedback=?"
             " GROUP BY compressor, density", (replay_id, int(error_feedback)),
-        ).fetchall()
+        )
         return {(r[0], float(r[1])) for r in rows if r[2] == calls}
 
     def replay_summary(self, replay_id: int, compressor: str, density: float,
@@ -247,8 +266,8 @@ class Queries:
 
     def replay_iterations(self, replay_id: int) -> list[int]:
         """Recorded iteration numbers present in a replay."""
-        rows = self.conn.execute("SELECT DISTINCT iteration FROM replay_rows WHERE replay_id=? ORDER BY iteration",
-                                 (int(replay_id),)).fetchall()
+        rows = self._rows("SELECT DISTINCT iteration FROM replay_rows WHERE replay_id=? ORDER BY iteration",
+                          (int(replay_id),))
         return [int(r[0]) for r in rows]
 
     def quality_by_iteration(self, replay_id: int) -> list[dict[str, Any]]:
@@ -320,8 +339,8 @@ class Queries:
         """Which of ``keys`` a sweep already holds."""
         if not keys:
             return set()
-        rows = self.conn.execute(f"SELECT scenario_key FROM scenarios WHERE sweep_id=? AND scenario_key IN"
-                                 f" ({_marks(keys)})", (int(sweep_id), *keys)).fetchall()
+        rows = self._rows(f"SELECT scenario_key FROM scenarios WHERE sweep_id=? AND scenario_key IN"
+                          f" ({_marks(keys)})", (int(sweep_id), *keys))
         return {r[0] for r in rows}
 
     def add_scenarios(self, sweep_id: int, rows: Iterable[Mapping[str, Any]]) -> int:
@@ -330,11 +349,11 @@ class Queries:
 
     def sweep_axes(self, sweep_id: int) -> dict[str, list]:
         """The distinct values of each sweep dimension, in two scans."""
-        grid = self.conn.execute(
+        grid = self._rows(
             "SELECT nodes, bandwidth_bps, latency_s, topology, fidelity FROM scenarios WHERE sweep_id=?"
-            " GROUP BY nodes, bandwidth_bps, latency_s, topology, fidelity", (int(sweep_id),)).fetchall()
-        configs = self.conn.execute("SELECT DISTINCT compressor, density FROM scenarios WHERE sweep_id=?",
-                                    (int(sweep_id),)).fetchall()
+            " GROUP BY nodes, bandwidth_bps, latency_s, topology, fidelity", (int(sweep_id),))
+        configs = self._rows("SELECT DISTINCT compressor, density FROM scenarios WHERE sweep_id=?",
+                             (int(sweep_id),))
         out: dict[str, list] = {
             "compressor": sorted({r[0] for r in configs}),
             "density": sorted({r[1] for r in configs if r[1] is not None}),
@@ -470,8 +489,8 @@ class Queries:
 
     def best_accuracy(self, convergence_id: int) -> float | None:
         """The best held-out accuracy (fraction) any pair of a convergence run reached, or ``None``."""
-        row = self.conn.execute("SELECT MAX(accuracy) FROM convergence_rows WHERE convergence_id=?",
-                                (int(convergence_id),)).fetchone()
+        row = self._one("SELECT MAX(accuracy) FROM convergence_rows WHERE convergence_id=?",
+                        (int(convergence_id),))
         return None if row is None or row[0] is None else float(row[0])
 
     def write_convergence(self, convergence_id: int, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -33,15 +33,18 @@ all of a batch or none of it.
 
 from __future__ import annotations
 
+import errno
 import sqlite3
+import stat
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from results.errors import StoreError, guard
 from results.queries import Queries, config_key
 
-__all__ = ["DEFAULT_PATH", "MIGRATIONS", "SCHEMA_VERSION", "Store", "config_key"]
+__all__ = ["DEFAULT_PATH", "MIGRATIONS", "SCHEMA_VERSION", "Store", "StoreError", "config_key"]
 
 DEFAULT_PATH = Path("runs/results.sqlite")
 
@@ -218,6 +221,23 @@ MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _check_header(path: Path) -> None:
+    """Refuse an existing non-empty file that is not SQLite before SQLite may write to it (it
+    would take a file shorter than its header for an empty database and overwrite it)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or device: never opened (it could block)
+            raise sqlite3.DatabaseError("file is not a database")
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return
+    if head and head != SQLITE_MAGIC:
+        raise sqlite3.DatabaseError("file is not a database")
+
+
 def _schema_version(cur: sqlite3.Cursor) -> int:
     """The schema version recorded in the file (0 for a file without a ``meta`` table)."""
     has_meta = cur.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
@@ -233,13 +253,23 @@ class Store(Queries):
 
     def __init__(self, path: str | Path = DEFAULT_PATH, *, timeout_s: float = 30.0):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
-        self.conn.row_factory = sqlite3.Row
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute("PRAGMA foreign_keys=ON")
-        self._migrate()
+        self.conn: sqlite3.Connection | None = None
+        try:
+            with guard(self.path):
+                if self.path.is_dir():
+                    raise IsADirectoryError(errno.EISDIR, "is a directory", str(self.path))
+                _check_header(self.path)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
+                self.conn.row_factory = sqlite3.Row
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.execute("PRAGMA synchronous=NORMAL")
+                self.conn.execute("PRAGMA foreign_keys=ON")
+                self._migrate()
+        except BaseException:
+            if self.conn is not None:
+                self.conn.close()
+            raise
 
     def _migrate(self) -> None:
         """Bring the file up to :data:`SCHEMA_VERSION`, all missing steps in one transaction."""
@@ -262,22 +292,28 @@ class Store(Queries):
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Cursor]:
-        """Run the body in one ``BEGIN IMMEDIATE`` transaction; roll back on any error."""
-        cur = self.conn.cursor()
-        cur.execute("BEGIN IMMEDIATE")
-        try:
-            yield cur
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
-        else:
-            cur.execute("COMMIT")
-        finally:
-            cur.close()
+        """Run the body in one ``BEGIN IMMEDIATE`` transaction; roll back on any error.
+
+        SQLite and OS errors (full disk, read-only or damaged file) become one-line
+        :class:`~results.errors.StoreError`; what earlier transactions committed stays."""
+        with guard(self.path):
+            cur = self.conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+                cur.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        cur.execute("ROLLBACK")
+                raise
+            finally:
+                cur.close()
 
     def close(self) -> None:
         """Close the connection."""
-        self.conn.close()
+        if self.conn is not None:
+            self.conn.close()
 
     def __enter__(self) -> Store:
         return self
@@ -288,4 +324,5 @@ class Store(Queries):
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Run an ad-hoc read-only query and return all rows (for inspection and tests; the
         testbed itself reads through the named queries of :class:`results.queries.Queries`)."""
-        return self.conn.execute(sql, params).fetchall()
+        with guard(self.path):
+            return self.conn.execute(sql, params).fetchall()

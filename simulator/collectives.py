@@ -35,6 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from simulator import plans
+from simulator.limits import check_collective
 from simulator.links import Fabric, Level
 
 OPS = ("allreduce", "reduce_scatter", "allgather", "ps")
@@ -229,12 +230,14 @@ def collective_time(
     m = None if sizes is None else np.asarray(sizes, dtype=float)
     if m is not None and len(m) != nodes:
         raise ValueError(f"sizes must give one size per rank ({nodes}), got {len(m)}")
+    ranks = nodes * gpus + (servers if algorithm == "dedicated" else 0)
+    check_collective(ranks, 0 if fidelity == "des" or padded else nodes)
     if fidelity == "analytic":
         return analytic_time(op, nbytes, nodes, B, latency_s, algorithm, sizes=m, padded=padded,
                              gpus=gpus, intra=intra, servers=servers)
     sparse = op == "allgather" or (op == "ps" and m is not None)
     plan = plan_for(op, nodes, algorithm, sparse=sparse, gpus=gpus, servers=servers)
-    ranks = nodes * gpus + (servers if algorithm == "dedicated" else 0)
+    check_collective(ranks, len(plan))
     fabric = Fabric(ranks, Level(B, latency_s), gpus=gpus, intra=intra)
     if op == "allgather" and m is None:
         m = np.full(nodes, float(nbytes))

@@ -9,6 +9,7 @@ from typing import Any
 
 from compressors.wire import ALLGATHER, collective
 from simulator.calibration import Calibration
+from simulator.limits import check_scenario
 from simulator.profile import CompressionProfile
 from simulator.workload import (
     BUCKET_MODES,
@@ -110,6 +111,7 @@ class Scenario:
             if self.profile is None:
                 raise ValueError(f"compressor {self.compressor} needs a compression profile (replay results)")
             self.profile.cost(self.compressor, self.density)
+        check_scenario(self)
 
     @property
     def workers(self) -> int:

@@ -133,4 +133,4 @@ def test_training_end_to_end_two_bandwidths(tmp_path, capsys):
         assert store.query("SELECT status FROM emulations")[0]["status"] == "done"
         assert len(store.query("SELECT * FROM validation WHERE calibrated = 0")) == 4
         assert len(store.traces()) == 4
-    assert leftovers() == []
+    assert leftovers(f"sidco-{os.getpid()}-") == []  # other sessions may be emulating meanwhile

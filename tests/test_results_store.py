@@ -6,6 +6,7 @@ import sqlite3
 
 import pytest
 
+from results.errors import StoreError
 from results.store import SCHEMA_VERSION, Store
 
 # The schema as version 1 wrote it (frozen here: it is the format of files already on disk).
@@ -118,7 +119,7 @@ def test_failed_upgrade_leaves_the_file_as_it_was(tmp_path):
     with sqlite3.connect(path) as raw:  # a table v2 wants to create already exists: the upgrade fails
         raw.execute("CREATE TABLE convergences (x INTEGER)")
     raw.close()
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(StoreError, match="convergences already exists"):
         Store(path)
     with sqlite3.connect(path) as raw:
         assert raw.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "1"

@@ -43,6 +43,7 @@ it holds at least its cap in bytes of float32 gradient: ``first_bucket_bytes`` f
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import time
@@ -53,6 +54,7 @@ import torch
 
 import compressors as compressor_lib
 from compressors.ddp_buckets import assign
+from compressors.device import resolve as resolve_device
 from traces.reader import Trace, open_trace
 
 COLUMNS = (
@@ -132,13 +134,6 @@ def _norm(x: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(x, dtype=torch.float64))
 
 
-def _resolve_device(device: str | torch.device) -> torch.device:
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {str(device)!r} requested but CUDA is not available")
-    return resolved
-
-
 def replay(
     trace: Trace | str | os.PathLike[str],
     compressors: Iterable[str],
@@ -149,13 +144,16 @@ def replay(
     first_bucket_bytes: int | None = None,
     skip: frozenset[tuple[str, float]] | set[tuple[str, float]] = frozenset(),
     options: dict[str, dict[str, Any]] | None = None,
+    seed: int = 0,
 ) -> Iterator[dict[str, Any]]:
     """Return an iterator of one row per compressor call (module docstring), combination by combination.
 
     ``bucket_bytes``/``first_bucket_bytes``: DDP bucket caps in bytes (:func:`buckets`).
     ``skip`` holds ``(compressor, density)`` pairs not to run (already stored).
     ``options`` maps a compressor name to extra keyword options of
-    :func:`compressors.create`. Rows of one combination are consecutive, in
+    :func:`compressors.create`. ``seed``: randomised compressors (dgc, randomk) are reseeded
+    before every call from it and (compressor, density, iteration, worker, bucket)
+    (:func:`call_seed`), so identical replays give identical rows. Rows of one combination are consecutive, in
     (iteration, worker, bucket) order. Arguments are checked before this returns
     (``ValueError``, :class:`traces.TraceError`); the work happens as the iterator is consumed.
     """
@@ -166,7 +164,7 @@ def replay(
     for density in targets:
         if not 0 < density <= 1:
             raise ValueError(f"density must be in (0, 1], got {density}")
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     layout = buckets(trace, bucket_bytes, first_bucket_bytes)
     options = options or {}
     combinations = [(n, d) for n in names for d in targets if (n, d) not in skip]
@@ -175,8 +173,15 @@ def replay(
     return (
         row
         for name, density in combinations
-        for row in _combination(trace, layout, name, density, dev, error_feedback, options.get(name, {}))
+        for row in _combination(trace, layout, name, density, dev, error_feedback, options.get(name, {}), seed)
     )
+
+
+def call_seed(seed: int, compressor: str, density: float, iteration: int, worker: int, bucket: int) -> int:
+    """The seed of one compressor call of a replay: a 63-bit hash of the replay's ``seed`` and
+    (compressor, density, iteration, worker, bucket), the same in every identical replay."""
+    key = f"{seed}|{compressor}|{density!r}|{iteration}|{worker}|{bucket}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
 
 def _combination(
@@ -187,6 +192,7 @@ def _combination(
     device: torch.device,
     error_feedback: bool,
     options: dict[str, Any],
+    seed: int,
 ) -> Iterator[dict[str, Any]]:
     sync = _synchronizer(device)
     per_tensor = compressor_lib.message_kind(name) == "lowrank"
@@ -218,6 +224,7 @@ def _combination(
                 compressor, memory = instance(worker, index)
                 call_index = calls.get(id(compressor), 0)
                 calls[id(compressor)] = call_index + 1
+                compressor.reseed(call_seed(seed, name, density, iteration, worker, index))
                 sync()
                 start = time.perf_counter()
                 if memory is not None:
@@ -261,4 +268,4 @@ def _combination(
                 }
 
 
-__all__ = ["COLUMNS", "bucket_shapes", "buckets", "calls_per_combination", "replay"]
+__all__ = ["COLUMNS", "bucket_shapes", "buckets", "call_seed", "calls_per_combination", "replay"]

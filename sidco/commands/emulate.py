@@ -12,8 +12,9 @@ from typing import Any
 from tqdm import tqdm
 
 from emulation.collectives import OPS
-from emulation.network import require_emulation
+from emulation.network import remove_stale, require_emulation
 from pipeline import emulate
+from simulator.limits import JOB_BYTES, max_jobs
 from results.store import Store
 from sidco.commands import add_store_argument
 from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
@@ -54,6 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="per-worker link rates, comma-separated, with units (e.g. 50Mbit,1Gbit; bits/s)")
     parser.add_argument("--no-shaping", action="store_true",
                         help="run on loopback without namespaces or shaping (no root needed)")
+    parser.add_argument("--cleanup", action="store_true",
+                        help="only remove namespaces left by killed runs (sidco-<pid>-… whose process is gone) "
+                             "and exit; every emulation also does this when it starts")
     add_store_argument(parser)
     parser.add_argument("--json", action="store_true", help="print results as JSON on stdout")
     collective = parser.add_argument_group("collective mode")
@@ -80,7 +84,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the chosen mode."""
+    if args.cleanup:
+        require_emulation()
+        removed = remove_stale()
+        print(f"removed {len(removed)} stale namespace(s){': ' + ', '.join(removed) if removed else ''}")
+        return 0
     workers = _positive_int_list(args.workers, "worker count", 2)
+    most = max_jobs()
+    if max(workers) > most:
+        raise ValueError(f"--workers {max(workers)}: at most {most} emulated workers fit on this machine "
+                         f"(one process each, 4 per core, ~{JOB_BYTES // 2**20} MiB each)")
     bandwidths: list[float | None] = [None] if args.no_shaping else parse_list(args.bandwidth, parse_bandwidth)
     if not args.no_shaping:
         require_emulation()

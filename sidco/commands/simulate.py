@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 import simulator
+from compressors.device import resolve as resolve_device
 from pipeline import project as projection
 from results.store import Store
 from sidco.commands import add_store_argument
@@ -115,8 +117,24 @@ def scenario_options(args: argparse.Namespace, workload: simulator.Workload) -> 
     }
 
 
-def parse_source(args: argparse.Namespace, store: Store) -> projection.Source:
+def check_scenario_args(args: argparse.Namespace, nodes: int, bandwidth_bps: float,
+                        latency_s: float) -> dict[str, Any]:
+    """The scenario options, checked with the workload and the cluster against the simulator's
+    limits before any store is opened or created (bad input writes nothing)."""
+    if args.trace:
+        source = projection.Source("trace", str(Path(args.trace).resolve()), None)
+    else:
+        source = parse_source(args, None)
+    workload = projection.workload(source)
+    options = scenario_options(args, workload)
+    simulator.Scenario(workload, nodes, bandwidth_bps, latency_s, topology=args.topology, fidelity=args.fidelity,
+                       **options)
+    return options
+
+
+def parse_source(args: argparse.Namespace, store: Store | None) -> projection.Source:
     """The workload source of ``--trace`` / ``--layout`` (with the layout compute model)."""
+    resolve_device(args.profile_device)
     if args.trace:
         return projection.trace_source(store, path=args.trace)
     try:
@@ -178,12 +196,17 @@ def run(args: argparse.Namespace) -> int:
     nodes = positive_int(args.nodes, "--nodes")
     bandwidth = parse_bandwidth(args.bandwidth)
     latency = parse_duration(args.latency)
+    if args.density is not None and not 0 < args.density <= 1:
+        raise ValueError(f"invalid --density {args.density}: must be in (0, 1]")
     if args.compressor != "none" and args.density is None:
         raise ValueError(f"--density is needed with --compressor {args.compressor}")
     projection.check_compressors([args.compressor])
+    if args.timeline:
+        simulator.check_output_path(args.timeline)
+    options = check_scenario_args(args, nodes, bandwidth, latency)
     with Store(args.store) as store:
         source = parse_source(args, store)
-        options = {**scenario_options(args, projection.workload(source)), "rank": positive_int(args.rank, "--rank")}
+        options = {**options, "rank": positive_int(args.rank, "--rank")}
         cluster = projection.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
         (result,) = projection.project(
             store, source, cluster, [args.compressor], args.density, device=args.profile_device,

@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from contextlib import contextmanager
 from collections.abc import Iterator
 from typing import Any
@@ -25,9 +25,14 @@ from pipeline.tta import label, resolve, sweep_time_to_target, trace_path
 from results.store import Store
 from sidco.commands.tta import add_target_args
 from sidco.commands.simulate import add_scenario_args, add_source_args, parse_source, positive_int, scenario_options
+from simulator.limits import check_jobs
+from simulator.pool import local_pool
 from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid
 from simulator.units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
+
+MAX_CHUNK_SIZE = 100_000
+"""Scenarios per task at most (a chunk's rows are held in memory until they land)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -95,7 +100,7 @@ def make_executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]
             slots = max(1, sum(client.nthreads().values()))
             yield client.get_executor(pure=False), slots
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with local_pool(jobs) as pool:
             yield pool, jobs
 
 
@@ -134,7 +139,11 @@ def run(args: argparse.Namespace) -> int:
     _convergence_source(args)
     grid = parse_grid(args)
     jobs = positive_int(args.jobs, "--jobs")
+    if not args.dask:
+        check_jobs(jobs)
     chunk_size = positive_int(args.chunk_size, "--chunk-size")
+    if chunk_size > MAX_CHUNK_SIZE:
+        raise ValueError(f"--chunk-size {chunk_size} is too large (at most {MAX_CHUNK_SIZE:,} scenarios per task)")
     with Store(args.store) as store:
         source = parse_source(args, store)
         options = scenario_options(args, workload(source))
