@@ -16,7 +16,6 @@ import pytest
 import torch
 
 import compressors
-import compressors.ddp
 import traces
 from convergence import RunConfig, SimulatedWorkers, train
 from results.store import Store
@@ -33,9 +32,8 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def _regression_losses(name: str, steps: int = 200, workers: int = 2, lr: float = 0.05, **options) -> list[float]:
-    """A small teacher-regression problem (1153 parameters: 12 sent per step at δ = 0.01);
-    ``options`` go to the hook (``comm_hook``'s keyword arguments)."""
+def _regression_losses(name: str, steps: int = 200, workers: int = 2, lr: float = 0.05) -> list[float]:
+    """A small teacher-regression problem (1153 parameters: 12 sent per step at δ = 0.01), SGD at ``lr``."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
     teacher = torch.randn(16, generator=torch.Generator().manual_seed(7))
@@ -44,7 +42,7 @@ def _regression_losses(name: str, steps: int = 200, workers: int = 2, lr: float 
         x = torch.randn(64, 16, generator=torch.Generator().manual_seed(100 + w))
         data.append((x, (x @ teacher).unsqueeze(1) / 4))
     params = list(model.parameters())
-    exchange = SimulatedWorkers(params, name, 0.01, workers, **options)
+    exchange = SimulatedWorkers(params, name, 0.01, workers)
     optimizer = torch.optim.SGD(params, lr=lr)
     losses = []
     for _ in range(steps):
