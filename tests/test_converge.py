@@ -95,6 +95,25 @@ def test_exchange_is_the_mean_of_the_decompressed_messages():
     torch.testing.assert_close(param.grad, sum(g for (g,) in grads) / 3)
 
 
+def test_one_simulated_powersgd_worker_is_the_powersgd_compressor_with_error_feedback():
+    """After PyTorch's two plain all-reduce steps, one worker running PowerSGD's hook computes what
+    the ``powersgd`` compressor (same seed and layer shapes) computes through error feedback:
+    same Q draw, grouping of same-shaped layers, uncompressed rest and warm start."""
+    torch.manual_seed(3)
+    shapes = [(20, 30), (20,), (8, 4, 3, 3), (20, 30), (3, 2)]
+    params = [torch.nn.Parameter(torch.zeros(shape)) for shape in shapes]
+    exchange = SimulatedWorkers(params, "powersgd", 1.0, 1, rank=2, seed=4)
+    memory = compressors.ErrorFeedback(compressors.create("powersgd", rank=2, shapes=shapes, seed=4))
+    for step in range(6):
+        grads = [torch.randn(shape) for shape in shapes]
+        exchange.exchange([grads])
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        expected = flat if step < 2 else memory.compressor.decompress(memory.compress(flat))
+        got = torch.cat([p.grad.reshape(-1) for p in params])
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6, msg=lambda m, s=step: f"step {s}: {m}")
+    exchange.close()
+
+
 def test_heldout_samples_are_not_training_samples():
     data = ImageData(seed=0)
     held = torch.cat([x for x, _ in heldout(data, 64, 32)])
