@@ -91,7 +91,9 @@ class SimulatedWorkers:
         """Average ``grads[worker][param]`` through the compressors and set every ``param.grad``.
 
         ``grads`` holds each worker's gradients in parameter order (``None``-free). The
-        step counter advances; after the first step the buckets are rebuilt like DDP's.
+        step counters advance (``steps``, each hook state's ``iteration`` and PowerSGD's ``iter``,
+        as the hook advances them after a step's last bucket); after the first step the buckets
+        are rebuilt like DDP's.
         """
         if len(grads) != self.workers:
             raise ValueError(f"expected gradients of {self.workers} workers, got {len(grads)}")
@@ -104,8 +106,9 @@ class SimulatedWorkers:
                 numel = param.numel()
                 param.grad = total[offset : offset + numel].view_as(param).clone()
                 offset += numel
-        if self.name == "powersgd":
-            for state in self.states:
+        for state in self.states:
+            state.iteration += 1
+            if self.name == "powersgd":
                 state.inner_state.iter += 1
         self.steps += 1
         if self.steps == 1:
