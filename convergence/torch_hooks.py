@@ -59,6 +59,14 @@ def cast_mean(buffers: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tens
     return _rank_sum([buffer.to(dtype).div_(world) for buffer in buffers]).to(buffers[0].dtype)
 
 
+def check_powersgd(state: PowerSGDState) -> None:
+    """Raise ``ValueError`` if :func:`powersgd_mean` does not reproduce this configuration: only
+    ``batch_tensors_with_same_shape`` (``comm_hook``'s ``batch_same_shape=True``), whose batched Q
+    draw differs."""
+    if state.batch_tensors_with_same_shape:
+        raise ValueError("powersgd with batch_same_shape=True is not simulated; leave it False")
+
+
 def powersgd_mean(states: Sequence[PowerSGDState], buffers: Sequence[torch.Tensor],
                   shapes: Sequence[Sequence[int]], index: int) -> torch.Tensor:
     """What ``powerSGD_hook`` leaves in bucket ``index`` on every rank; updates each rank's state.
@@ -76,15 +84,14 @@ def powersgd_mean(states: Sequence[PowerSGDState], buffers: Sequence[torch.Tenso
     The bucket becomes ``P·Qᵀ`` per matrix and the averaged rest; each rank's error is its
     copy minus that. Q (and P) are kept for warm start; without it they are dropped.
 
-    Raises ``ValueError`` for ``batch_tensors_with_same_shape`` (its batched Q draw is not
-    reproduced). Differs from PyTorch only where PyTorch would produce NaN: a zero column in
-    the orthogonalisation becomes zeros here (:func:`compressors.powersgd.orthogonalize`).
+    Raises ``ValueError`` for what it does not reproduce (:func:`check_powersgd`). Differs from
+    PyTorch only where PyTorch would produce NaN: a zero column in the orthogonalisation becomes
+    zeros here (:func:`compressors.powersgd.orthogonalize`).
     """
     lead = states[0]
     if lead.iter < lead.start_powerSGD_iter:
         return allreduce_mean(buffers)
-    if lead.batch_tensors_with_same_shape:
-        raise ValueError("powersgd with batch_same_shape=True is not simulated; leave it False")
+    check_powersgd(lead)
     world = len(states)
     numel, dtype, device = buffers[0].numel(), buffers[0].dtype, buffers[0].device
     epsilon = lead.orthogonalization_epsilon

@@ -32,7 +32,7 @@ from torch import nn
 
 import compressors.ddp
 from compressors.ddp_memory import BucketMemory, layout_of
-from convergence.torch_hooks import cast_mean, powersgd_mean
+from convergence.torch_hooks import cast_mean, check_powersgd, powersgd_mean
 
 DEFAULT_BUCKET_CAP_BYTES = 25 * 1024 * 1024
 """DDP's default ``bucket_cap_mb=25`` in bytes (DDP's MB is 2**20 bytes)."""
@@ -70,6 +70,8 @@ class SimulatedWorkers:
         self.workers = workers
         self.limits = [int(first_bucket_bytes), int(bucket_cap_bytes)]
         self.states = [compressors.ddp.comm_hook(name, density, **hook_options)[0] for _ in range(workers)]
+        if name == "powersgd":
+            check_powersgd(self.states[0].inner_state)
         self.buckets: list[list[int]] = [list(range(len(self.params)))]
         self.steps = 0
         self._ready: list[int] = []
