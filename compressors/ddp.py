@@ -380,7 +380,7 @@ def torch_hook(state: TorchHookState, bucket: dist.GradBucket) -> torch.futures.
     elif state.inner_state.iter < state.inner_state.start_powerSGD_iter:
         path, selected, payload = "allreduce", numel, numel * buffer.element_size()
     else:
-        if index > 0 and dist.get_backend(state.process_group) == "gloo":
+        if not (index == 0 and bucket.is_last()) and dist.get_backend(state.process_group) == "gloo":
             raise ValueError("PyTorch's PowerSGD hook hangs on gloo with more than one bucket (it waits on "
                              "collectives inside future callbacks); give DistributedDataParallel a bucket_cap_mb "
                              "above the model size")

@@ -42,14 +42,11 @@ def pairs(names: Sequence[str], densities: Sequence[float]) -> list[tuple[str, f
     """(compressor, density) combinations to train: ``none`` once at density 1.0 (first), the rest
     at every density. ``ValueError`` for an unknown compressor or a density outside (0, 1]."""
     import compressors
-    import compressors.ddp
 
-    torch_hooks = compressors.ddp.TORCH_HOOKS
-    known = [n for n in compressors.names() if n not in torch_hooks]
+    known = compressors.names()
     unknown = [n for n in names if n not in known]
     if unknown:
-        why = " (its DDP hook is PyTorch's own, which converge does not simulate)" if unknown[0] in torch_hooks else ""
-        raise ValueError(f"unknown compressor {unknown[0]!r}{why}; choose from {', '.join(known)}")
+        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(known)}")
     if not names:
         raise ValueError("give at least one compressor")
     for density in densities:

@@ -16,7 +16,6 @@ import pytest
 import torch
 
 import compressors
-import compressors.ddp
 import traces
 from convergence import RunConfig, SimulatedWorkers, train
 from results.store import Store
@@ -33,8 +32,8 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def _regression_losses(name: str, steps: int = 200, workers: int = 2) -> list[float]:
-    """A small teacher-regression problem (1153 parameters: 12 sent per step at δ = 0.01)."""
+def _regression_losses(name: str, steps: int = 200, workers: int = 2, lr: float = 0.05) -> list[float]:
+    """A small teacher-regression problem (1153 parameters: 12 sent per step at δ = 0.01), SGD at ``lr``."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
     teacher = torch.randn(16, generator=torch.Generator().manual_seed(7))
@@ -44,7 +43,7 @@ def _regression_losses(name: str, steps: int = 200, workers: int = 2) -> list[fl
         data.append((x, (x @ teacher).unsqueeze(1) / 4))
     params = list(model.parameters())
     exchange = SimulatedWorkers(params, name, 0.01, workers)
-    optimizer = torch.optim.SGD(params, lr=0.05)
+    optimizer = torch.optim.SGD(params, lr=lr)
     losses = []
     for _ in range(steps):
         grads, total = [], 0.0
@@ -61,20 +60,23 @@ def _regression_losses(name: str, steps: int = 200, workers: int = 2) -> list[fl
     return losses
 
 
-SIMULATED = [n for n in compressors.names() if n not in getattr(compressors.ddp, "TORCH_HOOKS", ())]
-"""Compressors whose DDP hook compresses and exchanges itself (not PyTorch's fp16/bf16/PowerSGD hooks)."""
-
-
-@pytest.mark.parametrize("name", SIMULATED)
+@pytest.mark.parametrize("name", compressors.names())
 def test_loss_falls_for_every_compressor_at_one_percent_with_error_feedback(name):
-    losses = _regression_losses(name)
+    # Random-k's residual holds ~1/δ steps of gradient (its indices ignore magnitude), so it needs
+    # a smaller step and more of them: at lr 0.05 its unseeded draws end anywhere in 0.08-0.6x.
+    losses = _regression_losses(name, steps=800, lr=0.01) if name == "randomk" else _regression_losses(name)
     start, end = losses[0], sum(losses[-10:]) / 10
     assert end < 0.3 * start, f"{name}: loss {start:.4f} -> {end:.4f}"
-    if name != "none":
-        exchange = SimulatedWorkers([torch.nn.Parameter(torch.zeros(1000))], name, 0.01, 2)
-        exchange.exchange([[torch.randn(1000)], [torch.randn(1000)]])
-        residuals = [slot.tensors() for memory in exchange.memories() for slot in memory.slots.values()]
-        assert len(residuals) == 2 and all(float(r["residual"].norm()) > 0 for r in residuals), "no error feedback kept"
+    if name in ("none", "fp16", "bf16"):
+        return
+    exchange = SimulatedWorkers([torch.nn.Parameter(torch.zeros(50, 20))], name, 0.01, 2)
+    for _ in range(3):
+        exchange.exchange([[torch.randn(50, 20)], [torch.randn(50, 20)]])
+    if name == "powersgd":
+        residuals = [state.inner_state.error_dict[0] for state in exchange.states]
+    else:
+        residuals = [slot.tensors()["residual"] for memory in exchange.memories() for slot in memory.slots.values()]
+    assert len(residuals) == 2 and all(float(r.norm()) > 0 for r in residuals), "no error feedback kept"
 
 
 def test_exchange_is_the_mean_of_the_decompressed_messages():
@@ -91,6 +93,25 @@ def test_exchange_is_the_mean_of_the_decompressed_messages():
     none = SimulatedWorkers([param], "none", 1.0, 3)
     none.exchange(grads)
     torch.testing.assert_close(param.grad, sum(g for (g,) in grads) / 3)
+
+
+def test_one_simulated_powersgd_worker_is_the_powersgd_compressor_with_error_feedback():
+    """After PyTorch's two plain all-reduce steps, one worker running PowerSGD's hook computes what
+    the ``powersgd`` compressor (same seed and layer shapes) computes through error feedback:
+    same Q draw, grouping of same-shaped layers, uncompressed rest and warm start."""
+    torch.manual_seed(3)
+    shapes = [(20, 30), (20,), (8, 4, 3, 3), (20, 30), (3, 2)]
+    params = [torch.nn.Parameter(torch.zeros(shape)) for shape in shapes]
+    exchange = SimulatedWorkers(params, "powersgd", 1.0, 1, rank=2, seed=4)
+    memory = compressors.ErrorFeedback(compressors.create("powersgd", rank=2, shapes=shapes, seed=4))
+    for step in range(6):
+        grads = [torch.randn(shape) for shape in shapes]
+        exchange.exchange([grads])
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        expected = flat if step < 2 else memory.compressor.decompress(memory.compress(flat))
+        got = torch.cat([p.grad.reshape(-1) for p in params])
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6, msg=lambda m, s=step: f"step {s}: {m}")
+    exchange.close()
 
 
 def test_heldout_samples_are_not_training_samples():
