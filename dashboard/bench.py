@@ -3,7 +3,8 @@
     python -m dashboard.bench [--rows 100000] [--repeats 3] [--json]
 
 The filler writes rows of the exact store schema through the :class:`Store` API
-(``register_trace``, ``get_or_create``, ``insert_many``). Their values come
+(``register_trace``, ``get_or_create``, ``add_replay_rows``, ``add_scenarios``,
+``start_emulation``, ``add_validation``). Their values come
 from the α–β ring cost model and seeded noise: they exercise the page queries
 at scale, they are not measurements. Each page is then loaded the way a
 browser does it, through Flask's test client: the routing request (layout) and
@@ -74,7 +75,7 @@ def fill(store: Store, rows: int = 100_000, seed: int = 0, numel: int = 1_000_00
                         ratio = float(np.exp(rng.normal(0.0, 0.05 if compressor != "topk" else 0.0)))
                         selected = max(1, round(density * bucket_numel * ratio))
                         batch.append({
-                            "replay_id": replay_id, "compressor": compressor, "density": density,
+                            "compressor": compressor, "density": density,
                             "error_feedback": 1, "iteration": iteration, "worker": worker, "bucket": bucket,
                             "numel": bucket_numel, "selected": selected,
                             "achieved_density": selected / bucket_numel,
@@ -85,9 +86,9 @@ def fill(store: Store, rows: int = 100_000, seed: int = 0, numel: int = 1_000_00
                             "rel_error": float(np.sqrt(1 - density)),
                         })
         if len(batch) >= 20_000:
-            written["replay_rows"] += store.insert_many("replay_rows", batch)
+            written["replay_rows"] += store.add_replay_rows(replay_id, batch)
             batch = []
-    written["replay_rows"] += store.insert_many("replay_rows", batch)
+    written["replay_rows"] += store.add_replay_rows(replay_id, batch)
 
     scenario_target = int(rows * 0.38)
     nodes_axis = (2, 4, 8, 16, 32, 64, 128, 256)
@@ -110,19 +111,17 @@ def fill(store: Store, rows: int = 100_000, seed: int = 0, numel: int = 1_000_00
                 iteration_s = compute_s + compress + comm
                 params = {"compressor": compressor, "density": density, "nodes": nodes, "bandwidth_bps": bandwidth,
                           "latency_s": latency, "topology": "ring", "fidelity": "analytic"}
-                batch.append({"sweep_id": sweep_id, "scenario_key": config_key(params), **params,
+                batch.append({"scenario_key": config_key(params), **params,
                               "iteration_s": iteration_s, "samples_per_s": 32 * nodes / iteration_s,
                               "forward_s": compute_s / 3, "backward_s": 2 * compute_s / 3, "compress_s": compress,
                               "exposed_comm_s": comm, "idle_s": 0.0, "speedup": base / iteration_s,
                               "result_json": "{}"})
     for start in range(0, len(batch), 20_000):
-        written["scenarios"] += store.insert_many("scenarios", batch[start:start + 20_000])
+        written["scenarios"] += store.add_scenarios(sweep_id, batch[start:start + 20_000])
 
     validation_target = max(1, rows - written["replay_rows"] - written["scenarios"])
-    emulation_id = store.conn.execute(
-        "INSERT INTO emulations(created, kind, config_json, cores, status) VALUES(?, 'bench', '{}', 2, 'done')",
-        (time.time(),),
-    ).lastrowid
+    emulation_id = store.start_emulation("bench", {}, 2)
+    store.set_status("emulations", emulation_id, "done")
     batch = []
     for i in range(validation_target):
         measured = float(0.05 + rng.random())
@@ -132,7 +131,7 @@ def fill(store: Store, rows: int = 100_000, seed: int = 0, numel: int = 1_000_00
                       "measured_s": measured, "projected_s": projected,
                       "error_pct": (projected - measured) / measured * 100, "calibrated": i % 2,
                       "detail_json": "{}"})
-    written["validation"] = store.insert_many("validation", batch)
+    written["validation"] = store.add_validation(batch)
     return written
 
 

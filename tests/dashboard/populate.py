@@ -8,9 +8,7 @@ training, are inserted directly with the store's exact schema.
 
 from __future__ import annotations
 
-import json
 import math
-import time
 from pathlib import Path
 
 import traces
@@ -37,16 +35,11 @@ def populate(path: Path, trace_dir: Path) -> dict[str, int]:
         trace_id = store.register_trace(trace_dir, trace.manifest)
         config = {"trace": str(trace_dir), "compressors": list(COMPRESSORS), "densities": list(DENSITIES)}
         replay_id, _ = store.get_or_create("replays", config, trace_id=trace_id, device="cpu")
-        rows = [{"replay_id": replay_id, **row}
-                for row in replay(trace, list(COMPRESSORS), list(DENSITIES), bucket_bytes=8000)]
-        store.insert_many("replay_rows", rows)
+        store.add_replay_rows(replay_id, replay(trace, list(COMPRESSORS), list(DENSITIES), bucket_bytes=8000))
         store.set_status("replays", replay_id, "done")
-        with store.transaction() as cur:
-            cur.execute("INSERT INTO calibrations(created, alpha_s, beta_s_per_byte, efficiency, source_json)"
-                        " VALUES(?, ?, ?, ?, ?)", (time.time(), 6e-5, 8.9e-8, 0.9, json.dumps({"test": True})))
-            emulation_id = cur.execute(
-                "INSERT INTO emulations(created, kind, config_json, cores, status) VALUES(?, 'train', '{}', 2, 'done')",
-                (time.time(),)).lastrowid
+        store.add_calibration(6e-5, 8.9e-8, 0.9, {"test": True})
+        emulation_id = store.start_emulation("train", {}, 2)
+        store.set_status("emulations", emulation_id, "done")
         validation = []
         for i, (compressor, workers, measured, projected) in enumerate((
             ("none", 2, 0.210, 0.198), ("sidco-e", 2, 0.120, 0.131), ("topk", 2, 0.160, 0.149),
@@ -58,7 +51,7 @@ def populate(path: Path, trace_dir: Path) -> dict[str, int]:
                 "measured_s": measured, "projected_s": projected,
                 "error_pct": (projected - measured) / measured * 100, "calibrated": i % 2, "detail_json": "{}",
             })
-        store.insert_many("validation", validation)
+        store.add_validation(validation)
     finally:
         store.close()
     spec = sweep_runner.parse_spec(f"trace:{trace_id}", ["topk", "sidco-e"], "0.1,0.01", "2,4,8,16",

@@ -405,12 +405,12 @@ def test_sweep_queries_keep_latencies_and_topologies_apart(tmp_path):
     for latency, topology, winner in ((1e-6, "ring", "topk"), (1e-3, "ring", "sidco-e"), (1e-6, "tree", "sidco-e")):
         for compressor in ("topk", "sidco-e"):
             t = 1.0 if compressor == winner else 2.0
-            rows.append({"sweep_id": sweep_id, "scenario_key": f"{latency}|{topology}|{compressor}",
+            rows.append({"scenario_key": f"{latency}|{topology}|{compressor}",
                          "compressor": compressor, "density": 0.01, "nodes": 8, "bandwidth_bps": 1e9,
                          "latency_s": latency, "topology": topology, "fidelity": "analytic", "iteration_s": t,
                          "samples_per_s": None, "forward_s": None, "backward_s": None, "compress_s": None,
                          "exposed_comm_s": None, "idle_s": None, "speedup": 3.0 / t, "result_json": "{}"})
-    store.insert_many("scenarios", rows)
+    store.add_scenarios(sweep_id, rows)
     for latency, topology, winner in ((1e-6, "ring", "topk"), (1e-3, "ring", "sidco-e"), (1e-6, "tree", "sidco-e")):
         best = data.best_two(store, sweep_id, latency, topology)
         assert [(r["rank"], r["compressor"]) for r in best][0] == (1, winner) and len(best) == 2
@@ -425,9 +425,9 @@ def test_achieved_over_target_is_weighted_by_elements(tmp_path):
     store = Store(tmp_path / "r.sqlite")
     trace_id = store.register_trace(tmp_path / "t", {"workload": "w", "workers": 1, "iterations": [0]})
     replay_id, _ = store.get_or_create("replays", {"t": trace_id}, trace_id=trace_id)
-    base = dict(replay_id=replay_id, compressor="topk", density=0.01, error_feedback=1, iteration=0,
+    base = dict(compressor="topk", density=0.01, error_feedback=1, iteration=0,
                 worker=0, threshold=None, stages=None, compress_s=1e-4, decompress_s=1e-5, rel_error=0.5)
-    store.insert_many("replay_rows", [
+    store.add_replay_rows(replay_id, [
         dict(base, bucket=0, numel=100_000, selected=1_000, achieved_density=0.01,
              achieved_over_target=1.0, wire_bytes=8_000),
         dict(base, bucket=1, numel=10, selected=1, achieved_density=0.1,
