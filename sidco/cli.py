@@ -17,6 +17,7 @@ from sidco import __version__
 
 COMMANDS = (
     "bench",
+    "profile",
     "capture",
     "replay",
     "simulate",

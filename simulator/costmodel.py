@@ -43,9 +43,10 @@ def seconds(work: declared.Work, device: Device) -> float:
     return per_element + work.flops / device.fp32_flops + work.launches * device.launch_s + work.syncs * device.sync_s
 
 
-def backend_on(device: Device, compressor: str) -> str:
-    """The code path ``compressor`` takes on ``device``: SIDCo's native kernels on a CPU, torch otherwise."""
-    if device.kind == "cpu" and compressor.startswith("sidco"):
+def backend_on(kind: str, compressor: str) -> str:
+    """The code path ``compressor`` takes on a device of ``kind`` (``cpu``/``gpu``) for float32:
+    SIDCo's native kernels on a CPU where they build, torch otherwise."""
+    if kind == "cpu" and compressor.startswith("sidco"):
         from compressors import native
 
         return "native" if native.library() is not None else "torch"
@@ -53,10 +54,12 @@ def backend_on(device: Device, compressor: str) -> str:
 
 
 def call_seconds(compressor: str, numel: int, density: float, device: Device, *,
-                 stages: int | None = None, error_feedback: bool = True) -> tuple[float, float]:
-    """Modelled (compress, decompress) seconds of one call of ``compressor`` on ``numel`` fp32 elements."""
-    call = declared.work(compressor, numel, density, stages=stages, backend=backend_on(device, compressor),
-                         error_feedback=error_feedback)
+                 stages: int | None = None, error_feedback: bool = True,
+                 backend: str | None = None) -> tuple[float, float]:
+    """Modelled (compress, decompress) seconds of one call of ``compressor`` on ``numel`` fp32
+    elements (``backend``: the code path, default :func:`backend_on` the device)."""
+    call = declared.work(compressor, numel, density, stages=stages,
+                         backend=backend or backend_on(device.kind, compressor), error_feedback=error_feedback)
     return seconds(call.compress, device), seconds(call.decompress, device)
 
 
