@@ -27,11 +27,11 @@ def gradient_like(size: int, seed: int = 0, device: str | torch.device = "cpu",
     interleaved at random positions (heavier tail than Laplace, like real gradients)."""
     gen = torch.Generator().manual_seed(seed)
     u = torch.rand(size, generator=gen) - 0.5
-    laplace = -torch.sign(u) * torch.log1p(-2.0 * u.abs())
+    laplace = -torch.sign(u) * torch.log1p(-(2.0 * u.abs()).clamp_max(1.0 - 2.0**-24))
     chi2 = torch.distributions.Chi2(torch.tensor(3.0))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + 1)
-        student = torch.randn(size, generator=gen) / torch.sqrt(chi2.sample((size,)) / 3.0)
+        student = torch.randn(size, generator=gen) / torch.sqrt(chi2.sample((size,)).clamp_min(1e-12) / 3.0)
     heavy = torch.rand(size, generator=gen) < 0.3
     return (torch.where(heavy, student, laplace) * 1e-3).to(device=device, dtype=dtype)
 

@@ -108,18 +108,32 @@ def measure(device: str, sizes: Sequence[int], names: Sequence[str], densities: 
 
 def profile(device: str, sizes: Sequence[int], names: Sequence[str], densities: Sequence[float], *,
             warmup: int = 5, repeats: int = 7, host: devices.Device | None = None,
-            progress: Callable[[str], None] | None = None) -> DeviceProfile:
+            progress: Callable[[str], None] | None = None,
+            on_partial: Callable[[DeviceProfile, BaseException], None] | None = None) -> DeviceProfile:
     """Measure a whole :class:`DeviceProfile` of ``device``; ``host`` (the measured ``cpu``
     device) is kept with a CPU profile so that ``sidco profile --check`` models it with the
-    numbers of the same session."""
+    numbers of the same session. If measuring fails halfway, ``on_partial`` receives the
+    profile of the rows measured so far (its source says so) before the error propagates."""
     dev = torch.device(device)
     name, identity = device_identity(dev)
     created = time.strftime("%Y-%m-%d", time.gmtime())
-    rows = measure(device, sizes, names, densities, warmup=warmup, repeats=repeats, progress=progress)
+    rows: list[dict[str, Any]] = []
+    try:
+        measure(device, sizes, names, densities, warmup=warmup, repeats=repeats, progress=progress,
+                on_row=rows.append)
+    except BaseException as exc:
+        if rows and on_partial is not None:
+            on_partial(_profile(name, identity, created, dev, rows, warmup, repeats, host, partial=True), exc)
+        raise
+    return _profile(name, identity, created, dev, rows, warmup, repeats, host)
+
+
+def _profile(name: str, identity: dict[str, Any], created: str, dev: torch.device, rows: list[dict[str, Any]],
+             warmup: int, repeats: int, host: devices.Device | None, partial: bool = False) -> DeviceProfile:
     what = identity.get("gpu") or devices.host_key(identity)
     threads = f", {torch.get_num_threads()} CPU threads" if dev.type == "cpu" else ""
     source = (f"sidco profile on {what}{threads}, torch {torch.__version__}, {created}: error feedback on, "
-              f"{warmup} warm-up calls, fastest of {repeats}")
+              f"{warmup} warm-up calls, fastest of {repeats}" + (" (partial: the run stopped early)" if partial else ""))
     method = {"warmup": warmup, "repeats": repeats, "statistic": "min", "error_feedback": True,
               "gradients": "3 seeded gradient-like vectors (70 % Laplace, 30 % Student-t(3)) in rotation"}
     return DeviceProfile(name, source, tuple(rows), created, identity, method,

@@ -109,8 +109,14 @@ def _measure(args: argparse.Namespace) -> int:
             bar.set_postfix_str(label, refresh=False)
             bar.update(1)
 
+        def keep_partial(partial: dp.DeviceProfile, exc: BaseException) -> None:
+            with Store(args.store) as store:
+                kept = dp.store_profile(store, partial)
+            print(f"stopped: the {len(partial.rows)} rows measured are kept as device profile #{kept}",
+                  file=sys.stderr)
+
         profile = profiling.profile(args.device, sizes, names, densities, warmup=args.warmup,
-                                    repeats=args.repeats, host=host, progress=progress)
+                                    repeats=args.repeats, host=host, progress=progress, on_partial=keep_partial)
     with Store(args.store) as store:
         profile_id = dp.store_profile(store, profile)
     if args.out:
