@@ -7,6 +7,7 @@ import argparse
 import json
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +102,7 @@ def _measure(args: argparse.Namespace) -> int:
     if kind == "cpu":
         cpus = profiling.pin_threads(args.threads)
         print(f"measuring this host ({args.threads} threads on CPUs {cpus}) ...", file=sys.stderr)
-        host = devices.measure_host()
+        host = devices.measure_host(repeats=max(3, args.repeats))
         devices.save_host(host)
     total = len(sizes) * (sum(n == "none" for n in names) + len(densities) * sum(n != "none" for n in names))
     with tqdm(total=total, desc="profile", unit="row", file=sys.stderr, disable=None) as bar:
@@ -117,6 +118,11 @@ def _measure(args: argparse.Namespace) -> int:
 
         profile = profiling.profile(args.device, sizes, names, densities, warmup=args.warmup,
                                     repeats=args.repeats, host=host, progress=progress, on_partial=keep_partial)
+    if host is not None:
+        print("measuring this host again ...", file=sys.stderr)
+        host = devices.fastest(host, devices.measure_host(repeats=max(3, args.repeats)))
+        devices.save_host(host)
+        profile = replace(profile, device_model=host.to_json())
     with Store(args.store) as store:
         profile_id = dp.store_profile(store, profile)
     if args.out:
