@@ -9,6 +9,7 @@ exit code 2; set ``SIDCO_DEBUG=1`` to see the traceback instead.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import sys
@@ -37,9 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
             "replay them through real compressors, project iteration time on clusters "
             "you don't have, check projections on emulated links, explore in a dashboard."
         ),
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"sidco {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # every subcommand's parser refuses abbreviated options (--device is never taken as --device-flops)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                parser_class=functools.partial(argparse.ArgumentParser, allow_abbrev=False))
     for name in COMMANDS:
         module_name = f"sidco.commands.{name}"
         try:

@@ -56,10 +56,12 @@ def analytic_rate(trace_dir: Path, scenarios: int) -> tuple[float, int]:
     """Scenarios per second of :func:`run_chunk` in this process (one core)."""
     import compressors
     import traces
+    from traces.replay import replay
 
     trace = traces.open(trace_dir)
     names = compressors.names()
-    profile = CompressionProfile.from_trace(trace, names, [0.01, 0.001])
+    sparse = [n for n in names if n != "none"]
+    profile = CompressionProfile.from_replay_rows(replay(trace, sparse, [0.01, 0.001]), source=f"replay of {trace}")
     grid = Grid(NODES, (1e9, 2e9, 5e9, 10e9, 25e9, 100e9), (1e-6, 1e-5, 5e-5), tuple(names), (0.01, 0.001))
     points = []
     for point in grid.points():
@@ -113,7 +115,8 @@ def des_time(nodes: int, buckets: int = 50, repeats: int = 1) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmarks and print the report."""
-    parser = argparse.ArgumentParser(prog="python -m simulator.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m simulator.bench", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not the figures)")
     args = parser.parse_args(argv)
     print(f"# simulator benchmarks — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "

@@ -151,7 +151,8 @@ def open_time(gigabytes: float = 1.0, workers: int = 4, iterations: int = 2, rep
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry: run the chosen benchmark(s) and print JSON lines."""
-    parser = argparse.ArgumentParser(prog="python -m traces.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m traces.bench", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("which", choices=["capture", "replay", "open", "all"])
     parser.add_argument("--device", default="cpu", help="device for the replay benchmark (cpu, cuda)")
     parser.add_argument("--numel", type=int, default=2_621_440, help="elements per replayed gradient (default 10 MB fp32)")

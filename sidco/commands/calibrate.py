@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
-from emulation.calibration import fit
-from sidco.commands import add_store_argument
+from pipeline import calibrate
 from results.store import Store
+from sidco.commands import add_store_argument
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,28 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Fit and store a calibration; print it."""
     with Store(args.store) as store:
-        sql = (
-            "SELECT m.* FROM collective_measurements m JOIN emulations e ON e.id = m.emulation_id "
-            "WHERE e.kind = 'collective' AND e.status = 'done'"
-        )
-        params: list[int] = []
-        if args.emulation:
-            sql += f" AND m.emulation_id IN ({', '.join('?' for _ in args.emulation)})"
-            params = list(args.emulation)
-        rows = [dict(r) for r in store.query(sql, params)]
-        result = fit(rows)
-        source = {
-            "emulation_ids": sorted({r["emulation_id"] for r in rows}),
-            "model": "ring alpha-beta, weighted by 1/t",
-            **result.as_dict(),
-        }
-        with store.transaction() as cur:
-            cur.execute(
-                "INSERT INTO calibrations(created, alpha_s, beta_s_per_byte, efficiency, source_json)"
-                " VALUES(?, ?, ?, ?, ?)",
-                (time.time(), result.alpha_s, result.beta_s_per_byte, result.efficiency, json.dumps(source, sort_keys=True)),
-            )
-            calibration_id = int(cur.lastrowid)
+        calibration_id, source, result = calibrate.run(store, args.emulation)
     if args.json:
         print(json.dumps({"calibration_id": calibration_id, **source}, sort_keys=True))
     else:

@@ -10,8 +10,9 @@ import torch
 from tqdm import tqdm
 
 import traces
-from sidco.commands import add_store_argument
+from pipeline import capture
 from results.store import Store
+from sidco.commands import add_store_argument
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,24 +61,14 @@ def run(args: argparse.Namespace) -> int:
         bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
 
     try:
-        trace = traces.capture(
-            args.workload,
-            args.out,
-            workers=args.workers,
-            iterations=args.iterations,
-            every=args.every,
-            device=args.device,
-            seed=args.seed,
-            width=args.width,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            overwrite=args.force,
-            progress=progress,
-        )
+        with Store(args.store) as store:
+            trace_id, trace = capture.run(
+                store, args.workload, args.out, workers=args.workers, iterations=args.iterations, every=args.every,
+                device=args.device, seed=args.seed, width=args.width, batch_size=args.batch_size, lr=args.lr,
+                overwrite=args.force, progress=progress,
+            )
     finally:
         bar.close()
-    with Store(args.store) as store:
-        trace_id = store.register_trace(trace.path, trace.manifest)
     timings = trace.timings
     summary = {
         "trace_id": trace_id,

@@ -1,4 +1,5 @@
-"""``sidco emulate``: real gloo runs on shaped links — collectives, or DDP training vs projection."""
+"""``sidco emulate``: real gloo runs on shaped links — collectives, or DDP training vs projection
+(parses the arguments, calls :mod:`pipeline.emulate`, prints the results)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,16 @@ import argparse
 import json
 import os
 import sys
-import time
 from typing import Any
 
 from tqdm import tqdm
 
 from emulation.alphabeta import OPS
-from emulation.collectives import measure_collectives
 from emulation.network import require_emulation
-from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
-from sidco.commands import add_store_argument
+from pipeline import emulate
 from results.store import Store
+from sidco.commands import add_store_argument
+from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
 
 
 def _positive_int_list(text: str, what: str, minimum: int) -> list[int]:
@@ -98,30 +98,11 @@ def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: li
     if args.repeats < 1:
         raise ValueError(f"invalid --repeats {args.repeats}: must be >= 1")
     load_s = parse_duration(args.compute_load)
-    config = {"ops": ops, "bytes": sizes, "workers": workers, "bandwidths_bps": bandwidths,
-              "repeats": args.repeats, "shaping": not args.no_shaping, "compute_load_s": load_s}
-    results: list[dict[str, Any]] = []
-    with Store(args.store) as store:
-        with store.transaction() as cur:
-            cur.execute(
-                "INSERT INTO emulations(created, kind, config_json, cores, status) VALUES(?, 'collective', ?, ?, 'running')",
-                (time.time(), json.dumps(config, sort_keys=True), os.cpu_count() or 1),
-            )
-            emulation_id = int(cur.lastrowid)
-        status = "failed"
-        try:
-            combos = [(p, b) for p in workers for b in bandwidths]
-            for p, bandwidth in tqdm(combos, desc="collectives", unit="network", file=sys.stderr):
-                rows = measure_collectives(p, bandwidth, ops, sizes, repeats=args.repeats, compute_load_s=load_s)
-                store.insert_many(
-                    "collective_measurements",
-                    [{"emulation_id": emulation_id, "op": r["op"], "workers": r["workers"], "nbytes": r["nbytes"],
-                      "bandwidth_bps": r["bandwidth_bps"] or 0.0, "seconds": r["seconds"]} for r in rows],
-                )
-                results += rows
-            status = "done"
-        finally:
-            store.set_status("emulations", emulation_id, status)
+    with Store(args.store) as store, tqdm(total=len(workers) * len(bandwidths), desc="collectives", unit="network",
+                                          file=sys.stderr) as bar:
+        emulation_id, results = emulate.collectives(store, workers, bandwidths, ops, sizes, repeats=args.repeats,
+                                                    compute_load_s=load_s, shaping=not args.no_shaping,
+                                                    step=lambda: bar.update(1))
     if args.json:
         print(json.dumps({"emulation_id": emulation_id, "cores": os.cpu_count(), "measurements": results}))
     else:
@@ -135,109 +116,25 @@ def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: li
     return 0
 
 
-def _calibration(store: Store, choice: str) -> tuple[int | None, Any]:
-    """Resolve --calibration to ``(id, simulator.Calibration)`` or ``(None, None)``."""
-    import simulator
-
-    if choice == "none":
-        return None, None
-    if choice == "latest":
-        row = store.latest_calibration()
-    else:
-        try:
-            wanted = int(choice)
-        except ValueError:
-            raise ValueError(f"invalid --calibration {choice!r}: give 'latest', 'none' or a calibration id") from None
-        rows = store.query("SELECT * FROM calibrations WHERE id=?", (wanted,))
-        if not rows:
-            raise ValueError(f"no calibration with id {wanted} in {store.path}")
-        row = rows[0]
-    if row is None:
-        return None, None
-    return int(row["id"]), simulator.Calibration(row["alpha_s"], row["beta_s_per_byte"], row["efficiency"])
-
-
-def _validation_rows(
-    emulation_id: int, args: argparse.Namespace, workers: int, bandwidth: float | None,
-    measured: list[dict[str, Any]], calibration: tuple[int | None, Any],
-) -> list[dict[str, Any]]:
-    """Project every measured run from its own trace, uncalibrated and (if any) calibrated."""
-    from emulation.projection import project
-
-    if bandwidth is None:
-        return []
-    variants = [(0, None)] + ([(1, calibration[1])] if calibration[1] is not None else [])
-    keep = ("iteration_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s", "jitter")
-    rows = []
-    for calibrated, constants in variants:
-        for m in measured:
-            name = m["compressor"]
-            p = project(m["trace"], workers, bandwidth, [name], args.density, calibration=constants,
-                        rank_passes=m.get("compute_passes"))[name]
-            rows.append({
-                "emulation_id": emulation_id, "workload": args.workload, "compressor": name,
-                "density": None if name == "none" else args.density, "workers": workers,
-                "bandwidth_bps": bandwidth, "measured_s": m["measured_s"], "projected_s": p["iteration_s"],
-                "error_pct": (p["iteration_s"] - m["measured_s"]) / m["measured_s"] * 100.0,
-                "calibrated": calibrated,
-                "detail_json": json.dumps({
-                    "cores": os.cpu_count(), "trace": m["trace"], "calibration_id": calibration[0] if calibrated else None,
-                    "measured": m, "projected": {k: p.get(k) for k in keep},
-                }, sort_keys=True),
-            })
-    return rows
-
-
 def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[float | None]) -> int:
-    from pathlib import Path
-
-    from emulation.training import check_request, run_training
+    from emulation.training import check_request
 
     names = parse_list(args.compressors, str)
     check_request(args.workload, names, args.density, args.iterations, args.warmup, args.batch_size)
-    config = {"workload": args.workload, "compressors": names, "density": args.density, "workers": workers,
-              "bandwidths_bps": bandwidths, "iterations": args.iterations, "warmup": args.warmup,
-              "batch_size": args.batch_size, "shaping": not args.no_shaping, "threads_per_worker": 1}
-    out: list[dict[str, Any]] = []
-    with Store(args.store) as store:
-        calibration = _calibration(store, args.calibration)
-        with store.transaction() as cur:
-            cur.execute(
-                "INSERT INTO emulations(created, kind, config_json, cores, status) VALUES(?, 'train', ?, ?, 'running')",
-                (time.time(), json.dumps(config, sort_keys=True), os.cpu_count() or 1),
-            )
-            emulation_id = int(cur.lastrowid)
-        trace_root = Path(args.trace_dir) if args.trace_dir else Path(args.store).parent / "emulation-traces"
-        status = "failed"
-        try:
-            combos = [(p, b) for p in workers for b in bandwidths]
-            for p, bandwidth in tqdm(combos, desc="emulations", unit="network", file=sys.stderr):
-                label = f"{int(bandwidth / 1e6)}mbit" if bandwidth else "loopback"
-                measured = run_training(
-                    p, bandwidth, args.workload, names, args.density, iterations=args.iterations,
-                    warmup=args.warmup, batch_size=args.batch_size,
-                    trace_dir=trace_root / f"{emulation_id}-{args.workload}-w{p}-{label}",
-                )
-                for m in measured:
-                    store.register_trace(m["trace"], json.loads((Path(m["trace"]) / "manifest.json").read_text()))
-                rows = _validation_rows(emulation_id, args, p, bandwidth, measured, calibration)
-                store.insert_many("validation", rows)
-                if rows:
-                    out += [{**{k: v for k, v in r.items() if k != "detail_json"}, "detail": json.loads(r["detail_json"])}
-                            for r in rows]
-                else:
-                    out += [{"workers": p, "bandwidth_bps": None, "compressor": m["compressor"],
-                             "measured_s": m["measured_s"], "detail": {"measured": m}} for m in measured]
-            status = "done"
-        finally:
-            store.set_status("emulations", emulation_id, status)
+    with Store(args.store) as store, tqdm(total=len(workers) * len(bandwidths), desc="emulations", unit="network",
+                                          file=sys.stderr) as bar:
+        emulation_id, calibration_id, out = emulate.train(
+            store, workers, bandwidths, args.workload, names, args.density, iterations=args.iterations,
+            warmup=args.warmup, batch_size=args.batch_size, shaping=not args.no_shaping,
+            calibration_choice=args.calibration, trace_root=args.trace_dir, step=lambda: bar.update(1),
+        )
     summary = _summary(out)
     if args.json:
-        print(json.dumps({"emulation_id": emulation_id, "cores": os.cpu_count(), "calibration_id": calibration[0],
+        print(json.dumps({"emulation_id": emulation_id, "cores": os.cpu_count(), "calibration_id": calibration_id,
                           "summary": summary, "results": out}))
         return 0
     print(f"emulation {emulation_id}: {args.workload}, density {args.density:g}, {os.cpu_count()} cores, "
-          f"1 thread per worker; calibration: {calibration[0] if calibration[0] is not None else 'none'}")
+          f"1 thread per worker; calibration: {calibration_id if calibration_id is not None else 'none'}")
     print(f"{'workers':>7} {'bandwidth':>14} {'compressor':<10} {'measured':>10} {'projected':>10} {'error':>8} {'calib.':>6}")
     for r in out:
         bw = format_bandwidth(r["bandwidth_bps"]) if r.get("bandwidth_bps") else "loopback"

@@ -1,9 +1,8 @@
 """``sidco sweep``: simulate a grid of clusters × compressors × densities into the results store.
 
-Rows stream into the ``scenarios`` table chunk by chunk (one transaction each), keyed by
-``(sweep_id, scenario_key)``; rerunning the same command resumes the sweep and computes
-only the missing scenarios. Work fans out over local processes or, with ``--dask``, an
-existing Dask cluster.
+Parses the grid and calls :func:`pipeline.sweep.run`: rows stream into the ``scenarios``
+table chunk by chunk, rerunning the same command resumes the sweep. Work fans out over
+local processes or, with ``--dask``, an existing Dask cluster.
 """
 
 from __future__ import annotations
@@ -14,26 +13,17 @@ import os
 import sys
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
-from typing import Any, Iterator
+from collections.abc import Iterator
 
 from tqdm import tqdm
 
-import simulator
-from sidco.commands.simulate import (
-    add_scenario_args,
-    add_source_args,
-    build_profile,
-    load_calibration,
-    load_source,
-    positive_int,
-    scenario_options,
-)
+import pipeline.sweep
+from pipeline.project import workload
 from results.store import Store
+from sidco.commands.simulate import add_scenario_args, add_source_args, parse_source, positive_int, scenario_options
 from simulator.scenario import TOPOLOGIES
-from simulator.sweep import Grid, SweepContext, describe, run_sweep
+from simulator.sweep import Grid
 from simulator.units import parse_bandwidth, parse_density, parse_duration, parse_list
-
-PROFILE_META = "sweep-profile:{}"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -103,66 +93,38 @@ def make_executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]
             yield pool, jobs
 
 
-def _profile(store: Store, sweep_id: int, created: bool, trace: Any, grid: Grid, device: str):
-    """The sweep's compression profile: measured/loaded once, kept in the store's meta table
-    so a resumed sweep uses exactly the same costs."""
-    key = PROFILE_META.format(sweep_id)
-    if not created:
-        row = store.query("SELECT value FROM meta WHERE key=?", (key,))
-        if row:
-            text = row[0]["value"]
-            return None if text == "null" else simulator.CompressionProfile.from_json(text)
-    pairs = [(c, d) for c in grid.compressors if c != "none" for d in grid.densities]
-    profile = build_profile(store, trace, pairs, device)
-    with store.transaction() as cur:
-        cur.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
-                    (key, "null" if profile is None else profile.to_json()))
-    return profile
-
-
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the sweep; print a summary (JSON with --json)."""
     grid = parse_grid(args)
     jobs = positive_int(args.jobs, "--jobs")
     chunk_size = positive_int(args.chunk_size, "--chunk-size")
-    workload, trace, source = load_source(args)
-    options = scenario_options(args, workload)
     with Store(args.store) as store:
-        calibration = load_calibration(store, args.calibration)
-        context = SweepContext(workload, None, args.fidelity, calibration, options)
-        config = describe(context, grid, source)
-        trace_id = store.register_trace(os.fspath(trace), trace.manifest) if trace is not None else None
-        sweep_id, created = store.get_or_create("sweeps", config, trace_id=trace_id, total=len(grid))
-        profile = _profile(store, sweep_id, created, trace, grid, args.profile_device)
-        context = SweepContext(workload, profile, args.fidelity, calibration, options)
-        for point in grid.points():
-            context.scenario(point)
-        done_before = store.query("SELECT COUNT(*) AS n FROM scenarios WHERE sweep_id=?", (sweep_id,))[0]["n"]
-        bar = tqdm(total=len(grid), initial=done_before, unit="scenario", desc=f"sweep {sweep_id}",
-                   file=sys.stderr, disable=args.no_progress)
+        source = parse_source(args, store)
+        options = scenario_options(args, workload(source))
+        bars: list[tqdm] = []  # opened once the sweep is checked and its row exists
 
-        def skip_done(keys: list[str]) -> set[str]:
-            marks = ",".join("?" for _ in keys)
-            rows = store.query(
-                f"SELECT scenario_key FROM scenarios WHERE sweep_id=? AND scenario_key IN ({marks})", (sweep_id, *keys)
-            )
-            return {r["scenario_key"] for r in rows}
+        def started(sweep_id: int, stored: int) -> None:
+            bars.append(tqdm(total=len(grid), initial=stored, unit="scenario", desc=f"sweep {sweep_id}",
+                             file=sys.stderr, disable=args.no_progress))
 
-        def on_rows(rows: list[dict[str, Any]]) -> None:
-            store.insert_many("scenarios", ({"sweep_id": sweep_id, **r} for r in rows), or_ignore=True)
-            bar.update(len(rows))
+        def progress(stored: int, total: int) -> None:
+            bars[0].update(stored - bars[0].n)
 
-        with make_executor(args.dask, jobs) as (executor, slots):
-            computed = run_sweep(context, grid.points(), executor, chunk_size=chunk_size, in_flight=2 * slots,
-                                 skip_done=skip_done, on_rows=on_rows)
-        bar.close()
-        store.set_status("sweeps", sweep_id, "done")
-        stored = store.query("SELECT COUNT(*) AS n FROM scenarios WHERE sweep_id=?", (sweep_id,))[0]["n"]
-    summary = {"sweep_id": sweep_id, "total": len(grid), "stored": stored, "computed": computed,
-               "resumed": not created, "store": str(args.store), "fidelity": args.fidelity}
+        try:
+            with make_executor(args.dask, jobs) as (executor, slots):
+                done = pipeline.sweep.run(
+                    store, source, grid, executor, fidelity=args.fidelity, options=options,
+                    calibrated=args.calibration, device=args.profile_device, chunk_size=chunk_size,
+                    in_flight=2 * slots, started=started, progress=progress,
+                )
+        finally:
+            for bar in bars:
+                bar.close()
+    summary = {"sweep_id": done.sweep_id, "total": done.total, "stored": done.stored, "computed": done.computed,
+               "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity}
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     else:
-        print(f"sweep {sweep_id}: {stored}/{len(grid)} scenarios stored in {args.store} "
-              f"({computed} computed now{', resumed' if not created else ''}; fidelity {args.fidelity})")
+        print(f"sweep {done.sweep_id}: {done.stored}/{done.total} scenarios stored in {args.store} "
+              f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity})")
     return 0
