@@ -9,7 +9,13 @@ places, in order, and takes each pair from the first place that has it:
 2. the replay rows of this trace on this device: every replay of the trace is merged, the
    newest replay that holds a pair wins for that pair;
 3. the newest stored device profile of this device that holds the pair (``sidco profile``);
-4. otherwise a one-line :class:`MissingCosts` error naming the command that fills the gap.
+4. a device profile shipped with the testbed (``profiles/<device>.json``);
+5. the cost model (:mod:`simulator.costmodel`: the compressor's declared work on the device's
+   numbers, :mod:`simulator.devices`) when the device is a known one;
+6. otherwise a one-line :class:`MissingCosts` error naming the command that fills the gap.
+
+A stored or shipped ``cpu`` profile is used only on a host with the same CPU model and SIMD
+flags as the one it was measured on.
 
 Tiers 2 and on are the entries of :data:`TIERS`; a new source of costs is one more entry.
 Densities are matched by their canonical key (:func:`simulator.profile.density_key`), never
@@ -26,8 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from compressors import work as declared_work
 from compressors.sparse import INDEX_BYTES
 from results.store import Store
+from simulator import costmodel, device_profile, devices
 from simulator.profile import CompressionCost, CompressionProfile, density_key
 
 Key = tuple[str, float | None]
@@ -103,6 +111,17 @@ def from_replays(request: CostRequest, missing: Sequence[Key]) -> dict[Key, Comp
     return found
 
 
+def _this_host(device: str, identity: Mapping[str, Any]) -> bool:
+    """Whether a ``cpu`` profile measured on ``identity`` describes this host (profiles of
+    other devices, and identities that name no CPU model and flags, always do)."""
+    if device != "cpu":
+        return True
+    host = identity.get("identity", identity)
+    if not isinstance(host, Mapping) or "cpu" not in host or "flags" not in host:
+        return True
+    return devices.host_key(host) == devices.host_key(devices.host_identity())
+
+
 def from_device_profiles(request: CostRequest, missing: Sequence[Key]) -> dict[Key, CompressionCost]:
     """Tier: the stored device profiles of this device, newest first; the newest that holds a pair wins."""
     found: dict[Key, CompressionCost] = {}
@@ -110,40 +129,62 @@ def from_device_profiles(request: CostRequest, missing: Sequence[Key]) -> dict[K
         todo = set(missing) - found.keys()
         if not todo:
             break
+        if not _this_host(profile["device"], json.loads(profile["identity_json"] or "{}")):
+            continue
         rows = [r for r in request.store.device_profile_rows(profile["id"])
                 if (r["compressor"], density_key(r["density"])) in todo]
         if rows:
-            source = f"{profile['source']} {profile['device']} {_day(profile['created'])}"
+            source = f"measured {profile['device']} {_day(profile['created'])} (profile #{profile['id']})"
             found.update(_fit(_profile_rows(rows), source))
     return found
+
+
+def from_shipped_profiles(request: CostRequest, missing: Sequence[Key]) -> dict[Key, CompressionCost]:
+    """Tier: the device profiles shipped in ``profiles/`` for this device."""
+    import profiles
+
+    found: dict[Key, CompressionCost] = {}
+    for path in profiles.paths():
+        shipped = device_profile.load(path)
+        if shipped.device != request.device.strip().lower() or not _this_host(shipped.device, shipped.identity):
+            continue
+        todo = set(missing) - found.keys()
+        rows = [r for r in shipped.rows if (r["compressor"], density_key(r["density"])) in todo]
+        if rows:
+            found.update(_fit(_profile_rows(rows), f"{shipped.label} (shipped {path.name})"))
+    return found
+
+
+def from_cost_model(request: CostRequest, missing: Sequence[Key]) -> dict[Key, CompressionCost]:
+    """Tier: the cost model on the device's numbers (``model a100``); nothing for an unknown device."""
+    try:
+        device = devices.get(request.device)
+    except ValueError:
+        return {}
+    names = set(declared_work.DECLARATIONS)
+    return {key: costmodel.cost(key[0], key[1], device) for key in missing if key[0] in names}
 
 
 TIERS: list[tuple[str, Tier]] = [
     ("replay", from_replays),
     ("device profile", from_device_profiles),
+    ("shipped profile", from_shipped_profiles),
+    ("model", from_cost_model),
 ]
 """The stored sources of costs after ``profile_file``, in the order they are asked."""
 
 
 def read_profile_file(path: str | Path, device: str) -> dict[Key, CompressionCost]:
-    """The costs in a profile JSON file (see the module docstring); ValueError naming the file
-    when it is unreadable, malformed or for another device."""
+    """The costs in a profile JSON file (format: :mod:`simulator.device_profile`); ValueError
+    naming the file when it is unreadable, malformed or for another device."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-        rows = data["rows"]
-        file_device = str(data["device"])
-        if not isinstance(rows, list) or not rows:
-            raise ValueError("'rows' must be a non-empty list")
-        fields = ("compressor", "density", "numel", "compress_s", "decompress_s")
-        for row in rows:
-            missing = [f for f in fields if f not in row]
-            if missing:
-                raise ValueError(f"a row lacks {missing[0]!r}")
-        costs = _fit(_profile_rows(rows), f"file {path.name}: {data.get('source', 'no source given')}")
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        detail = f"missing {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
+        given = device_profile.load(path)
+    except ValueError as exc:
+        detail = str(exc).splitlines()[0].removeprefix(f"{path}: ")
         raise ValueError(f"{path}: not a compression profile file ({detail})") from None
+    file_device = given.device
+    costs = _fit(_profile_rows(given.rows), f"file {path.name}: {given.source}")
     if not same_device(file_device, device):
         raise ValueError(f"{path}: profile is for device {file_device!r}, the projection is for {device!r}")
     return costs

@@ -73,7 +73,8 @@ def source_label(device: Device) -> str:
 
 def cost(compressor: str, density: float | None, device: Device) -> CompressionCost:
     """Linear costs ``t0 + t1·numel`` of ``compressor`` at ``density`` on ``device``, through the
-    model's times at :data:`FIT_SIZES`; wire bytes per element from the message format."""
+    model's times at :data:`FIT_SIZES`; wire bytes per element from the message format; the
+    cost's ``source`` is :func:`source_label`."""
     d = 1.0 if density is None else float(density)
     small, large = FIT_SIZES
     c_small, d_small = call_seconds(compressor, small, d, device)
@@ -85,7 +86,7 @@ def cost(compressor: str, density: float | None, device: Device) -> CompressionC
 
     c0, c1 = line(c_small, c_large)
     d0, d1 = line(d_small, d_large)
-    return CompressionCost(c0, c1, d0, d1, (declared.wire_bytes(compressor, large, d) / large,))
+    return CompressionCost(c0, c1, d0, d1, (declared.wire_bytes(compressor, large, d) / large,), source_label(device))
 
 
 def compression_profile(device: Device, pairs: Iterable[tuple[str, float | None]]) -> CompressionProfile:

@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from simulator.profile import CompressionCost, CompressionProfile, _fit, density_key
+from simulator.profile import density_key
 
 REQUIRED = ("compressor", "density", "numel", "compress_s", "decompress_s")
 
@@ -74,32 +71,6 @@ class DeviceProfile:
     def pairs(self) -> list[tuple[str, float]]:
         """The (compressor, density) pairs measured."""
         return sorted({(str(r["compressor"]), density_key(r["density"])) for r in self.rows})
-
-    def compression_profile(self, pairs: Iterable[tuple[str, float | None]] | None = None,
-                            itemsize: int = 4) -> CompressionProfile:
-        """Linear costs ``t0 + t1·numel`` per measured pair (least squares over its sizes), for
-        ``pairs`` (default: all; pairs not measured are left out). Wire bytes per element: the
-        rows' ``wire_bytes`` where given, else the message format of :mod:`compressors.work`."""
-        from compressors import work as declared
-
-        wanted = None if pairs is None else {(c, density_key(d)) for c, d in pairs}
-        groups: dict[tuple[str, float], list[Mapping[str, Any]]] = defaultdict(list)
-        for row in self.rows:
-            key = (str(row["compressor"]), density_key(row["density"]))
-            if wanted is None or key in wanted:
-                groups[key].append(row)
-        costs = {}
-        for (name, density), rows in groups.items():
-            numel = np.array([float(r["numel"]) for r in rows])
-            c0, c1 = _fit(numel, np.array([float(r["compress_s"]) for r in rows]))
-            d0, d1 = _fit(numel, np.array([float(r["decompress_s"]) for r in rows]))
-            if all(r.get("wire_bytes") is not None for r in rows):
-                wire = sum(float(r["wire_bytes"]) for r in rows) / numel.sum()
-            else:
-                big = int(numel.max())
-                wire = declared.wire_bytes(name, big, density, itemsize) / big
-            costs[(name, density)] = CompressionCost(c0, c1, d0, d1, (float(wire),))
-        return CompressionProfile(costs, self.label)
 
 
 def _number(row: Mapping[str, Any], key: str, where: str, integer: bool = False) -> float:

@@ -115,13 +115,10 @@ def _profile_json(**change):
     return json.dumps(data)
 
 
-def test_profile_file_round_trip_and_fit():
+def test_profile_file_round_trip():
     profile = dp.from_json(_profile_json(created="2026-12-01"))
-    assert profile.label == "measured h200 2026-12-01"
-    again = dp.from_json(profile.to_json())
-    assert again == profile
-    cost = profile.compression_profile().cost("topk", 0.01)
-    assert cost.compress_s(1 << 20) == pytest.approx(2e-4) and cost.compress_s(1 << 24) == pytest.approx(2e-3)
+    assert profile.label == "measured h200 2026-12-01" and profile.pairs() == [("topk", 0.01)]
+    assert dp.from_json(profile.to_json()) == profile
 
 
 @pytest.mark.parametrize("change, message", [

@@ -95,14 +95,15 @@ def test_profile_file_comes_first_and_is_checked(store, trace_id, tmp_path):
 
 
 def test_missing_costs_name_the_command_that_measures_them(store, trace_id, tmp_path):
+    """A device the cost model does not know (plain cuda) and that nothing measured."""
     with pytest.raises(MissingCosts) as info:
-        compression_profile(store, trace_id=trace_id, device="cpu", pairs=[("topk", 0.01), ("dgc", 0.001)])
+        compression_profile(store, trace_id=trace_id, device="cuda", pairs=[("topk", 0.01), ("dgc", 0.001)])
     message = str(info.value)
-    assert message.startswith("no compression costs for topk@0.01 on cpu: run `sidco replay ")
-    assert f"{tmp_path / 't'} --compressors dgc,topk --densities 0.001,0.01 --device cpu`" in message
-    assert "`sidco profile --device cpu`" in message and "\n" not in message
+    assert message.startswith("no compression costs for topk@0.01 on cuda: run `sidco replay ")
+    assert f"{tmp_path / 't'} --compressors dgc,topk --densities 0.001,0.01 --device cuda`" in message
+    assert "`sidco profile --device cuda`" in message and "\n" not in message
     with pytest.raises(MissingCosts, match=r"layouts have no gradients"):
-        compression_profile(store, trace_id=None, device="cpu", pairs=[("topk", 0.01)])
+        compression_profile(store, trace_id=None, device="cuda", pairs=[("topk", 0.01)])
 
 
 def test_a_new_tier_is_one_entry(store, monkeypatch):

@@ -7,22 +7,17 @@ import argparse
 import json
 import re
 import sys
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from tqdm import tqdm
 
 import compressors
+from pipeline import profile as device_profiles
 from results.store import Store
 from sidco.commands import add_store_argument
-from simulator import costmodel, devices
-from simulator import device_profile as dp
 from simulator.units import parse_density, parse_list
 
 DEFAULT_SIZES = {"cpu": "2^16..2^24", "cuda": "2^16..2^26"}
-CHECK_MIN_NUMEL = 1 << 20
-GOAL = 0.30
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -92,46 +87,26 @@ def _names(text: str) -> list[str]:
 
 
 def _measure(args: argparse.Namespace) -> int:
-    from simulator import profiling
-
     kind = "cuda" if args.device.startswith("cuda") else "cpu"
     sizes = parse_sizes(args.sizes or DEFAULT_SIZES[kind])
     names = _names(args.compressors)
     densities = parse_list(args.densities, parse_density)
-    host = None
-    if kind == "cpu":
-        cpus = profiling.pin_threads(args.threads)
-        print(f"measuring this host ({args.threads} threads on CPUs {cpus}) ...", file=sys.stderr)
-        host = devices.measure_host(repeats=max(3, args.repeats))
-        devices.save_host(host)
     total = len(sizes) * (sum(n == "none" for n in names) + len(densities) * sum(n != "none" for n in names))
-    with tqdm(total=total, desc="profile", unit="row", file=sys.stderr, disable=None) as bar:
+    with Store(args.store) as store, tqdm(total=total, desc="profile", unit="row", file=sys.stderr,
+                                          disable=None) as bar:
         def progress(label: str) -> None:
             bar.set_postfix_str(label, refresh=False)
             bar.update(1)
 
-        def keep_partial(partial: dp.DeviceProfile, exc: BaseException) -> None:
-            with Store(args.store) as store:
-                kept = dp.store_profile(store, partial)
-            print(f"stopped: the {len(partial.rows)} rows measured are kept as device profile #{kept}",
-                  file=sys.stderr)
-
-        profile = profiling.profile(args.device, sizes, names, densities, warmup=args.warmup,
-                                    repeats=args.repeats, host=host, progress=progress, on_partial=keep_partial)
-    if host is not None:
-        print("measuring this host again ...", file=sys.stderr)
-        host = devices.fastest(host, devices.measure_host(repeats=max(3, args.repeats)))
-        devices.save_host(host)
-        profile = replace(profile, device_model=host.to_json())
-    with Store(args.store) as store:
-        profile_id = dp.store_profile(store, profile)
-    if args.out:
-        profile.save(args.out)
+        done = device_profiles.measure(store, args.device, sizes, names, densities, warmup=args.warmup,
+                                       repeats=args.repeats, threads=args.threads, out=args.out, progress=progress,
+                                       note=lambda text: print(text, file=sys.stderr))
+    profile = done.profile
     if args.json:
-        print(json.dumps({"profile_id": profile_id, "device": profile.device, "source": profile.source,
+        print(json.dumps({"profile_id": done.profile_id, "device": profile.device, "source": profile.source,
                           "rows": list(profile.rows), "out": args.out}, sort_keys=True))
         return 0
-    print(f"device profile #{profile_id} of {profile.device}: {profile.source}")
+    print(f"device profile #{done.profile_id} of {profile.device}: {profile.source}")
     print(f"{'compressor':<10} {'density':>8} {'elements':>10} {'compress min/med/max ms':>26} {'decompress ms':>14}")
     for r in profile.rows:
         spread = f"{r['compress_s'] * 1e3:.3f}/{r['compress_median_s'] * 1e3:.3f}/{r['compress_max_s'] * 1e3:.3f}"
@@ -140,79 +115,15 @@ def _measure(args: argparse.Namespace) -> int:
     return 0
 
 
-def _profiles_to_check(args: argparse.Namespace) -> list[tuple[str, dp.DeviceProfile]]:
-    import profiles
-
-    found = [(f"shipped {p.name}", dp.load(p)) for p in profiles.paths()]
-    found += [(f"file {p}", dp.load(p)) for p in args.profile]
-    with Store(args.store) as store:
-        for name in sorted({r["device"] for r in store.device_profile_list()}):
-            found += [(f"store #{profile_id}", profile) for profile_id, profile in dp.stored_profiles(store, name)]
-    seen, unique = set(), []
-    for where, profile in found:
-        key = (profile.device, profile.source, len(profile.rows))
-        if key not in seen:
-            seen.add(key)
-            unique.append((where, profile))
-    return unique
-
-
-def model_device(profile: dp.DeviceProfile) -> devices.Device | None:
-    """The device the model uses for ``profile``: the host numbers measured with it, else the named device."""
-    if profile.device_model:
-        return devices.from_json(profile.device_model)
-    try:
-        return devices.get(profile.device)
-    except ValueError:
-        return None
-
-
-def check_rows(profile: dp.DeviceProfile, device: devices.Device) -> list[dict[str, Any]]:
-    """Model vs measured, row by row: seconds and relative error ``model / measured − 1``."""
-    out = []
-    for r in profile.rows:
-        if r["compressor"] not in compressors.names() and r["compressor"] not in ("fp16", "bf16", "powersgd"):
-            continue
-        model_c, model_d = costmodel.call_seconds(r["compressor"], int(r["numel"]), float(r["density"]), device,
-                                                  stages=r.get("stages"), backend=r.get("backend") or None)
-        out.append({
-            "compressor": r["compressor"], "density": r["density"], "numel": r["numel"],
-            "compress_s": r["compress_s"], "model_compress_s": model_c,
-            "compress_error": model_c / r["compress_s"] - 1 if r["compress_s"] > 0 else None,
-            "decompress_s": r["decompress_s"], "model_decompress_s": model_d,
-            "decompress_error": model_d / r["decompress_s"] - 1 if r["decompress_s"] > 0 else None,
-        })
-    return out
-
-
-def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per compressor, the largest |error| of compress and decompress over rows of ≥ 2^20 elements."""
-    worst: dict[str, dict[str, float]] = {}
-    for r in rows:
-        if r["numel"] < CHECK_MIN_NUMEL:
-            continue
-        entry = worst.setdefault(r["compressor"], {"compress": 0.0, "decompress": 0.0})
-        for what in ("compress", "decompress"):
-            if r[f"{what}_error"] is not None:
-                entry[what] = max(entry[what], abs(r[f"{what}_error"]))
-    return worst
-
-
 def _check(args: argparse.Namespace) -> int:
-    report = []
-    for where, profile in _profiles_to_check(args):
-        device = model_device(profile)
-        if device is None:
-            report.append({"profile": where, "device": profile.device, "skipped": "unknown device, no host numbers"})
-            continue
-        rows = check_rows(profile, device)
-        report.append({"profile": where, "device": profile.device, "source": profile.source,
-                       "model": costmodel.source_label(device), "rows": rows, "worst": summary(rows)})
+    with Store(args.store) as store:
+        report = device_profiles.check(store, args.profile)
     if args.json:
         print(json.dumps(report, sort_keys=True))
         return 0
     if not report:
         print("no measured profiles: run sidco profile --device cpu (or cuda) first")
+    goal = device_profiles.GOAL
     for item in report:
         print(f"{item['profile']}: {item['device']}" + (f" — skipped ({item['skipped']})" if "skipped" in item else ""))
         if "skipped" in item:
@@ -224,7 +135,7 @@ def _check(args: argparse.Namespace) -> int:
             print(f"  {r['compressor']:<10} {r['density']:>8g} {r['numel']:>10} {r['compress_s'] * 1e3:>12.3f} "
                   f"{r['model_compress_s'] * 1e3:>10.3f} {r['compress_error']:>+8.0%} {r['decompress_error']:>+13.0%}")
         for name, worst in sorted(item["worst"].items()):
-            flag = "ok" if worst["compress"] <= GOAL and worst["decompress"] <= GOAL else f"over {GOAL:.0%}"
+            flag = "ok" if worst["compress"] <= goal and worst["decompress"] <= goal else f"over {goal:.0%}"
             print(f"  worst at >= 2^20 elements: {name:<10} compress {worst['compress']:.0%}, "
                   f"decompress {worst['decompress']:.0%} ({flag})")
     return 0
