@@ -45,32 +45,45 @@ SCALAR_OPS = {"finite": 5, "gaussian": 13, "redsync_setup": 4, "redsync_probe": 
 torch path issues them; counted with a dispatch mode when the code was written."""
 
 
+KINDS = ("map", "reduce", "compare", "count", "log", "native", "native_log")
+"""Streaming kernels by what they compute per element (a device may be slower per element than
+its memory for some): ``map`` (abs, add, clamp, copy, fill), ``reduce`` (sum, amax, norm),
+``compare`` (``>``/``>=`` into a bool mask), ``count`` (``count_nonzero`` of a mask), ``log``
+(logarithms), ``native`` / ``native_log`` (SIDCo's fused C kernels, without / with logarithms)."""
+
+
 @dataclass
 class Work:
-    """Work of one call. Bytes read/written count streaming kernels only (gathers, top-k,
-    sort and compaction are charged per element by the device); ``passes`` counts streaming
-    kernels over the whole vector; ``working_set_bytes`` is what the call keeps live."""
+    """Work of one call. ``streams``: the streaming kernels as ``(kind, elements, bytes read,
+    bytes written)``; ``passes`` counts those over the whole vector; gathers, top-k, sort and
+    compaction are charged per element by the device; ``allocations``: bytes of each fresh
+    buffer the call allocates; ``working_set_bytes``: what the call keeps live."""
 
     passes: int = 0
     bytes_read: float = 0.0
     bytes_written: float = 0.0
     launches: int = 0
     syncs: int = 0
+    streams: list[tuple[str, float, float, float]] = field(default_factory=list)
     topk: list[tuple[float, float]] = field(default_factory=list)
     sort_elements: float = 0.0
     gather_elements: float = 0.0
     compact_elements: float = 0.0
     compact_hits: float = 0.0
-    transcendentals: float = 0.0
+    allocations: list[float] = field(default_factory=list)
     flops: float = 0.0
     working_set_bytes: float = 0.0
 
-    def stream(self, elements: float, read: float, written: float, full: bool = False, launches: int = 1) -> Work:
-        """A streaming kernel over ``elements`` reading/writing ``read``/``written`` bytes per element."""
+    def stream(self, elements: float, read: float, written: float, kind: str = "map", full: bool = False) -> Work:
+        """A streaming kernel of ``kind`` over ``elements`` reading/writing ``read``/``written``
+        bytes per element."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown kernel kind {kind!r}")
         self.passes += int(full)
         self.bytes_read += elements * read
         self.bytes_written += elements * written
-        self.launches += launches
+        self.streams.append((kind, float(elements), elements * read, elements * written))
+        self.launches += 1
         return self
 
     def scalars(self, count: int) -> Work:
@@ -109,6 +122,11 @@ class Work:
         self.syncs += 1
         return self
 
+    def allocate(self, nbytes: float) -> Work:
+        """A fresh buffer of ``nbytes`` (a new tensor each call, not a reused workspace)."""
+        self.allocations.append(float(nbytes))
+        return self
+
 
 @dataclass(frozen=True)
 class CallWork:
@@ -119,18 +137,18 @@ class CallWork:
 
 
 def _ef(w: Work, n: int, k: float, itemsize: int, dense: bool) -> None:
-    """Error feedback: ``grad + residual`` before, ``index_add_`` of what was sent (or a fresh
-    zero residual for dense messages) after."""
-    w.stream(n, 2 * itemsize, itemsize, full=True)
+    """Error feedback: a fresh ``grad + residual`` before, ``index_add_`` of what was sent (or a
+    fresh zero residual for dense messages) after."""
+    w.stream(n, 2 * itemsize, itemsize, full=True).allocate(n * itemsize)
     if dense:
-        w.stream(n, 0, itemsize, full=True)
+        w.stream(n, 0, itemsize, full=True).allocate(n * itemsize)
     else:
         w.gather(k)
 
 
 def _finite(w: Work, n: int, itemsize: int) -> None:
     """``raise_if_not_finite`` with a fresh sum: one read pass, scalar checks, one sync."""
-    w.stream(n, itemsize, 0, full=True).scalars(SCALAR_OPS["finite"]).sync()
+    w.stream(n, itemsize, 0, "reduce", full=True).scalars(SCALAR_OPS["finite"]).sync()
 
 
 def _sparse_decompress(n: int, k: float, itemsize: int) -> Work:
@@ -138,7 +156,8 @@ def _sparse_decompress(n: int, k: float, itemsize: int) -> Work:
 
 
 def _none(n, density, itemsize, stages, rounds, backend):
-    c = Work().stream(n, itemsize, 0, full=True).scalars(SCALAR_OPS["finite"]).sync()
+    c = Work()
+    _finite(c, n, itemsize)
     return c, Work().stream(n, itemsize, itemsize, full=True)
 
 
@@ -146,7 +165,7 @@ def _topk(n, density, itemsize, stages, rounds, backend):
     k = target_count(density, n)
     c = Work().stream(n, itemsize, itemsize, full=True).select_topk(n, k).sort(k).gather(k)
     _finite(c, n, itemsize)
-    c.stream(k, itemsize, 0)
+    c.stream(k, itemsize, 0, "reduce")
     return c, _sparse_decompress(n, k, itemsize)
 
 
@@ -168,11 +187,11 @@ def _dgc(n, density, itemsize, stages, rounds, backend, trim=True):
     k = target_count(density, n)
     samples = math.ceil(n / sample_stride(n, density, 0.01))
     c = Work().stream(n, itemsize, itemsize, full=True)
-    c.select_topk(samples, max(1, math.ceil(samples * density))).stream(1, 1, 1)
-    c.stream(n, itemsize, 1, full=True).compact(n, k)
+    c.select_topk(samples, max(1, math.ceil(samples * density))).stream(1, 1, 1, "reduce")
+    c.stream(n, itemsize, 1, "compare", full=True).compact(n, k)
     _finite(c, n, itemsize)
     for _ in range(rounds):
-        c.scalars(1).stream(n, itemsize, 1, full=True).compact(n, 2 * k)
+        c.scalars(1).stream(n, itemsize, 1, "compare", full=True).compact(n, 2 * k)
     if trim:
         c.gather(2 * k).select_topk(2 * k, k).gather(k).sort(k)
     return c.gather(k), _sparse_decompress(n, k, itemsize)
@@ -180,36 +199,40 @@ def _dgc(n, density, itemsize, stages, rounds, backend, trim=True):
 
 def _gaussiank(n, density, itemsize, stages, rounds, backend):
     k = target_count(density, n)
-    c = Work().stream(n, itemsize, 0, full=True).stream(n, itemsize, 0, full=True).scalars(SCALAR_OPS["gaussian"])
-    c.stream(n, itemsize, itemsize, full=True)
+    c = Work().stream(n, itemsize, 0, "reduce", full=True).stream(n, itemsize, 0, "reduce", full=True)
+    c.scalars(SCALAR_OPS["gaussian"]).stream(n, itemsize, itemsize, full=True)
     for _ in range(rounds):
-        c.stream(n, itemsize, 1, full=True).stream(n, 1, 0, full=True).sync().scalars(1)
-    c.stream(n, itemsize, 1, full=True).compact(n, k)
+        c.stream(n, itemsize, 1, "compare", full=True).stream(n, 1, 0, "count", full=True).sync().scalars(1)
+    c.stream(n, itemsize, 1, "compare", full=True).compact(n, k)
     c.scalars(SCALAR_OPS["finite"] + 1).sync()
     return c.gather(k), _sparse_decompress(n, k, itemsize)
 
 
 def _redsync(n, density, itemsize, stages, rounds, backend):
     k = target_count(density, n)
-    c = Work().stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 0, full=True)
-    c.scalars(2).stream(n, itemsize, 0, full=True).scalars(SCALAR_OPS["redsync_setup"] - 3)
+    c = Work().stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 0, "reduce", full=True)
+    c.scalars(2).stream(n, itemsize, 0, "reduce", full=True).scalars(SCALAR_OPS["redsync_setup"] - 3)
     c.scalars(SCALAR_OPS["finite"]).sync()
     for _ in range(rounds):
-        c.scalars(SCALAR_OPS["redsync_probe"]).stream(n, itemsize, 1, full=True).stream(n, 1, 0, full=True).sync()
-    c.stream(n, itemsize, 1, full=True).compact(n, 1.5 * k)
+        c.scalars(SCALAR_OPS["redsync_probe"]).stream(n, itemsize, 1, "compare", full=True)
+        c.stream(n, 1, 0, "count", full=True).sync()
+    c.stream(n, itemsize, 1, "compare", full=True).compact(n, 1.5 * k)
     return c.gather(1.5 * k), _sparse_decompress(n, 1.5 * k, itemsize)
 
 
+_TAIL_E = ((1, 1, "map"), (1, 0, "reduce"), (1, 0.25, "compare"))
+_TAIL_GP = ((1, 1, "map"), (1, 0, "reduce"), (1, 0, "reduce"), (1, 0, "reduce"), (1, 0.25, "compare"))
 SIDCO_STEPS = {
-    # name: (stage-1 streaming kernels as (read, written) bytes per element of |g|, their 0-d
-    #        launches, later-stage streaming kernels, their 0-d launches)
-    "sidco-e": (((1, 0),), 10, ((1, 1), (1, 0), (1, 0.25)), 5),
-    "sidco-p": (((1, 0), (1, 0)), 48, ((1, 1), (1, 0), (1, 0), (1, 0), (1, 0.25)), 44),
-    "sidco-gp": (((1, 0), (1, 1), (1, 1), (1, 0), (1, 0)), 197, ((1, 1), (1, 0), (1, 0), (1, 0), (1, 0.25)), 44),
+    "sidco-e": (((1, 0, "reduce"),), 10, _TAIL_E, 5),
+    "sidco-p": (((1, 0, "reduce"), (1, 0, "reduce")), 48, _TAIL_GP, 44),
+    "sidco-gp": (((1, 0, "reduce"), (1, 1, "map"), (1, 1, "log"), (1, 0, "count"), (1, 0, "reduce")), 197,
+                 _TAIL_GP, 44),
 }
-"""SIDCo's torch path step by step (bytes in units of the itemsize; 0.25 = a one-byte mask):
-stage 1 takes |g|'s statistics (SIDCo-GP also clamps and takes logarithms), later stages shift
-the exceedances and refit them (SIDCo-P/-GP: mean twice and a norm)."""
+"""SIDCo's torch path step by step: stage 1's streaming kernels over |g| as (bytes read,
+written, in units of the itemsize; 0.25 = a one-byte mask; kind), its 0-d launches, then each
+later stage's kernels over the exceedances and 0-d launches. Stage 1 takes |g|'s statistics
+(SIDCo-GP also clamps and takes logarithms); later stages shift the exceedances and refit them
+(SIDCo-P/-GP: the mean twice and a norm)."""
 
 
 def _sidco(name):
@@ -222,15 +245,13 @@ def _sidco(name):
         if backend == "native":
             return _sidco_native(name, n, itemsize, counts, rounds), _sparse_decompress(n, k, itemsize)
         c = Work().stream(n, itemsize, itemsize, full=True)
-        for read, written in first:
-            c.stream(n, read * itemsize, written * itemsize, full=True)
-        if name == "sidco-gp":
-            c.transcendentals += n
-        c.scalars(first_scalars).stream(n, itemsize, 1, full=True).compact(n, counts[0])
+        for read, written, kind in first:
+            c.stream(n, read * itemsize, written * itemsize, kind, full=True)
+        c.scalars(first_scalars).stream(n, itemsize, 1, "compare", full=True).compact(n, counts[0])
         for before, after in zip(counts, counts[1:]):
             c.gather(before)
-            for read, written in tail:
-                c.stream(before, read * itemsize, written * itemsize)
+            for read, written, kind in tail:
+                c.stream(before, read * itemsize, written * itemsize, kind)
             c.scalars(tail_scalars).compact(before, after).gather(after)
         return c.gather(k), _sparse_decompress(n, k, itemsize)
 
@@ -250,21 +271,22 @@ def _sidco_native(name, n, itemsize, counts, full_passes):
     first, tail = NATIVE_SCALARS[name]
     superset = n * (counts[0] / n) ** 0.9
     if name == "sidco-gp":
-        c.stream(n, itemsize, 0, full=True).stream(n, itemsize, 8 * counts[0] / n, full=True)
-        c.transcendentals += n
+        c.stream(n, itemsize, 0, "native_log", full=True).stream(n, itemsize, 8 * counts[0] / n, "native", full=True)
         pool = counts[0]
     elif full_passes <= 1 and len(counts) > 1:
-        c.stream(n, itemsize, 8 * superset / n, full=True).stream(superset, 4, 0)
+        c.stream(n, itemsize, 8 * superset / n, "native", full=True).stream(superset, 4, 0, "native")
         pool = superset
     elif full_passes <= 1:
-        c.stream(n, itemsize, 8 * superset / n, full=True).stream(superset, 8, 8 * counts[0] / superset)
+        c.stream(n, itemsize, 8 * superset / n, "native", full=True)
+        c.stream(superset, 8, 8 * counts[0] / superset, "native")
         pool = counts[0]
     else:
-        c.stream(n, itemsize, 8 * superset / n, full=True).stream(n, itemsize, 8 * counts[0] / n, full=True)
+        c.stream(n, itemsize, 8 * superset / n, "native", full=True)
+        c.stream(n, itemsize, 8 * counts[0] / n, "native", full=True)
         pool = counts[0]
     c.scalars(first).sync()
     for after in counts[1:]:
-        c.stream(pool, 8, 8 * after / pool).scalars(tail).sync(2)
+        c.stream(pool, 8, 8 * after / pool, "native").scalars(tail).sync(2)
         pool = after
     k = counts[-1]
     return c.stream(k, 4, 8).gather(k)
@@ -280,7 +302,7 @@ def _powersgd(n, density, itemsize, stages, rounds, backend):
     rows = math.ceil(math.sqrt(n))
     cols = math.ceil(n / rows)
     r = POWERSGD_RANK
-    c = Work().stream(n, itemsize, 0, full=True).stream(n, itemsize, 0, full=True)
+    c = Work().stream(n, itemsize, 0, "reduce", full=True).stream(n, itemsize, 0, "reduce", full=True)
     c.flops += 4.0 * rows * cols * r + 2.0 * rows * r * r
     c.scalars(4 * r)
     d = Work().stream(n, 0, itemsize, full=True)
@@ -321,8 +343,8 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
         _ef(ef, n, 0 if dense else target_count(density, n), itemsize, dense)
         compress = _merge(ef, compress)
     elif error_feedback:
-        compress = _merge(Work().stream(n, 2 * itemsize, itemsize, full=True).stream(n, 2 * itemsize, itemsize,
-                                                                                         full=True), compress)
+        residual = Work().stream(n, 2 * itemsize, itemsize, full=True).stream(n, 2 * itemsize, itemsize, full=True)
+        compress = _merge(residual, compress)
     compress.working_set_bytes = 4.0 * n * itemsize
     decompress.working_set_bytes = 2.0 * n * itemsize
     return CallWork(compress, decompress)
@@ -331,9 +353,10 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
 def _merge(a: Work, b: Work) -> Work:
     return Work(
         a.passes + b.passes, a.bytes_read + b.bytes_read, a.bytes_written + b.bytes_written,
-        a.launches + b.launches, a.syncs + b.syncs, a.topk + b.topk, a.sort_elements + b.sort_elements,
-        a.gather_elements + b.gather_elements, a.compact_elements + b.compact_elements,
-        a.compact_hits + b.compact_hits, a.transcendentals + b.transcendentals, a.flops + b.flops,
+        a.launches + b.launches, a.syncs + b.syncs, a.streams + b.streams, a.topk + b.topk,
+        a.sort_elements + b.sort_elements, a.gather_elements + b.gather_elements,
+        a.compact_elements + b.compact_elements, a.compact_hits + b.compact_hits, a.allocations + b.allocations,
+        a.flops + b.flops,
     )
 
 

@@ -84,7 +84,7 @@ def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelit
         import traces
 
         trace = traces.open(source.ref)
-        source = Source("trace", source.ref, store.register_trace(trace.path, trace.manifest))
+        source = replace(source, trace_id=store.register_trace(trace.path, trace.manifest))
     sweep_id, created = store.get_or_create("sweeps", config, trace_id=source.trace_id, total=len(grid))
     profile = _profile(store, sweep_id, created, source, grid, device, profile_file)
     context = SweepContext(wl, profile, fidelity, constants, options)

@@ -3,16 +3,19 @@ on a :class:`~simulator.devices.Device`.
 
 One call costs
 
-    t = [bytes_read / read_bw + bytes_written / write_bw + 8·hits / write_bw
-         + Σ top-k inputs · topk_s(kept fraction) + sorted · sort_s + gathered · gather_s
-         + compacted · compact_s + transcendentals · transcendental_s] / cache_speedup
+    t = Σ_streaming kernels max(read / read_bw + written / write_bw, elements · op_s[kind])
+        + Σ_top-k inputs · topk_s(kept fraction) + sorted · sort_s + gathered · gather_s
+        + compacted · compact_s + 8 · hits / write_bw
+        + Σ_fresh buffers ≥ alloc_threshold bytes · fault_s
         + flops / fp32_flops + launches · launch_s + syncs · sync_s
 
-where ``cache_speedup`` applies only when the call's working set fits in the device's last-level
-cache (a CPU's; GPU caches are not modelled). Launch and sync latencies are added, not
-overlapped with device work: for the sizes that matter (≥ 1 MiB) they are small, below it they
-dominate, as on a real GPU. SIDCo runs its native kernels on a ``cpu`` device (float32) and
-the torch path elsewhere, as the code does. Units: seconds, elements, bytes.
+Each streaming kernel takes the longer of its memory traffic and its per-element compute (a
+roofline per kernel). When the call's working set fits in the device's last-level cache (a
+CPU's; GPU caches are not modelled) memory traffic, sorts, gathers and compactions run
+``cache_speedup`` times faster and top-k takes its in-cache rate. Launch and sync latencies are added, not overlapped with device work: for the sizes
+that matter (≥ 1 MiB) they are small, below it they dominate, as on a real GPU. SIDCo runs its
+native kernels on a ``cpu`` device (float32) and the torch path elsewhere, as the code does.
+Units: seconds, elements, bytes.
 """
 
 from __future__ import annotations
@@ -28,19 +31,23 @@ FIT_SIZES = (1 << 20, 1 << 24)
 
 
 def seconds(work: declared.Work, device: Device) -> float:
-    """Seconds one call with ``work`` takes on ``device``."""
-    per_element = (
-        work.bytes_read / device.memory_bandwidth_Bps
-        + (work.bytes_written + 8.0 * work.compact_hits) / device.write_bandwidth_Bps
-        + sum(n * device.topk_s(kept) for n, kept in work.topk)
-        + work.sort_elements * device.sort_s_per_element
-        + work.gather_elements * device.gather_s_per_element
-        + work.compact_elements * device.compact_s_per_element
-        + work.transcendentals * device.transcendental_s_per_element
+    """Seconds one call with ``work`` takes on ``device`` (the formula of the module docstring)."""
+    fits = 0 < work.working_set_bytes < device.cache_bytes
+    speedup = device.cache_speedup if fits else 1.0
+    streams = sum(
+        max((read / device.memory_bandwidth_Bps + written / device.write_bandwidth_Bps) / speedup,
+            elements * device.op_s_per_element.get(kind, 0.0))
+        for kind, elements, read, written in work.streams
     )
-    if 0 < work.working_set_bytes < device.cache_bytes:
-        per_element /= device.cache_speedup
-    return per_element + work.flops / device.fp32_flops + work.launches * device.launch_s + work.syncs * device.sync_s
+    per_element = (
+        sum(n * device.topk_s(kept, cached=fits) for n, kept in work.topk)
+        + (work.sort_elements * device.sort_s_per_element + work.gather_elements * device.gather_s_per_element
+           + work.compact_elements * device.compact_s_per_element
+           + 8.0 * work.compact_hits / device.write_bandwidth_Bps) / speedup
+    )
+    faults = sum(size for size in work.allocations if size >= device.alloc_threshold_bytes) * device.fault_s_per_byte
+    return (streams + per_element + faults + work.flops / device.fp32_flops + work.launches * device.launch_s
+            + work.syncs * device.sync_s)
 
 
 def backend_on(kind: str, compressor: str) -> str:

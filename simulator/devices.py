@@ -46,11 +46,15 @@ class Device:
     without bf16 units carries its fp32 rate); ``launch_s``: host time to issue one kernel
     (one eager torch op on a CPU); ``sync_s``: one device→host synchronisation (``.item()``,
     ``nonzero`` sizing); ``pcie_Bps``: host link bandwidth (bytes/s); ``topk_s_per_element``: seconds per input
-    element of ``torch.topk`` as ``((density, s), ...)`` points (:meth:`topk_s` interpolates); ``sort_s_per_element``: per element of
+    element of ``torch.topk`` as ``((density, s), ...)`` points (:meth:`topk_s` interpolates),
+    ``topk_cache_s_per_element`` the same when the input fits in the cache; ``sort_s_per_element``: per element of
     ``torch.sort``; ``gather_s_per_element``: per element moved by ``index_select`` /
     ``index_add_`` / ``index_copy_``; ``compact_s_per_element``: per input element of
-    ``nonzero``; ``transcendental_s_per_element``: extra per element of ``log``/``exp`` beyond
-    its memory traffic; ``cache_bytes``: last-level cache; ``cache_speedup``: how much faster
+    ``nonzero``; ``op_s_per_element``: the compute time per element of each kind of streaming
+    kernel (:data:`compressors.work.KINDS`; a kernel takes the longer of its memory traffic and
+    this); ``alloc_threshold_bytes`` / ``fault_s_per_byte``: a fresh buffer at least this large
+    is mapped anew by the allocator and costs this per byte in page faults (GPU caching
+    allocators reuse memory: no threshold); ``cache_bytes``: last-level cache; ``cache_speedup``: how much faster
     per-element work runs when a call's working set fits in it (1 = not modelled). ``sources`` maps each field name to where its value comes from;
     ``measured`` is the measurement date (ISO, UTC) or ``""`` for spec-sheet devices;
     ``identity`` describes the hardware (CPU model and flags, GPU name, torch version).
@@ -67,19 +71,23 @@ class Device:
     sync_s: float
     pcie_Bps: float
     topk_s_per_element: tuple[tuple[float, float], ...]
+    topk_cache_s_per_element: tuple[tuple[float, float], ...]
     sort_s_per_element: float
     gather_s_per_element: float
     compact_s_per_element: float
-    transcendental_s_per_element: float
+    op_s_per_element: Mapping[str, float]
+    alloc_threshold_bytes: float
+    fault_s_per_byte: float
     cache_bytes: float
     cache_speedup: float
     sources: Mapping[str, str] = field(default_factory=dict)
     measured: str = ""
     identity: Mapping[str, Any] = field(default_factory=dict)
 
-    def topk_s(self, density: float) -> float:
-        """Seconds per input element of a top-k keeping ``density`` of it (linear in log density)."""
-        points = sorted(self.topk_s_per_element)
+    def topk_s(self, density: float, cached: bool = False) -> float:
+        """Seconds per input element of a top-k keeping ``density`` of it (linear in log density);
+        ``cached``: its input fits in the cache."""
+        points = sorted(self.topk_cache_s_per_element if cached else self.topk_s_per_element)
         if density <= points[0][0]:
             return points[0][1]
         for (d0, t0), (d1, t1) in zip(points, points[1:]):
@@ -111,10 +119,13 @@ def from_json(data: Mapping[str, Any]) -> Device:
     if missing:
         raise ValueError(f"device description lacks {', '.join(sorted(missing))}")
     values = {k: data[k] for k in names if k in data}
-    values["topk_s_per_element"] = tuple((float(d), float(t)) for d, t in values["topk_s_per_element"])
-    if not values["topk_s_per_element"]:
-        raise ValueError(f"device {values['name']}: topk_s_per_element needs at least one (density, s) point")
-    for key in names - {"name", "kind", "label", "sources", "measured", "identity", "topk_s_per_element"}:
+    for key in ("topk_s_per_element", "topk_cache_s_per_element"):
+        values[key] = tuple((float(d), float(t)) for d, t in values[key])
+        if not values[key]:
+            raise ValueError(f"device {values['name']}: {key} needs at least one (density, s) point")
+    values["op_s_per_element"] = {str(k): float(v) for k, v in dict(values["op_s_per_element"]).items()}
+    for key in names - {"name", "kind", "label", "sources", "measured", "identity", "topk_s_per_element",
+                        "topk_cache_s_per_element", "op_s_per_element"}:
         number = float(values[key])
         if not number >= 0 or number != number:
             raise ValueError(f"device {values['name']}: {key} must be a number >= 0, got {values[key]!r}")
@@ -133,8 +144,9 @@ GPU_RULES = {
               "per element",
     "compact": "nonzero over a bool mask: a counting pass and a writing pass over 1 byte per element "
                "(2 bytes per element; the 8-byte outputs are charged as bytes written)",
-    "transcendental": "one special-function unit per 8 fp32 lanes: fp32 FLOP/s ÷ 16 elements/s "
-                      "(hidden behind memory traffic in practice)",
+    "ops": "streaming kernels are bound by memory on a GPU (no per-element compute charged), except "
+           "logarithms: one special-function unit per 8 fp32 lanes, fp32 FLOP/s ÷ 16 elements/s",
+    "alloc": "the caching allocator reuses device memory: fresh buffers cost nothing per call",
     "launch": "rule of thumb: a CUDA kernel launch costs about 5 µs of host time (unmeasured here)",
     "sync": "rule of thumb: a device→host synchronisation costs about 20 µs (unmeasured here)",
 }
@@ -146,16 +158,20 @@ def _gpu(name: str, label: str, bandwidth: float, bandwidth_source: str, fp32: f
         name=name, kind="gpu", label=label,
         memory_bandwidth_Bps=bandwidth, write_bandwidth_Bps=bandwidth,
         fp32_flops=fp32, bf16_flops=bf16, launch_s=5e-6, sync_s=20e-6, pcie_Bps=pcie,
-        topk_s_per_element=((1.0, 20.0 / bandwidth),), sort_s_per_element=128.0 / bandwidth,
+        topk_s_per_element=((1.0, 20.0 / bandwidth),), topk_cache_s_per_element=((1.0, 20.0 / bandwidth),),
+        sort_s_per_element=128.0 / bandwidth,
         gather_s_per_element=40.0 / bandwidth, compact_s_per_element=2.0 / bandwidth,
-        transcendental_s_per_element=16.0 / fp32, cache_bytes=0.0, cache_speedup=1.0,
+        op_s_per_element={"log": 16.0 / fp32}, alloc_threshold_bytes=math.inf, fault_s_per_byte=0.0,
+        cache_bytes=0.0, cache_speedup=1.0,
         sources={
             "memory_bandwidth_Bps": bandwidth_source, "write_bandwidth_Bps": bandwidth_source,
             "fp32_flops": spec, "bf16_flops": bf16_source, "pcie_Bps": pcie_source,
             "launch_s": GPU_RULES["launch"], "sync_s": GPU_RULES["sync"],
-            "topk_s_per_element": GPU_RULES["topk"], "sort_s_per_element": GPU_RULES["sort"],
+            "topk_s_per_element": GPU_RULES["topk"], "topk_cache_s_per_element": GPU_RULES["topk"],
+            "sort_s_per_element": GPU_RULES["sort"],
             "gather_s_per_element": GPU_RULES["gather"], "compact_s_per_element": GPU_RULES["compact"],
-            "transcendental_s_per_element": GPU_RULES["transcendental"],
+            "op_s_per_element": GPU_RULES["ops"], "alloc_threshold_bytes": GPU_RULES["alloc"],
+            "fault_s_per_byte": GPU_RULES["alloc"],
             "cache_bytes": "L2 not modelled: every pass is charged at memory bandwidth",
             "cache_speedup": "L2 not modelled: every pass is charged at memory bandwidth",
         },
@@ -186,13 +202,31 @@ GPUS: dict[str, Device] = {
 }
 
 
+def compute_ratio(captured_on: Device, target: Device) -> float:
+    """Factor on compute times measured on ``captured_on`` to project them onto ``target``.
+
+    The rule: the ratio of the dense peak each would train at, fp32 on a CPU (traces are
+    captured in fp32 there) and bf16 on a GPU (mixed precision); with equal utilisation on both,
+    utilisation cancels. 1 when both are the same device."""
+    if captured_on.name == target.name:
+        return 1.0
+
+    def rate(device: Device) -> float:
+        return device.fp32_flops if device.kind == "cpu" else device.bf16_flops
+
+    return rate(captured_on) / rate(target)
+
+
 # --- this host -------------------------------------------------------------------------------
 
 CPU_DEFAULTS = {
     "memory_bandwidth_Bps": 20e9, "write_bandwidth_Bps": 10e9, "fp32_flops": 100e9, "bf16_flops": 100e9,
     "launch_s": 5e-6, "sync_s": 1e-6, "pcie_Bps": 20e9, "topk_s_per_element": ((0.001, 20e-9), (0.01, 40e-9), (0.1, 50e-9)),
+    "topk_cache_s_per_element": ((0.001, 5e-9), (0.01, 20e-9), (0.1, 30e-9)),
     "sort_s_per_element": 60e-9, "gather_s_per_element": 3e-9, "compact_s_per_element": 1.5e-9,
-    "transcendental_s_per_element": 1e-9, "cache_bytes": 32 * 2**20, "cache_speedup": 2.0,
+    "op_s_per_element": {"map": 0.1e-9, "reduce": 0.05e-9, "compare": 0.4e-9, "count": 0.2e-9, "log": 1e-9,
+                         "native": 0.3e-9, "native_log": 1.5e-9},
+    "alloc_threshold_bytes": 32 * 2**20, "fault_s_per_byte": 1.5e-9, "cache_bytes": 32 * 2**20, "cache_speedup": 2.0,
 }
 """Stated defaults for ``cpu`` until ``sidco profile --device cpu`` has measured this host: a
 two-core server share (about 20 GB/s read, 100 GFLOP/s); projections made with them say so."""
@@ -304,7 +338,51 @@ def _cache_bytes() -> float:
     return best
 
 
+MMAP_THRESHOLD_BYTES = 32 * 2**20
+"""glibc maps blocks at least this large afresh on every allocation (its largest dynamic mmap
+threshold on 64-bit Linux); smaller blocks are reused from the heap."""
+
+
+def _measure_ops(torch, gen, repeats: int) -> dict[str, float]:
+    """Per-element compute time of each kernel kind on 2¹⁸ fp32 elements (1 MiB: in cache, so
+    compute rather than memory bounds it): abs (map), sum (reduce), ``>`` into a mask
+    (compare), ``count_nonzero`` (count), ``log`` (log), and SIDCo's fused kernels."""
+    from compressors import native
+
+    m = 1 << 18
+    a = torch.randn(m, generator=gen).abs()
+    out = torch.empty_like(a)
+    mask = torch.empty(m, dtype=torch.bool)
+    threshold = torch.tensor(2.0)
+    torch.gt(a, threshold, out=mask)
+    loops = repeats * 3
+    ops = {
+        "map": _best(lambda: torch.abs(a, out=out), loops) / m,
+        "reduce": _best(lambda: torch.sum(a), loops) / m,
+        "compare": _best(lambda: torch.gt(a, threshold, out=mask), loops) / m,
+        "count": _best(lambda: torch.count_nonzero(mask), loops) / m,
+        "log": _best(lambda: torch.log(a, out=out), loops) / m,
+    }
+    if native.library() is not None:
+        ops["native"] = _best(lambda: native.select_above(a, 2.5, absolute=True, with_stats=True), loops) / m
+        ops["native_log"] = _best(lambda: native.stats(a, absolute=True, logs=True), loops) / m
+    else:
+        ops["native"], ops["native_log"] = ops["compare"], ops["log"]
+    return ops
+
+
 TOPK_DENSITIES = (0.001, 0.01, 0.1)
+
+
+def _measure_topk(torch, mag, cache: float, repeats: int) -> tuple[tuple[tuple[float, float], ...], ...]:
+    """``torch.topk`` seconds per input element at :data:`TOPK_DENSITIES`: on ``mag`` (beyond the
+    cache) and on a prefix whose top-k working set (16 bytes per element) fits in the cache."""
+    cached = mag[: max(1 << 12, int(cache) // 32)]
+
+    def rate(v, d):
+        return _best(lambda: torch.topk(v, max(1, round(d * v.numel())), sorted=False), max(2, repeats // 2)) / v.numel()
+
+    return tuple((d, rate(mag, d)) for d in TOPK_DENSITIES), tuple((d, rate(cached, d)) for d in TOPK_DENSITIES)
 """Densities at which :func:`measure_host` times ``torch.topk`` (a CPU top-k's cost depends on k)."""
 
 
@@ -313,12 +391,12 @@ def fastest(a: Device, b: Device) -> Device:
     shared machine the least disturbed); rates measured as seconds take the smaller."""
     faster_high = ("memory_bandwidth_Bps", "write_bandwidth_Bps", "fp32_flops", "bf16_flops", "pcie_Bps")
     faster_low = ("launch_s", "sync_s", "sort_s_per_element", "gather_s_per_element", "compact_s_per_element",
-                  "transcendental_s_per_element")
+                  "fault_s_per_byte")
     values = {k: max(getattr(a, k), getattr(b, k)) for k in faster_high}
     values.update({k: min(getattr(a, k), getattr(b, k)) for k in faster_low})
-    values["topk_s_per_element"] = tuple(
-        (d, min(t, dict(b.topk_s_per_element).get(d, t))) for d, t in a.topk_s_per_element
-    )
+    for key in ("topk_s_per_element", "topk_cache_s_per_element"):
+        values[key] = tuple((d, min(t, dict(getattr(b, key)).get(d, t))) for d, t in getattr(a, key))
+    values["op_s_per_element"] = {k: min(t, b.op_s_per_element.get(k, t)) for k, t in a.op_s_per_element.items()}
     fast_cached = max(a.cache_speedup * a.memory_bandwidth_Bps, b.cache_speedup * b.memory_bandwidth_Bps)
     values["cache_speedup"] = max(1.0, fast_cached / values["memory_bandwidth_Bps"])
     sources = {k: v.replace("fastest of", "fastest of two sessions of") for k, v in a.sources.items()}
@@ -330,10 +408,10 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
 
     Read bandwidth: ``torch.sum`` over ``numel`` fp32; write: ``zero_``; FLOP/s: 1024³ fp32
     and bf16 matrix products; launch: an eager add of one-element tensors; sync: ``.item()``;
-    top-k: ``torch.topk`` of 2²² elements at each of :data:`TOPK_DENSITIES`; sort:
+    top-k: :func:`_measure_topk`; sort:
     ``torch.sort`` of 2¹⁸ int64; gather: ``index_select`` of 2¹⁸ random positions;
-    compaction: ``nonzero`` of a 1 %-dense mask; transcendental: ``log`` less its memory
-    traffic; cache speed-up: ``torch.sum`` over a vector of 1/8 of the last-level cache
+    compaction: ``nonzero`` of a 1 %-dense mask; per-element compute of each kernel kind:
+    :func:`_measure_ops`; page faults: a fresh ``x + x`` less one into a kept buffer; cache speed-up: ``torch.sum`` over a vector of 1/8 of the last-level cache
     against ``numel``.
     """
     import torch
@@ -354,30 +432,29 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     launch = _best(lambda: [torch.add(one, one) for _ in range(1000)], repeats) / 1000
     scalar = torch.ones(())
     sync = _best(lambda: [scalar.item() for _ in range(1000)], repeats) / 1000
-    mag = x[: 1 << 22].abs()
-    topk = tuple(
-        (d, _best(lambda: torch.topk(mag, round(d * mag.numel()), sorted=False), max(2, repeats // 2)) / mag.numel())
-        for d in TOPK_DENSITIES
-    )
+    topk, topk_cached = _measure_topk(torch, x[: 1 << 22].abs(), cache, repeats)
     m = 1 << 18
     keys = torch.randint(numel, (m,), generator=gen)
     sort = _best(lambda: torch.sort(keys), repeats) / m
     gather = _best(lambda: x.index_select(0, keys), repeats) / m
     mask = torch.rand(numel, generator=gen) < 0.01
     compact = _best(lambda: torch.nonzero(mask), repeats) / numel
-    logs = _best(lambda: torch.log(x.abs(), out=out), repeats)
-    transcendental = max(0.0, logs - 8 * numel / read - 8 * numel / write) / numel
+    ops = _measure_ops(torch, gen, repeats)
+    fresh = _best(lambda: torch.add(x, x), repeats)
+    fault = max(0.0, fresh - _best(lambda: torch.add(x, x, out=out), repeats)) / (4 * numel)
     identity = {**host_identity(), "threads": torch.get_num_threads()}
     how = f"measured on this host by sidco profile ({torch.get_num_threads()} threads, fastest of {repeats})"
     values = {
         "memory_bandwidth_Bps": read, "write_bandwidth_Bps": write, "fp32_flops": fp32, "bf16_flops": bf16,
-        "launch_s": launch, "sync_s": sync, "pcie_Bps": read, "topk_s_per_element": topk,
+        "launch_s": launch, "sync_s": sync, "pcie_Bps": read, "topk_s_per_element": topk, "topk_cache_s_per_element": topk_cached,
         "sort_s_per_element": sort, "gather_s_per_element": gather, "compact_s_per_element": compact,
-        "transcendental_s_per_element": transcendental, "cache_bytes": cache,
+        "op_s_per_element": ops, "alloc_threshold_bytes": MMAP_THRESHOLD_BYTES, "fault_s_per_byte": fault,
+        "cache_bytes": cache,
         "cache_speedup": max(1.0, cached / read) if cache else 1.0,
     }
     sources = {k: how for k in values}
     sources["pcie_Bps"] = "no host link on the host itself: its read bandwidth"
     sources["cache_bytes"] = "last-level cache size reported by the kernel (/sys/devices/system/cpu)"
+    sources["alloc_threshold_bytes"] = "glibc's largest dynamic mmap threshold on 64-bit Linux (32 MiB)"
     return Device(name="cpu", kind="cpu", label=f"this host: {host_key(identity)}", **values, sources=sources,
                   measured=time.strftime("%Y-%m-%d", time.gmtime()), identity=identity)

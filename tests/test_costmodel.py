@@ -69,21 +69,26 @@ def test_topk_rate_is_interpolated_in_log_density():
 
 def test_seconds_is_the_stated_sum():
     gpu = devices.get("h100")
-    work = declared.Work(bytes_read=1e9, bytes_written=5e8, launches=10, syncs=2, sort_elements=1e6,
-                         gather_elements=2e6, compact_elements=4e6, compact_hits=1e5, transcendentals=1e6, flops=2e9)
-    work.topk.append((1e7, 0.01))
-    expected = (1e9 / gpu.memory_bandwidth_Bps + (5e8 + 8e5) / gpu.write_bandwidth_Bps + 1e7 * gpu.topk_s(0.01)
-                + 1e6 * gpu.sort_s_per_element + 2e6 * gpu.gather_s_per_element + 4e6 * gpu.compact_s_per_element
-                + 1e6 * gpu.transcendental_s_per_element + 2e9 / gpu.fp32_flops + 10 * gpu.launch_s + 2 * gpu.sync_s)
+    work = declared.Work(syncs=2, sort_elements=1e6, gather_elements=2e6, compact_elements=4e6, compact_hits=1e5,
+                         flops=2e9)
+    work.stream(1e8, 10, 5).stream(1e6, 4, 4, "log").select_topk(1e7, 1e5).scalars(7)
+    work.allocate(1e9)
+    log_s = max(8e6 / gpu.memory_bandwidth_Bps, 1e6 * gpu.op_s_per_element["log"])
+    expected = (1e9 / gpu.memory_bandwidth_Bps + (5e8 + 8e5) / gpu.write_bandwidth_Bps + log_s
+                + 1e7 * gpu.topk_s(0.01) + 1e6 * gpu.sort_s_per_element + 2e6 * gpu.gather_s_per_element
+                + 4e6 * gpu.compact_s_per_element + 2e9 / gpu.fp32_flops + 10 * gpu.launch_s + 2 * gpu.sync_s)
     assert costmodel.seconds(work, gpu) == pytest.approx(expected)
     cpu = devices.get("cpu")
-    small = declared.Work(bytes_read=1e6, working_set_bytes=1e6)
-    assert costmodel.seconds(small, cpu) == pytest.approx(1e6 / cpu.memory_bandwidth_Bps / cpu.cache_speedup)
+    small = declared.Work(working_set_bytes=1e6).stream(1e5, 10, 0)
+    expected = max(1e6 / cpu.memory_bandwidth_Bps / cpu.cache_speedup, 1e5 * cpu.op_s_per_element["map"])
+    assert costmodel.seconds(small, cpu) == pytest.approx(expected + cpu.launch_s)
+    faulting = declared.Work().allocate(cpu.alloc_threshold_bytes).allocate(cpu.alloc_threshold_bytes - 1)
+    assert costmodel.seconds(faulting, cpu) == pytest.approx(cpu.alloc_threshold_bytes * cpu.fault_s_per_byte)
 
 
 def test_one_read_pass_on_an_h200_takes_about_22_us_per_100_MiB():
     """docs: one read pass over 100 MiB takes ≈ 22 µs on an H200 (at 4.8 TB/s; 24 µs at the measured 4.3)."""
-    t = costmodel.seconds(declared.Work(bytes_read=100 * 2**20), devices.get("h200"))
+    t = costmodel.seconds(declared.Work().stream(25 * 2**20, 4, 0, "reduce"), devices.get("h200")) - 5e-6
     assert 22e-6 < t < 26e-6
 
 
