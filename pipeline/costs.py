@@ -190,6 +190,18 @@ def read_profile_file(path: str | Path, device: str) -> dict[Key, CompressionCos
     return costs
 
 
+def read_stored_profile(store: Store, profile_id: int, device: str) -> dict[Key, CompressionCost]:
+    """The costs of the stored device profile ``profile_id``; ValueError when there is no such
+    profile or it is for another device."""
+    found = [p for p in store.device_profile_list() if p["id"] == int(profile_id)]
+    if not found:
+        raise ValueError(f"no device profile #{profile_id} in {store.path}")
+    if not same_device(found[0]["device"], device):
+        raise ValueError(f"device profile #{profile_id} is for {found[0]['device']!r}, the projection is for {device!r}")
+    source = f"measured {found[0]['device']} {_day(found[0]['created'])} (profile #{profile_id}, chosen)"
+    return _fit(_profile_rows(store.device_profile_rows(int(profile_id))), source)
+
+
 def _fill_command(store: Store, trace_id: int | None, device: str, missing: Sequence[Key]) -> str:
     names = ",".join(sorted({c for c, _ in missing}))
     densities = ",".join(f"{d:g}" for d in sorted({d for _, d in missing if d is not None}))
@@ -209,12 +221,14 @@ def compression_profile(
     pairs: Sequence[tuple[str, float | None]],
     profile_file: str | Path | None = None,
     numel: int | None = None,
+    profile_id: int | None = None,
 ) -> CompressionProfile:
     """The compression costs of ``pairs`` ((compressor, density) list; ``none`` needs none) on
     ``device`` for the trace ``trace_id`` (``None`` for a layout), by the policy of this module.
 
     ``numel``: the bucket size (elements) the costs will mostly be asked for, for tiers that
-    model rather than measure. Raises :class:`MissingCosts` naming the first uncovered pair and
+    model rather than measure. ``profile_id``: a stored device profile chosen by hand (the
+    dashboard's choice among stored profiles), taken first like ``profile_file``. Raises :class:`MissingCosts` naming the first uncovered pair and
     the command that measures it.
     """
     wanted = list(dict.fromkeys((c, density_key(d)) for c, d in pairs if c != "none"))
@@ -222,6 +236,9 @@ def compression_profile(
     if profile_file is not None:
         from_file = read_profile_file(profile_file, device)
         costs.update({k: v for k, v in from_file.items() if k in wanted})
+    if profile_id is not None:
+        chosen = read_stored_profile(store, profile_id, device)
+        costs.update({k: v for k, v in chosen.items() if k in wanted and k not in costs})
     request = CostRequest(store, trace_id, device, numel)
     for _, tier in TIERS:
         missing = [k for k in wanted if k not in costs]

@@ -62,7 +62,8 @@ def _projected(path: str, device: str | None) -> tuple[float, str]:
     ratio = devices.compute_ratio(host, target)
     measured = f"measured {host.measured}" if host.measured else "stated default"
     return ratio, (f"trace timings ({captured}) x {ratio:.3g}: this host's fp32 peak {host.fp32_flops / 1e9:.3g} "
-                   f"GFLOP/s ({measured}) over {target.name}'s bf16 peak {target.bf16_flops / 1e12:.3g} TFLOP/s")
+                   f"GFLOP/s ({measured}) over {target.name}'s {target.training_precision} peak "
+                   f"{target.training_flops / 1e12:.3g} TFLOP/s")
 
 
 def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int | None = None,
@@ -91,7 +92,7 @@ def layout_source(name: str, *, device: str = DEFAULT_LAYOUT_DEVICE, device_flop
     target = devices.get(device)
     if device_flops_per_s is None:
         flops = target.layout_flops
-        note = (f"layout FLOPs at {flops / 1e12:.3g} TFLOP/s ({target.name} bf16 peak x "
+        note = (f"layout FLOPs at {flops / 1e12:.3g} TFLOP/s ({target.name} {target.training_precision} peak x "
                 f"{devices.LAYOUT_UTILISATION:g})")
     else:
         flops = float(device_flops_per_s)
@@ -138,21 +139,24 @@ class Cluster:
 
 
 def profile(store: Store, source: Source, compressors: Sequence[str], density: float | None, *,
-            device: str = "cpu", profile_file: str | Path | None = None) -> simulator.CompressionProfile | None:
+            device: str = "cpu", profile_file: str | Path | None = None,
+            profile_id: int | None = None) -> simulator.CompressionProfile | None:
     """Compression costs of ``compressors`` at ``density`` for ``source`` (the policy);
     ``None`` when only ``none`` is asked."""
     pairs = [(c, density) for c in compressors if c != "none"]
     if not pairs:
         return None
     return compression_profile(store, trace_id=source.trace_id, device=device, pairs=pairs,
-                               profile_file=profile_file)
+                               profile_file=profile_file, profile_id=profile_id)
 
 
 def scenarios(store: Store, source: Source, cluster: Cluster, compressors: Sequence[str], density: float | None,
-              *, device: str = "cpu", profile_file: str | Path | None = None, calibrated: bool = False,
-              calibration_required: bool = False, timeline: bool = False) -> list[simulator.Scenario]:
+              *, device: str = "cpu", profile_file: str | Path | None = None, profile_id: int | None = None,
+              calibrated: bool = False, calibration_required: bool = False,
+              timeline: bool = False) -> list[simulator.Scenario]:
     """One :class:`simulator.Scenario` per compressor (``density`` ignored for ``none``)."""
-    costs = profile(store, source, compressors, density, device=device, profile_file=profile_file)
+    costs = profile(store, source, compressors, density, device=device, profile_file=profile_file,
+                    profile_id=profile_id)
     constants = calibration(store, required=calibration_required) if calibrated else None
     wl = workload(source)
     return [
@@ -167,15 +171,16 @@ def scenarios(store: Store, source: Source, cluster: Cluster, compressors: Seque
 
 
 def project(store: Store, source: Source, cluster: Cluster, compressors: Sequence[str], density: float | None,
-            *, device: str = "cpu", profile_file: str | Path | None = None, calibrated: bool = False,
-            calibration_required: bool = False, timeline: bool = False) -> list[dict[str, Any]]:
+            *, device: str = "cpu", profile_file: str | Path | None = None, profile_id: int | None = None,
+            calibrated: bool = False, calibration_required: bool = False,
+            timeline: bool = False) -> list[dict[str, Any]]:
     """Simulate one iteration per compressor: the :func:`simulator.simulate` result (seconds,
     bytes, samples/s, speed-up over ``none``) plus ``compressor`` and ``cost_source`` (where
     its compression costs came from; ``None`` for ``none``), ``device`` (the device projected
     onto) and ``compute_source`` (where the compute times come from)."""
     results = []
     for scenario in scenarios(store, source, cluster, compressors, density, device=device,
-                              profile_file=profile_file, calibrated=calibrated,
+                              profile_file=profile_file, profile_id=profile_id, calibrated=calibrated,
                               calibration_required=calibration_required, timeline=timeline):
         result = simulator.simulate(scenario)
         cost = None if scenario.profile is None else scenario.profile.cost(scenario.compressor, scenario.density)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +27,14 @@ PROFILE_META = "sweep-profile:{}"
 @dataclass(frozen=True)
 class SweepRun:
     """What :func:`run` did: sweep id, scenarios in the grid, stored now, computed by this run,
-    and whether the sweep existed before."""
+    whether the sweep existed before, and where each (compressor, density)'s costs came from."""
 
     sweep_id: int
     total: int
     stored: int
     computed: int
     resumed: bool
+    cost_sources: dict[str, str] = field(default_factory=dict)
 
 
 def description(source: Source, origin: str | None = None) -> dict[str, Any]:
@@ -87,7 +88,7 @@ def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelit
         source = replace(source, trace_id=store.register_trace(trace.path, trace.manifest))
     sweep_id, created = store.get_or_create("sweeps", config, trace_id=source.trace_id, total=len(grid))
     profile = _profile(store, sweep_id, created, source, grid, device, profile_file)
-    context = SweepContext(wl, profile, fidelity, constants, options)
+    context = SweepContext(wl, profile, fidelity, constants, options, device)
     for point in grid.points():  # every scenario checked before anything is simulated
         context.scenario(point)
     store.set_status("sweeps", sweep_id, "running")
@@ -103,4 +104,5 @@ def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelit
     computed = run_sweep(context, grid.points(), executor, chunk_size=chunk_size, in_flight=in_flight,
                          skip_done=lambda keys: store.stored_scenario_keys(sweep_id, keys), on_rows=on_rows)
     store.set_status("sweeps", sweep_id, "done")
-    return SweepRun(sweep_id, total, store.scenario_count(sweep_id), computed, not created)
+    sources = {} if profile is None else {f"{c}@{d:g}": cost.source for (c, d), cost in profile.costs.items()}
+    return SweepRun(sweep_id, total, store.scenario_count(sweep_id), computed, not created, sources)

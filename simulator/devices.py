@@ -96,9 +96,19 @@ class Device:
         return points[-1][1]
 
     @property
+    def training_flops(self) -> float:
+        """The dense peak training runs at here (FLOP/s): bf16 on a GPU (mixed precision), fp32 on a CPU."""
+        return self.fp32_flops if self.kind == "cpu" else self.bf16_flops
+
+    @property
+    def training_precision(self) -> str:
+        """``fp32`` on a CPU, ``bf16`` on a GPU (what :attr:`training_flops` is the peak of)."""
+        return "fp32" if self.kind == "cpu" else "bf16"
+
+    @property
     def layout_flops(self) -> float:
-        """FLOP/s a layout's compute runs at on this device: bf16 peak × :data:`LAYOUT_UTILISATION`."""
-        return self.bf16_flops * LAYOUT_UTILISATION
+        """FLOP/s a layout's compute runs at on this device: :attr:`training_flops` × :data:`LAYOUT_UTILISATION`."""
+        return self.training_flops * LAYOUT_UTILISATION
 
     def label_for_source(self) -> str:
         """How cost sources name this device: ``measured cpu 2026-12-01`` or ``model a100``."""
@@ -210,11 +220,7 @@ def compute_ratio(captured_on: Device, target: Device) -> float:
     utilisation cancels. 1 when both are the same device."""
     if captured_on.name == target.name:
         return 1.0
-
-    def rate(device: Device) -> float:
-        return device.fp32_flops if device.kind == "cpu" else device.bf16_flops
-
-    return rate(captured_on) / rate(target)
+    return captured_on.training_flops / target.training_flops
 
 
 # --- this host -------------------------------------------------------------------------------

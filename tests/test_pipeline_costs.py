@@ -128,15 +128,19 @@ def test_real_replay_feeds_the_policy(store, tmp_path):
 
 
 def test_simulate_on_a_layout_never_times_compressors(tmp_path, capsys):
+    """A layout runs on a GPU (a100 by default): its costs come from the cost model of that GPU
+    until a measured profile of that GPU exists, which then wins; nothing is timed."""
     argv = ["simulate", "--layout", "resnet50", "--nodes", "8", "--bandwidth", "10Gbit", "--compressor", "topk",
-            "--density", "0.01", "--store", str(tmp_path / "r.sqlite")]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "no compression costs for topk@0.01 on cpu" in err and "sidco profile --device cpu" in err
-    with Store(tmp_path / "r.sqlite") as store:
-        store.add_device_profile("cpu", {}, "measured", [
-            {"compressor": "topk", "density": 0.01, "numel": n, "compress_s": 2e-9 * n, "decompress_s": 1e-10 * n}
-            for n in (1 << 20, 1 << 22)])
-    assert main(argv + ["--json"]) == 0
+            "--density", "0.01", "--store", str(tmp_path / "r.sqlite"), "--json"]
+    assert main(argv) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["cost_source"].startswith("measured cpu ") and result["compress_s"] > 0
+    assert result["device"] == "a100" and result["cost_source"] == "model a100"
+    with Store(tmp_path / "r.sqlite") as store:
+        store.add_device_profile("a100", {}, "measured", [
+            {"compressor": "topk", "density": 0.01, "numel": n, "compress_s": 2e-11 * n, "decompress_s": 1e-12 * n}
+            for n in (1 << 20, 1 << 22)])
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["cost_source"].startswith("measured a100 ") and result["compress_s"] > 0
+    assert main(argv + ["--device", "h200"]) == 0
+    assert json.loads(capsys.readouterr().out)["cost_source"] == "model h200"

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import simulator
+from simulator import devices
 from pipeline import project as projection
 from results.store import Store
 from sidco.commands import add_store_argument
@@ -36,13 +37,18 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--trace", metavar="DIR", help="trace directory (compute times and gradients come from it)")
     source.add_argument("--layout", metavar="NAME",
                         help="full-size layout instead of a trace: resnet50, vgg19, bert-base, gpt2")
-    parser.add_argument("--device-flops", default="100e12", metavar="FLOP/s",
-                        help="layouts: device throughput in FLOP/s (default 100e12)")
+    parser.add_argument("--device", metavar="NAME",
+                        help="device each worker has: " + ", ".join(devices.names()) + ". Layouts compute at its "
+                             "bf16 peak x 0.3 (default a100); a trace captured on another device is projected "
+                             "onto it (default: the trace's own). Compression costs: --profile, else this trace's "
+                             "replays on it, else its measured profile, else the cost model")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="compression costs measured elsewhere: JSON {device, source, rows: [{compressor, "
+                             "density, numel, compress_s, decompress_s[, wire_bytes]}]} (sidco profile --out)")
+    parser.add_argument("--device-flops", default=None, metavar="FLOP/s",
+                        help="layouts: compute throughput in FLOP/s, overriding --device's")
     parser.add_argument("--batch-size", default="32",
                         help="layouts: samples per worker per iteration (default 32)")
-    parser.add_argument("--profile-device", default="cpu",
-                        help="device whose compression costs are used: the trace's replays on it, else its "
-                             "stored profile (default cpu)")
 
 
 def add_scenario_args(parser: argparse.ArgumentParser) -> None:
@@ -115,16 +121,40 @@ def scenario_options(args: argparse.Namespace, workload: simulator.Workload) -> 
     }
 
 
-def parse_source(args: argparse.Namespace, store: Store) -> projection.Source:
-    """The workload source of ``--trace`` / ``--layout`` (with the layout compute model)."""
+def parse_device(text: str | None) -> str | None:
+    """``--device``: a known device name (lower case), ``cuda``/``cuda:N`` (costs from replays
+    and profiles only), or ``None``."""
+    if text is None:
+        return None
+    name = text.strip().lower()
+    if name.split(":")[0] == "cuda":
+        return name
+    return devices.get(name).name
+
+
+def parse_source(args: argparse.Namespace, store: Store) -> tuple[projection.Source, str]:
+    """The workload source of ``--trace`` / ``--layout`` (on ``--device``) and the device name."""
+    device = parse_device(args.device)
     if args.trace:
-        return projection.trace_source(store, path=args.trace)
-    try:
-        flops = float(args.device_flops)
-    except ValueError:
-        raise ValueError(f"invalid --device-flops {args.device_flops!r}: give FLOP/s, e.g. 100e12") from None
+        if args.device_flops is not None:
+            raise ValueError("--device-flops applies to layouts; a trace is projected with --device")
+        if device is not None and device.startswith("cuda"):
+            raise ValueError(f"--device {device}: name the GPU ({', '.join(devices.names()[1:])}) to project onto")
+        source = projection.trace_source(store, path=args.trace, device=device)
+        return source, device or projection.capture_device(source.ref).split(":")[0]
+    flops = None
+    if args.device_flops is not None:
+        try:
+            flops = float(args.device_flops)
+        except ValueError:
+            raise ValueError(f"invalid --device-flops {args.device_flops!r}: give FLOP/s, e.g. 100e12") from None
+        if not flops > 0:
+            raise ValueError(f"invalid --device-flops {args.device_flops!r}: must be > 0")
+    if device is not None and device.startswith("cuda"):
+        raise ValueError(f"--device {device}: a layout needs a known device ({', '.join(devices.names())})")
+    device = device or projection.DEFAULT_LAYOUT_DEVICE
     batch = positive_int(args.batch_size, "--batch-size")
-    return projection.layout_source(args.layout, device_flops_per_s=flops, batch_size=batch)
+    return projection.layout_source(args.layout, device=device, device_flops_per_s=flops, batch_size=batch), device
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -167,6 +197,7 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: pro
         print(f"  {key[:-2]:<14} {format_seconds(result[key])}")
     print(f"  wire/worker    {format_bytes(result['wire_bytes'])} of {format_bytes(result['dense_bytes'])} dense, "
           f"{result['buckets']} buckets")
+    print(f"  device         {result['device']}: compute from {result['compute_source']}")
     if result.get("cost_source"):
         print(f"  costs from     {result['cost_source']}")
 
@@ -183,11 +214,11 @@ def run(args: argparse.Namespace) -> int:
     if args.compressor not in compressors.names():
         raise ValueError(f"unknown compressor {args.compressor!r}; choose from {', '.join(compressors.names())}")
     with Store(args.store) as store:
-        source = parse_source(args, store)
+        source, device = parse_source(args, store)
         options = scenario_options(args, projection.workload(source))
         cluster = projection.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
         (result,) = projection.project(
-            store, source, cluster, [args.compressor], args.density, device=args.profile_device,
+            store, source, cluster, [args.compressor], args.density, device=device, profile_file=args.profile,
             calibrated=args.calibration, calibration_required=True, timeline=bool(args.timeline),
         )
     if args.timeline:

@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = positive_int(args.jobs, "--jobs")
     chunk_size = positive_int(args.chunk_size, "--chunk-size")
     with Store(args.store) as store:
-        source = parse_source(args, store)
+        source, device = parse_source(args, store)
         options = scenario_options(args, workload(source))
         bars: list[tqdm] = []  # opened once the sweep is checked and its row exists
 
@@ -114,17 +114,22 @@ def run(args: argparse.Namespace) -> int:
             with make_executor(args.dask, jobs) as (executor, slots):
                 done = pipeline.sweep.run(
                     store, source, grid, executor, fidelity=args.fidelity, options=options,
-                    calibrated=args.calibration, device=args.profile_device, chunk_size=chunk_size,
+                    calibrated=args.calibration, device=device, profile_file=args.profile,
+                    chunk_size=chunk_size,
                     in_flight=2 * slots, started=started, progress=progress,
                 )
         finally:
             for bar in bars:
                 bar.close()
     summary = {"sweep_id": done.sweep_id, "total": done.total, "stored": done.stored, "computed": done.computed,
-               "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity}
+               "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity, "device": device,
+               "compute_source": source.compute, "cost_sources": done.cost_sources}
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     else:
         print(f"sweep {done.sweep_id}: {done.stored}/{done.total} scenarios stored in {args.store} "
               f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity})")
+        print(f"device {device}: compute from {source.compute}")
+        for pair, where in sorted(done.cost_sources.items()):
+            print(f"  costs of {pair}: {where}")
     return 0
