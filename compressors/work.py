@@ -20,7 +20,9 @@ part of compress. Units: elements, bytes.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from compressors._validate import target_count
 from compressors.dgc import sample_stride
@@ -371,3 +373,33 @@ def wire_bytes(name: str, numel: int, density: float, itemsize: int = 4) -> floa
         rows = math.ceil(math.sqrt(numel))
         return float((rows + math.ceil(numel / rows)) * POWERSGD_RANK * itemsize)
     return float(target_count(density, numel) * (itemsize + INDEX_BYTES))
+
+
+def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
+    """Run ``call`` and return its result and the names of the torch operations it dispatched,
+    in order (``torch.utils._python_dispatch.TorchDispatchMode``; untimed, for counting)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    names: list[str] = []
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Recorder():
+        result = call()
+    return result, names
+
+
+def loop_counts(name: str, ops: Sequence[str]) -> dict[str, Any]:
+    """The data-dependent loop counts of one torch-path call of ``name`` from the operations it
+    dispatched (:func:`record_ops`), as :func:`work` takes them (``rounds``, DGC's ``trim``)."""
+    if name in ("gaussiank", "redsync"):
+        return {"rounds": ops.count("count_nonzero")}
+    if name == "dgc":
+        return {"rounds": ops.count("nonzero") - 1, "trim": ops.count("topk") == 2}
+    if name == "randomk":
+        return {"rounds": ops.count("_unique2")}
+    return {}

@@ -97,13 +97,14 @@ def model_device(profile: dp.DeviceProfile) -> devices.Device | None:
 
 def check_rows(profile: dp.DeviceProfile, device: devices.Device) -> list[dict[str, Any]]:
     """Model vs measured, row by row: seconds and relative errors ``model / measured − 1``
-    (each row modelled with its own stage count and code path when it records them)."""
+    (each row modelled with its own stage count, loop counts and code path when it records them)."""
     out = []
     for r in profile.rows:
         if r["compressor"] not in declared.DECLARATIONS:
             continue
+        loops = {k: r[k] for k in ("rounds", "trim") if r.get(k) is not None}
         model_c, model_d = costmodel.call_seconds(r["compressor"], int(r["numel"]), float(r["density"]), device,
-                                                  stages=r.get("stages"), backend=r.get("backend") or None)
+                                                  stages=r.get("stages"), backend=r.get("backend") or None, **loops)
         out.append({
             "compressor": r["compressor"], "density": r["density"], "numel": r["numel"],
             "compress_s": r["compress_s"], "model_compress_s": model_c,

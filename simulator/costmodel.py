@@ -62,10 +62,12 @@ def backend_on(kind: str, compressor: str) -> str:
 
 def call_seconds(compressor: str, numel: int, density: float, device: Device, *,
                  stages: int | None = None, error_feedback: bool = True,
-                 backend: str | None = None) -> tuple[float, float]:
+                 backend: str | None = None, rounds: int | None = None,
+                 trim: bool = True) -> tuple[float, float]:
     """Modelled (compress, decompress) seconds of one call of ``compressor`` on ``numel`` fp32
-    elements (``backend``: the code path, default :func:`backend_on` the device)."""
-    call = declared.work(compressor, numel, density, stages=stages,
+    elements (``backend``: the code path, default :func:`backend_on` the device; ``stages``,
+    ``rounds``, ``trim``: the data-dependent counts of :func:`compressors.work.work`)."""
+    call = declared.work(compressor, numel, density, stages=stages, rounds=rounds, trim=trim,
                          backend=backend or backend_on(device.kind, compressor), error_feedback=error_feedback)
     return seconds(call.compress, device), seconds(call.decompress, device)
 

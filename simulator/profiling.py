@@ -5,7 +5,9 @@ it), on a rotation of three seeded gradient-like vectors (so thresholds and resi
 they do between iterations), after ``warmup`` untimed calls (adaptive SIDCo settles its stage
 count), timing ``repeats`` calls device-synchronised. Rows keep the fastest repeat as
 ``compress_s``/``decompress_s`` (on a shared machine the least disturbed estimate) and add the
-median and the slowest. Nothing else in the testbed times compressors implicitly: this runs only
+median and the slowest, and the loop counts of one more (untimed) call of the compressors whose
+work depends on the data (Gaussian-k's corrections, RedSync's probes, DGC's lowerings and trim,
+Random-k's draws), so that the cost model can be checked with the loops that ran. Nothing else in the testbed times compressors implicitly: this runs only
 from ``sidco profile``.
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 import torch
 
 import compressors
+from compressors import work as declared
 from compressors.benchmark import gradient_like
 from simulator import devices
 from simulator.costmodel import backend_on
@@ -93,12 +96,17 @@ def measure(device: str, sizes: Sequence[int], names: Sequence[str], densities: 
                 if call >= warmup:
                     comp_s.append(t1 - t0)
                     decomp_s.append(t2 - t1)
+            loops = {}
+            if name in ("gaussiank", "redsync", "dgc", "randomk"):
+                _, ops = declared.record_ops(lambda: ef.compress(grads[(warmup + repeats) % len(grads)]))
+                loops = declared.loop_counts(name, ops)
             row = {
                 "compressor": name, "density": density, "numel": numel,
                 "compress_s": min(comp_s), "decompress_s": min(decomp_s),
                 "compress_median_s": statistics.median(comp_s), "compress_max_s": max(comp_s),
                 "decompress_median_s": statistics.median(decomp_s), "wire_bytes": sparse.wire_bytes(),
                 "stages": sparse.stages, "backend": backend_on("cpu" if dev.type == "cpu" else "gpu", name),
+                **loops,
             }
             rows.append(row)
             if on_row:

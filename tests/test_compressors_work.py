@@ -45,13 +45,9 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch=None):
     counts["passes"] += sum(1 for size in kernels if size >= n)
     counts["launches"] += len(kernels)
     full_native = sum(1 for size in kernels if size >= n)
-    rounds = {
-        "gaussiank": seen.ops.count("count_nonzero"), "redsync": seen.ops.count("count_nonzero"),
-        "dgc": seen.ops.count("nonzero") - 1, "randomk": seen.ops.count("_unique2"),
-        "sidco-e": full_native, "sidco-p": full_native,
-    }.get(name)
-    extra = {"trim": seen.ops.count("topk") == 2} if name == "dgc" else {}
-    return counts, seen_decompress.counts, sparse.stages, rounds, extra
+    loops = declared.loop_counts(name, seen.ops)
+    rounds = full_native if name in ("sidco-e", "sidco-p") else loops.pop("rounds", None)
+    return counts, seen_decompress.counts, sparse.stages, rounds, loops
 
 
 def _check(name, n, density, backend, monkeypatch=None):
