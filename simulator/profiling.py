@@ -3,7 +3,9 @@
 Each (compressor, density, size) runs in this process, with error feedback (as training runs
 it), on a rotation of three seeded gradient-like vectors (so thresholds and residuals move as
 they do between iterations), after ``warmup`` untimed calls (adaptive SIDCo settles its stage
-count), timing ``repeats`` calls device-synchronised. Rows keep the fastest repeat as
+count), timing ``repeats`` calls device-synchronised (on a CPU with one thread by the process's
+CPU time, :func:`simulator.devices.host_clock`, so that other work on a shared machine does not
+inflate them). Rows keep the fastest repeat as
 ``compress_s``/``decompress_s`` (on a shared machine the least disturbed estimate) and add the
 median and the slowest, and the loop counts of one more (untimed) call of the compressors whose
 work depends on the data (Gaussian-k's corrections, RedSync's probes, DGC's lowerings and trim,
@@ -71,6 +73,7 @@ def measure(device: str, sizes: Sequence[int], names: Sequence[str], densities: 
     if warmup < 0 or repeats < 1:
         raise ValueError(f"warm-up must be >= 0 and repeats >= 1, got {warmup} and {repeats}")
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
+    clock = time.perf_counter if dev.type == "cuda" else devices.host_clock()
     rows = []
     for numel in sizes:
         grads = [gradient_like(numel, seed, dev) for seed in range(3)]
@@ -86,13 +89,13 @@ def measure(device: str, sizes: Sequence[int], names: Sequence[str], densities: 
             for call in range(warmup + repeats):
                 grad = grads[call % len(grads)]
                 sync()
-                t0 = time.perf_counter()
+                t0 = clock()
                 sparse = ef.compress(grad)
                 sync()
-                t1 = time.perf_counter()
+                t1 = clock()
                 comp.decompress(sparse, out=out)
                 sync()
-                t2 = time.perf_counter()
+                t2 = clock()
                 if call >= warmup:
                     comp_s.append(t1 - t0)
                     decomp_s.append(t2 - t1)
@@ -140,9 +143,11 @@ def _profile(name: str, identity: dict[str, Any], created: str, dev: torch.devic
              warmup: int, repeats: int, host: devices.Device | None, partial: bool = False) -> DeviceProfile:
     what = identity.get("gpu") or devices.host_key(identity)
     threads = f", {torch.get_num_threads()} CPU threads" if dev.type == "cpu" else ""
+    timer = "" if dev.type == "cuda" or torch.get_num_threads() > 1 else " (process CPU time)"
     source = (f"sidco profile on {what}{threads}, torch {torch.__version__}, {created}: error feedback on, "
-              f"{warmup} warm-up calls, fastest of {repeats}" + (" (partial: the run stopped early)" if partial else ""))
-    method = {"warmup": warmup, "repeats": repeats, "statistic": "min", "error_feedback": True,
+              f"{warmup} warm-up calls, fastest of {repeats}{timer}" + (" (partial: the run stopped early)" if partial else ""))
+    clock = "wall clock" if dev.type == "cuda" or torch.get_num_threads() > 1 else "process CPU time (1 thread)"
+    method = {"warmup": warmup, "repeats": repeats, "statistic": "min", "error_feedback": True, "clock": clock,
               "gradients": "3 seeded gradient-like vectors (70 % Laplace, 30 % Student-t(3)) in rotation"}
     return DeviceProfile(name, source, tuple(rows), created, identity, method,
                          host.to_json() if host is not None else None)

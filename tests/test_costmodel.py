@@ -165,3 +165,26 @@ def test_profile_command_bad_input(argv, message, tmp_path, capsys):
     assert main(["profile", *argv, "--store", str(tmp_path / "s.sqlite")]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_the_cost_model_reproduces_this_cpus_measured_profile(tmp_path):
+    """This host measured in the test (its numbers before and after, fastest of each; every
+    compressor at 2^20 elements, fastest of 15 calls): the model of every compressor is within
+    30 % of its measured compress time."""
+    from pipeline import profile as device_profiles
+    from results.store import Store
+
+    with Store(tmp_path / "s.sqlite") as store:
+        done = device_profiles.measure(store, "cpu", [1 << 20], compressors_all(), [0.01], warmup=3, repeats=15)
+    host = devices.from_json(done.profile.device_model)
+    rows = device_profiles.check_rows(done.profile, host)
+    errors = {r["compressor"]: r["compress_error"] for r in rows}
+    assert set(errors) == set(compressors_all())
+    assert all(abs(e) <= device_profiles.GOAL for e in errors.values()), errors
+
+
+def compressors_all() -> list[str]:
+    import compressors
+
+    return compressors.names()
