@@ -425,7 +425,8 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     Read bandwidth: ``torch.sum`` over ``numel`` fp32; write: ``zero_``; FLOP/s: 1024³ fp32
     and bf16 matrix products; launch: an eager add of one-element tensors; sync: ``.item()``;
     top-k: :func:`_measure_topk`; sort:
-    ``torch.sort`` of 2¹⁸ int64; gather: ``index_select`` of 2¹⁸ random positions;
+    ``torch.sort`` of 2¹⁴ int64 (the size of a selection's indices); gather: ``index_select``
+    of 2¹⁸ random positions;
     compaction: ``nonzero`` of a 1 %-dense mask; per-element compute of each kernel kind:
     :func:`_measure_ops`; page faults: a fresh ``x + x`` less one into a kept buffer; cache speed-up: ``torch.sum`` over a vector of 1/8 of the last-level cache
     against ``numel``.
@@ -449,10 +450,11 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     scalar = torch.ones(())
     sync = _best(lambda: [scalar.item() for _ in range(1000)], repeats) / 1000
     topk, topk_cached = _measure_topk(torch, x[: 1 << 22].abs(), cache, repeats)
-    m = 1 << 18
-    keys = torch.randint(numel, (m,), generator=gen)
-    sort = _best(lambda: torch.sort(keys), repeats) / m
-    gather = _best(lambda: x.index_select(0, keys), repeats) / m
+    m = 1 << 14
+    keys = torch.randint(1 << 20, (m,), generator=gen)
+    sort = _best(lambda: torch.sort(keys), repeats * 3) / m
+    positions = torch.randint(numel, (1 << 18,), generator=gen)
+    gather = _best(lambda: x.index_select(0, positions), repeats) / positions.numel()
     mask = torch.rand(numel, generator=gen) < 0.01
     compact = _best(lambda: torch.nonzero(mask), repeats) / numel
     ops = _measure_ops(torch, gen, repeats)
