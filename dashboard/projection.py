@@ -29,7 +29,7 @@ RESULT_KEYS = ("iteration_s", "samples_per_s", "forward_s", "backward_s", "compr
 
 
 class ProjectionError(ValueError):
-    """A projection could not be made (bad control value, unreadable trace, failed measurement); one line."""
+    """A projection could not be made (bad control value, unreadable trace, missing compression costs); one line."""
 
 
 def _first_line(exc: BaseException) -> str:
@@ -106,14 +106,6 @@ class Source:
             raise ProjectionError(_first_line(exc)) from exc
 
 
-def workload(store: Store, source: Source, device: str | None = None) -> simulator.Workload:
-    """The :class:`simulator.Workload` of ``source`` on ``device`` (cached per trace path / layout)."""
-    try:
-        return pipeline_project.workload(source.resolve(store, device))
-    except (ValueError, OSError, KeyError) as exc:
-        raise ProjectionError(_first_line(exc)) from exc
-
-
 @dataclass(frozen=True)
 class Controls:
     """Validated what-if controls (units: bits/s, seconds)."""
@@ -146,10 +138,10 @@ def parse_controls(
     parsed_source = Source.parse(source)
     if not compressors:
         raise ProjectionError("choose at least one compressor")
-    known = set(compressor_names())
-    unknown = [c for c in compressors if c not in known]
-    if unknown:
-        raise ProjectionError(f"unknown compressor {unknown[0]!r}")
+    try:
+        pipeline_project.check_compressors(compressors)
+    except ValueError as exc:
+        raise ProjectionError(str(exc)) from None
     try:
         density_value = float(density)
     except (TypeError, ValueError):
@@ -189,7 +181,6 @@ def _run(store: Store, controls: Controls, compressors: list[str], fidelity: str
     cluster = pipeline_project.Cluster(controls.nodes, controls.bandwidth_bps, controls.latency_s, controls.topology,
                                        fidelity)
     source = controls.source.resolve(store, controls.device)
-    workload(store, controls.source, controls.device)
     try:
         device = controls.device
         if device is None:
@@ -202,13 +193,35 @@ def _run(store: Store, controls: Controls, compressors: list[str], fidelity: str
         raise ProjectionError(_first_line(exc)) from exc
 
 
+def _row(result: dict[str, Any], fidelity: str) -> dict[str, Any]:
+    return {**{key: result.get(key) for key in RESULT_KEYS}, "compressor": result["compressor"],
+            "fidelity": fidelity, "device": result["device"], "compute_source": result["compute_source"],
+            "cost_source": result["cost_source"]}
+
+
 def project(store: Store, controls: Controls, fidelity: str = "analytic") -> list[dict[str, Any]]:
     """Simulate every chosen compressor; one dict of :data:`RESULT_KEYS` (+ compressor, fidelity,
-    device, compute_source, cost_source) each."""
-    return [{**{key: result.get(key) for key in RESULT_KEYS}, "compressor": result["compressor"],
-             "fidelity": fidelity, "device": result["device"], "compute_source": result["compute_source"],
-             "cost_source": result["cost_source"]}
-            for result in _run(store, controls, list(controls.compressors), fidelity)]
+    device, compute_source, cost_source) each. ProjectionError when any of them cannot be projected."""
+    return [_row(result, fidelity) for result in _run(store, controls, list(controls.compressors), fidelity)]
+
+
+def project_each(store: Store, controls: Controls,
+                 fidelity: str = "analytic") -> tuple[list[dict[str, Any]], list[str]]:
+    """Like :func:`project`, compressor by compressor: the rows of those that could be projected
+    and one message per compressor that could not (e.g. its compression costs were never
+    measured: the message names the command that measures them). Each row equals the row
+    :func:`project` gives for it alone. ProjectionError when none could be projected."""
+    rows, problems = [], []
+    for name in controls.compressors:
+        try:
+            (result,) = _run(store, controls, [name], fidelity)
+        except ProjectionError as exc:
+            problems.append(str(exc))
+            continue
+        rows.append(_row(result, fidelity))
+    if not rows:
+        raise ProjectionError(problems[0])
+    return rows, problems
 
 
 def timeline(store: Store, controls: Controls, fidelity: str = "des") -> dict[str, Any]:

@@ -45,17 +45,12 @@ def parse_spec(source: str | None, compressors: list[str] | None, densities: str
     projection.Source.parse(source)
     if not compressors:
         raise ValueError("choose at least one compressor")
-    unknown = [c for c in compressors if c not in projection.compressor_names()]
-    if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}")
-    if topology not in projection.TOPOLOGIES:
-        raise ValueError(f"unknown topology {topology!r}")
-    grid = Grid(
-        nodes=tuple(parse_list(nodes or "", _node_count)),
-        bandwidths_bps=tuple(parse_list(bandwidths or "", parse_bandwidth)),
+    grid = pipeline.sweep.grid(
+        nodes=parse_list(nodes or "", _node_count),
+        bandwidths_bps=parse_list(bandwidths or "", parse_bandwidth),
         latencies_s=(parse_duration(latency or ""),),
-        compressors=tuple(dict.fromkeys(["none", *compressors])),
-        densities=tuple(parse_list(densities or "", parse_density)),
+        compressors=["none", *compressors],
+        densities=parse_list(densities or "", parse_density),
         topologies=(str(topology),),
     )
     if len(grid) > max_scenarios:

@@ -26,6 +26,7 @@ replay``, ``sidco profile``). Every returned cost carries its ``source``.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -104,7 +105,7 @@ def from_replays(request: CostRequest, missing: Sequence[Key]) -> dict[Key, Comp
         todo = set(missing) - found.keys()
         if not todo:
             break
-        rows = [r for r in request.store.replay_rows(replay["id"])
+        rows = [r for r in request.store.replay_rows(replay["id"], compressors=sorted({c for c, _ in todo}))
                 if (r["compressor"], density_key(r["density"])) in todo]
         if rows:
             found.update(_fit(rows, f"replay #{replay['id']} {replay['device']} {_day(replay['created'])}"))

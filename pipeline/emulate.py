@@ -54,20 +54,16 @@ def collectives(store: Store, workers: Sequence[int], bandwidths: Sequence[float
     return emulation_id, results
 
 
-def resolve_calibration(store: Store, choice: str) -> tuple[int | None, simulator.Calibration | None]:
+def resolve_calibration(store: Store, choice: str | int) -> tuple[int | None, simulator.Calibration | None]:
     """``choice`` ('latest', 'none' or a calibration id) as ``(id, Calibration)`` or ``(None, None)``."""
     if choice == "none":
         return None, None
     if choice == "latest":
         row = store.latest_calibration()
     else:
-        try:
-            wanted = int(choice)
-        except ValueError:
-            raise ValueError(f"invalid calibration {choice!r}: give 'latest', 'none' or a calibration id") from None
-        row = store.calibration(wanted)
+        row = store.calibration(int(choice))
         if row is None:
-            raise ValueError(f"no calibration with id {wanted} in {store.path}")
+            raise ValueError(f"no calibration with id {choice} in {store.path}")
     if row is None:
         return None, None
     return int(row["id"]), simulator.Calibration(row["alpha_s"], row["beta_s_per_byte"], row["efficiency"])
@@ -113,14 +109,14 @@ def validation_rows(store: Store, emulation_id: int, workload: str, workers: int
 
 def train(store: Store, workers: Sequence[int], bandwidths: Sequence[float | None], workload: str,
           names: Sequence[str], density: float, *, iterations: int, warmup: int, batch_size: int,
-          shaping: bool, calibration_choice: str = "latest", trace_root: str | Path | None = None,
-          step: Callable[[], None] | None = None) -> tuple[int, int | None, list[dict[str, Any]]]:
+          shaping: bool, calibration: tuple[int | None, simulator.Calibration | None] = (None, None),
+          trace_root: str | Path | None = None, step: Callable[[], None] | None = None) -> tuple[int, list[dict[str, Any]]]:
     """Train ``workload`` per compressor on every (workers, bandwidth), store measured vs
-    projected iteration times; returns ``(emulation_id, calibration_id, results)``."""
+    projected iteration times; returns ``(emulation_id, results)``. ``calibration``: ``(id,
+    constants)`` of the calibration for the second projection (:func:`resolve_calibration`)."""
     config = {"workload": workload, "compressors": list(names), "density": density, "workers": list(workers),
               "bandwidths_bps": list(bandwidths), "iterations": iterations, "warmup": warmup,
               "batch_size": batch_size, "shaping": shaping, "threads_per_worker": 1}
-    calibration = resolve_calibration(store, calibration_choice)
     emulation_id = store.start_emulation("train", config, os.cpu_count() or 1)
     root = Path(trace_root) if trace_root else store.path.parent / "emulation-traces"
     out: list[dict[str, Any]] = []
@@ -147,4 +143,4 @@ def train(store: Store, workers: Sequence[int], bandwidths: Sequence[float | Non
         status = "done"
     finally:
         store.set_status("emulations", emulation_id, status)
-    return emulation_id, calibration[0], out
+    return emulation_id, out

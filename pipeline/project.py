@@ -44,6 +44,18 @@ class Source:
     compute: str = ""
 
 
+def check_compressors(names: Sequence[str]) -> list[str]:
+    """``names`` if every one is a compressor of :func:`compressors.names`; ValueError naming
+    the first unknown one (and the choices) otherwise."""
+    import compressors
+
+    known = compressors.names()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(known)}")
+    return list(names)
+
+
 def capture_device(trace_path: str | Path) -> str:
     """The device a trace was captured on (its timings' ``device``: ``cpu``, ``cuda:0``…)."""
     return str(traces.open(trace_path).timings.get("device", "cpu"))
@@ -68,8 +80,9 @@ def _projected(path: str, device: str | None) -> tuple[float, str]:
 
 def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int | None = None,
                  device: str | None = None) -> Source:
-    """The source of a trace given by directory ``path`` or by its id in the store, projected
-    onto ``device`` when it was captured on another (rule: :func:`simulator.devices.compute_ratio`)."""
+    """The source of a trace given by directory ``path`` (registered in the store if it is not
+    yet) or by its id in the store, projected onto ``device`` when it was captured on another
+    (rule: :func:`simulator.devices.compute_ratio`)."""
     if trace_id is not None:
         row = store.trace(int(trace_id))
         if row is None:
@@ -80,6 +93,9 @@ def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int 
     else:
         ref = str(Path(path).resolve())
         found = store.trace_id_for_path(ref)
+        if found is None:  # registered now, so its replays (and the commands that make them) have a name
+            trace = traces.open(ref)
+            found = store.register_trace(trace.path, trace.manifest)
     scale, note = _projected(ref, device)
     return Source("trace", ref, found, compute_scale=scale, compute=note)
 

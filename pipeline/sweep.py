@@ -4,21 +4,23 @@
 small chunks) both call :func:`run`. The sweep row is found by its configuration, so running
 the same sweep again resumes it: every scenario lands exactly once. The compression profile
 is decided once (:func:`pipeline.costs.compression_profile`) and kept with the sweep, so a
-resumed sweep uses exactly the same costs.
+resumed sweep uses exactly the same costs; each scenario row records the device and where
+its compression costs came from (``device``, ``cost_source``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import simulator
 from pipeline.costs import compression_profile
-from pipeline.project import Source, calibration, workload
+from pipeline.project import Source, calibration, check_compressors, workload
 from results.store import Store
+from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid, SweepContext, describe, run_sweep
 
 PROFILE_META = "sweep-profile:{}"
@@ -35,6 +37,25 @@ class SweepRun:
     computed: int
     resumed: bool
     cost_sources: dict[str, str] = field(default_factory=dict)
+
+
+def grid(*, nodes: Sequence[int], bandwidths_bps: Sequence[float], latencies_s: Sequence[float],
+         compressors: Sequence[str], densities: Sequence[float], topologies: Sequence[str]) -> Grid:
+    """The sweep grid from parsed axes (machines, bits/s, seconds, names, fractions, names):
+    unknown compressors or topologies are a ValueError naming the first; repeats are dropped;
+    densities are kept only when a compressor other than ``none`` uses them."""
+    check_compressors(compressors)
+    if not compressors:
+        raise ValueError("choose at least one compressor")
+    bad = [t for t in topologies if t not in TOPOLOGIES]
+    if bad:
+        raise ValueError(f"unknown topology {bad[0]!r}; choose from {', '.join(TOPOLOGIES)}")
+    return Grid(
+        nodes=tuple(nodes), bandwidths_bps=tuple(bandwidths_bps), latencies_s=tuple(latencies_s),
+        compressors=tuple(dict.fromkeys(compressors)),
+        densities=tuple(densities) if any(n != "none" for n in compressors) else (),
+        topologies=tuple(dict.fromkeys(topologies)),
+    )
 
 
 def description(source: Source, origin: str | None = None) -> dict[str, Any]:
@@ -81,14 +102,9 @@ def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelit
     if device != "cpu" or profile_file is not None:  # cpu replays were the only costs before devices
         described["costs"] = {"device": device, "profile_file": None if profile_file is None else str(profile_file)}
     config = describe(SweepContext(wl, None, fidelity, constants, options), grid, described)
-    if source.kind == "trace" and source.trace_id is None:
-        import traces
-
-        trace = traces.open(source.ref)
-        source = replace(source, trace_id=store.register_trace(trace.path, trace.manifest))
     sweep_id, created = store.get_or_create("sweeps", config, trace_id=source.trace_id, total=len(grid))
     profile = _profile(store, sweep_id, created, source, grid, device, profile_file)
-    context = SweepContext(wl, profile, fidelity, constants, options, device)
+    context = SweepContext(wl, profile, fidelity, constants, options)
     for point in grid.points():  # every scenario checked before anything is simulated
         context.scenario(point)
     store.set_status("sweeps", sweep_id, "running")
@@ -96,8 +112,13 @@ def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelit
     if started:
         started(sweep_id, store.scenario_count(sweep_id))
 
+    def cost_source(row: Mapping[str, Any]) -> str | None:
+        if profile is None or row["compressor"] == "none":
+            return None
+        return profile.cost(row["compressor"], row["density"]).source
+
     def on_rows(rows: list[dict[str, Any]]) -> None:
-        store.add_scenarios(sweep_id, rows)
+        store.add_scenarios(sweep_id, ({**row, "device": device, "cost_source": cost_source(row)} for row in rows))
         if progress:
             progress(store.scenario_count(sweep_id), total)
 

@@ -172,12 +172,17 @@ class Queries:
         return self._all("SELECT id, device, status, created FROM replays WHERE trace_id=?"
                          " ORDER BY created DESC, id DESC", (int(trace_id),))
 
-    def replay_rows(self, replay_id: int, error_feedback: bool | None = None) -> list[dict[str, Any]]:
-        """Every row of a replay (optionally only with/without error feedback), in replay order."""
+    def replay_rows(self, replay_id: int, error_feedback: bool | None = None,
+                    compressors: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """The rows of a replay (optionally only with/without error feedback, only of
+        ``compressors``), in replay order."""
         where, params = "replay_id=?", [int(replay_id)]
         if error_feedback is not None:
             where += " AND error_feedback=?"
             params.append(int(error_feedback))
+        if compressors is not None:
+            where += f" AND compressor IN ({_marks(compressors)})"
+            params.extend(compressors)
         return self._all(f"SELECT * FROM replay_rows WHERE {where}"
                          " ORDER BY compressor, density, iteration, worker, bucket", params)
 

@@ -93,7 +93,7 @@ def model_rate(trace_dir: Path, scenarios: int, device: str = "h200") -> tuple[f
     modelled = time.perf_counter() - start
     grid = Grid(NODES, (1e9, 2e9, 5e9, 10e9, 25e9, 100e9), (1e-6, 1e-5, 5e-5), tuple(names), (0.01, 0.001))
     points = [p for _, p in zip(range(scenarios), grid.points())]
-    context = SweepContext(workload_from_trace(traces.open(trace_dir)), profile, device=device)
+    context = SweepContext(workload_from_trace(traces.open(trace_dir)), profile)
     run_chunk(context, points[:100])
     best = math.inf
     for _ in range(3):

@@ -78,15 +78,13 @@ def scenario_key(point: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class SweepContext:
-    """What every chunk needs besides its points (sent once per chunk, small); ``device``: the
-    device the sweep projects onto (stored with every scenario, as is each cost's source)."""
+    """What every chunk needs besides its points (sent once per chunk, small)."""
 
     workload: Workload
     profile: CompressionProfile | None
     fidelity: str = "analytic"
     calibration: Calibration | None = None
     options: dict[str, Any] = field(default_factory=dict)
-    device: str | None = None
 
     def scenario(self, point: dict[str, Any]) -> Scenario:
         """The :class:`Scenario` of ``point``; per-scenario seed derived from its key."""
@@ -116,10 +114,8 @@ def run_chunk(context: SweepContext, points: Sequence[dict[str, Any]]) -> list[d
                 none_point = dict(point, compressor="none", density=None)
                 baselines[cluster] = iteration(replace(context.scenario(none_point), timeline=False))
             result = simulate(scenario, baseline=baselines[cluster])
-        cost = None if point["compressor"] == "none" else context.profile.cost(point["compressor"], point["density"])
         rows.append({
-            "scenario_key": scenario_key(point), **point, "fidelity": context.fidelity, "device": context.device,
-            "cost_source": None if cost is None else cost.source,
+            "scenario_key": scenario_key(point), **point, "fidelity": context.fidelity,
             **{col: result[col] for col in RESULT_COLUMNS},
             "result_json": json.dumps(result, sort_keys=True),
         })

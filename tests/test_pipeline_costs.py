@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import traces
 from pipeline import costs, replay
@@ -144,3 +146,63 @@ def test_simulate_on_a_layout_never_times_compressors(tmp_path, capsys):
     assert result["cost_source"].startswith("measured a100 ") and result["compress_s"] > 0
     assert main(argv + ["--device", "h200"]) == 0
     assert json.loads(capsys.readouterr().out)["cost_source"] == "model h200"
+
+
+def test_emulation_projections_replay_the_run_trace_into_the_store(store, tmp_path):
+    from pipeline.emulate import validation_rows
+
+    trace = traces.synthetic(tmp_path / "run", "laplace", 20_000, workers=1, iterations=2, seed=0,
+                             timings={"forward_s": 0.01, "backward_s": [0.02], "optimizer_s": 0.001,
+                                      "batch_size": 8, "device": "cpu"})
+    store.register_trace(trace.path, trace.manifest)
+    measured = [{"compressor": name, "trace": str(trace.path), "measured_s": 0.05} for name in ("none", "topk")]
+    rows = validation_rows(store, 1, "synthetic", 2, 1e8, 0.01, measured, (None, None))
+    by_name = {r["compressor"]: json.loads(r["detail_json"]) for r in rows}
+    assert by_name["none"]["cost_source"] is None
+    (stored,) = store.replay_list()
+    assert by_name["topk"]["cost_source"].startswith(f"replay #{stored['id']} cpu ")
+    assert by_name["topk"]["projected"]["compress_s"] > 0
+
+
+def test_simulate_on_a_trace_without_replays_takes_the_cost_model(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SIDCO_CACHE_DIR", str(tmp_path / "cache"))
+    trace = traces.synthetic(tmp_path / "lap", "laplace", 5_000, workers=2, iterations=1, seed=0)
+    assert main(["simulate", "--trace", str(trace.path), "--nodes", "4", "--bandwidth", "1Gbit", "--compressor",
+                 "sidco-e", "--density", "0.01", "--store", str(tmp_path / "r.sqlite"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["device"] == "cpu" and result["cost_source"] == "model cpu (defaults)"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+    max_leaves=20,
+)
+_SECONDS = _JSON | st.floats(min_value=0, max_value=1)
+_ROW = st.fixed_dictionaries({"compressor": st.sampled_from(["topk", 3, None]),
+                              "density": _JSON | st.floats(min_value=1e-4, max_value=1),
+                              "numel": _JSON | st.integers(min_value=1, max_value=10**7),
+                              "compress_s": _SECONDS, "decompress_s": _SECONDS})
+_VALID_ROW = st.fixed_dictionaries({"compressor": st.sampled_from(["topk", "dgc"]),
+                                    "density": st.floats(min_value=1e-4, max_value=1),
+                                    "numel": st.integers(min_value=1, max_value=10**7),
+                                    "compress_s": st.floats(0, 1), "decompress_s": st.floats(0, 1)})
+_DOCUMENT = (_JSON | st.fixed_dictionaries({"device": _JSON | st.just("cpu"), "rows": st.lists(_ROW, max_size=3)})
+             | st.fixed_dictionaries({"device": st.just("cpu"), "rows": st.lists(_VALID_ROW, min_size=1, max_size=4)}))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(document=_DOCUMENT, raw=st.binary(max_size=40))
+def test_any_profile_file_gives_costs_or_one_line_naming_the_file(tmp_path, document, raw):
+    path = tmp_path / "p.json"
+    for content in (json.dumps(document).encode(), raw):
+        path.write_bytes(content)
+        try:
+            found = costs.read_profile_file(path, "cpu")
+        except ValueError as exc:
+            assert str(path) in str(exc) and "\n" not in str(exc)
+        else:
+            assert found and all(cost.source.startswith("file p.json") for cost in found.values())
+            for cost in found.values():
+                assert cost.compress_fixed_s >= 0 and cost.compress_per_element_s >= 0
+                assert all(w > 0 for w in cost.wire_per_element)

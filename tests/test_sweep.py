@@ -85,8 +85,11 @@ def test_sweep_stores_every_scenario_once_and_resumes(tmp_path, trace_dir, capsy
             "--jobs", "2", "--chunk-size", "7", "--json", "--no-progress"]
     assert main(argv) == 0
     first = json.loads(capsys.readouterr().out)
+    sources = first.pop("cost_sources")
     assert first == {"computed": 30, "fidelity": "analytic", "resumed": False, "store": str(store),
-                     "stored": 30, "sweep_id": first["sweep_id"], "total": 30}
+                     "stored": 30, "sweep_id": first["sweep_id"], "total": 30, "device": "cpu",
+                     "compute_source": "trace timings (cpu)"}
+    assert sources and all(where.startswith("replay #") for where in sources.values())
     rows = scenario_rows(store)
     assert len(rows) == 30
     assert main(argv) == 0
@@ -99,6 +102,8 @@ def test_sweep_stores_every_scenario_once_and_resumes(tmp_path, trace_dir, capsy
         assert none["speedup"] == 1.0
         assert topk["speedup"] == pytest.approx(none["iteration_s"] / topk["iteration_s"])
         assert s.query("SELECT status FROM sweeps")[0]["status"] == "done"
+        assert (none["device"], none["cost_source"]) == ("cpu", None)
+        assert topk["device"] == "cpu" and topk["cost_source"].startswith("replay #")
         detail = json.loads(topk["result_json"])
         assert detail["workers"] == 8 and detail["wire_bytes"] < detail["dense_bytes"]
 

@@ -114,7 +114,7 @@ def register(app: Dash, reader: StoreReader) -> None:
             chosen = projection.parse_controls(source, compressors, density, nodes, bandwidth, latency, topology,
                                                calibrated=bool(calibrated), device=device or None,
                                                profile_id=costs or None)
-            results = projection.project(reader.store(), chosen, fidelity)
+            results, problems = projection.project_each(reader.store(), chosen, fidelity)
         except ValueError as exc:
             blank = ui.empty_figure("fix the highlighted control")
             return blank, blank, ui.error(str(exc))
@@ -122,7 +122,8 @@ def register(app: Dash, reader: StoreReader) -> None:
         title = (f"{chosen.nodes} nodes · {bandwidth} · {latency} · {topology} · δ={chosen.density:g} · "
                  f"{fidelity} fidelity")
         sources = "; ".join(f"{r['compressor']}: {r['cost_source']}" for r in results if r["cost_source"])
-        message = ui.note(f"{fidelity} projection of {len(results)} compressors in {elapsed * 1e3:.0f} ms on "
-                          f"{results[0]['device']} (compute from {results[0]['compute_source']})"
-                          + (f"; compression costs: {sources}" if sources else ""))
+        note = ui.note(f"{fidelity} projection of {len(results)} compressors in {elapsed * 1e3:.0f} ms on "
+                       f"{results[0]['device']} (compute from {results[0]['compute_source']})"
+                       + (f"; compression costs: {sources}" if sources else ""))
+        message = html.Div([note, *(ui.error(problem) for problem in problems)])
         return figures.whatif_breakdown(results, title), figures.whatif_speedup(results), message

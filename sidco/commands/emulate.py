@@ -121,13 +121,21 @@ def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
 
     names = parse_list(args.compressors, str)
     check_request(args.workload, names, args.density, args.iterations, args.warmup, args.batch_size)
-    with Store(args.store) as store, tqdm(total=len(workers) * len(bandwidths), desc="emulations", unit="network",
-                                          file=sys.stderr) as bar:
-        emulation_id, calibration_id, out = emulate.train(
-            store, workers, bandwidths, args.workload, names, args.density, iterations=args.iterations,
-            warmup=args.warmup, batch_size=args.batch_size, shaping=not args.no_shaping,
-            calibration_choice=args.calibration, trace_root=args.trace_dir, step=lambda: bar.update(1),
-        )
+    calibration: str | int = args.calibration
+    if calibration not in ("latest", "none"):
+        try:
+            calibration = int(calibration)
+        except ValueError:
+            raise ValueError(f"invalid --calibration {calibration!r}: give 'latest', 'none' or a calibration id") from None
+    with Store(args.store) as store:
+        resolved = emulate.resolve_calibration(store, calibration)
+        calibration_id = resolved[0]
+        with tqdm(total=len(workers) * len(bandwidths), desc="emulations", unit="network", file=sys.stderr) as bar:
+            emulation_id, out = emulate.train(
+                store, workers, bandwidths, args.workload, names, args.density, iterations=args.iterations,
+                warmup=args.warmup, batch_size=args.batch_size, shaping=not args.no_shaping, calibration=resolved,
+                trace_root=args.trace_dir, step=lambda: bar.update(1),
+            )
     summary = _summary(out)
     if args.json:
         print(json.dumps({"emulation_id": emulation_id, "cores": os.cpu_count(), "calibration_id": calibration_id,

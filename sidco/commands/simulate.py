@@ -209,10 +209,7 @@ def run(args: argparse.Namespace) -> int:
     latency = parse_duration(args.latency)
     if args.compressor != "none" and args.density is None:
         raise ValueError(f"--density is needed with --compressor {args.compressor}")
-    import compressors
-
-    if args.compressor not in compressors.names():
-        raise ValueError(f"unknown compressor {args.compressor!r}; choose from {', '.join(compressors.names())}")
+    projection.check_compressors([args.compressor])
     with Store(args.store) as store:
         source, device = parse_source(args, store)
         options = scenario_options(args, projection.workload(source))

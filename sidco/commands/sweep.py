@@ -61,21 +61,13 @@ def parse_grid(args: argparse.Namespace) -> Grid:
     import compressors
 
     names = compressors.names() if args.compressors.strip() == "all" else parse_list(args.compressors, str)
-    unknown = [n for n in names if n not in compressors.names()]
-    if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
-    topologies = parse_list(args.topology, str)
-    bad = [t for t in topologies if t not in TOPOLOGIES]
-    if bad:
-        raise ValueError(f"unknown topology {bad[0]!r}; choose from {', '.join(TOPOLOGIES)}")
-
-    return Grid(
-        nodes=tuple(parse_list(args.nodes, lambda t: positive_int(t, "--nodes"))),
-        bandwidths_bps=tuple(parse_list(args.bandwidth, parse_bandwidth)),
-        latencies_s=tuple(parse_list(args.latency, parse_duration)),
-        compressors=tuple(dict.fromkeys(names)),
-        densities=tuple(parse_list(args.densities, parse_density)) if any(n != "none" for n in names) else (),
-        topologies=tuple(dict.fromkeys(topologies)),
+    return pipeline.sweep.grid(
+        nodes=parse_list(args.nodes, lambda t: positive_int(t, "--nodes")),
+        bandwidths_bps=parse_list(args.bandwidth, parse_bandwidth),
+        latencies_s=parse_list(args.latency, parse_duration),
+        compressors=names,
+        densities=parse_list(args.densities, parse_density) if any(n != "none" for n in names) else (),
+        topologies=parse_list(args.topology, str),
     )
 
 

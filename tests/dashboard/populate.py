@@ -1,7 +1,9 @@
 """Fill a results store for the dashboard tests with the real pipeline.
 
 synthetic trace of gamma(0.5)-distributed |g| (traces.synthetic) -> replay through real compressors
-(traces.replay) -> small analytic sweep (dashboard.sweep_runner -> simulator).
+(traces.replay) -> small analytic sweep (dashboard.sweep_runner -> simulator). A device profile
+for "cpu" (every compressor replayed on a synthetic Laplace vector, per-call means) gives layouts
+and the compressors the trace's replay lacks their costs.
 Validation rows and a calibration, which need root and minutes of emulated
 training, are inserted directly with the store's exact schema.
 """
@@ -9,8 +11,11 @@ training, are inserted directly with the store's exact schema.
 from __future__ import annotations
 
 import math
+import statistics
+from collections import defaultdict
 from pathlib import Path
 
+import compressors
 import traces
 from traces.replay import replay
 
@@ -20,6 +25,25 @@ from results.store import Store
 COMPRESSORS = ("topk", "dgc", "sidco-e")
 DENSITIES = (0.1, 0.01)
 LAYERS = [("fc2.bias", (10,)), ("fc2.weight", (10, 400)), ("fc1.bias", (400,)), ("fc1.weight", (400, 40))]
+
+
+PROFILE_DENSITIES = (0.05, 0.01, 0.002, 0.001)
+
+
+def measured_device_profile(store: Store, root: Path) -> int:
+    """Replay every compressor on a 65,536-element Laplace vector and store the per-call means
+    (seconds, bytes) per (compressor, density) as a device profile of "cpu"."""
+    trace = traces.synthetic(root / "laplace", "laplace", 1 << 16, workers=1, iterations=2, seed=0)
+    names = [n for n in compressors.names() if n != "none"]
+    groups = defaultdict(list)
+    for row in replay(trace, names, list(PROFILE_DENSITIES)):
+        groups[(row["compressor"], row["density"], row["numel"])].append(row)
+    rows = [{"compressor": c, "density": d, "numel": n,
+             "compress_s": statistics.fmean(r["compress_s"] for r in calls),
+             "decompress_s": statistics.fmean(r["decompress_s"] for r in calls),
+             "wire_bytes": round(statistics.fmean(r["wire_bytes"] for r in calls))}
+            for (c, d, n), calls in groups.items()]
+    return store.add_device_profile("cpu", {"test": "populate"}, "replayed on a Laplace vector", rows)
 
 
 def populate(path: Path, trace_dir: Path) -> dict[str, int]:
@@ -37,6 +61,7 @@ def populate(path: Path, trace_dir: Path) -> dict[str, int]:
         replay_id, _ = store.get_or_create("replays", config, trace_id=trace_id, device="cpu")
         store.add_replay_rows(replay_id, replay(trace, list(COMPRESSORS), list(DENSITIES), bucket_bytes=8000))
         store.set_status("replays", replay_id, "done")
+        measured_device_profile(store, trace_dir.parent)
         store.add_calibration(6e-5, 8.9e-8, 0.9, {"test": True})
         emulation_id = store.start_emulation("train", {}, 2)
         store.set_status("emulations", emulation_id, "done")

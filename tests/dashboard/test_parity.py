@@ -64,3 +64,16 @@ def test_whatif_never_measures_missing_costs(captured):
     with Store(store_path) as store:
         (row,) = projection.project(store, controls)
     assert row["cost_source"].startswith("model cpu") and row["device"] == "cpu"
+
+
+def test_whatif_projects_each_compressor_with_the_best_costs_it_has(captured):
+    """Measured costs where a replay holds them, the cost model for the rest (here dgc)."""
+    store_path, _, trace_id = captured
+    controls = projection.parse_controls(f"trace:{trace_id}", ["none", "dgc", "topk"], "0.01", "8", "10Gbit",
+                                         "50us", "ring")
+    alone = projection.parse_controls(f"trace:{trace_id}", ["topk"], "0.01", "8", "10Gbit", "50us", "ring")
+    with Store(store_path) as store:
+        rows, problems = projection.project_each(store, controls)
+        (topk,) = projection.project(store, alone)
+    assert [r["compressor"] for r in rows] == ["none", "dgc", "topk"] and rows[2] == topk and not problems
+    assert rows[1]["cost_source"].startswith("model cpu") and topk["cost_source"].startswith("replay #")
