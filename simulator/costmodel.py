@@ -11,8 +11,8 @@ One call costs
 
 Each streaming kernel takes the longer of its memory traffic and its per-element compute (a
 roofline per kernel). When the call's working set fits in the device's last-level cache (a
-CPU's; GPU caches are not modelled) memory traffic, sorts, gathers and compactions run
-``cache_speedup`` times faster and top-k takes its in-cache rate. Launch and sync latencies are added, not overlapped with device work: for the sizes
+CPU's; GPU caches are not modelled) reads, sorts, gathers and compactions run ``cache_speedup``
+times faster (writes still go to memory) and top-k takes its in-cache rate. Launch and sync latencies are added, not overlapped with device work: for the sizes
 that matter (≥ 1 MiB) they are small, below it they dominate, as on a real GPU. SIDCo runs its
 native kernels on a ``cpu`` device (float32) and the torch path elsewhere, as the code does.
 Units: seconds, elements, bytes.
@@ -35,7 +35,7 @@ def seconds(work: declared.Work, device: Device) -> float:
     fits = 0 < work.working_set_bytes < device.cache_bytes
     speedup = device.cache_speedup if fits else 1.0
     streams = sum(
-        max((read / device.memory_bandwidth_Bps + written / device.write_bandwidth_Bps) / speedup,
+        max(read / device.memory_bandwidth_Bps / speedup + written / device.write_bandwidth_Bps,
             elements * device.op_s_per_element.get(kind, 0.0))
         for kind, elements, read, written in work.streams
     )
