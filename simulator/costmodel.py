@@ -11,8 +11,8 @@ One call costs
 
 Each streaming kernel takes the longer of its memory traffic and its per-element compute (a
 roofline per kernel). When the call's working set fits in the device's last-level cache (a
-CPU's; GPU caches are not modelled) reads, sorts, gathers and compactions run ``cache_speedup``
-times faster (writes still go to memory) and top-k takes its in-cache rate. Launch and sync latencies are added, not overlapped with device work: for the sizes
+CPU's; GPU caches are not modelled) reads and gathers run ``cache_speedup`` times faster (writes
+still go to memory; sorts and compactions are bound by compute) and top-k takes its in-cache rate. Launch and sync latencies are added, not overlapped with device work: for the sizes
 that matter (≥ 1 MiB) they are small, below it they dominate, as on a real GPU. SIDCo runs its
 native kernels on a ``cpu`` device (float32) and the torch path elsewhere, as the code does.
 Units: seconds, elements, bytes.
@@ -41,9 +41,8 @@ def seconds(work: declared.Work, device: Device) -> float:
     )
     per_element = (
         sum(n * device.topk_s(kept, cached=fits) for n, kept in work.topk)
-        + (work.sort_elements * device.sort_s_per_element + work.gather_elements * device.gather_s_per_element
-           + work.compact_elements * device.compact_s_per_element
-           + 8.0 * work.compact_hits / device.write_bandwidth_Bps) / speedup
+        + work.sort_elements * device.sort_s_per_element + work.gather_elements * device.gather_s_per_element / speedup
+        + work.compact_elements * device.compact_s_per_element + 8.0 * work.compact_hits / device.write_bandwidth_Bps
     )
     faults = sum(size for size in work.allocations if size >= device.alloc_threshold_bytes) * device.fault_s_per_byte
     return (streams + per_element + faults + work.flops / device.fp32_flops + work.launches * device.launch_s
