@@ -182,10 +182,7 @@ def _run(store: Store, controls: Controls, compressors: list[str], fidelity: str
                                        fidelity)
     source = controls.source.resolve(store, controls.device)
     try:
-        device = controls.device
-        if device is None:
-            device = (pipeline_project.DEFAULT_LAYOUT_DEVICE if source.kind == "layout"
-                      else pipeline_project.capture_device(source.ref).split(":")[0])
+        device = controls.device or pipeline_project.default_device(source)
         return pipeline_project.project(store, source, cluster, compressors, controls.density, device=device,
                                         profile_id=controls.profile_id, calibrated=controls.calibrated,
                                         timeline=timeline)

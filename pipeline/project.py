@@ -100,6 +100,14 @@ def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int 
     return Source("trace", ref, found, compute_scale=scale, compute=note)
 
 
+def default_device(source: Source) -> str:
+    """The device a projection of ``source`` is for when none is named: a GPU for a layout
+    (:data:`DEFAULT_LAYOUT_DEVICE`), the device a trace was captured on (``cpu``, ``cuda``)."""
+    if source.kind == "layout":
+        return DEFAULT_LAYOUT_DEVICE
+    return capture_device(source.ref).split(":")[0]
+
+
 def layout_source(name: str, *, device: str = DEFAULT_LAYOUT_DEVICE, device_flops_per_s: float | None = None,
                   batch_size: int = 32) -> Source:
     """The source of a full-size layout (:mod:`traces.layouts`) on ``device``: its FLOPs at the

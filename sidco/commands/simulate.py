@@ -141,7 +141,7 @@ def parse_source(args: argparse.Namespace, store: Store) -> tuple[projection.Sou
         if device is not None and device.startswith("cuda"):
             raise ValueError(f"--device {device}: name the GPU ({', '.join(devices.names()[1:])}) to project onto")
         source = projection.trace_source(store, path=args.trace, device=device)
-        return source, device or projection.capture_device(source.ref).split(":")[0]
+        return source, device or projection.default_device(source)
     flops = None
     if args.device_flops is not None:
         try:
@@ -152,9 +152,10 @@ def parse_source(args: argparse.Namespace, store: Store) -> tuple[projection.Sou
             raise ValueError(f"invalid --device-flops {args.device_flops!r}: must be > 0")
     if device is not None and device.startswith("cuda"):
         raise ValueError(f"--device {device}: a layout needs a known device ({', '.join(devices.names())})")
-    device = device or projection.DEFAULT_LAYOUT_DEVICE
     batch = positive_int(args.batch_size, "--batch-size")
-    return projection.layout_source(args.layout, device=device, device_flops_per_s=flops, batch_size=batch), device
+    source = projection.layout_source(args.layout, device=device or projection.DEFAULT_LAYOUT_DEVICE,
+                                      device_flops_per_s=flops, batch_size=batch)
+    return source, device or projection.default_device(source)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
