@@ -43,8 +43,9 @@ def measure(store: Store, device: str, sizes: Sequence[int], names: Sequence[str
     unknown = [n for n in names if n not in compressors.names()]
     if unknown:
         raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
+    dev = profiling.torch_device(device)
     host = None
-    if not device.startswith("cuda"):
+    if dev.type == "cpu":
         cpus = profiling.pin_threads(threads)
         note(f"measuring this host ({threads} threads on CPUs {cpus}) ...")
         host = devices.measure_host(repeats=max(3, repeats))

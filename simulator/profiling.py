@@ -46,6 +46,19 @@ def pin_threads(threads: int) -> list[int]:
     return chosen
 
 
+def torch_device(device: str) -> torch.device:
+    """``device`` as a torch device that can be measured here; ValueError (one line) otherwise."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"bad device {device!r}: give cpu, cuda or cuda:N ({str(exc).splitlines()[0]})") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"cannot profile {device!r}: give cpu, cuda or cuda:N")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    return dev
+
+
 def device_identity(device: torch.device) -> tuple[str, dict[str, Any]]:
     """The profile's device name (``cpu``, ``h200``, …) and identity of ``device``."""
     if device.type == "cuda":
@@ -64,9 +77,7 @@ def measure(device: str, sizes: Sequence[int], names: Sequence[str], densities: 
 
     ``none`` runs once per size (density 1). ``on_row`` sees each row as soon as it is measured.
     """
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    dev = torch_device(device)
     unknown = [n for n in names if n not in compressors.names()]
     if unknown:
         raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
@@ -125,7 +136,7 @@ def profile(device: str, sizes: Sequence[int], names: Sequence[str], densities: 
     device) is kept with a CPU profile so that ``sidco profile --check`` models it with the
     numbers of the same session. If measuring fails halfway, ``on_partial`` receives the
     profile of the rows measured so far (its source says so) before the error propagates."""
-    dev = torch.device(device)
+    dev = torch_device(device)
     name, identity = device_identity(dev)
     created = time.strftime("%Y-%m-%d", time.gmtime())
     rows: list[dict[str, Any]] = []
