@@ -26,7 +26,6 @@ replay``, ``sidco profile``). Every returned cost carries its ``source``.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
