@@ -51,6 +51,32 @@ def test_policy_takes_replays_then_measured_profiles_then_the_model(tmp_path):
         assert model == costmodel.cost("sidco-e", 0.01, devices.get("cpu"))
 
 
+def test_shipped_profiles_come_after_stored_ones_and_before_the_model(tmp_path, monkeypatch):
+    import profiles
+    from simulator import device_profile
+
+    rows = [{"compressor": c, "density": 0.01, "numel": n, "compress_s": 7e-9 * n, "decompress_s": 1e-10 * n}
+            for c in ("topk", "dgc") for n in (1 << 20, 1 << 22)]
+    here = devices.host_identity()
+    elsewhere = {**here, "cpu": "Some Other CPU"}
+    shipped = [device_profile.DeviceProfile("cpu", "measured elsewhere", tuple(rows), "2026-11-30", elsewhere),
+               device_profile.DeviceProfile("cpu", "measured here", tuple(rows), "2026-12-01", here),
+               device_profile.DeviceProfile("h100", "measured on an h100", tuple(rows), "2026-12-01", {})]
+    paths = [p.save(tmp_path / f"{i}.json") for i, p in enumerate(shipped)]
+    monkeypatch.setattr(profiles, "paths", lambda: paths)
+    with Store(tmp_path / "r.sqlite") as store:
+        store.add_device_profile("cpu", {}, "measured", [dict(r, compress_s=3e-9 * r["numel"]) for r in rows
+                                                        if r["compressor"] == "topk"])
+        pairs = [("topk", 0.01), ("dgc", 0.01), ("sidco-e", 0.01)]
+        costs = compression_profile(store, trace_id=None, device="cpu", pairs=pairs)
+        assert costs.cost("topk", 0.01).source.startswith("measured cpu ")
+        assert costs.cost("topk", 0.01).compress_per_element_s == pytest.approx(3e-9)
+        assert costs.cost("dgc", 0.01).source == "measured cpu 2026-12-01 (shipped 1.json)"
+        assert costs.cost("sidco-e", 0.01).source.startswith("model cpu")
+        on_h100 = compression_profile(store, trace_id=None, device="h100", pairs=pairs)
+        assert on_h100.cost("dgc", 0.01).source == "measured h100 2026-12-01 (shipped 2.json)"
+
+
 def test_a_layout_on_an_h200_gets_gpu_costs_never_this_hosts(tmp_path, capsys):
     store_path = tmp_path / "r.sqlite"
     with Store(store_path) as store:  # measured CPU costs are there, and must not be used
