@@ -298,6 +298,24 @@ def stored_host() -> Device | None:
     return device if host_key(device.identity) == host_key(host_identity()) else None
 
 
+def shipped_host() -> Device | None:
+    """This host's numbers from a profile shipped in ``profiles/`` that was measured on the same
+    CPU model and flags (its ``device_model``), or ``None``."""
+    import profiles
+
+    here = host_key(host_identity())
+    for path in profiles.paths():
+        try:
+            data = json.loads(path.read_text())
+            if data.get("device") == "cpu" and data.get("device_model"):
+                device = from_json(data["device_model"])
+                if host_key(device.identity) == here:
+                    return device
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
 def names() -> list[str]:
     """Device names :func:`get` accepts: ``cpu`` (this host) and the GPUs."""
     return ["cpu", *GPUS]
@@ -306,12 +324,13 @@ def names() -> list[str]:
 def get(name: str) -> Device:
     """The device ``name`` (case-insensitive); ValueError listing the known names otherwise.
 
-    ``cpu`` is this host as last measured by ``sidco profile --device cpu`` (or the stated
-    defaults when it never was).
+    ``cpu`` is this host as last measured by ``sidco profile --device cpu``, else as measured
+    for a profile shipped in ``profiles/`` on the same CPU model and flags, else the stated
+    defaults.
     """
     key = str(name).strip().lower()
     if key == "cpu":
-        return stored_host() or cpu_default()
+        return stored_host() or shipped_host() or cpu_default()
     if key in GPUS:
         return GPUS[key]
     raise ValueError(f"unknown device {name!r}; choose from {', '.join(names())}")
