@@ -3,7 +3,8 @@
 Prints a Markdown report:
 
 1. ``analytic`` scenarios per second on one core (in-process, a realistic trace-like
-   workload, every compressor and the ``none`` baselines; best of 3 after a warm-up);
+   workload, every compressor and the ``none`` baselines; best of 3 after a warm-up), and the
+   same with the cost model's costs on an H200 instead of replayed ones;
 2. a 10,000-scenario ``sidco sweep`` (``analytic``, local processes) run as a separate
    command: wall time, and the sweep process's peak RSS next to a 3,060-scenario sweep
    (flat memory means the two peaks are about equal);
@@ -80,6 +81,30 @@ def analytic_rate(trace_dir: Path, scenarios: int) -> tuple[float, int]:
         run_chunk(context, points)
         best = min(best, time.perf_counter() - start)
     return len(points) / best, len(points)
+
+
+def model_rate(trace_dir: Path, scenarios: int, device: str = "h200") -> tuple[float, int, float]:
+    """:func:`analytic_rate` with the cost model's costs of every compressor on ``device``
+    instead of replayed ones (same trace workload, same grid); also the seconds taken to model
+    the costs of all compressor × density pairs."""
+    import compressors
+    import traces
+    from simulator import costmodel, devices
+
+    names = compressors.names()
+    start = time.perf_counter()
+    profile = costmodel.compression_profile(devices.get(device), [(n, d) for n in names for d in (0.01, 0.001)])
+    modelled = time.perf_counter() - start
+    grid = Grid(NODES, (1e9, 2e9, 5e9, 10e9, 25e9, 100e9), (1e-6, 1e-5, 5e-5), tuple(names), (0.01, 0.001))
+    points = [p for _, p in zip(range(scenarios), grid.points())]
+    context = SweepContext(workload_from_trace(traces.open(trace_dir)), profile)
+    run_chunk(context, points[:100])
+    best = math.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        run_chunk(context, points)
+        best = min(best, time.perf_counter() - start)
+    return len(points) / best, len(points), modelled
 
 
 def sweep_command(trace_dir: Path, store: Path, nodes: tuple[int, ...]) -> dict:
@@ -165,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         rate, count = analytic_rate(trace_dir, 500 if args.quick else 4000)
         print(f"analytic, one core: {rate:,.0f} scenarios/s ({count} scenarios, 20-layer 1 MB trace, "
               f"all compressors, nodes 2..1024, best of 3)\n")
+        rate, count, modelled = model_rate(trace_dir, 500 if args.quick else 4000)
+        print(f"analytic with the cost model (h200), one core: {rate:,.0f} scenarios/s ({count} scenarios, same "
+              f"trace and grid; modelling the costs of every pair took {modelled * 1e3:.1f} ms)\n")
         small = sweep_command(trace_dir, root / "small.sqlite", NODES[:1] if args.quick else NODES[:3])
         big = sweep_command(trace_dir, root / "big.sqlite", NODES[:2] if args.quick else NODES)
         for name, res in (("small", small), ("large", big)):

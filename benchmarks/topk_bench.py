@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.compressor_bench import gradient_like
+from compressors.samples import gradient_like
 from compressors.identity import device_identity
 from compressors.selection import Workspace, exact_topk
 

@@ -9,6 +9,7 @@ page shows what ``sidco simulate`` prints for the same scenario.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ import simulator
 import traces
 from pipeline import project as pipeline_project
 from results.store import Store
+from simulator import devices
 from simulator.scenario import TOPOLOGIES
 from simulator.units import parse_bandwidth, parse_duration
 
@@ -59,6 +61,23 @@ def sources(store: Store) -> list[dict[str, str]]:
     return options
 
 
+def device_options() -> list[dict[str, str]]:
+    """Device dropdown: the default (a GPU for layouts, a trace's own device) and every known device."""
+    return [{"label": f"default ({pipeline_project.DEFAULT_LAYOUT_DEVICE} for layouts, a trace's own device)",
+             "value": ""}] + [{"label": devices.get(name).label, "value": name} for name in devices.names()]
+
+
+def cost_options(store: Store) -> list[dict[str, str]]:
+    """Compression-cost dropdown: the policy (replays, stored and shipped profiles, the cost
+    model) or one stored device profile by hand."""
+    options = [{"label": "by the policy: replays, measured profiles, else the cost model", "value": ""}]
+    for row in store.device_profile_list():
+        day = time.strftime("%Y-%m-%d", time.gmtime(row["created"]))
+        options.append({"label": f"profile #{row['id']}: measured {row['device']} {day} ({row['rows']} rows)",
+                        "value": str(row["id"])})
+    return options
+
+
 @dataclass(frozen=True)
 class Source:
     """A parsed source value."""
@@ -78,14 +97,15 @@ class Source:
             raise ProjectionError(f"unknown trace {ref!r}")
         return cls(kind, ref)
 
-    def resolve(self, store: Store) -> pipeline_project.Source:
-        """The orchestration layer's source for this control value (ProjectionError if unknown)."""
+    def resolve(self, store: Store, device: str | None = None) -> pipeline_project.Source:
+        """The orchestration layer's source for this control value on ``device`` (default: a GPU
+        for layouts, the trace's own device); ProjectionError if unknown."""
         try:
             if self.kind == "layout":
                 if self.ref not in layout_names():
                     raise ValueError(f"unknown layout {self.ref!r}")
-                return pipeline_project.layout_source(self.ref)
-            return pipeline_project.trace_source(store, trace_id=int(self.ref))
+                return pipeline_project.layout_source(self.ref, device=device or pipeline_project.DEFAULT_LAYOUT_DEVICE)
+            return pipeline_project.trace_source(store, trace_id=int(self.ref), device=device)
         except ValueError as exc:
             raise ProjectionError(_first_line(exc)) from exc
 
@@ -102,7 +122,8 @@ class Controls:
     latency_s: float
     topology: str
     calibrated: bool = False
-    device: str = "cpu"
+    device: str | None = None
+    profile_id: int | None = None
 
 
 def parse_controls(
@@ -114,6 +135,8 @@ def parse_controls(
     latency: str | None,
     topology: str | None,
     calibrated: bool = False,
+    device: str | None = None,
+    profile_id: str | int | None = None,
 ) -> Controls:
     """Validate raw control values; raise ProjectionError naming the first bad one."""
     parsed_source = Source.parse(source)
@@ -144,8 +167,18 @@ def parse_controls(
         latency_s = parse_duration(latency or "")
     except ValueError as exc:
         raise ProjectionError(str(exc)) from None
+    try:
+        device_name = devices.get(device).name if device else None
+    except ValueError as exc:
+        raise ProjectionError(str(exc)) from None
+    chosen_profile = None
+    if profile_id not in (None, ""):
+        if not str(profile_id).isdigit():
+            raise ProjectionError(f"unknown device profile {profile_id!r}")
+        chosen_profile = int(profile_id)
     return Controls(
-        parsed_source, tuple(compressors), density_value, nodes_value, bandwidth_bps, latency_s, topology, calibrated
+        parsed_source, tuple(compressors), density_value, nodes_value, bandwidth_bps, latency_s, topology, calibrated,
+        device_name, chosen_profile,
     )
 
 
@@ -153,10 +186,12 @@ def _run(store: Store, controls: Controls, compressors: list[str], fidelity: str
          timeline: bool = False) -> list[dict[str, Any]]:
     cluster = pipeline_project.Cluster(controls.nodes, controls.bandwidth_bps, controls.latency_s, controls.topology,
                                        fidelity)
-    source = controls.source.resolve(store)
+    source = controls.source.resolve(store, controls.device)
     try:
-        return pipeline_project.project(store, source, cluster, compressors, controls.density, device=controls.device,
-                                        calibrated=controls.calibrated, timeline=timeline,
+        device = controls.device or pipeline_project.default_device(source)
+        return pipeline_project.project(store, source, cluster, compressors, controls.density, device=device,
+                                        profile_id=controls.profile_id, calibrated=controls.calibrated,
+                                        timeline=timeline,
                                         message_budget=PAGE_MESSAGE_BUDGET)
     except (ValueError, KeyError, OSError) as exc:
         raise ProjectionError(_first_line(exc)) from exc
@@ -164,12 +199,13 @@ def _run(store: Store, controls: Controls, compressors: list[str], fidelity: str
 
 def _row(result: dict[str, Any], fidelity: str) -> dict[str, Any]:
     return {**{key: result.get(key) for key in RESULT_KEYS}, "compressor": result["compressor"],
-            "fidelity": fidelity, "cost_source": result["cost_source"]}
+            "fidelity": fidelity, "device": result["device"], "compute_source": result["compute_source"],
+            "cost_source": result["cost_source"]}
 
 
 def project(store: Store, controls: Controls, fidelity: str = "analytic") -> list[dict[str, Any]]:
     """Simulate every chosen compressor; one dict of :data:`RESULT_KEYS` (+ compressor, fidelity,
-    cost_source) each. ProjectionError when any of them cannot be projected."""
+    device, compute_source, cost_source) each. ProjectionError when any of them cannot be projected."""
     return [_row(result, fidelity) for result in _run(store, controls, list(controls.compressors), fidelity)]
 
 

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import pipeline.project
 import pipeline.sweep
 from results.store import Store
 from simulator.sweep import Grid
@@ -77,6 +78,7 @@ def run(store_path: str | Path, spec: SweepSpec, progress: ProgressFn | None = N
 
         with ThreadPoolExecutor(max_workers=1) as executor:
             done = pipeline.sweep.run(store, source, spec.grid, executor, fidelity=spec.fidelity, origin="dashboard",
+                                      device=pipeline.project.default_device(source),
                                       chunk_size=chunk_size, in_flight=1, started=on_start, progress=progress,
                                       message_budget=projection.PAGE_MESSAGE_BUDGET)
         return done.sweep_id

@@ -9,7 +9,13 @@ places, in order, and takes each pair from the first place that has it:
 2. the replay rows of this trace on this device: every replay of the trace is merged, the
    newest replay that holds a pair wins for that pair;
 3. the newest stored device profile of this device that holds the pair (``sidco profile``);
-4. otherwise a one-line :class:`MissingCosts` error naming the command that fills the gap.
+4. a device profile shipped with the testbed (``profiles/<device>.json``);
+5. the cost model (:mod:`simulator.costmodel`: the compressor's declared work on the device's
+   numbers, :mod:`simulator.devices`) when the device is a known one;
+6. otherwise a one-line :class:`MissingCosts` error naming the command that fills the gap.
+
+A stored or shipped ``cpu`` profile is used only on a host with the same CPU model and SIMD
+flags as the one it was measured on.
 
 Tiers 2 and on are the entries of :data:`TIERS`; a new source of costs is one more entry.
 Densities are matched by their canonical key (:func:`simulator.profile.density_key`), never
@@ -20,15 +26,16 @@ replay``, ``sidco profile``). Every returned cost carries its ``source``.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from compressors import work as declared_work
 from compressors.wire import sparse_bytes
 from results.store import Store
+from simulator import costmodel, device_profile, devices
 from simulator.profile import CompressionCost, CompressionProfile, density_key
 
 Key = tuple[str, float | None]
@@ -104,6 +111,17 @@ def from_replays(request: CostRequest, missing: Sequence[Key]) -> dict[Key, Comp
     return found
 
 
+def _this_host(device: str, identity: Mapping[str, Any]) -> bool:
+    """Whether a ``cpu`` profile measured on ``identity`` describes this host (profiles of
+    other devices, and identities that name no CPU model and flags, always do)."""
+    if device != "cpu":
+        return True
+    host = identity.get("identity", identity)
+    if not isinstance(host, Mapping) or "cpu" not in host or "flags" not in host:
+        return True
+    return devices.host_key(host) == devices.host_key(devices.host_identity())
+
+
 def from_device_profiles(request: CostRequest, missing: Sequence[Key]) -> dict[Key, CompressionCost]:
     """Tier: the stored device profiles of this device, newest first; the newest that holds a pair wins."""
     found: dict[Key, CompressionCost] = {}
@@ -111,65 +129,77 @@ def from_device_profiles(request: CostRequest, missing: Sequence[Key]) -> dict[K
         todo = set(missing) - found.keys()
         if not todo:
             break
+        if not _this_host(profile["device"], json.loads(profile["identity_json"] or "{}")):
+            continue
         rows = [r for r in request.store.device_profile_rows(profile["id"])
                 if (r["compressor"], density_key(r["density"])) in todo]
         if rows:
-            source = f"{profile['source']} {profile['device']} {_day(profile['created'])}"
+            source = f"measured {profile['device']} {_day(profile['created'])} (profile #{profile['id']})"
             found.update(_fit(_profile_rows(rows), source))
     return found
+
+
+def from_shipped_profiles(request: CostRequest, missing: Sequence[Key]) -> dict[Key, CompressionCost]:
+    """Tier: the device profiles shipped in ``profiles/`` for this device."""
+    import profiles
+
+    found: dict[Key, CompressionCost] = {}
+    for path in profiles.paths():
+        shipped = device_profile.load(path)
+        if shipped.device != request.device.strip().lower() or not _this_host(shipped.device, shipped.identity):
+            continue
+        todo = set(missing) - found.keys()
+        rows = [r for r in shipped.rows if (r["compressor"], density_key(r["density"])) in todo]
+        if rows:
+            found.update(_fit(_profile_rows(rows), f"{shipped.label} (shipped {path.name})"))
+    return found
+
+
+def from_cost_model(request: CostRequest, missing: Sequence[Key]) -> dict[Key, CompressionCost]:
+    """Tier: the cost model on the device's numbers (``model a100``); nothing for an unknown device."""
+    try:
+        device = devices.get(request.device)
+    except ValueError:
+        return {}
+    names = set(declared_work.DECLARATIONS)
+    return {key: costmodel.cost(key[0], key[1], device) for key in missing if key[0] in names}
 
 
 TIERS: list[tuple[str, Tier]] = [
     ("replay", from_replays),
     ("device profile", from_device_profiles),
+    ("shipped profile", from_shipped_profiles),
+    ("model", from_cost_model),
 ]
 """The stored sources of costs after ``profile_file``, in the order they are asked."""
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _check_row(row: Any, index: int) -> None:
-    """ValueError naming the first field of profile-file row ``index`` that is missing or out of range."""
-    if not isinstance(row, dict):
-        raise ValueError(f"row {index} is not an object")
-    checks = (
-        ("compressor", lambda v: isinstance(v, str) and v != ""),
-        ("density", lambda v: _number(v) and 0 < v <= 1),
-        ("numel", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1),
-        ("compress_s", lambda v: _number(v) and v >= 0),
-        ("decompress_s", lambda v: _number(v) and v >= 0),
-        ("wire_bytes", lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)),
-    )
-    for name, valid in checks:
-        if name not in row and name != "wire_bytes":
-            raise ValueError(f"row {index} lacks {name!r}")
-        if not valid(row.get(name)):
-            raise ValueError(f"row {index}: bad {name} {row.get(name)!r}")
-
-
 def read_profile_file(path: str | Path, device: str) -> dict[Key, CompressionCost]:
-    """The costs in a profile JSON file (see the module docstring); ValueError naming the file
-    when it is unreadable, malformed or for another device."""
+    """The costs in a profile JSON file (format: :mod:`simulator.device_profile`); ValueError
+    naming the file when it is unreadable, malformed or for another device."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        rows = data["rows"]
-        file_device = str(data["device"])
-        if not isinstance(rows, list) or not rows:
-            raise ValueError("'rows' must be a non-empty list")
-        for index, row in enumerate(rows):
-            _check_row(row, index)
-        costs = _fit(_profile_rows(rows), f"file {path.name}: {data.get('source', 'no source given')}")
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        detail = f"missing {exc}" if isinstance(exc, KeyError) else (str(exc).splitlines() or [type(exc).__name__])[0]
+        given = device_profile.load(path)
+    except ValueError as exc:
+        detail = str(exc).splitlines()[0].removeprefix(f"{path}: ")
         raise ValueError(f"{path}: not a compression profile file ({detail})") from None
+    file_device = given.device
+    costs = _fit(_profile_rows(given.rows), f"file {path.name}: {given.source}")
     if not same_device(file_device, device):
         raise ValueError(f"{path}: profile is for device {file_device!r}, the projection is for {device!r}")
     return costs
+
+
+def read_stored_profile(store: Store, profile_id: int, device: str) -> dict[Key, CompressionCost]:
+    """The costs of the stored device profile ``profile_id``; ValueError when there is no such
+    profile or it is for another device."""
+    found = [p for p in store.device_profile_list() if p["id"] == int(profile_id)]
+    if not found:
+        raise ValueError(f"no device profile #{profile_id} in {store.path}")
+    if not same_device(found[0]["device"], device):
+        raise ValueError(f"device profile #{profile_id} is for {found[0]['device']!r}, the projection is for {device!r}")
+    source = f"measured {found[0]['device']} {_day(found[0]['created'])} (profile #{profile_id}, chosen)"
+    return _fit(_profile_rows(store.device_profile_rows(int(profile_id))), source)
 
 
 def _fill_command(store: Store, trace_id: int | None, device: str, missing: Sequence[Key]) -> str:
@@ -191,12 +221,14 @@ def compression_profile(
     pairs: Sequence[tuple[str, float | None]],
     profile_file: str | Path | None = None,
     numel: int | None = None,
+    profile_id: int | None = None,
 ) -> CompressionProfile:
     """The compression costs of ``pairs`` ((compressor, density) list; ``none`` needs none) on
     ``device`` for the trace ``trace_id`` (``None`` for a layout), by the policy of this module.
 
     ``numel``: the bucket size (elements) the costs will mostly be asked for, for tiers that
-    model rather than measure. Raises :class:`MissingCosts` naming the first uncovered pair and
+    model rather than measure. ``profile_id``: a stored device profile chosen by hand (the
+    dashboard's choice among stored profiles), taken first like ``profile_file``. Raises :class:`MissingCosts` naming the first uncovered pair and
     the command that measures it.
     """
     wanted = list(dict.fromkeys((c, density_key(d)) for c, d in pairs if c != "none"))
@@ -204,6 +236,9 @@ def compression_profile(
     if profile_file is not None:
         from_file = read_profile_file(profile_file, device)
         costs.update({k: v for k, v in from_file.items() if k in wanted})
+    if profile_id is not None:
+        chosen = read_stored_profile(store, profile_id, device)
+        costs.update({k: v for k, v in chosen.items() if k in wanted and k not in costs})
     request = CostRequest(store, trace_id, device, numel)
     for _, tier in TIERS:
         missing = [k for k in wanted if k not in costs]

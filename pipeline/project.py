@@ -20,19 +20,29 @@ from simulator.limits import MESSAGE_BUDGET, check_scenario
 import traces
 from pipeline.costs import compression_profile
 from results.store import Store
+from simulator import devices
+from simulator.workload import scaled
+
+DEFAULT_LAYOUT_DEVICE = "a100"
+"""Layouts are GPU models by construction: without ``--device`` they run on this device."""
 
 
 @dataclass(frozen=True)
 class Source:
     """Where the workload comes from: a trace directory (``kind="trace"``, ``ref`` its resolved
-    path, ``trace_id`` its id in the store or ``None``) or a layout (``kind="layout"``, ``ref``
-    its name, computed at ``device_flops_per_s`` FLOP/s with ``batch_size`` samples per worker)."""
+    path, ``trace_id`` its id in the store or ``None``; its compute times × ``compute_scale``)
+    or a layout (``kind="layout"``, ``ref`` its name, computed at ``device_flops_per_s`` FLOP/s
+    with ``batch_size`` samples per worker, the optimizer at ``memory_bandwidth_Bps``).
+    ``compute`` says where the compute times come from (every result repeats it)."""
 
     kind: str
     ref: str
     trace_id: int | None = None
     device_flops_per_s: float = 100e12
     batch_size: int = 32
+    memory_bandwidth_Bps: float = 2e12
+    compute_scale: float = 1.0
+    compute: str = ""
 
 
 def check_compressors(names: Sequence[str]) -> list[str]:
@@ -47,35 +57,81 @@ def check_compressors(names: Sequence[str]) -> list[str]:
     return list(names)
 
 
-def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int | None = None) -> Source:
+def capture_device(trace_path: str | Path) -> str:
+    """The device a trace was captured on (its timings' ``device``: ``cpu``, ``cuda:0``…)."""
+    return str(traces.open(trace_path).timings.get("device", "cpu"))
+
+
+def _projected(path: str, device: str | None) -> tuple[float, str]:
+    """Compute-time factor and its description for the trace at ``path`` projected onto ``device``."""
+    captured = capture_device(path)
+    kind = captured.split(":")[0]
+    if device is None or device == captured or device == kind:
+        return 1.0, f"trace timings ({captured})"
+    target = devices.get(device)
+    if kind != "cpu":
+        return 1.0, f"trace timings ({captured}; its GPU model is not recorded, times kept for {target.name})"
+    host = devices.get("cpu")
+    ratio = devices.compute_ratio(host, target)
+    measured = f"measured {host.measured}" if host.measured else "stated default"
+    return ratio, (f"trace timings ({captured}) x {ratio:.3g}: this host's fp32 peak {host.fp32_flops / 1e9:.3g} "
+                   f"GFLOP/s ({measured}) over {target.name}'s {target.training_precision} peak "
+                   f"{target.training_flops / 1e12:.3g} TFLOP/s")
+
+
+def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int | None = None,
+                 device: str | None = None) -> Source:
     """The source of a trace given by directory ``path`` (registered in the store if it is not
-    yet) or by its id in the store."""
+    yet) or by its id in the store, projected onto ``device`` when it was captured on another
+    (rule: :func:`simulator.devices.compute_ratio`)."""
     if trace_id is not None:
         row = store.trace(int(trace_id))
         if row is None:
             raise ValueError(f"trace #{trace_id} is not registered in {store.path}")
-        return Source("trace", row["path"], int(trace_id))
-    if path is None:
+        ref, found = row["path"], int(trace_id)
+    elif path is None:
         raise ValueError("give a trace path or a trace id")
-    resolved = str(Path(path).resolve())
-    trace_id = store.trace_id_for_path(resolved)
-    if trace_id is None:  # registered now, so its replays (and the commands that make them) have a name
-        trace = traces.open(resolved)
-        trace_id = store.register_trace(trace.path, trace.manifest)
-    return Source("trace", resolved, trace_id)
+    else:
+        ref = str(Path(path).resolve())
+        found = store.trace_id_for_path(ref)
+        if found is None:  # registered now, so its replays (and the commands that make them) have a name
+            trace = traces.open(ref)
+            found = store.register_trace(trace.path, trace.manifest)
+    scale, note = _projected(ref, device)
+    return Source("trace", ref, found, compute_scale=scale, compute=note)
 
 
-def layout_source(name: str, *, device_flops_per_s: float = 100e12, batch_size: int = 32) -> Source:
-    """The source of a full-size layout (:mod:`traces.layouts`)."""
-    return Source("layout", str(name), None, float(device_flops_per_s), int(batch_size))
+def default_device(source: Source) -> str:
+    """The device a projection of ``source`` is for when none is named: a GPU for a layout
+    (:data:`DEFAULT_LAYOUT_DEVICE`), the device a trace was captured on (``cpu``, ``cuda``)."""
+    if source.kind == "layout":
+        return DEFAULT_LAYOUT_DEVICE
+    return capture_device(source.ref).split(":")[0]
+
+
+def layout_source(name: str, *, device: str = DEFAULT_LAYOUT_DEVICE, device_flops_per_s: float | None = None,
+                  batch_size: int = 32) -> Source:
+    """The source of a full-size layout (:mod:`traces.layouts`) on ``device``: its FLOPs at the
+    device's :attr:`~simulator.devices.Device.layout_flops` (or ``device_flops_per_s``), its
+    optimizer at the device's memory bandwidth."""
+    target = devices.get(device)
+    if device_flops_per_s is None:
+        flops = target.layout_flops
+        note = (f"layout FLOPs at {flops / 1e12:.3g} TFLOP/s ({target.name} {target.training_precision} peak x "
+                f"{devices.LAYOUT_UTILISATION:g})")
+    else:
+        flops = float(device_flops_per_s)
+        note = f"layout FLOPs at {flops / 1e12:.3g} TFLOP/s (--device-flops)"
+    return Source("layout", str(name), None, flops, int(batch_size), target.memory_bandwidth_Bps, 1.0, note)
 
 
 @functools.lru_cache(maxsize=16)
 def _workload(source: Source) -> simulator.Workload:
     if source.kind == "layout":
         return simulator.workload_from_layout(source.ref, device_flops_per_s=source.device_flops_per_s,
-                                              batch_size=source.batch_size)
-    return simulator.workload_from_trace(traces.open(source.ref))
+                                              batch_size=source.batch_size,
+                                              memory_bandwidth_Bps=source.memory_bandwidth_Bps)
+    return scaled(simulator.workload_from_trace(traces.open(source.ref)), source.compute_scale)
 
 
 def workload(source: Source) -> simulator.Workload:
@@ -108,21 +164,24 @@ class Cluster:
 
 
 def profile(store: Store, source: Source, compressors: Sequence[str], density: float | None, *,
-            device: str = "cpu", profile_file: str | Path | None = None) -> simulator.CompressionProfile | None:
+            device: str = "cpu", profile_file: str | Path | None = None,
+            profile_id: int | None = None) -> simulator.CompressionProfile | None:
     """Compression costs of ``compressors`` at ``density`` for ``source`` (the policy);
     ``None`` when only ``none`` is asked."""
     pairs = [(c, density) for c in compressors if c != "none"]
     if not pairs:
         return None
     return compression_profile(store, trace_id=source.trace_id, device=device, pairs=pairs,
-                               profile_file=profile_file)
+                               profile_file=profile_file, profile_id=profile_id)
 
 
 def scenarios(store: Store, source: Source, cluster: Cluster, compressors: Sequence[str], density: float | None,
-              *, device: str = "cpu", profile_file: str | Path | None = None, calibrated: bool = False,
-              calibration_required: bool = False, timeline: bool = False) -> list[simulator.Scenario]:
+              *, device: str = "cpu", profile_file: str | Path | None = None, profile_id: int | None = None,
+              calibrated: bool = False, calibration_required: bool = False,
+              timeline: bool = False) -> list[simulator.Scenario]:
     """One :class:`simulator.Scenario` per compressor (``density`` ignored for ``none``)."""
-    costs = profile(store, source, compressors, density, device=device, profile_file=profile_file)
+    costs = profile(store, source, compressors, density, device=device, profile_file=profile_file,
+                    profile_id=profile_id)
     constants = calibration(store, required=calibration_required) if calibrated else None
     wl = workload(source)
     return [
@@ -137,21 +196,22 @@ def scenarios(store: Store, source: Source, cluster: Cluster, compressors: Seque
 
 
 def project(store: Store, source: Source, cluster: Cluster, compressors: Sequence[str], density: float | None,
-            *, device: str = "cpu", profile_file: str | Path | None = None, calibrated: bool = False,
-            calibration_required: bool = False, timeline: bool = False,
+            *, device: str = "cpu", profile_file: str | Path | None = None, profile_id: int | None = None,
+            calibrated: bool = False, calibration_required: bool = False, timeline: bool = False,
             message_budget: int = MESSAGE_BUDGET) -> list[dict[str, Any]]:
     """Simulate one iteration per compressor: the :func:`simulator.simulate` result (seconds,
     bytes, samples/s, speed-up over ``none``) plus ``compressor`` and ``cost_source`` (where
-    its compression costs came from; ``None`` for ``none``). ``message_budget``: the most
-    link-level messages one scenario may take (:func:`simulator.limits.check_scenario`; a
+    its compression costs came from; ``None`` for ``none``), ``device`` (the device projected
+    onto) and ``compute_source`` (where the compute times come from). ``message_budget``: the
+    most link-level messages one scenario may take (:func:`simulator.limits.check_scenario`; a
     dashboard request passes a smaller one than the command line)."""
     results = []
     for scenario in scenarios(store, source, cluster, compressors, density, device=device,
-                              profile_file=profile_file, calibrated=calibrated,
+                              profile_file=profile_file, profile_id=profile_id, calibrated=calibrated,
                               calibration_required=calibration_required, timeline=timeline):
         check_scenario(scenario, message_budget=message_budget)
         result = simulator.simulate(scenario)
         cost = None if scenario.profile is None else scenario.profile.cost(scenario.compressor, scenario.density)
-        results.append({**result, "compressor": scenario.compressor,
-                        "cost_source": None if cost is None else cost.source})
+        results.append({**result, "compressor": scenario.compressor, "device": device,
+                        "compute_source": source.compute, "cost_source": None if cost is None else cost.source})
     return results

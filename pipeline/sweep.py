@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +30,14 @@ PROFILE_META = "sweep-profile:{}"
 @dataclass(frozen=True)
 class SweepRun:
     """What :func:`run` did: sweep id, scenarios in the grid, stored now, computed by this run,
-    and whether the sweep existed before."""
+    whether the sweep existed before, and where each (compressor, density)'s costs came from."""
 
     sweep_id: int
     total: int
     stored: int
     computed: int
     resumed: bool
+    cost_sources: dict[str, str] = field(default_factory=dict)
 
 
 def grid(*, nodes: Sequence[int], bandwidths_bps: Sequence[float], latencies_s: Sequence[float],
@@ -136,4 +137,5 @@ def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelit
     computed = run_sweep(context, grid.points(), executor, chunk_size=chunk_size, in_flight=in_flight,
                          skip_done=lambda keys: store.stored_scenario_keys(sweep_id, keys), on_rows=on_rows)
     store.set_status("sweeps", sweep_id, "done")
-    return SweepRun(sweep_id, total, store.scenario_count(sweep_id), computed, not created)
+    sources = {} if profile is None else {f"{c}@{d:g}": cost.source for (c, d), cost in profile.costs.items()}
+    return SweepRun(sweep_id, total, store.scenario_count(sweep_id), computed, not created, sources)

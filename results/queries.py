@@ -318,6 +318,12 @@ class Queries:
         """The stored profiles of ``device`` (id, identity_json, source, created), newest first."""
         return self._all("SELECT * FROM device_profiles WHERE device=? ORDER BY created DESC, id DESC", (device,))
 
+    def device_profile_list(self) -> list[dict[str, Any]]:
+        """Every stored device profile (id, device, source, created, row count), newest first."""
+        return self._all("SELECT p.id, p.device, p.source, p.created, COUNT(r.profile_id) AS rows"
+                         " FROM device_profiles p LEFT JOIN device_profile_rows r ON r.profile_id = p.id"
+                         " GROUP BY p.id ORDER BY p.created DESC, p.id DESC")
+
     def device_profile_rows(self, profile_id: int) -> list[dict[str, Any]]:
         """The rows of one device profile."""
         return self._all("SELECT * FROM device_profile_rows WHERE profile_id=? ORDER BY compressor, density, numel",

@@ -21,6 +21,7 @@ from sidco import __version__
 
 COMMANDS = (
     "bench",
+    "profile",
     "capture",
     "replay",
     "simulate",

@@ -142,6 +142,19 @@ def workload_from_trace(trace: Any) -> Workload:
     )
 
 
+def scaled(workload: Workload, factor: float) -> Workload:
+    """``workload`` with every compute time (forward, per-layer backward, optimizer) × ``factor``
+    (> 0): the projection of a trace captured on one device onto another (see
+    :func:`simulator.devices.compute_ratio`)."""
+    if not factor > 0:
+        raise ValueError(f"compute scale must be > 0, got {factor!r}")
+    if factor == 1.0:
+        return workload
+    layers = tuple(Layer(layer.name, layer.nbytes, layer.backward_s * factor) for layer in workload.layers)
+    return Workload(layers, workload.forward_s * factor, workload.optimizer_s * factor, workload.batch_size,
+                    workload.itemsize, workload.name, workload.compute_cv)
+
+
 def workload_from_layout(
     name: str,
     device_flops_per_s: float = 100e12,

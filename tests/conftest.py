@@ -50,3 +50,13 @@ def artifacts_dir() -> Path:
     """Where tests save files worth keeping (screenshots, timelines)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture(autouse=True)
+def _no_shipped_profiles(monkeypatch):
+    """In-process tests see no shipped device profiles: ``profiles/`` may hold one measured on
+    this very CPU, which would take precedence over the cost model the tests expect. A test of
+    the shipped tier patches ``profiles.paths`` itself."""
+    import profiles
+
+    monkeypatch.setattr(profiles, "paths", lambda: [])

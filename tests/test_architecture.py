@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Each package may import the packages of its own and lower layers only.
 LAYERS = {
+    "profiles": 0,  # data only
     "results": 0,
     "compressors": 1,
     "traces": 2,

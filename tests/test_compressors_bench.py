@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from benchmarks import compressor_bench as benchmark
+from compressors.samples import gradient_like
 from sidco.cli import main
 
 
@@ -48,8 +49,8 @@ def test_bench_table_and_errors(capsys):
 
 
 def test_gradient_like_is_seeded_and_heavy_tailed():
-    a, b = benchmark.gradient_like(100_000, seed=3), benchmark.gradient_like(100_000, seed=3)
-    assert torch.equal(a, b) and not torch.equal(a, benchmark.gradient_like(100_000, seed=4))
+    a, b = gradient_like(100_000, seed=3), gradient_like(100_000, seed=3)
+    assert torch.equal(a, b) and not torch.equal(a, gradient_like(100_000, seed=4))
     kurtosis = float(((a - a.mean()) ** 4).mean() / a.var() ** 2)
     assert kurtosis > 6.0  # Laplace alone has 6
 

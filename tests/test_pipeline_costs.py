@@ -97,14 +97,15 @@ def test_profile_file_comes_first_and_is_checked(store, trace_id, tmp_path):
 
 
 def test_missing_costs_name_the_command_that_measures_them(store, trace_id, tmp_path):
+    """A device the cost model does not know (plain cuda) and that nothing measured."""
     with pytest.raises(MissingCosts) as info:
-        compression_profile(store, trace_id=trace_id, device="cpu", pairs=[("topk", 0.01), ("dgc", 0.001)])
+        compression_profile(store, trace_id=trace_id, device="cuda", pairs=[("topk", 0.01), ("dgc", 0.001)])
     message = str(info.value)
-    assert message.startswith("no compression costs for topk@0.01 on cpu: run `sidco replay ")
-    assert f"{tmp_path / 't'} --compressors dgc,topk --densities 0.001,0.01 --device cpu`" in message
-    assert "`sidco profile --device cpu`" in message and "\n" not in message
+    assert message.startswith("no compression costs for topk@0.01 on cuda: run `sidco replay ")
+    assert f"{tmp_path / 't'} --compressors dgc,topk --densities 0.001,0.01 --device cuda`" in message
+    assert "`sidco profile --device cuda`" in message and "\n" not in message
     with pytest.raises(MissingCosts, match=r"layouts have no gradients"):
-        compression_profile(store, trace_id=None, device="cpu", pairs=[("topk", 0.01)])
+        compression_profile(store, trace_id=None, device="cuda", pairs=[("topk", 0.01)])
 
 
 def test_a_new_tier_is_one_entry(store, monkeypatch):
@@ -129,18 +130,22 @@ def test_real_replay_feeds_the_policy(store, tmp_path):
 
 
 def test_simulate_on_a_layout_never_times_compressors(tmp_path, capsys):
+    """A layout runs on a GPU (a100 by default): its costs come from the cost model of that GPU
+    until a measured profile of that GPU exists, which then wins; nothing is timed."""
     argv = ["simulate", "--layout", "resnet50", "--nodes", "8", "--bandwidth", "10Gbit", "--compressor", "topk",
-            "--density", "0.01", "--store", str(tmp_path / "r.sqlite")]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "no compression costs for topk@0.01 on cpu" in err and "sidco profile --device cpu" in err
-    with Store(tmp_path / "r.sqlite") as store:
-        store.add_device_profile("cpu", {}, "measured", [
-            {"compressor": "topk", "density": 0.01, "numel": n, "compress_s": 2e-9 * n, "decompress_s": 1e-10 * n}
-            for n in (1 << 20, 1 << 22)])
-    assert main(argv + ["--json"]) == 0
+            "--density", "0.01", "--store", str(tmp_path / "r.sqlite"), "--json"]
+    assert main(argv) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["cost_source"].startswith("measured cpu ") and result["compress_s"] > 0
+    assert result["device"] == "a100" and result["cost_source"] == "model a100"
+    with Store(tmp_path / "r.sqlite") as store:
+        store.add_device_profile("a100", {}, "measured", [
+            {"compressor": "topk", "density": 0.01, "numel": n, "compress_s": 2e-11 * n, "decompress_s": 1e-12 * n}
+            for n in (1 << 20, 1 << 22)])
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["cost_source"].startswith("measured a100 ") and result["compress_s"] > 0
+    assert main(argv + ["--device", "h200"]) == 0
+    assert json.loads(capsys.readouterr().out)["cost_source"] == "model h200"
 
 
 def test_emulation_projections_replay_the_run_trace_into_the_store(store, tmp_path):
@@ -159,14 +164,13 @@ def test_emulation_projections_replay_the_run_trace_into_the_store(store, tmp_pa
     assert by_name["topk"]["projected"]["compress_s"] > 0
 
 
-def test_simulate_on_a_trace_without_replays_names_the_replay_command(tmp_path, capsys):
+def test_simulate_on_a_trace_without_replays_takes_the_cost_model(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SIDCO_CACHE_DIR", str(tmp_path / "cache"))
     trace = traces.synthetic(tmp_path / "lap", "laplace", 5_000, workers=2, iterations=1, seed=0)
     assert main(["simulate", "--trace", str(trace.path), "--nodes", "4", "--bandwidth", "1Gbit", "--compressor",
-                 "sidco-e", "--density", "0.01", "--store", str(tmp_path / "r.sqlite")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == (f"sidco simulate: error: no compression costs for sidco-e@0.01 on cpu: run `sidco replay "
-                   f"{trace.path.resolve()} --compressors sidco-e --densities 0.01 --device cpu` or "
-                   f"`sidco profile --device cpu`")
+                 "sidco-e", "--density", "0.01", "--store", str(tmp_path / "r.sqlite"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["device"] == "cpu" and result["cost_source"] == "model cpu (defaults)"
 
 
 _JSON = st.recursive(

@@ -16,7 +16,7 @@ import torch
 
 import compressors
 import simulator
-from results.store import Store
+from pipeline import project as projection
 import traces
 from traces.replay import call_seed, replay
 
@@ -64,10 +64,6 @@ def test_shared_seed_randomk_keeps_its_shared_indices():
 def test_concurrent_identical_sweeps_share_one_profile(tmp_path):
     """Two sweeps of one configuration started together: one pinned profile, every row computed from it."""
     store = tmp_path / "r.sqlite"
-    with Store(store) as db:  # stored costs (layouts have no gradients to replay)
-        db.add_device_profile("cpu", {}, "measured", [
-            {"compressor": name, "density": 0.01, "numel": n, "compress_s": 2e-9 * n, "decompress_s": 1e-10 * n}
-            for name in ("topk", "dgc") for n in (1 << 20, 1 << 22)])
     argv = [sys.executable, "-m", "sidco", "sweep", "--layout", "resnet50", "--nodes", "2,4,8", "--bandwidth",
             "1Gbit,10Gbit", "--compressors", "none,topk,dgc", "--densities", "0.01", "--store", str(store),
             "--jobs", "1", "--no-progress", "--json"]
@@ -84,7 +80,7 @@ def test_concurrent_identical_sweeps_share_one_profile(tmp_path):
                             "FROM scenarios").fetchall()
     assert len(profiles) == 1 and len(rows) == 3 * 2 * 3
     profile = simulator.CompressionProfile.from_json(profiles[0][0])
-    workload = simulator.workload_from_layout("resnet50")
+    workload = projection.workload(projection.layout_source("resnet50"))  # as the sweep builds it
     for nodes, bandwidth, latency, compressor, density, stored in rows:
         sc = simulator.Scenario(workload, nodes, bandwidth, latency, compressor, density,
                                 profile=None if compressor == "none" else profile)

@@ -148,8 +148,8 @@ def test_capture_checks_the_store_before_training(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["replay", "TRACE", "--compressors", "topk", "--densities", "0.1", "--device", "xyz"], "unknown device 'xyz'"),
     (["replay", "TRACE", "--compressors", "topk", "--densities", "0.1", "--device", "cuda:99"], "cuda:99"),
-    (SIMULATE[:-2] + ["--compressor", "topk", "--density", "0.01", "--profile-device", "cuda:99"], "cuda:99"),
-    (SIMULATE[:-2] + ["--compressor", "topk", "--density", "0.01", "--profile-device", "mps"], "unsupported device"),
+    (SIMULATE[:-2] + ["--compressor", "topk", "--density", "0.01", "--device", "cuda:99"], "cuda:99"),
+    (SIMULATE[:-2] + ["--compressor", "topk", "--density", "0.01", "--device", "mps"], "unknown device"),
     (["capture", "--workload", "resnet20", "--width", "1e6", "--out", "OUT"], "lower --width"),
     (["capture", "--workload", "resnet20", "--device", "xyz", "--out", "OUT"], "unknown device"),
 ])

@@ -85,8 +85,11 @@ def test_sweep_stores_every_scenario_once_and_resumes(tmp_path, trace_dir, capsy
             "--jobs", "2", "--chunk-size", "7", "--json", "--no-progress"]
     assert main(argv) == 0
     first = json.loads(capsys.readouterr().out)
+    sources = first.pop("cost_sources")
     assert first == {"computed": 30, "fidelity": "analytic", "resumed": False, "store": str(store),
-                     "stored": 30, "sweep_id": first["sweep_id"], "total": 30}
+                     "stored": 30, "sweep_id": first["sweep_id"], "total": 30, "device": "cpu",
+                     "compute_source": "trace timings (cpu)"}
+    assert sources and all(where.startswith("replay #") for where in sources.values())
     rows = scenario_rows(store)
     assert len(rows) == 30
     assert main(argv) == 0

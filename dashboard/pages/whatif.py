@@ -53,13 +53,18 @@ def layout(reader: StoreReader) -> html.Div:
     side = html.Div(className="panel", children=[
         html.H4("Scenario"),
         *controls("whatif", options, multi=True),
+        ui.labelled("Device per worker", dcc.Dropdown(id="whatif-device", options=projection.device_options(),
+                                                      value="", clearable=False),
+                    "compute of layouts and compression costs are this device's"),
+        ui.labelled("Compression costs", dcc.Dropdown(id="whatif-costs", options=projection.cost_options(store),
+                                                      value="", clearable=False),
+                    "a stored profile must be of the chosen device"),
         calibration_control,
         html.Div(style={"height": "10px"}),
         html.Button("Run detailed simulation (des)", id="whatif-des", className="btn"),
         ui.note("Controls update the analytic projection live; the button runs the link-level "
-                "discrete-event model (slower, shows contention). Compression costs (seconds) are the ones "
-                "measured by `sidco replay` of the trace (or a stored device profile); the page never times "
-                "compressors itself."),
+                "discrete-event model (slower, shows contention). Compression costs come from this trace's "
+                "replays on the device, its measured profile, or the cost model; nothing is timed here."),
     ])
     notes = []
     if not data.traces(store):
@@ -99,14 +104,18 @@ def register(app: Dash, reader: StoreReader) -> None:
         Input("whatif-latency", "value"),
         Input("whatif-topology", "value"),
         Input("whatif-calibrated", "value"),
+        Input("whatif-device", "value"),
+        Input("whatif-costs", "value"),
         Input("whatif-des", "n_clicks"),
     )
-    def _project(source, compressors, density, nodes, bandwidth, latency, topology, calibrated, _clicks):
+    def _project(source, compressors, density, nodes, bandwidth, latency, topology, calibrated, device, costs,
+                 _clicks):
         fidelity = "des" if ctx.triggered_id == "whatif-des" else "analytic"
         started = time.perf_counter()
         try:
             chosen = projection.parse_controls(source, compressors, density, nodes, bandwidth, latency, topology,
-                                               calibrated=bool(calibrated))
+                                               calibrated=bool(calibrated), device=device or None,
+                                               profile_id=costs or None)
             results, problems = projection.project_each(reader.store(), chosen, fidelity)
         except ValueError as exc:
             blank = ui.empty_figure("fix the highlighted control")
@@ -114,8 +123,9 @@ def register(app: Dash, reader: StoreReader) -> None:
         elapsed = time.perf_counter() - started
         title = (f"{chosen.nodes} nodes · {bandwidth} · {latency} · {topology} · δ={chosen.density:g} · "
                  f"{fidelity} fidelity")
-        sources = sorted({r["cost_source"] for r in results if r["cost_source"]})
-        note = ui.note(f"{fidelity} projection of {len(results)} compressors in {elapsed * 1e3:.0f} ms"
-                       + (f"; compression costs from {', '.join(sources)}" if sources else ""))
+        sources = "; ".join(f"{r['compressor']}: {r['cost_source']}" for r in results if r["cost_source"])
+        note = ui.note(f"{fidelity} projection of {len(results)} compressors in {elapsed * 1e3:.0f} ms on "
+                       f"{results[0]['device']} (compute from {results[0]['compute_source']})"
+                       + (f"; compression costs: {sources}" if sources else ""))
         message = html.Div([note, *(ui.error(problem) for problem in problems)])
         return figures.whatif_breakdown(results, title), figures.whatif_speedup(results), message

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import simulator
-from compressors.device import resolve as resolve_device
+from simulator import devices
 from pipeline import project as projection
 from results.store import Store
 from sidco.commands import add_store_argument
@@ -38,13 +38,18 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
     source.add_argument("--trace", metavar="DIR", help="trace directory (compute times and gradients come from it)")
     source.add_argument("--layout", metavar="NAME",
                         help="full-size layout instead of a trace: resnet50, vgg19, bert-base, gpt2")
-    parser.add_argument("--device-flops", default="100e12", metavar="FLOP/s",
-                        help="layouts: device throughput in FLOP/s (default 100e12)")
+    parser.add_argument("--device", metavar="NAME",
+                        help="device each worker has: " + ", ".join(devices.names()) + ". Layouts compute at its "
+                             "bf16 peak x 0.3 (default a100); a trace captured on another device is projected "
+                             "onto it (default: the trace's own). Compression costs: --profile, else this trace's "
+                             "replays on it, else its measured profile, else the cost model")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="compression costs measured elsewhere: JSON {device, source, rows: [{compressor, "
+                             "density, numel, compress_s, decompress_s[, wire_bytes]}]} (sidco profile --out)")
+    parser.add_argument("--device-flops", default=None, metavar="FLOP/s",
+                        help="layouts: compute throughput in FLOP/s, overriding --device's")
     parser.add_argument("--batch-size", default="32",
                         help="layouts: samples per worker per iteration (default 32)")
-    parser.add_argument("--profile-device", default="cpu",
-                        help="device whose compression costs are used: the trace's replays on it, else its "
-                             "stored profile (default cpu)")
 
 
 def add_scenario_args(parser: argparse.ArgumentParser) -> None:
@@ -122,9 +127,10 @@ def check_scenario_args(args: argparse.Namespace, nodes: int, bandwidth_bps: flo
     """The scenario options, checked with the workload and the cluster against the simulator's
     limits before any store is opened or created (bad input writes nothing)."""
     if args.trace:
+        parse_device(args.device)
         source = projection.Source("trace", str(Path(args.trace).resolve()), None)
     else:
-        source = parse_source(args, None)
+        source = parse_source(args, None)[0]
     workload = projection.workload(source)
     options = scenario_options(args, workload)
     simulator.Scenario(workload, nodes, bandwidth_bps, latency_s, topology=args.topology, fidelity=args.fidelity,
@@ -132,17 +138,41 @@ def check_scenario_args(args: argparse.Namespace, nodes: int, bandwidth_bps: flo
     return options
 
 
-def parse_source(args: argparse.Namespace, store: Store | None) -> projection.Source:
-    """The workload source of ``--trace`` / ``--layout`` (with the layout compute model)."""
-    resolve_device(args.profile_device)
+def parse_device(text: str | None) -> str | None:
+    """``--device``: a known device name (lower case), ``cuda``/``cuda:N`` (costs from replays
+    and profiles only), or ``None``."""
+    if text is None:
+        return None
+    name = text.strip().lower()
+    if name.split(":")[0] == "cuda":
+        return name
+    return devices.get(name).name
+
+
+def parse_source(args: argparse.Namespace, store: Store | None) -> tuple[projection.Source, str]:
+    """The workload source of ``--trace`` / ``--layout`` (on ``--device``) and the device name."""
+    device = parse_device(args.device)
     if args.trace:
-        return projection.trace_source(store, path=args.trace)
-    try:
-        flops = float(args.device_flops)
-    except ValueError:
-        raise ValueError(f"invalid --device-flops {args.device_flops!r}: give FLOP/s, e.g. 100e12") from None
+        if args.device_flops is not None:
+            raise ValueError("--device-flops applies to layouts; a trace is projected with --device")
+        if device is not None and device.startswith("cuda"):
+            raise ValueError(f"--device {device}: name the GPU ({', '.join(devices.names()[1:])}) to project onto")
+        source = projection.trace_source(store, path=args.trace, device=device)
+        return source, device or projection.default_device(source)
+    flops = None
+    if args.device_flops is not None:
+        try:
+            flops = float(args.device_flops)
+        except ValueError:
+            raise ValueError(f"invalid --device-flops {args.device_flops!r}: give FLOP/s, e.g. 100e12") from None
+        if not flops > 0:
+            raise ValueError(f"invalid --device-flops {args.device_flops!r}: must be > 0")
+    if device is not None and device.startswith("cuda"):
+        raise ValueError(f"--device {device}: a layout needs a known device ({', '.join(devices.names())})")
     batch = positive_int(args.batch_size, "--batch-size")
-    return projection.layout_source(args.layout, device_flops_per_s=flops, batch_size=batch)
+    source = projection.layout_source(args.layout, device=device or projection.DEFAULT_LAYOUT_DEVICE,
+                                      device_flops_per_s=flops, batch_size=batch)
+    return source, device or projection.default_device(source)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -187,6 +217,7 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: pro
         print(f"  {key[:-2]:<14} {format_seconds(result[key])}")
     print(f"  wire/worker    {format_bytes(result['wire_bytes'])} of {format_bytes(result['dense_bytes'])} dense, "
           f"{result['buckets']} buckets")
+    print(f"  device         {result['device']}: compute from {result['compute_source']}")
     if result.get("cost_source"):
         print(f"  costs from     {result['cost_source']}")
 
@@ -205,11 +236,11 @@ def run(args: argparse.Namespace) -> int:
         simulator.check_output_path(args.timeline)
     options = check_scenario_args(args, nodes, bandwidth, latency)
     with Store(args.store) as store:
-        source = parse_source(args, store)
+        source, device = parse_source(args, store)
         options = {**options, "rank": positive_int(args.rank, "--rank")}
         cluster = projection.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
         (result,) = projection.project(
-            store, source, cluster, [args.compressor], args.density, device=args.profile_device,
+            store, source, cluster, [args.compressor], args.density, device=device, profile_file=args.profile,
             calibrated=args.calibration, calibration_required=True, timeline=bool(args.timeline),
         )
     if args.timeline:

@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     if chunk_size > MAX_CHUNK_SIZE:
         raise ValueError(f"--chunk-size {chunk_size} is too large (at most {MAX_CHUNK_SIZE:,} scenarios per task)")
     with Store(args.store) as store:
-        source = parse_source(args, store)
+        source, device = parse_source(args, store)
         options = scenario_options(args, workload(source))
         bars: list[tqdm] = []  # opened once the sweep is checked and its row exists
 
@@ -160,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
             with make_executor(args.dask, jobs) as (executor, slots):
                 done = pipeline.sweep.run(
                     store, source, grid, executor, fidelity=args.fidelity, options=options,
-                    calibrated=args.calibration, device=args.profile_device, chunk_size=chunk_size,
+                    calibrated=args.calibration, device=device, profile_file=args.profile,
+                    chunk_size=chunk_size,
                     in_flight=2 * slots, started=started, progress=progress,
                 )
         finally:
@@ -171,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
             tta = sweep_time_to_target(store, done.sweep_id, args.convergence, target_accuracy=args.target_accuracy,
                                        target_loss=args.target_loss)
     summary = {"sweep_id": done.sweep_id, "total": done.total, "stored": done.stored, "computed": done.computed,
-               "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity}
+               "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity, "device": device,
+               "compute_source": source.compute, "cost_sources": done.cost_sources}
     if tta is not None:
         summary["time_to_target"] = tta
     if args.json:
@@ -179,6 +181,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"sweep {done.sweep_id}: {done.stored}/{done.total} scenarios stored in {args.store} "
               f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity})")
+        print(f"device {device}: compute from {source.compute}")
+        for pair, where in sorted(done.cost_sources.items()):
+            print(f"  costs of {pair}: {where}")
         if tta is not None:
             _print_time_to_target(tta)
     return 0

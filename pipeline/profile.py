@@ -1,0 +1,144 @@
+"""Device profiles: measuring one (``sidco profile``) and checking the cost model against every
+measured one (``sidco profile --check``). Measuring is an explicit job; nothing else times
+compressors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import compressors
+from compressors import work as declared
+from results.store import Store
+from simulator import costmodel, devices
+from simulator import device_profile as dp
+
+CHECK_MIN_NUMEL = 1 << 20
+"""``--check`` judges the model on calls of at least this many elements (smaller ones are
+dominated by launch and dispatch latency)."""
+GOAL = 0.30
+"""The model's target: within 30 % of every measured profile at ≥ :data:`CHECK_MIN_NUMEL`."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A measured profile and its id in the store."""
+
+    profile_id: int
+    profile: dp.DeviceProfile
+
+
+def measure(store: Store, device: str, sizes: Sequence[int], names: Sequence[str], densities: Sequence[float], *,
+            warmup: int = 5, repeats: int = 7, threads: int = 1, out: str | Path | None = None,
+            progress: Callable[[str], None] | None = None,
+            note: Callable[[str], None] = lambda text: None) -> Measured:
+    """Measure ``device`` (``cpu``, ``cuda``…): on a CPU first this host's numbers (pinned to
+    ``threads``), then every compressor × density × size, then the host's numbers again (the
+    faster figure of the two is kept, for ``--device cpu``); store the profile and write it to
+    ``out``. A run stopped halfway keeps the rows measured as a partial profile."""
+    from simulator import profiling
+
+    unknown = [n for n in names if n not in compressors.names()]
+    if unknown:
+        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
+    dev = profiling.torch_device(device)
+    host = None
+    if dev.type == "cpu":
+        cpus = profiling.pin_threads(threads)
+        note(f"measuring this host ({threads} threads on CPUs {cpus}) ...")
+        host = devices.measure_host(repeats=max(3, repeats))
+        devices.save_host(host)
+
+    def keep_partial(partial: dp.DeviceProfile, exc: BaseException) -> None:
+        kept = dp.store_profile(store, partial)
+        note(f"stopped: the {len(partial.rows)} rows measured are kept as device profile #{kept}")
+
+    profile = profiling.profile(device, sizes, names, densities, warmup=warmup, repeats=repeats, host=host,
+                                progress=progress, on_partial=keep_partial)
+    if host is not None:
+        note("measuring this host again ...")
+        host = devices.fastest(host, devices.measure_host(repeats=max(3, repeats)))
+        devices.save_host(host)
+        profile = replace(profile, device_model=host.to_json())
+    profile_id = dp.store_profile(store, profile)
+    if out is not None:
+        profile.save(out)
+    return Measured(profile_id, profile)
+
+
+def profiles_to_check(store: Store, files: Sequence[str | Path] = ()) -> list[tuple[str, dp.DeviceProfile]]:
+    """Every measured profile: shipped (``profiles/``), given ``files``, and stored; duplicates once."""
+    import profiles
+
+    found = [(f"shipped {p.name}", dp.load(p)) for p in profiles.paths()]
+    found += [(f"file {p}", dp.load(p)) for p in files]
+    for name in sorted({r["device"] for r in store.device_profile_list()}):
+        found += [(f"store #{profile_id}", profile) for profile_id, profile in dp.stored_profiles(store, name)]
+    seen, unique = set(), []
+    for where, profile in found:
+        key = (profile.device, profile.source, len(profile.rows))
+        if key not in seen:
+            seen.add(key)
+            unique.append((where, profile))
+    return unique
+
+
+def model_device(profile: dp.DeviceProfile) -> devices.Device | None:
+    """The device the model uses for ``profile``: the host numbers measured with it, else the
+    named device; ``None`` for an unknown device."""
+    if profile.device_model:
+        return devices.from_json(profile.device_model)
+    try:
+        return devices.get(profile.device)
+    except ValueError:
+        return None
+
+
+def check_rows(profile: dp.DeviceProfile, device: devices.Device) -> list[dict[str, Any]]:
+    """Model vs measured, row by row: seconds and relative errors ``model / measured − 1``
+    (each row modelled with its own stage count, loop counts and code path when it records them)."""
+    out = []
+    for r in profile.rows:
+        if r["compressor"] not in declared.DECLARATIONS:
+            continue
+        loops = {k: r[k] for k in ("rounds", "trim") if r.get(k) is not None}
+        model_c, model_d = costmodel.call_seconds(r["compressor"], int(r["numel"]), float(r["density"]), device,
+                                                  stages=r.get("stages"), backend=r.get("backend") or None, **loops)
+        out.append({
+            "compressor": r["compressor"], "density": r["density"], "numel": r["numel"],
+            "compress_s": r["compress_s"], "model_compress_s": model_c,
+            "compress_error": model_c / r["compress_s"] - 1 if r["compress_s"] > 0 else None,
+            "decompress_s": r["decompress_s"], "model_decompress_s": model_d,
+            "decompress_error": model_d / r["decompress_s"] - 1 if r["decompress_s"] > 0 else None,
+        })
+    return out
+
+
+def worst(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per compressor, the largest |error| of compress and decompress over rows of at least
+    :data:`CHECK_MIN_NUMEL` elements."""
+    found: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if r["numel"] < CHECK_MIN_NUMEL:
+            continue
+        entry = found.setdefault(r["compressor"], {"compress": 0.0, "decompress": 0.0})
+        for what in ("compress", "decompress"):
+            if r[f"{what}_error"] is not None:
+                entry[what] = max(entry[what], abs(r[f"{what}_error"]))
+    return found
+
+
+def check(store: Store, files: Sequence[str | Path] = ()) -> list[dict[str, Any]]:
+    """The cost model against every measured profile: one report per profile (``rows``, ``worst``)."""
+    report = []
+    for where, profile in profiles_to_check(store, files):
+        device = model_device(profile)
+        if device is None:
+            report.append({"profile": where, "device": profile.device, "skipped": "unknown device, no host numbers"})
+            continue
+        rows = check_rows(profile, device)
+        report.append({"profile": where, "device": profile.device, "source": profile.source,
+                       "model": costmodel.source_label(device), "rows": rows, "worst": worst(rows)})
+    return report

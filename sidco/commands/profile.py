@@ -1,0 +1,152 @@
+"""``sidco profile``: measure a device's compression costs (and this host's numbers), or check
+the cost model against every measured profile."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+import compressors
+from pipeline import profile as device_profiles
+from results.store import Store
+from sidco.commands import add_store_argument
+from simulator.units import parse_density, parse_list
+
+DEFAULT_SIZES = {"cpu": "2^16..2^24", "cuda": "2^16..2^26"}
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``--sizes``: comma-separated element counts (``65536``, ``2^20``) or ranges ``2^A..2^B``
+    (every other power of two: 2^A, 2^(A+2), …, up to 2^B)."""
+    sizes: list[int] = []
+    for item in parse_list(text, str):
+        span = re.fullmatch(r"2\^(\d+)\.\.2\^(\d+)", item)
+        power = re.fullmatch(r"2\^(\d+)", item)
+        if span:
+            low, high = int(span[1]), int(span[2])
+            if low > high or high > 34:
+                raise ValueError(f"invalid size range {item!r}: give 2^A..2^B with A <= B <= 34")
+            sizes += [1 << e for e in range(low, high + 1, 2)]
+        elif power:
+            sizes.append(1 << int(power[1]))
+        elif item.isdigit() and int(item) >= 1:
+            sizes.append(int(item))
+        else:
+            raise ValueError(f"invalid size {item!r}: give elements, 2^N or 2^A..2^B")
+    return sorted(set(sizes))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``profile`` subcommand."""
+    parser = subparsers.add_parser(
+        "profile",
+        help="measure compress/decompress times on a device (a device profile), or check the cost model",
+        description=(
+            "Measure every compressor at each density and size on --device (cpu or cuda) at steady state: "
+            "error feedback on, a rotation of three seeded gradient-like vectors, --warmup untimed calls, then "
+            "--repeats device-synchronised calls; rows keep the fastest, the median and the slowest (seconds). "
+            "On cpu the threads are pinned (--threads) and this host's numbers for the cost model (bandwidth, "
+            "launch and sync latency, top-k/sort/gather rates) are measured first and kept for --device cpu. "
+            "The profile goes into the results store (device_profiles) and, with --out, into a JSON file that "
+            "--profile of simulate and sweep reads. --check measures nothing: it prints the cost model's error "
+            "against every measured profile (shipped, stored, and --profile files)."
+        ),
+        allow_abbrev=False,
+    )
+    parser.add_argument("--device", default="cpu", help="torch device to measure: cpu, cuda, cuda:1 (default cpu)")
+    parser.add_argument("--sizes", default=None,
+                        help="elements per call: 65536,2^20 or 2^A..2^B for every other power of two "
+                             f"(default {DEFAULT_SIZES['cpu']} on cpu, {DEFAULT_SIZES['cuda']} on cuda)")
+    parser.add_argument("--compressors", default="all", help="comma-separated compressor names, or all (default)")
+    parser.add_argument("--densities", default="0.01,0.001", help="comma-separated densities (default 0.01,0.001)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed calls before timing (default 5)")
+    parser.add_argument("--repeats", type=int, default=7, help="timed calls per row (default 7)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="cpu: torch/native threads, pinned to the first CPUs (default 1)")
+    parser.add_argument("--out", metavar="FILE", help="also write the profile as JSON (the --profile format)")
+    parser.add_argument("--check", action="store_true",
+                        help="measure nothing; print the cost model's error against every measured profile")
+    parser.add_argument("--profile", metavar="FILE", action="append", default=[],
+                        help="--check: also check this profile file (repeatable)")
+    parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+    add_store_argument(parser)
+    parser.set_defaults(func=run)
+
+
+def _names(text: str) -> list[str]:
+    names = compressors.names() if text.strip() == "all" else parse_list(text, str)
+    unknown = [n for n in names if n not in compressors.names()]
+    if unknown:
+        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
+    return names
+
+
+def _measure(args: argparse.Namespace) -> int:
+    kind = "cuda" if args.device.startswith("cuda") else "cpu"
+    sizes = parse_sizes(args.sizes or DEFAULT_SIZES[kind])
+    names = _names(args.compressors)
+    densities = parse_list(args.densities, parse_density)
+    total = len(sizes) * (sum(n == "none" for n in names) + len(densities) * sum(n != "none" for n in names))
+    with Store(args.store) as store, tqdm(total=total, desc="profile", unit="row", file=sys.stderr,
+                                          disable=None) as bar:
+        def progress(label: str) -> None:
+            bar.set_postfix_str(label, refresh=False)
+            bar.update(1)
+
+        done = device_profiles.measure(store, args.device, sizes, names, densities, warmup=args.warmup,
+                                       repeats=args.repeats, threads=args.threads, out=args.out, progress=progress,
+                                       note=lambda text: print(text, file=sys.stderr))
+    profile = done.profile
+    if args.json:
+        print(json.dumps({"profile_id": done.profile_id, "device": profile.device, "source": profile.source,
+                          "rows": list(profile.rows), "out": args.out}, sort_keys=True))
+        return 0
+    print(f"device profile #{done.profile_id} of {profile.device}: {profile.source}")
+    print(f"{'compressor':<10} {'density':>8} {'elements':>10} {'compress min/med/max ms':>26} {'decompress ms':>14}")
+    for r in profile.rows:
+        spread = f"{r['compress_s'] * 1e3:.3f}/{r['compress_median_s'] * 1e3:.3f}/{r['compress_max_s'] * 1e3:.3f}"
+        print(f"{r['compressor']:<10} {r['density']:>8g} {r['numel']:>10} {spread:>26} {r['decompress_s'] * 1e3:>14.3f}")
+    print(f"stored in {args.store}" + (f"; written to {args.out}" if args.out else ""))
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    with Store(args.store) as store:
+        report = device_profiles.check(store, args.profile)
+    if args.json:
+        print(json.dumps(report, sort_keys=True))
+        return 0
+    if not report:
+        print("no measured profiles: run sidco profile --device cpu (or cuda) first")
+    goal = device_profiles.GOAL
+    for item in report:
+        print(f"{item['profile']}: {item['device']}" + (f" — skipped ({item['skipped']})" if "skipped" in item else ""))
+        if "skipped" in item:
+            continue
+        print(f"  measured: {item['source']}\n  against:  {item['model']}")
+        print(f"  {'compressor':<10} {'density':>8} {'elements':>10} {'measured ms':>12} {'model ms':>10} {'error':>8}"
+              f" {'decomp. error':>13}")
+        for r in item["rows"]:
+            print(f"  {r['compressor']:<10} {r['density']:>8g} {r['numel']:>10} {r['compress_s'] * 1e3:>12.3f} "
+                  f"{r['model_compress_s'] * 1e3:>10.3f} {r['compress_error']:>+8.0%} {r['decompress_error']:>+13.0%}")
+        for name, worst in sorted(item["worst"].items()):
+            flag = "ok" if worst["compress"] <= goal and worst["decompress"] <= goal else f"over {goal:.0%}"
+            print(f"  worst at >= 2^20 elements: {name:<10} compress {worst['compress']:.0%}, "
+                  f"decompress {worst['decompress']:.0%} ({flag})")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure a profile, or (--check) compare the cost model with the measured ones."""
+    if args.check:
+        return _check(args)
+    if args.warmup < 0 or args.repeats < 1:
+        raise ValueError(f"--warmup must be >= 0 and --repeats >= 1, got {args.warmup} and {args.repeats}")
+    if args.out and Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out} is a folder: give a file name")
+    return _measure(args)

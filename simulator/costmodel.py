@@ -1,0 +1,105 @@
+"""The compression cost model: a compressor's declared work (:mod:`compressors.work`) in seconds
+on a :class:`~simulator.devices.Device`.
+
+One call costs
+
+    t = Σ_streaming kernels max(read / read_bw + written / write_bw, elements · op_s[kind])
+        + Σ_top-k inputs · topk_s(kept fraction) + sorted · sort_s + gathered · gather_s
+        + compacted · compact_s + 8 · hits / write_bw
+        + Σ_fresh buffers ≥ alloc_threshold bytes · fault_s
+        + flops / fp32_flops + launches · launch_s + syncs · sync_s
+
+Each streaming kernel takes the longer of its memory traffic and its per-element compute (a
+roofline per kernel). When the call's working set fits in the device's last-level cache (a
+CPU's; GPU caches are not modelled) reads and gathers run ``cache_speedup`` times faster (writes
+still go to memory; sorts and compactions are bound by compute) and top-k takes its in-cache rate. Launch and sync latencies are added, not overlapped with device work: for the sizes
+that matter (≥ 1 MiB) they are small, below it they dominate, as on a real GPU. SIDCo runs its
+native kernels on a ``cpu`` device (float32) and the torch path elsewhere, as the code does.
+Units: seconds, elements, bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from compressors import work as declared
+from simulator.devices import Device
+from simulator.profile import CompressionCost, CompressionProfile, density_key
+
+FIT_SIZES = (1 << 20, 1 << 24)
+"""Bucket sizes (elements) between which :func:`compression_profile` fits its linear costs."""
+
+
+def seconds(work: declared.Work, device: Device) -> float:
+    """Seconds one call with ``work`` takes on ``device`` (the formula of the module docstring)."""
+    fits = 0 < work.working_set_bytes < device.cache_bytes
+    speedup = device.cache_speedup if fits else 1.0
+    streams = sum(
+        max(read / device.memory_bandwidth_Bps / speedup + written / device.write_bandwidth_Bps,
+            elements * device.op_s_per_element.get(kind, 0.0))
+        for kind, elements, read, written in work.streams
+    )
+    per_element = (
+        sum(n * device.topk_s(kept, cached=fits) for n, kept in work.topk)
+        + work.sort_elements * device.sort_s_per_element + work.gather_elements * device.gather_s_per_element / speedup
+        + work.compact_elements * device.compact_s_per_element + 8.0 * work.compact_hits / device.write_bandwidth_Bps
+    )
+    faults = sum(size for size in work.allocations if size >= device.alloc_threshold_bytes) * device.fault_s_per_byte
+    return (streams + per_element + faults + work.flops / device.fp32_flops + work.launches * device.launch_s
+            + work.syncs * device.sync_s)
+
+
+def backend_on(kind: str, compressor: str) -> str:
+    """The code path ``compressor`` takes on a device of ``kind`` (``cpu``/``gpu``) for float32:
+    SIDCo's native kernels on a CPU where they build, torch otherwise."""
+    if kind == "cpu" and compressor.startswith("sidco"):
+        from compressors import native
+
+        return "native" if native.library() is not None else "torch"
+    return "torch"
+
+
+def call_seconds(compressor: str, numel: int, density: float, device: Device, *,
+                 stages: int | None = None, error_feedback: bool = True,
+                 backend: str | None = None, rounds: int | None = None,
+                 trim: bool = True) -> tuple[float, float]:
+    """Modelled (compress, decompress) seconds of one call of ``compressor`` on ``numel`` fp32
+    elements (``backend``: the code path, default :func:`backend_on` the device; ``stages``,
+    ``rounds``, ``trim``: the data-dependent counts of :func:`compressors.work.work`)."""
+    call = declared.work(compressor, numel, density, stages=stages, rounds=rounds, trim=trim,
+                         backend=backend or backend_on(device.kind, compressor), error_feedback=error_feedback)
+    return seconds(call.compress, device), seconds(call.decompress, device)
+
+
+def source_label(device: Device) -> str:
+    """The cost source of modelled costs: ``model h200`` (``model cpu 2026-12-01`` when the
+    host's numbers were measured then; ``model cpu (defaults)`` when they never were)."""
+    if device.kind == "cpu" and not device.measured:
+        return f"model {device.name} (defaults)"
+    return f"model {device.label_for_source()}"
+
+
+def cost(compressor: str, density: float | None, device: Device) -> CompressionCost:
+    """Linear costs ``t0 + t1·numel`` of ``compressor`` at ``density`` on ``device``, through the
+    model's times at :data:`FIT_SIZES`; wire bytes per element from the message format; the
+    cost's ``source`` is :func:`source_label`."""
+    d = 1.0 if density is None else float(density)
+    small, large = FIT_SIZES
+    c_small, d_small = call_seconds(compressor, small, d, device)
+    c_large, d_large = call_seconds(compressor, large, d, device)
+
+    def line(t_small: float, t_large: float) -> tuple[float, float]:
+        slope = max(0.0, (t_large - t_small) / (large - small))
+        return max(0.0, t_small - slope * small), slope
+
+    c0, c1 = line(c_small, c_large)
+    d0, d1 = line(d_small, d_large)
+    return CompressionCost(c0, c1, d0, d1, (declared.wire_bytes(compressor, large, d) / large,), source_label(device))
+
+
+def compression_profile(device: Device, pairs: Iterable[tuple[str, float | None]]) -> CompressionProfile:
+    """Modelled costs of every ``(compressor, density)`` in ``pairs`` (``none`` skipped) on ``device``."""
+    costs = {
+        (name, density_key(density)): cost(name, density, device) for name, density in pairs if name != "none"
+    }
+    return CompressionProfile(costs, source_label(device))

@@ -1,0 +1,162 @@
+"""Measured device profiles: compress/decompress times of compressors on one device, as data.
+
+The file format (what ``sidco profile`` writes, ``--profile FILE`` reads and ``profiles/``
+ships)::
+
+    {"device": "h200", "source": "how and when it was measured",
+     "rows": [{"compressor": "topk", "density": 0.01, "numel": 1048576,
+               "compress_s": 0.0012, "decompress_s": 0.0001, "wire_bytes": 83888}, ...]}
+
+``rows`` carry the fields of replay rows (seconds, elements, bytes; ``wire_bytes`` optional).
+Optional keys written by ``sidco profile``: ``created`` (ISO date, UTC), ``identity`` (CPU
+model and flags or GPU name, torch version, threads), ``method`` (warm-up, repeats, statistic),
+``device_model`` (the host's measured :class:`~simulator.devices.Device` numbers, for ``cpu``);
+rows may add ``compress_median_s``, ``compress_max_s``, ``decompress_median_s``, ``stages``
+and ``backend``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simulator.profile import density_key
+
+REQUIRED = ("compressor", "density", "numel", "compress_s", "decompress_s")
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """One device's measured compression costs (see the module docstring for the fields)."""
+
+    device: str
+    source: str
+    rows: tuple[Mapping[str, Any], ...]
+    created: str = ""
+    identity: Mapping[str, Any] = field(default_factory=dict)
+    method: Mapping[str, Any] = field(default_factory=dict)
+    device_model: Mapping[str, Any] | None = None
+
+    @property
+    def label(self) -> str:
+        """The cost source of these numbers: ``measured h200 2026-12-01``."""
+        return f"measured {self.device}" + (f" {self.created}" if self.created else "")
+
+    def to_json(self) -> str:
+        """The profile in the file format."""
+        data: dict[str, Any] = {"device": self.device, "source": self.source, "rows": [dict(r) for r in self.rows]}
+        if self.created:
+            data["created"] = self.created
+        if self.identity:
+            data["identity"] = dict(self.identity)
+        if self.method:
+            data["method"] = dict(self.method)
+        if self.device_model is not None:
+            data["device_model"] = dict(self.device_model)
+        return json.dumps(data, indent=1, sort_keys=True)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the profile to ``path`` (created with its folder; replaced atomically)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(self.to_json() + "\n")
+        tmp.replace(path)
+        return path
+
+    def pairs(self) -> list[tuple[str, float]]:
+        """The (compressor, density) pairs measured."""
+        return sorted({(str(r["compressor"]), density_key(r["density"])) for r in self.rows})
+
+
+def _number(row: Mapping[str, Any], key: str, where: str, integer: bool = False) -> float:
+    value = row.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{where}: {key} must be a number >= 0, got {value!r}")
+    if integer and (int(value) != value or value < 1):
+        raise ValueError(f"{where}: {key} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def from_json(text: str, origin: str = "profile") -> DeviceProfile:
+    """Parse and check a profile; ValueError (one line, naming ``origin``) on any problem."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{origin}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{origin}: expected an object with device, source and rows")
+    for key in ("device", "source"):
+        if not isinstance(data.get(key), str) or not data[key].strip():
+            raise ValueError(f"{origin}: {key!r} must be a non-empty string")
+    rows = data.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{origin}: 'rows' must be a non-empty list")
+    checked = []
+    for i, row in enumerate(rows):
+        where = f"{origin}: row {i}"
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected an object")
+        missing = [k for k in REQUIRED if k not in row]
+        if missing:
+            raise ValueError(f"{where}: missing {', '.join(missing)}")
+        if not isinstance(row["compressor"], str) or not row["compressor"]:
+            raise ValueError(f"{where}: compressor must be a name")
+        density = _number(row, "density", where)
+        if not 0 < density <= 1:
+            raise ValueError(f"{where}: density must be in (0, 1], got {density!r}")
+        _number(row, "numel", where, integer=True)
+        _number(row, "compress_s", where)
+        _number(row, "decompress_s", where)
+        if row.get("wire_bytes") is not None:
+            _number(row, "wire_bytes", where)
+        checked.append(dict(row))
+    for key in ("identity", "method", "device_model"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise ValueError(f"{origin}: {key!r} must be an object")
+    return DeviceProfile(
+        data["device"].strip().lower(), data["source"], tuple(checked), str(data.get("created", "")),
+        data.get("identity") or {}, data.get("method") or {}, data.get("device_model"),
+    )
+
+
+def load(path: str | Path) -> DeviceProfile:
+    """Read the profile file at ``path``."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"cannot read profile {path}: {exc.strerror or exc}") from None
+    return from_json(text, str(path))
+
+
+def store_profile(store: Any, profile: DeviceProfile) -> int:
+    """Keep ``profile`` in the results store (``device_profiles``/``device_profile_rows``); returns its id.
+
+    The identity column holds the identity, the creation date, the method and the measured
+    device numbers, so that :func:`stored_profiles` rebuilds the same profile."""
+    identity = {"identity": dict(profile.identity), "created": profile.created, "method": dict(profile.method),
+                "device_model": profile.device_model}
+    return store.add_device_profile(profile.device, identity, profile.source, profile.rows)
+
+
+def stored_profiles(store: Any, device: str) -> list[tuple[int, DeviceProfile]]:
+    """The store's profiles of ``device``, newest first, as ``(id, profile)``."""
+    found = []
+    for row in store.device_profiles(device):
+        meta = json.loads(row["identity_json"])
+        rows = tuple(
+            {k: r[k] for k in ("compressor", "density", "numel", "compress_s", "decompress_s", "wire_bytes", "backend")
+             if r.get(k) is not None}
+            for r in store.device_profile_rows(row["id"])
+        )
+        if rows:
+            found.append((int(row["id"]), DeviceProfile(
+                row["device"], row["source"], rows, meta.get("created", ""), meta.get("identity") or {},
+                meta.get("method") or {}, meta.get("device_model"),
+            )))
+    return found

@@ -1,0 +1,497 @@
+"""Device models: the numbers a cost model needs about one accelerator or this host.
+
+>>> from simulator import devices
+>>> devices.names()
+['cpu', 'v100', 'a100', 'h100', 'h200']
+>>> devices.get("h200").memory_bandwidth_Bps
+4300000000000.0
+
+Every number carries its source (``Device.sources``; docs/devices.md cites them). GPU figures
+come from the vendors' spec sheets, except where a measurement on such a device exists
+(sustained copy bandwidth of the H200); the per-operation rates a GPU needs for top-k, sorting,
+compaction and gathers are derived from its memory bandwidth by the rules written next to
+them (:data:`GPU_RULES`). ``cpu`` is this host: its numbers are measured by an explicit job
+(``sidco profile --device cpu``, :func:`measure_host`) and stored; until then :func:`get`
+returns the stated defaults of :data:`CPU_DEFAULTS`. Nothing here is ever timed implicitly.
+
+Units: bytes/s, FLOP/s, seconds, seconds per element.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+LAYOUT_UTILISATION = 0.3
+"""Fraction of a GPU's dense bf16 peak that a layout's FLOPs run at (model FLOPs utilisation).
+
+Large-model training reports 30–50 % (Megatron-LM, PaLM); 0.3 keeps an A100 at 94 TFLOP/s,
+the testbed's earlier default of 100 TFLOP/s. ``--device-flops`` overrides it."""
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device, as a cost model sees it.
+
+    ``memory_bandwidth_Bps``: sustained read bandwidth of device memory (bytes/s);
+    ``write_bandwidth_Bps``: sustained write bandwidth (bytes/s; on GPUs the same number);
+    ``fp32_flops``/``bf16_flops``: dense peak FLOP/s (bf16 through tensor cores; a device
+    without bf16 units carries its fp32 rate); ``launch_s``: host time to issue one kernel
+    (one eager torch op on a CPU); ``sync_s``: one device→host synchronisation (``.item()``,
+    ``nonzero`` sizing); ``pcie_Bps``: host link bandwidth (bytes/s); ``topk_s_per_element``: seconds per input
+    element of ``torch.topk`` as ``((density, s), ...)`` points (:meth:`topk_s` interpolates),
+    ``topk_cache_s_per_element`` the same when the input fits in the cache; ``sort_s_per_element``: per element of
+    ``torch.sort``; ``gather_s_per_element``: per element moved by ``index_select`` /
+    ``index_add_`` / ``index_copy_``; ``compact_s_per_element``: per input element of
+    ``nonzero``; ``op_s_per_element``: the compute time per element of each kind of streaming
+    kernel (:data:`compressors.work.KINDS`; a kernel takes the longer of its memory traffic and
+    this); ``alloc_threshold_bytes`` / ``fault_s_per_byte``: a fresh buffer at least this large
+    is mapped anew by the allocator and costs this per byte in page faults (GPU caching
+    allocators reuse memory: no threshold); ``cache_bytes``: last-level cache; ``cache_speedup``: how much faster
+    per-element work runs when a call's working set fits in it (1 = not modelled). ``sources`` maps each field name to where its value comes from;
+    ``measured`` is the measurement date (ISO, UTC) or ``""`` for spec-sheet devices;
+    ``identity`` describes the hardware (CPU model and flags, GPU name, torch version).
+    """
+
+    name: str
+    kind: str
+    label: str
+    memory_bandwidth_Bps: float
+    write_bandwidth_Bps: float
+    fp32_flops: float
+    bf16_flops: float
+    launch_s: float
+    sync_s: float
+    pcie_Bps: float
+    topk_s_per_element: tuple[tuple[float, float], ...]
+    topk_cache_s_per_element: tuple[tuple[float, float], ...]
+    sort_s_per_element: float
+    gather_s_per_element: float
+    compact_s_per_element: float
+    op_s_per_element: Mapping[str, float]
+    alloc_threshold_bytes: float
+    fault_s_per_byte: float
+    cache_bytes: float
+    cache_speedup: float
+    sources: Mapping[str, str] = field(default_factory=dict)
+    measured: str = ""
+    identity: Mapping[str, Any] = field(default_factory=dict)
+
+    def topk_s(self, density: float, cached: bool = False) -> float:
+        """Seconds per input element of a top-k keeping ``density`` of it (linear in log density);
+        ``cached``: its input fits in the cache."""
+        points = sorted(self.topk_cache_s_per_element if cached else self.topk_s_per_element)
+        if density <= points[0][0]:
+            return points[0][1]
+        for (d0, t0), (d1, t1) in zip(points, points[1:]):
+            if density <= d1:
+                return t0 + math.log(density / d0) / math.log(d1 / d0) * (t1 - t0)
+        return points[-1][1]
+
+    @property
+    def training_flops(self) -> float:
+        """The dense peak training runs at here (FLOP/s): bf16 on a GPU (mixed precision), fp32 on a CPU."""
+        return self.fp32_flops if self.kind == "cpu" else self.bf16_flops
+
+    @property
+    def training_precision(self) -> str:
+        """``fp32`` on a CPU, ``bf16`` on a GPU (what :attr:`training_flops` is the peak of)."""
+        return "fp32" if self.kind == "cpu" else "bf16"
+
+    @property
+    def layout_flops(self) -> float:
+        """FLOP/s a layout's compute runs at on this device: :attr:`training_flops` × :data:`LAYOUT_UTILISATION`."""
+        return self.training_flops * LAYOUT_UTILISATION
+
+    def label_for_source(self) -> str:
+        """How cost sources name this device: ``measured cpu 2026-12-01`` or ``model a100``."""
+        return f"{self.name} {self.measured}" if self.measured else self.name
+
+    def to_json(self) -> dict[str, Any]:
+        """The device as a JSON-able dict (:func:`from_json` reads it back)."""
+        data = asdict(self)
+        data["sources"] = dict(self.sources)
+        data["identity"] = dict(self.identity)
+        return data
+
+
+def from_json(data: Mapping[str, Any]) -> Device:
+    """A :class:`Device` from :meth:`Device.to_json` output; ValueError on missing or bad fields."""
+    names = {f for f in Device.__dataclass_fields__}
+    missing = names - set(data) - {"sources", "measured", "identity"}
+    if missing:
+        raise ValueError(f"device description lacks {', '.join(sorted(missing))}")
+    values = {k: data[k] for k in names if k in data}
+    for key in ("topk_s_per_element", "topk_cache_s_per_element"):
+        values[key] = tuple((float(d), float(t)) for d, t in values[key])
+        if not values[key]:
+            raise ValueError(f"device {values['name']}: {key} needs at least one (density, s) point")
+    values["op_s_per_element"] = {str(k): float(v) for k, v in dict(values["op_s_per_element"]).items()}
+    for key in names - {"name", "kind", "label", "sources", "measured", "identity", "topk_s_per_element",
+                        "topk_cache_s_per_element", "op_s_per_element"}:
+        number = float(values[key])
+        if not number >= 0 or number != number:
+            raise ValueError(f"device {values['name']}: {key} must be a number >= 0, got {values[key]!r}")
+        values[key] = number
+    return Device(**values)
+
+
+# --- GPUs: spec sheets, with the per-operation rates derived from bandwidth ---------------------
+
+GPU_RULES = {
+    "topk": "PyTorch's multi-block radix select on fp32: 4 digit passes of 8 bits plus one gather "
+            "pass, each reading 4 bytes per element: 20 bytes per element at the read bandwidth",
+    "sort": "CUB radix sort of int64 keys: 8 passes of 8 bits, each reading and writing 8 bytes: "
+            "128 bytes per element",
+    "gather": "an uncoalesced 4-byte access moves a 32-byte sector; plus the 8-byte index: 40 bytes "
+              "per element",
+    "compact": "nonzero over a bool mask: a counting pass and a writing pass over 1 byte per element "
+               "(2 bytes per element; the 8-byte outputs are charged as bytes written)",
+    "ops": "streaming kernels are bound by memory on a GPU (no per-element compute charged), except "
+           "logarithms: one special-function unit per 8 fp32 lanes, fp32 FLOP/s ÷ 16 elements/s",
+    "alloc": "the caching allocator reuses device memory: fresh buffers cost nothing per call",
+    "launch": "rule of thumb: a CUDA kernel launch costs about 5 µs of host time (unmeasured here)",
+    "sync": "rule of thumb: a device→host synchronisation costs about 20 µs (unmeasured here)",
+}
+
+
+def _gpu(name: str, label: str, bandwidth: float, bandwidth_source: str, fp32: float, bf16: float,
+         bf16_source: str, pcie: float, pcie_source: str, spec: str) -> Device:
+    return Device(
+        name=name, kind="gpu", label=label,
+        memory_bandwidth_Bps=bandwidth, write_bandwidth_Bps=bandwidth,
+        fp32_flops=fp32, bf16_flops=bf16, launch_s=5e-6, sync_s=20e-6, pcie_Bps=pcie,
+        topk_s_per_element=((1.0, 20.0 / bandwidth),), topk_cache_s_per_element=((1.0, 20.0 / bandwidth),),
+        sort_s_per_element=128.0 / bandwidth,
+        gather_s_per_element=40.0 / bandwidth, compact_s_per_element=2.0 / bandwidth,
+        op_s_per_element={"log": 16.0 / fp32}, alloc_threshold_bytes=math.inf, fault_s_per_byte=0.0,
+        cache_bytes=0.0, cache_speedup=1.0,
+        sources={
+            "memory_bandwidth_Bps": bandwidth_source, "write_bandwidth_Bps": bandwidth_source,
+            "fp32_flops": spec, "bf16_flops": bf16_source, "pcie_Bps": pcie_source,
+            "launch_s": GPU_RULES["launch"], "sync_s": GPU_RULES["sync"],
+            "topk_s_per_element": GPU_RULES["topk"], "topk_cache_s_per_element": GPU_RULES["topk"],
+            "sort_s_per_element": GPU_RULES["sort"],
+            "gather_s_per_element": GPU_RULES["gather"], "compact_s_per_element": GPU_RULES["compact"],
+            "op_s_per_element": GPU_RULES["ops"], "alloc_threshold_bytes": GPU_RULES["alloc"],
+            "fault_s_per_byte": GPU_RULES["alloc"],
+            "cache_bytes": "L2 not modelled: every pass is charged at memory bandwidth",
+            "cache_speedup": "L2 not modelled: every pass is charged at memory bandwidth",
+        },
+        identity={"gpu": label},
+    )
+
+
+_V100 = "NVIDIA V100 SXM2 datasheet"
+_A100 = "NVIDIA A100 80GB SXM datasheet"
+_H100 = "NVIDIA H100 SXM datasheet"
+_H200 = "NVIDIA H200 SXM datasheet"
+GPUS: dict[str, Device] = {
+    d.name: d for d in (
+        _gpu("v100", "NVIDIA V100 SXM2", 900e9 * 0.9, f"{_V100}: 900 GB/s peak × 0.9 (H200 ratio, below)",
+             15.7e12, 15.7e12, f"{_V100}: no bf16 units, fp32 rate (fp16 tensor cores: 125 TFLOP/s)",
+             15.75e9, "PCIe 3.0 ×16: 15.75 GB/s per direction", _V100),
+        _gpu("a100", "NVIDIA A100 80GB SXM", 2.039e12 * 0.9, f"{_A100}: 2.039 TB/s peak × 0.9 (H200 ratio, below)",
+             19.5e12, 312e12, f"{_A100}: 312 TFLOP/s dense bf16", 31.5e9,
+             "PCIe 4.0 ×16: 31.5 GB/s per direction", _A100),
+        _gpu("h100", "NVIDIA H100 SXM", 3.35e12 * 0.9, f"{_H100}: 3.35 TB/s peak × 0.9 (H200 ratio, below)",
+             67e12, 989e12, f"{_H100}: 989 TFLOP/s dense bf16", 63e9,
+             "PCIe 5.0 ×16: 63 GB/s per direction", _H100),
+        _gpu("h200", "NVIDIA H200 SXM", 4.3e12,
+             "measured: device-to-device copy at ≈ 4.3 TB/s (read + write) on an H200 of this workplace, "
+             "0.9 of the 4.8 TB/s datasheet peak", 67e12, 989e12, f"{_H200}: 989 TFLOP/s dense bf16", 63e9,
+             "PCIe 5.0 ×16: 63 GB/s per direction", _H200),
+    )
+}
+
+
+def compute_ratio(captured_on: Device, target: Device) -> float:
+    """Factor on compute times measured on ``captured_on`` to project them onto ``target``.
+
+    The rule: the ratio of the dense peak each would train at, fp32 on a CPU (traces are
+    captured in fp32 there) and bf16 on a GPU (mixed precision); with equal utilisation on both,
+    utilisation cancels. 1 when both are the same device."""
+    if captured_on.name == target.name:
+        return 1.0
+    return captured_on.training_flops / target.training_flops
+
+
+# --- this host -------------------------------------------------------------------------------
+
+CPU_DEFAULTS = {
+    "memory_bandwidth_Bps": 20e9, "write_bandwidth_Bps": 10e9, "fp32_flops": 100e9, "bf16_flops": 100e9,
+    "launch_s": 5e-6, "sync_s": 1e-6, "pcie_Bps": 20e9, "topk_s_per_element": ((0.001, 20e-9), (0.01, 40e-9), (0.1, 50e-9)),
+    "topk_cache_s_per_element": ((0.001, 5e-9), (0.01, 20e-9), (0.1, 30e-9)),
+    "sort_s_per_element": 60e-9, "gather_s_per_element": 3e-9, "compact_s_per_element": 1.5e-9,
+    "op_s_per_element": {"map": 0.1e-9, "reduce": 0.05e-9, "compare": 0.4e-9, "count": 0.2e-9, "log": 1e-9,
+                         "native": 0.3e-9, "native_log": 1.5e-9},
+    "alloc_threshold_bytes": 32 * 2**20, "fault_s_per_byte": 1.5e-9, "cache_bytes": 32 * 2**20, "cache_speedup": 2.0,
+}
+"""Stated defaults for ``cpu`` until ``sidco profile --device cpu`` has measured this host: a
+two-core server share (about 20 GB/s read, 100 GFLOP/s); projections made with them say so."""
+
+HOST_CACHE_ENV = "SIDCO_CACHE_DIR"
+
+
+def host_identity() -> dict[str, Any]:
+    """This host: CPU model, the SIMD flags that matter here, core count, torch version."""
+    import torch
+
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    simd = [f for f in ("avx512f", "avx512_bf16", "avx2", "fma", "neon", "asimd") if f in flags]
+    return {"cpu": model, "flags": simd, "cores": os.cpu_count() or 1, "torch": torch.__version__}
+
+
+def host_key(identity: Mapping[str, Any]) -> str:
+    """What makes two hosts the same for measured numbers: CPU model and SIMD flags."""
+    return f"{identity.get('cpu', '?')} ({','.join(identity.get('flags', [])) or 'no SIMD flags'})"
+
+
+def _cache_file() -> Path:
+    root = Path(os.environ.get(HOST_CACHE_ENV) or Path.home() / ".cache" / "sidco-testbed")
+    return root / "host-device.json"
+
+
+def cpu_default() -> Device:
+    """``cpu`` with the stated defaults of :data:`CPU_DEFAULTS` (nothing measured)."""
+    identity = host_identity()
+    return Device(
+        name="cpu", kind="cpu", label=f"this host: {host_key(identity)}", **CPU_DEFAULTS,
+        sources={k: "stated default (not measured: run sidco profile --device cpu)" for k in CPU_DEFAULTS},
+        identity=identity,
+    )
+
+
+def save_host(device: Device) -> Path:
+    """Keep a measured ``cpu`` device for later :func:`get` calls on this host; returns the file."""
+    path = _cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(device.to_json(), indent=1, sort_keys=True))
+    os.replace(tmp, path)
+    return path
+
+
+def stored_host() -> Device | None:
+    """The measured ``cpu`` device saved by :func:`save_host` when it describes this host."""
+    path = _cache_file()
+    try:
+        device = from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return device if host_key(device.identity) == host_key(host_identity()) else None
+
+
+def shipped_host() -> Device | None:
+    """This host's numbers from a profile shipped in ``profiles/`` that was measured on the same
+    CPU model and flags (its ``device_model``), or ``None``."""
+    import profiles
+
+    here = host_key(host_identity())
+    for path in profiles.paths():
+        try:
+            data = json.loads(path.read_text())
+            if data.get("device") == "cpu" and data.get("device_model"):
+                device = from_json(data["device_model"])
+                if host_key(device.identity) == here:
+                    return device
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def names() -> list[str]:
+    """Device names :func:`get` accepts: ``cpu`` (this host) and the GPUs."""
+    return ["cpu", *GPUS]
+
+
+def get(name: str) -> Device:
+    """The device ``name`` (case-insensitive); ValueError listing the known names otherwise.
+
+    ``cpu`` is this host as last measured by ``sidco profile --device cpu``, else as measured
+    for a profile shipped in ``profiles/`` on the same CPU model and flags, else the stated
+    defaults.
+    """
+    key = str(name).strip().lower()
+    if key == "cpu":
+        return stored_host() or shipped_host() or cpu_default()
+    if key in GPUS:
+        return GPUS[key]
+    raise ValueError(f"unknown device {name!r}; choose from {', '.join(names())}")
+
+
+# --- measuring this host (explicit job only) ---------------------------------------------------
+
+
+def host_clock():
+    """The clock for timing work on this host: with one torch thread the process's CPU time
+    (``time.process_time``: other work sharing the cores does not inflate it, page faults and
+    the kernel's work on its behalf still count), otherwise the wall clock."""
+    import torch
+
+    return time.process_time if torch.get_num_threads() == 1 else time.perf_counter
+
+
+def _best(fn, repeats: int) -> float:
+    """Fastest of ``repeats`` timed calls of ``fn`` (s, :func:`host_clock`), after one untimed call."""
+    clock = host_clock()
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = clock()
+        fn()
+        best = min(best, clock() - start)
+    return best
+
+
+def _cache_bytes() -> float:
+    """Size of this host's last-level cache (bytes; 0 when the system does not say)."""
+    best = 0.0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        best = max(best, float(text.rstrip("KMG")) * scale)
+    return best
+
+
+MMAP_THRESHOLD_BYTES = 32 * 2**20
+"""glibc maps blocks at least this large afresh on every allocation (its largest dynamic mmap
+threshold on 64-bit Linux); smaller blocks are reused from the heap."""
+
+
+def _measure_ops(torch, gen, repeats: int) -> dict[str, float]:
+    """Per-element compute time of each kernel kind on 2¹⁸ fp32 elements (1 MiB: in cache, so
+    compute rather than memory bounds it): abs (map), sum (reduce), ``>`` into a mask
+    (compare), ``count_nonzero`` (count), ``log`` (log), and SIDCo's fused kernels."""
+    from compressors import native
+
+    m = 1 << 18
+    a = torch.randn(m, generator=gen).abs()
+    out = torch.empty_like(a)
+    mask = torch.empty(m, dtype=torch.bool)
+    threshold = torch.tensor(2.0)
+    torch.gt(a, threshold, out=mask)
+    loops = repeats * 3
+    ops = {
+        "map": _best(lambda: torch.abs(a, out=out), loops) / m,
+        "reduce": _best(lambda: torch.sum(a), loops) / m,
+        "compare": _best(lambda: torch.gt(a, threshold, out=mask), loops) / m,
+        "count": _best(lambda: torch.count_nonzero(mask), loops) / m,
+        "log": _best(lambda: torch.log(a, out=out), loops) / m,
+    }
+    if native.library() is not None:
+        ops["native"] = _best(lambda: native.select_above(a, 2.5, absolute=True, with_stats=True), loops) / m
+        ops["native_log"] = _best(lambda: native.stats(a, absolute=True, logs=True), loops) / m
+    else:
+        ops["native"], ops["native_log"] = ops["compare"], ops["log"]
+    return ops
+
+
+TOPK_DENSITIES = (0.001, 0.01, 0.1)
+
+
+def _measure_topk(torch, mag, cache: float, repeats: int) -> tuple[tuple[tuple[float, float], ...], ...]:
+    """``torch.topk`` seconds per input element at :data:`TOPK_DENSITIES`: on ``mag`` (beyond the
+    cache) and on a prefix whose top-k working set (16 bytes per element) fits in the cache."""
+    cached = mag[: max(1 << 12, int(cache) // 32)]
+
+    def rate(v, d):
+        return _best(lambda: torch.topk(v, max(1, round(d * v.numel())), sorted=False), max(2, repeats // 2)) / v.numel()
+
+    return tuple((d, rate(mag, d)) for d in TOPK_DENSITIES), tuple((d, rate(cached, d)) for d in TOPK_DENSITIES)
+"""Densities at which :func:`measure_host` times ``torch.topk`` (a CPU top-k's cost depends on k)."""
+
+
+def fastest(a: Device, b: Device) -> Device:
+    """Two measurements of this host combined figure by figure, keeping the faster of each (on a
+    shared machine the least disturbed); rates measured as seconds take the smaller."""
+    faster_high = ("memory_bandwidth_Bps", "write_bandwidth_Bps", "fp32_flops", "bf16_flops", "pcie_Bps")
+    faster_low = ("launch_s", "sync_s", "sort_s_per_element", "gather_s_per_element", "compact_s_per_element",
+                  "fault_s_per_byte")
+    values = {k: max(getattr(a, k), getattr(b, k)) for k in faster_high}
+    values.update({k: min(getattr(a, k), getattr(b, k)) for k in faster_low})
+    for key in ("topk_s_per_element", "topk_cache_s_per_element"):
+        values[key] = tuple((d, min(t, dict(getattr(b, key)).get(d, t))) for d, t in getattr(a, key))
+    values["op_s_per_element"] = {k: min(t, b.op_s_per_element.get(k, t)) for k, t in a.op_s_per_element.items()}
+    fast_cached = max(a.cache_speedup * a.memory_bandwidth_Bps, b.cache_speedup * b.memory_bandwidth_Bps)
+    values["cache_speedup"] = max(1.0, fast_cached / values["memory_bandwidth_Bps"])
+    sources = {k: v.replace("fastest of", "fastest of two sessions of") for k, v in a.sources.items()}
+    return replace(a, **values, sources=sources)
+
+
+def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
+    """Measure this host's ``cpu`` numbers (fastest of ``repeats``; threads as torch has them).
+
+    Read bandwidth: ``torch.sum`` over ``numel`` fp32; write: ``zero_``; FLOP/s: 1024³ fp32
+    and bf16 matrix products; launch: an eager add of one-element tensors; sync: ``.item()``;
+    top-k: :func:`_measure_topk`; sort:
+    ``torch.sort`` of 2¹⁴ int64 (the size of a selection's indices); gather: ``index_select``
+    of 2¹⁸ random positions;
+    compaction: ``nonzero`` of a 1 %-dense mask; per-element compute of each kernel kind:
+    :func:`_measure_ops`; page faults: a fresh ``x + x`` less one into a kept buffer; cache speed-up: ``torch.sum`` over a vector of 1/8 of the last-level cache
+    against ``numel``.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(numel, generator=gen)
+    out = torch.empty_like(x)
+    read = 4 * numel / _best(lambda: torch.sum(x), repeats)
+    write = 4 * numel / _best(lambda: out.zero_(), repeats)
+    cache = _cache_bytes()
+    small = x[: max(1024, int(cache) // 32)]
+    cached = 4 * small.numel() / _best(lambda: torch.sum(small), repeats * 5)
+    a = torch.randn(1024, 1024, generator=gen)
+    fp32 = 2 * 1024**3 / _best(lambda: torch.mm(a, a), repeats)
+    ab = a.to(torch.bfloat16)
+    bf16 = 2 * 1024**3 / _best(lambda: torch.mm(ab, ab), repeats)
+    one = torch.ones(1)
+    launch = _best(lambda: [torch.add(one, one) for _ in range(1000)], repeats) / 1000
+    scalar = torch.ones(())
+    sync = _best(lambda: [scalar.item() for _ in range(1000)], repeats) / 1000
+    topk, topk_cached = _measure_topk(torch, x[: 1 << 22].abs(), cache, repeats)
+    m = 1 << 14
+    keys = torch.randint(1 << 20, (m,), generator=gen)
+    sort = _best(lambda: torch.sort(keys), repeats * 3) / m
+    positions = torch.randint(numel, (1 << 18,), generator=gen)
+    gather = _best(lambda: x.index_select(0, positions), repeats) / positions.numel()
+    mask = torch.rand(numel, generator=gen) < 0.01
+    compact = _best(lambda: torch.nonzero(mask), repeats) / numel
+    ops = _measure_ops(torch, gen, repeats)
+    fresh = _best(lambda: torch.add(x, x), repeats)
+    fault = max(0.0, fresh - _best(lambda: torch.add(x, x, out=out), repeats)) / (4 * numel)
+    identity = {**host_identity(), "threads": torch.get_num_threads()}
+    how = f"measured on this host by sidco profile ({torch.get_num_threads()} threads, fastest of {repeats})"
+    values = {
+        "memory_bandwidth_Bps": read, "write_bandwidth_Bps": write, "fp32_flops": fp32, "bf16_flops": bf16,
+        "launch_s": launch, "sync_s": sync, "pcie_Bps": read, "topk_s_per_element": topk, "topk_cache_s_per_element": topk_cached,
+        "sort_s_per_element": sort, "gather_s_per_element": gather, "compact_s_per_element": compact,
+        "op_s_per_element": ops, "alloc_threshold_bytes": MMAP_THRESHOLD_BYTES, "fault_s_per_byte": fault,
+        "cache_bytes": cache,
+        "cache_speedup": max(1.0, cached / read) if cache else 1.0,
+    }
+    sources = {k: how for k in values}
+    sources["pcie_Bps"] = "no host link on the host itself: its read bandwidth"
+    sources["cache_bytes"] = "last-level cache size reported by the kernel (/sys/devices/system/cpu)"
+    sources["alloc_threshold_bytes"] = "glibc's largest dynamic mmap threshold on 64-bit Linux (32 MiB)"
+    return Device(name="cpu", kind="cpu", label=f"this host: {host_key(identity)}", **values, sources=sources,
+                  measured=time.strftime("%Y-%m-%d", time.gmtime()), identity=identity)

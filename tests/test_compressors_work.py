@@ -1,0 +1,91 @@
+"""The declared work of every compressor (compressors/work.py) against what its code does,
+counted op by op on the torch path and kernel by kernel on SIDCo's native path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import compressors
+from compressors import native
+from compressors import work as declared
+from compressors.samples import gradient_like
+from opcount import OpCounter
+
+SIZES = (1 << 16, 1 << 18)
+DENSITIES = (0.01, 0.001)
+
+
+def _observe(name: str, n: int, density: float, backend: str, monkeypatch=None):
+    grad = gradient_like(n, seed=3)
+    opts = {"backend": "torch"} if name.startswith("sidco") and backend == "torch" else {}
+    comp = compressors.create(name, density, **opts)
+    ef = compressors.ErrorFeedback(comp)
+    for _ in range(6):
+        comp.decompress(ef.compress(grad.clone()))
+    kernels = []
+    if monkeypatch is not None:
+        stats, select = native.stats, native.select_above
+
+        def counted_stats(x, **kw):
+            kernels.append(x.numel())
+            return stats(x, **kw)
+
+        def counted_select(x, threshold, **kw):
+            kernels.append(x.numel())
+            return select(x, threshold, **kw)
+
+        monkeypatch.setattr(native, "stats", counted_stats)
+        monkeypatch.setattr(native, "select_above", counted_select)
+    with OpCounter(n) as seen:
+        sparse = ef.compress(grad)
+    with OpCounter(n) as seen_decompress:
+        comp.decompress(sparse)
+    counts = dict(seen.counts)
+    counts["passes"] += sum(1 for size in kernels if size >= n)
+    counts["launches"] += len(kernels)
+    full_native = sum(1 for size in kernels if size >= n)
+    loops = declared.loop_counts(name, seen.ops)
+    rounds = full_native if name in ("sidco-e", "sidco-p") else loops.pop("rounds", None)
+    return counts, seen_decompress.counts, sparse.stages, rounds, loops
+
+
+def _check(name, n, density, backend, monkeypatch=None):
+    counts, dcounts, stages, rounds, extra = _observe(name, n, density, backend, monkeypatch)
+    work = declared.work(name, n, density, stages=stages, rounds=rounds, backend=backend, **extra)
+    for what, got, decl in (("compress", counts, work.compress), ("decompress", dcounts, work.decompress)):
+        assert decl.passes == got["passes"], f"{what}: declared {decl.passes} full passes, code makes {got['passes']}"
+        assert decl.syncs == got["syncs"], f"{what}: declared {decl.syncs} syncs, code makes {got['syncs']}"
+        assert len(decl.topk) == got["topk"], f"{what}: top-k calls"
+        assert decl.launches == pytest.approx(got["launches"], rel=0.1), f"{what}: launches"
+        if backend == "torch":
+            assert decl.bytes_read + decl.bytes_written == pytest.approx(got["bytes"], rel=0.05), f"{what}: bytes"
+
+
+@pytest.mark.parametrize("name", [n for n in compressors.names()])
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("density", DENSITIES)
+def test_declared_work_matches_the_torch_path(name: str, n: int, density: float) -> None:
+    _check(name, n, density, "torch")
+
+
+@pytest.mark.skipif(not native.library(), reason="no C compiler for the native kernels")
+@pytest.mark.parametrize("name", ["sidco-e", "sidco-p", "sidco-gp"])
+@pytest.mark.parametrize("density", DENSITIES)
+def test_declared_work_matches_the_native_path(name: str, density: float, monkeypatch) -> None:
+    _check(name, 1 << 18, density, "native", monkeypatch)
+
+
+def test_every_compressor_and_the_coming_baselines_are_declared() -> None:
+    assert set(compressors.names()) <= set(declared.DECLARATIONS)
+    assert {"fp16", "bf16", "powersgd"} <= set(declared.DECLARATIONS)
+    with pytest.raises(ValueError, match="no work declared"):
+        declared.work("nope", 10, 0.1)
+
+
+def test_wire_bytes_follow_the_message_format() -> None:
+    assert declared.wire_bytes("none", 1000, 1.0) == 4000
+    assert declared.wire_bytes("topk", 1000, 0.01) == 10 * 8
+    assert declared.wire_bytes("fp16", 1000, 1.0) == 2000
+    sparse = compressors.create("topk", 0.01).compress(torch.randn(1000))
+    assert declared.wire_bytes("topk", 1000, 0.01) == sparse.wire_bytes()
