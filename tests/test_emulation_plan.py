@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from emulation import network
 from emulation.alphabeta import collective_seconds, latency_terms, volume_factor
 from emulation.calibration import fit
-from emulation.plan import IFNAME, MTU_BYTES, make_plan, tbf_parameters, unique_prefix
+from emulation.plan import FRAME_BYTES, IFNAME, make_plan, tbf_parameters, unique_prefix
 
 
 def _targets_own_namespace(argv: tuple[str, ...], plan) -> bool:
@@ -86,13 +86,14 @@ def test_plan_invariants(workers, bandwidth, shaped):
 
 
 @given(bandwidth=st.floats(1e5, 1e11))
-def test_tbf_parameters_cover_mtus_and_grow(bandwidth):
+def test_tbf_burst_shapes_every_grid_message(bandwidth):
     burst, limit = tbf_parameters(bandwidth)
-    assert burst >= 4 * MTU_BYTES
-    assert limit >= 64 * 1024
-    assert limit >= burst
-    burst2, limit2 = tbf_parameters(bandwidth * 2)
-    assert burst2 >= burst and limit2 >= limit
+    # the bucket passes a full-size frame (a smaller one drops them) ...
+    assert burst >= FRAME_BYTES
+    # ... and, at every rate, lets at most 5 % of a 64 KiB message (the grid's smallest) out unshaped
+    assert burst <= 0.05 * 64 * 1024
+    assert limit >= 64 * 1024 and limit >= burst
+    assert tbf_parameters(bandwidth * 2)[1] >= limit
 
 
 def test_alpha_beta_forms():

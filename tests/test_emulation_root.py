@@ -106,6 +106,13 @@ def test_collective_time_grows_as_bandwidth_falls():
     assert 0.4 * 0.95 < slow[1]["seconds"] < 0.4 * 1.6
 
 
+def test_small_message_is_shaped():
+    # each rank sends 64 KiB: 26.2 ms at 20 Mbit/s; a burst that held the message would make it ~0
+    (gather,) = measure_collectives(2, 20e6, ["allgather"], [2 * 65536], repeats=3)
+    expected = 65536 * 8 / 20e6
+    assert 0.9 * expected < min(gather["repeats_s"]) < 2.5 * expected, gather
+
+
 @pytest.mark.slow
 def test_training_end_to_end_two_bandwidths(tmp_path, capsys):
     import json
