@@ -170,12 +170,7 @@ def profile(store: Store, source: Source, compressor: str, density: float):
 
 def calibration(store: Store):
     """The newest :class:`simulator.Calibration` from the store, or ``None``."""
-    row = data.latest_calibration(store)
-    if row is None:
-        return None
-    return simulator.Calibration(
-        alpha_s=row["alpha_s"], beta_s_per_byte=row["beta_s_per_byte"], efficiency=row["efficiency"]
-    )
+    return simulator.Calibration.latest(store.path)
 
 
 @dataclass(frozen=True)

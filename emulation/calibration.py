@@ -10,6 +10,10 @@ count alike (relative error); α is constrained to ≥ 0. ``beta_s_per_byte`` is
 seconds per byte at the reference bandwidth (the slowest measured link), i.e.
 ``8/(efficiency·B_ref)``. Meaning for a simulator: use ``alpha_s`` per message and an
 effective link rate of ``efficiency × bandwidth``.
+
+:func:`fit` pools every operation; :func:`fit_per_op` fits each operation on its own
+measurements (gloo's all-gather reaches a different fraction of the link than its
+all-reduce), which :class:`simulator.Calibration` carries in ``ops``.
 """
 
 from __future__ import annotations
@@ -81,3 +85,12 @@ def fit(measurements: Iterable[Mapping[str, Any]]) -> CalibrationFit:
         median_abs_error_pct=float(np.median(errors)),
         max_abs_error_pct=float(np.max(errors)),
     )
+
+
+def fit_per_op(measurements: Iterable[Mapping[str, Any]]) -> dict[str, CalibrationFit]:
+    """One :func:`fit` per operation (``op``) that has at least two usable measurements."""
+    by_op: dict[str, list[Mapping[str, Any]]] = {}
+    for r in measurements:
+        if r.get("bandwidth_bps") and float(r["seconds"]) > 0:
+            by_op.setdefault(str(r["op"]), []).append(r)
+    return {op: fit(rows) for op, rows in sorted(by_op.items()) if len(rows) >= 2}

@@ -115,7 +115,9 @@ CREATE TABLE IF NOT EXISTS calibrations (
     alpha_s         REAL NOT NULL,
     beta_s_per_byte REAL NOT NULL,
     efficiency      REAL NOT NULL,
-    source_json     TEXT NOT NULL
+    source_json     TEXT NOT NULL,
+    op              TEXT,
+    fit_error_pct   REAL
 );
 CREATE TABLE IF NOT EXISTS emulations (
     id          INTEGER PRIMARY KEY,
@@ -144,7 +146,9 @@ CREATE TABLE IF NOT EXISTS validation (
     projected_s    REAL NOT NULL,
     error_pct      REAL NOT NULL,
     calibrated     INTEGER NOT NULL,
-    detail_json    TEXT NOT NULL
+    detail_json    TEXT NOT NULL,
+    network_share  REAL,
+    fidelity       TEXT
 );
 CREATE INDEX IF NOT EXISTS replay_rows_by_compressor ON replay_rows(replay_id, compressor, density);
 CREATE INDEX IF NOT EXISTS scenarios_by_compressor ON scenarios(sweep_id, compressor, density);
@@ -302,6 +306,37 @@ class Store:
                 cur.execute(f"UPDATE {table} SET status=? WHERE id=?", (status, row_id))
 
     def latest_calibration(self) -> sqlite3.Row | None:
-        """The most recent calibration row, or ``None``."""
-        rows = self.query("SELECT * FROM calibrations ORDER BY created DESC, id DESC LIMIT 1")
+        """The most recent pooled calibration row (``op`` NULL), or ``None``."""
+        rows = self.query("SELECT * FROM calibrations WHERE op IS NULL ORDER BY created DESC, id DESC LIMIT 1")
         return rows[0] if rows else None
+
+    def calibration_rows(self, calibration_id: int | None = None) -> list[sqlite3.Row]:
+        """The rows of one calibration: its pooled row (``op`` NULL; id ``calibration_id``, the
+        newest when ``None``) and the per-operation rows written with it (same ``created``),
+        pooled row first; empty when there is none."""
+        if calibration_id is None:
+            pooled = self.latest_calibration()
+        else:
+            found = self.query("SELECT * FROM calibrations WHERE id=? AND op IS NULL", (int(calibration_id),))
+            pooled = found[0] if found else None
+        if pooled is None:
+            return []
+        return [pooled, *self.query("SELECT * FROM calibrations WHERE created=? AND op IS NOT NULL ORDER BY op",
+                                    (pooled["created"],))]
+
+    def insert_calibration(self, pooled: Mapping[str, Any], per_op: Mapping[str, Mapping[str, Any]]) -> int:
+        """Store one calibration: the ``pooled`` fit and one row per operation, in one transaction
+        with one ``created`` time. Each fit maps ``alpha_s``, ``beta_s_per_byte``, ``efficiency``,
+        ``fit_error_pct`` and ``source`` (a JSON-serialisable dict). Returns the pooled row's id."""
+        created = time.time()
+        sql = ("INSERT INTO calibrations(created, alpha_s, beta_s_per_byte, efficiency, source_json, op, fit_error_pct)"
+               " VALUES(?, ?, ?, ?, ?, ?, ?)")
+        with self.transaction() as cur:
+            cur.execute(sql, (created, pooled["alpha_s"], pooled["beta_s_per_byte"], pooled["efficiency"],
+                              json.dumps(pooled["source"], sort_keys=True), None, pooled.get("fit_error_pct")))
+            calibration_id = int(cur.lastrowid)
+            for op, f in sorted(per_op.items()):
+                cur.execute(sql, (created, f["alpha_s"], f["beta_s_per_byte"], f["efficiency"],
+                                  json.dumps({**f["source"], "calibration_id": calibration_id}, sort_keys=True),
+                                  op, f.get("fit_error_pct")))
+        return calibration_id

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from simulator import plans
+from simulator.calibration import Calibration
 from simulator.links import Fabric, Level
 
 OPS = ("allreduce", "reduce_scatter", "allgather", "ps")
@@ -179,6 +180,7 @@ def collective_time(
     intra_bandwidth_bps: float = 2.4e12,
     intra_latency_s: float = 2e-6,
     servers: int = 0,
+    calibration: Calibration | None = None,
 ) -> float:
     """Time in seconds of one collective on an idle cluster.
 
@@ -188,9 +190,13 @@ def collective_time(
     bytes per rank of an all-gather or of sparse ``ps`` pushes; ``nodes``: ranks (nodes of ``gpus_per_node`` GPUs for
     ``hierarchical``); ``bandwidth_bps``: per-link bandwidth in bits/s; ``latency_s``: per
     message (s); ``padded``: all-gather pads every block to the largest (as gloo needs);
-    ``servers``: dedicated parameter servers (``ps`` with ``algorithm="dedicated"``).
+    ``servers``: dedicated parameter servers (``ps`` with ``algorithm="dedicated"``);
+    ``calibration``: fitted constants; ``op``'s own α (added to ``latency_s``) and efficiency
+    (× ``bandwidth_bps``) apply to the inter-node links, the pooled fit if ``op`` has none.
     """
     check_args(op, algorithm, nodes, bandwidth_bps, latency_s, fidelity)
+    if calibration is not None:
+        bandwidth_bps, latency_s = calibration.bandwidth(bandwidth_bps, op), calibration.latency(latency_s, op)
     if nbytes < 0:
         raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
     if op == "ps" and algorithm == "dedicated" and not 1 <= servers <= nodes:

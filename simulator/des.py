@@ -87,7 +87,7 @@ def run_des(prep: Prepared) -> Record:
             entry = free.copy()
             entry[:p] = comp_end[b]
             for phase in prep.phases[b]:
-                entry = fabric.run(phase.plan, phase.nbytes, entry, phase.sizes)
+                entry = fabric.run(phase.plan, phase.nbytes, entry, phase.sizes, link=phase.link)
             start[b] = begin
             xfer_end[b] = entry[:p]
             joined[b] = np.minimum(comp_end[b].max(), xfer_end[b])

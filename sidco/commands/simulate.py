@@ -181,13 +181,13 @@ def build_profile(
 
 
 def load_calibration(store: Store, wanted: bool) -> simulator.Calibration | None:
-    """The latest calibration row as a :class:`simulator.Calibration` (when ``wanted``)."""
+    """The latest calibration (pooled and per-operation fits) as a :class:`simulator.Calibration` (when ``wanted``)."""
     if not wanted:
         return None
-    row = store.latest_calibration()
-    if row is None:
+    calibration = simulator.Calibration.latest(store.path)
+    if calibration is None:
         raise ValueError("--calibration: the results store has no calibration (run sidco calibrate)")
-    return simulator.Calibration(row["alpha_s"], row["beta_s_per_byte"], row["efficiency"])
+    return calibration
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

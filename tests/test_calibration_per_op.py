@@ -1,0 +1,144 @@
+"""Per-operation calibration: the fit recovers each operation's α and efficiency, the store keeps
+them, and the collective and iteration models apply each operation's own constants."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import simulator
+from emulation.alphabeta import collective_seconds
+from emulation.calibration import fit, fit_per_op
+from results.store import Store
+from sidco.cli import main
+from simulator import Calibration, CompressionCost, CompressionProfile, Layer, Scenario, Workload, simulate
+from simulator.calibration import OpFit
+
+MB = 10**6
+AR = OpFit(alpha_s=3e-4, efficiency=0.9)
+AG = OpFit(alpha_s=1e-3, efficiency=0.6)
+CAL = Calibration(5e-4, 8e-8, 0.8, {"allreduce": AR, "allgather": AG})
+
+
+def _measurements(truth: dict[str, OpFit], bandwidths=(20e6, 100e6), sizes=(65536, 1 << 20, 1 << 24), noise=None):
+    rows = []
+    for op, f in truth.items():
+        for b in bandwidths:
+            for i, n in enumerate(sizes):
+                t = collective_seconds(op, n, 2, b, f.alpha_s, f.efficiency)
+                if noise is not None:
+                    t *= 1 + noise[i % len(noise)]
+                rows.append({"op": op, "workers": 2, "nbytes": n, "bandwidth_bps": b, "seconds": t})
+    return rows
+
+
+@settings(max_examples=30, deadline=None)
+@given(alpha_ar=st.floats(0, 2e-3), eff_ar=st.floats(0.3, 1.2), alpha_ag=st.floats(0, 2e-3), eff_ag=st.floats(0.3, 1.2))
+def test_fit_per_op_recovers_each_operations_constants(alpha_ar, eff_ar, alpha_ag, eff_ag):
+    truth = {"allreduce": OpFit(alpha_ar, eff_ar), "allgather": OpFit(alpha_ag, eff_ag)}
+    fits = fit_per_op(_measurements(truth))
+    assert set(fits) == {"allreduce", "allgather"}
+    for op, f in fits.items():
+        assert f.efficiency == pytest.approx(truth[op].efficiency, rel=1e-6)
+        assert f.alpha_s == pytest.approx(truth[op].alpha_s, rel=1e-5, abs=1e-9)
+        assert f.median_abs_error_pct == pytest.approx(0, abs=1e-6)
+
+
+def test_pooled_fit_cannot_serve_two_operations_but_per_op_fits_can():
+    rows = _measurements({"allreduce": AR, "allgather": AG})
+    pooled = fit(rows)
+    per_op = fit_per_op(rows)
+    assert pooled.max_abs_error_pct > 10  # one efficiency for 0.9 and 0.6 misses both
+    assert max(f.max_abs_error_pct for f in per_op.values()) < 1e-6
+    assert per_op["allgather"].points == 6
+
+
+def test_fit_error_is_the_median_relative_residual():
+    noise = (0.05, -0.05, 0.0)
+    (f,) = fit_per_op(_measurements({"allgather": AG}, bandwidths=(100e6,), noise=noise)).values()
+    t = np.array([collective_seconds("allgather", n, 2, 100e6, AG.alpha_s, AG.efficiency) for n in (65536, 1 << 20, 1 << 24)])
+    t *= 1 + np.array(noise)
+    predicted = np.array([collective_seconds("allgather", n, 2, 100e6, f.alpha_s, f.efficiency)
+                          for n in (65536, 1 << 20, 1 << 24)])
+    assert f.median_abs_error_pct == pytest.approx(float(np.median(np.abs(predicted - t) / t * 100)), rel=1e-9)
+
+
+@pytest.mark.parametrize("fidelity", ["analytic", "des"])
+@pytest.mark.parametrize("op", ["allreduce", "allgather", "reduce_scatter"])
+def test_collective_time_applies_the_operations_own_fit(op, fidelity):
+    p, n, bw, lat = 4, 8 * MB, 100e6, 1e-5
+    own = CAL.fit_for(op)
+    expected = simulator.collective_time(op, n, p, bw * own.efficiency, lat + own.alpha_s, fidelity=fidelity)
+    assert simulator.collective_time(op, n, p, bw, lat, fidelity=fidelity, calibration=CAL) == pytest.approx(expected, rel=1e-9)
+    if op == "reduce_scatter":  # not measured on its own: the pooled fit
+        assert own == OpFit(CAL.alpha_s, CAL.efficiency)
+    # closed form, by hand: ring all-gather of one rank's n bytes is (p-1)(α + n/B)
+    if op == "allgather":
+        assert expected == pytest.approx(3 * (lat + AG.alpha_s + n / (bw * AG.efficiency / 8)), rel=1e-6)
+
+
+def _profile() -> CompressionProfile:
+    return CompressionProfile({("topk", 0.1): CompressionCost(1e-4, 2e-10, 5e-5, 1e-10, (0.8, 0.8))}, "test")
+
+
+@pytest.mark.parametrize("fidelity", ["analytic", "des"])
+def test_iteration_uses_allreduce_fit_for_dense_and_allgather_fit_for_sparse(fidelity):
+    wl = Workload(tuple(Layer(f"l{i}", 2 * MB, 0.002) for i in range(6)), 0.01, 0.002, 8)
+    dense = Scenario(wl, 4, 50e6, 0.0, fidelity=fidelity, bucket_mode="single")
+    sparse = replace(dense, compressor="topk", density=0.1, profile=_profile())
+    only = {op: Calibration(f.alpha_s, 0.0, f.efficiency) for op, f in (("allreduce", AR), ("allgather", AG))}
+    assert simulate(replace(dense, calibration=CAL))["iteration_s"] == pytest.approx(
+        simulate(replace(dense, calibration=only["allreduce"]))["iteration_s"], rel=1e-9)
+    assert simulate(replace(sparse, calibration=CAL))["iteration_s"] == pytest.approx(
+        simulate(replace(sparse, calibration=only["allgather"]))["iteration_s"], rel=1e-9)
+    # and the sparse exchange (counts, then padded values) is slower with the slower all-gather fit
+    assert simulate(replace(sparse, calibration=CAL))["comm_s"] > simulate(replace(sparse, calibration=only["allreduce"]))["comm_s"]
+
+
+def test_store_round_trip_latest_and_by_id(tmp_path):
+    path = tmp_path / "r.sqlite"
+    with Store(path) as store:
+        assert Calibration.latest(path) is None
+        fit_row = {"alpha_s": 5e-4, "beta_s_per_byte": 8e-8, "efficiency": 0.8, "fit_error_pct": 7.0, "source": {}}
+        first = store.insert_calibration(fit_row, {})
+        second = store.insert_calibration(
+            {**fit_row, "alpha_s": 4e-4},
+            {"allreduce": {**fit_row, "alpha_s": AR.alpha_s, "efficiency": AR.efficiency, "fit_error_pct": 1.5,
+                           "source": {"points": 6}},
+             "allgather": {**fit_row, "alpha_s": AG.alpha_s, "efficiency": AG.efficiency, "fit_error_pct": 2.5,
+                           "source": {"points": 6}}},
+        )
+        assert store.latest_calibration()["id"] == second
+    latest = Calibration.latest(path)
+    assert latest.calibration_id == second and latest.alpha_s == 4e-4
+    assert latest.ops == {"allreduce": OpFit(AR.alpha_s, AR.efficiency, 1.5, 6),
+                          "allgather": OpFit(AG.alpha_s, AG.efficiency, 2.5, 6)}
+    older = Calibration.load(path, first)
+    assert older.ops == {} and older.alpha_s == 5e-4
+    with pytest.raises(ValueError, match="no calibration"):
+        Calibration.load(path, second + 1)  # a per-operation row is not a calibration id
+
+
+def test_sidco_calibrate_stores_and_prints_a_fit_per_op(tmp_path, capsys):
+    path = tmp_path / "r.sqlite"
+    with Store(path) as store:
+        with store.transaction() as cur:
+            cur.execute("INSERT INTO emulations(created, kind, config_json, cores, status) "
+                        "VALUES(0, 'collective', '{}', 2, 'done')")
+        store.insert_many("collective_measurements",
+                          [{"emulation_id": 1, **r} for r in _measurements({"allreduce": AR, "allgather": AG})])
+    assert main(["calibrate", "--store", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ops"]["allgather"]["efficiency"] == pytest.approx(AG.efficiency, rel=1e-6)
+    assert out["ops"]["allreduce"]["median_abs_error_pct"] == pytest.approx(0, abs=1e-6)
+    cal = Calibration.latest(path)
+    assert cal.calibration_id == out["calibration_id"]
+    assert cal.ops["allgather"].alpha_s == pytest.approx(AG.alpha_s, rel=1e-5)
+    assert main(["calibrate", "--store", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "allgather" in text and "allreduce" in text and "fit error" in text
