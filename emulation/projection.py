@@ -18,7 +18,8 @@
   (:func:`traces.replay.replay`, error feedback, one thread as in the workers; the first
   recorded iteration is a warm-up and its rows are dropped).
 - Network: the emulated link rate (bits/s), no added latency, and optionally a
-  :class:`simulator.Calibration` (α per message step, efficiency × bandwidth).
+  :class:`simulator.Calibration` (α per message step, efficiency × bandwidth; all-reduces
+  and all-gathers each with their own fit when it has one).
 - Buckets: what DDP uses in steady state, buckets of ``bucket_cap_mb`` in backward order
   (after its first iteration DDP no longer caps the first bucket at 1 MiB).
 """
@@ -132,6 +133,7 @@ def project(
     density: float,
     *,
     calibration: simulator.Calibration | None = None,
+    fidelity: str = "analytic",
     bucket_cap_mb: float = 25.0,
     rank_passes: Sequence[Sequence[Mapping[str, float]]] | None = None,
 ) -> dict[str, dict[str, Any]]:
@@ -139,7 +141,8 @@ def project(
     (float fields averaged over the jitter seeds; ``jitter`` added).
 
     ``rank_passes``: every rank's timed compute-only passes (see :func:`compute_model`);
-    ``None`` uses only the trace's recorded passes.
+    ``None`` uses only the trace's recorded passes. ``fidelity``: ``analytic`` (closed-form
+    collectives) or ``des`` (SimPy compute streams, link-level messages).
     """
     trace = traces.open(trace_path)
     workload, jitter = compute_model(trace, rank_passes)
@@ -156,6 +159,7 @@ def project(
             density=None if name == "none" else density,
             profile=None if name == "none" else profile,
             calibration=calibration,
+            fidelity=fidelity,
             bucket_mode="ddp",
             bucket_cap_bytes=cap,
             first_bucket_bytes=cap,

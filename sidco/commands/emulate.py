@@ -67,12 +67,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train = parser.add_argument_group("train mode")
     train.add_argument("--workload", default="resnet20", help="built-in workload (traces.workloads)")
     train.add_argument("--compressors", default="none,topk,dgc,sidco-e", help="compressors, comma-separated")
-    train.add_argument("--density", type=float, default=0.01, help="target density (fraction of elements sent)")
+    train.add_argument("--density", default="0.01",
+                       help="target densities, comma-separated (fraction of elements sent; 'none' runs once)")
     train.add_argument("--iterations", type=int, default=30, help="timed iterations per compressor (after warm-up)")
     train.add_argument("--warmup", type=int, default=5, help="warm-up iterations excluded from the median")
     train.add_argument("--batch-size", type=int, default=16, help="samples per worker per iteration")
     train.add_argument("--calibration", default="latest",
                        help="calibration for the second projection: 'latest', a calibrations id, or 'none'")
+    train.add_argument("--fidelity", default="analytic,des",
+                       help="simulator fidelities that project every cell, comma-separated: analytic "
+                            "(closed-form collectives), des (SimPy compute streams, link-level messages); "
+                            "one row per fidelity")
     train.add_argument("--trace-dir", default=None,
                        help="where the traces recorded by rank 0 go (default: emulation-traces/ beside the store)")
     parser.set_defaults(func=run)
@@ -142,50 +147,79 @@ def _calibration(store: Store, choice: str) -> tuple[int | None, Any]:
     if choice == "none":
         return None, None
     if choice == "latest":
-        row = store.latest_calibration()
+        calibration = simulator.Calibration.latest(store.path)
     else:
         try:
             wanted = int(choice)
         except ValueError:
             raise ValueError(f"invalid --calibration {choice!r}: give 'latest', 'none' or a calibration id") from None
-        rows = store.query("SELECT * FROM calibrations WHERE id=?", (wanted,))
-        if not rows:
-            raise ValueError(f"no calibration with id {wanted} in {store.path}")
-        row = rows[0]
-    if row is None:
+        calibration = simulator.Calibration.load(store.path, wanted)
+    if calibration is None:
         return None, None
-    return int(row["id"]), simulator.Calibration(row["alpha_s"], row["beta_s_per_byte"], row["efficiency"])
+    return calibration.calibration_id, calibration
+
+
+def network_share(projected: dict[str, Any]) -> float:
+    """The projected network share of the iteration: transfer time (exposed and hidden behind
+    backward; seconds per worker) ÷ iteration time (dimensionless, 0..1)."""
+    return projected["comm_s"] / projected["iteration_s"] if projected["iteration_s"] > 0 else 0.0
 
 
 def _validation_rows(
-    emulation_id: int, args: argparse.Namespace, workers: int, bandwidth: float | None,
-    measured: list[dict[str, Any]], calibration: tuple[int | None, Any],
+    emulation_id: int, workload: str, density: float, workers: int, bandwidth: float | None,
+    measured: list[dict[str, Any]], calibration: tuple[int | None, Any], fidelities: list[str],
 ) -> list[dict[str, Any]]:
-    """Project every measured run from its own trace, uncalibrated and (if any) calibrated."""
+    """Project every measured run from its own trace with every fidelity, uncalibrated and
+    (if any) calibrated."""
     from emulation.projection import project
 
     if bandwidth is None:
         return []
     variants = [(0, None)] + ([(1, calibration[1])] if calibration[1] is not None else [])
-    keep = ("iteration_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s", "jitter")
+    keep = ("iteration_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "comm_s", "idle_s", "jitter")
     rows = []
-    for calibrated, constants in variants:
-        for m in measured:
-            name = m["compressor"]
-            p = project(m["trace"], workers, bandwidth, [name], args.density, calibration=constants,
-                        rank_passes=m.get("compute_passes"))[name]
-            rows.append({
-                "emulation_id": emulation_id, "workload": args.workload, "compressor": name,
-                "density": None if name == "none" else args.density, "workers": workers,
-                "bandwidth_bps": bandwidth, "measured_s": m["measured_s"], "projected_s": p["iteration_s"],
-                "error_pct": (p["iteration_s"] - m["measured_s"]) / m["measured_s"] * 100.0,
-                "calibrated": calibrated,
-                "detail_json": json.dumps({
-                    "cores": os.cpu_count(), "trace": m["trace"], "calibration_id": calibration[0] if calibrated else None,
-                    "measured": m, "projected": {k: p.get(k) for k in keep},
-                }, sort_keys=True),
-            })
+    for fidelity in fidelities:
+        for calibrated, constants in variants:
+            for m in measured:
+                name = m["compressor"]
+                p = project(m["trace"], workers, bandwidth, [name], density, calibration=constants,
+                            fidelity=fidelity, rank_passes=m.get("compute_passes"))[name]
+                rows.append({
+                    "emulation_id": emulation_id, "workload": workload, "compressor": name,
+                    "density": None if name == "none" else density, "workers": workers,
+                    "bandwidth_bps": bandwidth, "measured_s": m["measured_s"], "projected_s": p["iteration_s"],
+                    "error_pct": (p["iteration_s"] - m["measured_s"]) / m["measured_s"] * 100.0,
+                    "calibrated": calibrated, "fidelity": fidelity, "network_share": network_share(p),
+                    "detail_json": json.dumps({
+                        "cores": os.cpu_count(), "trace": m["trace"],
+                        "calibration_id": calibration[0] if calibrated else None,
+                        "measured": m, "projected": {k: p.get(k) for k in keep},
+                    }, sort_keys=True),
+                })
     return rows
+
+
+def _densities(text: str) -> list[float]:
+    def parse(item: str) -> float:
+        try:
+            value = float(item)
+        except ValueError:
+            raise ValueError(f"invalid density {item!r}: give fractions, e.g. 0.05,0.1") from None
+        if not 0 < value <= 1:
+            raise ValueError(f"density must be in (0, 1], got {value:g}")
+        return value
+
+    return parse_list(text, parse)
+
+
+def _fidelities(text: str) -> list[str]:
+    import simulator
+
+    chosen = parse_list(text, str)
+    unknown = [f for f in chosen if f not in simulator.FIDELITIES]
+    if unknown or not chosen:
+        raise ValueError(f"invalid --fidelity {text!r}: choose from {', '.join(simulator.FIDELITIES)}")
+    return list(dict.fromkeys(chosen))
 
 
 def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[float | None]) -> int:
@@ -194,10 +228,14 @@ def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
     from emulation.training import check_request, run_training
 
     names = parse_list(args.compressors, str)
-    check_request(args.workload, names, args.density, args.iterations, args.warmup, args.batch_size)
-    config = {"workload": args.workload, "compressors": names, "density": args.density, "workers": workers,
+    densities = _densities(args.density)
+    fidelities = _fidelities(args.fidelity)
+    for density in densities:
+        check_request(args.workload, names, density, args.iterations, args.warmup, args.batch_size)
+    config = {"workload": args.workload, "compressors": names, "densities": densities, "workers": workers,
               "bandwidths_bps": bandwidths, "iterations": args.iterations, "warmup": args.warmup,
-              "batch_size": args.batch_size, "shaping": not args.no_shaping, "threads_per_worker": 1}
+              "batch_size": args.batch_size, "shaping": not args.no_shaping, "threads_per_worker": 1,
+              "fidelities": fidelities}
     out: list[dict[str, Any]] = []
     with Store(args.store) as store:
         calibration = _calibration(store, args.calibration)
@@ -210,55 +248,72 @@ def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
         trace_root = Path(args.trace_dir) if args.trace_dir else Path(args.store).parent / "emulation-traces"
         status = "failed"
         try:
-            combos = [(p, b) for p in workers for b in bandwidths]
-            for p, bandwidth in tqdm(combos, desc="emulations", unit="network", file=sys.stderr):
+            # the dense baseline does not depend on the density: it runs with the first one only
+            combos = [(p, b, d, [n for n in names if n != "none" or i == 0])
+                      for p in workers for b in bandwidths for i, d in enumerate(densities)]
+            combos = [c for c in combos if c[3]]
+            for p, bandwidth, density, run_names in tqdm(combos, desc="emulations", unit="network", file=sys.stderr):
                 label = f"{int(bandwidth / 1e6)}mbit" if bandwidth else "loopback"
                 measured = run_training(
-                    p, bandwidth, args.workload, names, args.density, iterations=args.iterations,
+                    p, bandwidth, args.workload, run_names, density, iterations=args.iterations,
                     warmup=args.warmup, batch_size=args.batch_size,
-                    trace_dir=trace_root / f"{emulation_id}-{args.workload}-w{p}-{label}",
+                    trace_dir=trace_root / f"{emulation_id}-{args.workload}-w{p}-{label}-d{density:g}",
                 )
                 for m in measured:
                     store.register_trace(m["trace"], json.loads((Path(m["trace"]) / "manifest.json").read_text()))
-                rows = _validation_rows(emulation_id, args, p, bandwidth, measured, calibration)
+                rows = _validation_rows(emulation_id, args.workload, density, p, bandwidth, measured, calibration,
+                                        fidelities)
                 store.insert_many("validation", rows)
                 if rows:
                     out += [{**{k: v for k, v in r.items() if k != "detail_json"}, "detail": json.loads(r["detail_json"])}
                             for r in rows]
                 else:
                     out += [{"workers": p, "bandwidth_bps": None, "compressor": m["compressor"],
+                             "density": None if m["compressor"] == "none" else density,
                              "measured_s": m["measured_s"], "detail": {"measured": m}} for m in measured]
             status = "done"
         finally:
             store.set_status("emulations", emulation_id, status)
-    summary = _summary(out)
+    summary = summarize(out)
     if args.json:
         print(json.dumps({"emulation_id": emulation_id, "cores": os.cpu_count(), "calibration_id": calibration[0],
                           "summary": summary, "results": out}))
         return 0
-    print(f"emulation {emulation_id}: {args.workload}, density {args.density:g}, {os.cpu_count()} cores, "
-          f"1 thread per worker; calibration: {calibration[0] if calibration[0] is not None else 'none'}")
-    print(f"{'workers':>7} {'bandwidth':>14} {'compressor':<10} {'measured':>10} {'projected':>10} {'error':>8} {'calib.':>6}")
+    print(f"emulation {emulation_id}: {args.workload}, {os.cpu_count()} cores, 1 thread per worker; "
+          f"calibration: {calibration[0] if calibration[0] is not None else 'none'}")
+    print(f"{'workers':>7} {'bandwidth':>14} {'compressor':<10} {'density':>7} {'measured':>10} {'projected':>10} "
+          f"{'error':>8} {'network':>8} {'fidelity':>8} {'calib.':>6}")
     for r in out:
         bw = format_bandwidth(r["bandwidth_bps"]) if r.get("bandwidth_bps") else "loopback"
+        density = "-" if r.get("density") is None else f"{r['density']:g}"
         if "projected_s" in r:
-            print(f"{r['workers']:>7} {bw:>14} {r['compressor']:<10} {format_seconds(r['measured_s']):>10} "
-                  f"{format_seconds(r['projected_s']):>10} {r['error_pct']:>+7.1f}% {'yes' if r['calibrated'] else 'no':>6}")
+            print(f"{r['workers']:>7} {bw:>14} {r['compressor']:<10} {density:>7} {format_seconds(r['measured_s']):>10} "
+                  f"{format_seconds(r['projected_s']):>10} {r['error_pct']:>+7.1f}% {r['network_share'] * 100:>7.1f}% "
+                  f"{r['fidelity']:>8} {'yes' if r['calibrated'] else 'no':>6}")
         else:
-            print(f"{r['workers']:>7} {bw:>14} {r['compressor']:<10} {format_seconds(r['measured_s']):>10} "
-                  f"{'-':>10} {'-':>8} {'-':>6}")
+            print(f"{r['workers']:>7} {bw:>14} {r['compressor']:<10} {density:>7} {format_seconds(r['measured_s']):>10} "
+                  f"{'-':>10} {'-':>8} {'-':>8} {'-':>8} {'-':>6}")
     for label, value in summary.items():
         print(f"{label}: {value:.1f} %")
     return 0
 
 
-def _summary(results: list[dict[str, Any]]) -> dict[str, float]:
-    """Median |error| (%) of the projections, uncalibrated and calibrated."""
+NETWORK_HEAVY = 0.30  # network share of the iteration above which a cell tests the network model
+
+
+def summarize(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Median and worst |error| (%) of the projections per fidelity, uncalibrated and calibrated,
+    over every cell and over the cells whose network share is at least :data:`NETWORK_HEAVY`."""
     import statistics
 
     summary = {}
-    for calibrated, label in ((0, "median |error| uncalibrated"), (1, "median |error| calibrated")):
-        errors = [abs(r["error_pct"]) for r in results if r.get("calibrated") == calibrated and "error_pct" in r]
-        if errors:
-            summary[label] = statistics.median(errors)
+    for fidelity in dict.fromkeys(r["fidelity"] for r in results if "fidelity" in r):
+        for calibrated, label in ((0, "uncalibrated"), (1, "calibrated")):
+            rows = [r for r in results if r.get("fidelity") == fidelity and r.get("calibrated") == calibrated]
+            for scope, chosen in (("all cells", rows),
+                                  (f"network share >= {NETWORK_HEAVY:.0%}", [r for r in rows if r["network_share"] >= NETWORK_HEAVY])):
+                errors = [abs(r["error_pct"]) for r in chosen]
+                if errors:
+                    summary[f"{fidelity} {label}, {scope}: median |error|"] = statistics.median(errors)
+                    summary[f"{fidelity} {label}, {scope}: worst |error|"] = max(errors)
     return summary
