@@ -94,3 +94,31 @@ def fit_per_op(measurements: Iterable[Mapping[str, Any]]) -> dict[str, Calibrati
         if r.get("bandwidth_bps") and float(r["seconds"]) > 0:
             by_op.setdefault(str(r["op"]), []).append(r)
     return {op: fit(rows) for op, rows in sorted(by_op.items()) if len(rows) >= 2}
+
+
+def compare(measurements: Iterable[Mapping[str, Any]], calibration: Any) -> list[dict[str, Any]]:
+    """Each shaped measurement (``op, workers, nbytes, bandwidth_bps, seconds``) beside the
+    simulator's analytic time for it without and with ``calibration`` (a
+    :class:`simulator.Calibration`): ``uncalibrated_s``, ``calibrated_s`` (s) and their
+    signed errors ``uncalibrated_error_pct``, ``calibrated_error_pct`` (% of the measurement).
+    An all-gather's ``nbytes`` is its gathered output, so each rank contributes ``nbytes/p``."""
+    import simulator
+
+    out = []
+    for r in measurements:
+        if not r.get("bandwidth_bps") or not float(r["seconds"]) > 0:
+            continue
+        p, seconds = int(r["workers"]), float(r["seconds"])
+        nbytes = float(r["nbytes"]) / p if r["op"] == "allgather" else float(r["nbytes"])
+        times = {
+            label: simulator.collective_time(r["op"], nbytes, p, float(r["bandwidth_bps"]), 0.0, fidelity="analytic",
+                                             calibration=cal)
+            for label, cal in (("uncalibrated", None), ("calibrated", calibration))
+        }
+        out.append({
+            "op": r["op"], "workers": p, "nbytes": int(r["nbytes"]), "bandwidth_bps": float(r["bandwidth_bps"]),
+            "seconds": seconds,
+            **{f"{label}_s": t for label, t in times.items()},
+            **{f"{label}_error_pct": (t - seconds) / seconds * 100.0 for label, t in times.items()},
+        })
+    return out

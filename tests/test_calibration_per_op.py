@@ -142,3 +142,28 @@ def test_sidco_calibrate_stores_and_prints_a_fit_per_op(tmp_path, capsys):
     assert main(["calibrate", "--store", str(path)]) == 0
     text = capsys.readouterr().out
     assert "allgather" in text and "allreduce" in text and "fit error" in text
+
+
+def test_calibrate_check_holds_out_an_emulation_and_compares(tmp_path, capsys):
+    path = tmp_path / "r.sqlite"
+    truth = {"allreduce": AR, "allgather": AG}
+    with Store(path) as store:
+        with store.transaction() as cur:
+            for _ in range(2):
+                cur.execute("INSERT INTO emulations(created, kind, config_json, cores, status) "
+                            "VALUES(0, 'collective', '{}', 2, 'done')")
+        store.insert_many("collective_measurements", [{"emulation_id": 1, **r} for r in _measurements(truth)])
+        # the held-out run is 10 % slower than the fitted one: it must not move the fit
+        held = [{**r, "seconds": r["seconds"] * 1.1} for r in _measurements(truth, bandwidths=(100e6,))]
+        store.insert_many("collective_measurements", [{"emulation_id": 2, **r} for r in held])
+    assert main(["calibrate", "--store", str(path), "--check", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["emulation_ids"] == [1]
+    assert len(out["check"]) == len(held)
+    for c in out["check"]:
+        assert c["calibrated_error_pct"] == pytest.approx(100 / 1.1 - 100, rel=1e-5)
+    gather = [c for c in out["check"] if c["op"] == "allgather" and c["nbytes"] == 1 << 24][0]
+    # uncalibrated ring all-gather of 16 MiB gathered on 2 ranks at 100 Mbit/s: 8 MiB one way
+    assert gather["uncalibrated_s"] == pytest.approx((1 << 23) * 8 / 100e6, rel=1e-9)
+    assert main(["calibrate", "--store", str(path), "--check", "7"]) == 2
+    assert "--check" in capsys.readouterr().err

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from emulation.calibration import CalibrationFit, fit, fit_per_op
+from emulation.calibration import CalibrationFit, compare, fit, fit_per_op
 from sidco.commands import add_store_argument
 from results.store import Store
+from simulator.calibration import Calibration
+from simulator.units import format_bandwidth, format_bytes, format_seconds
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,6 +36,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         help="use only the collective measurements of this emulation id (repeatable; default: all)",
     )
+    parser.add_argument(
+        "--check",
+        type=int,
+        action="append",
+        help="hold out this emulation's collective measurements (repeatable): they are not fitted, and "
+             "each is printed beside the simulator's time for it without and with the new calibration",
+    )
     parser.add_argument("--json", action="store_true", help="print the fit as JSON on stdout")
     parser.set_defaults(func=run)
 
@@ -49,7 +58,12 @@ def run(args: argparse.Namespace) -> int:
         if args.emulation:
             sql += f" AND m.emulation_id IN ({', '.join('?' for _ in args.emulation)})"
             params = list(args.emulation)
-        rows = [dict(r) for r in store.query(sql, params)]
+        measured = [dict(r) for r in store.query(sql, params)]
+        held_out = set(args.check or ())
+        rows = [r for r in measured if r["emulation_id"] not in held_out]
+        checks = [r for r in measured if r["emulation_id"] in held_out]
+        if held_out and not checks:
+            raise ValueError(f"--check: no collective measurements in emulation(s) {sorted(held_out)}")
         pooled = fit(rows)
         per_op = fit_per_op(rows)
         emulations = sorted({r["emulation_id"] for r in rows})
@@ -63,9 +77,10 @@ def run(args: argparse.Namespace) -> int:
             stored(pooled, "ring alpha-beta, all operations, weighted by 1/t"),
             {op: stored(f, f"ring alpha-beta, {op} only, weighted by 1/t") for op, f in per_op.items()},
         )
+    check = compare(checks, Calibration.load(args.store, calibration_id)) if checks else []
     if args.json:
         print(json.dumps({"calibration_id": calibration_id, "emulation_ids": emulations, **pooled.as_dict(),
-                          "ops": {op: f.as_dict() for op, f in per_op.items()}}, sort_keys=True))
+                          "ops": {op: f.as_dict() for op, f in per_op.items()}, "check": check}, sort_keys=True))
         return 0
     print(f"calibration {calibration_id} (collective measurements of emulations {', '.join(map(str, emulations))}):")
     print(f"{'op':<10} {'alpha':>10} {'efficiency':>10} {'points':>6} {'fit error median':>17} {'max':>8}")
@@ -73,4 +88,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"{op:<10} {result.alpha_s * 1e6:>7.1f} us {result.efficiency:>10.3f} {result.points:>6} "
               f"{result.median_abs_error_pct:>15.1f} % {result.max_abs_error_pct:>6.1f} %")
     print(f"beta (all ops) = {pooled.beta_s_per_byte * 1e9:.2f} ns/byte at {pooled.reference_bandwidth_bps / 1e6:g} Mbit/s")
+    if check:
+        print(f"held-out measurements (emulations {', '.join(map(str, sorted(held_out)))}), analytic ring model:")
+        print(f"{'op':<10} {'workers':>7} {'bandwidth':>14} {'size':>10} {'measured':>10} {'uncalib.':>10} {'error':>8} "
+              f"{'calib.':>10} {'error':>8}")
+        for c in check:
+            print(f"{c['op']:<10} {c['workers']:>7} {format_bandwidth(c['bandwidth_bps']):>14} {format_bytes(c['nbytes']):>10} "
+                  f"{format_seconds(c['seconds']):>10} {format_seconds(c['uncalibrated_s']):>10} "
+                  f"{c['uncalibrated_error_pct']:>+7.1f}% {format_seconds(c['calibrated_s']):>10} {c['calibrated_error_pct']:>+7.1f}%")
     return 0
