@@ -223,11 +223,12 @@ def scenarios(store: Store, sweep_id: int, **equal: Any) -> list[dict[str, Any]]
 
 
 def validation(store: Store) -> list[dict[str, Any]]:
-    """Validation rows (measured vs projected iteration time, seconds; error in %)."""
+    """Validation rows (measured vs projected iteration time, seconds; error in %; the projection's
+    ``fidelity`` and ``network_share``, transfer time ÷ iteration, 0..1; both NULL in older rows)."""
     return _dicts(
         store.query(
             "SELECT v.emulation_id, v.workload, v.compressor, v.density, v.workers, v.bandwidth_bps,"
-            " v.measured_s, v.projected_s, v.error_pct, v.calibrated"
+            " v.measured_s, v.projected_s, v.error_pct, v.calibrated, v.fidelity, v.network_share"
             " FROM validation v ORDER BY v.workload, v.compressor, v.workers, v.bandwidth_bps"
         )
     )
