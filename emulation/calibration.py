@@ -88,12 +88,19 @@ def fit(measurements: Iterable[Mapping[str, Any]]) -> CalibrationFit:
 
 
 def fit_per_op(measurements: Iterable[Mapping[str, Any]]) -> dict[str, CalibrationFit]:
-    """One :func:`fit` per operation (``op``) that has at least two usable measurements."""
-    by_op: dict[str, list[Mapping[str, Any]]] = {}
+    """One :func:`fit` per operation (``op``) that has at least two usable measurements and, for
+    an operation measured at more than one worker count, one per count (key ``"<op>@<workers>"``)
+    with at least two measurements."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
     for r in measurements:
         if r.get("bandwidth_bps") and float(r["seconds"]) > 0:
-            by_op.setdefault(str(r["op"]), []).append(r)
-    return {op: fit(rows) for op, rows in sorted(by_op.items()) if len(rows) >= 2}
+            groups.setdefault(str(r["op"]), []).append(r)
+    for op, rows in list(groups.items()):
+        counts = sorted({int(r["workers"]) for r in rows})
+        if len(counts) > 1:
+            for p in counts:
+                groups[f"{op}@{p}"] = [r for r in rows if int(r["workers"]) == p]
+    return {key: fit(rows) for key, rows in sorted(groups.items()) if len(rows) >= 2}
 
 
 def compare(measurements: Iterable[Mapping[str, Any]], calibration: Any) -> list[dict[str, Any]]:

@@ -2,10 +2,13 @@
 
 A calibration holds one pooled fit (every operation alike) and, when the collectives were
 measured per operation, one fit per operation (``ops``: ``allreduce``, ``allgather``, ...).
-Each fit is an α (s, added to the link latency of every message step) and an efficiency
-(links run at ``efficiency × bandwidth``); :meth:`Calibration.latency` and
-:meth:`Calibration.bandwidth` apply the fit of the operation asked for, or the pooled one
-for an operation that was not measured on its own.
+Where an operation was measured at several worker counts it also holds one fit per count,
+keyed ``"<op>@<workers>"`` (e.g. ``allgather@2``: gloo's two-rank all-gather sends and
+receives on one connection and reaches a smaller share of the link than at three or more
+ranks). Each fit is an α (s, added to the link latency of every message step) and an
+efficiency (links run at ``efficiency × bandwidth``); :meth:`Calibration.latency` and
+:meth:`Calibration.bandwidth` apply the most specific fit there is: the operation's at that
+worker count, else the operation's, else the pooled one.
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ class Calibration:
     ``beta_s_per_byte``: seconds per byte at the calibration's reference bandwidth (kept
     for reference); ``efficiency``: the fraction of nominal bandwidth a collective achieves
     (> 0); links run at ``efficiency × bandwidth``. ``ops`` maps an operation name
-    (``allreduce``, ``allgather``, as in :func:`simulator.collective_time`) to its own
-    :class:`OpFit`; operations missing there use the pooled constants. ``calibration_id``:
+    (``allreduce``, ``allgather``, as in :func:`simulator.collective_time`), or an operation at
+    one worker count (``allgather@2``), to its own :class:`OpFit`; operations missing there
+    use the pooled constants. ``calibration_id``:
     the store row it was read from (``None`` when built in memory).
     """
 
@@ -67,19 +71,22 @@ class Calibration:
         if not self.beta_s_per_byte >= 0:
             raise ValueError(f"calibration beta_s_per_byte must be >= 0, got {self.beta_s_per_byte!r}")
 
-    def fit_for(self, op: str | None) -> OpFit:
-        """The fit applied to ``op`` (its own, else the pooled one; ``None``: pooled)."""
-        if op is not None and op in self.ops:
-            return self.ops[op]
+    def fit_for(self, op: str | None, workers: int | None = None) -> OpFit:
+        """The fit applied to ``op`` on ``workers`` ranks: ``op@workers``'s, else ``op``'s, else
+        the pooled one (``op`` ``None``: pooled)."""
+        if op is not None:
+            for key in ((f"{op}@{workers}",) if workers is not None else ()) + (op,):
+                if key in self.ops:
+                    return self.ops[key]
         return OpFit(self.alpha_s, self.efficiency)
 
-    def latency(self, latency_s: float, op: str | None = None) -> float:
-        """Effective per-message latency (s) of ``op``."""
-        return latency_s + self.fit_for(op).alpha_s
+    def latency(self, latency_s: float, op: str | None = None, workers: int | None = None) -> float:
+        """Effective per-message latency (s) of ``op`` on ``workers`` ranks."""
+        return latency_s + self.fit_for(op, workers).alpha_s
 
-    def bandwidth(self, bandwidth_bps: float, op: str | None = None) -> float:
-        """Effective link bandwidth (bits/s) of ``op``."""
-        return bandwidth_bps * self.fit_for(op).efficiency
+    def bandwidth(self, bandwidth_bps: float, op: str | None = None, workers: int | None = None) -> float:
+        """Effective link bandwidth (bits/s) of ``op`` on ``workers`` ranks."""
+        return bandwidth_bps * self.fit_for(op, workers).efficiency
 
     @classmethod
     def from_rows(cls, rows: list[Mapping]) -> Calibration:

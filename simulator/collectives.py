@@ -192,11 +192,13 @@ def collective_time(
     message (s); ``padded``: all-gather pads every block to the largest (as gloo needs);
     ``servers``: dedicated parameter servers (``ps`` with ``algorithm="dedicated"``);
     ``calibration``: fitted constants; ``op``'s own α (added to ``latency_s``) and efficiency
-    (× ``bandwidth_bps``) apply to the inter-node links, the pooled fit if ``op`` has none.
+    (× ``bandwidth_bps``) at ``nodes`` ranks apply to the inter-node links (see
+    :meth:`Calibration.fit_for`: else ``op``'s fit, else the pooled one).
     """
     check_args(op, algorithm, nodes, bandwidth_bps, latency_s, fidelity)
     if calibration is not None:
-        bandwidth_bps, latency_s = calibration.bandwidth(bandwidth_bps, op), calibration.latency(latency_s, op)
+        bandwidth_bps = calibration.bandwidth(bandwidth_bps, op, nodes)
+        latency_s = calibration.latency(latency_s, op, nodes)
     if nbytes < 0:
         raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
     if op == "ps" and algorithm == "dedicated" and not 1 <= servers <= nodes:

@@ -91,10 +91,11 @@ def worker_scales(sc: Scenario) -> np.ndarray:
 
 def _levels(sc: Scenario, op: str | None = None) -> tuple[Level, Level]:
     """The flat and intra-node link levels; the flat one with the calibration of ``op``
-    (``allreduce``, ``allgather``, ``ps``; ``None``: the pooled fit) applied."""
+    (``allreduce``, ``allgather``, ``ps``; ``None``: the pooled fit) on ``sc.nodes`` ranks applied."""
     bandwidth, latency = sc.bandwidth_bps, sc.latency_s
     if sc.calibration is not None:
-        bandwidth, latency = sc.calibration.bandwidth(bandwidth, op), sc.calibration.latency(latency, op)
+        bandwidth = sc.calibration.bandwidth(bandwidth, op, sc.nodes)
+        latency = sc.calibration.latency(latency, op, sc.nodes)
     flat = Level(bandwidth / 8.0 / sc.oversubscription, latency)
     return flat, Level(sc.intra_bandwidth_bps / 8.0, sc.intra_latency_s)
 

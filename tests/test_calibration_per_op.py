@@ -167,3 +167,20 @@ def test_calibrate_check_holds_out_an_emulation_and_compares(tmp_path, capsys):
     assert gather["uncalibrated_s"] == pytest.approx((1 << 23) * 8 / 100e6, rel=1e-9)
     assert main(["calibrate", "--store", str(path), "--check", "7"]) == 2
     assert "--check" in capsys.readouterr().err
+
+
+def test_fit_per_op_and_worker_count_where_counts_differ():
+    two = _measurements({"allgather": AG})
+    four = [{**r, "workers": 4, "seconds": collective_seconds("allgather", r["nbytes"], 4, r["bandwidth_bps"], 2e-4, 0.9)}
+            for r in _measurements({"allgather": AG})]
+    fits = fit_per_op(two + four)
+    assert set(fits) == {"allgather", "allgather@2", "allgather@4"}
+    assert fits["allgather@2"].efficiency == pytest.approx(0.6, rel=1e-6)
+    assert fits["allgather@4"].efficiency == pytest.approx(0.9, rel=1e-6)
+    cal = Calibration(5e-4, 8e-8, 0.8, {k: OpFit(f.alpha_s, f.efficiency) for k, f in fits.items()})
+    assert cal.fit_for("allgather", 4).efficiency == pytest.approx(0.9, rel=1e-6)
+    assert cal.fit_for("allgather", 8) == cal.ops["allgather"]  # unmeasured count: the op's own fit
+    assert cal.fit_for("allreduce", 2) == OpFit(5e-4, 0.8)  # unmeasured op: pooled
+    for p, f in ((2, AG), (4, OpFit(2e-4, 0.9))):
+        assert simulator.collective_time("allgather", MB, p, 100e6, 0.0, fidelity="analytic", calibration=cal) == \
+            pytest.approx((p - 1) * (f.alpha_s + MB * 8 / (100e6 * f.efficiency)), rel=1e-5)

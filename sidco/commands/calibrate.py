@@ -83,9 +83,9 @@ def run(args: argparse.Namespace) -> int:
                           "ops": {op: f.as_dict() for op, f in per_op.items()}, "check": check}, sort_keys=True))
         return 0
     print(f"calibration {calibration_id} (collective measurements of emulations {', '.join(map(str, emulations))}):")
-    print(f"{'op':<10} {'alpha':>10} {'efficiency':>10} {'points':>6} {'fit error median':>17} {'max':>8}")
+    print(f"{'op':<12} {'alpha':>10} {'efficiency':>10} {'points':>6} {'fit error median':>17} {'max':>8}")
     for op, result in [("all ops", pooled), *per_op.items()]:
-        print(f"{op:<10} {result.alpha_s * 1e6:>7.1f} us {result.efficiency:>10.3f} {result.points:>6} "
+        print(f"{op:<12} {result.alpha_s * 1e6:>7.1f} us {result.efficiency:>10.3f} {result.points:>6} "
               f"{result.median_abs_error_pct:>15.1f} % {result.max_abs_error_pct:>6.1f} %")
     print(f"beta (all ops) = {pooled.beta_s_per_byte * 1e9:.2f} ns/byte at {pooled.reference_bandwidth_bps / 1e6:g} Mbit/s")
     if check:
