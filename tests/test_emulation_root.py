@@ -141,3 +141,29 @@ def test_training_end_to_end_two_bandwidths(tmp_path, capsys):
         assert len(store.query("SELECT * FROM validation WHERE calibrated = 0")) == 4
         assert len(store.traces()) == 4
     assert leftovers() == []
+
+
+@pytest.mark.slow
+def test_median_error_of_a_small_network_heavy_grid(tmp_path, capsys):
+    """Regression guard of the projection: a small grid whose dense cell spends most of its
+    iteration on the network; the median |error| over its rows (both fidelities) stays <= 10 %."""
+    import json
+    import statistics
+
+    from sidco.cli import main
+
+    code = main([
+        "emulate", "--workers", "2", "--bandwidth", "20Mbit", "--workload", "resnet20",
+        "--compressors", "none,topk", "--density", "0.1", "--iterations", "6", "--warmup", "2",
+        "--batch-size", "4", "--calibration", "none", "--fidelity", "analytic,des",
+        "--store", str(tmp_path / "r.sqlite"), "--json",
+    ])
+    assert code == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    assert sorted((r["compressor"], r["fidelity"]) for r in rows) == [
+        ("none", "analytic"), ("none", "des"), ("topk", "analytic"), ("topk", "des")]
+    dense = [r for r in rows if r["compressor"] == "none"]
+    assert all(r["network_share"] >= 0.3 for r in dense), dense
+    errors = [abs(r["error_pct"]) for r in rows]
+    assert statistics.median(errors) <= 10, [(r["compressor"], r["fidelity"], round(r["error_pct"], 1)) for r in rows]
+    assert leftovers() == []
