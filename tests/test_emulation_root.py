@@ -138,7 +138,9 @@ def test_training_end_to_end_two_bandwidths(tmp_path, capsys):
         assert r["detail"]["measured"]["buckets"], r
     with Store(store_path) as store:
         assert store.query("SELECT status FROM emulations")[0]["status"] == "done"
-        assert len(store.query("SELECT * FROM validation WHERE calibrated = 0")) == 4
+        # one row per cell and fidelity (analytic and des by default)
+        assert len(store.query("SELECT * FROM validation WHERE calibrated = 0 AND fidelity = 'analytic'")) == 4
+        assert len(store.query("SELECT * FROM validation WHERE calibrated = 0 AND fidelity = 'des'")) == 4
         assert len(store.traces()) == 4
     assert leftovers() == []
 
