@@ -167,3 +167,10 @@ def project(
         )
         results[name] = {**_mean_over_seeds(scenario), "jitter": jitter}
     return results
+
+
+def network_share(projected: Mapping[str, Any]) -> float:
+    """The network share of a projected iteration (a :func:`simulator.simulate` result):
+    transfer time, exposed and hidden behind backward (``comm_s``, s per worker), ÷ iteration
+    time (``iteration_s``, s); dimensionless, 0..1."""
+    return float(projected["comm_s"]) / float(projected["iteration_s"]) if projected["iteration_s"] > 0 else 0.0

@@ -249,3 +249,13 @@ def test_independent_jitter_needs_two_ranks_with_passes():
     assert independent_jitter(_passes([[0.1, 0.2]])) is None
     assert independent_jitter(_passes([[0.1], []])) is None
     assert independent_jitter([]) is None
+
+
+def test_network_share_is_transfer_time_over_iteration():
+    import simulator
+    from emulation.projection import network_share
+
+    wl = simulator.Workload((simulator.Layer("a", 8_000_000, 0.010),), forward_s=0.020, optimizer_s=0.002, batch_size=1)
+    r = simulator.simulate(simulator.Scenario(wl, 2, 8e9, 0.0, bucket_mode="single"))
+    comm = 8_000_000 / 1e9  # ring all-reduce on 2 ranks: 2·(1/2)·n/B, B = 1e9 bytes/s
+    assert network_share(r) == pytest.approx(comm / (0.020 + 0.010 + comm + 0.002), rel=1e-9)

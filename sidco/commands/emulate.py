@@ -188,19 +188,13 @@ def _calibration(store: Store, choice: str) -> tuple[int | None, Any]:
     return calibration.calibration_id, calibration
 
 
-def network_share(projected: dict[str, Any]) -> float:
-    """The projected network share of the iteration: transfer time (exposed and hidden behind
-    backward; seconds per worker) ÷ iteration time (dimensionless, 0..1)."""
-    return projected["comm_s"] / projected["iteration_s"] if projected["iteration_s"] > 0 else 0.0
-
-
 def _validation_rows(
     emulation_id: int, workload: str, density: float, workers: int, bandwidth: float | None,
     measured: list[dict[str, Any]], calibration: tuple[int | None, Any], fidelities: list[str],
 ) -> list[dict[str, Any]]:
     """Project every measured run from its own trace with every fidelity, uncalibrated and
     (if any) calibrated."""
-    from emulation.projection import project
+    from emulation.projection import network_share, project
 
     if bandwidth is None:
         return []
