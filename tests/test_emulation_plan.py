@@ -92,7 +92,7 @@ def test_tbf_burst_shapes_every_grid_message(bandwidth):
     assert burst >= FRAME_BYTES
     # ... and, at every rate, lets at most 5 % of a 64 KiB message (the grid's smallest) out unshaped
     assert burst <= 0.05 * 64 * 1024
-    assert limit >= 64 * 1024 and limit >= burst
+    assert limit >= 2 * 1024 * 1024 and limit >= burst
     assert tbf_parameters(bandwidth * 2)[1] >= limit
 
 

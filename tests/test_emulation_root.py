@@ -113,6 +113,25 @@ def test_small_message_is_shaped():
     assert 0.9 * expected < min(gather["repeats_s"]) < 2.5 * expected, gather
 
 
+def _qdisc_drops(namespace: str, device: str) -> int:
+    import re
+
+    out = subprocess.run(["tc", "-n", namespace, "-s", "qdisc", "show", "dev", device],
+                         capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"dropped (\d+)", out).group(1))
+
+
+def test_slow_links_drop_nothing():
+    # at 10 Mbit/s a 100 ms queue (125 kB) dropped hundreds of segments of a 1 MiB all-reduce
+    plan = make_plan(2, 10e6)
+    with Network(plan):
+        run_workers("emulation.collective_worker", ["--ops", "allreduce", "--bytes", "1048576", "--repeats", "1"],
+                    2, plan, 120)
+        drops = [_qdisc_drops(ns, plan.ifname) for ns in plan.worker_ns]
+        drops += [_qdisc_drops(plan.bridge_ns, f"vp{i}") for i in range(2)]
+    assert drops == [0, 0, 0, 0]
+
+
 @pytest.mark.slow
 def test_training_end_to_end_two_bandwidths(tmp_path, capsys):
     import json
