@@ -97,7 +97,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--workload", default="resnet20", help="built-in workload (traces.workloads)")
     train.add_argument("--compressors", default="none,topk,dgc,sidco-e", help="compressors, comma-separated")
     train.add_argument("--density", default="0.01",
-                       help="target densities, comma-separated (fraction of elements sent; 'none' runs once)")
+                       help="target densities, comma-separated (fraction of elements sent); the dense 'none' runs once per network")
     train.add_argument("--iterations", type=int, default=30, help="timed iterations per compressor (after warm-up)")
     train.add_argument("--warmup", type=int, default=5, help="warm-up iterations excluded from the median")
     train.add_argument("--batch-size", type=int, default=16, help="samples per worker per iteration")
