@@ -50,9 +50,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _forward_backward(model: DistributedDataParallel, workload: Any, batches: Any) -> tuple[float, float, float]:
-    """Run forward and backward on the next batch; returns the ``time.perf_counter`` readings (s)
-    at the start, after forward and after backward."""
+    """Run forward (with DDP's buffer broadcast, as in training) and backward on the next batch;
+    returns the ``time.perf_counter`` readings (s) at the start, after forward and after backward."""
     inputs, targets = next(batches)
+    # DDP broadcasts rank 0's buffers at the start of a forward when the previous forward was
+    # synchronised, as every forward of real training is; the interleaved no_sync passes would
+    # otherwise move that broadcast out of the timed forwards and into the compute-only ones.
+    model.require_forward_param_sync = True
     start = time.perf_counter()
     loss = workload.loss(model(inputs), targets)
     forward_end = time.perf_counter()
