@@ -1,7 +1,8 @@
 """Gradient compressors: SIDCo-E/-P/-GP and their peers, error feedback, DGC momentum memory.
 
-Roles compose as in GRACE: a *compressor* turns a 1-D gradient into a :class:`Sparse` selection
-(``compress``) and back (``decompress``); a *memory* (:class:`ErrorFeedback`, :class:`DGCMemory`)
+Roles compose as in GRACE: a *compressor* turns a 1-D gradient into a message
+(``compress``: a :class:`Sparse` selection, or for ``fp16``/``bf16`` a :class:`Dense` cast and for
+``powersgd`` a :class:`LowRank` pair of factors) and back (``decompress``); a *memory* (:class:`ErrorFeedback`, :class:`DGCMemory`)
 keeps per-key state around any compressor.
 
 >>> import torch, compressors
@@ -16,10 +17,13 @@ import importlib
 from typing import Any
 
 from compressors.base import Compressor
+from compressors.dense import BF16, FP16
 from compressors.dgc import DGC
 from compressors.exact import NoCompression, TopK
 from compressors.gaussiank import GaussianK
 from compressors.memory import DGCMemory, ErrorFeedback, Memory
+from compressors.messages import Dense, LowRank, Message
+from compressors.powersgd import PowerSGD
 from compressors.randomk import RandomK
 from compressors.redsync import RedSync
 from compressors.sidco import SIDCo, SIDCoE, SIDCoGP, SIDCoP
@@ -27,19 +31,41 @@ from compressors.sparse import Sparse
 
 _REGISTRY: dict[str, type[Compressor]] = {
     cls.name: cls
-    for cls in (NoCompression, TopK, RandomK, DGC, GaussianK, RedSync, SIDCoE, SIDCoP, SIDCoGP)
+    for cls in (NoCompression, TopK, RandomK, DGC, GaussianK, RedSync, SIDCoE, SIDCoP, SIDCoGP, FP16, BF16,
+                PowerSGD)
 }
 
+MESSAGES: tuple[str, ...] = ("sparse", "dense", "lowrank")
+"""Kinds of message a compressor returns (``Compressor.message``)."""
+
 __all__ = [
-    "Compressor", "Sparse", "Memory", "ErrorFeedback", "DGCMemory", "names", "create",
+    "Compressor", "Sparse", "Dense", "LowRank", "Message", "MESSAGES", "Memory", "ErrorFeedback", "DGCMemory", "names", "create",
     "NoCompression", "TopK", "RandomK", "DGC", "GaussianK", "RedSync", "SIDCo", "SIDCoE",
-    "SIDCoP", "SIDCoGP",
+    "SIDCoP", "SIDCoGP", "FP16", "BF16", "PowerSGD", "message_kind", "exchange",
 ]
 
 
-def names() -> list[str]:
-    """Names accepted by :func:`create`, in a stable order."""
-    return list(_REGISTRY)
+def names(message: str | None = None) -> list[str]:
+    """Names accepted by :func:`create`, in a stable order; only those returning ``message``
+    (``"sparse"``, ``"dense"`` or ``"lowrank"``) when it is given."""
+    if message is not None and message not in MESSAGES:
+        raise ValueError(f"unknown message kind {message!r}; choose from {', '.join(MESSAGES)}")
+    return [name for name, cls in _REGISTRY.items() if message is None or cls.message == message]
+
+
+def message_kind(name: str) -> str:
+    """The kind of message compressor ``name`` returns: ``"sparse"``, ``"dense"`` or ``"lowrank"``."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown compressor {name!r}; choose from {', '.join(_REGISTRY)}")
+    return _REGISTRY[name].message
+
+
+def exchange(name: str, **options: Any) -> str:
+    """How workers combine compressor ``name``'s messages: ``"allreduce"`` (``none``, the dense
+    casts, PowerSGD, Random-k with a shared ``seed``) or ``"allgather"`` (the sparse selections)."""
+    if message_kind(name) != "sparse" or name == "none" or (name == "randomk" and options.get("seed") is not None):
+        return "allreduce"
+    return "allgather"
 
 
 def create(name: str, density: float = 1.0, **options: Any) -> Compressor:

@@ -1,4 +1,8 @@
-"""The compressor role: ``compress(grad) -> Sparse`` and ``decompress(Sparse) -> dense``."""
+"""The compressor role: ``compress(grad) -> message`` and ``decompress(message) -> dense``.
+
+Messages are :class:`~compressors.sparse.Sparse` (values at indices) or, for the dense and
+low-rank compressors, the siblings in :mod:`compressors.messages`.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +17,16 @@ class Compressor:
 
     Subclasses implement :meth:`_compress` for a validated, non-empty 1-D floating tensor.
     ``density`` is the target fraction of elements sent, in (0, 1].
+
+    Class attributes: ``name`` (the registry name) and ``message`` (the kind of message it
+    returns: ``"sparse"``, ``"dense"`` or ``"lowrank"``). Instance attribute ``backend``: what ran
+    the last call, ``"native"`` (the fused C kernels), ``"torch"`` (torch on the CPU) or
+    ``"cuda"`` (torch on a GPU); before the first call, ``"torch"``.
     """
 
     name = "base"
+    message = "sparse"
+    backend = "torch"
 
     def __init__(self, density: float):
         self.density = check_density(density)
@@ -27,7 +38,8 @@ class Compressor:
         A non-empty gradient never yields an empty selection.
         """
         grad = check_gradient(grad)
-        if grad.numel() == 0:
+        self.backend = "cuda" if grad.is_cuda else "torch"
+        if grad.numel() == 0 and self.message == "sparse":
             return Sparse(grad, torch.empty(0, dtype=torch.int64, device=grad.device), 0)
         return self._compress(grad)
 

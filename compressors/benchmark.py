@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 import compressors
+from compressors.identity import device_identity
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
 
@@ -34,6 +35,12 @@ def gradient_like(size: int, seed: int = 0, device: str | torch.device = "cpu",
         student = torch.randn(size, generator=gen) / torch.sqrt(chi2.sample((size,)) / 3.0)
     heavy = torch.rand(size, generator=gen) < 0.3
     return (torch.where(heavy, student, laplace) * 1e-3).to(device=device, dtype=dtype)
+
+
+def density_bound(name: str) -> bool:
+    """Whether compressor ``name`` sends a chosen fraction of elements (runs at every density);
+    ``none`` and the dense and low-rank compressors do not (they run once, at density 1)."""
+    return name != "none" and compressors.message_kind(name) == "sparse"
 
 
 def _timer(device: torch.device) -> Callable[[Callable[[], Any]], tuple[float, Any]]:
@@ -60,7 +67,9 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
     change of machine load between the two rows cancels), speedup_vs_topk_raw (topk compress_ms /
     compress_ms), compress_min_ms / floor_min_ms / over_floor_min / speedup_vs_topk_min (the same
     from the fastest repeat: on a shared machine the minimum is the least disturbed estimate), achieved_over_target, selected, stages, wire_bytes,
-    repeats, warmup, threads. ``none`` runs once at density 1. ``threads`` sets torch's (and the
+    repeats, warmup, threads, backend (what ran the timed calls: ``native``, ``torch`` or ``cuda``),
+    device_identity (CPU model and SIMD flags, or the GPU's name). ``none``, ``fp16``, ``bf16`` and
+    ``powersgd`` (rank 1, the vector as one square matrix) run once at density 1. ``threads`` sets torch's (and the
     native kernels') CPU thread count for the run (default: leave it as it is).
     """
     if size < 1:
@@ -87,7 +96,9 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
     timed = _timer(dev)
     out = torch.empty_like(grad)
     rows = []
-    plan = [(n, 1.0) for n in names if n == "none"] + [(n, d) for d in densities for n in names if n != "none"]
+    plan = [(n, 1.0) for n in names if not density_bound(n)] + [(n, d) for d in densities for n in names
+                                                                 if density_bound(n)]
+    identity = device_identity(dev)
     for name, density in plan:
         if progress:
             progress(f"{name} δ={density:g}")
@@ -110,6 +121,7 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
             "achieved_over_target": sparse.selected / (density * size),
             "selected": sparse.selected, "stages": sparse.stages, "wire_bytes": sparse.wire_bytes(),
             "repeats": repeats, "warmup": warmup, "threads": torch.get_num_threads(),
+            "backend": c.backend, "device_identity": identity,
         })
     for r in rows:
         r["over_floor"] = r["compress_ms"] / r["floor_ms"]

@@ -47,6 +47,15 @@ buckets; ``state.iteration`` is the number of completed steps.
 A compressor that rejects its input on one rank (``ValueError``, e.g. NaN in the
 gradient) makes every rank raise ``ValueError`` in the same step: the failure travels in
 the first collective (a count of -1, or the flag), so no rank is left waiting for a peer.
+
+The dense and low-rank baselines are PyTorch's own hooks, delegated to unchanged
+(:func:`comm_hook` with ``"fp16"``, ``"bf16"`` or ``"powersgd"`` returns a
+:class:`TorchHookState` and :func:`torch_hook`): ``default_hooks.fp16_compress_hook`` /
+``bf16_compress_hook`` (divide by the world size, cast, all-reduce, cast back) and
+``powerSGD_hook.powerSGD_hook`` with its ``PowerSGDState``. The wrapper only counts steps and
+writes the same per-bucket log (``path`` ``"allreduce-fp16"``, ``"allreduce-bf16"``,
+``"powersgd"``, or ``"allreduce"`` for PowerSGD's plain all-reduce steps before
+``start_iter``), so the gradients are bit for bit those of the PyTorch hook registered directly.
 """
 
 import collections
@@ -56,6 +65,8 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_powersgd
 
 import compressors
 from compressors._validate import target_count
@@ -63,12 +74,16 @@ from compressors.base import Compressor
 from compressors.ddp_exchange import resolve_gather, sparse_allgather_sum
 from compressors.ddp_memory import BucketMemory, layout_of
 from compressors.memory import DGCMemory, ErrorFeedback, Memory
+from compressors.powersgd import plan as powersgd_plan
 
 HookFn = Callable[["CompressionHookState", dist.GradBucket], torch.futures.Future[torch.Tensor]]
 
 MEMORIES: tuple[str, ...] = ("residual", "dgc-momentum", "none")
 """``residual``: error feedback; ``dgc-momentum``: DGC's momentum correction and masking
 (then run the optimizer without momentum); ``none``: no memory."""
+
+TORCH_HOOKS: tuple[str, ...] = ("fp16", "bf16", "powersgd")
+"""Compressors whose DDP hook is PyTorch's own (see the module docstring)."""
 
 SEED_STRIDE = 1_000_003
 """Per-bucket seed offset for shared-seed Random-k (buckets draw different indices)."""
@@ -145,9 +160,23 @@ def comm_hook(
         **options: passed to ``compressors.create`` (e.g. ``stages=2`` for SIDCo,
             ``seed=0`` for Random-k with indices shared by all ranks).
 
+    ``"fp16"``, ``"bf16"``, ``"powersgd"``: PyTorch's hooks (module docstring); ``density``
+    is ignored. fp16/bf16 keep no memory (PyTorch's hooks have none). PowerSGD's options:
+    ``rank`` (1), ``start_iter`` (steps of plain all-reduce first; default 2, PyTorch's minimum
+    with error feedback or warm start), ``min_compression_rate`` (2), ``warm_start`` (True),
+    ``seed`` (0), ``epsilon`` (0), ``batch_same_shape`` (False); ``memory="residual"`` is
+    PyTorch's ``use_error_feedback=True``, ``memory="none"`` turns it off. On gloo, PyTorch's
+    PowerSGD hook hangs with more than one bucket (it waits on collectives inside future
+    callbacks, and the ranks' callbacks then issue them in different orders): on gloo a second
+    bucket raises ``ValueError`` on every rank at the first PowerSGD step instead; use one bucket
+    (``bucket_cap_mb`` above the model size) there. PyTorch's bf16 hook runs on gloo through this
+    wrapper although DDP refuses to register it directly on a non-NCCL backend.
+
     Bad input (unknown compressor, density outside (0, 1], unknown option, memory or
     gather method) raises ``ValueError`` here, before training starts.
     """
+    if name in TORCH_HOOKS:
+        return _torch_hook_state(name, density, process_group, memory, log_size, options)
     resolve_gather(gather)
     if memory not in MEMORIES:
         raise ValueError(f"memory {memory!r} is not one of {', '.join(MEMORIES)}")
@@ -265,3 +294,105 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
     exchange = sparse_allgather_sum(values, indices, numel, group, state.gather, out=buffer, error=error)
     return exchange.future.then(finish("allgather", int(values.numel()), exchange.padded_count,
                                        exchange.bytes_sent, payload_bytes, compress_s))
+
+
+@dataclass
+class TorchHookState:
+    """State of :func:`torch_hook`: PyTorch's hook and its state, plus the step counter, byte
+    totals and per-bucket log of :class:`CompressionHookState` (same keys and units)."""
+
+    name: str
+    inner_hook: Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]]
+    inner_state: Any
+    process_group: dist.ProcessGroup | None
+    iteration: int = 0
+    bytes_sent: int = 0
+    payload_bytes: int = 0
+    log: collections.deque = field(default_factory=lambda: collections.deque(maxlen=10_000))
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks in the process group."""
+        return dist.get_world_size(self.process_group)
+
+    def record(self, entry: dict[str, Any]) -> None:
+        """Append one bucket's record to :attr:`log` and add its bytes to the totals."""
+        self.bytes_sent += entry["bytes_sent"]
+        self.payload_bytes += entry["payload_bytes"]
+        self.log.append(entry)
+
+
+POWERSGD_OPTIONS = {"rank": 1, "start_iter": 2, "min_compression_rate": 2.0, "warm_start": True, "seed": 0,
+                    "epsilon": 0.0, "batch_same_shape": False}
+"""The PowerSGD options :func:`comm_hook` accepts, with their defaults."""
+
+
+def _torch_hook_state(name: str, density: float, process_group: dist.ProcessGroup | None, memory: str,
+                      log_size: int, options: dict[str, Any]) -> tuple[TorchHookState, HookFn]:
+    compressors.create(name, density=density)
+    if memory not in ("residual", "none"):
+        raise ValueError(f"memory {memory!r} is not available with PyTorch's {name} hook; use residual or none")
+    if isinstance(log_size, bool) or not isinstance(log_size, int) or log_size < 1:
+        raise ValueError(f"log_size must be an int of at least 1, got {log_size!r}")
+    if name in ("fp16", "bf16"):
+        if options:
+            raise ValueError(f"bad options for compressor {name!r}: {', '.join(options)}")
+        inner = default_hooks.fp16_compress_hook if name == "fp16" else default_hooks.bf16_compress_hook
+        return TorchHookState(name, inner, process_group, process_group, log=collections.deque(maxlen=log_size)), \
+            torch_hook
+    unknown = sorted(set(options) - set(POWERSGD_OPTIONS))
+    if unknown:
+        raise ValueError(f"bad options for compressor 'powersgd': {', '.join(unknown)}")
+    chosen = {**POWERSGD_OPTIONS, **options}
+    compressors.create("powersgd", rank=chosen["rank"], min_compression_rate=chosen["min_compression_rate"],
+                       seed=chosen["seed"], epsilon=chosen["epsilon"])
+    try:
+        inner_state = torch_powersgd.PowerSGDState(
+            process_group, matrix_approximation_rank=chosen["rank"], start_powerSGD_iter=chosen["start_iter"],
+            min_compression_rate=chosen["min_compression_rate"], use_error_feedback=memory == "residual",
+            warm_start=bool(chosen["warm_start"]), orthogonalization_epsilon=chosen["epsilon"],
+            random_seed=chosen["seed"], batch_tensors_with_same_shape=bool(chosen["batch_same_shape"]),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"bad options for compressor 'powersgd': {exc}") from None
+    return TorchHookState(name, torch_powersgd.powerSGD_hook, inner_state, process_group,
+                          log=collections.deque(maxlen=log_size)), torch_hook
+
+
+def torch_hook(state: TorchHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Run PyTorch's hook for ``bucket`` unchanged and log the bucket (module docstring).
+
+    Bytes: fp16/bf16 send 2 bytes per element; PowerSGD sends its uncompressed rest, P and Q in
+    the bucket's dtype (:func:`compressors.powersgd.plan`, PyTorch's rule), or the dense bucket on
+    its plain all-reduce steps.
+    """
+    start = time.perf_counter()
+    buffer = bucket.buffer()
+    iteration, index, numel = state.iteration, bucket.index(), buffer.numel()
+    if bucket.is_last():
+        state.iteration += 1
+    if state.name in ("fp16", "bf16"):
+        path, selected, payload = f"allreduce-{state.name}", numel, numel * 2
+    elif state.inner_state.iter < state.inner_state.start_powerSGD_iter:
+        path, selected, payload = "allreduce", numel, numel * buffer.element_size()
+    else:
+        if index > 0 and dist.get_backend(state.process_group) == "gloo":
+            raise ValueError("PyTorch's PowerSGD hook hangs on gloo with more than one bucket (it waits on "
+                             "collectives inside future callbacks); give DistributedDataParallel a bucket_cap_mb "
+                             "above the model size")
+        shapes = [tuple(g.shape) for g in bucket.gradients()]
+        blocks, rest, _ = powersgd_plan(shapes, numel, state.inner_state.matrix_approximation_rank,
+                                        state.inner_state.min_compression_rate)
+        selected = sum(n for _, n in rest) + sum((b.rows + b.cols) * b.rank for b in blocks)
+        path, payload = "powersgd", selected * buffer.element_size()
+    future = state.inner_hook(state.inner_state, bucket)
+
+    def done(fut: torch.futures.Future) -> torch.Tensor:
+        state.record({
+            "iteration": iteration, "bucket": index, "path": path, "numel": numel,
+            "selected": selected, "padded": selected, "bytes_sent": payload, "payload_bytes": payload, "compress_s": 0.0,
+            "comm_s": time.perf_counter() - start,
+        })
+        return fut.value()
+
+    return future.then(done)

@@ -4,7 +4,11 @@ Sample ``|g|`` with a stride from a random offset (about 1 % of the elements and
 ``2/δ`` samples), take the top-``δ`` value of the sample as the threshold, select ``|g| ≥ thr``;
 if more than ``1.3·k`` are selected take an exact top-k among them (hierarchical top-k); if fewer
 than ``0.8·k``, lower the threshold by ×0.8 and retry, up to 10 rounds.
-Tie rule: ``|g| >= threshold`` (greater or equal, as the reference). Momentum correction is the
+Tie rule: ``|g| >= threshold`` (greater or equal, as the reference), computed with the shared
+strict primitive as ``|g| > nextafter(threshold, −∞)``. The sample is taken from ``g`` itself (only
+the sampled elements' ``|g|`` is computed) and the selection is one pass of
+:func:`compressors.selection.select_above` (the fused kernel on contiguous float32 CPU tensors),
+which also yields the magnitudes the hierarchical top-k needs. Momentum correction is the
 memory :class:`compressors.DGCMemory`.
 """
 
@@ -17,7 +21,7 @@ import torch
 
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.base import Compressor
-from compressors.selection import Workspace, argmax_fallback, magnitude
+from compressors.selection import Workspace, argmax_fallback, select_above
 from compressors.sparse import Sparse
 
 
@@ -53,27 +57,29 @@ class DGC(Compressor):
     def _compress(self, grad: torch.Tensor) -> Sparse:
         n = grad.numel()
         k = target_count(self.density, n)
-        a = magnitude(grad, self._workspace)
         stride = sample_stride(n, self.density, self.sample_ratio)
-        samples = a[self._rng.randrange(stride)::stride] if stride > 1 else a
+        samples = grad[self._rng.randrange(stride)::stride].abs() if stride > 1 else grad.abs()
         top_samples = max(1, math.ceil(samples.numel() * self.density))
         threshold = torch.min(torch.topk(samples, top_samples, sorted=False).values)
-        mask = self._workspace.get("mask", n, torch.bool, a.device)
-        indices = torch.nonzero(torch.ge(a, threshold, out=mask)).squeeze(1)
-        raise_if_not_finite(grad, torch.sum(a, dtype=torch.float64 if a.dtype == torch.float64 else torch.float32))
+        below = torch.tensor(-math.inf, dtype=grad.dtype, device=grad.device)
+        # |g| >= thr  <=>  |g| > nextafter(thr, -inf): DGC's rule with the strict primitive
+        found = select_above(grad, torch.nextafter(threshold, below), self._workspace, total=True)
+        raise_if_not_finite(grad, found.total)
+        indices = found.indices
         if stride > 1:
             for _ in range(self.max_rounds):
-                count = indices.numel()
+                count = found.count
                 if count > k:
                     if count > 1.3 * k:
-                        chosen = a.index_select(0, indices)
-                        top = torch.topk(chosen, k, sorted=False).indices
-                        indices = torch.sort(indices.index_select(0, top)).values
+                        top = torch.topk(found.magnitudes, k, sorted=False).indices
+                        indices = torch.sort(found.indices.index_select(0, top)).values
                     break
                 if count >= 0.8 * k:
                     break
                 threshold = threshold * 0.8
-                indices = torch.nonzero(torch.ge(a, threshold, out=mask)).squeeze(1)
+                found = select_above(grad, torch.nextafter(threshold, below), self._workspace)
+                indices = found.indices
+        self.backend = found.backend
         if indices.numel() == 0:
-            indices = argmax_fallback(a)
+            indices = argmax_fallback(grad.abs())
         return Sparse(grad.index_select(0, indices), indices, n, threshold)

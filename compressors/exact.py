@@ -6,7 +6,7 @@ import torch
 
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.base import Compressor
-from compressors.selection import Workspace, magnitude
+from compressors.selection import Workspace, exact_topk
 from compressors.sparse import Sparse
 
 
@@ -34,8 +34,11 @@ class NoCompression(Compressor):
 
 
 class TopK(Compressor):
-    """Exact Top-k: the ``k = max(1, round(density * n))`` largest ``|g|`` (``torch.topk``).
+    """Exact Top-k: the ``k = max(1, round(density * n))`` largest ``|g|``.
 
+    Implementation: :func:`compressors.selection.exact_topk`, the fastest exact method for the
+    device (``torch.topk`` on CUDA; on the CPU a sampled threshold guess, the fused
+    above-threshold selection and ``torch.topk`` among the candidates).
     Tie rule: exactly ``k`` elements are sent; among elements tied with the k-th largest
     magnitude, which ones are sent is up to ``torch.topk``. ``threshold`` is the k-th largest
     magnitude. Indices are returned in ascending order.
@@ -49,9 +52,7 @@ class TopK(Compressor):
 
     def _compress(self, grad: torch.Tensor) -> Sparse:
         k = target_count(self.density, grad.numel())
-        a = magnitude(grad, self._workspace)
-        top, indices = torch.topk(a, k, sorted=False)
-        indices, _ = torch.sort(indices)
-        values = grad.index_select(0, indices)
-        raise_if_not_finite(grad, a.sum(dtype=torch.float32 if a.dtype != torch.float64 else None))
-        return Sparse(values, indices, grad.numel(), torch.min(top))
+        top = exact_topk(grad, k, self._workspace)
+        raise_if_not_finite(grad, top.total)
+        self.backend = top.backend
+        return Sparse(grad.index_select(0, top.indices), top.indices, grad.numel(), torch.min(top.magnitudes))

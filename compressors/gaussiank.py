@@ -3,6 +3,9 @@
 ``η = |μ| + z_{1−δ/2}·σ`` with ``μ, σ`` the mean and standard deviation of ``g``; then up to
 ``corrections`` (3) rounds: ×0.5 if fewer than ``2k/3`` are selected, ×1.5 if more than ``4k/3``.
 Tie rule: ``|g| > η`` (strict). An empty final selection falls back to the largest ``|g|``.
+Range-safe: when ``μ`` or ``σ²`` overflow (finite ``|g|`` near fp32's maximum), they are computed
+on ``g / 2^⌈log₂ max|g|⌉`` and scaled back. Counting and selecting go through the shared
+primitive :func:`compressors.selection.select_above` (the fused kernel on float32 CPU tensors).
 """
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ from statistics import NormalDist
 import torch
 
 from compressors import estimators
-from compressors._validate import raise_if_not_finite, target_count
+from compressors._validate import power_of_two_above, raise_if_not_finite, target_count
 from compressors.base import Compressor
-from compressors.selection import Workspace, argmax_fallback, count_above, indices_above, magnitude
+from compressors.selection import Workspace, argmax_fallback, select_above
 from compressors.sparse import Sparse
 
 
@@ -35,18 +38,22 @@ class GaussianK(Compressor):
         n = grad.numel()
         k = target_count(self.density, n)
         mu, var = estimators.mean_and_var(grad)
-        threshold = (mu.abs() + self._z * torch.sqrt(var)).to(grad.dtype)
-        a = magnitude(grad, self._workspace)
+        scale = 1.0
+        if not bool(torch.isfinite(mu + var)):
+            raise_if_not_finite(grad)
+            scale = power_of_two_above(grad)
+            mu, var = estimators.mean_and_var(grad / scale)
+        limit = torch.finfo(grad.dtype).max
+        threshold = torch.clamp((mu.abs() + self._z * torch.sqrt(var)) * scale, max=limit).to(grad.dtype)
+        found = select_above(grad, threshold, self._workspace)
         for _ in range(self.corrections):
-            count = count_above(a, threshold, self._workspace)
-            if count < 2 * k / 3:
+            if found.count < 2 * k / 3:
                 threshold = threshold * 0.5
-            elif count > 4 * k / 3:
-                threshold = threshold * 1.5
+            elif found.count > 4 * k / 3:
+                threshold = torch.clamp(threshold.double() * 1.5, max=limit).to(grad.dtype)
             else:
                 break
-        indices = indices_above(a, threshold, self._workspace)
-        raise_if_not_finite(grad, mu + var)
-        if indices.numel() == 0:
-            indices = argmax_fallback(a)
+            found = select_above(grad, threshold, self._workspace)
+        self.backend = found.backend
+        indices = found.indices if found.count else argmax_fallback(grad.abs())
         return Sparse(grad.index_select(0, indices), indices, n, threshold)

@@ -16,7 +16,7 @@ import torch
 
 from compressors._validate import check_gradient
 from compressors.base import Compressor
-from compressors.sparse import Sparse
+from compressors.messages import Message, Sparse
 
 
 class Memory:
@@ -43,17 +43,19 @@ class Memory:
         else:
             self.state.pop(key, None)
 
-    def decompress(self, sparse: Sparse, out: torch.Tensor | None = None) -> torch.Tensor:
+    def decompress(self, sparse: Message, out: torch.Tensor | None = None) -> torch.Tensor:
         """Same as the wrapped compressor's ``decompress``."""
         return self.compressor.decompress(sparse, out)
 
 
-def _subtract_sent(buffer: torch.Tensor, sparse: Sparse) -> None:
-    """``buffer -= decompress(sparse)`` in place without building the dense vector."""
-    if sparse.dense:
-        buffer.sub_(sparse.values)
+def _subtract_sent(buffer: torch.Tensor, message: Message, compressor: Compressor) -> None:
+    """``buffer -= decompress(message)`` in place (sparse: without building the dense vector)."""
+    if not isinstance(message, Sparse):
+        buffer.sub_(compressor.decompress(message))
+    elif message.dense:
+        buffer.sub_(message.values)
     else:
-        buffer.index_add_(0, sparse.indices, sparse.values, alpha=-1)
+        buffer.index_add_(0, message.indices, message.values, alpha=-1)
 
 
 class ErrorFeedback(Memory):
@@ -63,18 +65,18 @@ class ErrorFeedback(Memory):
     ``Σ inputs = Σ decompress(sent) + residual(key)`` (up to floating-point rounding).
     """
 
-    def compress(self, grad: torch.Tensor, key: Hashable = None) -> Sparse:
+    def compress(self, grad: torch.Tensor, key: Hashable = None) -> Message:
         """Compress ``grad + residual[key]`` and keep what was not sent as the new residual."""
         grad = check_gradient(grad)
         slot = self._slot(key, grad, ("residual",))
         corrected = grad + slot["residual"]
-        sparse = self.compressor.compress(corrected)
-        if sparse.dense:
+        message = self.compressor.compress(corrected)
+        if isinstance(message, Sparse) and message.dense:
             slot["residual"] = torch.zeros_like(grad)
         else:
-            _subtract_sent(corrected, sparse)
+            _subtract_sent(corrected, message, self.compressor)
             slot["residual"] = corrected
-        return sparse
+        return message
 
     def residual(self, key: Hashable = None) -> torch.Tensor | None:
         """The residual kept for ``key`` (``None`` before the first call)."""
@@ -95,15 +97,16 @@ class DGCMemory(Memory):
             raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
         self.momentum = float(momentum)
 
-    def compress(self, grad: torch.Tensor, key: Hashable = None) -> Sparse:
-        """Accumulate velocity, compress it, and zero momentum and velocity where sent."""
+    def compress(self, grad: torch.Tensor, key: Hashable = None) -> Message:
+        """Accumulate velocity, compress it, and zero momentum and velocity where sent (everywhere
+        for dense and low-rank messages, which send every position)."""
         grad = check_gradient(grad)
         slot = self._slot(key, grad, ("momentum", "velocity"))
         u, v = slot["momentum"], slot["velocity"]
         u.mul_(self.momentum).add_(grad)
         v.add_(u)
         sparse = self.compressor.compress(v.clone())
-        if sparse.dense:
+        if not isinstance(sparse, Sparse) or sparse.dense:
             u.zero_()
             v.zero_()
         else:

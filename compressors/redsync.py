@@ -4,6 +4,9 @@ Binary search of ``thr = μ + t·(max − μ)`` over ``t ∈ [0, 1]`` on ``a = |
 accepting the first probe that selects between ``k`` and ``2k`` elements; after ``probes`` probes
 without success the probe whose count was closest to ``k`` (in ratio, non-empty) is used.
 Tie rule: ``|g| > thr`` (strict). A selection that would be empty falls back to the largest ``|g|``.
+Range-safe: when the mean of ``|g|`` overflows (finite ``|g|`` near fp32's maximum) it is computed
+on ``|g| / 2^⌈log₂ max|g|⌉`` and scaled back. Probes and the selection go through the shared
+primitive :func:`compressors.selection.select_above` / ``count_above``.
 """
 
 from __future__ import annotations
@@ -13,9 +16,9 @@ import math
 import torch
 
 from compressors import estimators
-from compressors._validate import raise_if_not_finite, target_count
+from compressors._validate import power_of_two_above, raise_if_not_finite, target_count
 from compressors.base import Compressor
-from compressors.selection import Workspace, argmax_fallback, count_above, indices_above, magnitude
+from compressors.selection import Workspace, argmax_fallback, count_above, magnitude, select_above
 from compressors.sparse import Sparse
 
 
@@ -35,15 +38,19 @@ class RedSync(Compressor):
         n = grad.numel()
         k = target_count(self.density, n)
         a = magnitude(grad, self._workspace)
-        mu = estimators.mean(a)
         top = torch.amax(a).double()
-        raise_if_not_finite(grad, mu)
+        mu = estimators.mean(a)
+        if not bool(torch.isfinite(mu)):
+            raise_if_not_finite(grad)
+            scale = power_of_two_above(grad)
+            mu = estimators.mean(torch.div(a, scale, out=a)) * scale
+        limit = torch.finfo(grad.dtype).max
         low, high = 0.0, 1.0
         best, best_error = None, math.inf
         for _ in range(self.probes):
             mid = 0.5 * (low + high)
-            threshold = (mu + mid * (top - mu)).to(a.dtype)
-            count = count_above(a, threshold, self._workspace)
+            threshold = torch.clamp(mu + mid * (top - mu), max=limit).to(grad.dtype)
+            count, self.backend = count_above(grad, threshold, self._workspace)
             if k <= count <= 2 * k:
                 best = threshold
                 break
@@ -54,8 +61,9 @@ class RedSync(Compressor):
             else:
                 high = mid
         if best is None:
-            indices = argmax_fallback(a)
-            best = a.index_select(0, indices)[0]
+            indices = argmax_fallback(grad.abs())
+            best = grad.abs().index_select(0, indices)[0]
         else:
-            indices = indices_above(a, best, self._workspace)
+            found = select_above(grad, best, self._workspace)
+            indices, self.backend = found.indices, found.backend
         return Sparse(grad.index_select(0, indices), indices, n, best)

@@ -1,13 +1,48 @@
-"""Shared selection kernels: magnitude above a threshold, with reusable buffers and a
-never-empty fallback.
+"""The shared selection primitive: "the elements with ``|x|`` above a threshold", with their count,
+on the best backend for the tensor; exact Top-k built on it; reusable buffers; the never-empty
+fallback.
 
-Tie rule used by every threshold-based compressor built on :func:`select_above`: an element is
-selected when ``|g| > threshold`` (strictly greater); elements exactly at the threshold stay.
+Every threshold compressor (SIDCo's torch path, DGC's final selection, Gaussian-k, RedSync) and
+exact Top-k select through :func:`select_above` / :func:`count_above`, so they get the same
+engineering: on a contiguous float32 CPU tensor the fused C kernel of :mod:`compressors.native`
+(one pass that reads ``x``, compares ``|x|``, writes the hits and, on request, sums ``|x|``);
+elsewhere (CUDA, fp16/bf16/fp64, native library unavailable) torch (``abs`` into a reused buffer,
+``gt``, ``nonzero``). Both return the same positions, ascending; the result says which ran
+(``"native"``, ``"torch"`` or ``"cuda"``).
+
+Tie rule: an element is selected when ``|x| > threshold`` (strictly greater); the threshold is
+first rounded to ``x``'s dtype. For ``|x| ≥ t`` (DGC), pass ``torch.nextafter(t, -inf)`` (in
+``x``'s dtype): ``|x| > nextafter(t, −∞)`` ⇔ ``|x| ≥ t``.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import warnings
+from typing import NamedTuple
+
 import torch
+
+from compressors import native
+
+_warned = False
+
+
+def _native_ok(x: torch.Tensor, allow_native: bool) -> bool:
+    """Whether the fused kernel serves ``x``; says once (a warning) when it would, but the library
+    could not be built (results are the same, only slower: ``backend`` then reads ``torch``)."""
+    global _warned
+    if not allow_native:
+        return False
+    if native.usable(x):
+        return True
+    if (not _warned and x.device.type == "cpu" and x.dtype == torch.float32 and x.is_contiguous()
+            and os.environ.get("SIDCO_NATIVE", "1") != "0" and native.library() is None):
+        _warned = True
+        warnings.warn("the native selection kernels could not be built (no C compiler?): compressors run on "
+                      "torch, with the same results; backend='torch'", RuntimeWarning, stacklevel=3)
+    return False
 
 
 class Workspace:
@@ -32,7 +67,6 @@ class Workspace:
             self._buffers[key] = buf
         return buf
 
-
     def at_least(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A view of ``numel`` elements into one growing buffer per (name, dtype, device).
 
@@ -47,6 +81,127 @@ class Workspace:
         return buf[:numel]
 
 
+class Above(NamedTuple):
+    """What :func:`select_above` found.
+
+    - ``indices``: positions (int64, ascending) with ``|x| > threshold``; may be empty;
+    - ``magnitudes``: ``|x|`` at those positions (``x``'s dtype);
+    - ``count``: ``len(indices)`` (a Python int: the one device→host sync);
+    - ``total``: ``Σ|x|`` over all of ``x`` (0-d tensor, accumulated in float32/float64) when asked
+      with ``total=True``, else ``None``: a statistic that is finite iff ``x`` is (barring
+      overflow), for the NaN/Inf check without another pass;
+    - ``backend``: ``"native"``, ``"torch"`` or ``"cuda"``.
+    """
+
+    indices: torch.Tensor
+    magnitudes: torch.Tensor
+    count: int
+    total: torch.Tensor | None
+    backend: str
+
+
+def torch_backend(x: torch.Tensor) -> str:
+    """The backend name of the torch path for ``x``: ``"cuda"`` on a GPU, else ``"torch"``."""
+    return "cuda" if x.is_cuda else "torch"
+
+
+def _threshold_float(x: torch.Tensor, threshold: torch.Tensor | float) -> float:
+    """``threshold`` rounded to ``x``'s dtype, as a Python float (for the native kernel)."""
+    if isinstance(threshold, torch.Tensor):
+        return float(threshold.to(x.dtype))
+    return float(torch.tensor(threshold, dtype=x.dtype))
+
+
+def select_above(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace, *,
+                 total: bool = False, allow_native: bool = True) -> Above:
+    """The elements of the 1-D tensor ``x`` with ``|x| > threshold`` (strict; see the module docstring).
+
+    ``threshold``: a float or a 0-d tensor (on ``x``'s device: the torch path then needs no
+    device→host copy of it). ``total``: also return ``Σ|x|`` (from the same pass on the native
+    path). ``allow_native=False`` forces the torch path. Buffers come from ``workspace``; the
+    returned tensors are views into them, valid until the next call with the same workspace.
+    """
+    n = x.numel()
+    if _native_ok(x, allow_native):
+        buffers = (workspace.at_least("above-idx", n, torch.int32, x.device),
+                   workspace.at_least("above-mag", n, torch.float32, x.device))
+        thr = _threshold_float(x, threshold)
+        if total:
+            hits, sums = native.select_above(x, thr, absolute=True, buffers=buffers, with_stats=True)
+            whole = torch.tensor(sums.total, dtype=torch.float32)
+        else:
+            hits, whole = native.select_above(x, thr, absolute=True, buffers=buffers), None
+        return Above(hits.indices.long(), hits.magnitudes, int(hits.indices.numel()), whole, "native")
+    a = magnitude(x, workspace)
+    mask = workspace.get("mask", n, torch.bool, x.device)
+    torch.gt(a, threshold, out=mask)
+    indices = torch.nonzero(mask).squeeze(1)
+    whole = torch.sum(a, dtype=torch.float64 if a.dtype == torch.float64 else torch.float32) if total else None
+    return Above(indices, a.index_select(0, indices), int(indices.numel()), whole, torch_backend(x))
+
+
+def count_above(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace, *,
+                allow_native: bool = True) -> tuple[int, str]:
+    """``(number of elements with |x| > threshold, backend)``: one pass, one device→host sync."""
+    if _native_ok(x, allow_native):
+        found = select_above(x, threshold, workspace)
+        return found.count, found.backend
+    a = magnitude(x, workspace)
+    mask = workspace.get("mask", x.numel(), torch.bool, x.device)
+    torch.gt(a, threshold, out=mask)
+    return int(torch.count_nonzero(mask)), torch_backend(x)
+
+
+TOPK_SAMPLE = 4096
+"""Minimum sample size (elements) of :func:`exact_topk`'s threshold guess."""
+
+
+def exact_topk(x: torch.Tensor, k: int, workspace: Workspace) -> Above:
+    """The exactly ``k`` largest ``|x|`` (indices ascending), the best way for ``x``'s device.
+
+    CUDA: ``torch.topk`` over ``|x|`` (a radix select on the GPU). CPU (measured in BENCHMARKS.md:
+    ``torch.topk`` over 26 M floats is two orders of magnitude slower than one read pass): guess a
+    threshold just below the k-th largest from a strided sample (the top ``1.5·k/n`` of
+    ``max(4096, 20·n/k)`` samples), select the candidates ``|x| > guess`` with
+    :func:`select_above` (the fused kernel), halving the guess while fewer than ``k`` are found,
+    then ``torch.topk`` among the candidates. Exact: once at least ``k`` candidates exceed the
+    guess, the k-th largest does too, so every one of the top k is a candidate. Among elements tied
+    with the k-th largest magnitude, which ones are sent is up to ``torch.topk``. ``total`` is
+    ``Σ|x|`` (for the NaN/Inf check). Small ``n`` or ``k ≥ n/4`` use ``torch.topk`` directly.
+    """
+    n = x.numel()
+    if x.is_cuda or 4 * k >= n or n < 4 * TOPK_SAMPLE:
+        return _topk_direct(x, k, workspace)
+    wanted = max(TOPK_SAMPLE, math.ceil(20 * n / k))
+    stride = max(1, n // wanted)
+    sample = x[::stride].abs()
+    top = min(sample.numel(), math.ceil(1.5 * sample.numel() * k / n) + 3)
+    guess = torch.min(torch.topk(sample, top, sorted=False).values)
+    found = select_above(x, guess, workspace, total=True)
+    if not bool(torch.isfinite(found.total)):
+        return _topk_direct(x, k, workspace)
+    for _ in range(8):
+        if found.count >= k or not bool(guess > 0):
+            break
+        guess = guess * 0.5
+        found = select_above(x, guess, workspace)
+    if found.count < k:
+        return _topk_direct(x, k, workspace)
+    top_mag, chosen = torch.topk(found.magnitudes, k, sorted=False)
+    order = torch.argsort(chosen)
+    whole = found.total
+    return Above(found.indices.index_select(0, chosen.index_select(0, order)), top_mag.index_select(0, order), k,
+                 whole, found.backend)
+
+
+def _topk_direct(x: torch.Tensor, k: int, workspace: Workspace) -> Above:
+    a = magnitude(x, workspace)
+    top, indices = torch.topk(a, k, sorted=False)
+    indices, order = torch.sort(indices)
+    whole = torch.sum(a, dtype=torch.float64 if a.dtype == torch.float64 else torch.float32)
+    return Above(indices, top.index_select(0, order), k, whole, torch_backend(x))
+
+
 def magnitude(grad: torch.Tensor, workspace: Workspace) -> torch.Tensor:
     """``|grad|`` written into a reused buffer of the same dtype."""
     buf = workspace.get("abs", grad.numel(), grad.dtype, grad.device)
@@ -54,21 +209,14 @@ def magnitude(grad: torch.Tensor, workspace: Workspace) -> torch.Tensor:
 
 
 def indices_above(a: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace) -> torch.Tensor:
-    """Positions (int64, ascending) where ``a > threshold`` (strict); may be empty.
+    """Positions (int64, ascending) where ``a > threshold`` (strict) with torch alone; may be empty.
 
-    ``threshold`` may be a 0-d tensor on ``a``'s device (no device->host copy) or a float.
-    The one device->host sync is the one sizing the output.
+    ``a`` is already a magnitude; ``threshold`` may be a 0-d tensor on ``a``'s device (no
+    device->host copy) or a float. The one device->host sync is the one sizing the output.
     """
     mask = workspace.get("mask", a.numel(), torch.bool, a.device)
     torch.gt(a, threshold, out=mask)
     return torch.nonzero(mask).squeeze(1)
-
-
-def count_above(a: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace) -> int:
-    """Number of elements with ``a > threshold`` (one device->host sync)."""
-    mask = workspace.get("mask", a.numel(), torch.bool, a.device)
-    torch.gt(a, threshold, out=mask)
-    return int(torch.count_nonzero(mask))
 
 
 def argmax_fallback(a: torch.Tensor) -> torch.Tensor:

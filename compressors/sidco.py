@@ -84,7 +84,7 @@ class SIDCo(Compressor):
         super().__init__(density)
         if backend not in ("auto", "torch"):
             raise ValueError(f"backend must be 'auto' or 'torch', got {backend!r}")
-        self.backend = backend
+        self.backend_choice = backend
         if isinstance(first_ratio, bool) or not isinstance(first_ratio, (int, float)) or not 0 < first_ratio < 1:
             raise ValueError(f"first_ratio must be in (0, 1), got {first_ratio!r}")
         self.first_ratio = float(first_ratio)
@@ -120,8 +120,9 @@ class SIDCo(Compressor):
 
     def _compress(self, grad: torch.Tensor) -> Sparse:
         probs = stage_probabilities(self.density, self.stages, self.first_ratio)
-        if self.backend == "auto" and native.usable(grad):
+        if self.backend_choice == "auto" and native.usable(grad):
             sparse = self._compress_native(grad, probs)
+            self.backend = "native"
         else:
             sparse = self._compress_torch(grad, probs)
         if self.controller is not None:

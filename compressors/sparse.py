@@ -36,6 +36,12 @@ class Sparse:
     shared_indices: bool = False
 
     @property
+    def exchange(self) -> str:
+        """How workers combine it: ``"allreduce"`` for ``dense`` and ``shared_indices`` messages
+        (identical layout on every worker), ``"allgather"`` otherwise."""
+        return "allreduce" if self.dense or self.shared_indices else "allgather"
+
+    @property
     def threshold(self) -> float | None:
         """The magnitude threshold as a Python float (``None`` if the compressor has none)."""
         if self.threshold_tensor is None:
@@ -64,3 +70,7 @@ class Sparse:
         if self.shared_indices:
             return self.selected * itemsize
         return self.selected * (itemsize + INDEX_BYTES)
+
+    def phase_bytes(self) -> tuple[int, ...]:
+        """Bytes per collective: one message, :meth:`wire_bytes` (bytes)."""
+        return (self.wire_bytes(),)

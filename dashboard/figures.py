@@ -119,14 +119,24 @@ def whatif_breakdown(results: Sequence[dict[str, Any]], title: str = "") -> Figu
 
 
 def whatif_speedup(results: Sequence[dict[str, Any]]) -> Figure:
-    """Horizontal bars: speed-up over ``none`` (×, dimensionless) per compressor, with the 1× line."""
+    """Horizontal bars: speed-up over ``none`` (×, dimensionless) per compressor, with the 1× line;
+    when ``fp16`` is among the results, a second bar per compressor gives the speed-up over the
+    fp16 dense baseline (its iteration time ÷ this one's), the strongest plain alternative."""
     values = [float(r["speedup"]) if r.get("speedup") is not None else 0.0 for r in results]
     colours = ["#16a34a" if v > 1.005 else "#dc2626" if v < 0.995 else "#6b7280" for v in values]
-    data = [{"type": "bar", "orientation": "h", "x": values, "y": [r["compressor"] for r in results],
-             "marker": {"color": colours}, "name": "speed-up", "text": [f"×{v:.2f}" for v in values],
+    names = [r["compressor"] for r in results]
+    dense16 = next((r for r in results if r["compressor"] == "fp16" and r.get("iteration_s")), None)
+    data = [{"type": "bar", "orientation": "h", "x": values, "y": names, "marker": {"color": colours},
+             "name": "speed-up" if dense16 is None else "vs none (fp32)", "text": [f"×{v:.2f}" for v in values],
              "textposition": "auto"}]
-    return figure(data, "speed-up over none in the same scenario (×)", "compressor", shapes=[vline(1.0)],
-                  showlegend=False, yaxis={"autorange": "reversed"})
+    if dense16 is not None:
+        versus = [float(dense16["iteration_s"]) / float(r["iteration_s"]) if r.get("iteration_s") else 0.0
+                  for r in results]
+        data.append({"type": "bar", "orientation": "h", "x": versus, "y": names, "marker": {"color": "#93c5fd"},
+                     "name": "vs fp16", "text": [f"×{v:.2f}" for v in versus], "textposition": "auto"})
+    title = "speed-up over none" + (" and over fp16" if dense16 is not None else "") + " in the same scenario (×)"
+    return figure(data, title, "compressor", shapes=[vline(1.0)], showlegend=dense16 is not None,
+                  yaxis={"autorange": "reversed"}, barmode="group")
 
 
 def sweep_vs_bandwidth(rows: Sequence[dict[str, Any]], metric: str) -> Figure:

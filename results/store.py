@@ -76,6 +76,8 @@ CREATE TABLE IF NOT EXISTS replay_rows (
     decompress_s         REAL NOT NULL,
     wire_bytes           INTEGER NOT NULL,
     rel_error            REAL NOT NULL,
+    backend              TEXT,
+    call_index           INTEGER,
     PRIMARY KEY (replay_id, compressor, density, error_feedback, iteration, worker, bucket)
 );
 CREATE TABLE IF NOT EXISTS sweeps (

@@ -87,6 +87,8 @@ def run_des(prep: Prepared) -> Record:
             entry = free.copy()
             entry[:p] = comp_end[b]
             for phase in prep.phases[b]:
+                if phase.gap_s:
+                    entry[:p] = entry[:p] + phase.gap_s
                 entry = fabric.run(phase.plan, phase.nbytes, entry, phase.sizes, link=phase.link)
             start[b] = begin
             xfer_end[b] = entry[:p]

@@ -8,11 +8,22 @@ waits for everything. :func:`prepare` turns a :class:`~simulator.scenario.Scenar
 into per-bucket arrays shared by both fidelities; :func:`run_analytic` schedules them
 with closed-form collective times; :mod:`simulator.des` runs the same with link-level
 messages. :func:`summarize` turns a :class:`Record` into the output fields.
+
+Every compressor is scheduled from the kind of message it sends:
+
+- sparse (Top-k, DGC, SIDCo, ...): compress, all-gather the selections (padded: counts first),
+  decompress every worker's message;
+- dense 16-bit (``fp16``, ``bf16``): cast, all-reduce half the bytes of fp32, cast back;
+- low-rank (``powersgd``), per bucket: ``P = M·Q`` on the compute stream (half the profiled
+  compression time), all-reduce of the uncompressed rest and of P, then the orthogonalisation and
+  ``Q = Mᵀ·P`` (the other half, a gap in the communication stream that delays Q's all-reduce),
+  all-reduce of Q, then ``P·Qᵀ``. P and Q sizes follow the layer shapes and the scenario's
+  ``rank``; the compute times come from the profile (measured at the rank it was replayed with).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,8 +33,15 @@ from simulator.collectives import analytic_time, ring_allgather_uneven
 from simulator.interference import advance
 from simulator.links import Level
 from simulator.scenario import Scenario
+from simulator.workload import Bucket, Workload
 
 COUNT_BYTES = 4
+
+DENSE_WIRE_ITEMSIZE = 2
+"""Bytes per element of the dense 16-bit casts (``fp16``, ``bf16``) on the wire."""
+
+MIN_COMPRESSION_RATE = 2.0
+"""PowerSGD compresses a matrix only when that shrinks it at least this much (PyTorch's default)."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +50,9 @@ class Phase:
 
     ``plan``/``nbytes``/``sizes`` drive the link engine; ``analytic_s`` is the closed form (s);
     ``link``: the flat (inter-node) links as this operation sees them (its calibration's α and
-    efficiency applied), ``None`` for the scenario's flat level.
+    efficiency applied), ``None`` for the scenario's flat level; ``gap_s``: compute (s) that must
+    run after the previous phase and before this one (PowerSGD's orthogonalisation and
+    ``Q = Mᵀ·P`` between the all-reduces of P and Q).
     """
 
     plan: plans.Plan
@@ -40,6 +60,7 @@ class Phase:
     sizes: np.ndarray | None
     analytic_s: float
     link: Level | None = None
+    gap_s: float = 0.0
 
 
 @dataclass
@@ -143,6 +164,29 @@ def _sparse_phases(sc: Scenario, dense: float, wire: np.ndarray, flat: Level, in
     ]
 
 
+def lowrank_elements(workload: Workload, bucket: Bucket, rank: int) -> tuple[int, int, int]:
+    """Elements PowerSGD sends for ``bucket`` at ``rank``: ``(rest, P, Q)``, with PyTorch's rule of
+    which layers are compressed (:func:`compressors.powersgd.plan`); layers without a shape are 1-D."""
+    from compressors.powersgd import plan
+
+    layers = [workload.layers[i] for i in bucket.layers]
+    shapes = [layer.shape if layer.shape is not None else (layer.nbytes // workload.itemsize,) for layer in layers]
+    blocks, rest, _ = plan(shapes, bucket.numel, rank, MIN_COMPRESSION_RATE)
+    return (sum(n for _, n in rest), sum(b.rows * b.rank for b in blocks), sum(b.cols * b.rank for b in blocks))
+
+
+def _lowrank_phases(sc: Scenario, elements: tuple[int, int, int], middle_s: float, flat: Level,
+                    intra: Level) -> list[Phase]:
+    """PowerSGD's collectives for one bucket, in PyTorch's order: all-reduce of the uncompressed
+    rest (when there is one), of P, then, after ``middle_s`` of compute, of Q."""
+    rest, p_elements, q_elements = (n * sc.workload.itemsize for n in elements)
+    phases = [_dense_phase(sc, float(rest), flat, intra)] if rest else []
+    phases.append(_dense_phase(sc, float(p_elements), flat, intra))
+    q_phase = _dense_phase(sc, float(q_elements), flat, intra)
+    phases.append(replace(q_phase, gap_s=middle_s))
+    return phases
+
+
 def prepare(sc: Scenario) -> Prepared:
     """Per-bucket compute, compression and communication of ``sc`` (both fidelities use it)."""
     wl = sc.workload
@@ -167,7 +211,17 @@ def prepare(sc: Scenario) -> Prepared:
         shard = bucket.numel / g
         comp[b] = cost.compress_s(shard)
         wire[b] = cost.wire_bytes(shard, p)
-        if not sc.sparse:
+        if sc.message == "lowrank":
+            elements = lowrank_elements(wl, bucket, sc.rank)
+            comp[b] = cost.compress_s(shard) / 2
+            wire[b] = sum(elements) * wl.itemsize
+            decomp[b] = cost.decompress_s(bucket.numel)
+            phases.append(_lowrank_phases(sc, elements, cost.compress_s(shard) / 2, dense_flat, intra))
+        elif sc.message == "dense":
+            wire[b] = bucket.numel * DENSE_WIRE_ITEMSIZE
+            decomp[b] = cost.decompress_s(bucket.numel)
+            phases.append([_dense_phase(sc, float(wire[b].mean()), dense_flat, intra)])
+        elif not sc.sparse:
             decomp[b] = cost.decompress_s(bucket.numel)
             phases.append([_dense_phase(sc, float(wire[b].mean()), dense_flat, intra)])
         else:
@@ -181,6 +235,10 @@ def prepare(sc: Scenario) -> Prepared:
             phases.append(_sparse_phases(sc, dense, wire[b], sparse_flat, intra))
     if cost is None:
         op = {"ps": "ps push/pull", "hierarchical": "hier. all-reduce"}.get(sc.topology, "all-reduce")
+    elif sc.message == "lowrank":
+        op = "all-reduce (P, Q)"
+    elif sc.message == "dense":
+        op = "all-reduce (16-bit)"
     elif not sc.sparse:
         op = "all-reduce (values)"
     else:
@@ -216,7 +274,7 @@ def run_analytic(prep: Prepared) -> Record:
         t0 = comp_end[b].max()
         start[b] = begin
         xfer_start[b] = t0
-        xfer_end[b] = t0 + sum(ph.analytic_s for ph in prep.phases[b])
+        xfer_end[b] = t0 + sum(ph.gap_s + ph.analytic_s for ph in prep.phases[b])
         dec_end[b] = xfer_end[b] + prep.decompress_s[b]
         free = np.full(p, dec_end[b].max())
         if sc.interference:

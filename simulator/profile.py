@@ -141,7 +141,9 @@ class CompressionProfile:
         """Measure costs by running ``compressors`` (with error feedback) at ``densities`` on
         the first ``iterations`` iterations of every worker of ``trace`` (one whole-model
         bucket per call), timing compress and decompress on ``device``; used when no replay
-        results exist. The first call of each compressor is a warm-up and not recorded."""
+        results exist. The first call of each compressor is a warm-up and not recorded.
+        PowerSGD runs at rank 1 with the trace's layer shapes (when it has no matrices, e.g. a
+        synthetic 1-D trace, as one square matrix, so its matrix products are timed)."""
         import compressors as comp
 
         names = [c for c in compressors if c != "none"]
@@ -150,9 +152,12 @@ class CompressionProfile:
         used = list(trace.iterations[: max(1, iterations)])
         grads = {(it, w): trace.gradient(it, w).to(device) for it in used for w in range(trace.workers)}
         rows = []
+        shapes = [tuple(shape) for _, shape in trace.layers]
+        matrices = any(len(shape) >= 2 for shape in shapes)
         for name in names:
+            options = {"shapes": shapes} if comp.message_kind(name) == "lowrank" and matrices else {}
             for density in densities:
-                ef = comp.ErrorFeedback(comp.create(name, density=density))
+                ef = comp.ErrorFeedback(comp.create(name, density=density, **options))
                 ef.compress(grads[(used[0], 0)].clone(), key="warm-up")
                 for (it, w), grad in grads.items():
                     t0 = _now(device)

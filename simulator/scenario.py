@@ -36,7 +36,8 @@ class Scenario:
     coefficient of variation of each worker's compute time (lognormal, seeded by
     ``seed``); ``interference``: compute runs ``1 + interference`` times slower while the
     worker's communication stream transfers; ``stragglers`` workers are slowed by ``straggler_slowdown``; ``timeline``:
-    also return the iteration's events.
+    also return the iteration's events; ``rank``: PowerSGD's rank r (columns of P and Q per
+    matrix; only ``powersgd`` uses it).
     """
 
     workload: Workload
@@ -65,6 +66,7 @@ class Scenario:
     straggler_slowdown: float = 1.5
     seed: int = 0
     timeline: bool = False
+    rank: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
@@ -93,6 +95,8 @@ class Scenario:
             raise ValueError(f"ps_servers must be 0..workers ({self.workers}) with the ps topology")
         if not 0 <= self.stragglers <= self.workers or not self.straggler_slowdown > 0:
             raise ValueError(f"stragglers must be 0..{self.workers} with a slowdown > 0")
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
+            raise ValueError(f"rank must be an integer >= 1, got {self.rank!r}")
         if self.compressor != "none":
             if self.density is None or not 0 < self.density <= 1:
                 raise ValueError(f"density must be in (0, 1] for {self.compressor}, got {self.density!r}")
@@ -106,6 +110,14 @@ class Scenario:
         return self.nodes * self.gpus_per_node
 
     @property
+    def message(self) -> str:
+        """The kind of message the compressor sends: ``sparse``, ``dense`` (``none``, ``fp16``,
+        ``bf16``) or ``lowrank`` (``powersgd``)."""
+        import compressors
+
+        return "dense" if self.compressor == "none" else compressors.message_kind(self.compressor)
+
+    @property
     def sparse(self) -> bool:
-        """Whether gradients travel as sparse (values + indices) messages."""
-        return self.compressor not in ("none", "randomk")
+        """Whether gradients travel as sparse (values + indices) messages, all-gathered."""
+        return self.message == "sparse" and self.compressor != "randomk"

@@ -24,6 +24,9 @@ from simulator.scenario import Scenario
 from simulator.simulate import iteration, simulate
 from simulator.workload import Workload
 
+RANKED: tuple[str, ...] = ("powersgd",)
+"""Compressors whose points take a rank from :attr:`Grid.ranks`."""
+
 RESULT_COLUMNS = (
     "iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s", "speedup",
 )
@@ -31,7 +34,8 @@ RESULT_COLUMNS = (
 
 @dataclass(frozen=True)
 class Grid:
-    """The axes of a sweep (units: bits/s, seconds). ``none`` is simulated once per cluster."""
+    """The axes of a sweep (units: bits/s, seconds). ``none`` is simulated once per cluster;
+    ``ranks`` is PowerSGD's rank axis (only ``powersgd`` points carry a rank)."""
 
     nodes: tuple[int, ...]
     bandwidths_bps: tuple[float, ...]
@@ -39,6 +43,7 @@ class Grid:
     compressors: tuple[str, ...]
     densities: tuple[float, ...]
     topologies: tuple[str, ...] = ("ring",)
+    ranks: tuple[int, ...] = (1,)
 
     def __post_init__(self) -> None:
         for name in ("nodes", "bandwidths_bps", "latencies_s", "compressors", "topologies"):
@@ -50,30 +55,40 @@ class Grid:
             raise ValueError("bandwidths must be > 0 bits/s")
         if any(not d > 0 or d > 1 for d in self.densities):
             raise ValueError("densities must be in (0, 1]")
+        if not self.ranks or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in self.ranks):
+            raise ValueError(f"ranks must be integers >= 1, got {list(self.ranks)}")
         if any(c != "none" for c in self.compressors) and not self.densities:
             raise ValueError("compressors other than none need --densities")
 
+    def _combinations(self) -> list[dict[str, Any]]:
+        """The (compressor, density[, rank]) part of every point."""
+        combos: list[dict[str, Any]] = [{"compressor": c, "density": None} for c in self.compressors if c == "none"]
+        for c in self.compressors:
+            if c == "none":
+                continue
+            ranks = self.ranks if c in RANKED else (None,)
+            combos += [{"compressor": c, "density": d, **({"rank": r} if r is not None else {})}
+                       for d in self.densities for r in ranks]
+        return combos
+
     def points(self) -> Iterator[dict[str, Any]]:
         """Every scenario point, cluster by cluster (lazily)."""
-        pairs = [(c, None) for c in self.compressors if c == "none"]
-        pairs += [(c, d) for c in self.compressors if c != "none" for d in self.densities]
+        combos = self._combinations()
         for topology, nodes, bw, lat in itertools.product(self.topologies, self.nodes, self.bandwidths_bps, self.latencies_s):
-            for compressor, density in pairs:
-                yield {"topology": topology, "nodes": nodes, "bandwidth_bps": float(bw), "latency_s": float(lat),
-                       "compressor": compressor, "density": density}
+            for combo in combos:
+                yield {"topology": topology, "nodes": nodes, "bandwidth_bps": float(bw), "latency_s": float(lat), **combo}
 
     def __len__(self) -> int:
-        pairs = sum(1 for c in self.compressors if c == "none") + sum(
-            len(self.densities) for c in self.compressors if c != "none"
-        )
-        return len(self.topologies) * len(self.nodes) * len(self.bandwidths_bps) * len(self.latencies_s) * pairs
+        return (len(self.topologies) * len(self.nodes) * len(self.bandwidths_bps) * len(self.latencies_s)
+                * len(self._combinations()))
 
 
 def scenario_key(point: dict[str, Any]) -> str:
     """A canonical, human-readable identifier of a scenario point."""
     density = "-" if point["density"] is None else f"{density_key(point['density']):g}"
+    rank = f"|r={point['rank']}" if point.get("rank") is not None else ""
     return (f"{point['topology']}|n={point['nodes']}|bw={point['bandwidth_bps']:.6g}|lat={point['latency_s']:.6g}"
-            f"|{point['compressor']}|d={density}")
+            f"|{point['compressor']}|d={density}{rank}")
 
 
 @dataclass(frozen=True)
@@ -94,7 +109,7 @@ class SweepContext:
             self.workload, point["nodes"], point["bandwidth_bps"], point["latency_s"], point["compressor"],
             point["density"], topology=point["topology"], fidelity=self.fidelity,
             profile=self.profile if point["compressor"] != "none" else None, calibration=self.calibration,
-            seed=seed, **opts,
+            seed=seed, rank=point.get("rank", 1), **opts,
         )
 
 
@@ -111,11 +126,14 @@ def run_chunk(context: SweepContext, points: Sequence[dict[str, Any]]) -> list[d
             baselines[cluster] = result
         else:
             if cluster not in baselines:
-                none_point = dict(point, compressor="none", density=None)
+                none_point = {k: v for k, v in point.items() if k != "rank"} | {"compressor": "none", "density": None}
                 baselines[cluster] = iteration(replace(context.scenario(none_point), timeline=False))
             result = simulate(scenario, baseline=baselines[cluster])
+        if "rank" in point:
+            result["rank"] = point["rank"]
         rows.append({
-            "scenario_key": scenario_key(point), **point, "fidelity": context.fidelity,
+            "scenario_key": scenario_key(point), **{k: v for k, v in point.items() if k != "rank"},
+            "fidelity": context.fidelity,
             **{col: result[col] for col in RESULT_COLUMNS},
             "result_json": json.dumps(result, sort_keys=True),
         })
@@ -177,7 +195,7 @@ def describe(context: SweepContext, grid: Grid, source: dict[str, Any]) -> dict[
     """The configuration that identifies a sweep (reruns with the same one resume it)."""
     return {
         "source": source,
-        "grid": asdict(grid),
+        "grid": {k: v for k, v in asdict(grid).items() if k != "ranks" or tuple(v) != (1,)},
         "fidelity": context.fidelity,
         "options": context.options,
         "calibration": None if context.calibration is None else asdict(context.calibration),

@@ -14,11 +14,13 @@ DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024
 
 
 class Layer(NamedTuple):
-    """One parameter tensor: ``name``, gradient size ``nbytes`` (bytes), ``backward_s`` (s)."""
+    """One parameter tensor: ``name``, gradient size ``nbytes`` (bytes), ``backward_s`` (s), and its
+    ``shape`` when known (PowerSGD compresses ≥ 2-D tensors as matrices; ``None`` counts as 1-D)."""
 
     name: str
     nbytes: int
     backward_s: float
+    shape: tuple[int, ...] | None = None
 
 
 class Bucket(NamedTuple):
@@ -135,7 +137,8 @@ def workload_from_trace(trace: Any) -> Workload:
     forward = timings["forward_s"]
     forward_s = float(sum(forward)) if isinstance(forward, Sequence) else float(forward)
     layers = tuple(
-        Layer(name, 4 * math.prod(shape), float(bw)) for (name, shape), bw in zip(trace.layers, timings["backward_s"])
+        Layer(name, 4 * math.prod(shape), float(bw), tuple(shape))
+        for (name, shape), bw in zip(trace.layers, timings["backward_s"])
     )
     passes = [float(p["forward_s"]) + float(p["backward_s"]) for p in timings.get("per_pass") or []]
     mean = sum(passes) / len(passes) if passes else 0.0
@@ -167,7 +170,8 @@ def workload_from_layout(
         raise ValueError("device FLOP/s and memory bandwidth must be > 0 and batch size >= 1")
     entries = traces.layouts.layout(name)
     layers = tuple(
-        Layer(e["name"], 4 * int(e["numel"]), 2.0 * e["forward_flops"] * batch_size / device_flops_per_s)
+        Layer(e["name"], 4 * int(e["numel"]), 2.0 * e["forward_flops"] * batch_size / device_flops_per_s,
+              tuple(e["shape"]) if e.get("shape") else None)
         for e in entries
     )
     forward_s = sum(e["forward_flops"] for e in entries) * batch_size / device_flops_per_s

@@ -58,3 +58,16 @@ def test_gradient_like_is_seeded_and_heavy_tailed():
 def test_bench_runs_on_cuda():
     rows = benchmark.run(100_000, [0.01], device="cuda", names=["topk", "sidco-e", "sidco-gp"], repeats=2, warmup=2)
     assert all(r["device"].startswith("cuda") for r in rows)
+
+
+def test_bench_rows_record_backend_and_device_and_run_dense_baselines_once():
+    from compressors import benchmark
+    from compressors.identity import device_identity
+
+    rows = benchmark.run(20_000, [0.1, 0.01], names=["fp16", "powersgd", "topk"], repeats=1, warmup=1)
+    assert [(r["compressor"], r["density"]) for r in rows] == [
+        ("fp16", 1.0), ("powersgd", 1.0), ("topk", 0.1), ("topk", 0.01)]
+    assert all(r["backend"] in ("native", "torch") for r in rows)
+    assert rows[0]["backend"] == "torch" and rows[0]["wire_bytes"] == 2 * 20_000
+    assert all(r["device_identity"] == device_identity("cpu") and r["device_identity"].startswith("cpu: ")
+               for r in rows)

@@ -65,7 +65,7 @@ def check_selection(name: str, c: compressors.Compressor, g: torch.Tensor) -> co
     return s
 
 
-@pytest.mark.parametrize("name", compressors.names())
+@pytest.mark.parametrize("name", compressors.names("sparse"))
 @PROFILE
 @given(g=gradients(), density=st.sampled_from([1.0, 0.5, 0.1, 0.01, 0.001]))
 def test_any_gradient_gives_a_valid_selection(name, g, density):

@@ -24,7 +24,7 @@ from results.store import Store
 STORE_COLUMNS = (
     "compressor", "density", "error_feedback", "iteration", "worker", "bucket", "numel", "selected",
     "achieved_density", "achieved_over_target", "threshold", "stages", "compress_s", "decompress_s",
-    "wire_bytes", "rel_error",
+    "wire_bytes", "rel_error", "backend", "call_index",
 )
 
 
@@ -237,3 +237,30 @@ def test_replay_on_cuda_matches_cpu(laplace: traces.Trace) -> None:
     for a, b in zip(cpu, gpu):
         assert b["rel_error"] == pytest.approx(a["rel_error"], rel=1e-4)
         assert b["wire_bytes"] == a["wire_bytes"] and b["compress_s"] > 0
+
+
+def test_powersgd_replays_per_bucket_with_the_trace_layer_shapes(tmp_path: Path) -> None:
+    trace = traces.synthetic(
+        tmp_path / "shaped", "laplace", numel=64 * 50 + 64 + 32 * 64, workers=2, iterations=2, seed=1,
+        layers=[("fc1.weight", (64, 50)), ("fc1.bias", (64,)), ("fc2.weight", (32, 64))],
+    )
+    layout = buckets(trace, bucket_bytes=4 * 32 * 64)
+    assert [[n for _, n in parts] for parts in layout] == [[32 * 64], [64, 64 * 50]]
+    rows = list(replay(trace, ["powersgd"], [1.0], bucket_bytes=4 * 32 * 64, options={"powersgd": {"rank": 2}}))
+    assert len(rows) == 2 * 2 * 2
+    wire = {r["bucket"]: r["wire_bytes"] for r in rows}
+    assert wire == {0: 4 * (32 + 64) * 2, 1: 4 * (64 + (64 + 50) * 2)}
+    assert {r["backend"] for r in rows} == {"torch"}
+    # one compressor per (worker, bucket): each sees its calls counted from 0
+    assert sorted((r["worker"], r["bucket"], r["call_index"]) for r in rows) == [
+        (w, b, i) for w in range(2) for b in range(2) for i in range(2)]
+    assert all(0 <= r["rel_error"] < 1 for r in rows)
+
+
+def test_replay_rows_record_backend_and_call_index(laplace: traces.Trace) -> None:
+    rows = list(replay(laplace, ["topk", "fp16"], [0.01], bucket_bytes=100_000))
+    for name in ("topk", "fp16"):
+        mine = [r for r in rows if r["compressor"] == name]
+        assert [r["call_index"] for r in mine] == list(range(len(mine)))
+        assert {r["backend"] for r in mine} <= {"native", "torch"}
+    assert all(r["wire_bytes"] == 2 * r["numel"] for r in rows if r["compressor"] == "fp16")

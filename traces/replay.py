@@ -20,10 +20,18 @@ keys are exactly the ``replay_rows`` columns of the results store (minus
 ``compress_s``               seconds of the compress call (with error feedback: including the
                              residual update), device-synchronised
 ``decompress_s``             seconds of the decompress call, device-synchronised
-``wire_bytes``               bytes on the wire (``Sparse.wire_bytes()``: values + int32 indices)
+``wire_bytes``               bytes on the wire (the message's ``wire_bytes()``: sparse values +
+                             int32 indices, a dense cast, or PowerSGD's P, Q and rest)
 ``rel_error``                ‖g − ĝ‖ / ‖g‖, g the compressed input (gradient + residual), ĝ the
                              decompressed message (0 when ‖g‖ = 0)
+``backend``                  what ran the call: ``native`` (fused C kernels), ``torch`` or ``cuda``
+``call_index``               0-based index of the call among its compressor instance's calls
 ==========================  ===============================================================
+
+Compressors are created once per combination and shared by every (worker, bucket), as the
+``threshold`` compressors carry only adaptive state; a compressor whose state is per tensor
+(PowerSGD's warm-started Q, ``message == "lowrank"``) gets one instance per (worker, bucket),
+created with that bucket's layer ``shapes`` from the trace.
 
 Buckets follow DistributedDataParallel: layers are taken in reverse order (the
 order backward produces them) and a bucket is closed as soon as it holds at
@@ -61,7 +69,25 @@ COLUMNS = (
     "decompress_s",
     "wire_bytes",
     "rel_error",
+    "backend",
+    "call_index",
 )
+
+
+def bucket_shapes(trace: Trace, parts: Sequence[tuple[int, int]]) -> list[tuple[int, ...]]:
+    """Layer shapes, in order, of a bucket given as ``(offset, numel)`` slices (as :func:`buckets`
+    returns them: one layer each, or the whole model); a slice that does not cover whole layers
+    counts as one 1-D tensor."""
+    layers = [(offset, numel, tuple(shape))
+              for (_, offset, numel), (_, shape) in zip(trace.layer_slices(), trace.layers) if numel > 0]
+    result: list[tuple[int, ...]] = []
+    for start, length in parts:
+        inside = [(o, n, shape) for o, n, shape in layers if start <= o and o + n <= start + length]
+        if inside and inside[0][0] == start and sum(n for _, n, _ in inside) == length:
+            result.extend(shape for _, _, shape in inside)
+        else:
+            result.append((length,))
+    return result
 
 
 def buckets(trace: Trace, bucket_bytes: int | None = None) -> list[list[tuple[int, int]]]:
@@ -162,9 +188,24 @@ def _combination(
     options: dict[str, Any],
 ) -> Iterator[dict[str, Any]]:
     sync = _synchronizer(device)
-    compressor = compressor_lib.create(name, density=density, **options)
-    memory = compressor_lib.ErrorFeedback(compressor) if error_feedback else None
-    warm = compressor_lib.create(name, density=density, **options)
+    per_tensor = compressor_lib.message_kind(name) == "lowrank"
+    shapes = [bucket_shapes(trace, parts) for parts in layout]
+
+    def make(index: int) -> compressor_lib.Compressor:
+        extra = {"shapes": shapes[index]} if per_tensor and "shapes" not in options else {}
+        return compressor_lib.create(name, density=density, **options, **extra)
+
+    instances: dict[tuple[int, int], tuple[compressor_lib.Compressor, compressor_lib.ErrorFeedback | None]] = {}
+    calls: dict[int, int] = {}
+
+    def instance(worker: int, index: int) -> tuple[compressor_lib.Compressor, compressor_lib.ErrorFeedback | None]:
+        key = (worker, index) if per_tensor else (0, 0)
+        if key not in instances:
+            c = make(index)
+            instances[key] = (c, compressor_lib.ErrorFeedback(c) if error_feedback else None)
+        return instances[key]
+
+    warm = make(0)
     first = trace.gradient(trace.iterations[0], 0).to(device)
     warm.decompress(warm.compress(_gather(first, layout[0]).clone()))
     sync()
@@ -173,6 +214,9 @@ def _combination(
             flat = trace.gradient(iteration, worker).to(device)
             for index, parts in enumerate(layout):
                 grad = _gather(flat, parts).contiguous()
+                compressor, memory = instance(worker, index)
+                call_index = calls.get(id(compressor), 0)
+                calls[id(compressor)] = call_index + 1
                 sync()
                 start = time.perf_counter()
                 if memory is not None:
@@ -211,7 +255,9 @@ def _combination(
                     "decompress_s": decompress_s,
                     "wire_bytes": int(sparse.wire_bytes()),
                     "rel_error": error / total if total > 0 else 0.0,
+                    "backend": compressor.backend,
+                    "call_index": call_index,
                 }
 
 
-__all__ = ["COLUMNS", "buckets", "calls_per_combination", "replay"]
+__all__ = ["COLUMNS", "bucket_shapes", "buckets", "calls_per_combination", "replay"]

@@ -19,7 +19,7 @@ DEFAULTS = {"density": "0.01", "nodes": "8", "bandwidth": "10Gbit", "latency": "
 def controls(prefix: str, options: list[dict[str, str]], multi: bool) -> list:
     """The shared scenario controls (also used by the timeline page); ids start with ``prefix``."""
     names = projection.compressor_names()
-    chosen = [n for n in ("none", "topk", "dgc", "sidco-e", "sidco-p", "sidco-gp") if n in names]
+    chosen = [n for n in ("none", "fp16", "powersgd", "topk", "dgc", "sidco-e", "sidco-p", "sidco-gp") if n in names]
     return [
         ui.labelled("Trace or model layout", dcc.Dropdown(
             id=f"{prefix}-source", options=options, value=options[0]["value"] if options else None, clearable=False)),
@@ -68,7 +68,9 @@ def layout(reader: StoreReader) -> html.Div:
         html.H2("What-if: would compression make this training faster?"),
         html.P("Projected time of one data-parallel training iteration per compressor, split into compute, "
                "compression and communication not hidden behind backward; speed-ups are against no "
-               "compression in the same scenario.", className="lead"),
+               "compression (fp32) and, when fp16 is chosen, against the fp16 dense all-reduce in the same "
+               "scenario: the strongest plain baselines (fp16 and PowerSGD are chosen by default).",
+               className="lead"),
         *notes,
         html.Div(className="layout", children=[
             side,

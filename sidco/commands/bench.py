@@ -23,6 +23,8 @@ def _densities(text: str) -> list[float]:
 
 
 def _names(text: str) -> list[str]:
+    if text.strip() == "all":
+        return compressors.names()
     names = [item.strip() for item in text.split(",") if item.strip()]
     if not names:
         raise ValueError("--compressors is empty")
@@ -40,8 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "then the median of --repeats timed calls. The floor is the median time of torch.sum "
             "over the same vector, timed interleaved with each compressor. Times in milliseconds; "
             "'x floor' = compress_ms / floor_ms; 'vs topk' = topk's 'x floor' / this row's 'x floor' "
-            "(speed-up over torch.topk, each normalised by its own interleaved floor); the '(min)' columns "
-            "use the fastest repeat of each instead of the median."
+            "(speed-up over Top-k, each normalised by its own interleaved floor); the '(min)' columns "
+            "use the fastest repeat of each instead of the median; 'backend' = what ran the calls "
+            "(native = the fused C kernels, torch, cuda). The machine (CPU model and SIMD flags, or GPU) "
+            "is printed above the table."
         ),
     )
     parser.add_argument("--size", type=int, default=26_214_400,
@@ -51,7 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
     parser.add_argument("--dtype", default="fp32", choices=sorted(benchmark.DTYPES), help="element type (default fp32)")
     parser.add_argument("--compressors", default=None,
-                        help=f"comma-separated subset of: {','.join(compressors.names())} (default all)")
+                        help=f"'all' or a comma-separated subset of: {','.join(compressors.names())} (default all); "
+                             "none, fp16, bf16 and powersgd run once at density 1")
     parser.add_argument("--repeats", type=int, default=10, help="timed calls per row; the median is reported (default 10)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed calls per row before timing (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the gradient-like vector (default 0)")
@@ -64,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def format_table(rows: list[dict]) -> str:
     """The rows as a fixed-width text table (times in ms)."""
     header = ("compressor", "density", "compress ms", "decompress ms", "floor ms", "x floor", "vs topk",
-              "x floor (min)", "vs topk (min)", "achieved/target", "stages")
+              "x floor (min)", "vs topk (min)", "achieved/target", "stages", "backend")
     lines = [header]
     for r in rows:
         lines.append((
@@ -73,7 +78,7 @@ def format_table(rows: list[dict]) -> str:
             "-" if r["speedup_vs_topk"] is None else f"{r['speedup_vs_topk']:.1f}",
             f"{r['over_floor_min']:.2f}",
             "-" if r["speedup_vs_topk_min"] is None else f"{r['speedup_vs_topk_min']:.1f}",
-            f"{r['achieved_over_target']:.3f}", "-" if r["stages"] is None else str(r["stages"]),
+            f"{r['achieved_over_target']:.3f}", "-" if r["stages"] is None else str(r["stages"]), r["backend"],
         ))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths)) for line in lines)
@@ -83,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print the table (or JSON)."""
     names = _names(args.compressors) if args.compressors is not None else compressors.names()
     densities = _densities(args.densities)
-    total = len([n for n in names if n == "none"]) + len(densities) * len([n for n in names if n != "none"])
+    bound = [n for n in names if n in compressors.names() and benchmark.density_bound(n)]
+    total = len(names) - len(bound) + len(densities) * len(bound)
     with tqdm(total=total, desc="bench", unit="row", file=sys.stderr, disable=None) as bar:
         def progress(label: str) -> None:
             bar.set_postfix_str(label, refresh=False)
@@ -96,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(rows, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print(f"{args.size:,} {args.dtype} elements on {rows[0]['device']} ({rows[0]['threads']} CPU threads); "
+        print(f"{args.size:,} {args.dtype} elements on {rows[0]['device_identity']} ({rows[0]['threads']} CPU threads); "
               f"median of {args.repeats} after {args.warmup} warm-up calls; floor = torch.sum over the same vector")
         print(format_table(rows))
     return 0

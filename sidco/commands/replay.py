@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 import traces
 import traces.replay as trace_replay
+from compressors.identity import device_identity
 from sidco.commands import add_store_argument
 from results.store import Store
 from simulator.units import parse_density, parse_list
@@ -38,7 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "stages, compress and decompress time (seconds, device-synchronised), bytes on the "
             "wire (values + int32 indices) and the relative error ||g - g_hat|| / ||g||. Each "
             "(compressor, density) combination is written to the results store in one "
-            "transaction; a rerun of the same replay skips the combinations already stored."
+            "transaction; a rerun of the same replay skips the combinations already stored. "
+            "fp16/bf16 send the dense gradient cast to 16 bits (density ignored); powersgd sends "
+            "rank-r factors per layer of each bucket (--rank; density ignored). The backend "
+            "column says what ran the calls (native C kernels, torch or cuda)."
         ),
     )
     parser.add_argument("trace", metavar="TRACE", help="trace directory (see traces/FORMAT.md)")
@@ -49,6 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--densities", default=DEFAULT_DENSITIES, help=f"comma-separated target densities in (0, 1] (default {DEFAULT_DENSITIES})"
     )
     parser.add_argument("--device", default="cpu", help="torch device for the compressors: cpu, cuda (default cpu)")
+    parser.add_argument(
+        "--rank", type=int, default=None,
+        help="PowerSGD's rank r (columns of P and Q per layer; default 1); layer shapes come from the trace",
+    )
     parser.add_argument(
         "--error-feedback", type=_on_off, default=True, metavar="on|off", help="carry the residual across iterations (default on)"
     )
@@ -98,7 +106,8 @@ def summarize(store: Store, replay_id: int, names: list[str], densities: list[fl
                 "AVG(achieved_over_target) AS achieved_over_target, MIN(achieved_over_target) AS min_over_target, "
                 "MAX(achieved_over_target) AS max_over_target, AVG(stages) AS mean_stages, "
                 "AVG(compress_s) AS compress_s, AVG(decompress_s) AS decompress_s, SUM(compress_s) AS total_compress_s, "
-                "AVG(wire_bytes) AS wire_bytes, AVG(numel) AS numel, AVG(rel_error) AS rel_error "
+                "AVG(wire_bytes) AS wire_bytes, AVG(numel) AS numel, AVG(rel_error) AS rel_error, "
+                "GROUP_CONCAT(DISTINCT backend) AS backend "
                 "FROM replay_rows WHERE replay_id=? AND compressor=? AND density=? AND error_feedback=?",
                 (replay_id, name, density, int(error_feedback)),
             )[0]
@@ -114,7 +123,8 @@ def summarize(store: Store, replay_id: int, names: list[str], densities: list[fl
 def _print_table(summary: list[dict[str, Any]]) -> None:
     header = (
         f"{'compressor':<10} {'density':>8} {'calls':>6} {'achieved':>9} {'ach/tgt':>8} {'range':>13} "
-        f"{'stages':>6} {'comp ms':>8} {'decomp ms':>9} {'GB/s':>7} {'wire kB':>9} {'wire/dense':>10} {'rel err':>8}"
+        f"{'stages':>6} {'comp ms':>8} {'decomp ms':>9} {'GB/s':>7} {'wire kB':>9} {'wire/dense':>10} {'rel err':>8} "
+        f"{'backend':<8}"
     )
     print(header)
     print("-" * len(header))
@@ -125,12 +135,14 @@ def _print_table(summary: list[dict[str, Any]]) -> None:
             f"{s['compressor']:<10} {s['density']:>8g} {s['calls']:>6} {s['achieved_density']:>9.5f} "
             f"{s['achieved_over_target']:>8.3f} {s['min_over_target']:>6.2f}-{s['max_over_target']:<6.2f} {stages:>6} "
             f"{s['compress_s'] * 1e3:>8.3f} {s['decompress_s'] * 1e3:>9.3f} {gbps:>7} "
-            f"{s['wire_bytes'] / 1e3:>9.1f} {s['wire_over_dense']:>10.4f} {s['rel_error']:>8.4f}"
+            f"{s['wire_bytes'] / 1e3:>9.1f} {s['wire_over_dense']:>10.4f} {s['rel_error']:>8.4f} "
+            f"{s['backend'] or '-':<8}"
         )
     print(
         "achieved = selected/numel; ach/tgt = achieved/target (range over calls); comp/decomp ms = mean "
         "milliseconds per call; GB/s = fp32 gradient GB compressed per second; wire kB = mean bytes "
-        "on the wire per call / 1000; rel err = mean ||g - g_hat|| / ||g||"
+        "on the wire per call / 1000; rel err = mean ||g - g_hat|| / ||g||; backend = what ran the calls "
+        "(native = fused C kernels, torch, cuda)"
     )
 
 
@@ -147,25 +159,30 @@ def run(args: argparse.Namespace) -> int:
         if not args.bucket_mb > 0:
             raise ValueError(f"invalid --bucket-mb {args.bucket_mb}: must be > 0")
         bucket_bytes = int(round(args.bucket_mb * 1e6))
+    if args.rank is not None and args.rank < 1:
+        raise ValueError(f"invalid --rank {args.rank}: must be >= 1")
+    options = {"powersgd": {"rank": args.rank}} if args.rank is not None else {}
     trace = traces.open(args.trace)
     expected = trace_replay.calls_per_combination(trace, bucket_bytes)
-    trace_replay.replay(trace, names, densities, device=args.device, bucket_bytes=bucket_bytes)  # checks arguments
+    trace_replay.replay(trace, names, densities, device=args.device, bucket_bytes=bucket_bytes,
+                        options=options)  # checks arguments
     config = {
         "trace_id": trace.manifest.get("trace_id"),
         "trace_path": str(trace.path.resolve()),
         "error_feedback": args.error_feedback,
         "bucket_bytes": bucket_bytes,
         "device": args.device,
+        **({"rank": args.rank} if args.rank is not None else {}),
     }
     with Store(args.store) as store:
         trace_row = store.register_trace(trace.path, trace.manifest)
-        replay_id, _ = store.get_or_create("replays", config, trace_id=trace_row, device=args.device)
+        replay_id, _ = store.get_or_create("replays", config, trace_id=trace_row, device=device_identity(args.device))
         done = _done(store, replay_id, args.error_feedback, expected)
         todo = [(n, d) for n in names for d in densities if (n, d) not in done]
         store.set_status("replays", replay_id, "running")
         rows_iter = trace_replay.replay(
             trace, names, densities, device=args.device, error_feedback=args.error_feedback,
-            bucket_bytes=bucket_bytes, skip=frozenset(done),
+            bucket_bytes=bucket_bytes, skip=frozenset(done), options=options,
         )
         skipped = len(names) * len(densities) - len(todo)
         if skipped:
@@ -195,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"replay {replay_id} of {trace.path} ({trace.workers} workers x {len(trace.iterations)} iterations, "
                 f"{expected // (trace.workers * len(trace.iterations))} bucket(s), error feedback "
-                f"{'on' if args.error_feedback else 'off'}, {args.device}); store {args.store}"
+                f"{'on' if args.error_feedback else 'off'}, {device_identity(args.device)}); store {args.store}"
             )
             _print_table(summary)
     return 0

@@ -208,7 +208,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--bandwidth", required=True, help="NIC bandwidth per direction, e.g. 10Gbit or 1.25GB/s")
     parser.add_argument("--latency", default="50us", help="per-message latency, e.g. 50us (default 50us)")
     parser.add_argument("--compressor", default="none", help="compressor name (default none)")
-    parser.add_argument("--density", type=float, help="target density in (0, 1], e.g. 0.001")
+    parser.add_argument("--density", type=float, help="target density in (0, 1], e.g. 0.001 (fp16, bf16 and "
+                        "powersgd send what their dtype or rank sets; give 1)")
+    parser.add_argument("--rank", default="1", help="PowerSGD's rank r, columns of P and Q per layer (default 1)")
     parser.add_argument("--topology", choices=TOPOLOGIES, default="ring",
                         help="ring (default), halving-doubling, tree, ps, hierarchical")
     parser.add_argument("--timeline", metavar="OUT.json",
@@ -243,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.compressor not in compressors.names():
         raise ValueError(f"unknown compressor {args.compressor!r}; choose from {', '.join(compressors.names())}")
+    rank = positive_int(args.rank, "--rank")
     workload, trace, _ = load_source(args)
     options = scenario_options(args, workload)
     with Store(args.store) as store:
@@ -251,7 +254,8 @@ def run(args: argparse.Namespace) -> int:
     scenario = simulator.Scenario(
         workload, nodes, bandwidth, latency, args.compressor,
         args.density if args.compressor != "none" else None, topology=args.topology, fidelity=args.fidelity,
-        profile=profile, calibration=calibration, timeline=bool(args.timeline), **options,
+        profile=profile, calibration=calibration, timeline=bool(args.timeline),
+        rank=rank, **options,
     )
     result = simulator.simulate(scenario)
     if args.timeline:

@@ -55,6 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--compressors", default="all",
                         help="comma-separated compressor names, or all (default; includes none)")
     parser.add_argument("--densities", default="0.01,0.001", help="comma-separated densities (default 0.01,0.001)")
+    parser.add_argument("--rank", default="1",
+                        help="comma-separated PowerSGD ranks r (columns of P and Q per layer), swept for powersgd "
+                             "only (default 1)")
     parser.add_argument("--topology", default="ring",
                         help=f"comma-separated topologies from {', '.join(TOPOLOGIES)} (default ring)")
     parser.add_argument("--dask", metavar="tcp://HOST:PORT", help="run on an existing Dask scheduler")
@@ -86,6 +89,7 @@ def parse_grid(args: argparse.Namespace) -> Grid:
         compressors=tuple(dict.fromkeys(names)),
         densities=tuple(parse_list(args.densities, parse_density)) if any(n != "none" for n in names) else (),
         topologies=tuple(dict.fromkeys(topologies)),
+        ranks=tuple(dict.fromkeys(parse_list(args.rank, lambda t: positive_int(t, "--rank")))),
     )
 
 

@@ -437,3 +437,17 @@ def test_achieved_over_target_is_weighted_by_elements(tmp_path):
     assert row["achieved_over_target"] == pytest.approx(1001 / 100_010 / 0.01)
     assert (row["aot_min"], row["aot_max"]) == (1.0, 10.0)
     store.close()
+
+
+def test_whatif_compares_against_fp16_and_powersgd_by_default():
+    from dashboard.pages import whatif
+
+    controls = whatif.controls("t", [{"label": "x", "value": "layout:gpt2"}], multi=True)
+    chosen = next(c for c in controls if "t-compressors" in str(c)).children[-1].value
+    assert chosen[:3] == ["none", "fp16", "powersgd"]
+    results = [{"compressor": "none", "speedup": 1.0, "iteration_s": 2.0},
+               {"compressor": "fp16", "speedup": 1.6, "iteration_s": 1.25},
+               {"compressor": "sidco-e", "speedup": 2.0, "iteration_s": 1.0}]
+    fig = figures.whatif_speedup(results)
+    assert [t["name"] for t in fig["data"]] == ["vs none (fp32)", "vs fp16"]
+    assert fig["data"][1]["x"] == [0.625, 1.0, 1.25]          # fp16's 1.25 s ÷ each iteration time

@@ -1,0 +1,189 @@
+"""PowerSGD (Vogels et al., NeurIPS 2019) as PyTorch's ``powerSGD_hook`` computes it, on one worker.
+
+Layout. ``shapes`` lists the layer shapes packed, in order, in the flat gradient. A layer with
+≥ 2 dims is the matrix ``M`` of ``(shape[0], rest)``; it is compressed with rank
+``r = min(rows, cols, rank)`` when that saves enough, ``(rows + cols)·r·min_compression_rate <
+rows·cols`` (PyTorch's rule); 1-D layers and matrices not worth it go uncompressed (the *rest*).
+Without ``shapes`` the whole vector is one square matrix of side ``⌈√n⌉``, zero-padded, as
+PyTorch's ``batched_powerSGD_hook`` does.
+
+One power iteration per call, per matrix: ``P = M·Q``; orthogonalise P; ``Q = Mᵀ·P``; the
+message is (P, Q, rest) and ``decompress`` returns ``P·Qᵀ`` (and the rest as sent).
+**Orthogonalisation**: PyTorch's own ``_orthogonalize`` (imported, not copied): Gram-Schmidt
+(column by column: normalise, subtract its projection from the later columns; ``epsilon`` added
+to the norms) for rank ≤ 2 or 16-bit dtypes, ``torch.linalg.qr`` (Householder QR) otherwise.
+A zero column (a zero gradient with ``epsilon = 0``) would become NaN there; it is set to 0, so a
+zero matrix is sent as zeros.
+
+**Warm start** (default): Q is kept between calls and re-orthogonalised before use; the first Q
+(and every Q without warm start) is drawn as PyTorch draws it: ``numpy.random.RandomState(seed)``
+gives a torch seed per draw, then ``torch.randn`` on the CPU per matrix, orthogonalised. Matrices
+are visited grouped by shape (first-seen order), PyTorch's order, so the same seed gives the
+same Q as ``PowerSGDState(random_seed=seed)``.
+
+**Error feedback** is the memory role's job, as for every compressor
+(``compressors.ErrorFeedback(c)`` keeps ``M − P·Qᵀ`` as the residual), which is what PyTorch's
+``use_error_feedback`` does.
+
+In a cluster P and Q are all-reduced (P before its orthogonalisation, Q after ``Mᵀ·P``), so the
+result there is PowerSGD of the mean gradient; one worker alone computes the same steps without
+the sums. Wire: the rest, P and Q, all in the gradient's dtype (:class:`LowRank`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogonalize
+
+from compressors._validate import raise_if_not_finite
+from compressors.base import Compressor
+from compressors.messages import Block, LowRank
+
+SEED_RANGE = 1_000_000_000
+"""Torch seeds for Q are drawn in ``[0, SEED_RANGE)``, as PyTorch's hook draws them."""
+
+
+def plan(shapes: Sequence[Sequence[int]] | None, numel: int, rank: int, min_compression_rate: float
+         ) -> tuple[tuple[Block, ...], tuple[tuple[int, int], ...], int]:
+    """Split a flat vector of ``numel`` elements holding ``shapes`` into compressed blocks (grouped
+    by shape, first-seen order) and uncompressed ``(offset, numel)`` slices; also return the padded
+    length (``numel`` unless ``shapes`` is ``None``: then the square side², see module docstring)."""
+    if shapes is None:
+        side = math.isqrt(max(numel - 1, 0)) + 1 if numel else 0
+        r = min(side, rank)
+        return ((Block(0, side, side, r),) if side else ()), (), side * side
+    blocks: dict[tuple[int, int], list[Block]] = {}
+    rest: list[tuple[int, int]] = []
+    offset = 0
+    for shape in shapes:
+        size = math.prod(shape)
+        if len(shape) >= 2 and size > 0:
+            rows, cols = shape[0], size // shape[0]
+            r = min(rows, cols, rank)
+            if (rows + cols) * r * min_compression_rate < rows * cols:
+                blocks.setdefault((rows, cols), []).append(Block(offset, rows, cols, r))
+                offset += size
+                continue
+        if size:
+            rest.append((offset, size))
+        offset += size
+    if offset != numel:
+        raise ValueError(f"layer shapes hold {offset} elements, the gradient has {numel}")
+    return tuple(b for group in blocks.values() for b in group), tuple(rest), numel
+
+
+class PowerSGD(Compressor):
+    """PowerSGD. Options: ``rank`` (int ≥ 1, default 1), ``shapes`` (layer shapes in the flat
+    vector, default ``None``: one square matrix), ``min_compression_rate`` (2), ``warm_start``
+    (True), ``seed`` (0), ``epsilon`` (0: added to column norms in Gram-Schmidt).
+    ``density`` is accepted and ignored: the rank sets the size."""
+
+    name = "powersgd"
+    message = "lowrank"
+
+    def __init__(self, density: float = 1.0, rank: int = 1, shapes: Sequence[Sequence[int]] | None = None,
+                 min_compression_rate: float = 2.0, warm_start: bool = True, seed: int = 0,
+                 epsilon: float = 0.0):
+        super().__init__(density)
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+            raise ValueError(f"rank must be an int >= 1, got {rank!r}")
+        if shapes is not None:
+            try:
+                shapes = tuple(tuple(int(d) for d in shape) for shape in shapes)
+            except (TypeError, ValueError):
+                raise ValueError(f"shapes must be a list of integer shapes, got {shapes!r}") from None
+            if any(d < 0 for shape in shapes for d in shape):
+                raise ValueError(f"shapes must have dims >= 0, got {shapes!r}")
+        if isinstance(min_compression_rate, bool) or not isinstance(min_compression_rate, (int, float)) \
+                or not min_compression_rate >= 0:
+            raise ValueError(f"min_compression_rate must be >= 0, got {min_compression_rate!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        if not isinstance(epsilon, (int, float)) or not epsilon >= 0:
+            raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
+        self.rank = rank
+        self.shapes = shapes
+        self.min_compression_rate = float(min_compression_rate)
+        self.warm_start = bool(warm_start)
+        self.seed = seed
+        self.epsilon = float(epsilon)
+        self._rng = np.random.RandomState(seed)
+        self._q: dict[tuple, torch.Tensor] = {}
+
+    def _initial_q(self, blocks: tuple[Block, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(int(self._rng.randint(SEED_RANGE)))
+        q = torch.empty(sum(b.cols * b.rank for b in blocks), dtype=dtype, device=device)
+        for b, view in zip(blocks, _views(q, blocks, "cols")):
+            view.copy_(torch.randn(*view.shape, generator=gen, dtype=dtype))
+            _orthogonalize_finite(view, self.epsilon)
+        return q
+
+    def _compress(self, grad: torch.Tensor) -> LowRank:
+        n = grad.numel()
+        blocks, rest_slices, padded = plan(self.shapes, n, self.rank, self.min_compression_rate)
+        raise_if_not_finite(grad, torch.linalg.vector_norm(grad, dtype=torch.float32 if grad.dtype != torch.float64 else None))
+        if padded != n:
+            source = torch.zeros(padded, dtype=grad.dtype, device=grad.device)
+            source[:n] = grad
+        else:
+            source = grad
+        key = (blocks, grad.dtype, grad.device)
+        q = self._q.get(key) if self.warm_start else None
+        if q is None:
+            q = self._initial_q(blocks, grad.dtype, grad.device)
+        else:
+            for view in _views(q, blocks, "cols"):
+                _orthogonalize_finite(view, self.epsilon)
+        p = torch.empty(sum(b.rows * b.rank for b in blocks), dtype=grad.dtype, device=grad.device)
+        matrices = [source[b.offset:b.offset + b.rows * b.cols].view(1, b.rows, b.cols) for b in blocks]
+        for m, qv, pv in zip(matrices, _views(q, blocks, "cols"), _views(p, blocks, "rows")):
+            torch.bmm(m, qv, out=pv)
+        for pv in _views(p, blocks, "rows"):
+            _orthogonalize_finite(pv, self.epsilon)
+        for m, pv, qv in zip(matrices, _views(p, blocks, "rows"), _views(q, blocks, "cols")):
+            torch.bmm(m.transpose(1, 2), pv, out=qv)
+        if self.warm_start:
+            self._q = {key: q}
+        rest = torch.cat([grad[o:o + k] for o, k in rest_slices]) if rest_slices else grad[:0]
+        return LowRank(blocks, p, q.clone() if self.warm_start else q, rest, rest_slices, n)
+
+    def decompress(self, message: LowRank, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``P·Qᵀ`` in each matrix's place, the rest as sent (into ``out`` when given)."""
+        dtype, device = message.p.dtype, message.p.device
+        if out is None:
+            out = torch.empty(message.numel, dtype=dtype, device=device)
+        elif out.shape != (message.numel,) or out.dtype != dtype:
+            raise ValueError(f"out buffer must be 1-D {dtype} of {message.numel} elements, "
+                             f"got {out.dtype} {tuple(out.shape)}")
+        out.zero_()
+        for b, pv, qv in zip(message.blocks, _views(message.p, message.blocks, "rows"),
+                             _views(message.q, message.blocks, "cols")):
+            approx = torch.bmm(pv, qv.transpose(1, 2)).view(-1)
+            end = min(b.offset + b.rows * b.cols, message.numel)
+            out[b.offset:end] = approx[:end - b.offset]
+        position = 0
+        for o, k in message.rest_slices:
+            out[o:o + k] = message.rest[position:position + k]
+            position += k
+        return out
+
+
+def _orthogonalize_finite(factor: torch.Tensor, epsilon: float) -> None:
+    """PyTorch's orthogonalisation of one ``(1, length, rank)`` factor, then NaN (a zero column
+    normalised by its zero norm in Gram-Schmidt) set to 0: a zero gradient sends zeros, not NaN."""
+    _orthogonalize(factor, epsilon)
+    torch.nan_to_num_(factor, nan=0.0)
+
+
+def _views(flat: torch.Tensor, blocks: tuple[Block, ...], side: str) -> list[torch.Tensor]:
+    """``(1, rows|cols, rank)`` views of each block's factor packed in ``flat``."""
+    views, position = [], 0
+    for b in blocks:
+        length = getattr(b, side)
+        views.append(flat[position:position + length * b.rank].view(1, length, b.rank))
+        position += length * b.rank
+    return views
