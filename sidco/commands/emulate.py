@@ -35,17 +35,23 @@ def _positive_int_list(text: str, what: str, minimum: int) -> list[int]:
 EPILOG = """\
 validation grid (where the network is the question):
   A cell is one (workers, bandwidth, compressor, density). It tests the network model only
-  when the projected network share of its iteration is large; the grid that does so is
-    sidco emulate --workers 2,4 --bandwidth 10Mbit,20Mbit,50Mbit \\
-        --compressors none,topk,sidco-e --density 0.05,0.1 --batch-size 8 \\
-        --fidelity analytic,des --calibration latest
-  (dense 'none' runs once per network; sparse messages of 5-10 % of resnet20's 272,474
-  gradients are 109-218 kB per rank). Calibrate first: 'sidco emulate collective' then
-  'sidco calibrate'.
+  when the projected network share of its iteration is large (>= 30 %): slow links, large
+  messages, more workers. The grid of BENCHMARKS.md (resnet20, batch 8 per worker):
+    sidco emulate --workers 2 --bandwidth 10Mbit,20Mbit,50Mbit \\
+        --compressors none,topk,sidco-e,fp16,powersgd --density 0.1 $OPTS
+    sidco emulate --workers 4 --bandwidth 20Mbit \\
+        --compressors none,topk,sidco-e,fp16,powersgd --density 0.1,0.05 $OPTS
+    sidco emulate --workers 8 --bandwidth 20Mbit --compressors none,topk --density 0.1 $OPTS
+  with OPTS='--batch-size 8 --iterations 6 --warmup 2 --fidelity analytic,des'. Sparse
+  messages at 5-10 % of resnet20's 272,474 gradients are 109-218 kB per rank; dense ones
+  1.09 MB (fp16: half). 8 workers is the most tried on 2 cores. Calibrate first:
+  'sidco emulate collective --workers 2,4,8 --bandwidth 10Mbit,20Mbit,50Mbit,100Mbit',
+  then 'sidco calibrate' (per-operation fits; --check ID compares with held-out runs).
 
 shaping:
   tc tbf on every worker's uplink and downlink, burst of two full frames (3,028 bytes) at
-  every rate: a message of m bytes is shaped to within 3,028/m (4.6 % at 64 KiB).
+  every rate: a message of m bytes is shaped to within 3,028/m (4.6 % at 64 KiB); queue of
+  at least 2 MiB, so TCP loses nothing to the shaper.
 
 fields of every train-mode row (stored in the validation table):
   measured_s     median iteration time of the real run (s; per rank, averaged over ranks)
@@ -97,7 +103,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--workload", default="resnet20", help="built-in workload (traces.workloads)")
     train.add_argument("--compressors", default="none,topk,dgc,sidco-e", help="compressors, comma-separated")
     train.add_argument("--density", default="0.01",
-                       help="target densities, comma-separated (fraction of elements sent); the dense 'none' runs once per network")
+                       help="target densities, comma-separated (fraction of elements sent); compressors that ignore it "
+                            "(none, fp16, bf16, powersgd) run once per network")
     train.add_argument("--iterations", type=int, default=30, help="timed iterations per compressor (after warm-up)")
     train.add_argument("--warmup", type=int, default=5, help="warm-up iterations excluded from the median")
     train.add_argument("--batch-size", type=int, default=16, help="samples per worker per iteration")
@@ -209,7 +216,7 @@ def _validation_rows(
                             fidelity=fidelity, rank_passes=m.get("compute_passes"))[name]
                 rows.append({
                     "emulation_id": emulation_id, "workload": workload, "compressor": name,
-                    "density": None if name == "none" else density, "workers": workers,
+                    "density": density if _uses_density(name) else None, "workers": workers,
                     "bandwidth_bps": bandwidth, "measured_s": m["measured_s"], "projected_s": p["iteration_s"],
                     "error_pct": (p["iteration_s"] - m["measured_s"]) / m["measured_s"] * 100.0,
                     "calibrated": calibrated, "fidelity": fidelity, "network_share": network_share(p),
@@ -220,6 +227,14 @@ def _validation_rows(
                     }, sort_keys=True),
                 })
     return rows
+
+
+def _uses_density(name: str) -> bool:
+    """Whether compressor ``name`` sends a share of the gradient that ``--density`` sets (the
+    sparse ones); ``none``, the 16-bit casts and PowerSGD ignore it."""
+    import compressors
+
+    return name != "none" and compressors.message_kind(name) == "sparse"
 
 
 def _densities(text: str) -> list[float]:
@@ -271,8 +286,8 @@ def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
         trace_root = Path(args.trace_dir) if args.trace_dir else Path(args.store).parent / "emulation-traces"
         status = "failed"
         try:
-            # the dense baseline does not depend on the density: it runs with the first one only
-            combos = [(p, b, d, [n for n in names if n != "none" or i == 0])
+            # compressors that ignore the density run with the first one only
+            combos = [(p, b, d, [n for n in names if _uses_density(n) or i == 0])
                       for p in workers for b in bandwidths for i, d in enumerate(densities)]
             combos = [c for c in combos if c[3]]
             for p, bandwidth, density, run_names in tqdm(combos, desc="emulations", unit="network", file=sys.stderr):
@@ -292,7 +307,7 @@ def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
                             for r in rows]
                 else:
                     out += [{"workers": p, "bandwidth_bps": None, "compressor": m["compressor"],
-                             "density": None if m["compressor"] == "none" else density,
+                             "density": density if _uses_density(m["compressor"]) else None,
                              "measured_s": m["measured_s"], "detail": {"measured": m}} for m in measured]
             status = "done"
         finally:
