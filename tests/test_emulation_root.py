@@ -166,21 +166,26 @@ def test_training_end_to_end_two_bandwidths(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_median_error_of_a_small_network_heavy_grid(tmp_path, capsys):
-    """Regression guard of the projection: a small grid whose dense cell spends most of its
-    iteration on the network; the median |error| over its rows (both fidelities) stays <= 10 %."""
+    """Regression guard of the projection: calibrate on a small collective sweep, then run a
+    small grid whose cells spend much of their iteration on the network; the median |error| of
+    its calibrated rows (both fidelities) stays <= 10 %."""
     import json
     import statistics
 
     from sidco.cli import main
 
+    store = ["--store", str(tmp_path / "r.sqlite")]
+    assert main(["emulate", "collective", "--workers", "2", "--bandwidth", "20Mbit", "--bytes", "64KB,256KB,1MB",
+                 "--repeats", "2", *store]) == 0
+    assert main(["calibrate", *store]) == 0
+    capsys.readouterr()
     code = main([
         "emulate", "--workers", "2", "--bandwidth", "20Mbit", "--workload", "resnet20",
         "--compressors", "none,topk", "--density", "0.1", "--iterations", "6", "--warmup", "2",
-        "--batch-size", "4", "--calibration", "none", "--fidelity", "analytic,des",
-        "--store", str(tmp_path / "r.sqlite"), "--json",
+        "--batch-size", "4", "--calibration", "latest", "--fidelity", "analytic,des", *store, "--json",
     ])
     assert code == 0
-    rows = json.loads(capsys.readouterr().out)["results"]
+    rows = [r for r in json.loads(capsys.readouterr().out)["results"] if r["calibrated"]]
     assert sorted((r["compressor"], r["fidelity"]) for r in rows) == [
         ("none", "analytic"), ("none", "des"), ("topk", "analytic"), ("topk", "des")]
     dense = [r for r in rows if r["compressor"] == "none"]
