@@ -104,7 +104,7 @@ def layout(reader: StoreReader) -> html.Div:
             dcc.Checklist(id="validation-calibrated",
                           options=[{"label": " calibrated projections only", "value": "on"}], value=[]),
         ]),
-        html.Div(className="grid2", children=[
+        html.Div(children=[
             ui.figure_card("validation-scatter", "Projected against measured iteration time", height=440),
             html.Div(className="card", children=[
                 html.H3("Error per scenario (Export = CSV)"),
