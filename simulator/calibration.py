@@ -63,7 +63,7 @@ class Calibration:
     alpha_s: float
     beta_s_per_byte: float
     efficiency: float
-    ops: Mapping[str, OpFit] = field(default_factory=dict)
+    ops: Mapping[str, OpFit] = field(default_factory=dict, hash=False)
     calibration_id: int | None = None
 
     def __post_init__(self) -> None:

@@ -184,3 +184,9 @@ def test_fit_per_op_and_worker_count_where_counts_differ():
     for p, f in ((2, AG), (4, OpFit(2e-4, 0.9))):
         assert simulator.collective_time("allgather", MB, p, 100e6, 0.0, fidelity="analytic", calibration=cal) == \
             pytest.approx((p - 1) * (f.alpha_s + MB * 8 / (100e6 * f.efficiency)), rel=1e-5)
+
+
+def test_calibration_with_per_op_fits_stays_hashable_inside_a_scenario():
+    wl = Workload((Layer("a", MB, 0.001),), 0.0, 0.0, 1)
+    assert hash(Scenario(wl, 2, 1e8, 0.0, calibration=CAL)) == hash(Scenario(wl, 2, 1e8, 0.0, calibration=CAL))
+    assert CAL != Calibration(CAL.alpha_s, CAL.beta_s_per_byte, CAL.efficiency)  # the per-op fits count
