@@ -28,6 +28,7 @@ from compressors.randomk import RandomK
 from compressors.redsync import RedSync
 from compressors.sidco import SIDCo, SIDCoE, SIDCoGP, SIDCoP
 from compressors.sparse import Sparse
+from compressors import wire
 
 _REGISTRY: dict[str, type[Compressor]] = {
     cls.name: cls
@@ -62,10 +63,9 @@ def message_kind(name: str) -> str:
 
 def exchange(name: str, **options: Any) -> str:
     """How workers combine compressor ``name``'s messages: ``"allreduce"`` (``none``, the dense
-    casts, PowerSGD, Random-k with a shared ``seed``) or ``"allgather"`` (the sparse selections)."""
-    if message_kind(name) != "sparse" or name == "none" or (name == "randomk" and options.get("seed") is not None):
-        return "allreduce"
-    return "allgather"
+    casts, PowerSGD, Random-k with a shared ``seed``) or ``"allgather"`` (the sparse selections);
+    the one rule is :func:`compressors.wire.collective`."""
+    return wire.collective(name, options)
 
 
 def create(name: str, density: float = 1.0, **options: Any) -> Compressor:

@@ -46,6 +46,14 @@ class Compressor:
     def _compress(self, grad: torch.Tensor) -> Sparse:
         raise NotImplementedError
 
+    def reseed(self, seed: int) -> None:
+        """Make the following random draws a function of ``seed`` (an int ≥ 0) alone.
+
+        Replays call it before each call with a seed derived from (replay, worker,
+        iteration, bucket) so identical replays select identically. Deterministic
+        compressors ignore it; randomised ones (``dgc``, ``randomk``) override it.
+        """
+
     def decompress(self, sparse: Sparse, out: torch.Tensor | None = None) -> torch.Tensor:
         """Return the dense vector of ``sparse``: zeros where nothing was sent.
 

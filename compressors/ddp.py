@@ -13,7 +13,9 @@ per-bucket log) and a pure function (:func:`compression_hook`) that DDP calls on
 gradient bucket. Works on gloo (CPU) and NCCL (CUDA). Each bucket is compressed as one
 1-D vector at the target density.
 
-Three exchange paths, chosen from the compressor alone (so every rank takes the same):
+Three exchange paths, chosen from the compressor and its options alone by
+:func:`compressors.wire.collective` (so every rank takes the same), with the byte counts of
+:mod:`compressors.wire`:
 
 - ``none``: plain all-reduce of the dense bucket;
 - ``randomk`` with ``seed=``: every rank draws the same indices (each bucket's compressor
@@ -32,7 +34,8 @@ Per-bucket log (for measuring communication time per bucket): ``state.log`` is a
 - ``selected``: elements this rank sent (``numel`` on the dense path)
 - ``padded``: value slots every rank sent (the largest count on the all-gather path)
 - ``bytes_sent``: bytes this rank handed to the collectives (bytes): padding, the
-  8-byte count (all-gather) or the 1-element flag (values all-reduce) included
+  8-byte count (all-gather, ``wire.allgather_bytes``) or the 1-element flag (values
+  all-reduce, ``wire.values_allreduce_bytes``) included
 - ``payload_bytes``: bytes of this rank's own message without padding or control
   (bytes): the compressor's ``Sparse.wire_bytes()``
 - ``compress_s``: seconds spent in the memory and the compressor
@@ -75,6 +78,7 @@ from compressors.ddp_exchange import resolve_gather, sparse_allgather_sum
 from compressors.ddp_memory import BucketMemory, layout_of
 from compressors.memory import DGCMemory, ErrorFeedback, Memory
 from compressors.powersgd import plan as powersgd_plan
+from compressors.wire import ALLREDUCE, FLAG_ELEMENTS, collective, values_allreduce_bytes
 
 HookFn = Callable[["CompressionHookState", dist.GradBucket], torch.futures.Future[torch.Tensor]]
 
@@ -202,7 +206,7 @@ def comm_hook(
         options=dict(options),
         process_group=process_group,
         gather=gather,
-        shared_indices=name == "randomk" and seed is not None,
+        shared_indices=name != "none" and collective(name, options) == ALLREDUCE,
         buckets=BucketMemory(make_compressor, None if memory == "none" or name == "none" else make_memory),
         log=collections.deque(maxlen=log_size),
     )
@@ -275,7 +279,7 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
 
     if state.shared_indices:
         k = target_count(state.density, numel)
-        message = torch.zeros(k + 1, dtype=buffer.dtype, device=buffer.device)
+        message = torch.zeros(k + FLAG_ELEMENTS, dtype=buffer.dtype, device=buffer.device)
         if error is None:
             message[:k] = values
         else:
@@ -288,7 +292,7 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
                 raise ValueError(f"values all-reduce aborted on every rank: a rank could not select{reason}")
             return buffer.zero_().index_add_(0, indices, message[:k])
 
-        bytes_sent = (k + 1) * buffer.element_size()
+        bytes_sent = values_allreduce_bytes(k, buffer.element_size())
         return work.get_future().then(scatter).then(finish("allreduce-values", k, k, bytes_sent, payload_bytes, compress_s))
 
     exchange = sparse_allgather_sum(values, indices, numel, group, state.gather, out=buffer, error=error)
@@ -376,7 +380,7 @@ def torch_hook(state: TorchHookState, bucket: dist.GradBucket) -> torch.futures.
     elif state.inner_state.iter < state.inner_state.start_powerSGD_iter:
         path, selected, payload = "allreduce", numel, numel * buffer.element_size()
     else:
-        if index > 0 and dist.get_backend(state.process_group) == "gloo":
+        if not (index == 0 and bucket.is_last()) and dist.get_backend(state.process_group) == "gloo":
             raise ValueError("PyTorch's PowerSGD hook hangs on gloo with more than one bucket (it waits on "
                              "collectives inside future callbacks); give DistributedDataParallel a bucket_cap_mb "
                              "above the model size")

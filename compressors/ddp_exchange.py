@@ -5,7 +5,7 @@ of ``torch.distributed`` need equal sizes on every rank (uneven ``all_gather``
 raises on gloo). :func:`sparse_allgather_sum` therefore runs the two-phase padded
 all-gather:
 
-1. all-gather the selection counts (one int64 per rank, 8 bytes);
+1. all-gather the selection counts (one int64 per rank, ``compressors.wire.COUNT_BYTES``);
 2. pad every rank's selection to the largest count and all-gather one flat buffer
    per rank holding its indices (bit-cast into the value dtype with ``Tensor.view``,
    never converted by value) followed by its values;
@@ -29,10 +29,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-GATHER_METHODS: tuple[str, ...] = ("auto", "single", "into_tensor")
+from compressors.wire import allgather_bytes, index_bytes, packed_slots, sparse_bytes
 
-COUNT_BYTES = 8
-"""Bytes each rank sends in phase 1 (its selection count as one int64)."""
+GATHER_METHODS: tuple[str, ...] = ("auto", "single", "into_tensor")
 
 
 @dataclass
@@ -46,7 +45,8 @@ class SparseExchange:
         counts: the number of elements each rank selected, in rank order.
         padded_count: the largest count; every rank sent this many slots.
         bytes_sent: bytes this rank put into the collectives (bytes): the count
-            (8 bytes) plus ``padded_count`` values and indices.
+            (``compressors.wire.COUNT_BYTES``) plus ``padded_count`` values and indices
+            (``compressors.wire.allgather_bytes``).
         payload_bytes: bytes of this rank's own selection without padding (bytes):
             its values in their dtype plus int32 (int64 for 64-bit values) indices.
     """
@@ -95,7 +95,7 @@ def index_dtype_for(values_dtype: torch.dtype) -> torch.dtype:
     The index dtype's size must be a multiple of the value dtype's size so that an
     index occupies a whole number of value slots when bit-cast.
     """
-    return torch.int64 if values_dtype.itemsize == 8 else torch.int32
+    return torch.int64 if index_bytes(values_dtype.itemsize) == 8 else torch.int32
 
 
 def pack(values: torch.Tensor, indices: torch.Tensor, padded_count: int) -> torch.Tensor:
@@ -114,7 +114,7 @@ def pack(values: torch.Tensor, indices: torch.Tensor, padded_count: int) -> torc
         raise ValueError(f"a selection of {count} elements does not fit {padded_count} padded slots")
     idx_dtype = index_dtype_for(values.dtype)
     ratio = idx_dtype.itemsize // values.dtype.itemsize
-    length = padded_count * ratio + -(-padded_count // ratio) * ratio
+    length = packed_slots(padded_count, values.dtype.itemsize)
     buffer = torch.zeros(length, dtype=values.dtype, device=values.device)
     buffer[: padded_count * ratio].view(idx_dtype)[:count] = indices.to(idx_dtype)
     buffer[padded_count * ratio : padded_count * ratio + count] = values
@@ -204,11 +204,10 @@ def sparse_allgather_sum(
                 dense.index_add_(0, rank_indices, rank_values)
         return dense
 
-    idx_size = index_dtype_for(values.dtype).itemsize
     return SparseExchange(
         future=work.get_future().then(scatter),
         counts=counts,
         padded_count=padded,
-        bytes_sent=COUNT_BYTES + payload.numel() * payload.element_size(),
-        payload_bytes=values.numel() * (values.element_size() + idx_size),
+        bytes_sent=allgather_bytes(padded, values.element_size()),
+        payload_bytes=sparse_bytes(values.numel(), values.element_size()),
     )

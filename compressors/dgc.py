@@ -54,6 +54,10 @@ class DGC(Compressor):
         self._rng = random.Random(seed)
         self._workspace = Workspace()
 
+    def reseed(self, seed: int) -> None:
+        """Draw the following sample offsets from ``random.Random(seed)``."""
+        self._rng = random.Random(seed)
+
     def _compress(self, grad: torch.Tensor) -> Sparse:
         n = grad.numel()
         k = target_count(self.density, n)

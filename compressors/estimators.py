@@ -1,7 +1,7 @@
 """Closed-form tail fits of gradient magnitudes and their thresholds (SIDCo's estimators).
 
 Each function takes ``x`` (non-negative magnitudes, a 1-D tensor, possibly shifted exceedances)
-and a tail mass ``p`` in (0, 1) and returns a 0-d float64 tensor ``η`` on ``x``'s device with
+and a tail mass ``p`` in (0, 1] (a float, or a 0-d tensor on ``x``'s device) and returns a 0-d float64 tensor ``η`` on ``x``'s device with
 ``P(X > η) = p`` under the fitted law. Nothing here synchronises with the host: degenerate
 inputs (``μ = 0``, ``v = 0``, a single element, ``ξ ≈ 0``, zeros in ``ln x``) are handled with
 ``torch.where``. Sums accumulate in float32 (float64 for float64 input).
@@ -21,6 +21,10 @@ XI_EPS = 1e-8
 S_FLOOR = 1e-6
 """``s = ln μ − mean(ln x)`` below this is within float32 logarithm error of 0 (constant data);
 it is taken as ``S_FLOOR`` (``α ≈ 5·10⁵``) so that every backend gives the same threshold."""
+
+VAR_FLOOR = 1e-6
+"""A variance below ``VAR_FLOOR·μ²`` is within float32 rounding of the moments of constant data
+(``Σx²/n − μ²`` from float32 sums); it is taken as 0 so that every backend gives the same threshold."""
 
 ALPHA_RANGE = (1e-4, 1e6)
 """Gamma shape estimates are clamped to this range (``s → 0`` for constant data gives ``α → ∞``)."""
@@ -42,23 +46,42 @@ def mean_and_var(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return mu, torch.clamp(second - mu * mu, min=0.0)
 
 
-def exponential_threshold(mu: torch.Tensor, p: float) -> torch.Tensor:
+def _log(p: float | torch.Tensor) -> float | torch.Tensor:
+    """``ln p`` of a float or a tensor (tail masses may be computed on the device)."""
+    return torch.log(p) if isinstance(p, torch.Tensor) else math.log(p)
+
+
+def exponential_threshold(mu: torch.Tensor, p: float | torch.Tensor) -> torch.Tensor:
     """Exponential (MLE scale ``β = μ``) threshold: ``η = β·ln(1/p)``."""
-    return mu * math.log(1.0 / p)
+    return mu * -_log(p)
 
 
-def gpareto_threshold(mu: torch.Tensor, var: torch.Tensor, p: float) -> torch.Tensor:
+def _degenerate(mu: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """Where the moments fit has no usable variance: ``v`` below :data:`VAR_FLOOR`·μ², or ``μ²/v``
+    not finite."""
+    return ~(var > VAR_FLOOR * mu * mu) | ~torch.isfinite(mu * mu / var)
+
+
+def gpareto_params(mu: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized Pareto (location 0) shape and scale ``(ξ, σ)`` by the method of moments:
+    ``r = μ²/v``, ``ξ = ½(1 − r)``, ``σ = ½·μ·(r + 1)`` (``v = 1`` stands in where ``v`` is below
+    :data:`VAR_FLOOR`·μ² or ``μ²/v`` is not finite; :func:`gpareto_threshold` handles that case)."""
+    degenerate = _degenerate(mu, var)
+    r = mu * mu / torch.where(degenerate, torch.ones_like(var), var)
+    return 0.5 * (1.0 - r), 0.5 * mu * (r + 1.0)
+
+
+def gpareto_threshold(mu: torch.Tensor, var: torch.Tensor, p: float | torch.Tensor) -> torch.Tensor:
     """Generalized Pareto (location 0) threshold from the method of moments.
 
     ``r = μ²/v``, ``ξ = ½(1 − r)``, ``σ = ½·μ·(r + 1)``, ``η = (σ/ξ)(p^(−ξ) − 1)``, written as
     ``σ·expm1(−ξ ln p)/ξ``; for ``|ξ| < XI_EPS`` the limit ``σ·ln(1/p)``. ``v = 0`` (constant or
-    single-element data) takes the ``v → 0`` limit ``η = μ`` (the upper end of the fitted support).
+    single-element data; below :data:`VAR_FLOOR`) takes the ``v → 0`` limit ``η = μ`` (the upper end
+    of the fitted support).
     """
-    log_p = math.log(p)
-    degenerate = ~(var > 0) | ~torch.isfinite(mu * mu / var)
-    r = mu * mu / torch.where(degenerate, torch.ones_like(var), var)
-    xi = 0.5 * (1.0 - r)
-    sigma = 0.5 * mu * (r + 1.0)
+    log_p = _log(p)
+    degenerate = _degenerate(mu, var)
+    xi, sigma = gpareto_params(mu, var)
     near_zero = xi.abs() < XI_EPS
     safe_xi = torch.where(near_zero, torch.ones_like(xi), xi)
     eta = torch.where(near_zero, -sigma * log_p, sigma * torch.expm1(-xi * log_p) / safe_xi)
@@ -100,7 +123,7 @@ def mean_log_from_sums(total_log: float, positive: int, numel: int) -> float:
     return (total_log - (numel - positive) * math.log(LOG_FLOOR)) / max(positive, 1)
 
 
-def gamma_threshold(mu: torch.Tensor, mean_log: torch.Tensor, p: float) -> torch.Tensor:
+def gamma_threshold(mu: torch.Tensor, mean_log: torch.Tensor, p: float | torch.Tensor) -> torch.Tensor:
     """Gamma threshold ``η = β·Q⁻¹(α, p)`` with ``β = μ/α`` (true inverse, no closed-form shortcut)."""
     alpha = gamma_shape(mu, mean_log)
     return (mu / alpha) * gammainccinv(alpha, p)

@@ -1,14 +1,19 @@
 """Fused CPU kernels for float32 SIDCo (compiled once with the system C compiler, loaded with ctypes).
 
-Eager torch needs one pass per operation (abs, sum, compare, nonzero); these kernels do SIDCo's
-statistics in one read pass and its selection in one more, which is what makes SIDCo a few
-times a ``torch.sum`` on the CPU. They serve contiguous float32 CPU tensors only; everything
+Eager torch needs one pass per operation (abs, sum, compare, nonzero); one kernel here gathers a
+SIDCo stage's statistics (and, when asked, a selection) in one read pass, so that SIDCo costs a
+few ``torch.sum`` passes on the CPU whatever its stage count. They serve contiguous float32 CPU tensors only; everything
 else (CUDA, fp16/bf16/fp64) takes the pure-torch path in :mod:`compressors.sidco`, which computes
 the same thresholds and selections.
 
 The library is built on first use into ``$SIDCO_CACHE_DIR`` (default
-``~/.cache/sidco-testbed``), keyed by a hash of the source and compiler flags. Set
-``SIDCO_NATIVE=0`` to disable it; without a working C compiler it is skipped silently.
+``~/.cache/sidco-testbed``), keyed by a hash of the source, the compiler flags (with
+``SIDCO_NATIVE_FLAGS``, which adds flags, e.g. ``-mno-avx512f`` to measure the AVX2 build on an
+AVX-512 machine) and the CPU's
+identity (:func:`cpu_identity`): it is built with ``-march=native``, so a build is never
+loaded on another CPU model (a cache directory shared over NFS, a copied home). Set
+``SIDCO_NATIVE=0`` to disable it. Without a C compiler, or when the build fails, one
+``RuntimeWarning`` says why (the compiler's first error line) and SIDCo takes the torch path.
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ import ctypes
 import hashlib
 import math
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -28,18 +35,16 @@ import torch
 
 from compressors._kernels_c import SOURCE
 
-PARALLEL_MIN = 1 << 16
-"""Inputs shorter than this run on one thread (waking threads costs more than it saves)."""
+PARALLEL_MIN = 1 << 19
+"""Inputs shorter than this run on one thread: waking threads costs more than it saves, and on a
+loaded machine a parallel region can wait a whole scheduler slice for a descheduled thread (SIDCo
+scans its small pool several times per call)."""
 
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno",
          "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"]
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _tried = False
-
-
-_NO_HITS = (torch.empty(1, dtype=torch.int32), torch.empty(1, dtype=torch.float32))
-"""Output buffers for selection calls with an infinite threshold (nothing is ever written)."""
 
 
 class Stats(NamedTuple):
@@ -51,35 +56,85 @@ class Stats(NamedTuple):
     positive: int
 
 
+class Selection(NamedTuple):
+    """Hits of :func:`select_above` and the sums of their excess over the threshold."""
+
+    indices: torch.Tensor
+    magnitudes: torch.Tensor
+    excess: float
+    excess_sq: float
+
+
 def _cache_dir() -> Path:
     return Path(os.environ.get("SIDCO_CACHE_DIR") or Path.home() / ".cache" / "sidco-testbed")
 
 
+def cpu_identity() -> str:
+    """This CPU's model name and feature flags (``/proc/cpuinfo``; elsewhere the platform's
+    processor and machine strings): what a ``-march=native`` build depends on."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "flags", "Features", "CPU part") and key not in fields:
+                    fields[key] = " ".join(value.split())
+    except OSError:
+        pass
+    if not fields:
+        import platform
+
+        return f"{platform.processor()} {platform.machine()}"
+    return "; ".join(f"{key}: {value}" for key, value in sorted(fields.items()))
+
+
+def cache_path(identity: str | None = None) -> Path:
+    """Where the library built from this source and these flags for CPU ``identity``
+    (default :func:`cpu_identity`) is cached."""
+    cpu = cpu_identity() if identity is None else identity
+    digest = hashlib.sha256("\0".join([SOURCE, " ".join(_flags()), cpu]).encode()).hexdigest()[:16]
+    return _cache_dir() / f"sidco_kernels_{digest}.so"
+
+
+def _unavailable(reason: str) -> None:
+    warnings.warn(f"native kernels unavailable ({reason}): compressors use the torch backend with the "
+                  "same results, backend='torch' (set SIDCO_NATIVE=0 to silence)", RuntimeWarning, stacklevel=4)
+
+
+def _flags() -> list[str]:
+    """Compiler flags: :data:`FLAGS` plus the words of ``$SIDCO_NATIVE_FLAGS`` (e.g. ``-mno-avx512f``
+    to build without AVX-512 on a machine that has it); both are part of the cache key."""
+    return FLAGS + shlex.split(os.environ.get("SIDCO_NATIVE_FLAGS", ""))
+
+
 def _build() -> ctypes.CDLL | None:
-    compiler = shutil.which(os.environ.get("CC", "gcc"))
+    name = os.environ.get("CC", "gcc")
+    compiler = shutil.which(name)
     if compiler is None:
+        _unavailable(f"no C compiler {name!r} on PATH")
         return None
-    digest = hashlib.sha256((SOURCE + " ".join(FLAGS)).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"sidco_kernels_{digest}.so"
+    flags = _flags()
+    target = cache_path()
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             src = Path(tmp) / "kernels.c"
             src.write_text(SOURCE)
             out = Path(tmp) / "kernels.so"
-            done = subprocess.run([compiler, *FLAGS, "-o", str(out), str(src), "-lm"],
+            done = subprocess.run([compiler, *flags, "-o", str(out), str(src), "-lm"],
                                   capture_output=True, text=True)
             if done.returncode != 0:
+                lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+                first = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
+                _unavailable(f"{name} failed with exit code {done.returncode}: {first.strip()}")
                 return None
             os.replace(out, target)
     lib = ctypes.CDLL(str(target))
-    lib.sidco_stats.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_int,
-                                ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
-    lib.sidco_stats.restype = None
-    lib.sidco_select.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float,
-                                 ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                                 ctypes.POINTER(ctypes.c_double), ctypes.c_void_p]
-    lib.sidco_select.restype = ctypes.c_int64
+    lib.sidco_scan.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float,
+                               ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_void_p,
+                               ctypes.c_void_p, ctypes.POINTER(ctypes.c_double)]
+    lib.sidco_scan.restype = ctypes.c_int64
     return lib
 
 
@@ -93,7 +148,8 @@ def library() -> ctypes.CDLL | None:
             _tried = True
             try:
                 _lib = _build()
-            except OSError:
+            except OSError as exc:
+                _unavailable(f"cannot build or load the library: {exc}")
                 _lib = None
         return _lib
 
@@ -105,35 +161,69 @@ def usable(x: torch.Tensor) -> bool:
             and library() is not None)
 
 
+class Scan(NamedTuple):
+    """One pass of :func:`scan`: statistics of the exceedances of ``shift`` and, when asked, a selection.
+
+    ``count`` = #(y > shift); ``excess``, ``excess_sq`` = Σ(y − shift), Σ(y − shift)² over them;
+    ``total_log`` = Σ ln max(y, FLT_MIN) over all elements and ``positive`` = #(y > 0) (``logs``
+    only, else 0); ``selection`` = the hits of ``select`` (or ``None``).
+    """
+
+    count: int
+    excess: float
+    excess_sq: float
+    total_log: float
+    positive: int
+    selection: Selection | None
+
+
+def _parts(n: int) -> int:
+    return max(1, torch.get_num_threads()) if n >= PARALLEL_MIN else 1
+
+
+def scan(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, logs: bool = False, select: float | None = None,
+         positions: torch.Tensor | None = None, buffers: tuple[torch.Tensor, torch.Tensor] | None = None) -> Scan:
+    """One read pass over ``y = |x|`` (``absolute``) or ``y = x``: the count and the sums of
+    ``y − shift`` and its square over the elements with ``y > shift`` (strict), optionally
+    ``Σ ln max(y, FLT_MIN)`` with ``#(y > 0)`` (``logs``, with ``absolute`` only), and optionally
+    the selection ``y > select`` (see :func:`select_above` for ``positions`` and ``buffers``) in
+    the same pass. Sums: float32 over chunks of 1024 elements, float64 across chunks.
+    """
+    if logs and not absolute:
+        raise ValueError("logs needs absolute=True")
+    n = x.numel()
+    out = (ctypes.c_double * 5)()
+    if select is None:
+        library().sidco_scan(x.data_ptr(), None, n, int(absolute), shift, int(logs), 0, math.inf, _parts(n),
+                             None, None, out)
+        return Scan(int(out[0]), out[1], out[2], out[3], int(out[4]), None)
+    if buffers is None:
+        buffers = (torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.float32))
+    idx_buf, mag_buf = buffers
+    if idx_buf.numel() < n or mag_buf.numel() < n:
+        raise ValueError(f"selection buffers hold {min(idx_buf.numel(), mag_buf.numel())} elements, need {n}")
+    if positions is not None and positions.numel() < n:
+        raise ValueError(f"positions hold {positions.numel()} elements, need {n}")
+    total = library().sidco_scan(x.data_ptr(), positions.data_ptr() if positions is not None else None, n,
+                                 int(absolute), shift, int(logs), 1, select, _parts(n), idx_buf.data_ptr(),
+                                 mag_buf.data_ptr(), out)
+    hits = Selection(idx_buf[:total], mag_buf[:total], math.nan, math.nan)
+    return Scan(int(out[0]), out[1], out[2], out[3], int(out[4]), hits)
+
+
 def stats(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool = False,
           logs: bool = False) -> Stats:
     """Sums over ``y = |x|`` (``absolute``) or the excess ``y = x − shift`` of the elements with
-    ``x > shift`` (``positive`` then counts them) in one pass.
-
-    ``squares`` adds Σy²; ``logs`` (with ``absolute`` only) adds Σ ln y over ``y > 0``
-    (float32 log with < 2e-7 relative error, float64 accumulation). Without ``logs``, ``|x|``
-    sums always include Σy² and leave ``positive`` at 0.
+    ``x > shift`` in one pass: ``total`` = Σy, ``total_sq`` = Σy², ``positive`` = #(y > 0)
+    (for the excess: the number of exceedances); with ``logs`` (``absolute`` only) also
+    ``total_log`` = Σ ln y over ``y > 0`` (float32 log with < 2e-7 relative error, float64
+    accumulation; elements below FLT_MIN count as FLT_MIN). Σy² is always computed (``squares``
+    is accepted for compatibility: the pass costs the same).
     """
-    out = (ctypes.c_double * 4)()
-    threads = max(1, torch.get_num_threads()) if x.numel() >= PARALLEL_MIN else 1
-    if absolute and not logs:
-        # The selection kernel with an infinite threshold: the same partition and summation order
-        # as select_above(..., with_stats=True), so speculative and plain calls agree bit for bit.
-        whole, excess = (ctypes.c_double * 2)(), (ctypes.c_double * 2)()
-        library().sidco_select(x.data_ptr(), None, x.numel(), math.inf, 1, threads, _NO_HITS[0].data_ptr(),
-                               _NO_HITS[1].data_ptr(), excess, ctypes.cast(whole, ctypes.c_void_p))
-        return Stats(whole[0], whole[1], 0.0, 0)
-    library().sidco_stats(x.data_ptr(), x.numel(), shift, int(absolute), int(squares), int(logs), threads, out)
-    return Stats(out[0], out[1], out[2], int(out[3]))
-
-
-class Selection(NamedTuple):
-    """Hits of :func:`select_above` and the sums of their excess over the threshold."""
-
-    indices: torch.Tensor
-    magnitudes: torch.Tensor
-    excess: float
-    excess_sq: float
+    del squares
+    result = scan(x, absolute=absolute, shift=0.0 if absolute else shift, logs=logs)
+    return Stats(result.excess, result.excess_sq, result.total_log,
+                 result.positive if logs else result.count)
 
 
 def select_above(x: torch.Tensor, threshold: float, *, absolute: bool, positions: torch.Tensor | None = None,
@@ -146,23 +236,14 @@ def select_above(x: torch.Tensor, threshold: float, *, absolute: bool, positions
     float32 tensor of at least ``x.numel()`` elements) are reused for the output, which is then a
     view into them; without them fresh buffers are allocated. With ``with_stats`` (``absolute``
     only) the same pass also sums ``|x|`` and ``x²`` over all elements and ``(Selection, Stats)``
-    is returned (``Stats.total_log`` and ``Stats.positive`` are not computed: 0).
+    is returned (``Stats.total_log`` is not computed: 0; ``Stats.positive`` = #(|x| > 0)).
     """
     if with_stats and not absolute:
         raise ValueError("with_stats needs absolute=True")
-    n = x.numel()
-    if buffers is None:
-        buffers = (torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.float32))
-    idx_buf, mag_buf = buffers
-    if idx_buf.numel() < n or mag_buf.numel() < n:
-        raise ValueError(f"selection buffers hold {min(idx_buf.numel(), mag_buf.numel())} elements, need {n}")
-    parts = max(1, torch.get_num_threads()) if n >= PARALLEL_MIN else 1
-    excess = (ctypes.c_double * 2)()
-    whole = (ctypes.c_double * 2)() if with_stats else None
-    total = library().sidco_select(x.data_ptr(), positions.data_ptr() if positions is not None else None, n,
-                                   threshold, int(absolute), parts, idx_buf.data_ptr(), mag_buf.data_ptr(), excess,
-                                   ctypes.cast(whole, ctypes.c_void_p) if whole is not None else None)
-    selection = Selection(idx_buf[:total], mag_buf[:total], excess[0], excess[1])
-    if whole is None:
-        return selection
-    return selection, Stats(whole[0], whole[1], 0.0, 0)
+    result = scan(x, absolute=absolute, shift=0.0 if with_stats else threshold, select=threshold,
+                  positions=positions, buffers=buffers)
+    if not with_stats:
+        return result.selection._replace(excess=result.excess, excess_sq=result.excess_sq)
+    hits = scan(result.selection.magnitudes, absolute=False, shift=threshold)
+    return (result.selection._replace(excess=hits.excess, excess_sq=hits.excess_sq),
+            Stats(result.excess, result.excess_sq, 0.0, result.count))

@@ -1,9 +1,10 @@
 """PowerSGD (Vogels et al., NeurIPS 2019) as PyTorch's ``powerSGD_hook`` computes it, on one worker.
 
-Layout. ``shapes`` lists the layer shapes packed, in order, in the flat gradient. A layer with
-≥ 2 dims is the matrix ``M`` of ``(shape[0], rest)``; it is compressed with rank
-``r = min(rows, cols, rank)`` when that saves enough, ``(rows + cols)·r·min_compression_rate <
-rows·cols`` (PyTorch's rule); 1-D layers and matrices not worth it go uncompressed (the *rest*).
+Layout. ``shapes`` lists the layer shapes packed, in order, in the flat gradient. A layer is
+the matrix ``M`` of ``(shape[0], rest)`` (a 1-D layer of n elements is ``n × 1``, as PyTorch views
+it); it is compressed with rank ``r = min(rows, cols, rank)`` when that saves enough,
+``(rows + cols)·r·min_compression_rate < rows·cols`` (PyTorch's rule: 1-D layers only pass it with
+``min_compression_rate < 1``); layers not worth it and 0-d ones go uncompressed (the *rest*).
 Without ``shapes`` the whole vector is one square matrix of side ``⌈√n⌉``, zero-padded, as
 PyTorch's ``batched_powerSGD_hook`` does.
 
@@ -61,7 +62,7 @@ def plan(shapes: Sequence[Sequence[int]] | None, numel: int, rank: int, min_comp
     offset = 0
     for shape in shapes:
         size = math.prod(shape)
-        if len(shape) >= 2 and size > 0:
+        if len(shape) >= 1 and size > 0:
             rows, cols = shape[0], size // shape[0]
             r = min(rows, cols, rank)
             if (rows + cols) * r * min_compression_rate < rows * cols:
@@ -114,14 +115,6 @@ class PowerSGD(Compressor):
         self._rng = np.random.RandomState(seed)
         self._q: dict[tuple, torch.Tensor] = {}
 
-    def _initial_q(self, blocks: tuple[Block, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        gen = torch.Generator().manual_seed(int(self._rng.randint(SEED_RANGE)))
-        q = torch.empty(sum(b.cols * b.rank for b in blocks), dtype=dtype, device=device)
-        for b, view in zip(blocks, _views(q, blocks, "cols")):
-            view.copy_(torch.randn(*view.shape, generator=gen, dtype=dtype))
-            _orthogonalize_finite(view, self.epsilon)
-        return q
-
     def _compress(self, grad: torch.Tensor) -> LowRank:
         n = grad.numel()
         blocks, rest_slices, padded = plan(self.shapes, n, self.rank, self.min_compression_rate)
@@ -134,21 +127,19 @@ class PowerSGD(Compressor):
         key = (blocks, grad.dtype, grad.device)
         q = self._q.get(key) if self.warm_start else None
         if q is None:
-            q = self._initial_q(blocks, grad.dtype, grad.device)
+            q = draw_q(self._rng, blocks, grad.dtype, grad.device, self.epsilon)
         else:
-            for view in _views(q, blocks, "cols"):
-                _orthogonalize_finite(view, self.epsilon)
+            for view in factor_views(q, blocks, "cols"):
+                orthogonalize(view, self.epsilon)
         p = torch.empty(sum(b.rows * b.rank for b in blocks), dtype=grad.dtype, device=grad.device)
-        matrices = [source[b.offset:b.offset + b.rows * b.cols].view(1, b.rows, b.cols) for b in blocks]
-        for m, qv, pv in zip(matrices, _views(q, blocks, "cols"), _views(p, blocks, "rows")):
-            torch.bmm(m, qv, out=pv)
-        for pv in _views(p, blocks, "rows"):
-            _orthogonalize_finite(pv, self.epsilon)
-        for m, pv, qv in zip(matrices, _views(p, blocks, "rows"), _views(q, blocks, "cols")):
-            torch.bmm(m.transpose(1, 2), pv, out=qv)
+        matrices = block_matrices(source, blocks)
+        left_factor(matrices, q, blocks, out=p)
+        for pv in factor_views(p, blocks, "rows"):
+            orthogonalize(pv, self.epsilon)
+        right_factor(matrices, p, blocks, out=q)
         if self.warm_start:
             self._q = {key: q}
-        rest = torch.cat([grad[o:o + k] for o, k in rest_slices]) if rest_slices else grad[:0]
+        rest = gather_rest(grad, rest_slices)
         return LowRank(blocks, p, q.clone() if self.warm_start else q, rest, rest_slices, n)
 
     def decompress(self, message: LowRank, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -159,31 +150,77 @@ class PowerSGD(Compressor):
         elif out.shape != (message.numel,) or out.dtype != dtype:
             raise ValueError(f"out buffer must be 1-D {dtype} of {message.numel} elements, "
                              f"got {out.dtype} {tuple(out.shape)}")
-        out.zero_()
-        for b, pv, qv in zip(message.blocks, _views(message.p, message.blocks, "rows"),
-                             _views(message.q, message.blocks, "cols")):
-            approx = torch.bmm(pv, qv.transpose(1, 2)).view(-1)
-            end = min(b.offset + b.rows * b.cols, message.numel)
-            out[b.offset:end] = approx[:end - b.offset]
-        position = 0
-        for o, k in message.rest_slices:
-            out[o:o + k] = message.rest[position:position + k]
-            position += k
-        return out
+        return expand(message.blocks, message.p, message.q, message.rest, message.rest_slices, out)
 
 
-def _orthogonalize_finite(factor: torch.Tensor, epsilon: float) -> None:
-    """PyTorch's orthogonalisation of one ``(1, length, rank)`` factor, then NaN (a zero column
-    normalised by its zero norm in Gram-Schmidt) set to 0: a zero gradient sends zeros, not NaN."""
+def orthogonalize(factor: torch.Tensor, epsilon: float) -> None:
+    """PyTorch's orthogonalisation of one ``(1, length, rank)`` factor in place, then NaN (a zero
+    column normalised by its zero norm in Gram-Schmidt) set to 0: a zero gradient sends zeros, not NaN."""
     _orthogonalize(factor, epsilon)
     torch.nan_to_num_(factor, nan=0.0)
 
 
-def _views(flat: torch.Tensor, blocks: tuple[Block, ...], side: str) -> list[torch.Tensor]:
-    """``(1, rows|cols, rank)`` views of each block's factor packed in ``flat``."""
+def factor_views(flat: torch.Tensor, blocks: tuple[Block, ...], side: str) -> list[torch.Tensor]:
+    """``(1, rows|cols, rank)`` views of each block's factor packed in ``flat`` (``side``: "rows" for
+    P, "cols" for Q), PyTorch's packing of ``p_memory_dict`` / ``q_memory_dict``."""
     views, position = [], 0
     for b in blocks:
         length = getattr(b, side)
         views.append(flat[position:position + length * b.rank].view(1, length, b.rank))
         position += length * b.rank
     return views
+
+
+def draw_q(rng: np.random.RandomState, blocks: tuple[Block, ...], dtype: torch.dtype, device: torch.device,
+           epsilon: float) -> torch.Tensor:
+    """A fresh packed Q for ``blocks``, drawn as PyTorch's hook draws it: one torch seed from ``rng``
+    (advancing it), then ``torch.randn`` on the CPU per block in order, each orthogonalised."""
+    gen = torch.Generator().manual_seed(int(rng.randint(SEED_RANGE)))
+    q = torch.empty(sum(b.cols * b.rank for b in blocks), dtype=dtype, device=device)
+    for view in factor_views(q, blocks, "cols"):
+        view.copy_(torch.randn(*view.shape, generator=gen, dtype=dtype))
+        orthogonalize(view, epsilon)
+    return q
+
+
+def block_matrices(source: torch.Tensor, blocks: tuple[Block, ...]) -> list[torch.Tensor]:
+    """``(1, rows, cols)`` views of each block's matrix in the flat (padded) gradient ``source``."""
+    return [source[b.offset:b.offset + b.rows * b.cols].view(1, b.rows, b.cols) for b in blocks]
+
+
+def left_factor(matrices: Sequence[torch.Tensor], q: torch.Tensor, blocks: tuple[Block, ...], *,
+                out: torch.Tensor) -> torch.Tensor:
+    """``P = M·Q`` per block, into the packed ``out`` (rows side)."""
+    for m, qv, pv in zip(matrices, factor_views(q, blocks, "cols"), factor_views(out, blocks, "rows")):
+        torch.bmm(m, qv, out=pv)
+    return out
+
+
+def right_factor(matrices: Sequence[torch.Tensor], p: torch.Tensor, blocks: tuple[Block, ...], *,
+                 out: torch.Tensor) -> torch.Tensor:
+    """``Q = Mᵀ·P`` per block, into the packed ``out`` (cols side)."""
+    for m, pv, qv in zip(matrices, factor_views(p, blocks, "rows"), factor_views(out, blocks, "cols")):
+        torch.bmm(m.transpose(1, 2), pv, out=qv)
+    return out
+
+
+def gather_rest(flat: torch.Tensor, rest_slices: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """The uncompressed ``(offset, numel)`` slices of ``flat``, concatenated in order."""
+    return torch.cat([flat[o:o + k] for o, k in rest_slices]) if rest_slices else flat[:0]
+
+
+def expand(blocks: tuple[Block, ...], p: torch.Tensor, q: torch.Tensor, rest: torch.Tensor,
+           rest_slices: Sequence[tuple[int, int]], out: torch.Tensor) -> torch.Tensor:
+    """Write ``P·Qᵀ`` in each block's place and ``rest`` in its slices into the flat ``out`` (zeros
+    elsewhere, e.g. the square padding beyond ``out``) and return it."""
+    numel = out.numel()
+    out.zero_()
+    for b, pv, qv in zip(blocks, factor_views(p, blocks, "rows"), factor_views(q, blocks, "cols")):
+        approx = torch.bmm(pv, qv.transpose(1, 2)).view(-1)
+        end = min(b.offset + b.rows * b.cols, numel)
+        out[b.offset:end] = approx[:end - b.offset]
+    position = 0
+    for o, k in rest_slices:
+        out[o:o + k] = rest[position:position + k]
+        position += k
+    return out

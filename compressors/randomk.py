@@ -26,15 +26,27 @@ class RandomK(Compressor):
             raise ValueError(f"seed must be an int or None, got {seed!r}")
         self.seed = seed
         self._generators: dict[torch.device, torch.Generator] = {}
+        self._reseeded: int | None = None
+
+    def reseed(self, seed: int) -> None:
+        """Draw the following indices from generators seeded with ``seed``. With a constructor
+        ``seed`` (indices shared by all workers, already deterministic) this does nothing, so
+        workers keep drawing the same indices."""
+        if self.seed is not None:
+            return
+        for gen in self._generators.values():
+            gen.manual_seed(seed)
+        self._reseeded = seed
 
     def _generator(self, device: torch.device) -> torch.Generator:
         gen = self._generators.get(device)
         if gen is None:
             gen = torch.Generator(device=device)
-            if self.seed is None:
+            seed = self.seed if self._reseeded is None else self._reseeded
+            if seed is None:
                 gen.seed()
             else:
-                gen.manual_seed(self.seed)
+                gen.manual_seed(seed)
             self._generators[device] = gen
         return gen
 

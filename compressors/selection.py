@@ -18,31 +18,16 @@ first rounded to ``x``'s dtype. For ``|x| ≥ t`` (DGC), pass ``torch.nextafter(
 from __future__ import annotations
 
 import math
-import os
-import warnings
 from typing import NamedTuple
 
 import torch
 
 from compressors import native
 
-_warned = False
-
-
 def _native_ok(x: torch.Tensor, allow_native: bool) -> bool:
-    """Whether the fused kernel serves ``x``; says once (a warning) when it would, but the library
-    could not be built (results are the same, only slower: ``backend`` then reads ``torch``)."""
-    global _warned
-    if not allow_native:
-        return False
-    if native.usable(x):
-        return True
-    if (not _warned and x.device.type == "cpu" and x.dtype == torch.float32 and x.is_contiguous()
-            and os.environ.get("SIDCO_NATIVE", "1") != "0" and native.library() is None):
-        _warned = True
-        warnings.warn("the native selection kernels could not be built (no C compiler?): compressors run on "
-                      "torch, with the same results; backend='torch'", RuntimeWarning, stacklevel=3)
-    return False
+    """Whether the fused kernel serves ``x`` (a library that could not be built is reported once
+    by :mod:`compressors.native`; results are the same, only slower: ``backend`` reads ``torch``)."""
+    return allow_native and native.usable(x)
 
 
 class Workspace:

@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-INDEX_BYTES = 4
-"""Bytes per index on the wire: indices travel as int32."""
+from compressors.wire import sparse_bytes
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,8 @@ class Sparse:
         return self.selected / self.numel if self.numel else 0.0
 
     def wire_bytes(self) -> int:
-        """Bytes on the wire: values in their own dtype plus int32 indices.
+        """Bytes on the wire (:mod:`compressors.wire`): values in their own dtype plus int32
+        indices (int64 beside 64-bit values).
 
         ``dense`` messages send ``numel * itemsize`` bytes; ``shared_indices`` messages send the
         values only.
@@ -69,7 +69,7 @@ class Sparse:
             return self.numel * itemsize
         if self.shared_indices:
             return self.selected * itemsize
-        return self.selected * (itemsize + INDEX_BYTES)
+        return sparse_bytes(self.selected, itemsize)
 
     def phase_bytes(self) -> tuple[int, ...]:
         """Bytes per collective: one message, :meth:`wire_bytes` (bytes)."""

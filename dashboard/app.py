@@ -1,4 +1,4 @@
-"""The Dash application: five pages over one results store.
+"""The Dash application: six pages over one results store.
 
 ``create_app(store_path)`` builds the app; ``app.run(host, port)`` serves it. Pages are
 routed by URL path; each page reads the store through :mod:`dashboard.data`
@@ -17,9 +17,9 @@ from dash import Dash, DiskcacheManager, Input, Output, dcc, html
 from dashboard import components as ui
 from dashboard import projection
 from dashboard.data import StoreReader
-from dashboard.pages import quality, sweeps, timeline, validation, whatif
+from dashboard.pages import quality, sweeps, timeline, tta, validation, whatif
 
-PAGES = (whatif, sweeps, quality, timeline, validation)
+PAGES = (whatif, sweeps, quality, timeline, validation, tta)
 ASSETS = Path(__file__).parent / "assets"
 
 
@@ -71,5 +71,6 @@ def create_app(store_path: str | Path, cache_dir: str | Path | None = None) -> D
     quality.register(app, reader)
     timeline.register(app, reader)
     validation.register(app, reader)
+    tta.register(app, reader, manager)
     return app
 

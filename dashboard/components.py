@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Callable
 from typing import Any
 
@@ -77,14 +79,23 @@ def loading(children, delay_ms: int = 400) -> dcc.Loading:
                        overlay_style={"visibility": "visible", "opacity": 0.55})
 
 
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~])/(?:[^\s/:'\"]+/)*([^\s/:'\"]*)")
+
+
+def public_message(message: str) -> str:
+    """``message`` with every absolute server path cut to its last component (``…/name``):
+    pages never show where the server keeps its files."""
+    return _ABSOLUTE_PATH.sub(lambda m: f"…/{m[1]}" if m[1] else "…/", str(message))
+
+
 def error(message: str) -> html.Div:
-    """An inline error message under a control."""
-    return html.Div(message, className="inline-error", role="alert")
+    """An inline error message under a control (absolute paths removed, :func:`public_message`)."""
+    return html.Div(public_message(message), className="inline-error", role="alert")
 
 
 def note(message: str) -> html.Div:
-    """An inline neutral message."""
-    return html.Div(message, className="inline-note")
+    """An inline neutral message (absolute paths removed, :func:`public_message`)."""
+    return html.Div(public_message(message), className="inline-note")
 
 
 def empty_store(what: str, command: str) -> html.Div:

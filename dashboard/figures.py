@@ -324,3 +324,28 @@ def validation_scatter(rows: Sequence[dict[str, Any]]) -> Figure:
         data.append({"type": "scatter", "mode": "lines", "x": [lo, hi], "y": [lo, hi], "name": "y = x",
                      "line": {"dash": "dash", "color": "#111827"}})
     return figure(data, "measured iteration time (ms)", "projected iteration time (ms)")
+
+
+def tta_curves(curves: dict[str, list[dict[str, Any]]], x_key: str, metric: str, target: float | None) -> Figure:
+    """Held-out ``metric`` (``accuracy``, fraction, or ``eval_loss``, nats) against ``x_key``
+    (``time_s``: projected wall-clock seconds, or ``iteration``) per (compressor, density), with
+    the target as a dashed line."""
+    data = []
+    for i, (name, points) in enumerate(sorted(curves.items())):
+        points = sorted((p for p in points if p.get(metric) is not None), key=lambda p: p["iteration"])
+        data.append({"type": "scatter", "mode": "lines+markers", "name": name, "line": {"color": color(i)},
+                     "x": [p[x_key] for p in points], "y": [p[metric] for p in points]})
+    x_title = "projected wall-clock time (s)" if x_key == "time_s" else "iteration"
+    y_title = "held-out accuracy (fraction)" if metric == "accuracy" else "held-out loss (nats)"
+    return figure(data, x_title, y_title, shapes=[hline(target)] if target is not None else [])
+
+
+def tta_bars(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> Figure:
+    """Horizontal bars: time to target (s) per (compressor, density); unreached ones are named, with no bar."""
+    labels = [f"{n} (never)" if r["time_to_target_s"] is None else n for n, r in zip(names, rows)]
+    values = [r["time_to_target_s"] for r in rows]
+    colours = ["#16a34a" if i == 0 and v is not None else "#94a3b8" for i, v in enumerate(values)]
+    data = [{"type": "bar", "orientation": "h", "x": values, "y": labels, "marker": {"color": colours},
+             "name": "time to target", "text": [("-" if v is None else f"{v:.3g} s") for v in values],
+             "textposition": "auto"}]
+    return figure(data, "time to target (s)", "compressor", showlegend=False, yaxis={"autorange": "reversed"})

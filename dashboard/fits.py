@@ -1,50 +1,58 @@
 """The distribution-fit picture: histogram of |g| with SIDCo's fitted densities.
 
-The fits use SIDCo's closed-form estimators (see docs/method.md) and
-:mod:`scipy.stats` for the densities:
+The fitted parameters are SIDCo's own, computed by :mod:`compressors.estimators` on the
+float32 magnitudes (as the compressor sees an fp32 gradient); :mod:`scipy.stats` only draws
+the densities:
 
-- exponential: MLE scale ``β = mean(a)``;
-- gamma: approximate MLE shape ``α = (3 − s + √((s−3)² + 24s)) / (12s)`` with
-  ``s = ln mean(a) − mean(ln a)`` (zeros excluded), scale ``mean(a)/α``;
+- exponential: scale ``β = μ`` (``μ`` the mean of all magnitudes, zeros included);
+- gamma: shape ``α`` from ``s = ln μ − mean(ln a)`` (the mean of ``ln`` over the non-zero
+  magnitudes, :func:`compressors.estimators.gamma_shape`), scale ``μ/α``;
 - generalized Pareto (location 0): moments, ``r = μ²/v``, ``ξ = (1 − r)/2``,
-  ``σ = μ(r + 1)/2``.
+  ``σ = μ(r + 1)/2`` (:func:`compressors.estimators.gpareto_params`).
+
+A law is left out of the picture (``ValueError``) where its fit is degenerate.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
+import torch
 from scipy import stats
+
+from compressors import estimators
+
+
+def _magnitudes(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.abs(np.asarray(a, dtype=np.float32)).ravel())
 
 
 def fit_exponential(a: np.ndarray) -> dict[str, float]:
-    """Exponential fit of ``a`` (≥ 0): ``{"scale": β}``."""
-    return {"scale": float(np.mean(a))}
+    """Exponential fit of magnitudes ``a``: ``{"scale": β}`` (SIDCo-E's estimator)."""
+    mu = float(estimators.mean(_magnitudes(a)))
+    if not mu > 0:
+        raise ValueError("exponential fit needs a non-zero |g|")
+    return {"scale": mu}
 
 
 def fit_gamma(a: np.ndarray) -> dict[str, float]:
-    """Gamma fit of ``a`` (≥ 0) by SIDCo's approximate MLE: ``{"shape": α, "scale": β}``."""
-    positive = a[a > 0]
-    if positive.size == 0:
+    """Gamma fit of magnitudes ``a``: ``{"shape": α, "scale": β}`` (SIDCo-GP's first stage)."""
+    x = _magnitudes(a)
+    if int(torch.count_nonzero(x)) == 0:
         raise ValueError("gamma fit needs at least one non-zero |g|")
-    mean = float(np.mean(positive))
-    s = math.log(mean) - float(np.mean(np.log(positive)))
-    if s <= 0:
-        raise ValueError("gamma fit: all non-zero |g| are equal")
-    shape = (3.0 - s + math.sqrt((s - 3.0) ** 2 + 24.0 * s)) / (12.0 * s)
-    return {"shape": shape, "scale": float(np.mean(a)) / shape}
+    mu = estimators.mean(x)
+    alpha = estimators.gamma_shape(mu, estimators.mean_log_positive(x))
+    return {"shape": float(alpha), "scale": float(mu / alpha)}
 
 
 def fit_gpareto(a: np.ndarray) -> dict[str, float]:
-    """Generalized-Pareto fit (location 0) of ``a`` by moments: ``{"shape": ξ, "scale": σ}``."""
-    mean = float(np.mean(a))
-    var = float(np.var(a))
-    if var <= 0 or mean <= 0:
+    """Generalized-Pareto fit (location 0) of magnitudes ``a``: ``{"shape": ξ, "scale": σ}`` (SIDCo-P's estimator)."""
+    mu, var = estimators.mean_and_var(_magnitudes(a))
+    if not float(var) > 0 or not float(mu) > 0:
         raise ValueError("generalized-Pareto fit needs |g| with positive mean and variance")
-    r = mean * mean / var
-    return {"shape": 0.5 * (1.0 - r), "scale": 0.5 * mean * (r + 1.0)}
+    xi, sigma = estimators.gpareto_params(mu, var)
+    return {"shape": float(xi), "scale": float(sigma)}
 
 
 def histogram(gradient: np.ndarray, bins: int = 80, density_target: float | None = None,

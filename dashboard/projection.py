@@ -1,33 +1,37 @@
-"""Projections for the dashboard: build simulator workloads and run scenarios.
+"""Projections for the dashboard: read the controls, call :func:`pipeline.project.project`.
 
-A *source* is either a trace registered in the store (``"trace:<id>"``) or a
-large-model layout from :mod:`traces.layouts` (``"layout:<name>"``). Workloads
-and replay-derived compression profiles are cached per source, so a live
-analytic update only pays for :func:`simulator.simulate`.
+A *source* control is either a trace registered in the store (``"trace:<id>"``) or a
+large-model layout from :mod:`traces.layouts` (``"layout:<name>"``). The workload, the
+compression costs (the one policy: stored replay rows or device profiles; nothing is timed
+inside a request) and the calibration come from the orchestration layer, so the What-if
+page shows what ``sidco simulate`` prints for the same scenario.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
 import compressors
 import simulator
 import traces
+from pipeline import project as pipeline_project
+from results.store import Store
 from simulator.scenario import TOPOLOGIES
 from simulator.units import parse_bandwidth, parse_duration
 
-from results.store import Store
-
 from dashboard import data
+
+PAGE_MESSAGE_BUDGET = 50_000_000
+"""Link-level messages one page request may simulate (a few seconds on one core); the
+command line allows :data:`simulator.limits.MESSAGE_BUDGET`."""
 
 RESULT_KEYS = ("iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s",
                "speedup")
 
 
 class ProjectionError(ValueError):
-    """A projection could not be made (bad control value, unreadable trace, failed measurement); one line."""
+    """A projection could not be made (bad control value, unreadable trace, missing compression costs); one line."""
 
 
 def _first_line(exc: BaseException) -> str:
@@ -74,103 +78,16 @@ class Source:
             raise ProjectionError(f"unknown trace {ref!r}")
         return cls(kind, ref)
 
-
-@functools.lru_cache(maxsize=16)
-def _trace_workload(path: str):
-    try:
-        return simulator.workload_from_trace(traces.open(path))
-    except (ValueError, OSError) as exc:
-        raise ProjectionError(_first_line(exc)) from exc
-
-
-@functools.lru_cache(maxsize=16)
-def _layout_workload(name: str):
-    try:
-        return simulator.workload_from_layout(name)
-    except (ValueError, KeyError) as exc:
-        raise ProjectionError(f"layout {name!r}: {_first_line(exc)}") from exc
-
-
-def workload(store: Store, source: Source):
-    """The :class:`simulator.Workload` of ``source`` (cached per trace path / layout)."""
-    if source.kind == "layout":
-        return _layout_workload(source.ref)
-    row = data.trace_row(store, int(source.ref))
-    if row is None:
-        raise ProjectionError(f"trace #{source.ref} is not registered in the store")
-    return _trace_workload(row["path"])
-
-
-_PROFILE_COLUMNS = (
-    "compressor, density, error_feedback, iteration, worker, bucket, numel, selected, achieved_density,"
-    " achieved_over_target, threshold, stages, compress_s, decompress_s, wire_bytes, rel_error"
-)
-
-
-def _latest_replay_id(store: Store, trace_id: int) -> int | None:
-    rows = store.query(
-        "SELECT id FROM replays WHERE trace_id=? ORDER BY created DESC, id DESC LIMIT 1", (trace_id,)
-    )
-    return int(rows[0][0]) if rows else None
-
-
-@functools.lru_cache(maxsize=32)
-def _profile(store_path: str, replay_id: int, compressor: str, density: float, landed: int):
-    store = Store(store_path)
-    try:
-        rows = [
-            dict(r)
-            for r in store.query(
-                f"SELECT {_PROFILE_COLUMNS} FROM replay_rows WHERE replay_id=? AND compressor=? AND density=?",
-                (replay_id, compressor, density),
-            )
-        ]
-    finally:
-        store.close()
-    if not rows:
-        return None
-    return simulator.CompressionProfile.from_replay_rows(rows)
-
-
-@functools.lru_cache(maxsize=64)
-def _measured_profile(path: str | None, compressor: str, density: float):
-    try:
-        if path is None:
-            return simulator.CompressionProfile.synthetic([compressor], [density])
-        return simulator.CompressionProfile.from_trace(traces.open(path), [compressor], [density])
-    except (ValueError, OSError) as exc:
-        raise ProjectionError(f"cannot measure {compressor} costs: {_first_line(exc)}") from exc
-
-
-def profile(store: Store, source: Source, compressor: str, density: float):
-    """The compression profile for (compressor, density) on ``source``; ``None`` for ``none``.
-
-    A trace uses its latest replay's rows when they cover the pair, else the
-    costs are measured on the trace's own gradients (two iterations); a layout
-    has no gradients, so costs are measured on a synthetic Laplace vector of
-    2^20 elements on this machine. Measurements are cached per pair.
-    """
-    if compressor == "none":
-        return None
-    if source.kind == "layout":
-        return _measured_profile(None, compressor, float(density))
-    replay_id = _latest_replay_id(store, int(source.ref))
-    if replay_id is not None:
-        landed = int(store.query(
-            "SELECT COUNT(*) FROM replay_rows WHERE replay_id=? AND compressor=? AND density=?",
-            (replay_id, compressor, density),
-        )[0][0])
-        if landed:
-            return _profile(str(store.path), replay_id, compressor, float(density), landed)
-    row = data.trace_row(store, int(source.ref))
-    if row is None:
-        raise ProjectionError(f"trace #{source.ref} is not registered in the store")
-    return _measured_profile(row["path"], compressor, float(density))
-
-
-def calibration(store: Store):
-    """The newest :class:`simulator.Calibration` from the store, or ``None``."""
-    return simulator.Calibration.latest(store.path)
+    def resolve(self, store: Store) -> pipeline_project.Source:
+        """The orchestration layer's source for this control value (ProjectionError if unknown)."""
+        try:
+            if self.kind == "layout":
+                if self.ref not in layout_names():
+                    raise ValueError(f"unknown layout {self.ref!r}")
+                return pipeline_project.layout_source(self.ref)
+            return pipeline_project.trace_source(store, trace_id=int(self.ref))
+        except ValueError as exc:
+            raise ProjectionError(_first_line(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -185,6 +102,7 @@ class Controls:
     latency_s: float
     topology: str
     calibrated: bool = False
+    device: str = "cpu"
 
 
 def parse_controls(
@@ -201,10 +119,12 @@ def parse_controls(
     parsed_source = Source.parse(source)
     if not compressors:
         raise ProjectionError("choose at least one compressor")
-    known = set(compressor_names())
-    unknown = [c for c in compressors if c not in known]
-    if unknown:
-        raise ProjectionError(f"unknown compressor {unknown[0]!r}")
+    if not isinstance(compressors, (list, tuple)) or not all(isinstance(c, str) for c in compressors):
+        raise ProjectionError(f"compressors must be a list of names, got {compressors!r:.60}")
+    try:
+        pipeline_project.check_compressors(compressors)
+    except ValueError as exc:
+        raise ProjectionError(str(exc)) from None
     try:
         density_value = float(density)
     except (TypeError, ValueError):
@@ -213,7 +133,7 @@ def parse_controls(
         raise ProjectionError(f"density must be in (0, 1], got {density_value:g}")
     try:
         nodes_value = int(nodes)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ProjectionError(f"nodes must be a whole number ≥ 1, got {nodes!r}") from None
     if nodes_value < 1 or nodes_value != float(nodes):
         raise ProjectionError(f"nodes must be a whole number ≥ 1, got {nodes!r}")
@@ -229,44 +149,52 @@ def parse_controls(
     )
 
 
-def scenario(store: Store, controls: Controls, compressor: str, fidelity: str, **extra: Any):
-    """The :class:`simulator.Scenario` for one compressor under ``controls``."""
-    return simulator.Scenario(
-        workload=workload(store, controls.source),
-        nodes=controls.nodes,
-        bandwidth_bps=controls.bandwidth_bps,
-        latency_s=controls.latency_s,
-        compressor=compressor,
-        density=None if compressor == "none" else controls.density,
-        topology=controls.topology,
-        fidelity=fidelity,
-        profile=profile(store, controls.source, compressor, controls.density),
-        calibration=calibration(store) if controls.calibrated else None,
-        **extra,
-    )
+def _run(store: Store, controls: Controls, compressors: list[str], fidelity: str,
+         timeline: bool = False) -> list[dict[str, Any]]:
+    cluster = pipeline_project.Cluster(controls.nodes, controls.bandwidth_bps, controls.latency_s, controls.topology,
+                                       fidelity)
+    source = controls.source.resolve(store)
+    try:
+        return pipeline_project.project(store, source, cluster, compressors, controls.density, device=controls.device,
+                                        calibrated=controls.calibrated, timeline=timeline,
+                                        message_budget=PAGE_MESSAGE_BUDGET)
+    except (ValueError, KeyError, OSError) as exc:
+        raise ProjectionError(_first_line(exc)) from exc
+
+
+def _row(result: dict[str, Any], fidelity: str) -> dict[str, Any]:
+    return {**{key: result.get(key) for key in RESULT_KEYS}, "compressor": result["compressor"],
+            "fidelity": fidelity, "cost_source": result["cost_source"]}
 
 
 def project(store: Store, controls: Controls, fidelity: str = "analytic") -> list[dict[str, Any]]:
-    """Simulate every chosen compressor; one dict of :data:`RESULT_KEYS` (+ compressor) each."""
-    results = []
-    for compressor in controls.compressors:
+    """Simulate every chosen compressor; one dict of :data:`RESULT_KEYS` (+ compressor, fidelity,
+    cost_source) each. ProjectionError when any of them cannot be projected."""
+    return [_row(result, fidelity) for result in _run(store, controls, list(controls.compressors), fidelity)]
+
+
+def project_each(store: Store, controls: Controls,
+                 fidelity: str = "analytic") -> tuple[list[dict[str, Any]], list[str]]:
+    """Like :func:`project`, compressor by compressor: the rows of those that could be projected
+    and one message per compressor that could not (e.g. its compression costs were never
+    measured: the message names the command that measures them). Each row equals the row
+    :func:`project` gives for it alone. ProjectionError when none could be projected."""
+    rows, problems = [], []
+    for name in controls.compressors:
         try:
-            result = simulator.simulate(scenario(store, controls, compressor, fidelity))
-        except (ValueError, KeyError) as exc:
-            raise ProjectionError(f"{compressor}: {_first_line(exc)}") from exc
-        row = {key: result.get(key) for key in RESULT_KEYS}
-        row["compressor"] = compressor
-        row["fidelity"] = fidelity
-        results.append(row)
-    return results
+            (result,) = _run(store, controls, [name], fidelity)
+        except ProjectionError as exc:
+            problems.append(str(exc))
+            continue
+        rows.append(_row(result, fidelity))
+    if not rows:
+        raise ProjectionError(problems[0])
+    return rows, problems
 
 
 def timeline(store: Store, controls: Controls, fidelity: str = "des") -> dict[str, Any]:
     """One simulated iteration of ``controls.compressors[0]`` as Chrome/Perfetto trace JSON."""
     compressor = controls.compressors[0]
-    try:
-        result = simulator.simulate(scenario(store, controls, compressor, fidelity, timeline=True))
-    except (ValueError, KeyError) as exc:
-        raise ProjectionError(f"{compressor}: {_first_line(exc)}") from exc
+    (result,) = _run(store, controls, [compressor], fidelity, timeline=True)
     return simulator.chrome_trace(result["timeline"], {"compressor": compressor, "nodes": controls.nodes,
                                                        "fidelity": fidelity, "iteration_s": result["iteration_s"]})

@@ -1,9 +1,10 @@
 """Fit α (s), β (s/byte) and an efficiency factor to measured collective times.
 
-Model (ring α–β forms of :mod:`emulation.alphabeta`), for measurement ``i`` of ``op_i`` on
-``p_i`` workers, ``n_i`` bytes, link ``B_i`` bits/s:
+Model (the ring α–β forms of :func:`simulator.collectives.ring_terms`), for measurement ``i``
+of ``op_i`` on ``p_i`` workers, ``n_i`` bytes (an all-gather's gathered output), link ``B_i``
+bits/s, with ``(steps_i, volume_i) = ring_terms(op_i, p_i)``:
 
-    t_i ≈ latency_terms(op_i, p_i)·α + volume_factor(op_i, p_i)·n_i·8/(efficiency·B_i)
+    t_i ≈ steps_i·α + volume_i·n_i·8/(efficiency·B_i)
 
 Linear least squares in (α, 1/efficiency), weighted by 1/t_i so small and large messages
 count alike (relative error); α is constrained to ≥ 0. ``beta_s_per_byte`` is the fitted
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from emulation.alphabeta import latency_terms, volume_factor
+from simulator.collectives import ring_terms
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,10 @@ class CalibrationFit:
 
 
 def _design(rows: list[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
-    a = np.array([latency_terms(r["op"], int(r["workers"])) for r in rows], dtype=float)
+    terms = [ring_terms(r["op"], int(r["workers"])) for r in rows]
+    a = np.array([steps for steps, _ in terms], dtype=float)
     b = np.array(
-        [volume_factor(r["op"], int(r["workers"])) * float(r["nbytes"]) * 8.0 / float(r["bandwidth_bps"]) for r in rows],
+        [volume * float(r["nbytes"]) * 8.0 / float(r["bandwidth_bps"]) for (_, volume), r in zip(terms, rows)],
         dtype=float,
     )
     return a, b

@@ -6,16 +6,19 @@ import statistics
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from emulation.alphabeta import OPS, collective_seconds
 from emulation.launch import run_workers
 from emulation.network import Network, require_emulation
 from emulation.plan import make_plan
+from simulator.collectives import ring_terms
+
+OPS = ("allreduce", "allgather")
+"""The collectives measured here; an all-gather's ``nbytes`` is its gathered output."""
 
 LOOPBACK_BPS = 10e9  # nominal rate used only to size timeouts of unshaped runs (bits/s)
 
 
 def _timeout_s(ops: Sequence[str], sizes: Sequence[int], workers: int, bandwidth_bps: float, rounds: int) -> float:
-    expected = sum(collective_seconds(op, n, workers, bandwidth_bps) for op in ops for n in sizes)
+    expected = sum(ring_terms(op, workers)[1] * n * 8.0 / bandwidth_bps for op in ops for n in sizes)
     return 60.0 + 4.0 * rounds * expected
 
 

@@ -3,11 +3,14 @@
 :class:`Network` is a context manager: entering runs the plan's setup commands (removing
 whatever it built if one fails), leaving runs the teardown whatever happened. SIGTERM and
 SIGHUP are turned into :class:`Terminated` while it is active so ``finally`` blocks run.
+Namespaces left by a run killed with SIGKILL (``sidco-<pid>-<hex>-…`` whose pid is gone)
+are removed before a new network is built (:func:`remove_stale`; ``sidco emulate --cleanup``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -55,6 +58,46 @@ def leftovers(prefix: str = PREFIX_ROOT) -> list[str]:
     return sorted(name for name in names if name.startswith(prefix))
 
 
+_OURS = re.compile(re.escape(PREFIX_ROOT) + r"(?P<pid>[0-9]+)-[0-9a-f]+-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stale() -> list[str]:
+    """Namespaces named by this testbed (``sidco-<pid>-<hex>-…``) whose owning process is gone."""
+    found = []
+    for name in leftovers(PREFIX_ROOT):
+        match = _OURS.match(name)
+        if match and not _alive(int(match["pid"])):
+            found.append(name)
+    return found
+
+
+def remove_stale() -> list[str]:
+    """Delete the namespaces of :func:`stale` (left by a killed run); return their names.
+
+    Only names of this testbed's form whose pid no longer exists are touched; a namespace
+    that vanished meanwhile is fine."""
+    removed = []
+    for name in stale():
+        result = subprocess.run(["ip", "netns", "delete", name], capture_output=True, text=True,
+                                timeout=COMMAND_TIMEOUT_S)
+        if result.returncode == 0 or name not in leftovers(name):
+            removed.append(name)
+        else:
+            detail = (result.stderr or result.stdout).strip().splitlines()
+            raise OSError(f"cannot remove stale namespace {name}: {detail[0] if detail else result.returncode}")
+    return removed
+
+
 def _run(argv: Sequence[str]) -> None:
     result = subprocess.run(list(argv), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
     if result.returncode != 0:
@@ -79,6 +122,7 @@ class Network:
             for signum in (signal.SIGTERM, signal.SIGHUP):
                 self._previous[signum] = signal.signal(signum, _raise_terminated)
         try:
+            remove_stale()
             for argv in self.plan.setup:
                 _run(argv)
         except BaseException:

@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 def base_parser(description: str) -> argparse.ArgumentParser:
     """A parser with the arguments every worker gets from :func:`emulation.launch.run_workers`."""
-    parser = argparse.ArgumentParser(description=description)
+    parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--world-size", type=int, required=True)
     parser.add_argument("--master-addr", required=True)

@@ -14,14 +14,15 @@
   all of them alike, and is already in the median compute time. With ``rank_passes``,
   :func:`independent_jitter` measures that part alone; otherwise the recorded passes'
   pass-to-pass variation is used.
-- Compression costs and wire sizes: the trace's gradients replayed through the compressor
-  (:func:`traces.replay.replay`, error feedback, one thread as in the workers; the first
-  recorded iteration is a warm-up and its rows are dropped).
+- Compression costs and wire sizes: a :class:`simulator.CompressionProfile` the caller
+  passes (the orchestration layer replays the run's trace on one thread, as in the
+  workers, and asks the one compression-profile policy for its costs).
 - Network: the emulated link rate (bits/s), no added latency, and optionally a
   :class:`simulator.Calibration` (α per message step, efficiency × bandwidth; all-reduces
   and all-gathers each with their own fit when it has one).
-- Buckets: what DDP uses in steady state, buckets of ``bucket_cap_mb`` in backward order
-  (after its first iteration DDP no longer caps the first bucket at 1 MiB).
+- Buckets: what DDP uses in steady state (:mod:`compressors.ddp_buckets`): the workers
+  build ``DistributedDataParallel(bucket_cap_mb=...)``, which caps every bucket, the first
+  included, at ``bucket_cap_mb`` MiB.
 """
 
 from __future__ import annotations
@@ -32,31 +33,12 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
 import simulator
 import traces
-from traces.replay import replay
+from compressors.ddp_buckets import bucket_caps
 
 LINK_LATENCY_S = 0.0  # the emulated links add no delay (no netem); α comes from calibration
 JITTER_SEEDS = 16
-
-
-def compression_profile(trace: traces.Trace, compressor_names: Sequence[str], density: float) -> simulator.CompressionProfile | None:
-    """Replay ``trace`` through the sparse compressors at ``density`` on one CPU thread and fit
-    their costs, leaving out the first (cold) iteration; ``None`` when only ``none`` is asked."""
-    names = [n for n in compressor_names if n != "none"]
-    if not names:
-        return None
-    if len(trace.iterations) < 2:
-        raise ValueError(f"{trace}: need at least 2 recorded iterations (the first is a warm-up)")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        rows = [r for r in replay(trace, names, [density], error_feedback=True) if r["iteration"] != trace.iterations[0]]
-    finally:
-        torch.set_num_threads(threads)
-    return simulator.CompressionProfile.from_replay_rows(rows, source=f"replay of {trace}, warm, 1 thread")
 
 
 def compute_model(
@@ -132,6 +114,7 @@ def project(
     compressor_names: Sequence[str],
     density: float,
     *,
+    profile: simulator.CompressionProfile | None = None,
     calibration: simulator.Calibration | None = None,
     fidelity: str = "analytic",
     bucket_cap_mb: float = 25.0,
@@ -140,14 +123,15 @@ def project(
     """Project the iteration of each compressor; returns ``{compressor: simulate() result}``
     (float fields averaged over the jitter seeds; ``jitter`` added).
 
-    ``rank_passes``: every rank's timed compute-only passes (see :func:`compute_model`);
-    ``None`` uses only the trace's recorded passes. ``fidelity``: ``analytic`` (closed-form
-    collectives) or ``des`` (SimPy compute streams, link-level messages).
+    ``profile``: the compression costs of the sparse compressors at ``density`` (needed
+    unless only ``none`` is projected); ``rank_passes``: every rank's timed compute-only
+    passes (see :func:`compute_model`); ``None`` uses only the trace's recorded passes.
+    ``fidelity``: ``analytic`` (closed-form collectives) or ``des`` (SimPy compute streams,
+    link-level messages).
     """
     trace = traces.open(trace_path)
     workload, jitter = compute_model(trace, rank_passes)
-    profile = compression_profile(trace, compressor_names, density)
-    cap = int(bucket_cap_mb * 1024 * 1024)
+    first, cap = bucket_caps(bucket_cap_mb)
     results = {}
     for name in compressor_names:
         scenario = simulator.Scenario(
@@ -162,7 +146,7 @@ def project(
             fidelity=fidelity,
             bucket_mode="ddp",
             bucket_cap_bytes=cap,
-            first_bucket_bytes=cap,
+            first_bucket_bytes=first,
             jitter=jitter,
         )
         results[name] = {**_mean_over_seeds(scenario), "jitter": jitter}

@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--iterations", type=int, required=True, help="timed iterations")
     parser.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
     parser.add_argument("--batch-size", type=int, required=True, help="samples per worker per step")
-    parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size (MB)")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket cap in MiB (every bucket, the first included)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--record-dir", type=Path, help="interleave compute-only iterations; rank 0 records them here")
     return parser

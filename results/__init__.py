@@ -5,6 +5,7 @@ compressors, traces, the simulator, emulation, the orchestration layer, the CLI 
 dashboard can all depend on it.
 """
 
+from results.errors import StoreError
 from results.store import DEFAULT_PATH, SCHEMA_VERSION, Store, config_key
 
-__all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "config_key"]
+__all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreError", "config_key"]

@@ -1,6 +1,6 @@
 """The results store: one SQLite file that every part of the testbed writes to.
 
-Schema (version 1; all times in seconds, sizes in bytes, bandwidths in bits/s):
+Schema (version 2; all times in seconds, sizes in bytes, bandwidths in bits/s):
 
 ``traces``       one row per registered trace directory (``path`` is unique).
 ``replays``      one row per replay run of a trace; ``config_key`` identifies the
@@ -14,6 +14,17 @@ Schema (version 1; all times in seconds, sizes in bytes, bandwidths in bits/s):
 ``emulations``   one row per real emulated run (configuration, core count).
 ``collective_measurements`` measured collective times of an emulation.
 ``validation``   measured vs projected iteration time per emulated scenario.
+``device_profiles`` / ``device_profile_rows`` measured (or modelled) compression
+                 costs of one device, per (compressor, density, numel).
+``convergences`` / ``convergence_rows`` loss (and accuracy) per iteration of
+                 training runs with a compressor, for time-to-accuracy.
+
+Version 2 added ``replay_rows.backend`` / ``call_index``, ``calibrations.op`` /
+``fit_error_pct``, ``validation.network_share`` / ``fidelity``,
+``scenarios.device`` / ``cost_source`` and the four tables above. A store is
+brought up to date by :data:`MIGRATIONS`: step *n* takes a store from version
+*n - 1* to *n*; the missing steps run in order inside one transaction, so an
+upgrade either completes or leaves the file as it was.
 
 The database runs in WAL mode so the dashboard can read while a sweep writes.
 Every write goes through :meth:`Store.transaction`, so a crash leaves either
@@ -22,18 +33,22 @@ all of a batch or none of it.
 
 from __future__ import annotations
 
-import json
+import errno
 import sqlite3
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import stat
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+from results.errors import StoreError, guard
+from results.queries import Queries, config_key
+
+__all__ = ["DEFAULT_PATH", "MIGRATIONS", "SCHEMA_VERSION", "Store", "StoreError", "config_key"]
+
 DEFAULT_PATH = Path("runs/results.sqlite")
 
-_SCHEMA = """
+_V1 = """
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -76,8 +91,6 @@ CREATE TABLE IF NOT EXISTS replay_rows (
     decompress_s         REAL NOT NULL,
     wire_bytes           INTEGER NOT NULL,
     rel_error            REAL NOT NULL,
-    backend              TEXT,
-    call_index           INTEGER,
     PRIMARY KEY (replay_id, compressor, density, error_feedback, iteration, worker, bucket)
 );
 CREATE TABLE IF NOT EXISTS sweeps (
@@ -117,9 +130,7 @@ CREATE TABLE IF NOT EXISTS calibrations (
     alpha_s         REAL NOT NULL,
     beta_s_per_byte REAL NOT NULL,
     efficiency      REAL NOT NULL,
-    source_json     TEXT NOT NULL,
-    op              TEXT,
-    fit_error_pct   REAL
+    source_json     TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS emulations (
     id          INTEGER PRIMARY KEY,
@@ -148,67 +159,161 @@ CREATE TABLE IF NOT EXISTS validation (
     projected_s    REAL NOT NULL,
     error_pct      REAL NOT NULL,
     calibrated     INTEGER NOT NULL,
-    detail_json    TEXT NOT NULL,
-    network_share  REAL,
-    fidelity       TEXT
+    detail_json    TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS replay_rows_by_compressor ON replay_rows(replay_id, compressor, density);
 CREATE INDEX IF NOT EXISTS scenarios_by_compressor ON scenarios(sweep_id, compressor, density);
 """
 
+_V2 = """
+ALTER TABLE replay_rows ADD COLUMN backend TEXT;
+ALTER TABLE replay_rows ADD COLUMN call_index INTEGER;
+CREATE TABLE device_profiles (
+    id            INTEGER PRIMARY KEY,
+    device        TEXT NOT NULL,
+    identity_json TEXT NOT NULL,
+    source        TEXT NOT NULL,
+    created       REAL NOT NULL
+);
+CREATE TABLE device_profile_rows (
+    profile_id   INTEGER NOT NULL REFERENCES device_profiles(id),
+    compressor   TEXT NOT NULL,
+    density      REAL NOT NULL,
+    numel        INTEGER NOT NULL,
+    compress_s   REAL NOT NULL,
+    decompress_s REAL NOT NULL,
+    wire_bytes   INTEGER,
+    backend      TEXT,
+    PRIMARY KEY (profile_id, compressor, density, numel)
+);
+CREATE TABLE convergences (
+    id          INTEGER PRIMARY KEY,
+    config_key  TEXT NOT NULL UNIQUE,
+    config_json TEXT NOT NULL,
+    trace_id    INTEGER REFERENCES traces(id),
+    status      TEXT NOT NULL DEFAULT 'running',
+    created     REAL NOT NULL,
+    finished    REAL
+);
+CREATE TABLE convergence_rows (
+    convergence_id INTEGER NOT NULL REFERENCES convergences(id),
+    compressor     TEXT NOT NULL,
+    density        REAL NOT NULL,
+    iteration      INTEGER NOT NULL,
+    loss           REAL NOT NULL,
+    eval_loss      REAL,
+    accuracy       REAL,
+    PRIMARY KEY (convergence_id, compressor, density, iteration)
+);
+ALTER TABLE calibrations ADD COLUMN op TEXT;
+ALTER TABLE calibrations ADD COLUMN fit_error_pct REAL;
+ALTER TABLE validation ADD COLUMN network_share REAL;
+ALTER TABLE validation ADD COLUMN fidelity TEXT;
+ALTER TABLE scenarios ADD COLUMN device TEXT;
+ALTER TABLE scenarios ADD COLUMN cost_source TEXT;
+CREATE INDEX device_profiles_by_device ON device_profiles(device, created);
+"""
 
-def config_key(config: Mapping[str, Any]) -> str:
-    """Return a canonical string identifying ``config`` (sorted-key JSON)."""
-    return json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+"""``MIGRATIONS[n - 1]`` is the DDL taking a store from schema version ``n - 1`` to ``n``
+(version 0 is an empty file). Append a step to change the schema; never edit one."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
 
 
-class Store:
-    """A results store backed by one SQLite file at ``path`` (created if missing)."""
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _check_header(path: Path) -> None:
+    """Refuse an existing non-empty file that is not SQLite before SQLite may write to it (it
+    would take a file shorter than its header for an empty database and overwrite it)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or device: never opened (it could block)
+            raise sqlite3.DatabaseError("file is not a database")
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return
+    if head and head != SQLITE_MAGIC:
+        raise sqlite3.DatabaseError("file is not a database")
+
+
+def _schema_version(cur: sqlite3.Cursor) -> int:
+    """The schema version recorded in the file (0 for a file without a ``meta`` table)."""
+    has_meta = cur.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+    if has_meta is None:
+        return 0
+    row = cur.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+class Store(Queries):
+    """A results store backed by one SQLite file at ``path`` (created if missing); its reads and
+    writes are the named queries of :class:`results.queries.Queries`."""
 
     def __init__(self, path: str | Path = DEFAULT_PATH, *, timeout_s: float = 30.0):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
-        self.conn.row_factory = sqlite3.Row
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute("PRAGMA foreign_keys=ON")
-        self._migrate()
+        self.conn: sqlite3.Connection | None = None
+        try:
+            with guard(self.path):
+                if self.path.is_dir():
+                    raise IsADirectoryError(errno.EISDIR, "is a directory", str(self.path))
+                _check_header(self.path)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
+                self.conn.row_factory = sqlite3.Row
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.execute("PRAGMA synchronous=NORMAL")
+                self.conn.execute("PRAGMA foreign_keys=ON")
+                self._migrate()
+        except BaseException:
+            if self.conn is not None:
+                self.conn.close()
+            raise
 
     def _migrate(self) -> None:
+        """Bring the file up to :data:`SCHEMA_VERSION`, all missing steps in one transaction."""
         with self.transaction() as cur:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    cur.execute(statement)
-            row = cur.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is None:
-                cur.execute(
-                    "INSERT INTO meta(key, value) VALUES('schema_version', ?)", (str(SCHEMA_VERSION),)
-                )
-            elif int(row[0]) != SCHEMA_VERSION:
+            version = _schema_version(cur)
+            if version > SCHEMA_VERSION:
                 raise ValueError(
-                    f"{self.path}: results store has schema version {row[0]}, "
-                    f"this sidco understands {SCHEMA_VERSION}"
+                    f"{self.path}: results store has schema version {version}, "
+                    f"this testbed understands up to {SCHEMA_VERSION}; use a newer testbed or another --store"
                 )
+            if version == SCHEMA_VERSION:
+                return
+            for step in MIGRATIONS[version:]:
+                for statement in step.split(";"):
+                    if statement.strip():
+                        cur.execute(statement)
+            cur.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Cursor]:
-        """Run the body in one ``BEGIN IMMEDIATE`` transaction; roll back on any error."""
-        cur = self.conn.cursor()
-        cur.execute("BEGIN IMMEDIATE")
-        try:
-            yield cur
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
-        else:
-            cur.execute("COMMIT")
-        finally:
-            cur.close()
+        """Run the body in one ``BEGIN IMMEDIATE`` transaction; roll back on any error.
+
+        SQLite and OS errors (full disk, read-only or damaged file) become one-line
+        :class:`~results.errors.StoreError`; what earlier transactions committed stays."""
+        with guard(self.path):
+            cur = self.conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+                cur.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        cur.execute("ROLLBACK")
+                raise
+            finally:
+                cur.close()
 
     def close(self) -> None:
         """Close the connection."""
-        self.conn.close()
+        if self.conn is not None:
+            self.conn.close()
 
     def __enter__(self) -> Store:
         return self
@@ -217,128 +322,7 @@ class Store:
         self.close()
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        """Run a read-only query and return all rows."""
-        return self.conn.execute(sql, params).fetchall()
-
-    def insert_many(self, table: str, rows: Iterable[Mapping[str, Any]], *, or_ignore: bool = False) -> int:
-        """Insert ``rows`` (dicts with the same keys) into ``table`` in one transaction.
-
-        With ``or_ignore`` rows whose primary key already exists are skipped.
-        Returns the number of rows offered.
-        """
-        rows = list(rows)
-        if not rows:
-            return 0
-        columns = list(rows[0])
-        verb = "INSERT OR IGNORE" if or_ignore else "INSERT"
-        sql = (
-            f"{verb} INTO {table} ({', '.join(columns)}) "
-            f"VALUES ({', '.join('?' for _ in columns)})"
-        )
-        with self.transaction() as cur:
-            cur.executemany(sql, [tuple(r[c] for c in columns) for r in rows])
-        return len(rows)
-
-    def register_trace(self, path: str | Path, manifest: Mapping[str, Any]) -> int:
-        """Register (or refresh) the trace at ``path``; return its id."""
-        resolved = str(Path(path).resolve())
-        layers = manifest.get("layers", [])
-        numel = 0
-        for layer in layers:
-            count = 1
-            for dim in layer.get("shape", []):
-                count *= int(dim)
-            numel += count
-        iterations = manifest.get("iterations", [])
-        values = (
-            manifest.get("workload"),
-            manifest.get("workers"),
-            len(iterations) if isinstance(iterations, list) else iterations,
-            numel,
-            time.time(),
-            json.dumps(manifest, sort_keys=True),
-        )
-        with self.transaction() as cur:
-            row = cur.execute("SELECT id FROM traces WHERE path=?", (resolved,)).fetchone()
-            if row is None:
-                cur.execute(
-                    "INSERT INTO traces(path, workload, workers, iterations, numel, created, manifest_json)"
-                    " VALUES(?, ?, ?, ?, ?, ?, ?)",
-                    (resolved, *values),
-                )
-                return int(cur.lastrowid)
-            cur.execute(
-                "UPDATE traces SET workload=?, workers=?, iterations=?, numel=?, created=?, manifest_json=?"
-                " WHERE id=?",
-                (*values, row[0]),
-            )
-            return int(row[0])
-
-    def traces(self) -> list[sqlite3.Row]:
-        """All registered traces, newest first."""
-        return self.query("SELECT * FROM traces ORDER BY created DESC")
-
-    def get_or_create(self, table: str, config: Mapping[str, Any], **columns: Any) -> tuple[int, bool]:
-        """Find the row of ``table`` (replays, sweeps) with this ``config``, or create it.
-
-        Returns ``(id, created)``; a rerun of the same configuration finds the
-        same id, which is what makes replays and sweeps resumable.
-        """
-        key = config_key(config)
-        with self.transaction() as cur:
-            row = cur.execute(f"SELECT id FROM {table} WHERE config_key=?", (key,)).fetchone()
-            if row is not None:
-                return int(row[0]), False
-            names = ["config_key", "config_json", "created", *columns]
-            values = [key, json.dumps(config, sort_keys=True, default=str), time.time(), *columns.values()]
-            cur.execute(
-                f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})",
-                values,
-            )
-            return int(cur.lastrowid), True
-
-    def set_status(self, table: str, row_id: int, status: str) -> None:
-        """Set ``status`` (and ``finished`` when done) of a replay, sweep or emulation."""
-        with self.transaction() as cur:
-            if status == "done" and table != "emulations":
-                cur.execute(
-                    f"UPDATE {table} SET status=?, finished=? WHERE id=?", (status, time.time(), row_id)
-                )
-            else:
-                cur.execute(f"UPDATE {table} SET status=? WHERE id=?", (status, row_id))
-
-    def latest_calibration(self) -> sqlite3.Row | None:
-        """The most recent pooled calibration row (``op`` NULL), or ``None``."""
-        rows = self.query("SELECT * FROM calibrations WHERE op IS NULL ORDER BY created DESC, id DESC LIMIT 1")
-        return rows[0] if rows else None
-
-    def calibration_rows(self, calibration_id: int | None = None) -> list[sqlite3.Row]:
-        """The rows of one calibration: its pooled row (``op`` NULL; id ``calibration_id``, the
-        newest when ``None``) and the per-operation rows written with it (same ``created``),
-        pooled row first; empty when there is none."""
-        if calibration_id is None:
-            pooled = self.latest_calibration()
-        else:
-            found = self.query("SELECT * FROM calibrations WHERE id=? AND op IS NULL", (int(calibration_id),))
-            pooled = found[0] if found else None
-        if pooled is None:
-            return []
-        return [pooled, *self.query("SELECT * FROM calibrations WHERE created=? AND op IS NOT NULL ORDER BY op",
-                                    (pooled["created"],))]
-
-    def insert_calibration(self, pooled: Mapping[str, Any], per_op: Mapping[str, Mapping[str, Any]]) -> int:
-        """Store one calibration: the ``pooled`` fit and one row per operation, in one transaction
-        with one ``created`` time. Each fit maps ``alpha_s``, ``beta_s_per_byte``, ``efficiency``,
-        ``fit_error_pct`` and ``source`` (a JSON-serialisable dict). Returns the pooled row's id."""
-        created = time.time()
-        sql = ("INSERT INTO calibrations(created, alpha_s, beta_s_per_byte, efficiency, source_json, op, fit_error_pct)"
-               " VALUES(?, ?, ?, ?, ?, ?, ?)")
-        with self.transaction() as cur:
-            cur.execute(sql, (created, pooled["alpha_s"], pooled["beta_s_per_byte"], pooled["efficiency"],
-                              json.dumps(pooled["source"], sort_keys=True), None, pooled.get("fit_error_pct")))
-            calibration_id = int(cur.lastrowid)
-            for op, f in sorted(per_op.items()):
-                cur.execute(sql, (created, f["alpha_s"], f["beta_s_per_byte"], f["efficiency"],
-                                  json.dumps({**f["source"], "calibration_id": calibration_id}, sort_keys=True),
-                                  op, f.get("fit_error_pct")))
-        return calibration_id
+        """Run an ad-hoc read-only query and return all rows (for inspection and tests; the
+        testbed itself reads through the named queries of :class:`results.queries.Queries`)."""
+        with guard(self.path):
+            return self.conn.execute(sql, params).fetchall()

@@ -3,7 +3,8 @@
 Each subcommand lives in its own module under :mod:`sidco.commands` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func(args) -> int``.
 Bad input anywhere (``ValueError``, ``OSError``) ends in a one-line error and
-exit code 2; set ``SIDCO_DEBUG=1`` to see the traceback instead.
+exit code 2; set ``SIDCO_DEBUG=1`` to see the traceback instead. SIGTERM unwinds the
+command (its ``finally`` blocks clean up) and ends in one line and exit code 143.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
+from typing import NoReturn
 
 from sidco import __version__
 
@@ -21,15 +25,31 @@ COMMANDS = (
     "replay",
     "simulate",
     "sweep",
+    "converge",
+    "tta",
     "emulate",
     "calibrate",
     "dashboard",
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``sidco CMD: error: …``) and exit code 2,
+    and which never accepts abbreviated options (``allow_abbrev=False``); subcommand parsers
+    are of the same class."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        text = " ".join(str(message).split())
+        self.exit(2, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the top-level parser with every available subcommand registered."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="sidco",
         description=(
             "Gradient-compression testbed built around SIDCo: capture gradient traces, "
@@ -38,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action="version", version=f"sidco {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # every subcommand's parser refuses abbreviated options (--device is never taken as --device-flops)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name in COMMANDS:
         module_name = f"sidco.commands.{name}"
         try:
@@ -51,6 +72,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """Raised in the main thread when SIGTERM arrives, so ``finally`` blocks clean up."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated(f"received signal {signum}")
+
+
+def _catch_sigterm() -> object | None:
+    """Turn SIGTERM into :class:`Terminated` (main thread only); return the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def _is_termination(exc: BaseException) -> bool:
+    """SIGTERM as raised by this module or by an active emulated network."""
+    network = sys.modules.get("emulation.network")
+    return isinstance(exc, Terminated) or (network is not None and isinstance(exc, network.Terminated))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``sidco`` console script; returns the exit code."""
     parser = build_parser()
@@ -58,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    previous = _catch_sigterm()
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
@@ -69,6 +112,15 @@ def main(argv: list[str] | None = None) -> int:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"sidco {args.command}: error: {message}", file=sys.stderr)
         return 2
+    except BaseException as exc:
+        if not _is_termination(exc):
+            raise
+        print(f"sidco {args.command}: terminated by SIGTERM; what was running was stopped and cleaned up",
+              file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from simulator.collectives import collective_time
 from simulator.profile import CompressionCost, CompressionProfile
 from simulator.scenario import FIDELITIES, TOPOLOGIES, Scenario
 from simulator.simulate import simulate
-from simulator.timeline import chrome_trace, write_chrome_trace
+from simulator.timeline import check_output_path, chrome_trace, write_chrome_trace
 from simulator.workload import Bucket, Layer, Workload, workload_from_layout, workload_from_trace
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "Layer",
     "Scenario",
     "Workload",
+    "check_output_path",
     "chrome_trace",
     "collective_time",
     "simulate",

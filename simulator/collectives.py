@@ -18,6 +18,10 @@ PS on s ≤ p servers       2α + 2·max(n/B, p·n/(s·B))
 two-level (N nodes × g)   2(g−1)(α_i + n/(g·B_i)) + 2(N−1)(α + n/(N·B))
 ========================  =========================================================
 
+The ring rows are ``steps·α + volume·n/B`` with ``(steps, volume)`` from :func:`ring_terms`
+(``n`` the full buffer, or for an all-gather the gathered output ``p·m``); the emulation's
+calibration fits α and the link efficiency to measured times with the same two numbers.
+
 The ``des`` fidelity runs the same algorithm as link-level messages on a
 :class:`~simulator.links.Fabric`; with no contention it agrees with the closed form to
 rounding (tests check 1e-6 relative).
@@ -32,6 +36,7 @@ import numpy as np
 
 from simulator import plans
 from simulator.calibration import Calibration
+from simulator.limits import check_collective
 from simulator.links import Fabric, Level
 
 OPS = ("allreduce", "reduce_scatter", "allgather", "ps")
@@ -42,6 +47,25 @@ ALGORITHMS = {
     "ps": ("sharded", "dedicated"),
 }
 FIDELITIES = ("analytic", "des")
+RING_OPS = ("allreduce", "reduce_scatter", "allgather")
+
+
+def ring_terms(op: str, p: int) -> tuple[int, float]:
+    """The α–β coefficients ``(steps, volume)`` of a ring ``op`` over ``p`` ranks.
+
+    The collective takes ``steps·α + volume·n/B`` seconds (α per message in s, B link bytes/s)
+    where ``n`` (bytes) is the full buffer of an all-reduce or reduce-scatter and the gathered
+    output (``p`` blocks) of an all-gather: all-reduce ``(2(p−1), 2(p−1)/p)``, reduce-scatter
+    and all-gather ``(p−1, (p−1)/p)``. ``volume`` is the bytes each rank sends per byte of ``n``.
+    """
+    if op not in RING_OPS:
+        raise ValueError(f"unknown ring collective {op!r}; choose from {', '.join(RING_OPS)}")
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
+        raise ValueError(f"a collective needs an integer number of ranks >= 1, got {p!r}")
+    share = (p - 1) / p
+    if op == "allreduce":
+        return 2 * (p - 1), 2 * share
+    return p - 1, share
 
 
 def ring_allgather_uneven(d: np.ndarray, alpha: float) -> float:
@@ -81,11 +105,11 @@ def analytic_time(
     B = bandwidth_Bps
     if op == "allreduce":
         if algorithm == "hierarchical":
-            return _hier_intra(nbytes, gpus, intra) + (2 * (p - 1) * (alpha + nbytes / (p * B)) if p > 1 else 0.0)
+            return _hier_intra(nbytes, gpus, intra) + _ring("allreduce", nbytes, p, B, alpha)
         if p <= 1:
             return 0.0
         if algorithm == "ring":
-            return 2 * (p - 1) * (alpha + nbytes / (p * B))
+            return _ring(op, nbytes, p, B, alpha)
         if algorithm == "halving-doubling":
             q = 1 << (p.bit_length() - 1)
             fold = 2 * (alpha + nbytes / B) if q < p else 0.0
@@ -93,13 +117,13 @@ def analytic_time(
         if algorithm == "tree":
             return 2 * (p - 1).bit_length() * (alpha + nbytes / B)
     if op == "reduce_scatter" and algorithm == "ring":
-        return (p - 1) * (alpha + nbytes / (p * B)) if p > 1 else 0.0
+        return _ring(op, nbytes, p, B, alpha)
     if op == "allgather":
         m = np.full(p, float(nbytes)) if sizes is None else np.asarray(sizes, dtype=float)
         if p <= 1:
             return 0.0
         if padded or sizes is None:
-            return (p - 1) * (alpha + float(m.max()) / B)
+            return _ring(op, p * float(m.max()), p, B, alpha)
         return ring_allgather_uneven(m / B, alpha)
     if op == "ps":
         if algorithm == "sharded":
@@ -118,6 +142,11 @@ def analytic_time(
             push = max(float(m.max()), float(m.sum()) / servers) / B
             return 2 * alpha + push + bottleneck
     raise ValueError(f"unknown collective {op!r} with algorithm {algorithm!r}")
+
+
+def _ring(op: str, nbytes: float, p: int, B: float, alpha: float) -> float:
+    steps, volume = ring_terms(op, p)
+    return steps * alpha + volume * nbytes / B
 
 
 def _hier_intra(nbytes: float, gpus: int, intra: Level | None) -> float:
@@ -209,12 +238,14 @@ def collective_time(
     m = None if sizes is None else np.asarray(sizes, dtype=float)
     if m is not None and len(m) != nodes:
         raise ValueError(f"sizes must give one size per rank ({nodes}), got {len(m)}")
+    ranks = nodes * gpus + (servers if algorithm == "dedicated" else 0)
+    check_collective(ranks, 0 if fidelity == "des" or padded else nodes)
     if fidelity == "analytic":
         return analytic_time(op, nbytes, nodes, B, latency_s, algorithm, sizes=m, padded=padded,
                              gpus=gpus, intra=intra, servers=servers)
     sparse = op == "allgather" or (op == "ps" and m is not None)
     plan = plan_for(op, nodes, algorithm, sparse=sparse, gpus=gpus, servers=servers)
-    ranks = nodes * gpus + (servers if algorithm == "dedicated" else 0)
+    check_collective(ranks, len(plan))
     fabric = Fabric(ranks, Level(B, latency_s), gpus=gpus, intra=intra)
     if op == "allgather" and m is None:
         m = np.full(nodes, float(nbytes))

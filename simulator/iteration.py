@@ -1,6 +1,6 @@
 """One training iteration: what every bucket costs, and the closed-form (analytic) schedule.
 
-DDP semantics (cost-model.md): buckets in backward order; a bucket's collective starts
+DDP semantics (docs/model.md): buckets in backward order; a bucket's collective starts
 when every worker has produced (and, with ``compress_on="compute"``, compressed) it and
 the previous collective has finished; collectives run one at a time on one
 communication stream; each worker decompresses after its collective; the optimizer
@@ -28,17 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from compressors.wire import COUNT_BYTES, allreduce_bytes
 from simulator import plans
-from simulator.collectives import analytic_time, ring_allgather_uneven
+from simulator.collectives import analytic_time
 from simulator.interference import advance
 from simulator.links import Level
 from simulator.scenario import Scenario
 from simulator.workload import Bucket, Workload
-
-COUNT_BYTES = 4
-
-DENSE_WIRE_ITEMSIZE = 2
-"""Bytes per element of the dense 16-bit casts (``fp16``, ``bf16``) on the wire."""
 
 MIN_COMPRESSION_RATE = 2.0
 """PowerSGD compresses a matrix only when that shrinks it at least this much (PyTorch's default)."""
@@ -150,7 +146,7 @@ def _sparse_phases(sc: Scenario, dense: float, wire: np.ndarray, flat: Level, in
         node = wire.reshape(p, g).sum(axis=1)
         if sc.padded:
             node = np.full(p, float(node.max()))
-        inter = ((p - 1) * (a + float(node[0]) / B) if sc.padded else ring_allgather_uneven(node / B, a)) if p > 1 else 0.0
+        inter = analytic_time("allgather", 0.0, p, B, a, "ring", sizes=node, padded=sc.padded)
         intra_s = analytic_time("allreduce", dense, 1, B, a, "hierarchical", gpus=g, intra=intra)
         return [Phase(plans.hierarchical_allreduce(p, g, True), dense, node, intra_s + inter, flat)]
     plan = plans.ring_allgather(p)
@@ -217,11 +213,10 @@ def prepare(sc: Scenario) -> Prepared:
             wire[b] = sum(elements) * wl.itemsize
             decomp[b] = cost.decompress_s(bucket.numel)
             phases.append(_lowrank_phases(sc, elements, cost.compress_s(shard) / 2, dense_flat, intra))
-        elif sc.message == "dense":
-            wire[b] = bucket.numel * DENSE_WIRE_ITEMSIZE
-            decomp[b] = cost.decompress_s(bucket.numel)
-            phases.append([_dense_phase(sc, float(wire[b].mean()), dense_flat, intra)])
         elif not sc.sparse:
+            fixed = allreduce_bytes(sc.compressor, round(shard), sc.density, wl.itemsize, sc.compressor_options)
+            if fixed is not None:
+                wire[b] = fixed
             decomp[b] = cost.decompress_s(bucket.numel)
             phases.append([_dense_phase(sc, float(wire[b].mean()), dense_flat, intra)])
         else:

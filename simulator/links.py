@@ -6,7 +6,8 @@ intra-node link of a GPU); a non-blocking switch joins them. A message from ``a`
 ``b``'s ingress are all free; it holds both for ``x/B`` seconds (cut-through) and is
 delivered ``α`` seconds after its last byte leaves. Messages enter links in protocol
 order. No process per message: a step of a :class:`~simulator.plans.Plan` is one
-vector operation over its messages (platform-notes, SimPy speed).
+vector operation over its messages (a SimPy process per message would be several times
+slower; docs/model.md, "Fidelities").
 """
 
 from __future__ import annotations

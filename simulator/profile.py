@@ -1,4 +1,8 @@
-"""Compression costs per compressor and density, fitted from replay results.
+"""Compression costs per compressor and density, fitted from measured rows.
+
+Nothing here times a compressor: the rows come from a replay (:mod:`traces.replay`, the
+one measuring code) or a stored device profile, and :func:`pipeline.costs.compression_profile`
+decides which.
 
 A :class:`CompressionProfile` answers: for a bucket of ``numel`` elements on worker
 ``w``, how long does compression take (s), how long one decompression (s), and how
@@ -12,10 +16,8 @@ worker ``w mod workers``).
 from __future__ import annotations
 
 import json
-import tempfile
-import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,13 +31,15 @@ def density_key(density: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class CompressionCost:
-    """Costs of one (compressor, density): times in s, ``wire_per_element`` in bytes/element per worker."""
+    """Costs of one (compressor, density): times in s, ``wire_per_element`` in bytes/element per worker;
+    ``source`` says where they come from (e.g. "replay #3 cpu 2026-12-01", "file costs.json")."""
 
     compress_fixed_s: float
     compress_per_element_s: float
     decompress_fixed_s: float
     decompress_per_element_s: float
     wire_per_element: tuple[float, ...]
+    source: str = ""
 
     def compress_s(self, numel: float) -> float:
         """Seconds to compress ``numel`` elements."""
@@ -101,7 +105,9 @@ class CompressionProfile:
 
     @classmethod
     def from_replay_rows(cls, rows: Iterable[Mapping[str, Any]], source: str = "replay") -> CompressionProfile:
-        """Fit costs from replay rows (dicts or sqlite rows with the ``replay_rows`` columns).
+        """Fit costs from replay rows (dicts with the ``replay_rows`` columns ``compressor``,
+        ``density``, ``error_feedback``, ``worker``, ``numel``, ``compress_s``, ``decompress_s``,
+        ``wire_bytes``); every cost gets ``source``.
 
         Rows with error feedback are preferred where both kinds exist (training uses it).
         """
@@ -123,78 +129,7 @@ class CompressionProfile:
             per_worker = tuple(
                 float(wire[workers == w].sum() / numel[workers == w].sum()) for w in np.unique(workers)
             )
-            costs[(name, density)] = CompressionCost(c0, c1, d0, d1, per_worker)
+            costs[(name, density)] = CompressionCost(c0, c1, d0, d1, per_worker, source)
         if not costs:
             raise ValueError("no replay rows to build a compression profile from")
         return cls(costs, source)
-
-    @classmethod
-    def from_trace(
-        cls,
-        trace: Any,
-        compressors: Sequence[str],
-        densities: Sequence[float],
-        *,
-        device: str = "cpu",
-        iterations: int = 2,
-    ) -> CompressionProfile:
-        """Measure costs by running ``compressors`` (with error feedback) at ``densities`` on
-        the first ``iterations`` iterations of every worker of ``trace`` (one whole-model
-        bucket per call), timing compress and decompress on ``device``; used when no replay
-        results exist. The first call of each compressor is a warm-up and not recorded.
-        PowerSGD runs at rank 1 with the trace's layer shapes (when it has no matrices, e.g. a
-        synthetic 1-D trace, as one square matrix, so its matrix products are timed)."""
-        import compressors as comp
-
-        names = [c for c in compressors if c != "none"]
-        if not names:
-            return cls({}, "none")
-        used = list(trace.iterations[: max(1, iterations)])
-        grads = {(it, w): trace.gradient(it, w).to(device) for it in used for w in range(trace.workers)}
-        rows = []
-        shapes = [tuple(shape) for _, shape in trace.layers]
-        matrices = any(len(shape) >= 2 for shape in shapes)
-        for name in names:
-            options = {"shapes": shapes} if comp.message_kind(name) == "lowrank" and matrices else {}
-            for density in densities:
-                ef = comp.ErrorFeedback(comp.create(name, density=density, **options))
-                ef.compress(grads[(used[0], 0)].clone(), key="warm-up")
-                for (it, w), grad in grads.items():
-                    t0 = _now(device)
-                    sparse = ef.compress(grad, key=w)
-                    t1 = _now(device)
-                    ef.compressor.decompress(sparse)
-                    t2 = _now(device)
-                    rows.append({"compressor": name, "density": density, "error_feedback": 1, "worker": w,
-                                 "numel": grad.numel(), "compress_s": t1 - t0, "decompress_s": t2 - t1,
-                                 "wire_bytes": sparse.wire_bytes()})
-        return cls.from_replay_rows(rows, source=f"compressors run on {trace} ({device})")
-
-    @classmethod
-    def synthetic(
-        cls,
-        compressors: Sequence[str],
-        densities: Sequence[float],
-        *,
-        numel: int = 1 << 20,
-        workers: int = 2,
-        device: str = "cpu",
-        seed: int = 0,
-    ) -> CompressionProfile:
-        """Measure costs on a synthetic Laplace trace of ``numel`` elements (for layouts,
-        which have no gradients); times are this machine's ``device``."""
-        import traces
-
-        with tempfile.TemporaryDirectory(prefix="sidco-profile-") as tmp:
-            trace = traces.synthetic(f"{tmp}/laplace", "laplace", numel, workers=workers, iterations=2, seed=seed)
-            profile = cls.from_trace(trace, compressors, densities, device=device)
-        return cls(profile.costs, f"synthetic Laplace, {numel} elements, {device}")
-
-
-def _now(device: str) -> float:
-    """Wall clock (s) after the device has finished its queued work."""
-    if str(device).startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize(device)
-    return time.perf_counter()

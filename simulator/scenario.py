@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
+from compressors.wire import ALLGATHER, collective
 from simulator.calibration import Calibration
+from simulator.limits import check_scenario
 from simulator.profile import CompressionProfile
 from simulator.workload import (
     BUCKET_MODES,
@@ -31,6 +35,9 @@ class Scenario:
     ``oversubscription`` ≥ 1 divides the bandwidth through the switch core; ``compressor``
     / ``density``: ``none`` sends dense gradients; ``profile``: compression costs
     (required unless ``none``); ``bucket_mode``: ``ddp`` | ``single`` | ``layer``;
+    ``compressor_options``: the compressor's keyword options (as for ``compressors.create``;
+    they decide its collective, :func:`compressors.wire.collective`: ``randomk`` with a
+    ``seed`` all-reduces its values, without one it all-gathers values + indices);
     ``compress_on``: the stream compression runs on; ``padded``: sparse all-gathers pad
     to the largest message (as gloo needs; counts are exchanged first); ``jitter``:
     coefficient of variation of each worker's compute time (lognormal, seeded by
@@ -66,6 +73,7 @@ class Scenario:
     straggler_slowdown: float = 1.5
     seed: int = 0
     timeline: bool = False
+    compressor_options: Mapping[str, Any] = field(default_factory=dict)
     rank: int = 1
 
     def __post_init__(self) -> None:
@@ -103,6 +111,7 @@ class Scenario:
             if self.profile is None:
                 raise ValueError(f"compressor {self.compressor} needs a compression profile (replay results)")
             self.profile.cost(self.compressor, self.density)
+        check_scenario(self)
 
     @property
     def workers(self) -> int:
@@ -119,5 +128,6 @@ class Scenario:
 
     @property
     def sparse(self) -> bool:
-        """Whether gradients travel as sparse (values + indices) messages, all-gathered."""
-        return self.message == "sparse" and self.compressor != "randomk"
+        """Whether gradients travel as sparse (values + indices) messages through an all-gather
+        (:func:`compressors.wire.collective`); otherwise they are all-reduced."""
+        return collective(self.compressor, self.compressor_options) == ALLGATHER

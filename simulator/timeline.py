@@ -72,9 +72,20 @@ def chrome_trace(items: Iterable[Mapping[str, Any]], metadata: Mapping[str, Any]
     return {"traceEvents": trace_events, "displayTimeUnit": "ms", "metadata": dict(metadata or {})}
 
 
-def write_chrome_trace(path: str | Path, items: Iterable[Mapping[str, Any]], metadata: Mapping[str, Any] | None = None) -> Path:
-    """Write :func:`chrome_trace` to ``path`` (JSON); returns the path."""
+def check_output_path(path: str | Path) -> Path:
+    """``path`` as a :class:`Path` if a file can be written there: its directory exists and it is
+    not a directory itself; ``ValueError`` (one line) otherwise."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; give a file name, e.g. {path / 'timeline.json'}")
+    if not path.parent.is_dir():
+        raise ValueError(f"{path}: directory {path.parent} does not exist (create it first)")
+    return path
+
+
+def write_chrome_trace(path: str | Path, items: Iterable[Mapping[str, Any]], metadata: Mapping[str, Any] | None = None) -> Path:
+    """Write :func:`chrome_trace` to ``path`` (JSON); returns the path. The directory must exist
+    (nothing is created but the file; :func:`check_output_path`)."""
+    path = check_output_path(path)
     path.write_text(json.dumps(chrome_trace(items, metadata)))
     return path

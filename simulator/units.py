@@ -66,10 +66,13 @@ def parse_duration(text: str) -> float:
 
 
 def parse_list(text: str, parse) -> list:
-    """Parse a comma-separated list with ``parse`` applied to each item."""
-    items = [item.strip() for item in str(text).split(",") if item.strip()]
-    if not items:
+    """Parse a comma-separated list with ``parse`` applied to each item; an empty list or an
+    empty item (``4,,8``, ``4,``) is an error."""
+    items = [item.strip() for item in str(text).split(",")]
+    if not any(items):
         raise ValueError(f"empty list {text!r}")
+    if not all(items):
+        raise ValueError(f"empty item in list {text!r}: separate values with single commas, e.g. 4,8")
     return [parse(item) for item in items]
 
 

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from compressors.ddp_buckets import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, assign
+
 BUCKET_MODES = ("ddp", "single", "layer")
-DEFAULT_BUCKET_CAP_BYTES = 25 * 1024 * 1024
-DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024
 
 
 class Layer(NamedTuple):
@@ -83,8 +83,9 @@ class Workload:
     ) -> list[Bucket]:
         """Group the layers in backward order (memoised per arguments; treat the list as read-only).
 
-        ``ddp``: PyTorch DDP's rule — fill in reverse parameter order and close a bucket
-        once it holds ≥ ``first_bytes`` (the first) or ≥ ``cap_bytes`` (the others);
+        ``ddp``: PyTorch DDP's rule (:func:`compressors.ddp_buckets.assign`): fill in reverse
+        parameter order and close a bucket once it holds ≥ ``first_bytes`` (the first) or
+        ≥ ``cap_bytes`` (the others), caps in bytes;
         ``single``: one bucket for the whole model (the SIDCo paper's harness);
         ``layer``: one bucket per layer (wait-free backprop).
         """
@@ -96,22 +97,12 @@ class Workload:
         if cap_bytes <= 0 or first_bytes <= 0:
             raise ValueError("bucket caps must be > 0 bytes")
         order = list(range(len(self.layers) - 1, -1, -1))
-        groups: list[list[int]] = []
         if mode == "single":
             groups = [order]
         elif mode == "layer":
             groups = [[i] for i in order]
         else:
-            current: list[int] = []
-            size = 0
-            for i in order:
-                current.append(i)
-                size += self.layers[i].nbytes
-                if size >= (first_bytes if not groups else cap_bytes):
-                    groups.append(current)
-                    current, size = [], 0
-            if current:
-                groups.append(current)
+            groups = assign([layer.nbytes for layer in self.layers], cap_bytes=cap_bytes, first_bytes=first_bytes)
         result = []
         for group in groups:
             nbytes = sum(self.layers[i].nbytes for i in group)

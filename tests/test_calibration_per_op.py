@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simulator
-from emulation.alphabeta import collective_seconds
+from simulator.collectives import ring_terms
 from emulation.calibration import fit, fit_per_op
 from results.store import Store
 from sidco.cli import main
@@ -23,6 +23,13 @@ MB = 10**6
 AR = OpFit(alpha_s=3e-4, efficiency=0.9)
 AG = OpFit(alpha_s=1e-3, efficiency=0.6)
 CAL = Calibration(5e-4, 8e-8, 0.8, {"allreduce": AR, "allgather": AG})
+
+
+def collective_seconds(op: str, nbytes: float, workers: int, bandwidth_bps: float, alpha_s: float = 0.0,
+                       efficiency: float = 1.0) -> float:
+    """Ring α–β time (s) of ``op`` on ``nbytes`` bytes over a link of ``bandwidth_bps`` bits/s."""
+    steps, volume = ring_terms(op, workers)
+    return steps * alpha_s + volume * nbytes * 8.0 / (bandwidth_bps * efficiency)
 
 
 def _measurements(truth: dict[str, OpFit], bandwidths=(20e6, 100e6), sizes=(65536, 1 << 20, 1 << 24), noise=None):
@@ -130,8 +137,7 @@ def test_sidco_calibrate_stores_and_prints_a_fit_per_op(tmp_path, capsys):
         with store.transaction() as cur:
             cur.execute("INSERT INTO emulations(created, kind, config_json, cores, status) "
                         "VALUES(0, 'collective', '{}', 2, 'done')")
-        store.insert_many("collective_measurements",
-                          [{"emulation_id": 1, **r} for r in _measurements({"allreduce": AR, "allgather": AG})])
+        store.add_collective_measurements(1, _measurements({"allreduce": AR, "allgather": AG}))
     assert main(["calibrate", "--store", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ops"]["allgather"]["efficiency"] == pytest.approx(AG.efficiency, rel=1e-6)
@@ -152,10 +158,10 @@ def test_calibrate_check_holds_out_an_emulation_and_compares(tmp_path, capsys):
             for _ in range(2):
                 cur.execute("INSERT INTO emulations(created, kind, config_json, cores, status) "
                             "VALUES(0, 'collective', '{}', 2, 'done')")
-        store.insert_many("collective_measurements", [{"emulation_id": 1, **r} for r in _measurements(truth)])
+        store.add_collective_measurements(1, _measurements(truth))
         # the held-out run is 10 % slower than the fitted one: it must not move the fit
         held = [{**r, "seconds": r["seconds"] * 1.1} for r in _measurements(truth, bandwidths=(100e6,))]
-        store.insert_many("collective_measurements", [{"emulation_id": 2, **r} for r in held])
+        store.add_collective_measurements(2, held)
     assert main(["calibrate", "--store", str(path), "--check", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["emulation_ids"] == [1]
@@ -186,7 +192,8 @@ def test_fit_per_op_and_worker_count_where_counts_differ():
             pytest.approx((p - 1) * (f.alpha_s + MB * 8 / (100e6 * f.efficiency)), rel=1e-5)
 
 
-def test_calibration_with_per_op_fits_stays_hashable_inside_a_scenario():
+def test_calibration_with_per_op_fits_stays_hashable():
     wl = Workload((Layer("a", MB, 0.001),), 0.0, 0.0, 1)
-    assert hash(Scenario(wl, 2, 1e8, 0.0, calibration=CAL)) == hash(Scenario(wl, 2, 1e8, 0.0, calibration=CAL))
+    assert hash(CAL) == hash(replace(CAL))
+    assert Scenario(wl, 2, 1e8, 0.0, calibration=CAL) == Scenario(wl, 2, 1e8, 0.0, calibration=replace(CAL))
     assert CAL != Calibration(CAL.alpha_s, CAL.beta_s_per_byte, CAL.efficiency)  # the per-op fits count

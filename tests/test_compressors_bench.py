@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from compressors import benchmark
+from benchmarks import compressor_bench as benchmark
 from sidco.cli import main
 
 
@@ -61,7 +61,7 @@ def test_bench_runs_on_cuda():
 
 
 def test_bench_rows_record_backend_and_device_and_run_dense_baselines_once():
-    from compressors import benchmark
+    from benchmarks import compressor_bench as benchmark
     from compressors.identity import device_identity
 
     rows = benchmark.run(20_000, [0.1, 0.01], names=["fp16", "powersgd", "topk"], repeats=1, warmup=1)
@@ -71,3 +71,12 @@ def test_bench_rows_record_backend_and_device_and_run_dense_baselines_once():
     assert rows[0]["backend"] == "torch" and rows[0]["wire_bytes"] == 2 * 20_000
     assert all(r["device_identity"] == device_identity("cpu") and r["device_identity"].startswith("cpu: ")
                for r in rows)
+
+
+def test_bench_cpu_clock(capsys):
+    assert main(["bench", "--size", "20000", "--densities", "0.01", "--repeats", "2", "--warmup", "1",
+                 "--compressors", "sidco-e,dgc", "--threads", "1", "--clock", "cpu", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["clock"] for r in rows] == ["cpu", "cpu"] and all(r["compress_ms"] >= 0 for r in rows)
+    with pytest.raises(ValueError, match="clock"):
+        benchmark.run(1000, [0.1], names=["topk"], clock="sundial")

@@ -65,8 +65,9 @@ def test_gamma_inverse_matches_scipy():
     np.testing.assert_allclose(got32, scipy.special.gammainccinv(alphas.numpy(), 1e-3), rtol=1e-4)
 
 
-def reference_threshold(name: str, g: torch.Tensor, density: float, stages: int) -> float:
-    """SIDCo's threshold recomputed in float64 with NumPy/SciPy from the same data and stage logic."""
+def reference_threshold(name: str, g: torch.Tensor, density: float, stages: int, adapt: str = "paper") -> float:
+    """SIDCo's threshold recomputed in float64 with NumPy/SciPy from the same data and stage logic
+    (``adapt="count"``: each later stage aims at what is left of k, no in-call correction)."""
     a = np.abs(g.numpy()).astype(np.float64)
 
     def gpareto(x: np.ndarray, p: float) -> float:
@@ -86,10 +87,13 @@ def reference_threshold(name: str, g: torch.Tensor, density: float, stages: int)
         return mu / alpha * scipy.special.gammainccinv(alpha, p)
 
     probs = stage_probabilities(density, stages, 0.25)
-    eta = first(a, probs[0])
-    for p in probs[1:]:
+    k = max(1, round(density * a.size))
+    eta = np.float32(first(a, probs[0]))
+    for m, p in enumerate(probs[1:], start=1):
         x = a[a > eta] - eta
-        eta = eta + (x.mean() * np.log(1 / p) if name == "sidco-e" else gpareto(x, p))
+        if adapt == "count":
+            p = min(1.0, k / x.size) ** (1.0 / (len(probs) - m))
+        eta = np.float32(eta + (x.mean() * np.log(1 / p) if name == "sidco-e" else gpareto(x, p)))
     return float(eta)
 
 
@@ -106,11 +110,13 @@ def test_thresholds_match_float64_scipy_reference(name, kind):
     g = signed(magnitudes, rng)
     for density in (0.1, 0.01, 0.001):
         for stages in (1, 2, 3):
-            s = compressors.create(name, density=density, stages=stages).compress(g)
-            assert s.stages == len(stage_probabilities(density, stages, 0.25))
-            want = reference_threshold(name, g, density, stages)
-            assert s.threshold == pytest.approx(want, rel=1e-4), (density, stages)
-            assert torch.all(s.values.abs() > s.threshold)
+            for adapt in ("paper", "count"):
+                s = compressors.create(name, density=density, stages=stages, adapt=adapt,
+                                       corrections=0).compress(g)
+                assert s.stages == len(stage_probabilities(density, stages, 0.25))
+                want = reference_threshold(name, g, density, stages, adapt)
+                assert s.threshold == pytest.approx(want, rel=1e-4), (density, stages, adapt)
+                assert torch.all(s.values.abs() > s.threshold)
 
 
 def test_tie_rule_is_strictly_greater():
@@ -118,12 +124,12 @@ def test_tie_rule_is_strictly_greater():
     # δ = e^-4 the one-stage exponential threshold is 1/4 · ln(e^4) = 1: every 1 ties with it.
     g = torch.zeros(40_000)
     g[::4] = 1.0
-    s = compressors.create("sidco-e", density=float(np.exp(-4.0)), stages=1).compress(g)
+    s = compressors.create("sidco-e", density=float(np.exp(-4.0)), stages=1, corrections=0).compress(g)
     assert s.threshold == 1.0
     # strict ">" selects nothing, so the never-empty fallback sends the first largest element
     assert s.selected == 1 and s.indices.tolist() == [0]
     g[8] = float(np.nextafter(np.float32(1.0), np.float32(2.0)))
-    s = compressors.create("sidco-e", density=float(np.exp(-4.0)), stages=1).compress(g)
+    s = compressors.create("sidco-e", density=float(np.exp(-4.0)), stages=1, corrections=0).compress(g)
     assert s.threshold == 1.0 and s.indices.tolist() == [8]
 
 
@@ -162,7 +168,7 @@ def test_adaptive_stages_settle(name, kind, density):
 
 def test_adaptive_moves_the_right_way_on_both_tails():
     gen = torch.Generator().manual_seed(1)
-    e = compressors.create("sidco-e", density=0.001)
+    e = compressors.create("sidco-e", density=0.001, adapt="paper")  # the stage controller alone
     settle(e, lambda: torch.randn(200_000, generator=gen))
     assert e.stages >= 3  # Gaussian under-selects with one exponential stage: more stages fix it
     assert 1 <= e.stages <= 10

@@ -2,7 +2,7 @@
 
 import pytest
 
-from compressors import ddp_bench
+from benchmarks import ddp_bench
 
 
 @pytest.mark.timeout(240)

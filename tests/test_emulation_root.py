@@ -161,7 +161,7 @@ def test_training_end_to_end_two_bandwidths(tmp_path, capsys):
         assert len(store.query("SELECT * FROM validation WHERE calibrated = 0 AND fidelity = 'analytic'")) == 4
         assert len(store.query("SELECT * FROM validation WHERE calibrated = 0 AND fidelity = 'des'")) == 4
         assert len(store.traces()) == 4
-    assert leftovers() == []
+    assert leftovers(f"sidco-{os.getpid()}-") == []  # other sessions may be emulating meanwhile
 
 
 @pytest.mark.slow
@@ -192,4 +192,4 @@ def test_median_error_of_a_small_network_heavy_grid(tmp_path, capsys):
     assert all(r["network_share"] >= 0.3 for r in dense), dense
     errors = [abs(r["error_pct"]) for r in rows]
     assert statistics.median(errors) <= 10, [(r["compressor"], r["fidelity"], round(r["error_pct"], 1)) for r in rows]
-    assert leftovers() == []
+    assert leftovers(f"sidco-{os.getpid()}-") == []  # other sessions may be emulating meanwhile

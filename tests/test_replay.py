@@ -19,6 +19,7 @@ import compressors
 import traces
 from traces.replay import COLUMNS, buckets, calls_per_combination, replay
 from sidco.cli import main
+from results.queries import REPLAY_ROW_COLUMNS
 from results.store import Store
 
 STORE_COLUMNS = (
@@ -39,7 +40,8 @@ def laplace(tmp_path_factory: pytest.TempPathFactory) -> traces.Trace:
 def test_rows_have_exactly_the_store_columns(laplace: traces.Trace, store: Store) -> None:
     assert COLUMNS == STORE_COLUMNS
     table = [r["name"] for r in store.query("PRAGMA table_info(replay_rows)")]
-    assert table == ["replay_id", *STORE_COLUMNS]
+    assert table == ["replay_id", *REPLAY_ROW_COLUMNS]
+    assert set(COLUMNS) <= set(REPLAY_ROW_COLUMNS)  # backend and call_index (schema v2) may be left out
     rows = list(replay(laplace, ["topk", "sidco-e"], [0.01, 0.001], bucket_bytes=60_000))
     per = calls_per_combination(laplace, 60_000)
     assert per == 3 * 2 * len(buckets(laplace, 60_000))
@@ -121,19 +123,24 @@ class _Sized:
 
 
 @settings(max_examples=200, deadline=None)
-@given(sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=30).filter(lambda s: sum(s) > 0), cap=st.integers(1, 40_000))
-def test_buckets_are_ddp_like(sizes: list[int], cap: int) -> None:
+@given(
+    sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=30).filter(lambda s: sum(s) > 0),
+    cap=st.integers(1, 40_000),
+    first=st.one_of(st.none(), st.integers(1, 40_000)),
+)
+def test_buckets_are_ddp_like(sizes: list[int], cap: int, first: int | None) -> None:
     trace = _Sized(sizes)
-    layout = buckets(trace, cap)
+    layout = buckets(trace, cap, first)
     flat = [part for bucket in layout for part in bucket]
     assert [o for o, _ in flat] == sorted((o for o, _ in flat), reverse=True), "reverse layer order"
     covered = torch.zeros(trace.numel, dtype=torch.int32)
     for offset, numel in flat:
         covered[offset : offset + numel] += 1
     assert bool((covered == 1).all()), "every element in exactly one bucket"
-    for bucket in layout[:-1]:
+    for index, bucket in enumerate(layout[:-1]):
+        limit = cap if index or first is None else first
         nbytes = 4 * sum(n for _, n in bucket)
-        assert nbytes >= cap and nbytes - 4 * bucket[-1][1] < cap
+        assert nbytes >= limit and nbytes - 4 * bucket[-1][1] < limit
     assert buckets(trace, None) == [[(0, trace.numel)]]
 
 
@@ -151,7 +158,7 @@ def test_sidco_replay_stores_and_resumes(laplace: traces.Trace, tmp_path: Path, 
     code, stdout, stderr = _sidco(capsys, *args)
     assert code == 0, stderr
     out = json.loads(stdout)
-    per = calls_per_combination(laplace, 60_000)
+    per = calls_per_combination(laplace, int(0.06 * 2**20))  # --bucket-mb counts MiB, as DDP's bucket_cap_mb
     assert len(out["rows"]) == 4 * per
     assert {(s["compressor"], s["density"]) for s in out["summary"]} == {
         ("topk", 0.01), ("topk", 0.001), ("sidco-e", 0.01), ("sidco-e", 0.001)
@@ -174,6 +181,8 @@ def test_sidco_replay_stores_and_resumes(laplace: traces.Trace, tmp_path: Path, 
 def test_sidco_replay_bad_input(laplace: traces.Trace, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     for extra, message in (
         (["--bucket-mb", "0"], "bucket-mb"),
+        (["--first-bucket-mb", "1"], "needs --bucket-mb"),
+        (["--bucket-mb", "1", "--first-bucket-mb", "-1"], "first-bucket-mb"),
         (["--densities", "0.5,x"], "invalid density"),
         (["--compressors", "nope"], "unknown compressor"),
     ):

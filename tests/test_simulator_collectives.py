@@ -20,7 +20,7 @@ GRID = list(itertools.product(NODES, SIZES, BANDWIDTHS, LATENCIES))
 
 
 def closed_form(op: str, alg: str, n: float, p: int, bw_bps: float, a: float, **kw) -> float:
-    """cost-model.md formulas, restated independently of simulator.collectives."""
+    """The formulas of docs/model.md, restated independently of simulator.collectives."""
     B = bw_bps / 8
     if p == 1 and alg != "hierarchical":
         return 0.0
@@ -142,3 +142,34 @@ def test_bad_arguments_name_the_problem(args, message):
 def test_des_scales_to_1024_nodes():
     t = collective_time("allreduce", 1e8, 1024, 1e10, 1e-5, "ring", "des")
     assert t == pytest.approx(closed_form("allreduce", "ring", 1e8, 1024, 1e10, 1e-5), rel=1e-6)
+
+
+def test_ring_terms_are_the_closed_form_coefficients():
+    from simulator.collectives import ring_terms
+
+    assert ring_terms("allreduce", 4) == (6, pytest.approx(1.5))
+    assert ring_terms("reduce_scatter", 4) == (3, pytest.approx(0.75))
+    assert ring_terms("allgather", 2) == (1, pytest.approx(0.5))
+    assert ring_terms("allreduce", 1) == (0, 0.0)
+    with pytest.raises(ValueError, match="unknown ring collective"):
+        ring_terms("broadcast", 2)
+    with pytest.raises(ValueError, match="ranks"):
+        ring_terms("allreduce", 0)
+
+
+@pytest.mark.parametrize("op", ["allreduce", "allgather"])
+def test_calibration_model_is_the_simulators_ring(op):
+    """The emulation's fit (steps·α + volume·n·8/(e·B)) and the simulator's ring collective with
+    α as latency and e·B as the link give the same time: one α–β form, two users."""
+    from emulation.calibration import fit
+
+    alpha, efficiency = 2e-4, 0.8
+    rows = []
+    for p, n, bw in itertools.product((2, 3, 4, 8), (64e3, 1e6), (50e6, 1e9)):
+        per_rank = n if op == "allreduce" else n / p  # the emulation's all-gather n is the gathered output
+        seconds = collective_time(op, per_rank, p, efficiency * bw, alpha, "ring", "analytic")
+        rows.append({"op": op, "workers": p, "nbytes": n, "bandwidth_bps": bw, "seconds": seconds})
+    result = fit(rows)
+    assert result.alpha_s == pytest.approx(alpha, rel=1e-9)
+    assert result.efficiency == pytest.approx(efficiency, rel=1e-9)
+    assert result.max_abs_error_pct < 1e-7

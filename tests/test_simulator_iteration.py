@@ -245,8 +245,11 @@ def test_profile_measured_on_a_trace_and_workload_from_trace(tmp_path):
     assert wl.compute_cv == 0.0
     assert [(layer.name, layer.nbytes) for layer in wl.layers] == [("w", 60_000), ("b", 20_000)]
     assert (wl.forward_s, wl.backward_s, wl.optimizer_s, wl.batch_size) == (0.01, 0.005, 0.002, 16)
-    prof = CompressionProfile.from_trace(trace, ["topk", "sidco-e"], [0.01])
+    from traces.replay import replay
+
+    prof = CompressionProfile.from_replay_rows(replay(trace, ["topk", "sidco-e"], [0.01]), source="replay")
     cost = prof.cost("topk", 0.01)
+    assert cost.source == "replay"
     assert cost.wire_per_element == pytest.approx((0.08, 0.08))
     assert cost.compress_per_element_s > 0
     r = simulate(Scenario(wl, 8, 1e9, 5e-5, "topk", 0.01, profile=prof))

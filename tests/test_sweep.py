@@ -42,19 +42,19 @@ def add_replay(store_path: Path, trace_dir: Path) -> None:
     trace = traces.open(trace_dir)
     with Store(store_path) as store:
         trace_id = store.register_trace(str(trace_dir.resolve()), trace.manifest)
-        replay_id, _ = store.get_or_create("replays", {"test": str(trace_dir)}, trace_id=trace_id)
+        replay_id, _ = store.get_or_create("replays", {"test": str(trace_dir)}, trace_id=trace_id, device="cpu")
         rows = []
         for c, d in PAIRS:
             for worker in range(2):
                 selected = int(d * trace.numel * (1 + 0.1 * worker))
                 rows.append({
-                    "replay_id": replay_id, "compressor": c, "density": d, "error_feedback": 1, "iteration": 1,
+                    "compressor": c, "density": d, "error_feedback": 1, "iteration": 1,
                     "worker": worker, "bucket": 0, "numel": trace.numel, "selected": selected,
                     "achieved_density": selected / trace.numel, "achieved_over_target": selected / trace.numel / d,
                     "threshold": 0.1, "stages": 1, "compress_s": 2e-8 * trace.numel, "decompress_s": 1e-9 * trace.numel,
                     "wire_bytes": 8 * selected, "rel_error": 0.5,
                 })
-        store.insert_many("replay_rows", rows)
+        store.add_replay_rows(replay_id, rows)
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +99,8 @@ def test_sweep_stores_every_scenario_once_and_resumes(tmp_path, trace_dir, capsy
         assert none["speedup"] == 1.0
         assert topk["speedup"] == pytest.approx(none["iteration_s"] / topk["iteration_s"])
         assert s.query("SELECT status FROM sweeps")[0]["status"] == "done"
+        assert (none["device"], none["cost_source"]) == ("cpu", None)
+        assert topk["device"] == "cpu" and topk["cost_source"].startswith("replay #")
         detail = json.loads(topk["result_json"])
         assert detail["workers"] == 8 and detail["wire_bytes"] < detail["dense_bytes"]
 
@@ -253,8 +255,7 @@ def test_simulate_uses_the_latest_calibration(tmp_path, trace_dir, capsys):
     assert main(argv) == 0
     plain = json.loads(capsys.readouterr().out)
     with Store(store) as s:
-        s.insert_many("calibrations", [{"created": time.time(), "alpha_s": 1e-3, "beta_s_per_byte": 1.6e-8,
-                                        "efficiency": 0.5, "source_json": "{}"}])
+        s.add_calibration(1e-3, 1.6e-8, 0.5, {})
     assert main(argv + ["--calibration"]) == 0
     calibrated = json.loads(capsys.readouterr().out)
     n, p = plain["dense_bytes"], 8

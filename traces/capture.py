@@ -14,10 +14,52 @@ from collections.abc import Callable
 
 import torch
 
+from compressors.device import available_memory, resolve as resolve_device
+
 from traces import workloads
 from traces.errors import TraceError
 from traces.reader import Trace
 from traces.recorder import Recorder
+
+
+def check_memory(workload: str, width: float | None, workers: int, device: str) -> None:
+    """Raise :class:`TraceError` (one line) when the model at ``width`` cannot fit: parameters,
+    gradients, momentum and the gradient sum (4 fp32 copies) plus one recorded gradient per worker."""
+    if width is not None and not (math.isfinite(width) and width > 0):
+        raise TraceError(f"--width must be a finite number > 0, got {width}")
+    spec_width = workloads.SPECS[workload].width if workload in workloads.SPECS else 1.0
+    params = workloads.parameter_count(workload, spec_width if width is None else float(width))
+    need = 4 * params * (4 + workers)
+    free = available_memory(device)
+    if need > free:
+        raise TraceError(f"{workload} at width {width if width is not None else spec_width:g} has {params:,} parameters: "
+                         f"capturing {workers} workers needs ~{need / 2**30:,.1f} GiB, {device} has "
+                         f"{free / 2**30:,.1f} GiB free; lower --width or --workers")
+
+
+def check_request(workload: str, *, workers: int, iterations: int, every: int, device: str,
+                  width: float | None = None, batch_size: int | None = None, lr: float | None = None) -> str:
+    """Check a capture's arguments before anything is built or written; return the device name.
+
+    Raises :class:`TraceError` (one line) naming the first bad argument."""
+    if workload not in workloads.SPECS:
+        raise TraceError(f"unknown workload {workload!r}; choose one of {', '.join(workloads.names())}")
+    if workers < 1:
+        raise TraceError(f"workers must be >= 1, got {workers}")
+    if iterations < 1:
+        raise TraceError(f"iterations must be >= 1, got {iterations}")
+    if not 1 <= every <= iterations:
+        raise TraceError(f"every must be between 1 and iterations ({iterations}), got {every}")
+    if batch_size is not None and batch_size < 1:
+        raise TraceError(f"batch size must be >= 1, got {batch_size}")
+    if lr is not None and not (math.isfinite(lr) and lr > 0):
+        raise TraceError(f"learning rate must be a finite number > 0, got {lr}")
+    try:
+        device = str(resolve_device(device))
+    except ValueError as exc:
+        raise TraceError(str(exc)) from None
+    check_memory(workload, width, workers, device)
+    return device
 
 
 def capture(
@@ -40,14 +82,8 @@ def capture(
     ``batch_size`` is per worker (samples); ``progress(iteration, mean_loss)`` is
     called after each step. Unset knobs take the workload's CPU defaults.
     """
-    if workers < 1:
-        raise TraceError(f"workers must be >= 1, got {workers}")
-    if iterations < 1:
-        raise TraceError(f"iterations must be >= 1, got {iterations}")
-    if not 1 <= every <= iterations:
-        raise TraceError(f"every must be between 1 and iterations ({iterations}), got {every}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise TraceError(f"device {device!r} requested but CUDA is not available")
+    device = check_request(workload, workers=workers, iterations=iterations, every=every, device=device,
+                           width=width, batch_size=batch_size, lr=lr)
     work = workloads.build(workload, width=width, batch_size=batch_size, lr=lr, seed=seed, device=device)
     model, optimizer = work.model, work.optimizer()
     model.train()

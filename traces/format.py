@@ -10,6 +10,7 @@ crashed writer never leaves a half trace under the final name.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from traces.errors import TraceError
@@ -75,6 +77,46 @@ def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_partials(out_dir: Path) -> list[Path]:
+    """Remove ``.NAME.<pid>.*.partial`` directories next to ``out_dir`` left by writers that
+    died (their pid is gone; names without a pid come from older versions); return them."""
+    prefix = f".{out_dir.name}."
+    removed = []
+    try:
+        entries = list(out_dir.parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(prefix) and name.endswith(".partial")) or entry.is_symlink() or not entry.is_dir():
+            continue
+        pid = name[len(prefix):].split(".", 1)[0]
+        if pid.isdigit() and _pid_alive(int(pid)):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _write_error(out_dir: Path, what: str, exc: BaseException) -> TraceError:
+    """One line for a failed write of ``what`` into the trace being written at ``out_dir``."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    full = getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in text or "os error 28" in text
+    fix = f"free space on {out_dir.parent} and rerun" if full else f"check that {out_dir.parent} is writable"
+    reason = "the disk is full" if full else text
+    return TraceError(f"{out_dir}: cannot write {what} ({reason}); nothing was kept: {fix}")
+
+
 class TraceWriter:
     """Writes one trace directory; nothing appears at ``out_dir`` until :meth:`close`.
 
@@ -108,7 +150,9 @@ class TraceWriter:
             raise TraceError(f"{self.out_dir}: a trace needs at least one gradient element")
         self.workers = int(workers)
         self.iterations: list[int] = []
-        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.", suffix=".partial", dir=self.out_dir.parent))
+        clean_stale_partials(self.out_dir)
+        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.{os.getpid()}.", suffix=".partial",
+                                          dir=self.out_dir.parent))
         self._closed = False
 
     def write_iteration(self, iteration: int, gradients: Sequence[torch.Tensor]) -> None:
@@ -132,8 +176,12 @@ class TraceWriter:
             tensors[worker_key(worker)] = flat
         name = iteration_file(iteration)
         tmp = self._tmp / f".{name}.tmp"
-        save_file(tensors, str(tmp), metadata={"format": FORMAT_NAME, "iteration": str(iteration)})
-        os.replace(tmp, self._tmp / name)
+        try:
+            save_file(tensors, str(tmp), metadata={"format": FORMAT_NAME, "iteration": str(iteration)})
+            os.replace(tmp, self._tmp / name)
+        except (OSError, SafetensorError) as exc:
+            self.abort()
+            raise _write_error(self.out_dir, f"iteration {iteration}", exc) from None
         self.iterations.append(int(iteration))
 
     def close(self, *, timings: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> Path:
@@ -170,7 +218,11 @@ class TraceWriter:
         }
         if extra:
             manifest.update(extra)
-        _write_json_atomic(self._tmp / MANIFEST, manifest)
+        try:
+            _write_json_atomic(self._tmp / MANIFEST, manifest)
+        except OSError as exc:
+            self.abort()
+            raise _write_error(self.out_dir, MANIFEST, exc) from None
         self._closed = True
         old = None
         if self.out_dir.exists():

@@ -8,13 +8,15 @@ worker's tensor.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import stat
 import struct
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from safetensors import safe_open
@@ -30,16 +32,40 @@ def _fail(path: Path, problem: str) -> TraceError:
     return TraceError(f"{path}: {problem}")
 
 
+def _open_regular(path: Path, what: str) -> BinaryIO:
+    """Open ``path`` for reading only if it is a regular file itself: no symbolic link (it could
+    point outside the trace directory), FIFO (reading would block), device or directory."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise _fail(path, f"missing {what}") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _fail(path, f"{what} is a symbolic link; trace files must be regular files inside the trace directory") from None
+        raise _fail(path, f"cannot open {what} ({exc.strerror or type(exc).__name__})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
+            else "a directory" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file"
+        raise _fail(path, f"{what} is {kind}; trace files must be regular files inside the trace directory")
+    return os.fdopen(fd, "rb")
+
+
 def _read_manifest(root: Path) -> dict[str, Any]:
     if not root.exists():
         raise _fail(root, "no such trace directory")
     if not root.is_dir():
         raise _fail(root, "not a trace directory (a trace is a directory with manifest.json)")
     path = root / MANIFEST
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise _fail(root, f"not a trace directory (no {MANIFEST})")
+    with _open_regular(path, MANIFEST) as fh:
+        if os.fstat(fh.fileno()).st_size > _MAX_HEADER_BYTES:
+            raise _fail(path, f"manifest larger than {_MAX_HEADER_BYTES} bytes")
+        raw = fh.read()
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise _fail(path, f"corrupt manifest, not valid JSON ({type(exc).__name__})") from None
     if not isinstance(manifest, dict):
@@ -109,8 +135,8 @@ def _check_timings(path: Path, manifest: Mapping[str, Any], n_layers: int) -> di
 def _read_header(path: Path) -> dict[str, Any]:
     """Parse a safetensors header and check that the file holds all the data it declares."""
     try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
+        with _open_regular(path, "safetensors file") as fh:
+            size = os.fstat(fh.fileno()).st_size
             head = fh.read(8)
             if len(head) < 8:
                 raise _fail(path, "truncated safetensors file (no header)")
@@ -221,6 +247,7 @@ class Trace:
         fpath = self.file(iteration)
         if not 0 <= worker < self.workers:
             raise _fail(self.path, f"worker {worker} out of range (trace has {self.workers} workers)")
+        _open_regular(fpath, "safetensors file").close()
         try:
             with safe_open(str(fpath), framework="pt", device="cpu") as handle:
                 tensor = handle.get_tensor(worker_key(worker))

@@ -33,14 +33,17 @@ Compressors are created once per combination and shared by every (worker, bucket
 (PowerSGD's warm-started Q, ``message == "lowrank"``) gets one instance per (worker, bucket),
 created with that bucket's layer ``shapes`` from the trace.
 
-Buckets follow DistributedDataParallel: layers are taken in reverse order (the
-order backward produces them) and a bucket is closed as soon as it holds at
-least ``bucket_bytes`` bytes of float32 gradient (a layer larger than that gets
-a bucket of its own). Without ``bucket_bytes`` the whole model is one bucket.
+Buckets follow DistributedDataParallel (:func:`compressors.ddp_buckets.assign`): layers are
+taken in reverse order (the order backward produces them) and a bucket is closed as soon as
+it holds at least its cap in bytes of float32 gradient: ``first_bucket_bytes`` for the first,
+``bucket_bytes`` for the others (a layer larger than that gets a bucket of its own). As in
+``DistributedDataParallel(bucket_cap_mb=...)``, the first cap defaults to the others. Without
+``bucket_bytes`` the whole model is one bucket.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import time
@@ -50,6 +53,8 @@ from typing import Any
 import torch
 
 import compressors as compressor_lib
+from compressors.ddp_buckets import assign
+from compressors.device import resolve as resolve_device
 from traces.reader import Trace, open_trace
 
 COLUMNS = (
@@ -90,30 +95,26 @@ def bucket_shapes(trace: Trace, parts: Sequence[tuple[int, int]]) -> list[tuple[
     return result
 
 
-def buckets(trace: Trace, bucket_bytes: int | None = None) -> list[list[tuple[int, int]]]:
-    """DDP-like buckets of ``trace``: lists of ``(offset, numel)`` layer slices (see module docstring)."""
+def buckets(
+    trace: Trace, bucket_bytes: int | None = None, first_bucket_bytes: int | None = None
+) -> list[list[tuple[int, int]]]:
+    """DDP buckets of ``trace``: lists of ``(offset, numel)`` layer slices (see module docstring).
+
+    ``bucket_bytes``/``first_bucket_bytes``: caps in bytes (``first_bucket_bytes`` defaults to
+    ``bucket_bytes``); ``bucket_bytes=None``: the whole model as one bucket.
+    """
     slices = [(offset, numel) for _, offset, numel in trace.layer_slices() if numel > 0]
     if bucket_bytes is None:
         return [[(0, trace.numel)]]
-    if bucket_bytes < 1:
-        raise ValueError(f"bucket size must be >= 1 byte, got {bucket_bytes}")
-    result: list[list[tuple[int, int]]] = []
-    current: list[tuple[int, int]] = []
-    size = 0
-    for offset, numel in reversed(slices):
-        current.append((offset, numel))
-        size += 4 * numel
-        if size >= bucket_bytes:
-            result.append(current)
-            current, size = [], 0
-    if current:
-        result.append(current)
-    return result
+    first = bucket_bytes if first_bucket_bytes is None else first_bucket_bytes
+    if bucket_bytes < 1 or first < 1:
+        raise ValueError(f"bucket size must be >= 1 byte, got {bucket_bytes} (first bucket {first})")
+    return [[slices[i] for i in group] for group in assign([4 * n for _, n in slices], bucket_bytes, first)]
 
 
-def calls_per_combination(trace: Trace, bucket_bytes: int | None = None) -> int:
+def calls_per_combination(trace: Trace, bucket_bytes: int | None = None, first_bucket_bytes: int | None = None) -> int:
     """Rows one (compressor, density) combination produces: iterations × workers × buckets."""
-    return len(trace.iterations) * trace.workers * len(buckets(trace, bucket_bytes))
+    return len(trace.iterations) * trace.workers * len(buckets(trace, bucket_bytes, first_bucket_bytes))
 
 
 def _synchronizer(device: torch.device) -> Callable[[], None]:
@@ -133,13 +134,6 @@ def _norm(x: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(x, dtype=torch.float64))
 
 
-def _resolve_device(device: str | torch.device) -> torch.device:
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {str(device)!r} requested but CUDA is not available")
-    return resolved
-
-
 def replay(
     trace: Trace | str | os.PathLike[str],
     compressors: Iterable[str],
@@ -147,14 +141,19 @@ def replay(
     device: str | torch.device = "cpu",
     error_feedback: bool = True,
     bucket_bytes: int | None = None,
+    first_bucket_bytes: int | None = None,
     skip: frozenset[tuple[str, float]] | set[tuple[str, float]] = frozenset(),
     options: dict[str, dict[str, Any]] | None = None,
+    seed: int = 0,
 ) -> Iterator[dict[str, Any]]:
     """Return an iterator of one row per compressor call (module docstring), combination by combination.
 
+    ``bucket_bytes``/``first_bucket_bytes``: DDP bucket caps in bytes (:func:`buckets`).
     ``skip`` holds ``(compressor, density)`` pairs not to run (already stored).
     ``options`` maps a compressor name to extra keyword options of
-    :func:`compressors.create`. Rows of one combination are consecutive, in
+    :func:`compressors.create`. ``seed``: randomised compressors (dgc, randomk) are reseeded
+    before every call from it and (compressor, density, iteration, worker, bucket)
+    (:func:`call_seed`), so identical replays give identical rows. Rows of one combination are consecutive, in
     (iteration, worker, bucket) order. Arguments are checked before this returns
     (``ValueError``, :class:`traces.TraceError`); the work happens as the iterator is consumed.
     """
@@ -165,8 +164,8 @@ def replay(
     for density in targets:
         if not 0 < density <= 1:
             raise ValueError(f"density must be in (0, 1], got {density}")
-    dev = _resolve_device(device)
-    layout = buckets(trace, bucket_bytes)
+    dev = resolve_device(device)
+    layout = buckets(trace, bucket_bytes, first_bucket_bytes)
     options = options or {}
     combinations = [(n, d) for n in names for d in targets if (n, d) not in skip]
     for name, density in combinations:
@@ -174,8 +173,15 @@ def replay(
     return (
         row
         for name, density in combinations
-        for row in _combination(trace, layout, name, density, dev, error_feedback, options.get(name, {}))
+        for row in _combination(trace, layout, name, density, dev, error_feedback, options.get(name, {}), seed)
     )
+
+
+def call_seed(seed: int, compressor: str, density: float, iteration: int, worker: int, bucket: int) -> int:
+    """The seed of one compressor call of a replay: a 63-bit hash of the replay's ``seed`` and
+    (compressor, density, iteration, worker, bucket), the same in every identical replay."""
+    key = f"{seed}|{compressor}|{density!r}|{iteration}|{worker}|{bucket}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
 
 def _combination(
@@ -186,6 +192,7 @@ def _combination(
     device: torch.device,
     error_feedback: bool,
     options: dict[str, Any],
+    seed: int,
 ) -> Iterator[dict[str, Any]]:
     sync = _synchronizer(device)
     per_tensor = compressor_lib.message_kind(name) == "lowrank"
@@ -217,6 +224,7 @@ def _combination(
                 compressor, memory = instance(worker, index)
                 call_index = calls.get(id(compressor), 0)
                 calls[id(compressor)] = call_index + 1
+                compressor.reseed(call_seed(seed, name, density, iteration, worker, index))
                 sync()
                 start = time.perf_counter()
                 if memory is not None:
@@ -260,4 +268,4 @@ def _combination(
                 }
 
 
-__all__ = ["COLUMNS", "bucket_shapes", "buckets", "calls_per_combination", "replay"]
+__all__ = ["COLUMNS", "bucket_shapes", "buckets", "call_seed", "calls_per_combination", "replay"]

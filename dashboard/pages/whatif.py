@@ -57,8 +57,9 @@ def layout(reader: StoreReader) -> html.Div:
         html.Div(style={"height": "10px"}),
         html.Button("Run detailed simulation (des)", id="whatif-des", className="btn"),
         ui.note("Controls update the analytic projection live; the button runs the link-level "
-                "discrete-event model (slower, shows contention). The first projection of a compressor and "
-                "density measures its compression costs on this machine (seconds), later ones reuse them."),
+                "discrete-event model (slower, shows contention). Compression costs (seconds) are the ones "
+                "measured by `sidco replay` of the trace (or a stored device profile); the page never times "
+                "compressors itself."),
     ])
     notes = []
     if not data.traces(store):
@@ -106,12 +107,15 @@ def register(app: Dash, reader: StoreReader) -> None:
         try:
             chosen = projection.parse_controls(source, compressors, density, nodes, bandwidth, latency, topology,
                                                calibrated=bool(calibrated))
-            results = projection.project(reader.store(), chosen, fidelity)
+            results, problems = projection.project_each(reader.store(), chosen, fidelity)
         except ValueError as exc:
             blank = ui.empty_figure("fix the highlighted control")
             return blank, blank, ui.error(str(exc))
         elapsed = time.perf_counter() - started
         title = (f"{chosen.nodes} nodes · {bandwidth} · {latency} · {topology} · δ={chosen.density:g} · "
                  f"{fidelity} fidelity")
-        message = ui.note(f"{fidelity} projection of {len(results)} compressors in {elapsed * 1e3:.0f} ms")
+        sources = sorted({r["cost_source"] for r in results if r["cost_source"]})
+        note = ui.note(f"{fidelity} projection of {len(results)} compressors in {elapsed * 1e3:.0f} ms"
+                       + (f"; compression costs from {', '.join(sources)}" if sources else ""))
+        message = html.Div([note, *(ui.error(problem) for problem in problems)])
         return figures.whatif_breakdown(results, title), figures.whatif_speedup(results), message

@@ -9,7 +9,7 @@ import sys
 from tqdm import tqdm
 
 import compressors
-from compressors import benchmark
+from benchmarks import compressor_bench as benchmark
 
 
 def _densities(text: str) -> list[float]:
@@ -62,6 +62,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the gradient-like vector (default 0)")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for torch and the native kernels (default: torch's default)")
+    parser.add_argument("--clock", default="wall", choices=sorted(benchmark.CLOCKS),
+                        help="wall: elapsed time (default); cpu: CPU time of this process, which leaves out "
+                             "time other processes hold the cores on a shared machine (use with --threads 1)")
     parser.add_argument("--json", action="store_true", help="print the rows as a JSON list on stdout")
     parser.set_defaults(func=run)
 
@@ -97,12 +100,13 @@ def run(args: argparse.Namespace) -> int:
 
         rows = benchmark.run(args.size, densities, device=args.device, names=names, repeats=args.repeats,
                              warmup=args.warmup, dtype=args.dtype, seed=args.seed, threads=args.threads,
-                             progress=progress)
+                             progress=progress, clock=args.clock)
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print(f"{args.size:,} {args.dtype} elements on {rows[0]['device_identity']} ({rows[0]['threads']} CPU threads); "
-              f"median of {args.repeats} after {args.warmup} warm-up calls; floor = torch.sum over the same vector")
+              f"median of {args.repeats} after {args.warmup} warm-up calls; {args.clock} clock; "
+              "floor = torch.sum over the same vector")
         print(format_table(rows))
     return 0

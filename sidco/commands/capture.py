@@ -10,8 +10,10 @@ import torch
 from tqdm import tqdm
 
 import traces
-from sidco.commands import add_store_argument
+from pipeline import capture
 from results.store import Store
+from sidco.commands import add_store_argument
+from traces.capture import check_request
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,6 +55,11 @@ def run(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise ValueError(f"invalid --threads {args.threads}: must be >= 1")
         torch.set_num_threads(args.threads)
+    check_request(
+        args.workload, workers=args.workers, iterations=args.iterations, every=args.every, device=args.device,
+        width=args.width, batch_size=args.batch_size, lr=args.lr,
+    )
+    store = Store(args.store)  # a bad store fails here, before any training
     bar = tqdm(total=args.iterations, desc=f"capture {args.workload}", unit="it", file=sys.stderr, disable=None)
 
     def progress(iteration: int, loss: float) -> None:
@@ -60,24 +67,14 @@ def run(args: argparse.Namespace) -> int:
         bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
 
     try:
-        trace = traces.capture(
-            args.workload,
-            args.out,
-            workers=args.workers,
-            iterations=args.iterations,
-            every=args.every,
-            device=args.device,
-            seed=args.seed,
-            width=args.width,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            overwrite=args.force,
-            progress=progress,
-        )
+        with store:
+            trace_id, trace = capture.run(
+                store, args.workload, args.out, workers=args.workers, iterations=args.iterations, every=args.every,
+                device=args.device, seed=args.seed, width=args.width, batch_size=args.batch_size, lr=args.lr,
+                overwrite=args.force, progress=progress,
+            )
     finally:
         bar.close()
-    with Store(args.store) as store:
-        trace_id = store.register_trace(trace.path, trace.manifest)
     timings = trace.timings
     summary = {
         "trace_id": trace_id,

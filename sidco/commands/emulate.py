@@ -1,4 +1,5 @@
-"""``sidco emulate``: real gloo runs on shaped links — collectives, or DDP training vs projection."""
+"""``sidco emulate``: real gloo runs on shaped links — collectives, or DDP training vs projection
+(parses the arguments, calls :mod:`pipeline.emulate`, prints the results)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,16 @@ import argparse
 import json
 import os
 import sys
-import time
-from typing import Any
 
 from tqdm import tqdm
 
-from emulation.alphabeta import OPS
-from emulation.collectives import measure_collectives
-from emulation.network import require_emulation
-from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
-from sidco.commands import add_store_argument
+from emulation.collectives import OPS
+from emulation.network import remove_stale, require_emulation
+from pipeline import emulate
+from simulator.limits import JOB_BYTES, max_jobs
 from results.store import Store
+from sidco.commands import add_store_argument
+from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
 
 
 def _positive_int_list(text: str, what: str, minimum: int) -> list[int]:
@@ -89,6 +89,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="per-worker link rates, comma-separated, with units (e.g. 50Mbit,1Gbit; bits/s)")
     parser.add_argument("--no-shaping", action="store_true",
                         help="run on loopback without namespaces or shaping (no root needed)")
+    parser.add_argument("--cleanup", action="store_true",
+                        help="only remove namespaces left by killed runs (sidco-<pid>-… whose process is gone) "
+                             "and exit; every emulation also does this when it starts")
     add_store_argument(parser)
     parser.add_argument("--json", action="store_true", help="print results as JSON on stdout")
     collective = parser.add_argument_group("collective mode")
@@ -121,7 +124,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the chosen mode."""
+    if args.cleanup:
+        require_emulation()
+        removed = remove_stale()
+        print(f"removed {len(removed)} stale namespace(s){': ' + ', '.join(removed) if removed else ''}")
+        return 0
     workers = _positive_int_list(args.workers, "worker count", 2)
+    most = max_jobs()
+    if max(workers) > most:
+        raise ValueError(f"--workers {max(workers)}: at most {most} emulated workers fit on this machine "
+                         f"(one process each, 4 per core, ~{JOB_BYTES // 2**20} MiB each)")
     bandwidths: list[float | None] = [None] if args.no_shaping else parse_list(args.bandwidth, parse_bandwidth)
     if not args.no_shaping:
         require_emulation()
@@ -139,30 +151,11 @@ def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: li
     if args.repeats < 1:
         raise ValueError(f"invalid --repeats {args.repeats}: must be >= 1")
     load_s = parse_duration(args.compute_load)
-    config = {"ops": ops, "bytes": sizes, "workers": workers, "bandwidths_bps": bandwidths,
-              "repeats": args.repeats, "shaping": not args.no_shaping, "compute_load_s": load_s}
-    results: list[dict[str, Any]] = []
-    with Store(args.store) as store:
-        with store.transaction() as cur:
-            cur.execute(
-                "INSERT INTO emulations(created, kind, config_json, cores, status) VALUES(?, 'collective', ?, ?, 'running')",
-                (time.time(), json.dumps(config, sort_keys=True), os.cpu_count() or 1),
-            )
-            emulation_id = int(cur.lastrowid)
-        status = "failed"
-        try:
-            combos = [(p, b) for p in workers for b in bandwidths]
-            for p, bandwidth in tqdm(combos, desc="collectives", unit="network", file=sys.stderr):
-                rows = measure_collectives(p, bandwidth, ops, sizes, repeats=args.repeats, compute_load_s=load_s)
-                store.insert_many(
-                    "collective_measurements",
-                    [{"emulation_id": emulation_id, "op": r["op"], "workers": r["workers"], "nbytes": r["nbytes"],
-                      "bandwidth_bps": r["bandwidth_bps"] or 0.0, "seconds": r["seconds"]} for r in rows],
-                )
-                results += rows
-            status = "done"
-        finally:
-            store.set_status("emulations", emulation_id, status)
+    with Store(args.store) as store, tqdm(total=len(workers) * len(bandwidths), desc="collectives", unit="network",
+                                          file=sys.stderr) as bar:
+        emulation_id, results = emulate.collectives(store, workers, bandwidths, ops, sizes, repeats=args.repeats,
+                                                    compute_load_s=load_s, shaping=not args.no_shaping,
+                                                    step=lambda: bar.update(1))
     if args.json:
         print(json.dumps({"emulation_id": emulation_id, "cores": os.cpu_count(), "measurements": results}))
     else:
@@ -174,67 +167,6 @@ def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: li
             print(f"{r['op']:<10} {r['workers']:>7} {bw:>14} {format_bytes(r['nbytes']):>10} "
                   f"{format_seconds(r['seconds']):>10} {algbw:>14}")
     return 0
-
-
-def _calibration(store: Store, choice: str) -> tuple[int | None, Any]:
-    """Resolve --calibration to ``(id, simulator.Calibration)`` or ``(None, None)``."""
-    import simulator
-
-    if choice == "none":
-        return None, None
-    if choice == "latest":
-        calibration = simulator.Calibration.latest(store.path)
-    else:
-        try:
-            wanted = int(choice)
-        except ValueError:
-            raise ValueError(f"invalid --calibration {choice!r}: give 'latest', 'none' or a calibration id") from None
-        calibration = simulator.Calibration.load(store.path, wanted)
-    if calibration is None:
-        return None, None
-    return calibration.calibration_id, calibration
-
-
-def _validation_rows(
-    emulation_id: int, workload: str, density: float, workers: int, bandwidth: float | None,
-    measured: list[dict[str, Any]], calibration: tuple[int | None, Any], fidelities: list[str],
-) -> list[dict[str, Any]]:
-    """Project every measured run from its own trace with every fidelity, uncalibrated and
-    (if any) calibrated."""
-    from emulation.projection import network_share, project
-
-    if bandwidth is None:
-        return []
-    variants = [(0, None)] + ([(1, calibration[1])] if calibration[1] is not None else [])
-    keep = ("iteration_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "comm_s", "idle_s", "jitter")
-    rows = []
-    for fidelity in fidelities:
-        for calibrated, constants in variants:
-            for m in measured:
-                name = m["compressor"]
-                p = project(m["trace"], workers, bandwidth, [name], density, calibration=constants,
-                            fidelity=fidelity, rank_passes=m.get("compute_passes"))[name]
-                rows.append({
-                    "emulation_id": emulation_id, "workload": workload, "compressor": name,
-                    "density": density if _uses_density(name) else None, "workers": workers,
-                    "bandwidth_bps": bandwidth, "measured_s": m["measured_s"], "projected_s": p["iteration_s"],
-                    "error_pct": (p["iteration_s"] - m["measured_s"]) / m["measured_s"] * 100.0,
-                    "calibrated": calibrated, "fidelity": fidelity, "network_share": network_share(p),
-                    "detail_json": json.dumps({
-                        "cores": os.cpu_count(), "trace": m["trace"],
-                        "calibration_id": calibration[0] if calibrated else None,
-                        "measured": m, "projected": {k: p.get(k) for k in keep},
-                    }, sort_keys=True),
-                })
-    return rows
-
-
-def _uses_density(name: str) -> bool:
-    """Whether compressor ``name`` sends a share of the gradient that ``--density`` sets (the
-    sparse ones); ``none``, the 16-bit casts and PowerSGD ignore it."""
-    import compressors
-
-    return name != "none" and compressors.message_kind(name) == "sparse"
 
 
 def _densities(text: str) -> list[float]:
@@ -261,64 +193,36 @@ def _fidelities(text: str) -> list[str]:
 
 
 def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[float | None]) -> int:
-    from pathlib import Path
-
-    from emulation.training import check_request, run_training
+    from emulation.training import check_request
 
     names = parse_list(args.compressors, str)
     densities = _densities(args.density)
     fidelities = _fidelities(args.fidelity)
     for density in densities:
         check_request(args.workload, names, density, args.iterations, args.warmup, args.batch_size)
-    config = {"workload": args.workload, "compressors": names, "densities": densities, "workers": workers,
-              "bandwidths_bps": bandwidths, "iterations": args.iterations, "warmup": args.warmup,
-              "batch_size": args.batch_size, "shaping": not args.no_shaping, "threads_per_worker": 1,
-              "fidelities": fidelities}
-    out: list[dict[str, Any]] = []
-    with Store(args.store) as store:
-        calibration = _calibration(store, args.calibration)
-        with store.transaction() as cur:
-            cur.execute(
-                "INSERT INTO emulations(created, kind, config_json, cores, status) VALUES(?, 'train', ?, ?, 'running')",
-                (time.time(), json.dumps(config, sort_keys=True), os.cpu_count() or 1),
-            )
-            emulation_id = int(cur.lastrowid)
-        trace_root = Path(args.trace_dir) if args.trace_dir else Path(args.store).parent / "emulation-traces"
-        status = "failed"
+    calibration: str | int = args.calibration
+    if calibration not in ("latest", "none"):
         try:
-            # compressors that ignore the density run with the first one only
-            combos = [(p, b, d, [n for n in names if _uses_density(n) or i == 0])
-                      for p in workers for b in bandwidths for i, d in enumerate(densities)]
-            combos = [c for c in combos if c[3]]
-            for p, bandwidth, density, run_names in tqdm(combos, desc="emulations", unit="network", file=sys.stderr):
-                label = f"{int(bandwidth / 1e6)}mbit" if bandwidth else "loopback"
-                measured = run_training(
-                    p, bandwidth, args.workload, run_names, density, iterations=args.iterations,
-                    warmup=args.warmup, batch_size=args.batch_size,
-                    trace_dir=trace_root / f"{emulation_id}-{args.workload}-w{p}-{label}-d{density:g}",
-                )
-                for m in measured:
-                    store.register_trace(m["trace"], json.loads((Path(m["trace"]) / "manifest.json").read_text()))
-                rows = _validation_rows(emulation_id, args.workload, density, p, bandwidth, measured, calibration,
-                                        fidelities)
-                store.insert_many("validation", rows)
-                if rows:
-                    out += [{**{k: v for k, v in r.items() if k != "detail_json"}, "detail": json.loads(r["detail_json"])}
-                            for r in rows]
-                else:
-                    out += [{"workers": p, "bandwidth_bps": None, "compressor": m["compressor"],
-                             "density": density if _uses_density(m["compressor"]) else None,
-                             "measured_s": m["measured_s"], "detail": {"measured": m}} for m in measured]
-            status = "done"
-        finally:
-            store.set_status("emulations", emulation_id, status)
-    summary = summarize(out)
+            calibration = int(calibration)
+        except ValueError:
+            raise ValueError(f"invalid --calibration {calibration!r}: give 'latest', 'none' or a calibration id") from None
+    with Store(args.store) as store:
+        resolved = emulate.resolve_calibration(store, calibration)
+        calibration_id = resolved[0]
+        cells = emulate.cells(workers, bandwidths, names, densities)
+        with tqdm(total=len(cells), desc="emulations", unit="network", file=sys.stderr) as bar:
+            emulation_id, out = emulate.train(
+                store, workers, bandwidths, args.workload, names, densities, iterations=args.iterations,
+                warmup=args.warmup, batch_size=args.batch_size, shaping=not args.no_shaping, calibration=resolved,
+                fidelities=fidelities, trace_root=args.trace_dir, step=lambda: bar.update(1),
+            )
+    summary = emulate.summarize(out)
     if args.json:
-        print(json.dumps({"emulation_id": emulation_id, "cores": os.cpu_count(), "calibration_id": calibration[0],
+        print(json.dumps({"emulation_id": emulation_id, "cores": os.cpu_count(), "calibration_id": calibration_id,
                           "summary": summary, "results": out}))
         return 0
     print(f"emulation {emulation_id}: {args.workload}, {os.cpu_count()} cores, 1 thread per worker; "
-          f"calibration: {calibration[0] if calibration[0] is not None else 'none'}")
+          f"calibration: {calibration_id if calibration_id is not None else 'none'}")
     print(f"{'workers':>7} {'bandwidth':>14} {'compressor':<10} {'density':>7} {'measured':>10} {'projected':>10} "
           f"{'error':>8} {'network':>8} {'fidelity':>8} {'calib.':>6}")
     for r in out:
@@ -334,24 +238,3 @@ def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
     for label, value in summary.items():
         print(f"{label}: {value:.1f} %")
     return 0
-
-
-NETWORK_HEAVY = 0.30  # network share of the iteration above which a cell tests the network model
-
-
-def summarize(results: list[dict[str, Any]]) -> dict[str, float]:
-    """Median and worst |error| (%) of the projections per fidelity, uncalibrated and calibrated,
-    over every cell and over the cells whose network share is at least :data:`NETWORK_HEAVY`."""
-    import statistics
-
-    summary = {}
-    for fidelity in dict.fromkeys(r["fidelity"] for r in results if "fidelity" in r):
-        for calibrated, label in ((0, "uncalibrated"), (1, "calibrated")):
-            rows = [r for r in results if r.get("fidelity") == fidelity and r.get("calibrated") == calibrated]
-            for scope, chosen in (("all cells", rows),
-                                  (f"network share >= {NETWORK_HEAVY:.0%}", [r for r in rows if r["network_share"] >= NETWORK_HEAVY])):
-                errors = [abs(r["error_pct"]) for r in chosen]
-                if errors:
-                    summary[f"{fidelity} {label}, {scope}: median |error|"] = statistics.median(errors)
-                    summary[f"{fidelity} {label}, {scope}: worst |error|"] = max(errors)
-    return summary

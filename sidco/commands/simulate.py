@@ -1,21 +1,21 @@
 """``sidco simulate``: project one iteration of a trace or layout on a cluster you don't have.
 
-Also holds the argument helpers that ``sidco sweep`` shares (workload source, scenario
-options, compression profile from the results store or measured, calibration).
+Parses the arguments and calls :func:`pipeline.project.project`. Also holds the argument
+helpers that ``sidco sweep`` shares (workload source, scenario options).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import simulator
-from sidco.commands import add_store_argument
+from compressors.device import resolve as resolve_device
+from pipeline import project as projection
 from results.store import Store
-from simulator.profile import density_key
+from sidco.commands import add_store_argument
 from simulator.scenario import COMPRESS_ON, TOPOLOGIES
 from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
 from simulator.workload import BUCKET_MODES
@@ -32,9 +32,9 @@ def positive_int(text: str, name: str) -> int:
     return value
 
 
-def add_source_args(parser: argparse.ArgumentParser) -> None:
-    """--trace / --layout and the layout compute model."""
-    source = parser.add_mutually_exclusive_group(required=True)
+def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """--trace / --layout and the layout compute model (``required``: one of the two must be given)."""
+    source = parser.add_mutually_exclusive_group(required=required)
     source.add_argument("--trace", metavar="DIR", help="trace directory (compute times and gradients come from it)")
     source.add_argument("--layout", metavar="NAME",
                         help="full-size layout instead of a trace: resnet50, vgg19, bert-base, gpt2")
@@ -43,7 +43,8 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", default="32",
                         help="layouts: samples per worker per iteration (default 32)")
     parser.add_argument("--profile-device", default="cpu",
-                        help="device the compressors are timed on when no replay results exist (default cpu)")
+                        help="device whose compression costs are used: the trace's replays on it, else its "
+                             "stored profile (default cpu)")
 
 
 def add_scenario_args(parser: argparse.ArgumentParser) -> None:
@@ -116,78 +117,32 @@ def scenario_options(args: argparse.Namespace, workload: simulator.Workload) -> 
     }
 
 
-def load_source(args: argparse.Namespace) -> tuple[simulator.Workload, Any, dict[str, Any]]:
-    """The workload, the opened trace (or None) and a JSON description of the source."""
+def check_scenario_args(args: argparse.Namespace, nodes: int, bandwidth_bps: float,
+                        latency_s: float) -> dict[str, Any]:
+    """The scenario options, checked with the workload and the cluster against the simulator's
+    limits before any store is opened or created (bad input writes nothing)."""
     if args.trace:
-        import traces
+        source = projection.Source("trace", str(Path(args.trace).resolve()), None)
+    else:
+        source = parse_source(args, None)
+    workload = projection.workload(source)
+    options = scenario_options(args, workload)
+    simulator.Scenario(workload, nodes, bandwidth_bps, latency_s, topology=args.topology, fidelity=args.fidelity,
+                       **options)
+    return options
 
-        trace = traces.open(args.trace)
-        return simulator.workload_from_trace(trace), trace, {"trace": str(Path(args.trace).resolve())}
+
+def parse_source(args: argparse.Namespace, store: Store | None) -> projection.Source:
+    """The workload source of ``--trace`` / ``--layout`` (with the layout compute model)."""
+    resolve_device(args.profile_device)
+    if args.trace:
+        return projection.trace_source(store, path=args.trace)
     try:
         flops = float(args.device_flops)
     except ValueError:
         raise ValueError(f"invalid --device-flops {args.device_flops!r}: give FLOP/s, e.g. 100e12") from None
     batch = positive_int(args.batch_size, "--batch-size")
-    workload = simulator.workload_from_layout(args.layout, device_flops_per_s=flops, batch_size=batch)
-    return workload, None, {"layout": args.layout, "device_flops_per_s": flops, "batch_size": batch}
-
-
-def stored_replay_rows(store: Store, trace: Any, pairs: list[tuple[str, float]]) -> list[Any]:
-    """Replay rows of ``trace`` in the store for each of ``pairs`` (from the newest replay that has it)."""
-    found = store.query("SELECT id FROM traces WHERE path=?", (str(Path(trace).resolve()),))
-    if not found:
-        return []
-    wanted = {(c, density_key(d)) for c, d in pairs}
-    rows: list[Any] = []
-    for replay in store.query("SELECT id FROM replays WHERE trace_id=? ORDER BY created DESC, id DESC", (found[0]["id"],)):
-        for row in store.query("SELECT * FROM replay_rows WHERE replay_id=?", (replay["id"],)):
-            if (row["compressor"], density_key(row["density"])) in wanted:
-                rows.append(row)
-        wanted -= {(r["compressor"], density_key(r["density"])) for r in rows}
-        if not wanted:
-            break
-    return rows
-
-
-def build_profile(
-    store: Store, trace: Any, pairs: list[tuple[str, float]], device: str
-) -> simulator.CompressionProfile | None:
-    """Compression costs for ``pairs``: the store's replay results of the trace where they
-    exist, the rest measured now by running the compressors (on the trace, or on synthetic
-    Laplace gradients for layouts)."""
-    pairs = [(c, d) for c, d in pairs if c != "none"]
-    if not pairs:
-        return None
-    costs: dict = {}
-    sources = []
-    if trace is not None:
-        rows = stored_replay_rows(store, trace, pairs)
-        if rows:
-            costs.update(simulator.CompressionProfile.from_replay_rows(rows).costs)
-            sources.append("results store replay")
-    missing = [(c, d) for c, d in pairs if (c, density_key(d)) not in costs]
-    if missing:
-        names = sorted({c for c, _ in missing})
-        densities = sorted({d for _, d in missing})
-        where = "the trace" if trace is not None else "synthetic Laplace gradients"
-        print(f"profiling {', '.join(names)} on {where} ({device}) ...", file=sys.stderr)
-        if trace is not None:
-            measured = simulator.CompressionProfile.from_trace(trace, names, densities, device=device)
-        else:
-            measured = simulator.CompressionProfile.synthetic(names, densities, device=device)
-        costs.update({k: v for k, v in measured.costs.items() if k not in costs})
-        sources.append(measured.source)
-    return simulator.CompressionProfile(costs, "; ".join(sources))
-
-
-def load_calibration(store: Store, wanted: bool) -> simulator.Calibration | None:
-    """The latest calibration (pooled and per-operation fits) as a :class:`simulator.Calibration` (when ``wanted``)."""
-    if not wanted:
-        return None
-    calibration = simulator.Calibration.latest(store.path)
-    if calibration is None:
-        raise ValueError("--calibration: the results store has no calibration (run sidco calibrate)")
-    return calibration
+    return projection.layout_source(args.layout, device_flops_per_s=flops, batch_size=batch)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -219,12 +174,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run, fidelity="des")
 
 
-def _print_result(result: dict[str, Any], scenario: simulator.Scenario) -> None:
-    print(f"{scenario.compressor}"
-          + (f" @ density {scenario.density:g}" if scenario.density else "")
-          + f" on {scenario.nodes} nodes ({scenario.workers} workers), {scenario.topology}, "
-            f"{format_bandwidth(scenario.bandwidth_bps)}, {format_seconds(scenario.latency_s)} latency, "
-            f"fidelity {scenario.fidelity}")
+def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: projection.Cluster) -> None:
+    print(f"{args.compressor}"
+          + (f" @ density {args.density:g}" if args.compressor != "none" else "")
+          + f" on {cluster.nodes} nodes ({result['workers']} workers), {cluster.topology}, "
+            f"{format_bandwidth(cluster.bandwidth_bps)}, {format_seconds(cluster.latency_s)} latency, "
+            f"fidelity {cluster.fidelity}")
     print(f"  iteration      {format_seconds(result['iteration_s'])}")
     print(f"  throughput     {result['samples_per_s']:.1f} samples/s")
     print(f"  speed-up       {result['speedup']:.3f}x vs none ({format_seconds(result['baseline_iteration_s'])})")
@@ -232,6 +187,8 @@ def _print_result(result: dict[str, Any], scenario: simulator.Scenario) -> None:
         print(f"  {key[:-2]:<14} {format_seconds(result[key])}")
     print(f"  wire/worker    {format_bytes(result['wire_bytes'])} of {format_bytes(result['dense_bytes'])} dense, "
           f"{result['buckets']} buckets")
+    if result.get("cost_source"):
+        print(f"  costs from     {result['cost_source']}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -239,32 +196,29 @@ def run(args: argparse.Namespace) -> int:
     nodes = positive_int(args.nodes, "--nodes")
     bandwidth = parse_bandwidth(args.bandwidth)
     latency = parse_duration(args.latency)
+    if args.density is not None and not 0 < args.density <= 1:
+        raise ValueError(f"invalid --density {args.density}: must be in (0, 1]")
     if args.compressor != "none" and args.density is None:
         raise ValueError(f"--density is needed with --compressor {args.compressor}")
-    import compressors
-
-    if args.compressor not in compressors.names():
-        raise ValueError(f"unknown compressor {args.compressor!r}; choose from {', '.join(compressors.names())}")
-    rank = positive_int(args.rank, "--rank")
-    workload, trace, _ = load_source(args)
-    options = scenario_options(args, workload)
-    with Store(args.store) as store:
-        calibration = load_calibration(store, args.calibration)
-        profile = build_profile(store, trace, [(args.compressor, args.density)], args.profile_device)
-    scenario = simulator.Scenario(
-        workload, nodes, bandwidth, latency, args.compressor,
-        args.density if args.compressor != "none" else None, topology=args.topology, fidelity=args.fidelity,
-        profile=profile, calibration=calibration, timeline=bool(args.timeline),
-        rank=rank, **options,
-    )
-    result = simulator.simulate(scenario)
+    projection.check_compressors([args.compressor])
     if args.timeline:
-        meta = {"compressor": scenario.compressor, "nodes": scenario.nodes, "fidelity": scenario.fidelity}
+        simulator.check_output_path(args.timeline)
+    options = check_scenario_args(args, nodes, bandwidth, latency)
+    with Store(args.store) as store:
+        source = parse_source(args, store)
+        options = {**options, "rank": positive_int(args.rank, "--rank")}
+        cluster = projection.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
+        (result,) = projection.project(
+            store, source, cluster, [args.compressor], args.density, device=args.profile_device,
+            calibrated=args.calibration, calibration_required=True, timeline=bool(args.timeline),
+        )
+    if args.timeline:
+        meta = {"compressor": args.compressor, "nodes": nodes, "fidelity": args.fidelity}
         simulator.write_chrome_trace(args.timeline, result["timeline"], meta)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
-        _print_result(result, scenario)
+        _print_result(result, args, cluster)
         if args.timeline:
             print(f"  timeline       {args.timeline}")
     return 0

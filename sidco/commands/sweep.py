@@ -1,9 +1,8 @@
 """``sidco sweep``: simulate a grid of clusters × compressors × densities into the results store.
 
-Rows stream into the ``scenarios`` table chunk by chunk (one transaction each), keyed by
-``(sweep_id, scenario_key)``; rerunning the same command resumes the sweep and computes
-only the missing scenarios. Work fans out over local processes or, with ``--dask``, an
-existing Dask cluster.
+Parses the grid and calls :func:`pipeline.sweep.run`: rows stream into the ``scenarios``
+table chunk by chunk, rerunning the same command resumes the sweep. Work fans out over
+local processes or, with ``--dask``, an existing Dask cluster.
 """
 
 from __future__ import annotations
@@ -12,28 +11,28 @@ import argparse
 import json
 import os
 import sys
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from contextlib import contextmanager
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from tqdm import tqdm
 
-import simulator
-from sidco.commands.simulate import (
-    add_scenario_args,
-    add_source_args,
-    build_profile,
-    load_calibration,
-    load_source,
-    positive_int,
-    scenario_options,
-)
+import pipeline.sweep
+from pipeline.project import workload
+from convergence.tta import check_target, target_text
+from pipeline.tta import label, resolve, sweep_time_to_target, trace_path
 from results.store import Store
+from sidco.commands.tta import add_target_args
+from sidco.commands.simulate import add_scenario_args, add_source_args, parse_source, positive_int, scenario_options
+from simulator.limits import check_jobs
+from simulator.pool import local_pool
 from simulator.scenario import TOPOLOGIES
-from simulator.sweep import Grid, SweepContext, describe, run_sweep
-from simulator.units import parse_bandwidth, parse_density, parse_duration, parse_list
+from simulator.sweep import Grid
+from simulator.units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
 
-PROFILE_META = "sweep-profile:{}"
+MAX_CHUNK_SIZE = 100_000
+"""Scenarios per task at most (a chunk's rows are held in memory until they land)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,10 +44,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Simulate every combination of --nodes, --bandwidth (bits/s, e.g. 1Gbit,10Gbit), --latency "
             "(e.g. 50us), --topology and compressor × density (plus 'none' once per cluster) and store "
             "one row per scenario in the scenarios table of the results store. Rerunning the same "
-            "command resumes: each scenario is stored exactly once."
+            "command resumes: each scenario is stored exactly once. With --convergence and a target, every "
+            "scenario also gets the iterations that run needed to reach the target and the time to target "
+            "(iterations x iteration time, seconds); without --trace/--layout the run's trace is swept."
         ),
     )
-    add_source_args(parser)
+    add_source_args(parser, required=False)
+    parser.add_argument("--convergence", metavar="ID|latest",
+                        help="convergence run (sidco converge) whose iterations to target give each scenario "
+                             "a time to target")
+    add_target_args(parser)
     parser.add_argument("--nodes", required=True, help="comma-separated machine counts, e.g. 2,4,8,16,32,64")
     parser.add_argument("--bandwidth", required=True, help="comma-separated bandwidths, e.g. 1Gbit,10Gbit,25Gbit")
     parser.add_argument("--latency", default="50us", help="comma-separated latencies, e.g. 5us,50us (default 50us)")
@@ -74,22 +79,14 @@ def parse_grid(args: argparse.Namespace) -> Grid:
     import compressors
 
     names = compressors.names() if args.compressors.strip() == "all" else parse_list(args.compressors, str)
-    unknown = [n for n in names if n not in compressors.names()]
-    if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
-    topologies = parse_list(args.topology, str)
-    bad = [t for t in topologies if t not in TOPOLOGIES]
-    if bad:
-        raise ValueError(f"unknown topology {bad[0]!r}; choose from {', '.join(TOPOLOGIES)}")
-
-    return Grid(
-        nodes=tuple(parse_list(args.nodes, lambda t: positive_int(t, "--nodes"))),
-        bandwidths_bps=tuple(parse_list(args.bandwidth, parse_bandwidth)),
-        latencies_s=tuple(parse_list(args.latency, parse_duration)),
-        compressors=tuple(dict.fromkeys(names)),
-        densities=tuple(parse_list(args.densities, parse_density)) if any(n != "none" for n in names) else (),
-        topologies=tuple(dict.fromkeys(topologies)),
-        ranks=tuple(dict.fromkeys(parse_list(args.rank, lambda t: positive_int(t, "--rank")))),
+    return pipeline.sweep.grid(
+        nodes=parse_list(args.nodes, lambda t: positive_int(t, "--nodes")),
+        bandwidths_bps=parse_list(args.bandwidth, parse_bandwidth),
+        latencies_s=parse_list(args.latency, parse_duration),
+        compressors=names,
+        densities=parse_list(args.densities, parse_density) if any(n != "none" for n in names) else (),
+        topologies=parse_list(args.topology, str),
+        ranks=parse_list(args.rank, lambda t: positive_int(t, "--rank")),
     )
 
 
@@ -103,70 +100,85 @@ def make_executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]
             slots = max(1, sum(client.nthreads().values()))
             yield client.get_executor(pure=False), slots
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with local_pool(jobs) as pool:
             yield pool, jobs
 
 
-def _profile(store: Store, sweep_id: int, created: bool, trace: Any, grid: Grid, device: str):
-    """The sweep's compression profile: measured/loaded once, kept in the store's meta table
-    so a resumed sweep uses exactly the same costs."""
-    key = PROFILE_META.format(sweep_id)
-    if not created:
-        row = store.query("SELECT value FROM meta WHERE key=?", (key,))
-        if row:
-            text = row[0]["value"]
-            return None if text == "null" else simulator.CompressionProfile.from_json(text)
-    pairs = [(c, d) for c in grid.compressors if c != "none" for d in grid.densities]
-    profile = build_profile(store, trace, pairs, device)
-    with store.transaction() as cur:
-        cur.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
-                    (key, "null" if profile is None else profile.to_json()))
-    return profile
+def _convergence_source(args: argparse.Namespace) -> None:
+    """Check --convergence / target / source together; sweep the run's trace when no source is given."""
+    targeted = args.target_accuracy is not None or args.target_loss is not None
+    if args.convergence is None:
+        if targeted:
+            raise ValueError("--target-accuracy/--target-loss need --convergence ID|latest")
+        if not args.trace and not args.layout:
+            raise ValueError("give --trace DIR, --layout NAME or --convergence ID")
+        return
+    if not targeted:
+        raise ValueError("--convergence needs --target-accuracy A or --target-loss L")
+    check_target(args.target_accuracy, args.target_loss)
+    if not args.trace and not args.layout:
+        with Store(args.store) as store:
+            args.trace = trace_path(store, resolve(store, args.convergence))
+
+
+def _print_time_to_target(result: dict[str, Any]) -> None:
+    target = target_text(result["target"]["accuracy"], result["target"]["loss"])
+    print(f"time to {target} (convergence {result['convergence_id']}), fastest per cluster:")
+    for w in result["winners"]:
+        margin = "" if w["margin_ratio"] is None else f", {w['margin_ratio']:.2f}x ahead of the runner-up"
+        print(f"  {w['nodes']:>5} nodes {format_bandwidth(w['bandwidth_bps']):>12} {w['topology']:<10} "
+              f"{label(w['compressor'], 1.0 if w['density'] is None else w['density']):<16} "
+              f"{format_seconds(w['time_to_target_s'])}{margin}")
+    unreached = sum(1 for r in result["rows"] if r["time_to_target_s"] is None)
+    if unreached:
+        print(f"  {unreached} scenario(s) without a time to target (never reached it, or not trained): see --json")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the sweep; print a summary (JSON with --json)."""
+    _convergence_source(args)
     grid = parse_grid(args)
     jobs = positive_int(args.jobs, "--jobs")
+    if not args.dask:
+        check_jobs(jobs)
     chunk_size = positive_int(args.chunk_size, "--chunk-size")
-    workload, trace, source = load_source(args)
-    options = scenario_options(args, workload)
+    if chunk_size > MAX_CHUNK_SIZE:
+        raise ValueError(f"--chunk-size {chunk_size} is too large (at most {MAX_CHUNK_SIZE:,} scenarios per task)")
     with Store(args.store) as store:
-        calibration = load_calibration(store, args.calibration)
-        context = SweepContext(workload, None, args.fidelity, calibration, options)
-        config = describe(context, grid, source)
-        trace_id = store.register_trace(os.fspath(trace), trace.manifest) if trace is not None else None
-        sweep_id, created = store.get_or_create("sweeps", config, trace_id=trace_id, total=len(grid))
-        profile = _profile(store, sweep_id, created, trace, grid, args.profile_device)
-        context = SweepContext(workload, profile, args.fidelity, calibration, options)
-        for point in grid.points():
-            context.scenario(point)
-        done_before = store.query("SELECT COUNT(*) AS n FROM scenarios WHERE sweep_id=?", (sweep_id,))[0]["n"]
-        bar = tqdm(total=len(grid), initial=done_before, unit="scenario", desc=f"sweep {sweep_id}",
-                   file=sys.stderr, disable=args.no_progress)
+        source = parse_source(args, store)
+        options = scenario_options(args, workload(source))
+        bars: list[tqdm] = []  # opened once the sweep is checked and its row exists
 
-        def skip_done(keys: list[str]) -> set[str]:
-            marks = ",".join("?" for _ in keys)
-            rows = store.query(
-                f"SELECT scenario_key FROM scenarios WHERE sweep_id=? AND scenario_key IN ({marks})", (sweep_id, *keys)
-            )
-            return {r["scenario_key"] for r in rows}
+        def started(sweep_id: int, stored: int) -> None:
+            bars.append(tqdm(total=len(grid), initial=stored, unit="scenario", desc=f"sweep {sweep_id}",
+                             file=sys.stderr, disable=args.no_progress))
 
-        def on_rows(rows: list[dict[str, Any]]) -> None:
-            store.insert_many("scenarios", ({"sweep_id": sweep_id, **r} for r in rows), or_ignore=True)
-            bar.update(len(rows))
+        def progress(stored: int, total: int) -> None:
+            bars[0].update(stored - bars[0].n)
 
-        with make_executor(args.dask, jobs) as (executor, slots):
-            computed = run_sweep(context, grid.points(), executor, chunk_size=chunk_size, in_flight=2 * slots,
-                                 skip_done=skip_done, on_rows=on_rows)
-        bar.close()
-        store.set_status("sweeps", sweep_id, "done")
-        stored = store.query("SELECT COUNT(*) AS n FROM scenarios WHERE sweep_id=?", (sweep_id,))[0]["n"]
-    summary = {"sweep_id": sweep_id, "total": len(grid), "stored": stored, "computed": computed,
-               "resumed": not created, "store": str(args.store), "fidelity": args.fidelity}
+        try:
+            with make_executor(args.dask, jobs) as (executor, slots):
+                done = pipeline.sweep.run(
+                    store, source, grid, executor, fidelity=args.fidelity, options=options,
+                    calibrated=args.calibration, device=args.profile_device, chunk_size=chunk_size,
+                    in_flight=2 * slots, started=started, progress=progress,
+                )
+        finally:
+            for bar in bars:
+                bar.close()
+        tta = None
+        if args.convergence is not None:
+            tta = sweep_time_to_target(store, done.sweep_id, args.convergence, target_accuracy=args.target_accuracy,
+                                       target_loss=args.target_loss)
+    summary = {"sweep_id": done.sweep_id, "total": done.total, "stored": done.stored, "computed": done.computed,
+               "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity}
+    if tta is not None:
+        summary["time_to_target"] = tta
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     else:
-        print(f"sweep {sweep_id}: {stored}/{len(grid)} scenarios stored in {args.store} "
-              f"({computed} computed now{', resumed' if not created else ''}; fidelity {args.fidelity})")
+        print(f"sweep {done.sweep_id}: {done.stored}/{done.total} scenarios stored in {args.store} "
+              f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity})")
+        if tta is not None:
+            _print_time_to_target(tta)
     return 0

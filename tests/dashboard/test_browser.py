@@ -15,7 +15,7 @@ from results.store import Store
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 PAGES = (("whatif", "/"), ("sweeps", "/sweeps"), ("quality", "/quality"), ("timeline", "/timeline"),
-         ("validation", "/validation"))
+         ("validation", "/validation"), ("tta", "/tta"))
 
 pytestmark = pytest.mark.browser
 
@@ -170,7 +170,7 @@ def test_a_running_sweep_can_be_cancelled_from_the_page(dash_duo, app, store_pat
     _wait_idle(dash_duo)
     dash_duo.select_dcc_dropdown("#launch-source", "layout: vgg19")
     _set_input(dash_duo, "#launch-densities", "0.05,0.002")
-    _set_input(dash_duo, "#launch-nodes", "2,4,8,16,32,64,128,256,512,1024")
+    _set_input(dash_duo, "#launch-nodes", ",".join(str(n) for n in range(900, 1024, 2)))  # big clusters: slow enough to cancel
     dash_duo.find_element("#launch-btn").click()
     deadline = time.time() + 30
     while time.time() < deadline and not [r for r in store.query("SELECT id FROM sweeps") if r[0] not in before]:
@@ -183,3 +183,49 @@ def test_a_running_sweep_can_be_cancelled_from_the_page(dash_duo, app, store_pat
     assert status == "running" and landed < total
     assert "finished" not in dash_duo.find_element("#launch-status").text
     store.close()
+
+
+def test_time_to_accuracy_page_projects_on_the_chosen_cluster(dash_duo, app, populated_store):
+    dash_duo.start_server(app)
+    dash_duo.driver.get(dash_duo.server_url + "/tta")
+    dash_duo.wait_for_element("#tta-run", timeout=10)
+    traces = _wait_for_figure(dash_duo, "tta-time")
+    _wait_idle(dash_duo)
+    assert sorted(t["name"] for t in traces) == ["none", "topk@0.1"]
+    assert [t["x"] for t in _figure_data(dash_duo, "tta-iterations")][0] == [2, 4, 6, 8]
+    shapes = dash_duo.driver.execute_script(
+        "const box = document.getElementById(JSON.stringify({fig: 'tta-time', type: 'graph'}));"
+        "return box.querySelector('.js-plotly-plot').layout.shapes.map(s => s.y0);")
+    target = float(dash_duo.find_element("#tta-target").get_attribute("value"))
+    assert shapes == [target], "the target line is drawn at the target"
+    rows = dash_duo.driver.execute_script("return document.querySelectorAll('#tta-table tbody tr').length")
+    assert rows == 1 + 2, "header plus one row per (compressor, density)"
+    before = dash_duo.find_element("#tta-table").text
+    _set_input(dash_duo, "#tta-bandwidth", "10Mbit")
+    deadline = time.time() + 20
+    while time.time() < deadline and dash_duo.find_element("#tta-table").text == before:
+        time.sleep(0.2)
+    assert dash_duo.find_element("#tta-table").text != before, "iteration times did not follow the bandwidth"
+    _set_input(dash_duo, "#tta-nodes", "2.5")
+    dash_duo.wait_for_contains_text(".inline-error", "invalid node count", timeout=10)
+    assert _severe(dash_duo) == []
+
+
+def test_a_convergence_run_launched_from_the_page_lands_rows(dash_duo, app, store_path):
+    dash_duo.start_server(app)
+    dash_duo.driver.get(dash_duo.server_url + "/tta")
+    dash_duo.wait_for_element("#tta-launch-btn", timeout=10)
+    _wait_idle(dash_duo)
+    _set_input(dash_duo, "#tta-launch-iterations", "4")
+    _set_input(dash_duo, "#tta-launch-eval", "2")
+    dash_duo.find_element("#tta-launch-btn").click()
+    dash_duo.wait_for_contains_text("#tta-launch-status", "finished", timeout=180)
+    store = Store(store_path)
+    run = store.convergence("latest")
+    counts = store.query("SELECT compressor, COUNT(*) FROM convergence_rows WHERE convergence_id=? GROUP BY compressor",
+                         (run["id"],))
+    assert sorted(tuple(r) for r in counts) == [("none", 4), ("sidco-e", 4), ("topk", 4)]
+    assert run["trace_id"] is not None and run["status"] == "done"
+    store.close()
+    dash_duo.wait_for_contains_text("#tta-run", f"#{run['id']}", timeout=10)
+    assert _severe(dash_duo) == []

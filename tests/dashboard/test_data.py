@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from dashboard import data, figures, fits, projection, sweep_runner
-from dashboard.bench import fill, time_page
+from benchmarks.dashboard_bench import fill, time_page
 from dashboard.export import figure_csv, figure_html
 from results.store import Store
 
@@ -36,6 +36,38 @@ def test_fits_recover_known_parameters():
     fitted = fits.fit_gpareto(gp)
     assert fitted["shape"] == pytest.approx(xi, abs=0.03)
     assert fitted["scale"] == pytest.approx(sigma, rel=0.05)
+
+
+def test_page_fits_are_sidcos_estimators_on_a_gradient_with_zeros():
+    """The quality page draws the laws SIDCo fits: the same parameters as compressors.estimators
+    (zeros count in μ, not in mean ln), and each law's tail quantile (SciPy) is the estimator's
+    threshold."""
+    import torch
+    from scipy import stats
+
+    from compressors import estimators
+
+    rng = np.random.default_rng(3)
+    g = (rng.laplace(0, 1e-3, 50_000) * (rng.random(50_000) > 0.3)).astype(np.float32)  # ~30 % zeros
+    x = torch.from_numpy(np.abs(g))
+    mu, var = estimators.mean_and_var(x)
+    mean_log = estimators.mean_log_positive(x)
+    alpha = estimators.gamma_shape(mu, mean_log)
+    xi, sigma = estimators.gpareto_params(mu, var)
+    hist = fits.histogram(g, density_target=0.01)
+    params = {f["name"]: f["params"] for f in hist["fits"]}
+    assert params["exponential"] == {"scale": pytest.approx(float(mu), rel=1e-12)}
+    assert params["gamma"] == {"shape": pytest.approx(float(alpha), rel=1e-12),
+                               "scale": pytest.approx(float(mu / alpha), rel=1e-12)}
+    assert params["gpareto"] == {"shape": pytest.approx(float(xi), rel=1e-12),
+                                 "scale": pytest.approx(float(sigma), rel=1e-12)}
+    p = 0.01
+    assert stats.expon.isf(p, scale=params["exponential"]["scale"]) == pytest.approx(
+        float(estimators.exponential_threshold(mu, p)), rel=1e-9)
+    assert stats.gamma.isf(p, params["gamma"]["shape"], scale=params["gamma"]["scale"]) == pytest.approx(
+        float(estimators.gamma_threshold(mu, mean_log, p)), rel=1e-5)
+    assert stats.genpareto.isf(p, params["gpareto"]["shape"], scale=params["gpareto"]["scale"]) == pytest.approx(
+        float(estimators.gpareto_threshold(mu, var, p)), rel=1e-9)
 
 
 def test_histogram_threshold_is_the_exact_top_delta_value():
@@ -405,12 +437,12 @@ def test_sweep_queries_keep_latencies_and_topologies_apart(tmp_path):
     for latency, topology, winner in ((1e-6, "ring", "topk"), (1e-3, "ring", "sidco-e"), (1e-6, "tree", "sidco-e")):
         for compressor in ("topk", "sidco-e"):
             t = 1.0 if compressor == winner else 2.0
-            rows.append({"sweep_id": sweep_id, "scenario_key": f"{latency}|{topology}|{compressor}",
+            rows.append({"scenario_key": f"{latency}|{topology}|{compressor}",
                          "compressor": compressor, "density": 0.01, "nodes": 8, "bandwidth_bps": 1e9,
                          "latency_s": latency, "topology": topology, "fidelity": "analytic", "iteration_s": t,
                          "samples_per_s": None, "forward_s": None, "backward_s": None, "compress_s": None,
                          "exposed_comm_s": None, "idle_s": None, "speedup": 3.0 / t, "result_json": "{}"})
-    store.insert_many("scenarios", rows)
+    store.add_scenarios(sweep_id, rows)
     for latency, topology, winner in ((1e-6, "ring", "topk"), (1e-3, "ring", "sidco-e"), (1e-6, "tree", "sidco-e")):
         best = data.best_two(store, sweep_id, latency, topology)
         assert [(r["rank"], r["compressor"]) for r in best][0] == (1, winner) and len(best) == 2
@@ -425,9 +457,9 @@ def test_achieved_over_target_is_weighted_by_elements(tmp_path):
     store = Store(tmp_path / "r.sqlite")
     trace_id = store.register_trace(tmp_path / "t", {"workload": "w", "workers": 1, "iterations": [0]})
     replay_id, _ = store.get_or_create("replays", {"t": trace_id}, trace_id=trace_id)
-    base = dict(replay_id=replay_id, compressor="topk", density=0.01, error_feedback=1, iteration=0,
+    base = dict(compressor="topk", density=0.01, error_feedback=1, iteration=0,
                 worker=0, threshold=None, stages=None, compress_s=1e-4, decompress_s=1e-5, rel_error=0.5)
-    store.insert_many("replay_rows", [
+    store.add_replay_rows(replay_id, [
         dict(base, bucket=0, numel=100_000, selected=1_000, achieved_density=0.01,
              achieved_over_target=1.0, wire_bytes=8_000),
         dict(base, bucket=1, numel=10, selected=1, achieved_density=0.1,

@@ -45,8 +45,7 @@ def test_page_callback_filters(tmp_path):
     with Store(path) as store:
         with store.transaction() as cur:
             cur.execute("INSERT INTO emulations(created, kind, config_json, cores, status) VALUES(0, 'train', '{}', 2, 'done')")
-        store.insert_many("validation", [{**{k: v for k, v in r.items()}, "emulation_id": 1, "detail_json": "{}"}
-                                         for r in ROWS])
+        store.add_validation([{**r, "emulation_id": 1, "detail_json": "{}"} for r in ROWS])
     app = create_app(path, cache_dir=tmp_path / "cache")
     client = app.server.test_client()
     page = client.post("/_dash-update-component", json={

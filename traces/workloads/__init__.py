@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from traces.workloads.data import ImageData, TextData, shard
+from traces.workloads.data import ImageData, TextData, heldout, shard
 from traces.workloads.models import GPTDecoder, LSTMLanguageModel, ResNetCifar, VGGCifar
 
 NAMES = ("resnet20", "vgg16", "lstm", "transformer")
@@ -78,17 +78,9 @@ class Workload:
 
     def build_model(self, device: str | torch.device | None = None) -> nn.Module:
         """A fresh model with parameters drawn from ``seed`` (same on every call and every rank)."""
-        spec = SPECS[self.name]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            if self.name == "resnet20":
-                model: nn.Module = ResNetCifar(3, self.width)
-            elif self.name == "vgg16":
-                model = VGGCifar(self.width)
-            elif self.name == "lstm":
-                model = LSTMLanguageModel(spec.options["vocab"], self.width)
-            else:
-                model = GPTDecoder(spec.options["vocab"], self.width, context=spec.options["seq_len"])
+            model = _make_model(self.name, self.width)
         return model.to(device or self.device)
 
     def batches(self, worker: int = 0, workers: int = 1, batch_size: int | None = None, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -96,9 +88,35 @@ class Workload:
         for inputs, targets in shard(self.data, worker, workers, batch_size or self.batch_size, start):
             yield inputs.to(self.device), targets.to(self.device)
 
+    def heldout_batches(self, samples: int, batch_size: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``(inputs, targets)`` batches on ``device`` holding ``samples`` evaluation samples that no
+        training shard contains (same every call)."""
+        for inputs, targets in heldout(self.data, samples, batch_size or self.batch_size):
+            yield inputs.to(self.device), targets.to(self.device)
+
     def optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         """Plain SGD with momentum 0.9 at ``lr`` over ``model`` (default: ``self.model``)."""
         return torch.optim.SGD((model or self.model).parameters(), lr=self.lr, momentum=0.9)
+
+
+def _make_model(name: str, width: float) -> nn.Module:
+    spec = SPECS[name]
+    if name == "resnet20":
+        return ResNetCifar(3, width)
+    if name == "vgg16":
+        return VGGCifar(width)
+    if name == "lstm":
+        return LSTMLanguageModel(spec.options["vocab"], width)
+    return GPTDecoder(spec.options["vocab"], width, context=spec.options["seq_len"])
+
+
+def parameter_count(name: str, width: float) -> int:
+    """Parameters of workload ``name`` at ``width``, counted on the ``meta`` device (no memory used)."""
+    if name not in SPECS:
+        raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(NAMES)}")
+    with torch.device("meta"):
+        model = _make_model(name, width)
+    return sum(p.numel() for p in model.parameters())
 
 
 def names() -> list[str]:

@@ -10,6 +10,9 @@ to predict the next word well above chance.
 Sharding: batch ``b`` of worker ``w`` among ``W`` comes from its own generator
 seeded by ``(seed, W, w, b)``, so workers see disjoint, reproducible streams and
 every rank of a real data-parallel run can rebuild its own shard alone.
+Held-out batches (:func:`heldout`) come from generators seeded by ``(seed, 0, 0, b)``:
+worker count 0 is never a training configuration, so no held-out sample is a training
+sample.
 """
 
 from __future__ import annotations
@@ -91,3 +94,11 @@ def shard(data: ImageData | TextData, worker: int, workers: int, batch_size: int
     while True:
         yield data.batch(worker, workers, index, batch_size)
         index += 1
+
+
+def heldout(data: ImageData | TextData, samples: int, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Batches (of at most ``batch_size``) holding ``samples`` held-out samples, disjoint from every shard."""
+    if samples < 1 or batch_size < 1:
+        raise ValueError(f"held-out samples and batch size must be >= 1, got {samples} and {batch_size}")
+    for index, start in enumerate(range(0, samples, batch_size)):
+        yield data.batch(0, 0, index, min(batch_size, samples - start))

@@ -1,9 +1,10 @@
 """Page-load benchmark: fill a temporary store with ~100,000 rows, time every page's requests.
 
-    python -m dashboard.bench [--rows 100000] [--repeats 3] [--json]
+    python -m benchmarks.dashboard_bench [--rows 100000] [--repeats 3] [--json]
 
 The filler writes rows of the exact store schema through the :class:`Store` API
-(``register_trace``, ``get_or_create``, ``insert_many``). Their values come
+(``register_trace``, ``get_or_create``, ``add_replay_rows``, ``add_scenarios``,
+``start_emulation``, ``add_validation``). Their values come
 from the α–β ring cost model and seeded noise: they exercise the page queries
 at scale, they are not measurements. Each page is then loaded the way a
 browser does it, through Flask's test client: the routing request (layout) and
@@ -12,8 +13,9 @@ sequence is the page's load time (seconds). The first load of a page is
 reported on its own: sweep queries are memoized until the sweep gains rows, so
 later loads of a finished sweep are faster. Then the what-if page's live path
 is timed: one update per node count (2-256) for resnet50's layout with six
-compressors (analytic), after a first update that measures the compression
-costs; the first updates at 512 and 1024 nodes (the simulator builds and caches
+compressors (analytic), whose compression costs come from a device profile the
+filler stores (same cost model as its replay rows), after a first update; the
+first updates at 512 and 1024 nodes (the simulator builds and caches
 its collective plans per node count) and one detailed (des) run are reported
 on their own. Exit code 1 if a page load took > 2 s or an analytic update > 0.2 s.
 """
@@ -74,7 +76,7 @@ def fill(store: Store, rows: int = 100_000, seed: int = 0, numel: int = 1_000_00
                         ratio = float(np.exp(rng.normal(0.0, 0.05 if compressor != "topk" else 0.0)))
                         selected = max(1, round(density * bucket_numel * ratio))
                         batch.append({
-                            "replay_id": replay_id, "compressor": compressor, "density": density,
+                            "compressor": compressor, "density": density,
                             "error_feedback": 1, "iteration": iteration, "worker": worker, "bucket": bucket,
                             "numel": bucket_numel, "selected": selected,
                             "achieved_density": selected / bucket_numel,
@@ -85,9 +87,13 @@ def fill(store: Store, rows: int = 100_000, seed: int = 0, numel: int = 1_000_00
                             "rel_error": float(np.sqrt(1 - density)),
                         })
         if len(batch) >= 20_000:
-            written["replay_rows"] += store.insert_many("replay_rows", batch)
+            written["replay_rows"] += store.add_replay_rows(replay_id, batch)
             batch = []
-    written["replay_rows"] += store.insert_many("replay_rows", batch)
+    written["replay_rows"] += store.add_replay_rows(replay_id, batch)
+    store.add_device_profile("cpu", {"bench": seed}, "bench filler (modelled, not measured)", [
+        {"compressor": compressor, "density": density, "numel": n, "compress_s": n * 3e-9, "decompress_s": n * 5e-10,
+         "wire_bytes": 8 * max(1, round(density * n))}
+        for compressor in COMPRESSORS for density in DENSITIES for n in (bucket_numel, 8 * bucket_numel)])
 
     scenario_target = int(rows * 0.38)
     nodes_axis = (2, 4, 8, 16, 32, 64, 128, 256)
@@ -110,19 +116,17 @@ def fill(store: Store, rows: int = 100_000, seed: int = 0, numel: int = 1_000_00
                 iteration_s = compute_s + compress + comm
                 params = {"compressor": compressor, "density": density, "nodes": nodes, "bandwidth_bps": bandwidth,
                           "latency_s": latency, "topology": "ring", "fidelity": "analytic"}
-                batch.append({"sweep_id": sweep_id, "scenario_key": config_key(params), **params,
+                batch.append({"scenario_key": config_key(params), **params,
                               "iteration_s": iteration_s, "samples_per_s": 32 * nodes / iteration_s,
                               "forward_s": compute_s / 3, "backward_s": 2 * compute_s / 3, "compress_s": compress,
                               "exposed_comm_s": comm, "idle_s": 0.0, "speedup": base / iteration_s,
                               "result_json": "{}"})
     for start in range(0, len(batch), 20_000):
-        written["scenarios"] += store.insert_many("scenarios", batch[start:start + 20_000])
+        written["scenarios"] += store.add_scenarios(sweep_id, batch[start:start + 20_000])
 
     validation_target = max(1, rows - written["replay_rows"] - written["scenarios"])
-    emulation_id = store.conn.execute(
-        "INSERT INTO emulations(created, kind, config_json, cores, status) VALUES(?, 'bench', '{}', 2, 'done')",
-        (time.time(),),
-    ).lastrowid
+    emulation_id = store.start_emulation("bench", {}, 2)
+    store.set_status("emulations", emulation_id, "done")
     batch = []
     for i in range(validation_target):
         measured = float(0.05 + rng.random())
@@ -132,7 +136,7 @@ def fill(store: Store, rows: int = 100_000, seed: int = 0, numel: int = 1_000_00
                       "measured_s": measured, "projected_s": projected,
                       "error_pct": (projected - measured) / measured * 100, "calibrated": i % 2,
                       "detail_json": "{}"})
-    written["validation"] = store.insert_many("validation", batch)
+    written["validation"] = store.add_validation(batch)
     return written
 
 
@@ -272,7 +276,7 @@ WHATIF_OUTPUT = ('..{"fig":"whatif-breakdown","type":"graph"}.figure...{"fig":"w
 
 def main(argv: list[str] | None = None) -> int:
     """Fill a temporary store and print page load times (seconds)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--rows", type=int, default=100_000, help="rows to write across the tables")
     parser.add_argument("--repeats", type=int, default=3,
                         help="loads per page after the first (their median is reported beside the first load)")
@@ -313,8 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['page']:<20} first load {r['first_s'] * 1e3:6.0f} ms, then median {r['median_s'] * 1e3:6.0f} ms,"
                   f" max {r['max_s'] * 1e3:6.0f} ms ({r['requests']} requests; slowest of the first load "
                   f"{r['slowest_request_s'] * 1e3:.0f} ms)")
-        print(f"what-if, layout resnet50, 6 compressors: first update {first * 1e3:.0f} ms (measures compression "
-              f"costs), then analytic updates median {whatif['median_s'] * 1e3:.0f} ms, max {whatif['max_s'] * 1e3:.0f}"
+        print(f"what-if, layout resnet50, 6 compressors: first update {first * 1e3:.0f} ms, then analytic updates "
+              f"median {whatif['median_s'] * 1e3:.0f} ms, max {whatif['max_s'] * 1e3:.0f}"
               f" ms (2-256 nodes); first update at 512 / 1024 nodes {large[0] * 1e3:.0f} / {large[1] * 1e3:.0f} ms;"
               f" des at 64 nodes {des * 1e3:.0f} ms")
         for r in results:

@@ -1,6 +1,6 @@
 """Side-by-side measurement of the DDP hook: real gloo ranks on this machine, one run.
 
-``python -m compressors.ddp_bench --workers 2 --numel 4000000 --steps 12 --density 0.01``
+``python -m benchmarks.ddp_bench --workers 2 --numel 4000000 --steps 12 --density 0.01``
 spawns ``--workers`` processes (gloo on loopback), trains the same synthetic MLP with
 each compressor's hook in turn, and prints, per compressor, the median step time, the
 median per-step sum of the hook's per-bucket ``comm_s`` and ``compress_s``, the bytes
@@ -116,7 +116,8 @@ def run(names: list[str], density: float, workers: int, steps: int, numel: int) 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; prints a table (or JSON with ``--json``)."""
-    parser = argparse.ArgumentParser(prog="python -m compressors.ddp_bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ddp_bench", description=__doc__.split("\n\n")[0],
+                                     allow_abbrev=False)
     parser.add_argument("--compressors", default="none,topk,dgc,sidco-e", help="comma-separated names (default: %(default)s)")
     parser.add_argument("--density", type=float, default=0.01, help="target density per bucket, in (0, 1] (default: %(default)s)")
     parser.add_argument("--workers", type=int, default=2, help="gloo ranks on this machine (default: %(default)s)")

@@ -1,4 +1,4 @@
-"""Which exact Top-k is fastest on this device: ``python -m compressors.topk_bench``.
+"""Which exact Top-k is fastest on this device: ``python -m benchmarks.topk_bench``.
 
 Times, side by side on one seeded gradient-like vector (min of ``--repeats``, ms): the one-pass
 floor ``torch.sum``; ``torch.topk`` over ``|g|``; ``torch.kthvalue`` over ``|g|`` (the k-th
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from compressors.benchmark import gradient_like
+from benchmarks.compressor_bench import gradient_like
 from compressors.identity import device_identity
 from compressors.selection import Workspace, exact_topk
 
@@ -64,7 +64,7 @@ def run(sizes: Sequence[int], densities: Sequence[float], device: str = "cpu", r
 
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison table (or ``--json``)."""
-    parser = argparse.ArgumentParser(prog="python -m compressors.topk_bench", allow_abbrev=False,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.topk_bench", allow_abbrev=False,
                                      description=__doc__.split("\n\n")[1])
     parser.add_argument("--sizes", default="1048576,26214400", help="comma-separated vector lengths (elements)")
     parser.add_argument("--densities", default="0.01,0.001", help="comma-separated densities in (0, 1]")

@@ -1,13 +1,13 @@
 """Benchmarks of the traces package; prints one JSON line per result (see BENCHMARKS.md).
 
-``python -m traces.bench capture``  capture overhead of the Recorder at every-10th iteration:
+``python -m benchmarks.trace_bench capture``  capture overhead of the Recorder at every-10th iteration:
     the same training loop with and without a recorder, alternated block by block in one run;
     ratio of step times.
-``python -m traces.bench replay``   replay throughput: GB of float32 gradient compressed per
+``python -m benchmarks.trace_bench replay``   replay throughput: GB of float32 gradient compressed per
     second of compress time, per compressor and density, on this machine's CPU (or --device).
-``python -m traces.bench open``     seconds to open a ≈1 GB trace (written to a temporary
+``python -m benchmarks.trace_bench open``     seconds to open a ≈1 GB trace (written to a temporary
     directory, deleted afterwards) and to read one gradient of it.
-``python -m traces.bench all``      all three.
+``python -m benchmarks.trace_bench all``      all three.
 """
 
 from __future__ import annotations
@@ -151,7 +151,8 @@ def open_time(gigabytes: float = 1.0, workers: int = 4, iterations: int = 2, rep
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry: run the chosen benchmark(s) and print JSON lines."""
-    parser = argparse.ArgumentParser(prog="python -m traces.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.trace_bench", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("which", choices=["capture", "replay", "open", "all"])
     parser.add_argument("--device", default="cpu", help="device for the replay benchmark (cpu, cuda)")
     parser.add_argument("--numel", type=int, default=2_621_440, help="elements per replayed gradient (default 10 MB fp32)")

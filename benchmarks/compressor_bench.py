@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 import compressors
+from compressors.device import available_memory, resolve as resolve_device
 from compressors.identity import device_identity
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
@@ -43,22 +44,29 @@ def density_bound(name: str) -> bool:
     return name != "none" and compressors.message_kind(name) == "sparse"
 
 
-def _timer(device: torch.device) -> Callable[[Callable[[], Any]], tuple[float, Any]]:
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+"""``wall``: elapsed seconds; ``cpu``: CPU seconds of this process, all its threads (on a shared
+machine it leaves out the time other processes hold the cores; with one thread it is the work
+itself, with several it also counts threads waiting at a barrier)."""
+
+
+def _timer(device: torch.device, clock: str = "wall") -> Callable[[Callable[[], Any]], tuple[float, Any]]:
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    now = CLOCKS[clock]
 
     def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
         sync()
-        start = time.perf_counter()
+        start = now()
         result = fn()
         sync()
-        return (time.perf_counter() - start) * 1e3, result
+        return (now() - start) * 1e3, result
 
     return timed
 
 
 def run(size: int, densities: Sequence[float], device: str = "cpu", names: Sequence[str] | None = None,
         repeats: int = 10, warmup: int = 10, dtype: str = "fp32", seed: int = 0, threads: int | None = None,
-        progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+        progress: Callable[[str], None] | None = None, clock: str = "wall") -> list[dict[str, Any]]:
     """Benchmark ``names`` (default: all) at each density; return one dict per (compressor, density).
 
     Keys: compressor, density, size, dtype, device, compress_ms, decompress_ms, floor_ms,
@@ -67,7 +75,7 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
     change of machine load between the two rows cancels), speedup_vs_topk_raw (topk compress_ms /
     compress_ms), compress_min_ms / floor_min_ms / over_floor_min / speedup_vs_topk_min (the same
     from the fastest repeat: on a shared machine the minimum is the least disturbed estimate), achieved_over_target, selected, stages, wire_bytes,
-    repeats, warmup, threads, backend (what ran the timed calls: ``native``, ``torch`` or ``cuda``),
+    repeats, warmup, threads, clock (``wall`` or ``cpu``: :data:`CLOCKS`), backend (what ran the timed calls: ``native``, ``torch`` or ``cuda``),
     device_identity (CPU model and SIMD flags, or the GPU's name). ``none``, ``fp16``, ``bf16`` and
     ``powersgd`` (rank 1, the vector as one square matrix) run once at density 1. ``threads`` sets torch's (and the
     native kernels') CPU thread count for the run (default: leave it as it is).
@@ -82,18 +90,20 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
     unknown = [n for n in names if n not in compressors.names()]
     if unknown:
         raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
-    try:
-        dev = torch.device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"bad device {device!r}: {exc}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    dev = resolve_device(device)
+    need = 4 * size * torch.empty(0, dtype=DTYPES[dtype]).element_size()
+    free = available_memory(dev)
+    if need > free:
+        raise ValueError(f"size {size:,} elements needs ~{need / 2**30:,.1f} GiB (the vector and 3 work copies), "
+                         f"{dev} has {free / 2**30:,.1f} GiB free; lower --size")
     if threads is not None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
     grad = gradient_like(size, seed, dev, DTYPES[dtype])
-    timed = _timer(dev)
+    if clock not in CLOCKS or (clock == "cpu" and dev.type == "cuda"):
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)} (cpu only for CPU tensors), got {clock!r}")
+    timed = _timer(dev, clock)
     out = torch.empty_like(grad)
     rows = []
     plan = [(n, 1.0) for n in names if not density_bound(n)] + [(n, d) for d in densities for n in names
@@ -120,7 +130,7 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
             "compress_min_ms": min(comps), "floor_min_ms": min(floors),
             "achieved_over_target": sparse.selected / (density * size),
             "selected": sparse.selected, "stages": sparse.stages, "wire_bytes": sparse.wire_bytes(),
-            "repeats": repeats, "warmup": warmup, "threads": torch.get_num_threads(),
+            "repeats": repeats, "warmup": warmup, "threads": torch.get_num_threads(), "clock": clock,
             "backend": c.backend, "device_identity": identity,
         })
     for r in rows:

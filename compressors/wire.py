@@ -1,0 +1,100 @@
+"""The wire format of a compressed gradient and the rule for which collective carries it.
+
+One home for what :class:`compressors.Sparse` counts, what the DDP hook
+(:mod:`compressors.ddp`, :mod:`compressors.ddp_exchange`) really sends and what the simulator
+charges (:mod:`simulator.iteration`). All sizes are bytes.
+
+- **Values** travel in the gradient's own dtype (``value_itemsize`` bytes each).
+- **Indices** travel as int32 (4 bytes), or int64 (8 bytes) beside 64-bit values: an index must
+  fill a whole number of value slots when the hook bit-casts it into the value buffer
+  (:func:`index_bytes`).
+- **Counts**: the padded all-gather first all-gathers each rank's selection count as one int64
+  (:data:`COUNT_BYTES`), then every rank's indices and values padded to the largest count
+  (:func:`packed_slots`).
+- **Values all-reduce** (shared-seed Random-k): every rank has the same indices, so the ``k``
+  values are all-reduced with one more element, a failure flag (:data:`FLAG_ELEMENTS`).
+
+Which collective (:func:`collective`): ``none`` all-reduces the dense gradient; ``randomk`` with
+a ``seed`` option all-reduces its values (every rank draws the same indices); every other
+compressor sends values + indices through the sparse all-gather.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from compressors._validate import target_count
+
+COUNT_BYTES = 8
+"""Bytes of one rank's selection count in phase 1 of the padded all-gather (one int64)."""
+
+FLAG_ELEMENTS = 1
+"""Extra elements (value dtype) of a values all-reduce: the failure flag after the ``k`` values."""
+
+ALLREDUCE = "allreduce"
+ALLGATHER = "allgather"
+
+
+def index_bytes(value_itemsize: int) -> int:
+    """Bytes per index beside values of ``value_itemsize`` bytes: 8 (int64) for 64-bit values, else 4 (int32)."""
+    return 8 if value_itemsize == 8 else 4
+
+
+def sparse_bytes(count: int, value_itemsize: int) -> int:
+    """Bytes of ``count`` values and their indices, unpadded (``Sparse.wire_bytes()``)."""
+    return count * (value_itemsize + index_bytes(value_itemsize))
+
+
+def packed_slots(padded_count: int, value_itemsize: int) -> int:
+    """Value-dtype elements of one rank's packed all-gather buffer for ``padded_count`` slots.
+
+    Layout: ``padded_count`` indices bit-cast into ``r = index_bytes / value_itemsize`` value
+    slots each, then ``padded_count`` values rounded up to a multiple of ``r`` (so that the
+    buffer stays a whole number of indices long).
+    """
+    ratio = index_bytes(value_itemsize) // value_itemsize
+    return padded_count * ratio + -(-padded_count // ratio) * ratio
+
+
+def allgather_bytes(padded_count: int, value_itemsize: int) -> int:
+    """Bytes one rank sends in the padded sparse all-gather: its count, then its packed buffer."""
+    return COUNT_BYTES + packed_slots(padded_count, value_itemsize) * value_itemsize
+
+
+def values_allreduce_bytes(k: int, value_itemsize: int) -> int:
+    """Bytes of the shared-index values all-reduce of ``k`` values (the flag included)."""
+    return (k + FLAG_ELEMENTS) * value_itemsize
+
+
+DENSE_ALLREDUCE = {"none": 4, "fp16": 2, "bf16": 2, "powersgd": 4}
+"""Compressors whose message is all-reduced whole: bytes per element on the wire (PowerSGD's
+size depends on the layer shapes, see :func:`compressors.powersgd.plan`)."""
+
+
+def collective(name: str, options: Mapping[str, Any] | None = None) -> str:
+    """``"allreduce"`` or ``"allgather"``: the collective that carries compressor ``name``'s message.
+
+    ``options`` are the compressor's keyword options (as for ``compressors.create``).
+    """
+    options = options or {}
+    if name in DENSE_ALLREDUCE or (name == "randomk" and options.get("seed") is not None):
+        return ALLREDUCE
+    return ALLGATHER
+
+
+def allreduce_bytes(
+    name: str, numel: int, density: float | None, value_itemsize: int = 4, options: Mapping[str, Any] | None = None
+) -> int | None:
+    """Bytes one rank puts into the all-reduce of a ``numel``-element bucket, where they are fixed
+    by the compressor: ``none`` the dense bucket, ``fp16``/``bf16`` 2 bytes per element, shared-seed ``randomk`` its ``k`` values and
+    the flag. ``None`` for a compressor that does not all-reduce or whose size must be measured."""
+    if collective(name, options) != ALLREDUCE:
+        return None
+    if name == "none":
+        return numel * value_itemsize
+    if name in ("fp16", "bf16"):
+        return numel * DENSE_ALLREDUCE[name]
+    if name == "randomk":
+        return values_allreduce_bytes(target_count(float(density), numel), value_itemsize)
+    return None

@@ -1,0 +1,166 @@
+"""Train a built-in workload with W simulated data-parallel workers sending compressed gradients.
+
+One (compressor, density) run: each worker computes its gradient on its own data shard
+(:meth:`traces.workloads.Workload.batches`), :class:`convergence.workers.SimulatedWorkers`
+averages the compressed messages as the DDP hook would, and one SGD step (momentum 0.9,
+the workload's learning rate) updates the shared replica. BatchNorm running statistics
+follow rank 0, as DDP's buffer broadcast makes them: only worker 0's forward pass updates
+them. Every ``eval_every`` iterations (and at the last one) the model is evaluated on a
+held-out set that no training shard contains (:meth:`Workload.heldout_batches`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from convergence.workers import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, SimulatedWorkers
+from traces import workloads
+from traces.recorder import Recorder
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a convergence run trains; compressor and density are chosen per call of :func:`train`.
+
+    ``batch_size``: samples per worker per step; ``lr``: SGD learning rate (``None``: the
+    workload's defaults); ``eval_samples``: held-out samples per evaluation;
+    ``bucket_cap_bytes`` / ``first_bucket_bytes``: DDP's bucket caps (bytes).
+    """
+
+    workload: str = "resnet20"
+    workers: int = 4
+    iterations: int = 300
+    eval_every: int = 50
+    width: float | None = None
+    batch_size: int | None = None
+    lr: float | None = None
+    seed: int = 0
+    eval_samples: int = 512
+    device: str = "cpu"
+    bucket_cap_bytes: int = DEFAULT_BUCKET_CAP_BYTES
+    first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES
+
+    def check(self) -> None:
+        """Raise ``ValueError`` naming the first bad field."""
+        if self.workload not in workloads.names():
+            raise ValueError(f"unknown workload {self.workload!r}; choose one of {', '.join(workloads.names())}")
+        for name in ("workers", "iterations", "eval_every", "eval_samples"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
+        if self.eval_every > self.iterations:
+            raise ValueError(f"eval-every ({self.eval_every}) must not exceed iterations ({self.iterations})")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"device {self.device!r} requested but CUDA is not available")
+
+    def build(self) -> workloads.Workload:
+        """The workload with this run's knobs (seeded model and data)."""
+        return workloads.build(self.workload, width=self.width, batch_size=self.batch_size, lr=self.lr,
+                               seed=self.seed, device=self.device)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict (the store's configuration key), with resolved defaults."""
+        work = workloads.SPECS[self.workload]
+        return {
+            "workload": self.workload, "workers": self.workers, "iterations": self.iterations,
+            "eval_every": self.eval_every, "width": work.width if self.width is None else float(self.width),
+            "batch_size": work.batch_size if self.batch_size is None else int(self.batch_size),
+            "lr": work.lr if self.lr is None else float(self.lr), "seed": self.seed,
+            "eval_samples": self.eval_samples, "device": self.device, "bucket_cap_bytes": self.bucket_cap_bytes,
+            "first_bucket_bytes": self.first_bucket_bytes, "optimizer": "SGD(momentum=0.9)",
+            "memory": "residual (error feedback per worker and bucket)",
+        }
+
+
+def evaluate(work: workloads.Workload, model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, float]:
+    """Mean loss and accuracy (fraction of correct predictions; next-token for text) over ``batches``."""
+    was_training = model.training
+    model.eval()
+    loss_sum, correct, count = 0.0, 0, 0
+    with torch.no_grad():
+        for inputs, targets in batches:
+            output = model(inputs)
+            n = targets.numel()
+            loss_sum += float(work.loss(output, targets)) * n
+            correct += int((output.argmax(dim=-1) == targets).sum())
+            count += n
+    model.train(was_training)
+    return loss_sum / count, correct / count
+
+
+def train(
+    config: RunConfig,
+    compressor: str,
+    density: float,
+    *,
+    recorder_factory: Callable[[nn.Module, int], Recorder] | None = None,
+    progress: Callable[[int, float], None] | None = None,
+    observe: Callable[[int, nn.Module], None] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Yield one row per iteration: ``compressor``, ``density``, ``iteration`` (from 1), ``loss``
+    (mean training loss of the workers), ``eval_loss`` and ``accuracy`` (held-out; ``None`` on
+    iterations that are not evaluated).
+
+    ``density`` is ignored by ``none`` (reported as 1.0). ``recorder_factory(model, batch_size)``
+    returns a :class:`traces.Recorder` (with ``workers`` set) that records this run's per-worker
+    gradients; it is closed (the trace written) after the last iteration. ``progress(iteration,
+    loss)`` and ``observe(iteration, model)`` are called after every step. Raises ``ValueError`` when the loss stops being finite.
+    """
+    config.check()
+    work = config.build()
+    model = work.model
+    model.train()
+    optimizer = work.optimizer(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    sent_density = 1.0 if compressor == "none" else float(density)
+    exchange = SimulatedWorkers(params, compressor, sent_density, config.workers,
+                                bucket_cap_bytes=config.bucket_cap_bytes, first_bucket_bytes=config.first_bucket_bytes)
+    shards = [work.batches(w, config.workers) for w in range(config.workers)]
+    eval_batches = list(work.heldout_batches(config.eval_samples))
+    recorder = recorder_factory(model, work.batch_size) if recorder_factory is not None else None
+    try:
+        with recorder if recorder is not None else nullcontext():
+            for iteration in range(1, config.iterations + 1):
+                grads, loss_sum, rank0_buffers = [], 0.0, None
+                for worker, shard in enumerate(shards):
+                    inputs, targets = next(shard)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss = work.loss(model(inputs), targets)
+                    loss.backward()
+                    if worker == 0:
+                        rank0_buffers = [b.detach().clone() for b in model.buffers()]
+                    if recorder is not None:
+                        recorder.capture(worker)
+                    grads.append([p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params])
+                    loss_sum += float(loss.detach())
+                for buffer, saved in zip(model.buffers(), rank0_buffers or []):
+                    buffer.copy_(saved)
+                exchange.exchange(grads)
+                if recorder is not None:
+                    with recorder.optimizer():
+                        optimizer.step()
+                    recorder.step()
+                else:
+                    optimizer.step()
+                loss_mean = loss_sum / config.workers
+                if not math.isfinite(loss_mean):
+                    raise ValueError(f"{compressor} at density {density:g}: training diverged at iteration "
+                                     f"{iteration} (loss not finite); lower --lr")
+                row: dict[str, Any] = {"compressor": compressor, "density": sent_density, "iteration": iteration,
+                                       "loss": loss_mean, "eval_loss": None, "accuracy": None}
+                if iteration % config.eval_every == 0 or iteration == config.iterations:
+                    row["eval_loss"], row["accuracy"] = evaluate(work, model, eval_batches)
+                if progress is not None:
+                    progress(iteration, loss_mean)
+                if observe is not None:
+                    observe(iteration, model)
+                yield row
+    finally:
+        exchange.close()

@@ -1,0 +1,241 @@
+"""Time-to-accuracy page: held-out accuracy against projected wall-clock time on a chosen cluster."""
+
+from __future__ import annotations
+
+from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
+
+from dashboard import components as ui
+from dashboard import converge_runner, data, figures, projection
+from dashboard.data import StoreReader
+from pipeline import project
+from pipeline.tta import label, time_to_accuracy
+from simulator.units import format_seconds, parse_bandwidth, parse_duration
+from traces import workloads
+
+PATH = "/tta"
+TITLE = "Time to accuracy"
+
+COLUMNS = [
+    {"name": "compressor", "id": "compressor"}, {"name": "density", "id": "density"},
+    {"name": "iterations to target", "id": "iterations_to_target"}, {"name": "iteration (ms)", "id": "iteration_ms"},
+    {"name": "time to target (s)", "id": "time_to_target_s"}, {"name": "note", "id": "reason"},
+]
+
+
+def _run_options(store) -> list[dict[str, object]]:
+    options = []
+    for run in data.convergences(store):
+        config = run["config"]
+        options.append({"label": f"#{run['id']} · {config.get('workload')} · {config.get('workers')} workers · "
+                                 f"{config.get('iterations')} iterations · {run['pairs']} runs · {run['status']}",
+                        "value": run["id"]})
+    return options
+
+
+def table_rows(rows: list[dict]) -> list[dict]:
+    """Time-to-target rows formatted for the table (iteration in ms, time in s)."""
+    return [{
+        "compressor": r["compressor"],
+        "density": "" if r["compressor"] == "none" else f"{r['density']:g}",
+        "iterations_to_target": "" if r["iterations_to_target"] is None else r["iterations_to_target"],
+        "iteration_ms": "" if r["iteration_s"] is None else round(r["iteration_s"] * 1e3, 3),
+        "time_to_target_s": "" if r["time_to_target_s"] is None else round(r["time_to_target_s"], 4),
+        "reason": r["reason"] or "",
+    } for r in rows]
+
+
+def suggested_target(store, convergence_id: int) -> float:
+    """A first target for the page: 90 % of the best held-out accuracy any run of ``convergence_id``
+    reached, rounded down to 0.01 (0.5 when nothing was evaluated)."""
+    value = store.best_accuracy(int(convergence_id))
+    return 0.5 if value is None else max(0.01, int(value * 0.9 * 100) / 100)
+
+
+def _launch_panel() -> html.Div:
+    names = projection.compressor_names()
+    return html.Div(className="panel", children=[
+        html.H4("Launch a convergence run"),
+        ui.labelled("Workload", dcc.Dropdown(id="tta-launch-workload", options=workloads.names(), value="resnet20",
+                                             clearable=False)),
+        ui.labelled("Workers", dcc.Input(id="tta-launch-workers", value="2"), "simulated data-parallel workers"),
+        ui.labelled("Iterations", dcc.Input(id="tta-launch-iterations", value="40"), "per compressor"),
+        ui.labelled("Evaluate every", dcc.Input(id="tta-launch-eval", value="10"), "iterations"),
+        ui.labelled("Width", dcc.Input(id="tta-launch-width", value="0.25"), "model width multiplier"),
+        ui.labelled("Compressors", dcc.Dropdown(id="tta-launch-compressors", options=names, multi=True,
+                                                value=[n for n in ("none", "topk", "sidco-e") if n in names])),
+        ui.labelled("Densities", dcc.Input(id="tta-launch-densities", value="0.01"), "comma-separated, in (0, 1]"),
+        html.Div(className="row", children=[
+            html.Button("Launch run", id="tta-launch-btn", className="btn"),
+            html.Button("Cancel", id="tta-cancel-btn", className="btn secondary", disabled=True),
+        ]),
+        html.Div(style={"height": "8px"}),
+        html.Progress(id="tta-launch-progress", value="0", max="1"),
+        html.Div(id="tta-launch-progress-text", className="inline-note"),
+        html.Div(id="tta-launch-status"),
+    ])
+
+
+def layout(reader: StoreReader) -> html.Div:
+    """The page: run and cluster controls, the two accuracy figures, the time-to-target bars and table."""
+    store = reader.store()
+    options = _run_options(store)
+    target = suggested_target(store, options[0]["value"]) if options else 0.5
+    body = [
+        html.Div(className="row", children=[
+            ui.labelled("Convergence run", dcc.Dropdown(id="tta-run", options=options, clearable=False,
+                                                        value=options[0]["value"] if options else None), wide=True),
+            ui.labelled("Nodes", dcc.Input(id="tta-nodes", value="8", debounce=True)),
+            ui.labelled("Bandwidth", dcc.Input(id="tta-bandwidth", value="1Gbit", debounce=True), "per direction"),
+            ui.labelled("Latency", dcc.Input(id="tta-latency", value="50us", debounce=True)),
+            ui.labelled("Topology", dcc.Dropdown(id="tta-topology", options=list(projection.TOPOLOGIES), value="ring",
+                                                 clearable=False)),
+            ui.labelled("Target", dcc.Dropdown(id="tta-metric", clearable=False, value="accuracy", options=[
+                {"label": "held-out accuracy ≥", "value": "accuracy"},
+                {"label": "held-out loss ≤", "value": "eval_loss"}])),
+            ui.labelled("Target value", dcc.Input(id="tta-target", value=f"{target:g}", debounce=True),
+                        "fraction (accuracy) or nats (loss)"),
+        ]),
+        html.Div(id="tta-message"),
+        html.Div(className="grid2", children=[
+            ui.figure_card("tta-time", "Held-out accuracy against projected wall-clock time"),
+            ui.figure_card("tta-iterations", "Held-out accuracy against iterations"),
+            ui.figure_card("tta-bars", "Time to target per compressor"),
+            html.Div(className="card", children=[
+                html.H3("Time to target (Export = CSV)"),
+                dash_table.DataTable(id="tta-table", columns=COLUMNS, sort_action="native", page_size=12,
+                                     export_format="csv", style_table={"overflowX": "auto"},
+                                     style_cell={"fontFamily": "Inter, Segoe UI, Helvetica, Arial, sans-serif",
+                                                 "fontSize": 12, "padding": "4px 8px", "textAlign": "right",
+                                                 "whiteSpace": "normal", "height": "auto", "minWidth": "60px"},
+                                     style_cell_conditional=[{"if": {"column_id": "reason"}, "textAlign": "left",
+                                                              "maxWidth": "260px"}],
+                                     style_header={"fontWeight": 600, "backgroundColor": "#f1f5f9"}),
+            ]),
+        ]),
+    ]
+    if not options:
+        body.insert(0, ui.empty_store("convergence runs", data.FILL_COMMANDS["convergences"]))
+    return html.Div(className="page", children=[
+        html.H2("Time to accuracy: which compressor reaches the target first"),
+        html.P("A convergence run (sidco converge: real training, compressed gradients, held-out evaluation) gives "
+               "the iterations each compressor needs; the simulator projects one iteration on the cluster below "
+               "(compute from the run's trace, compression costs from its replay). Time to target = iterations × "
+               "iteration time, at the first evaluation that meets the target.", className="lead"),
+        dcc.Interval(id="tta-poll", interval=1000, disabled=True),
+        dcc.Store(id="tta-launched"),
+        html.Div(className="layout", children=[_launch_panel(), html.Div(className="stack", children=body)]),
+    ])
+
+
+def _parse_cluster(nodes: str | None, bandwidth: str | None, latency: str | None, target: str | None) -> tuple:
+    text = str(nodes or "").strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"invalid node count {nodes!r}: a whole number ≥ 1")
+    try:
+        value = float(str(target))
+    except ValueError:
+        raise ValueError(f"invalid target {target!r}: a number, e.g. 0.6") from None
+    return int(text), parse_bandwidth(bandwidth or ""), parse_duration(latency or ""), value
+
+
+def register(app: Dash, reader: StoreReader, manager) -> None:
+    """Wire the projection, the run list refresh and the background launch."""
+
+    @app.callback(
+        Output("tta-run", "options"),
+        Output("tta-run", "value"),
+        Input("tta-poll", "n_intervals"),
+        Input("tta-launched", "data"),
+        State("tta-run", "value"),
+        prevent_initial_call=True,
+    )
+    def _refresh_runs(_ticks, launched, current):
+        options = _run_options(reader.store())
+        if ctx.triggered_id == "tta-launched" and launched is not None:
+            return options, launched
+        return options, current if current is not None else (options[0]["value"] if options else None)
+
+    @app.callback(
+        Output(ui.graph_id("tta-time"), "figure"),
+        Output(ui.graph_id("tta-iterations"), "figure"),
+        Output(ui.graph_id("tta-bars"), "figure"),
+        Output("tta-table", "data"),
+        Output("tta-message", "children"),
+        Input("tta-run", "value"),
+        Input("tta-nodes", "value"),
+        Input("tta-bandwidth", "value"),
+        Input("tta-latency", "value"),
+        Input("tta-topology", "value"),
+        Input("tta-metric", "value"),
+        Input("tta-target", "value"),
+        Input("tta-launch-status", "children"),
+    )
+    def _project(run_id, nodes, bandwidth, latency, topology, metric, target, _finished):
+        blank = ui.empty_figure("no convergence run selected" if run_id is None else "")
+        if run_id is None:
+            return blank, blank, blank, [], None
+        try:
+            nodes_value, bandwidth_bps, latency_s, target_value = _parse_cluster(nodes, bandwidth, latency, target)
+            targets = {"target_accuracy": target_value} if metric == "accuracy" else {"target_loss": target_value}
+            cluster = project.Cluster(nodes_value, bandwidth_bps, latency_s, topology)
+            result = time_to_accuracy(reader.store(), run_id, cluster=cluster, **targets)
+        except ValueError as exc:
+            return blank, blank, blank, [], ui.error(str(exc))
+        curves = result["curves"]
+        names = [label(r["compressor"], r["density"]) for r in result["rows"]]
+        winner = result["winner"]
+        if winner is None:
+            verdict = f"no winner: {result['reason']}"
+        else:
+            verdict = f"winner: {label(winner['compressor'], winner['density'])} in " \
+                      f"{format_seconds(winner['time_to_target_s'])}"
+            if result["margin_ratio"] is not None:
+                verdict += f", {result['margin_ratio']:.2f}× ahead of " \
+                           f"{label(result['runner_up']['compressor'], result['runner_up']['density'])}"
+        note = (f"{verdict} · trained with {result['workers_trained']} workers, projected on {nodes_value} nodes · "
+                "compression costs: " + ("; ".join(f"{k}: {v}" for k, v in sorted(result["cost_sources"].items()))
+                                          or "none needed"))
+        return (figures.tta_curves(curves, "time_s", metric, target_value),
+                figures.tta_curves(curves, "iteration", metric, target_value),
+                figures.tta_bars(result["rows"], names), table_rows(result["rows"]), ui.note(note))
+
+    @app.callback(
+        Output("tta-launch-status", "children"),
+        Input("tta-launch-btn", "n_clicks"),
+        State("tta-launch-workload", "value"),
+        State("tta-launch-workers", "value"),
+        State("tta-launch-iterations", "value"),
+        State("tta-launch-eval", "value"),
+        State("tta-launch-width", "value"),
+        State("tta-launch-compressors", "value"),
+        State("tta-launch-densities", "value"),
+        background=True,
+        manager=manager,
+        progress=[Output("tta-launch-progress", "value"), Output("tta-launch-progress", "max"),
+                  Output("tta-launch-progress-text", "children"), Output("tta-launched", "data")],
+        running=[(Output("tta-launch-btn", "disabled"), True, False),
+                 (Output("tta-cancel-btn", "disabled"), False, True),
+                 (Output("tta-poll", "disabled"), False, True)],
+        cancel=[Input("tta-cancel-btn", "n_clicks")],
+        prevent_initial_call=True,
+    )
+    def _launch(set_progress, clicks, workload, workers, iterations, eval_every, width, compressors, densities):
+        if not clicks:
+            return no_update
+        try:
+            spec = converge_runner.parse_spec(workload, workers, iterations, eval_every, width, compressors, densities)
+        except ValueError as exc:
+            return ui.error(str(exc))
+        state: dict[str, int | None] = {"run": None}
+
+        def started(convergence_id: int) -> None:
+            state["run"] = convergence_id
+
+        def progress(done: int, total: int, what: str) -> None:
+            set_progress((str(done), str(total), f"{done} / {total} iterations · {what}", state["run"]))
+
+        try:
+            convergence_id = converge_runner.run(reader.path, spec, progress, started)
+        except ValueError as exc:
+            return ui.error(str(exc))
+        return ui.note(f"convergence run #{convergence_id} finished: {len(spec.pairs)} runs in the store")

@@ -1,0 +1,26 @@
+"""Capture a gradient trace from a built-in workload and register it in the results store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import traces
+from results.errors import StoreError
+from results.store import Store
+
+
+def run(store: Store, workload: str, out: str | Path, *, progress: Callable[[int, float], None] | None = None,
+        **options: Any) -> tuple[int, traces.Trace]:
+    """Capture ``workload`` into ``out`` (:func:`traces.capture` ``options``: workers,
+    iterations, every, device, seed, width, batch_size, lr, overwrite) and register it;
+    returns ``(trace_id, trace)``. ``progress(iteration, loss)`` after every step. A store that
+    fails after training raises :class:`results.StoreError` saying the trace is complete and
+    which command registers it."""
+    trace = traces.capture(workload, out, progress=progress, **options)
+    try:
+        return store.register_trace(trace.path, trace.manifest), trace
+    except StoreError as exc:
+        raise StoreError(f"trace {trace.path} is complete but not registered: {exc}; then "
+                         f"`sidco replay {trace.path} --store {store.path}` registers it") from None

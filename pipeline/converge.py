@@ -1,0 +1,159 @@
+"""Run (or resume) a convergence run into the results store: training, its trace, the trace's replay.
+
+A convergence run is identified by its :class:`convergence.RunConfig` (``convergences``
+table); each (compressor, density) trained is written to ``convergence_rows`` in one
+transaction when its last iteration is done, so a run killed halfway loses only the
+combination in flight, and a rerun trains only the combinations not stored (each
+(compressor, density, iteration) lands exactly once). The first combination trained
+while the run has no trace records every ``trace_every``-th iteration's per-worker
+gradients and timings with :class:`traces.Recorder`; the trace is registered and linked
+to the run, and then replayed through the run's compressors (:mod:`pipeline.replay`), so
+projected compute and compression costs come from the same training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import traces
+from convergence import RunConfig, train
+import pipeline.replay
+from results.store import Store
+
+ProgressFn = Callable[[str, int, int], None]
+"""``progress(label, done, total)``: ``label`` names the combination (or ``replay``)."""
+
+
+@dataclass(frozen=True)
+class ConvergeResult:
+    """What :func:`run` did: the run's id, the pairs trained now and skipped, its trace and replay."""
+
+    convergence_id: int
+    trained: list[tuple[str, float]]
+    skipped: list[tuple[str, float]]
+    trace_id: int | None
+    replay_id: int | None
+
+
+def pairs(names: Sequence[str], densities: Sequence[float]) -> list[tuple[str, float]]:
+    """(compressor, density) combinations to train: ``none`` once at density 1.0 (first), the rest
+    at every density. ``ValueError`` for an unknown compressor or a density outside (0, 1]."""
+    import compressors
+
+    known = compressors.names()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(known)}")
+    if not names:
+        raise ValueError("give at least one compressor")
+    for density in densities:
+        if not 0 < density <= 1:
+            raise ValueError(f"invalid density {density}: must be in (0, 1]")
+    result = [("none", 1.0)] if "none" in names else []
+    others = [n for n in dict.fromkeys(names) if n != "none"]
+    if others and not densities:
+        raise ValueError("give at least one density")
+    result += [(n, float(d)) for n in others for d in dict.fromkeys(densities)]
+    return result
+
+
+def trace_dir(store: Store, convergence_id: int) -> Path:
+    """Where a run's trace is written: ``traces/convergence-<id>`` beside the store file."""
+    return store.path.resolve().parent / "traces" / f"convergence-{convergence_id}"
+
+
+def default_trace_every(iterations: int) -> int:
+    """Record about five iterations of a run (every ``iterations // 5``-th, at least every one)."""
+    return max(1, iterations // 5)
+
+
+def open_run(store: Store, config: RunConfig) -> int:
+    """Find or create the ``convergences`` row of ``config``; return its id."""
+    config.check()
+    convergence_id, _ = store.get_or_create("convergences", config.as_dict())
+    return convergence_id
+
+
+def run(
+    store: Store,
+    config: RunConfig,
+    combinations: Sequence[tuple[str, float]],
+    *,
+    trace_every: int | None = None,
+    replay: bool = True,
+    progress: ProgressFn | None = None,
+    started: Callable[[int], None] | None = None,
+) -> ConvergeResult:
+    """Train every combination of ``combinations`` not yet stored; return what was done.
+
+    ``started(convergence_id)`` is called once the run's row exists. ``trace_every``:
+    record every N-th iteration into the run's trace (default :func:`default_trace_every`).
+    ``replay``: replay the trace through the run's compressors (costs for projections).
+    """
+    convergence_id = open_run(store, config)
+    if started is not None:
+        started(convergence_id)
+    every = default_trace_every(config.iterations) if trace_every is None else int(trace_every)
+    if not 1 <= every <= config.iterations:
+        raise ValueError(f"trace-every must be between 1 and iterations ({config.iterations}), got {every}")
+    done = store.convergence_done(convergence_id, config.iterations)
+    todo = [p for p in combinations if p not in done]
+    skipped = [p for p in combinations if p in done]
+    store.set_status("convergences", convergence_id, "running")
+    for compressor, density in todo:
+        row = store.convergence(convergence_id)
+        record = row is not None and row["trace_id"] is None
+        recorder_factory = _recorder_factory(store, convergence_id, config, every) if record else None
+        label = compressor if compressor == "none" else f"{compressor}@{density:g}"
+
+        def step(iteration: int, loss: float, label: str = label) -> None:
+            if progress is not None:
+                progress(label, iteration, config.iterations)
+
+        rows = list(train(config, compressor, density, recorder_factory=recorder_factory, progress=step))
+        if record:
+            trace = traces.open(trace_dir(store, convergence_id))
+            store.set_convergence_trace(convergence_id, store.register_trace(trace.path, trace.manifest))
+        store.write_convergence(convergence_id, rows)
+    final = store.convergence(convergence_id)
+    trace_id = final["trace_id"] if final is not None else None
+    replay_id = None
+    if replay and trace_id is not None:
+        replay_id = replay_run(store, convergence_id, combinations, progress=progress)
+    store.set_status("convergences", convergence_id, "done")
+    return ConvergeResult(convergence_id, todo, skipped, trace_id, replay_id)
+
+
+def replay_run(store: Store, convergence_id: int, combinations: Sequence[tuple[str, float]],
+               progress: ProgressFn | None = None) -> int | None:
+    """Replay the run's trace through its compressors (whole model, error feedback, CPU); the replay id."""
+    row = store.convergence(convergence_id)
+    if row is None or row["trace_id"] is None:
+        return None
+    path = store.trace(int(row["trace_id"]))["path"]
+    compressed = [(c, d) for c, d in combinations if c != "none"]
+    if not compressed:
+        return None
+    names = list(dict.fromkeys(c for c, _ in compressed))
+    densities = list(dict.fromkeys(d for _, d in compressed))
+
+    def step(done: int, total: int) -> None:
+        if progress is not None:
+            progress("replay", done, total)
+
+    return pipeline.replay.run(store, path, names, densities, progress=step).replay_id
+
+
+def _recorder_factory(store: Store, convergence_id: int, config: RunConfig, every: int) -> Callable[[Any, int], traces.Recorder]:
+    def factory(model: Any, batch_size: int) -> traces.Recorder:
+        return traces.Recorder(
+            model, trace_dir(store, convergence_id), every=every, workers=config.workers, batch_size=batch_size,
+            workload=config.workload, overwrite=True,
+            extra={"capture": {**config.as_dict(), "convergence_id": convergence_id,
+                               "parallelism": "simulated data parallel (one process, compressed gradients averaged)"}},
+        )
+
+    return factory

@@ -1,0 +1,139 @@
+"""Sweeps: simulate a grid of scenarios into the results store, resumably.
+
+``sidco sweep`` (a local process pool or Dask) and the dashboard's Sweeps page (one thread,
+small chunks) both call :func:`run`. The sweep row is found by its configuration, so running
+the same sweep again resumes it: every scenario lands exactly once. The compression profile
+is decided once (:func:`pipeline.costs.compression_profile`) and kept with the sweep, so a
+resumed sweep uses exactly the same costs; each scenario row records the device and where
+its compression costs came from (``device``, ``cost_source``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import simulator
+from simulator.limits import MESSAGE_BUDGET, check_scenario
+from pipeline.costs import compression_profile
+from pipeline.project import Source, calibration, check_compressors, workload
+from results.store import Store
+from simulator.scenario import TOPOLOGIES
+from simulator.sweep import Grid, SweepContext, describe, run_sweep
+
+PROFILE_META = "sweep-profile:{}"
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """What :func:`run` did: sweep id, scenarios in the grid, stored now, computed by this run,
+    and whether the sweep existed before."""
+
+    sweep_id: int
+    total: int
+    stored: int
+    computed: int
+    resumed: bool
+
+
+def grid(*, nodes: Sequence[int], bandwidths_bps: Sequence[float], latencies_s: Sequence[float],
+         compressors: Sequence[str], densities: Sequence[float], topologies: Sequence[str],
+         ranks: Sequence[int] = (1,)) -> Grid:
+    """The sweep grid from parsed axes (machines, bits/s, seconds, names, fractions, names,
+    PowerSGD ranks):
+    unknown compressors or topologies are a ValueError naming the first; repeats are dropped;
+    densities are kept only when a compressor other than ``none`` uses them."""
+    check_compressors(compressors)
+    if not compressors:
+        raise ValueError("choose at least one compressor")
+    bad = [t for t in topologies if t not in TOPOLOGIES]
+    if bad:
+        raise ValueError(f"unknown topology {bad[0]!r}; choose from {', '.join(TOPOLOGIES)}")
+    return Grid(
+        nodes=tuple(nodes), bandwidths_bps=tuple(bandwidths_bps), latencies_s=tuple(latencies_s),
+        compressors=tuple(dict.fromkeys(compressors)),
+        densities=tuple(densities) if any(n != "none" for n in compressors) else (),
+        topologies=tuple(dict.fromkeys(topologies)),
+        ranks=tuple(dict.fromkeys(ranks)),
+    )
+
+
+def description(source: Source, origin: str | None = None) -> dict[str, Any]:
+    """The JSON description of ``source`` that goes into a sweep's configuration."""
+    if source.kind == "layout":
+        out: dict[str, Any] = {"layout": source.ref, "device_flops_per_s": source.device_flops_per_s,
+                               "batch_size": source.batch_size}
+    else:
+        out = {"trace": source.ref}
+    if origin:
+        out["origin"] = origin
+    return out
+
+
+def _profile(store: Store, sweep_id: int, source: Source, grid: Grid, device: str,
+             profile_file: str | Path | None) -> simulator.CompressionProfile | None:
+    """The sweep's compression profile, pinned once in the store: a resumed sweep, or a
+    concurrent run of the same configuration, uses exactly the costs stored first."""
+    key = PROFILE_META.format(sweep_id)
+    text = store.get_meta(key)
+    if text is None:
+        pairs = [(c, d) for c in grid.compressors if c != "none" for d in grid.densities]
+        profile = (compression_profile(store, trace_id=source.trace_id, device=device, pairs=pairs,
+                                       profile_file=profile_file) if pairs else None)
+        text = store.pin_meta(key, "null" if profile is None else profile.to_json())
+    return None if text == "null" else simulator.CompressionProfile.from_json(text)
+
+
+def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelity: str = "analytic",
+        options: Mapping[str, Any] | None = None, calibrated: bool = False, device: str = "cpu",
+        profile_file: str | Path | None = None, origin: str | None = None, chunk_size: int = 200,
+        in_flight: int = 2, started: Callable[[int, int], None] | None = None,
+        progress: Callable[[int, int], None] | None = None, message_budget: int = MESSAGE_BUDGET) -> SweepRun:
+    """Run (or resume) the sweep of ``grid`` on ``source``; scenarios are simulated on
+    ``executor`` in chunks of ``chunk_size`` with at most ``in_flight`` chunks pending.
+    Every point is checked against the simulator's limits (``message_budget`` link-level
+    messages, :func:`simulator.limits.check_scenario`) before the sweep row is written.
+
+    ``started(sweep_id, already_stored)`` once the sweep row exists; ``progress(stored, total)``
+    after each chunk lands. ``calibrated`` requires a calibration in the store.
+    """
+    options = dict(options or {})
+    wl = workload(source)
+    constants = calibration(store, required=True) if calibrated else None
+    described = description(source, origin)
+    if device != "cpu" or profile_file is not None:  # cpu replays were the only costs before devices
+        described["costs"] = {"device": device, "profile_file": None if profile_file is None else str(profile_file)}
+    probe = SweepContext(wl, None, fidelity, constants, options)
+    largest = max(grid.nodes)
+    for point in grid.points():  # the limits grow with the node count: the largest clusters decide
+        if point["nodes"] == largest:
+            check_scenario(probe.scenario({**point, "compressor": "none", "density": None}),
+                           message_budget=message_budget)
+    config = describe(probe, grid, described)
+    sweep_id, created = store.get_or_create("sweeps", config, trace_id=source.trace_id, total=len(grid))
+    profile = _profile(store, sweep_id, source, grid, device, profile_file)
+    context = SweepContext(wl, profile, fidelity, constants, options)
+    for point in grid.points():  # every scenario checked before anything is simulated
+        context.scenario(point)
+    store.set_status("sweeps", sweep_id, "running")
+    total = len(grid)
+    if started:
+        started(sweep_id, store.scenario_count(sweep_id))
+
+    def cost_source(row: Mapping[str, Any]) -> str | None:
+        if profile is None or row["compressor"] == "none":
+            return None
+        return profile.cost(row["compressor"], row["density"]).source
+
+    def on_rows(rows: list[dict[str, Any]]) -> None:
+        store.add_scenarios(sweep_id, ({**row, "device": device, "cost_source": cost_source(row)} for row in rows))
+        if progress:
+            progress(store.scenario_count(sweep_id), total)
+
+    computed = run_sweep(context, grid.points(), executor, chunk_size=chunk_size, in_flight=in_flight,
+                         skip_done=lambda keys: store.stored_scenario_keys(sweep_id, keys), on_rows=on_rows)
+    store.set_status("sweeps", sweep_id, "done")
+    return SweepRun(sweep_id, total, store.scenario_count(sweep_id), computed, not created)

@@ -1,0 +1,139 @@
+"""``sidco converge``: train with compressed gradients and record loss and held-out accuracy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+from tqdm import tqdm
+
+import traces
+from convergence import RunConfig
+from pipeline import converge
+from results.store import Store
+from sidco.commands import add_store_argument
+from simulator.units import parse_density, parse_list
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``converge`` subcommand."""
+    parser = subparsers.add_parser(
+        "converge",
+        help="train a built-in workload with compressed gradients; loss and held-out accuracy per iteration",
+        description=(
+            "Real training of a built-in workload with --workers data-parallel workers simulated in one "
+            "process: each worker computes its gradient on its own data shard and compresses it with its own "
+            "error feedback, per DDP bucket; the update is the mean of the decompressed messages (what "
+            "compressors.ddp.comm_hook computes under DistributedDataParallel). For each compressor and "
+            "density: the training loss every iteration, the held-out loss and accuracy (fraction correct) "
+            "every --eval-every iterations and at the last, on samples no worker trains on. Results go to the "
+            "convergences / convergence_rows tables; a rerun of the same configuration trains only the "
+            "(compressor, density) pairs not stored yet. The first pair trained records a gradient trace of "
+            "the run (registered in the store) and the trace is replayed through the compressors, so "
+            "'sidco tta' projects compute and compression costs from this same run."
+        ),
+        allow_abbrev=False,
+    )
+    parser.add_argument("--workload", default="resnet20", choices=traces.workloads.names(),
+                        help="model and data to train (default resnet20)")
+    parser.add_argument("--workers", type=int, default=4, help="simulated data-parallel workers (default 4)")
+    parser.add_argument("--iterations", type=int, default=300, help="training steps per compressor (default 300)")
+    parser.add_argument("--eval-every", type=int, default=50,
+                        help="evaluate the held-out loss and accuracy every N steps (default 50)")
+    parser.add_argument("--compressors", default="none,topk,sidco-e,dgc",
+                        help="comma-separated compressor names; none trains once (default none,topk,sidco-e,dgc)")
+    parser.add_argument("--densities", default="0.01", help="comma-separated target densities in (0, 1] (default 0.01)")
+    parser.add_argument("--width", type=float, help="width multiplier of the model (default: the workload's)")
+    parser.add_argument("--batch-size", type=int, help="samples per worker per step (default: the workload's)")
+    parser.add_argument("--lr", type=float, help="SGD learning rate, momentum 0.9 (default: the workload's)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the model and the data (default 0)")
+    parser.add_argument("--eval-samples", type=int, default=512, help="held-out samples per evaluation (default 512)")
+    parser.add_argument("--trace-every", type=int,
+                        help="record every N-th step of the first pair trained into the run's trace "
+                             "(default: iterations // 5)")
+    parser.add_argument("--no-replay", action="store_true",
+                        help="do not replay the run's trace through the compressors (then run sidco replay on it "
+                             "before sidco tta)")
+    parser.add_argument("--device", default="cpu", help="torch device for training: cpu, cuda (default cpu)")
+    parser.add_argument("--threads", type=int,
+                        help="torch intra-op CPU threads (default: torch's choice; 1 is steadier on a busy machine)")
+    add_store_argument(parser)
+    parser.add_argument("--json", action="store_true",
+                        help='print {"convergence_id", "trace_id", "replay_id", "rows": [{compressor, density, '
+                             'iteration, loss, eval_loss, accuracy}]} on stdout (losses in nats, accuracy a fraction)')
+    parser.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The run configuration of the command line (checked)."""
+    config = RunConfig(workload=args.workload, workers=args.workers, iterations=args.iterations,
+                       eval_every=args.eval_every, width=args.width, batch_size=args.batch_size, lr=args.lr,
+                       seed=args.seed, eval_samples=args.eval_samples, device=args.device)
+    config.check()
+    if args.width is not None and not args.width > 0:
+        raise ValueError(f"invalid --width {args.width}: must be > 0")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ValueError(f"invalid --batch-size {args.batch_size}: must be >= 1")
+    if args.lr is not None and not args.lr > 0:
+        raise ValueError(f"invalid --lr {args.lr}: must be > 0")
+    return config
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train the missing pairs, store them, print the table (JSON with --json)."""
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"invalid --threads {args.threads}: must be >= 1")
+        torch.set_num_threads(args.threads)
+    config = config_from_args(args)
+    combinations = converge.pairs(parse_list(args.compressors, str), parse_list(args.densities, parse_density))
+    bar = tqdm(total=len(combinations) * config.iterations, desc="converge", unit="it", file=sys.stderr, disable=None)
+
+    def progress(label: str, done: int, total: int) -> None:
+        if label == "replay":
+            bar.set_description(f"replay {done}/{total} calls")
+            return
+        bar.update(1)
+        bar.set_description(f"converge {label}")
+
+    with Store(args.store) as store:
+        try:
+            result = converge.run(store, config, combinations, trace_every=args.trace_every,
+                                  replay=not args.no_replay, progress=progress)
+        finally:
+            bar.close()
+        if result.skipped:
+            print(f"sidco converge: {len(result.skipped)} pair(s) already stored in convergence "
+                  f"{result.convergence_id}, skipped", file=sys.stderr)
+        wanted = set(combinations)
+        rows = [dict(r) for r in store.convergence_rows(result.convergence_id)
+                if (r["compressor"], float(r["density"])) in wanted]
+    for row in rows:
+        row.pop("convergence_id", None)
+    if args.json:
+        print(json.dumps({"convergence_id": result.convergence_id, "trace_id": result.trace_id,
+                          "replay_id": result.replay_id, "rows": rows}, sort_keys=True))
+        return 0
+    print(f"convergence {result.convergence_id}: {config.workload}, {config.workers} workers, "
+          f"{config.iterations} iterations, held-out evaluation every {config.eval_every}; store {args.store}")
+    if result.trace_id is not None:
+        print(f"  trace #{result.trace_id} (gradients of this run)"
+              + (f", replay #{result.replay_id}" if result.replay_id is not None else
+                 " - not replayed: run 'sidco replay' on it before 'sidco tta'"))
+    header = f"{'compressor':<10} {'density':>8} {'loss first':>10} {'loss last':>9} {'eval loss':>9} {'accuracy':>8}"
+    print(header)
+    print("-" * len(header))
+    for compressor, density in combinations:
+        items = [r for r in rows if r["compressor"] == compressor and float(r["density"]) == density]
+        evaluated = [r for r in items if r["accuracy"] is not None]
+        if not items:
+            continue
+        last = evaluated[-1] if evaluated else None
+        print(f"{compressor:<10} {density:>8g} {items[0]['loss']:>10.4f} {items[-1]['loss']:>9.4f} "
+              f"{last['eval_loss'] if last else float('nan'):>9.4f} {last['accuracy'] if last else float('nan'):>8.4f}")
+    print("loss = mean training loss of the workers (cross-entropy, nats); eval loss and accuracy (fraction "
+          "correct) on held-out samples at the last iteration. Next: sidco tta --convergence "
+          f"{result.convergence_id} --nodes 8 --bandwidth 1Gbit --target-accuracy A")
+    return 0

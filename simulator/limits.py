@@ -1,0 +1,155 @@
+"""What the simulator can compute: memory and work of a scenario, checked before any allocation.
+
+Both fidelities keep per-(bucket, worker) arrays (compute, compression and wire sizes,
+and the schedule of every bucket on every worker), so their memory grows linearly in
+workers × buckets; ``des`` adds one SimPy process per worker. Collective plans are made
+step by step (:mod:`simulator.plans`), so no p × p array is ever held. The ``des``
+fidelity's *time* is its number of link-level messages, which a ring or a ring
+all-gather makes quadratic in ranks (2(p−1) steps of p messages): that is bounded
+separately. The closed forms are O(p) per bucket except the uneven (``padded=False``)
+ring all-gather recurrence, O(p²).
+
+:func:`check_scenario` is the one check the CLI, sweeps and the dashboard share; it
+raises ``ValueError`` with a one-line reason and the largest node count that fits.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simulator.scenario import Scenario
+
+MEMORY_BUDGET_BYTES = 1 << 30
+"""Memory one scenario may use (bytes): 1 GiB."""
+
+MESSAGE_BUDGET = 2_000_000_000
+"""Link-level messages (``des``) or recurrence cells (uneven all-gather) one scenario may
+take: 2·10⁹ is one to two minutes on one core."""
+
+BYTES_PER_WORKER_BUCKET = 8 * 32
+"""float64 entries per (bucket, worker): ~14 schedule/cost arrays plus temporaries."""
+
+DES_BYTES_PER_WORKER = 8 * 1024
+"""A SimPy process, its generator and events, per worker (bytes)."""
+
+JOB_BYTES = 300 * 2**20
+"""Resident memory of one worker process (a sweep's local worker or an emulated rank: Python +
+torch + numpy), bytes."""
+
+
+def _log2_floor(p: int) -> int:
+    return p.bit_length() - 1
+
+
+def collective_messages(topology: str, nodes: int, *, gpus: int = 1, servers: int = 0, sparse: bool = False,
+                        padded: bool = True) -> int:
+    """Link-level messages of one bucket's collective(s) on ``nodes`` machines (``des`` work)."""
+    p = nodes * gpus
+    if topology == "hierarchical":
+        intra = 2 * (gpus - 1) * p if gpus > 1 else 0
+        inter = (nodes - 1) * nodes * (1 if sparse else 2)
+        return intra + inter
+    if topology == "ps":
+        return 2 * servers * p if servers else 2 * (p - 1) * p
+    if sparse:
+        return (p - 1) * p * (2 if padded else 1)
+    if topology == "ring":
+        return 2 * (p - 1) * p
+    if topology == "halving-doubling":
+        q = 1 << _log2_floor(p)
+        return 2 * _log2_floor(q) * q + 2 * (p - q)
+    return 2 * max(p - 1, 0)
+
+
+def estimate(sc: Scenario) -> tuple[int, int]:
+    """``(bytes, work)`` of simulating ``sc`` (and its ``none`` baseline): peak memory in bytes
+    and link-level messages (``des``) or uneven all-gather recurrence cells (``analytic``)."""
+    buckets = len(sc.workload.buckets(sc.bucket_mode, sc.bucket_cap_bytes, sc.first_bucket_bytes))
+    return _estimate(sc, sc.nodes, buckets)
+
+
+def _estimate(sc: Scenario, nodes: int, buckets: int) -> tuple[int, int]:
+    workers = nodes * sc.gpus_per_node
+    ranks = workers + (sc.ps_servers if sc.topology == "ps" else 0)
+    memory = BYTES_PER_WORKER_BUCKET * buckets * ranks
+    if sc.fidelity == "des":
+        memory += DES_BYTES_PER_WORKER * ranks
+        work = buckets * collective_messages(sc.topology, nodes, gpus=sc.gpus_per_node, servers=sc.ps_servers,
+                                             sparse=sc.sparse, padded=sc.padded)
+        if sc.compressor != "none":
+            work += buckets * collective_messages(sc.topology, nodes, gpus=sc.gpus_per_node, servers=sc.ps_servers)
+    elif sc.sparse and not sc.padded and sc.topology != "ps":
+        work = buckets * nodes * nodes
+    else:
+        work = buckets * workers
+    return memory, work
+
+
+def _largest_nodes(sc: Scenario, buckets: int, memory_budget: int, message_budget: int) -> int:
+    """The largest node count whose estimate fits both budgets (0 if none)."""
+    def fits(n: int) -> bool:
+        memory, work = _estimate(sc, n, buckets)
+        return memory <= memory_budget and work <= message_budget
+
+    lo, hi = 0, 1
+    while fits(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def check_scenario(sc: Scenario, *, memory_budget_bytes: int = MEMORY_BUDGET_BYTES,
+                   message_budget: int = MESSAGE_BUDGET) -> None:
+    """Raise ``ValueError`` (one line: the need, the budget, the largest node count that fits)
+    when ``sc`` would need more than ``memory_budget_bytes`` bytes or ``message_budget``
+    messages. Allocates nothing that grows with the node count."""
+    buckets = len(sc.workload.buckets(sc.bucket_mode, sc.bucket_cap_bytes, sc.first_bucket_bytes))
+    memory, work = _estimate(sc, sc.nodes, buckets)
+    if memory <= memory_budget_bytes and work <= message_budget:
+        return
+    largest = _largest_nodes(sc, buckets, memory_budget_bytes, message_budget)
+    gpus = f" × {sc.gpus_per_node} GPUs" if sc.gpus_per_node > 1 else ""
+    where = f"{sc.nodes:,} nodes{gpus} × {buckets} buckets ({sc.fidelity}, {sc.topology})"
+    if memory > memory_budget_bytes:
+        need = f"needs ~{memory / 2**30:,.1f} GiB of memory (limit {memory_budget_bytes / 2**30:g} GiB)"
+    else:
+        unit = "link-level messages" if sc.fidelity == "des" else "all-gather recurrence steps"
+        need = f"needs ~{work:.2g} {unit} (limit {message_budget:.2g})"
+    hint = "; try --fidelity analytic" if sc.fidelity == "des" else ""
+    raise ValueError(f"{where} {need}: at most {largest:,} nodes fit{hint}")
+
+
+def max_jobs() -> int:
+    """The most worker processes (sweep jobs, emulated ranks) to start here: 4 per core, and what
+    memory allows."""
+    cores = os.cpu_count() or 1
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 4 * cores * JOB_BYTES
+    return max(1, min(4 * cores, memory // JOB_BYTES))
+
+
+def check_jobs(jobs: int) -> None:
+    """Raise ``ValueError`` when ``jobs`` local worker processes exceed :func:`max_jobs`."""
+    limit = max_jobs()
+    if jobs > limit:
+        raise ValueError(f"--jobs {jobs} is more than this machine can run (at most {limit}: 4 per core, "
+                         f"~{JOB_BYTES // 2**20} MiB each)")
+
+
+def check_collective(ranks: int, steps: int, *, memory_budget_bytes: int = MEMORY_BUDGET_BYTES,
+                     message_budget: int = MESSAGE_BUDGET) -> None:
+    """Raise ``ValueError`` when one link-level collective of ``steps`` steps over ``ranks``
+    ranks would exceed the memory (~16 float64 per rank) or message budget."""
+    memory, work = 16 * 8 * ranks, steps * ranks
+    if memory > memory_budget_bytes:
+        raise ValueError(f"a collective over {ranks:,} ranks needs ~{memory / 2**30:,.1f} GiB of memory "
+                         f"(limit {memory_budget_bytes / 2**30:g} GiB)")
+    if work > message_budget:
+        raise ValueError(f"a des collective over {ranks:,} ranks in {steps:,} steps needs ~{work:.2g} link-level "
+                         f"messages (limit {message_budget:.2g}); use fidelity='analytic'")

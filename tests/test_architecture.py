@@ -1,0 +1,99 @@
+"""Structure rules, checked on the source: dependencies point one way, parsers refuse abbreviations."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Each package may import the packages of its own and lower layers only.
+LAYERS = {
+    "results": 0,
+    "compressors": 1,
+    "traces": 2,
+    "simulator": 3,
+    "convergence": 3,  # real training with simulated workers: compressors and traces only
+    "emulation": 4,
+    "pipeline": 5,
+    "dashboard": 6,
+    "sidco": 7,  # the command line may start the dashboard; the dashboard never imports the command line
+}
+
+
+def _sources(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def _imported_packages(path: Path) -> set[tuple[str, int]]:
+    """Top-level project packages imported anywhere in ``path`` (module level or inside functions)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            if top in LAYERS:
+                found.add((top, node.lineno))
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_dependencies_point_one_way(package):
+    wrong = []
+    for path in _sources(package):
+        for imported, line in _imported_packages(path):
+            if LAYERS[imported] > LAYERS[package]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_relative_imports_hide_from_the_check():
+    relative = [f"{p.relative_to(ROOT)}:{n.lineno}" for package in LAYERS for p in _sources(package)
+                for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.ImportFrom) and n.level > 0]
+    assert not relative
+
+
+def _parser_calls(path: Path) -> list[ast.Call]:
+    calls = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name == "ArgumentParser":
+                calls.append(node)
+    return calls
+
+
+def test_every_argument_parser_refuses_abbreviations():
+    lax = []
+    for package in [*LAYERS, "tools"]:
+        for path in _sources(package):
+            for call in _parser_calls(path):
+                strict = any(k.arg == "allow_abbrev" and isinstance(k.value, ast.Constant) and k.value.value is False
+                             for k in call.keywords)
+                if not strict:
+                    lax.append(f"{path.relative_to(ROOT)}:{call.lineno}")
+    assert not lax, "ArgumentParser without allow_abbrev=False: " + ", ".join(lax)
+
+
+def test_every_sidco_subcommand_refuses_abbreviations(capsys):
+    from sidco.cli import build_parser
+
+    parser = build_parser()
+    assert parser.allow_abbrev is False
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert sub.choices and all(p.allow_abbrev is False for p in sub.choices.values())
+    # --device is not --device-flops: a one-line error about the flag the user typed
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["simulate", "--layout", "resnet50", "--nodes", "2", "--bandwidth", "1Gbit",
+                           "--device-flop", "1e12"])
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: --device-flop 1e12" in capsys.readouterr().err

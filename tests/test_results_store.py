@@ -1,0 +1,127 @@
+"""The results store's schema versions: a v1 file opens with this code and is upgraded in place."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from results.errors import StoreError
+from results.store import SCHEMA_VERSION, Store
+
+# The schema as version 1 wrote it (frozen here: it is the format of files already on disk).
+V1_DDL = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE traces (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, workload TEXT, workers INTEGER,
+    iterations INTEGER, numel INTEGER, created REAL NOT NULL, manifest_json TEXT NOT NULL);
+CREATE TABLE replays (id INTEGER PRIMARY KEY, trace_id INTEGER NOT NULL REFERENCES traces(id),
+    config_key TEXT NOT NULL UNIQUE, config_json TEXT NOT NULL, device TEXT,
+    status TEXT NOT NULL DEFAULT 'running', created REAL NOT NULL, finished REAL);
+CREATE TABLE replay_rows (replay_id INTEGER NOT NULL REFERENCES replays(id), compressor TEXT NOT NULL,
+    density REAL NOT NULL, error_feedback INTEGER NOT NULL, iteration INTEGER NOT NULL, worker INTEGER NOT NULL,
+    bucket INTEGER NOT NULL, numel INTEGER NOT NULL, selected INTEGER NOT NULL, achieved_density REAL NOT NULL,
+    achieved_over_target REAL NOT NULL, threshold REAL, stages INTEGER, compress_s REAL NOT NULL,
+    decompress_s REAL NOT NULL, wire_bytes INTEGER NOT NULL, rel_error REAL NOT NULL,
+    PRIMARY KEY (replay_id, compressor, density, error_feedback, iteration, worker, bucket));
+CREATE TABLE sweeps (id INTEGER PRIMARY KEY, trace_id INTEGER REFERENCES traces(id),
+    config_key TEXT NOT NULL UNIQUE, config_json TEXT NOT NULL, total INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT 'running', created REAL NOT NULL, finished REAL);
+CREATE TABLE scenarios (sweep_id INTEGER NOT NULL REFERENCES sweeps(id), scenario_key TEXT NOT NULL,
+    compressor TEXT NOT NULL, density REAL, nodes INTEGER NOT NULL, bandwidth_bps REAL NOT NULL,
+    latency_s REAL NOT NULL, topology TEXT NOT NULL, fidelity TEXT NOT NULL, iteration_s REAL NOT NULL,
+    samples_per_s REAL, forward_s REAL, backward_s REAL, compress_s REAL, exposed_comm_s REAL, idle_s REAL,
+    speedup REAL, result_json TEXT NOT NULL, PRIMARY KEY (sweep_id, scenario_key));
+CREATE TABLE calibrations (id INTEGER PRIMARY KEY, created REAL NOT NULL, alpha_s REAL NOT NULL,
+    beta_s_per_byte REAL NOT NULL, efficiency REAL NOT NULL, source_json TEXT NOT NULL);
+CREATE TABLE emulations (id INTEGER PRIMARY KEY, created REAL NOT NULL, kind TEXT NOT NULL,
+    config_json TEXT NOT NULL, cores INTEGER NOT NULL, status TEXT NOT NULL DEFAULT 'running');
+CREATE TABLE collective_measurements (emulation_id INTEGER NOT NULL REFERENCES emulations(id),
+    op TEXT NOT NULL, workers INTEGER NOT NULL, nbytes INTEGER NOT NULL, bandwidth_bps REAL NOT NULL,
+    seconds REAL NOT NULL);
+CREATE TABLE validation (emulation_id INTEGER NOT NULL REFERENCES emulations(id), workload TEXT NOT NULL,
+    compressor TEXT NOT NULL, density REAL, workers INTEGER NOT NULL, bandwidth_bps REAL,
+    measured_s REAL NOT NULL, projected_s REAL NOT NULL, error_pct REAL NOT NULL, calibrated INTEGER NOT NULL,
+    detail_json TEXT NOT NULL);
+CREATE INDEX replay_rows_by_compressor ON replay_rows(replay_id, compressor, density);
+CREATE INDEX scenarios_by_compressor ON scenarios(sweep_id, compressor, density);
+INSERT INTO meta(key, value) VALUES('schema_version', '1');
+"""
+
+V2_COLUMNS = {
+    "replay_rows": {"backend", "call_index"},
+    "calibrations": {"op", "fit_error_pct"},
+    "validation": {"network_share", "fidelity"},
+    "scenarios": {"device", "cost_source"},
+    "device_profiles": {"id", "device", "identity_json", "source", "created"},
+    "device_profile_rows": {"profile_id", "compressor", "density", "numel", "compress_s", "decompress_s",
+                            "wire_bytes", "backend"},
+    "convergences": {"id", "config_key", "config_json", "trace_id", "status", "created", "finished"},
+    "convergence_rows": {"convergence_id", "compressor", "density", "iteration", "loss", "eval_loss", "accuracy"},
+}
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def _v1_store(path) -> None:
+    with sqlite3.connect(path) as raw:
+        raw.executescript(V1_DDL)
+        raw.execute("INSERT INTO traces VALUES(1, '/t', 'resnet20', 2, 3, 12, 1.0, '{}')")
+        raw.execute("INSERT INTO replays VALUES(1, 1, 'k', '{}', 'cpu', 'done', 2.0, 3.0)")
+        raw.execute("INSERT INTO replay_rows VALUES(1, 'topk', 0.01, 0, 0, 0, 0, 100, 1, 0.01, 1.0, 0.5, 1,"
+                    " 1e-5, 2e-6, 8, 0.9)")
+        raw.execute("INSERT INTO calibrations VALUES(1, 4.0, 1e-5, 1e-9, 0.9, '{}')")
+    raw.close()
+
+
+def test_v1_store_upgrades_to_v2_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "v1.sqlite"
+    _v1_store(path)
+    with Store(path) as store:
+        assert store.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "2"
+        for table, columns in V2_COLUMNS.items():
+            assert columns <= _columns(store.conn, table), table
+        row = store.conn.execute("SELECT * FROM replay_rows").fetchone()
+        assert (row["compressor"], row["density"], row["compress_s"], row["backend"]) == ("topk", 0.01, 1e-5, None)
+        assert store.latest_calibration()["alpha_s"] == 1e-5
+        assert [t["workload"] for t in store.traces()] == ["resnet20"]
+    with Store(path) as again:  # opening an up-to-date store changes nothing
+        assert again.conn.execute("SELECT COUNT(*) FROM replay_rows").fetchone()[0] == 1
+
+
+def test_fresh_store_has_the_same_schema_as_an_upgraded_one(tmp_path):
+    _v1_store(tmp_path / "old.sqlite")
+    with Store(tmp_path / "old.sqlite") as old, Store(tmp_path / "new.sqlite") as new:
+        tables = "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name"
+        names = [r[0] for r in new.conn.execute(tables)]
+        assert names == [r[0] for r in old.conn.execute(tables)]
+        for name in names:
+            assert _columns(new.conn, name) == _columns(old.conn, name), name
+    assert SCHEMA_VERSION == 2
+
+
+def test_newer_store_is_refused_with_one_line_naming_the_file(tmp_path):
+    path = tmp_path / "future.sqlite"
+    Store(path).close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE meta SET value='7' WHERE key='schema_version'")
+    raw.close()
+    with pytest.raises(ValueError) as exc:
+        Store(path)
+    message = str(exc.value)
+    assert "\n" not in message and str(path) in message and "schema version 7" in message
+
+
+def test_failed_upgrade_leaves_the_file_as_it_was(tmp_path):
+    path = tmp_path / "v1.sqlite"
+    _v1_store(path)
+    with sqlite3.connect(path) as raw:  # a table v2 wants to create already exists: the upgrade fails
+        raw.execute("CREATE TABLE convergences (x INTEGER)")
+    raw.close()
+    with pytest.raises(StoreError, match="convergences already exists"):
+        Store(path)
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "1"
+        assert "backend" not in _columns(raw, "replay_rows")
+    raw.close()

@@ -1,0 +1,148 @@
+"""Time to target: the arithmetic against a hand-made convergence table, unreached targets, and
+``sidco tta`` / ``sidco sweep --convergence`` end to end over a store holding such a table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import pipeline.replay
+import traces
+from convergence.tta import iterations_to_target, time_to_target
+from pipeline import project
+from results.store import Store
+from sidco.cli import main
+
+# Hand-made convergence table: evaluations every 10 iterations up to 40.
+ACCURACY = {
+    ("none", 1.0): [0.30, 0.50, 0.62, 0.70],
+    ("topk", 0.01): [0.20, 0.40, 0.55, 0.61],
+    ("sidco-e", 0.01): [0.25, 0.45, 0.60, 0.66],
+    ("dgc", 0.01): [0.10, 0.20, 0.30, 0.40],
+}
+
+
+def _rows() -> list[dict]:
+    rows = []
+    for (compressor, density), accuracies in ACCURACY.items():
+        for iteration in range(1, 41):
+            evaluated = iteration % 10 == 0
+            accuracy = accuracies[iteration // 10 - 1] if evaluated else None
+            rows.append({"compressor": compressor, "density": density, "iteration": iteration,
+                         "loss": 2.0 - iteration / 40, "eval_loss": (1.0 - accuracy) * 3 if evaluated else None,
+                         "accuracy": accuracy})
+    return rows
+
+
+def test_time_to_target_arithmetic_against_a_hand_made_table():
+    seconds = {("none", 1.0): 0.100, ("topk", 0.01): 0.040, ("sidco-e", 0.01): 0.050, ("dgc", 0.01): 0.030}
+    result = time_to_target(_rows(), seconds, target_accuracy=0.6)
+    table = {(r["compressor"], r["density"]): r for r in result["rows"]}
+    # none: 0.62 at 30 -> 3.0 s; topk: 0.61 at 40 -> 1.6 s; sidco-e: 0.60 at 30 -> 1.5 s; dgc: never.
+    assert table[("none", 1.0)]["iterations_to_target"] == 30
+    assert table[("none", 1.0)]["time_to_target_s"] == pytest.approx(3.0)
+    assert table[("topk", 0.01)]["iterations_to_target"] == 40
+    assert table[("topk", 0.01)]["time_to_target_s"] == pytest.approx(1.6)
+    assert table[("sidco-e", 0.01)]["iterations_to_target"] == 30
+    assert table[("sidco-e", 0.01)]["time_to_target_s"] == pytest.approx(1.5)
+    assert [(r["compressor"]) for r in result["rows"]] == ["sidco-e", "topk", "none", "dgc"]
+    assert result["winner"]["compressor"] == "sidco-e" and result["runner_up"]["compressor"] == "topk"
+    assert result["margin_s"] == pytest.approx(0.1)
+    assert result["margin_ratio"] == pytest.approx(1.6 / 1.5)
+    # loss target: eval_loss = 3 (1 - accuracy) <= 1.2  <=>  accuracy >= 0.6
+    by_loss = time_to_target(_rows(), seconds, target_loss=1.2 + 1e-9)
+    assert [(r["compressor"], r["iterations_to_target"]) for r in by_loss["rows"]] == \
+        [(r["compressor"], r["iterations_to_target"]) for r in result["rows"]]
+
+
+def test_a_run_that_never_reaches_the_target_reports_null_and_why():
+    result = time_to_target(_rows(), {("none", 1.0): 0.1, ("topk", 0.01): 0.04, ("sidco-e", 0.01): 0.05,
+                                      ("dgc", 0.01): 0.03}, target_accuracy=0.6)
+    dgc = [r for r in result["rows"] if r["compressor"] == "dgc"][0]
+    assert dgc["iterations_to_target"] is None and dgc["time_to_target_s"] is None
+    assert dgc["reason"] == "never reached accuracy 0.6 in 40 iterations (best 0.4000)"
+    nobody = time_to_target(_rows(), {}, target_accuracy=0.99)
+    assert nobody["winner"] is None and nobody["reason"] == "no run reached held-out accuracy >= 0.99"
+    assert all(r["time_to_target_s"] is None for r in nobody["rows"])
+    missing_time = time_to_target(_rows(), {}, target_accuracy=0.6)
+    none = [r for r in missing_time["rows"] if r["compressor"] == "none"][0]
+    assert none["iterations_to_target"] == 30 and none["time_to_target_s"] is None
+    assert none["reason"] == "no projected iteration time for this (compressor, density)"
+    assert iterations_to_target([{"iteration": 5, "accuracy": None, "eval_loss": None}], target_accuracy=0.5) == \
+        (None, "never evaluated")
+    with pytest.raises(ValueError, match="exactly one"):
+        time_to_target(_rows(), {}, target_accuracy=0.5, target_loss=1.0)
+
+
+@pytest.fixture
+def store_with_table(tmp_path: Path) -> Path:
+    """A store holding a synthetic trace (known compute times) and the hand-made table as a convergence run."""
+    layers = [("fc.bias", (10,)), ("fc.weight", (10, 1000))]
+    trace = traces.synthetic(tmp_path / "trace", "laplace", 10_010, workers=2, iterations=2, seed=1, layers=layers,
+                             timings={"forward_s": 0.01, "backward_s": [0.001, 0.02], "optimizer_s": 0.002,
+                                      "batch_size": 32, "measured": True})
+    path = tmp_path / "r.sqlite"
+    with Store(path) as store:
+        trace_id = store.register_trace(trace.path, trace.manifest)
+        run_id, _ = store.get_or_create("convergences", {"workload": "hand-made", "workers": 2})
+        store.set_convergence_trace(run_id, trace_id)
+        store.write_convergence(run_id, _rows())
+        pipeline.replay.run(store, trace, ["topk", "sidco-e", "dgc"], [0.01])
+    return path
+
+
+def test_sidco_tta_multiplies_iterations_by_the_projected_iteration_time(store_with_table, capsys):
+    assert main(["tta", "--store", str(store_with_table), "--nodes", "8", "--bandwidth", "100Mbit",
+                 "--target-accuracy", "0.6", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    rows = {(r["compressor"], r["density"]): r for r in result["rows"]}
+    with Store(store_with_table) as store:
+        source = project.trace_source(store, path=Path(store_with_table).parent / "trace")
+        expected = project.project(store, source, project.Cluster(8, 1e8, 50e-6), ["none", "topk", "sidco-e", "dgc"],
+                                   0.01)
+    for item in expected:
+        key = (item["compressor"], 1.0 if item["compressor"] == "none" else 0.01)
+        assert rows[key]["iteration_s"] == pytest.approx(item["iteration_s"])
+    assert result["cost_sources"]["topk@0.01"].startswith("replay #1")
+    for row in result["rows"]:
+        if row["iterations_to_target"] is not None:
+            assert row["time_to_target_s"] == pytest.approx(row["iterations_to_target"] * row["iteration_s"])
+    assert rows[("dgc", 0.01)]["time_to_target_s"] is None and "never reached" in rows[("dgc", 0.01)]["reason"]
+    reached = sorted((r for r in result["rows"] if r["time_to_target_s"] is not None), key=lambda r: r["time_to_target_s"])
+    assert result["winner"] == reached[0]
+    assert result["margin_ratio"] == pytest.approx(reached[1]["time_to_target_s"] / reached[0]["time_to_target_s"])
+    assert main(["tta", "--store", str(store_with_table), "--nodes", "8", "--bandwidth", "100Mbit",
+                 "--target-accuracy", "0.99"]) == 0
+    assert "winner: none (no run reached held-out accuracy >= 0.99)" in capsys.readouterr().out
+
+
+def test_sweep_gains_time_to_target_columns(store_with_table, capsys):
+    assert main(["sweep", "--store", str(store_with_table), "--convergence", "latest", "--target-accuracy", "0.6",
+                 "--nodes", "2,8", "--bandwidth", "100Mbit,25Gbit", "--compressors", "none,topk,dgc",
+                 "--densities", "0.01", "--jobs", "1", "--no-progress", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    tta = summary["time_to_target"]
+    assert len(tta["rows"]) == summary["total"] == 2 * 2 * 3
+    for row in tta["rows"]:
+        expected = {"none": 30, "topk": 40, "dgc": None}[row["compressor"]]
+        assert row["iterations_to_target"] == expected
+        if expected is None:
+            assert row["time_to_target_s"] is None and "never reached" in row["reason"]
+        else:
+            assert row["time_to_target_s"] == pytest.approx(expected * row["iteration_s"])
+    assert len(tta["winners"]) == 4
+
+
+def test_tta_bad_input_is_one_line_and_exit_2(store_with_table, tmp_path, capsys):
+    base = ["tta", "--store", str(store_with_table), "--nodes", "8", "--bandwidth", "1Gbit"]
+    assert main(base) == 2
+    assert "exactly one of --target-accuracy and --target-loss" in capsys.readouterr().err
+    assert main([*base, "--target-accuracy", "1.5"]) == 2
+    assert main([*base[:-2], "--bandwidth", "10G", "--target-accuracy", "0.5"]) == 2
+    assert main(["tta", "--store", str(tmp_path / "empty.sqlite"), "--nodes", "8", "--bandwidth", "1Gbit",
+                 "--target-accuracy", "0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("sidco tta: error: the results store has no convergence run; run: sidco converge")
