@@ -197,3 +197,52 @@ def test_calibration_with_per_op_fits_stays_hashable():
     assert hash(CAL) == hash(replace(CAL))
     assert Scenario(wl, 2, 1e8, 0.0, calibration=CAL) == Scenario(wl, 2, 1e8, 0.0, calibration=replace(CAL))
     assert CAL != Calibration(CAL.alpha_s, CAL.beta_s_per_byte, CAL.efficiency)  # the per-op fits count
+
+
+def test_pipeline_resolves_the_calibration_with_its_per_op_fits(tmp_path):
+    from pipeline.emulate import resolve_calibration
+
+    fit_row = {"alpha_s": CAL.alpha_s, "beta_s_per_byte": CAL.beta_s_per_byte, "efficiency": CAL.efficiency,
+               "fit_error_pct": 1.0, "source": {}}
+    per_op = {op: {**fit_row, "alpha_s": f.alpha_s, "efficiency": f.efficiency, "source": {"points": 3}}
+              for op, f in CAL.ops.items()}
+    with Store(tmp_path / "r.sqlite") as store:
+        assert resolve_calibration(store, "latest") == (None, None)
+        stored = store.insert_calibration(fit_row, per_op)
+        for choice in ("latest", stored):
+            calibration_id, cal = resolve_calibration(store, choice)
+            assert calibration_id == stored
+            assert cal.ops["allgather"].efficiency == pytest.approx(AG.efficiency)
+            assert cal.ops["allreduce"].alpha_s == pytest.approx(AR.alpha_s)
+        with pytest.raises(ValueError, match="no calibration with id 99"):
+            resolve_calibration(store, 99)
+
+
+def test_pipeline_grid_rows_and_summary(tmp_path):
+    import traces
+    from pipeline.emulate import cells, summarize, validation_rows
+
+    grid = cells([2, 4], [20e6], ["none", "topk", "fp16"], [0.1, 0.05])
+    assert grid == [(2, 20e6, 0.1, ["none", "topk", "fp16"]), (2, 20e6, 0.05, ["topk"]),
+                    (4, 20e6, 0.1, ["none", "topk", "fp16"]), (4, 20e6, 0.05, ["topk"])]
+    trace = traces.synthetic(tmp_path / "run", "laplace", 20_000, workers=1, iterations=2, seed=0,
+                             timings={"forward_s": 0.01, "backward_s": [0.02], "optimizer_s": 0.001,
+                                      "batch_size": 8, "device": "cpu"})
+    measured = [{"compressor": "none", "trace": str(trace.path), "measured_s": 0.05}]
+    with Store(tmp_path / "r.sqlite") as store:
+        store.register_trace(trace.path, trace.manifest)
+        rows = validation_rows(store, 1, "synthetic", 2, 1e6, 0.1, measured, (7, CAL), ["analytic", "des"])
+    assert sorted((r["fidelity"], r["calibrated"]) for r in rows) == [
+        ("analytic", 0), ("analytic", 1), ("des", 0), ("des", 1)]
+    for r in rows:
+        projected = json.loads(r["detail_json"])["projected"]
+        assert r["network_share"] == pytest.approx(projected["comm_s"] / projected["iteration_s"])
+        assert r["error_pct"] == pytest.approx((r["projected_s"] - 0.05) / 0.05 * 100)
+        assert json.loads(r["detail_json"])["calibration_id"] == (7 if r["calibrated"] else None)
+    # 80 kB dense on a 1 Mbit/s link: the network dominates the iteration
+    assert all(r["network_share"] > 0.3 for r in rows)
+    summary = summarize(rows)
+    analytic = [abs(r["error_pct"]) for r in rows if r["fidelity"] == "analytic" and not r["calibrated"]]
+    assert summary["analytic uncalibrated, all cells: worst |error|"] == pytest.approx(max(analytic))
+    assert summary["des calibrated, network share >= 30%: median |error|"] == pytest.approx(
+        abs(next(r["error_pct"] for r in rows if r["fidelity"] == "des" and r["calibrated"])))
