@@ -133,7 +133,8 @@ def scenarios(store: Store, sweep_id: int, **equal: Any) -> list[dict[str, Any]]
 
 
 def validation(store: Store) -> list[dict[str, Any]]:
-    """Validation rows (measured vs projected iteration time, seconds; error in %)."""
+    """Validation rows (measured vs projected iteration time, seconds; error in %; the projection's
+    ``fidelity`` and ``network_share``, transfer time ÷ iteration, 0..1; both NULL in older rows)."""
     return store.validation()
 
 

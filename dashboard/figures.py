@@ -304,15 +304,18 @@ def gantt(events: Sequence[dict[str, Any]], process_names: dict[Any, str],
 
 
 def validation_scatter(rows: Sequence[dict[str, Any]]) -> Figure:
-    """Projected against measured iteration time (ms) with the y = x line."""
+    """Projected against measured iteration time (ms) with the y = x line, one series per
+    (fidelity, calibrated); the hover names the cell's network share."""
     data = []
-    for i, ((calibrated,), series) in enumerate(sorted(_groups(rows, ("calibrated",)).items())):
+    keyed = [{**r, "fidelity": r.get("fidelity") or "analytic"} for r in rows]
+    for i, ((fidelity, calibrated), series) in enumerate(sorted(_groups(keyed, ("fidelity", "calibrated")).items())):
         data.append({
             "type": "scatter", "mode": "markers", "x": [_ms(r["measured_s"]) for r in series],
             "y": [_ms(r["projected_s"]) for r in series],
-            "name": "calibrated projection" if calibrated else "uncalibrated projection",
+            "name": f"{fidelity}, {'calibrated' if calibrated else 'uncalibrated'}",
             "marker": {"size": 9, "color": color(i), "opacity": 0.8},
-            "text": [f"{r['workload']} · {r['compressor']} · {r['workers']} workers" for r in series],
+            "text": [f"{r['workload']} · {r['compressor']} · {r['workers']} workers · network "
+                     + ("?" if r.get("network_share") is None else f"{r['network_share']:.0%}") for r in series],
             "hovertemplate": "%{text}<br>measured %{x:.2f} ms, projected %{y:.2f} ms<extra></extra>",
         })
     values = [_ms(r[k]) for r in rows for k in ("measured_s", "projected_s")]

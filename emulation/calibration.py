@@ -11,6 +11,10 @@ count alike (relative error); α is constrained to ≥ 0. ``beta_s_per_byte`` is
 seconds per byte at the reference bandwidth (the slowest measured link), i.e.
 ``8/(efficiency·B_ref)``. Meaning for a simulator: use ``alpha_s`` per message and an
 effective link rate of ``efficiency × bandwidth``.
+
+:func:`fit` pools every operation; :func:`fit_per_op` fits each operation on its own
+measurements (gloo's all-gather reaches a different fraction of the link than its
+all-reduce), which :class:`simulator.Calibration` carries in ``ops``.
 """
 
 from __future__ import annotations
@@ -83,3 +87,47 @@ def fit(measurements: Iterable[Mapping[str, Any]]) -> CalibrationFit:
         median_abs_error_pct=float(np.median(errors)),
         max_abs_error_pct=float(np.max(errors)),
     )
+
+
+def fit_per_op(measurements: Iterable[Mapping[str, Any]]) -> dict[str, CalibrationFit]:
+    """One :func:`fit` per operation (``op``) that has at least two usable measurements and, for
+    an operation measured at more than one worker count, one per count (key ``"<op>@<workers>"``)
+    with at least two measurements."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in measurements:
+        if r.get("bandwidth_bps") and float(r["seconds"]) > 0:
+            groups.setdefault(str(r["op"]), []).append(r)
+    for op, rows in list(groups.items()):
+        counts = sorted({int(r["workers"]) for r in rows})
+        if len(counts) > 1:
+            for p in counts:
+                groups[f"{op}@{p}"] = [r for r in rows if int(r["workers"]) == p]
+    return {key: fit(rows) for key, rows in sorted(groups.items()) if len(rows) >= 2}
+
+
+def compare(measurements: Iterable[Mapping[str, Any]], calibration: Any) -> list[dict[str, Any]]:
+    """Each shaped measurement (``op, workers, nbytes, bandwidth_bps, seconds``) beside the
+    simulator's analytic time for it without and with ``calibration`` (a
+    :class:`simulator.Calibration`): ``uncalibrated_s``, ``calibrated_s`` (s) and their
+    signed errors ``uncalibrated_error_pct``, ``calibrated_error_pct`` (% of the measurement).
+    An all-gather's ``nbytes`` is its gathered output, so each rank contributes ``nbytes/p``."""
+    import simulator
+
+    out = []
+    for r in measurements:
+        if not r.get("bandwidth_bps") or not float(r["seconds"]) > 0:
+            continue
+        p, seconds = int(r["workers"]), float(r["seconds"])
+        nbytes = float(r["nbytes"]) / p if r["op"] == "allgather" else float(r["nbytes"])
+        times = {
+            label: simulator.collective_time(r["op"], nbytes, p, float(r["bandwidth_bps"]), 0.0, fidelity="analytic",
+                                             calibration=cal)
+            for label, cal in (("uncalibrated", None), ("calibrated", calibration))
+        }
+        out.append({
+            "op": r["op"], "workers": p, "nbytes": int(r["nbytes"]), "bandwidth_bps": float(r["bandwidth_bps"]),
+            "seconds": seconds,
+            **{f"{label}_s": t for label, t in times.items()},
+            **{f"{label}_error_pct": (t - seconds) / seconds * 100.0 for label, t in times.items()},
+        })
+    return out

@@ -4,7 +4,10 @@ Run by :func:`emulation.collectives.measure_collectives`; writes, per (op, nbyte
 per-repeat start and end instants (``CLOCK_MONOTONIC`` seconds, shared by every process
 on the machine, so the driver can take the collective's span from the last rank's start
 to the last rank's end). For ``allgather`` ``nbytes`` is the size of the gathered output
-(each rank contributes ``nbytes / world_size``), the convention of the α–β formula.
+(each rank contributes ``nbytes / world_size``), the convention of the α–β formula. The
+all-gather goes through the same entry point as the compression hook's sparse exchange
+(:func:`compressors.ddp_exchange.all_gather_flat`: one flat output buffer), so its fit
+applies to the hook's all-gathers.
 
 With ``--compute-load S`` every rank first computes for about ``S`` seconds (a fixed
 amount of single-thread matrix work, sized at start-up) before each timed collective,
@@ -18,6 +21,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from compressors.ddp_exchange import all_gather_flat
 from emulation.process_group import base_parser, finish, init_gloo
 
 LOAD_SIZE = 128
@@ -39,7 +43,7 @@ def _matmuls_for(seconds: float) -> int:
     return max(1, round(count * seconds / (_now() - start)))
 
 
-def _run_once(op: str, tensor: torch.Tensor, outputs: list[torch.Tensor], matmuls: int) -> tuple[float, float]:
+def _run_once(op: str, tensor: torch.Tensor, output: torch.Tensor, matmuls: int) -> tuple[float, float]:
     dist.barrier()
     a = torch.rand(LOAD_SIZE, LOAD_SIZE)
     for _ in range(matmuls):
@@ -48,7 +52,7 @@ def _run_once(op: str, tensor: torch.Tensor, outputs: list[torch.Tensor], matmul
     if op == "allreduce":
         dist.all_reduce(tensor)
     else:
-        dist.all_gather(outputs, tensor)
+        all_gather_flat(output, tensor, None).wait()
     return start, _now()
 
 
@@ -75,10 +79,10 @@ def main() -> None:
             if op == "allgather":
                 numel = max(1, numel // args.world_size)
             tensor = torch.ones(numel, dtype=torch.float32)
-            outputs = [torch.empty_like(tensor) for _ in range(args.world_size)]
+            output = torch.empty(numel * args.world_size, dtype=torch.float32)
             for _ in range(args.warmup):
-                _run_once(op, tensor, outputs, matmuls)
-            spans = [_run_once(op, tensor, outputs, matmuls) for _ in range(args.repeats)]
+                _run_once(op, tensor, output, matmuls)
+            spans = [_run_once(op, tensor, output, matmuls) for _ in range(args.repeats)]
             results.append({"op": op, "nbytes": nbytes, "start": [s for s, _ in spans], "end": [e for _, e in spans]})
     finish(args, {"rank": args.rank, "matmuls": matmuls, "results": results})
 

@@ -18,7 +18,8 @@
   passes (the orchestration layer replays the run's trace on one thread, as in the
   workers, and asks the one compression-profile policy for its costs).
 - Network: the emulated link rate (bits/s), no added latency, and optionally a
-  :class:`simulator.Calibration` (α per message step, efficiency × bandwidth).
+  :class:`simulator.Calibration` (α per message step, efficiency × bandwidth; all-reduces
+  and all-gathers each with their own fit when it has one).
 - Buckets: what DDP uses in steady state (:mod:`compressors.ddp_buckets`): the workers
   build ``DistributedDataParallel(bucket_cap_mb=...)``, which caps every bucket, the first
   included, at ``bucket_cap_mb`` MiB.
@@ -115,6 +116,7 @@ def project(
     *,
     profile: simulator.CompressionProfile | None = None,
     calibration: simulator.Calibration | None = None,
+    fidelity: str = "analytic",
     bucket_cap_mb: float = 25.0,
     rank_passes: Sequence[Sequence[Mapping[str, float]]] | None = None,
 ) -> dict[str, dict[str, Any]]:
@@ -124,6 +126,8 @@ def project(
     ``profile``: the compression costs of the sparse compressors at ``density`` (needed
     unless only ``none`` is projected); ``rank_passes``: every rank's timed compute-only
     passes (see :func:`compute_model`); ``None`` uses only the trace's recorded passes.
+    ``fidelity``: ``analytic`` (closed-form collectives) or ``des`` (SimPy compute streams,
+    link-level messages).
     """
     trace = traces.open(trace_path)
     workload, jitter = compute_model(trace, rank_passes)
@@ -139,6 +143,7 @@ def project(
             density=None if name == "none" else density,
             profile=None if name == "none" else profile,
             calibration=calibration,
+            fidelity=fidelity,
             bucket_mode="ddp",
             bucket_cap_bytes=cap,
             first_bucket_bytes=first,
@@ -146,3 +151,10 @@ def project(
         )
         results[name] = {**_mean_over_seeds(scenario), "jitter": jitter}
     return results
+
+
+def network_share(projected: Mapping[str, Any]) -> float:
+    """The network share of a projected iteration (a :func:`simulator.simulate` result):
+    transfer time, exposed and hidden behind backward (``comm_s``, s per worker), ÷ iteration
+    time (``iteration_s``, s); dimensionless, 0..1."""
+    return float(projected["comm_s"]) / float(projected["iteration_s"]) if projected["iteration_s"] > 0 else 0.0

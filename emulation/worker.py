@@ -15,7 +15,11 @@ which the projection takes the median compute over all ranks and separates per-w
 variation from variation common to all ranks (:func:`emulation.projection.compute_model`). Each compute-only iteration ends
 with a barrier, so that every timed iteration starts with the ranks aligned, as they are
 after a synchronised step: rank 0's recording (copying the gradients, writing the file)
-must not reach the other ranks' timed iteration as a wait in their first collective.
+must not reach the other ranks' timed iteration as a wait in their first collective. It
+also starts with one: a collective does not end on every rank at once (gloo's two-rank
+all-gather finishes up to ~40 % of its transfer later on one rank), and the compute-only
+forward's buffer broadcast would otherwise time the early rank's wait for the late one as
+compute (at 10 Mbit/s it doubled the projected forward).
 """
 
 from __future__ import annotations
@@ -50,9 +54,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _forward_backward(model: DistributedDataParallel, workload: Any, batches: Any) -> tuple[float, float, float]:
-    """Run forward and backward on the next batch; returns the ``time.perf_counter`` readings (s)
-    at the start, after forward and after backward."""
+    """Run forward (with DDP's buffer broadcast, as in training) and backward on the next batch;
+    returns the ``time.perf_counter`` readings (s) at the start, after forward and after backward."""
     inputs, targets = next(batches)
+    # DDP broadcasts rank 0's buffers at the start of a forward when the previous forward was
+    # synchronised, as every forward of real training is; the interleaved no_sync passes would
+    # otherwise move that broadcast out of the timed forwards and into the compute-only ones.
+    model.require_forward_param_sync = True
     start = time.perf_counter()
     loss = workload.loss(model(inputs), targets)
     forward_end = time.perf_counter()
@@ -61,8 +69,9 @@ def _forward_backward(model: DistributedDataParallel, workload: Any, batches: An
 
 
 def _compute_only(model: DistributedDataParallel, workload: Any, batches: Any, recorder: Any) -> dict[str, float]:
-    """One forward/backward without gradient synchronisation; rank 0 records it. Ends with a
-    barrier (see the module docstring). Returns this rank's ``forward_s`` and ``backward_s`` (s)."""
+    """One forward/backward without gradient synchronisation; rank 0 records it. Starts and ends
+    with a barrier (see the module docstring). Returns this rank's ``forward_s`` and ``backward_s`` (s)."""
+    dist.barrier()
     with model.no_sync():
         start, forward_end, backward_end = _forward_backward(model, workload, batches)
     if recorder is not None:

@@ -2,7 +2,9 @@
 
 :func:`collectives` times all-reduce/all-gather for calibration; :func:`train` trains a built-in
 workload under DDP per compressor and compares each measured iteration time with the
-projection of the same scenario (:mod:`emulation.projection`), uncalibrated and calibrated.
+projection of the same scenario (:mod:`emulation.projection`) at every fidelity, uncalibrated
+and calibrated; each row carries the projection's network share; :func:`summarize` gives the
+median and worst |error| per fidelity and calibration, over all cells and network-heavy ones.
 The compression costs of a projection come from the one policy: the run's own trace is
 replayed into the store on one thread (as in the workers), then
 :func:`pipeline.costs.compression_profile` reads them back.
@@ -12,19 +14,22 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import simulator
 from emulation.collectives import measure_collectives
-from emulation.projection import project
+from emulation.projection import network_share, project
 from emulation.training import run_training
 from pipeline import replay
 from pipeline.costs import compression_profile
 from results.store import Store
 
-PROJECTED_KEYS = ("iteration_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s", "jitter")
+PROJECTED_KEYS = ("iteration_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "comm_s", "idle_s",
+                  "jitter")
+NETWORK_HEAVY = 0.30  # network share of the iteration above which a cell tests the network model
 REPLAY_DEVICE = "cpu"  # the emulated workers run on CPU
 
 
@@ -55,18 +60,34 @@ def collectives(store: Store, workers: Sequence[int], bandwidths: Sequence[float
 
 
 def resolve_calibration(store: Store, choice: str | int) -> tuple[int | None, simulator.Calibration | None]:
-    """``choice`` ('latest', 'none' or a calibration id) as ``(id, Calibration)`` or ``(None, None)``."""
+    """``choice`` ('latest', 'none' or a calibration id) as ``(id, Calibration)`` or ``(None, None)``;
+    the calibration carries its per-operation fits (:meth:`simulator.Calibration.from_rows`)."""
     if choice == "none":
         return None, None
-    if choice == "latest":
-        row = store.latest_calibration()
-    else:
-        row = store.calibration(int(choice))
-        if row is None:
-            raise ValueError(f"no calibration with id {choice} in {store.path}")
-    if row is None:
-        return None, None
-    return int(row["id"]), simulator.Calibration(row["alpha_s"], row["beta_s_per_byte"], row["efficiency"])
+    rows = store.calibration_rows(None if choice == "latest" else int(choice))
+    if not rows:
+        if choice == "latest":
+            return None, None
+        raise ValueError(f"no calibration with id {choice} in {store.path}")
+    calibration = simulator.Calibration.from_rows(rows)
+    return calibration.calibration_id, calibration
+
+
+def _uses_density(name: str) -> bool:
+    """Whether compressor ``name`` sends a share of the gradient that the density sets (the
+    sparse ones); ``none``, the 16-bit casts and PowerSGD ignore it."""
+    import compressors
+
+    return name != "none" and compressors.message_kind(name) == "sparse"
+
+
+def cells(workers: Sequence[int], bandwidths: Sequence[float | None], names: Sequence[str],
+          densities: Sequence[float]) -> list[tuple[int, float | None, float, list[str]]]:
+    """The emulated networks of a grid: ``(workers, bandwidth, density, compressors)``; the
+    compressors that ignore the density run with the first density only."""
+    out = [(p, b, d, [n for n in names if _uses_density(n) or i == 0])
+           for p in workers for b in bandwidths for i, d in enumerate(densities)]
+    return [c for c in out if c[3]]
 
 
 def _profile(store: Store, trace_path: str, name: str, density: float) -> simulator.CompressionProfile | None:
@@ -79,68 +100,92 @@ def _profile(store: Store, trace_path: str, name: str, density: float) -> simula
 
 def validation_rows(store: Store, emulation_id: int, workload: str, workers: int, bandwidth: float | None,
                     density: float, measured: Sequence[dict[str, Any]],
-                    calibration: tuple[int | None, simulator.Calibration | None]) -> list[dict[str, Any]]:
-    """Project every measured run from its own trace, uncalibrated and (if any) calibrated."""
+                    calibration: tuple[int | None, simulator.Calibration | None],
+                    fidelities: Sequence[str] = ("analytic",)) -> list[dict[str, Any]]:
+    """Project every measured run from its own trace with every fidelity, uncalibrated and (if
+    any) calibrated; each row carries the ``fidelity`` and the projection's ``network_share``."""
     if bandwidth is None:
         return []
     profiles = {m["compressor"]: _profile(store, m["trace"], m["compressor"], density) for m in measured}
     variants = [(0, None)] + ([(1, calibration[1])] if calibration[1] is not None else [])
     rows = []
-    for calibrated, constants in variants:
-        for m in measured:
-            name = m["compressor"]
-            p = project(m["trace"], workers, bandwidth, [name], density, profile=profiles[name],
-                        calibration=constants, rank_passes=m.get("compute_passes"))[name]
-            rows.append({
-                "emulation_id": emulation_id, "workload": workload, "compressor": name,
-                "density": None if name == "none" else density, "workers": workers,
-                "bandwidth_bps": bandwidth, "measured_s": m["measured_s"], "projected_s": p["iteration_s"],
-                "error_pct": (p["iteration_s"] - m["measured_s"]) / m["measured_s"] * 100.0,
-                "calibrated": calibrated,
-                "detail_json": json.dumps({
-                    "cores": os.cpu_count(), "trace": m["trace"],
-                    "calibration_id": calibration[0] if calibrated else None,
-                    "cost_source": None if profiles[name] is None else profiles[name].source,
-                    "measured": m, "projected": {k: p.get(k) for k in PROJECTED_KEYS},
-                }, sort_keys=True),
-            })
+    for fidelity in fidelities:
+        for calibrated, constants in variants:
+            for m in measured:
+                name = m["compressor"]
+                p = project(m["trace"], workers, bandwidth, [name], density, profile=profiles[name],
+                            calibration=constants, fidelity=fidelity, rank_passes=m.get("compute_passes"))[name]
+                rows.append({
+                    "emulation_id": emulation_id, "workload": workload, "compressor": name,
+                    "density": density if _uses_density(name) else None, "workers": workers,
+                    "bandwidth_bps": bandwidth, "measured_s": m["measured_s"], "projected_s": p["iteration_s"],
+                    "error_pct": (p["iteration_s"] - m["measured_s"]) / m["measured_s"] * 100.0,
+                    "calibrated": calibrated, "fidelity": fidelity, "network_share": network_share(p),
+                    "detail_json": json.dumps({
+                        "cores": os.cpu_count(), "trace": m["trace"],
+                        "calibration_id": calibration[0] if calibrated else None,
+                        "cost_source": None if profiles[name] is None else profiles[name].source,
+                        "measured": m, "projected": {k: p.get(k) for k in PROJECTED_KEYS},
+                    }, sort_keys=True),
+                })
     return rows
 
 
 def train(store: Store, workers: Sequence[int], bandwidths: Sequence[float | None], workload: str,
-          names: Sequence[str], density: float, *, iterations: int, warmup: int, batch_size: int,
+          names: Sequence[str], densities: Sequence[float], *, iterations: int, warmup: int, batch_size: int,
           shaping: bool, calibration: tuple[int | None, simulator.Calibration | None] = (None, None),
-          trace_root: str | Path | None = None, step: Callable[[], None] | None = None) -> tuple[int, list[dict[str, Any]]]:
-    """Train ``workload`` per compressor on every (workers, bandwidth), store measured vs
-    projected iteration times; returns ``(emulation_id, results)``. ``calibration``: ``(id,
-    constants)`` of the calibration for the second projection (:func:`resolve_calibration`)."""
-    config = {"workload": workload, "compressors": list(names), "density": density, "workers": list(workers),
-              "bandwidths_bps": list(bandwidths), "iterations": iterations, "warmup": warmup,
-              "batch_size": batch_size, "shaping": shaping, "threads_per_worker": 1}
+          fidelities: Sequence[str] = ("analytic", "des"), trace_root: str | Path | None = None,
+          step: Callable[[], None] | None = None) -> tuple[int, list[dict[str, Any]]]:
+    """Train ``workload`` per compressor on every cell of :func:`cells` (workers × bandwidth ×
+    density), store measured vs projected iteration times, one row per fidelity; returns
+    ``(emulation_id, results)``. ``calibration``: ``(id, constants)`` of the calibration for the
+    second projection (:func:`resolve_calibration`). ``step()`` after each network."""
+    config = {"workload": workload, "compressors": list(names), "densities": list(densities),
+              "workers": list(workers), "bandwidths_bps": list(bandwidths), "iterations": iterations,
+              "warmup": warmup, "batch_size": batch_size, "shaping": shaping, "threads_per_worker": 1,
+              "fidelities": list(fidelities)}
     emulation_id = store.start_emulation("train", config, os.cpu_count() or 1)
     root = Path(trace_root) if trace_root else store.path.parent / "emulation-traces"
     out: list[dict[str, Any]] = []
     status = "failed"
     try:
-        for p in workers:
-            for bandwidth in bandwidths:
-                label = f"{int(bandwidth / 1e6)}mbit" if bandwidth else "loopback"
-                measured = run_training(p, bandwidth, workload, names, density, iterations=iterations,
-                                        warmup=warmup, batch_size=batch_size,
-                                        trace_dir=root / f"{emulation_id}-{workload}-w{p}-{label}")
-                for m in measured:
-                    store.register_trace(m["trace"], json.loads((Path(m["trace"]) / "manifest.json").read_text()))
-                rows = validation_rows(store, emulation_id, workload, p, bandwidth, density, measured, calibration)
-                store.add_validation(rows)
-                if rows:
-                    out += [{**{k: v for k, v in r.items() if k != "detail_json"}, "detail": json.loads(r["detail_json"])}
-                            for r in rows]
-                else:
-                    out += [{"workers": p, "bandwidth_bps": None, "compressor": m["compressor"],
-                             "measured_s": m["measured_s"], "detail": {"measured": m}} for m in measured]
-                if step:
-                    step()
+        for p, bandwidth, density, run_names in cells(workers, bandwidths, names, densities):
+            label = f"{int(bandwidth / 1e6)}mbit" if bandwidth else "loopback"
+            measured = run_training(p, bandwidth, workload, run_names, density, iterations=iterations,
+                                    warmup=warmup, batch_size=batch_size,
+                                    trace_dir=root / f"{emulation_id}-{workload}-w{p}-{label}-d{density:g}")
+            for m in measured:
+                store.register_trace(m["trace"], json.loads((Path(m["trace"]) / "manifest.json").read_text()))
+            rows = validation_rows(store, emulation_id, workload, p, bandwidth, density, measured, calibration,
+                                   fidelities)
+            store.add_validation(rows)
+            if rows:
+                out += [{**{k: v for k, v in r.items() if k != "detail_json"}, "detail": json.loads(r["detail_json"])}
+                        for r in rows]
+            else:
+                out += [{"workers": p, "bandwidth_bps": None, "compressor": m["compressor"],
+                         "density": density if _uses_density(m["compressor"]) else None,
+                         "measured_s": m["measured_s"], "detail": {"measured": m}} for m in measured]
+            if step:
+                step()
         status = "done"
     finally:
         store.set_status("emulations", emulation_id, status)
     return emulation_id, out
+
+
+def summarize(results: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Median and worst |error| (%) of the projections per fidelity, uncalibrated and calibrated,
+    over every cell and over the cells whose network share is at least :data:`NETWORK_HEAVY`."""
+    summary = {}
+    for fidelity in dict.fromkeys(r["fidelity"] for r in results if "fidelity" in r):
+        for calibrated, label in ((0, "uncalibrated"), (1, "calibrated")):
+            rows = [r for r in results if r.get("fidelity") == fidelity and r.get("calibrated") == calibrated]
+            for scope, chosen in (("all cells", rows),
+                                  (f"network share >= {NETWORK_HEAVY:.0%}",
+                                   [r for r in rows if r["network_share"] >= NETWORK_HEAVY])):
+                errors = [abs(r["error_pct"]) for r in chosen]
+                if errors:
+                    summary[f"{fidelity} {label}, {scope}: median |error|"] = statistics.median(errors)
+                    summary[f"{fidelity} {label}, {scope}: worst |error|"] = max(errors)
+    return summary

@@ -140,13 +140,14 @@ def workload(source: Source) -> simulator.Workload:
 
 
 def calibration(store: Store, *, required: bool = False) -> simulator.Calibration | None:
-    """The newest calibration of the store; ``None`` when there is none, unless ``required``."""
-    row = store.latest_calibration()
-    if row is None:
+    """The newest calibration of the store with its per-operation fits; ``None`` when there is
+    none, unless ``required``."""
+    rows = store.calibration_rows()
+    if not rows:
         if required:
             raise ValueError(f"the results store {store.path} has no calibration (run sidco calibrate)")
         return None
-    return simulator.Calibration(row["alpha_s"], row["beta_s_per_byte"], row["efficiency"])
+    return simulator.Calibration.from_rows(rows)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,17 @@ def _marks(values: Sequence[Any]) -> str:
     return ", ".join("?" for _ in values)
 
 
+def _insert_calibration(cur: sqlite3.Cursor, created: float, alpha_s: float, beta_s_per_byte: float,
+                        efficiency: float, source: Mapping[str, Any], op: str | None,
+                        fit_error_pct: float | None) -> int:
+    """Insert one calibrations row (the one home of that INSERT); returns its id."""
+    cur.execute("INSERT INTO calibrations(created, alpha_s, beta_s_per_byte, efficiency, source_json, op,"
+                " fit_error_pct) VALUES(?, ?, ?, ?, ?, ?, ?)",
+                (created, alpha_s, beta_s_per_byte, efficiency, json.dumps(source, sort_keys=True), op,
+                 fit_error_pct))
+    return int(cur.lastrowid)
+
+
 class Queries:
     """Named reads and writes of the store's tables (mixed into :class:`results.store.Store`)."""
 
@@ -66,6 +77,10 @@ class Queries:
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         return _dicts(self._rows(sql, params))
+
+    def _first(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+        row = self._one(sql, params)
+        return None if row is None else dict(row)
 
     def _count(self, sql: str, params: Sequence[Any] = ()) -> int:
         return int(self._rows(sql, params)[0][0])
@@ -430,33 +445,59 @@ class Queries:
     def add_calibration(self, alpha_s: float, beta_s_per_byte: float, efficiency: float,
                         source: Mapping[str, Any], *, op: str | None = None,
                         fit_error_pct: float | None = None) -> int:
-        """Store a fitted calibration (α in s, β in s/byte, efficiency in (0, 1]); returns its id."""
+        """Store a fitted calibration (α in s, β in s/byte, efficiency in (0, 1]; ``op`` NULL: one
+        fit for every operation; ``fit_error_pct``: the fit's median |relative residual|, %);
+        returns its id."""
         with self.transaction() as cur:
-            cur.execute("INSERT INTO calibrations(created, alpha_s, beta_s_per_byte, efficiency, source_json, op,"
-                        " fit_error_pct) VALUES(?, ?, ?, ?, ?, ?, ?)",
-                        (time.time(), alpha_s, beta_s_per_byte, efficiency, json.dumps(source, sort_keys=True),
-                         op, fit_error_pct))
-            return int(cur.lastrowid)
+            return _insert_calibration(cur, time.time(), alpha_s, beta_s_per_byte, efficiency, source, op,
+                                       fit_error_pct)
+
+    def insert_calibration(self, pooled: Mapping[str, Any], per_op: Mapping[str, Mapping[str, Any]]) -> int:
+        """Store one calibration: the ``pooled`` fit (``op`` NULL) and one row per operation, in one
+        transaction with one ``created`` time. Each fit maps ``alpha_s`` (s), ``beta_s_per_byte``
+        (s/byte), ``efficiency``, ``fit_error_pct`` (%) and ``source`` (a JSON-serialisable dict).
+        Returns the pooled row's id."""
+        created = time.time()
+        with self.transaction() as cur:
+            calibration_id = _insert_calibration(
+                cur, created, pooled["alpha_s"], pooled["beta_s_per_byte"], pooled["efficiency"],
+                pooled["source"], None, pooled.get("fit_error_pct"))
+            for op, f in sorted(per_op.items()):
+                _insert_calibration(cur, created, f["alpha_s"], f["beta_s_per_byte"], f["efficiency"],
+                                    {**f["source"], "calibration_id": calibration_id}, op, f.get("fit_error_pct"))
+        return calibration_id
 
     def latest_calibration(self) -> dict[str, Any] | None:
-        """The most recent calibration row, or ``None``."""
-        rows = self._all("SELECT * FROM calibrations ORDER BY created DESC, id DESC LIMIT 1")
-        return rows[0] if rows else None
+        """The most recent pooled calibration row (``op`` NULL), or ``None``."""
+        return self._first("SELECT * FROM calibrations WHERE op IS NULL ORDER BY created DESC, id DESC LIMIT 1")
 
     def calibration(self, calibration_id: int) -> dict[str, Any] | None:
         """One calibration row by id, or ``None``."""
-        rows = self._all("SELECT * FROM calibrations WHERE id=?", (int(calibration_id),))
-        return rows[0] if rows else None
+        return self._first("SELECT * FROM calibrations WHERE id=?", (int(calibration_id),))
+
+    def calibration_rows(self, calibration_id: int | None = None) -> list[dict[str, Any]]:
+        """The rows of one calibration: its pooled row (``op`` NULL; id ``calibration_id``, the
+        newest when ``None``) and the per-operation rows written with it (same ``created``),
+        pooled row first; empty when there is none."""
+        if calibration_id is None:
+            pooled = self.latest_calibration()
+        else:
+            pooled = self._first("SELECT * FROM calibrations WHERE id=? AND op IS NULL", (int(calibration_id),))
+        if pooled is None:
+            return []
+        return [pooled, *self._all("SELECT * FROM calibrations WHERE created=? AND op IS NOT NULL ORDER BY op",
+                                   (pooled["created"],))]
 
     def add_validation(self, rows: Iterable[Mapping[str, Any]]) -> int:
         """Insert validation rows (measured vs projected iteration time) in one transaction."""
         return self._insert_rows("validation", rows)
 
     def validation(self) -> list[dict[str, Any]]:
-        """Validation rows (measured vs projected iteration time, seconds; error in %)."""
+        """Validation rows (measured vs projected iteration time, seconds; error in %; the projection's
+        ``fidelity`` and ``network_share``, transfer time ÷ iteration, 0..1; both NULL in older rows)."""
         return self._all(
             "SELECT v.emulation_id, v.workload, v.compressor, v.density, v.workers, v.bandwidth_bps,"
-            " v.measured_s, v.projected_s, v.error_pct, v.calibrated"
+            " v.measured_s, v.projected_s, v.error_pct, v.calibrated, v.fidelity, v.network_share"
             " FROM validation v ORDER BY v.workload, v.compressor, v.workers, v.bandwidth_bps"
         )
 

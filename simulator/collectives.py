@@ -35,6 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from simulator import plans
+from simulator.calibration import Calibration
 from simulator.limits import check_collective
 from simulator.links import Fabric, Level
 
@@ -208,6 +209,7 @@ def collective_time(
     intra_bandwidth_bps: float = 2.4e12,
     intra_latency_s: float = 2e-6,
     servers: int = 0,
+    calibration: Calibration | None = None,
 ) -> float:
     """Time in seconds of one collective on an idle cluster.
 
@@ -217,9 +219,15 @@ def collective_time(
     bytes per rank of an all-gather or of sparse ``ps`` pushes; ``nodes``: ranks (nodes of ``gpus_per_node`` GPUs for
     ``hierarchical``); ``bandwidth_bps``: per-link bandwidth in bits/s; ``latency_s``: per
     message (s); ``padded``: all-gather pads every block to the largest (as gloo needs);
-    ``servers``: dedicated parameter servers (``ps`` with ``algorithm="dedicated"``).
+    ``servers``: dedicated parameter servers (``ps`` with ``algorithm="dedicated"``);
+    ``calibration``: fitted constants; ``op``'s own α (added to ``latency_s``) and efficiency
+    (× ``bandwidth_bps``) at ``nodes`` ranks apply to the inter-node links (see
+    :meth:`Calibration.fit_for`: else ``op``'s fit, else the pooled one).
     """
     check_args(op, algorithm, nodes, bandwidth_bps, latency_s, fidelity)
+    if calibration is not None:
+        bandwidth_bps = calibration.bandwidth(bandwidth_bps, op, nodes)
+        latency_s = calibration.latency(latency_s, op, nodes)
     if nbytes < 0:
         raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
     if op == "ps" and algorithm == "dedicated" and not 1 <= servers <= nodes:

@@ -89,7 +89,7 @@ def run_des(prep: Prepared) -> Record:
             for phase in prep.phases[b]:
                 if phase.gap_s:
                     entry[:p] = entry[:p] + phase.gap_s
-                entry = fabric.run(phase.plan, phase.nbytes, entry, phase.sizes)
+                entry = fabric.run(phase.plan, phase.nbytes, entry, phase.sizes, link=phase.link)
             start[b] = begin
             xfer_end[b] = entry[:p]
             joined[b] = np.minimum(comp_end[b].max(), xfer_end[b])

@@ -23,7 +23,7 @@ Every compressor is scheduled from the kind of message it sends:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -45,14 +45,17 @@ class Phase:
     """One collective (or one phase of a two-phase exchange) of a bucket.
 
     ``plan``/``nbytes``/``sizes`` drive the link engine; ``analytic_s`` is the closed form (s);
-    ``gap_s``: compute (s) that must run after the previous phase and before this one (PowerSGD's
-    orthogonalisation and ``Q = Mᵀ·P`` between the all-reduces of P and Q).
+    ``link``: the flat (inter-node) links as this operation sees them (its calibration's α and
+    efficiency applied), ``None`` for the scenario's flat level; ``gap_s``: compute (s) that must
+    run after the previous phase and before this one (PowerSGD's orthogonalisation and
+    ``Q = Mᵀ·P`` between the all-reduces of P and Q).
     """
 
     plan: plans.Plan
     nbytes: float
     sizes: np.ndarray | None
     analytic_s: float
+    link: Level | None = None
     gap_s: float = 0.0
 
 
@@ -103,10 +106,13 @@ def worker_scales(sc: Scenario) -> np.ndarray:
     return scale
 
 
-def _levels(sc: Scenario) -> tuple[Level, Level]:
+def _levels(sc: Scenario, op: str | None = None) -> tuple[Level, Level]:
+    """The flat and intra-node link levels; the flat one with the calibration of ``op``
+    (``allreduce``, ``allgather``, ``ps``; ``None``: the pooled fit) on ``sc.nodes`` ranks applied."""
     bandwidth, latency = sc.bandwidth_bps, sc.latency_s
     if sc.calibration is not None:
-        bandwidth, latency = sc.calibration.bandwidth(bandwidth), sc.calibration.latency(latency)
+        bandwidth = sc.calibration.bandwidth(bandwidth, op, sc.nodes)
+        latency = sc.calibration.latency(latency, op, sc.nodes)
     flat = Level(bandwidth / 8.0 / sc.oversubscription, latency)
     return flat, Level(sc.intra_bandwidth_bps / 8.0, sc.intra_latency_s)
 
@@ -116,15 +122,15 @@ def _dense_phase(sc: Scenario, nbytes: float, flat: Level, intra: Level) -> Phas
     if sc.topology == "ps":
         if sc.ps_servers:
             return Phase(plans.ps_dedicated(p, sc.ps_servers, False), nbytes, None,
-                         analytic_time("ps", nbytes, p, B, a, "dedicated", servers=sc.ps_servers))
-        return Phase(plans.ps_sharded(p, False), nbytes, None, analytic_time("ps", nbytes, p, B, a, "sharded"))
+                         analytic_time("ps", nbytes, p, B, a, "dedicated", servers=sc.ps_servers), flat)
+        return Phase(plans.ps_sharded(p, False), nbytes, None, analytic_time("ps", nbytes, p, B, a, "sharded"), flat)
     if sc.topology == "hierarchical":
         g = sc.gpus_per_node
         return Phase(plans.hierarchical_allreduce(p, g, False), nbytes, None,
-                     analytic_time("allreduce", nbytes, p, B, a, "hierarchical", gpus=g, intra=intra))
+                     analytic_time("allreduce", nbytes, p, B, a, "hierarchical", gpus=g, intra=intra), flat)
     plan = {"ring": plans.ring_allreduce, "halving-doubling": plans.halving_doubling_allreduce,
             "tree": plans.tree_allreduce}[sc.topology](p)
-    return Phase(plan, nbytes, None, analytic_time("allreduce", nbytes, p, B, a, sc.topology))
+    return Phase(plan, nbytes, None, analytic_time("allreduce", nbytes, p, B, a, sc.topology), flat)
 
 
 def _sparse_phases(sc: Scenario, dense: float, wire: np.ndarray, flat: Level, intra: Level) -> list[Phase]:
@@ -133,8 +139,8 @@ def _sparse_phases(sc: Scenario, dense: float, wire: np.ndarray, flat: Level, in
         pulled = min(float(wire.sum()), dense)
         if sc.ps_servers:
             return [Phase(plans.ps_dedicated(p, sc.ps_servers, True), pulled, wire,
-                          analytic_time("ps", pulled, p, B, a, "dedicated", sizes=wire, servers=sc.ps_servers))]
-        return [Phase(plans.ps_sharded(p, True), pulled, wire, analytic_time("ps", pulled, p, B, a, "sharded", sizes=wire))]
+                          analytic_time("ps", pulled, p, B, a, "dedicated", sizes=wire, servers=sc.ps_servers), flat)]
+        return [Phase(plans.ps_sharded(p, True), pulled, wire, analytic_time("ps", pulled, p, B, a, "sharded", sizes=wire), flat)]
     if sc.topology == "hierarchical":
         g = sc.gpus_per_node
         node = wire.reshape(p, g).sum(axis=1)
@@ -142,15 +148,15 @@ def _sparse_phases(sc: Scenario, dense: float, wire: np.ndarray, flat: Level, in
             node = np.full(p, float(node.max()))
         inter = analytic_time("allgather", 0.0, p, B, a, "ring", sizes=node, padded=sc.padded)
         intra_s = analytic_time("allreduce", dense, 1, B, a, "hierarchical", gpus=g, intra=intra)
-        return [Phase(plans.hierarchical_allreduce(p, g, True), dense, node, intra_s + inter)]
+        return [Phase(plans.hierarchical_allreduce(p, g, True), dense, node, intra_s + inter, flat)]
     plan = plans.ring_allgather(p)
     if not sc.padded:
-        return [Phase(plan, 0.0, wire, analytic_time("allgather", 0.0, p, B, a, "ring", sizes=wire, padded=False))]
+        return [Phase(plan, 0.0, wire, analytic_time("allgather", 0.0, p, B, a, "ring", sizes=wire, padded=False), flat)]
     counts = np.full(p, float(COUNT_BYTES))
     padded = np.full(p, float(wire.max()))
     return [
-        Phase(plan, 0.0, counts, analytic_time("allgather", COUNT_BYTES, p, B, a, "ring")),
-        Phase(plan, 0.0, padded, analytic_time("allgather", float(wire.max()), p, B, a, "ring")),
+        Phase(plan, 0.0, counts, analytic_time("allgather", COUNT_BYTES, p, B, a, "ring"), flat),
+        Phase(plan, 0.0, padded, analytic_time("allgather", float(wire.max()), p, B, a, "ring"), flat),
     ]
 
 
@@ -173,7 +179,7 @@ def _lowrank_phases(sc: Scenario, elements: tuple[int, int, int], middle_s: floa
     phases = [_dense_phase(sc, float(rest), flat, intra)] if rest else []
     phases.append(_dense_phase(sc, float(p_elements), flat, intra))
     q_phase = _dense_phase(sc, float(q_elements), flat, intra)
-    phases.append(Phase(q_phase.plan, q_phase.nbytes, q_phase.sizes, q_phase.analytic_s, middle_s))
+    phases.append(replace(q_phase, gap_s=middle_s))
     return phases
 
 
@@ -183,6 +189,9 @@ def prepare(sc: Scenario) -> Prepared:
     buckets = wl.buckets(sc.bucket_mode, sc.bucket_cap_bytes, sc.first_bucket_bytes)
     p, g = sc.workers, sc.gpus_per_node
     flat, intra = _levels(sc)
+    dense_op = "ps" if sc.topology == "ps" else "allreduce"
+    dense_flat = _levels(sc, dense_op)[0]
+    sparse_flat = _levels(sc, "ps" if sc.topology == "ps" else "allgather")[0]
     n_b = len(buckets)
     comp = np.zeros((n_b, p))
     decomp = np.zeros((n_b, p))
@@ -193,7 +202,7 @@ def prepare(sc: Scenario) -> Prepared:
         dense = float(bucket.nbytes)
         if cost is None:
             wire[b] = dense
-            phases.append([_dense_phase(sc, dense, flat, intra)])
+            phases.append([_dense_phase(sc, dense, dense_flat, intra)])
             continue
         shard = bucket.numel / g
         comp[b] = cost.compress_s(shard)
@@ -203,13 +212,13 @@ def prepare(sc: Scenario) -> Prepared:
             comp[b] = cost.compress_s(shard) / 2
             wire[b] = sum(elements) * wl.itemsize
             decomp[b] = cost.decompress_s(bucket.numel)
-            phases.append(_lowrank_phases(sc, elements, cost.compress_s(shard) / 2, flat, intra))
+            phases.append(_lowrank_phases(sc, elements, cost.compress_s(shard) / 2, dense_flat, intra))
         elif not sc.sparse:
             fixed = allreduce_bytes(sc.compressor, round(shard), sc.density, wl.itemsize, sc.compressor_options)
             if fixed is not None:
                 wire[b] = fixed
             decomp[b] = cost.decompress_s(bucket.numel)
-            phases.append([_dense_phase(sc, float(wire[b].mean()), flat, intra)])
+            phases.append([_dense_phase(sc, float(wire[b].mean()), dense_flat, intra)])
         else:
             if sc.topology == "hierarchical":
                 decomp[b] = sc.nodes * cost.decompress_s(shard)
@@ -218,7 +227,7 @@ def prepare(sc: Scenario) -> Prepared:
                 decomp[b] = p * cost.decompress_s(bucket.numel / servers) + cost.decompress_s(bucket.numel)
             else:
                 decomp[b] = p * cost.decompress_s(bucket.numel)
-            phases.append(_sparse_phases(sc, dense, wire[b], flat, intra))
+            phases.append(_sparse_phases(sc, dense, wire[b], sparse_flat, intra))
     if cost is None:
         op = {"ps": "ps push/pull", "hierarchical": "hier. all-reduce"}.get(sc.topology, "all-reduce")
     elif sc.message == "lowrank":

@@ -43,14 +43,19 @@ class Fabric:
         self.ingress = {"flat": np.zeros(ranks), "intra": np.zeros(ranks), "inter": np.zeros(nodes)}
 
     def run(
-        self, plan: Plan, nbytes: float, entry: np.ndarray, sizes: np.ndarray | None = None
+        self, plan: Plan, nbytes: float, entry: np.ndarray, sizes: np.ndarray | None = None,
+        *, link: Level | None = None,
     ) -> np.ndarray:
         """Run ``plan`` for a buffer of ``nbytes`` bytes; ranks enter at ``entry`` (s).
+
+        ``link``: the flat/inter level's bandwidth and latency as this collective sees them
+        (e.g. its own calibration), in place of the fabric's; busy-until state is shared.
 
         ``sizes`` are the per-rank (per-node for inter-level all-gathers) contributions in
         bytes of all-gather steps. Returns, per rank, when it has sent and received
         everything (s).
         """
+        override = link
         gate = np.array(entry, dtype=float)
         recv = gate.copy()
         done = gate.copy()
@@ -58,7 +63,7 @@ class Fabric:
         g = self.gpus
         for step in plan:
             level = step.level
-            link = self.levels[level]
+            link = self.levels[level] if override is None or level == "intra" else override
             egress, ingress = self.egress[level], self.ingress[level]
             node_level = level == "inter"
             src, dst = step.src, step.dst

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from emulation import network
 from emulation.calibration import fit
-from emulation.plan import IFNAME, MTU_BYTES, make_plan, tbf_parameters, unique_prefix
+from emulation.plan import FRAME_BYTES, IFNAME, make_plan, tbf_parameters, unique_prefix
 
 
 def _targets_own_namespace(argv: tuple[str, ...], plan) -> bool:
@@ -85,13 +85,14 @@ def test_plan_invariants(workers, bandwidth, shaped):
 
 
 @given(bandwidth=st.floats(1e5, 1e11))
-def test_tbf_parameters_cover_mtus_and_grow(bandwidth):
+def test_tbf_burst_shapes_every_grid_message(bandwidth):
     burst, limit = tbf_parameters(bandwidth)
-    assert burst >= 4 * MTU_BYTES
-    assert limit >= 64 * 1024
-    assert limit >= burst
-    burst2, limit2 = tbf_parameters(bandwidth * 2)
-    assert burst2 >= burst and limit2 >= limit
+    # the bucket passes a full-size frame (a smaller one drops them) ...
+    assert burst >= FRAME_BYTES
+    # ... and, at every rate, lets at most 5 % of a 64 KiB message (the grid's smallest) out unshaped
+    assert burst <= 0.05 * 64 * 1024
+    assert limit >= 2 * 1024 * 1024 and limit >= burst
+    assert tbf_parameters(bandwidth * 2)[1] >= limit
 
 
 def _ring_seconds(op, n, p, bandwidth_bps, alpha, efficiency):
@@ -242,3 +243,13 @@ def test_independent_jitter_needs_two_ranks_with_passes():
     assert independent_jitter(_passes([[0.1, 0.2]])) is None
     assert independent_jitter(_passes([[0.1], []])) is None
     assert independent_jitter([]) is None
+
+
+def test_network_share_is_transfer_time_over_iteration():
+    import simulator
+    from emulation.projection import network_share
+
+    wl = simulator.Workload((simulator.Layer("a", 8_000_000, 0.010),), forward_s=0.020, optimizer_s=0.002, batch_size=1)
+    r = simulator.simulate(simulator.Scenario(wl, 2, 8e9, 0.0, bucket_mode="single"))
+    comm = 8_000_000 / 1e9  # ring all-reduce on 2 ranks: 2·(1/2)·n/B, B = 1e9 bytes/s
+    assert network_share(r) == pytest.approx(comm / (0.020 + 0.010 + comm + 0.002), rel=1e-9)

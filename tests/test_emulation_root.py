@@ -106,6 +106,32 @@ def test_collective_time_grows_as_bandwidth_falls():
     assert 0.4 * 0.95 < slow[1]["seconds"] < 0.4 * 1.6
 
 
+def test_small_message_is_shaped():
+    # each rank sends 64 KiB: 26.2 ms at 20 Mbit/s; a burst that held the message would make it ~0
+    (gather,) = measure_collectives(2, 20e6, ["allgather"], [2 * 65536], repeats=3)
+    expected = 65536 * 8 / 20e6
+    assert 0.9 * expected < min(gather["repeats_s"]) < 2.5 * expected, gather
+
+
+def _qdisc_drops(namespace: str, device: str) -> int:
+    import re
+
+    out = subprocess.run(["tc", "-n", namespace, "-s", "qdisc", "show", "dev", device],
+                         capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"dropped (\d+)", out).group(1))
+
+
+def test_slow_links_drop_nothing():
+    # at 10 Mbit/s a 100 ms queue (125 kB) dropped hundreds of segments of a 1 MiB all-reduce
+    plan = make_plan(2, 10e6)
+    with Network(plan):
+        run_workers("emulation.collective_worker", ["--ops", "allreduce", "--bytes", "1048576", "--repeats", "1"],
+                    2, plan, 120)
+        drops = [_qdisc_drops(ns, plan.ifname) for ns in plan.worker_ns]
+        drops += [_qdisc_drops(plan.bridge_ns, f"vp{i}") for i in range(2)]
+    assert drops == [0, 0, 0, 0]
+
+
 @pytest.mark.slow
 def test_training_end_to_end_two_bandwidths(tmp_path, capsys):
     import json
@@ -131,6 +157,39 @@ def test_training_end_to_end_two_bandwidths(tmp_path, capsys):
         assert r["detail"]["measured"]["buckets"], r
     with Store(store_path) as store:
         assert store.query("SELECT status FROM emulations")[0]["status"] == "done"
-        assert len(store.query("SELECT * FROM validation WHERE calibrated = 0")) == 4
+        # one row per cell and fidelity (analytic and des by default)
+        assert len(store.query("SELECT * FROM validation WHERE calibrated = 0 AND fidelity = 'analytic'")) == 4
+        assert len(store.query("SELECT * FROM validation WHERE calibrated = 0 AND fidelity = 'des'")) == 4
         assert len(store.traces()) == 4
+    assert leftovers(f"sidco-{os.getpid()}-") == []  # other sessions may be emulating meanwhile
+
+
+@pytest.mark.slow
+def test_median_error_of_a_small_network_heavy_grid(tmp_path, capsys):
+    """Regression guard of the projection: calibrate on a small collective sweep, then run a
+    small grid whose cells spend much of their iteration on the network; the median |error| of
+    its calibrated rows (both fidelities) stays <= 10 %."""
+    import json
+    import statistics
+
+    from sidco.cli import main
+
+    store = ["--store", str(tmp_path / "r.sqlite")]
+    assert main(["emulate", "collective", "--workers", "2", "--bandwidth", "20Mbit", "--bytes", "64KB,256KB,1MB",
+                 "--repeats", "2", *store]) == 0
+    assert main(["calibrate", *store]) == 0
+    capsys.readouterr()
+    code = main([
+        "emulate", "--workers", "2", "--bandwidth", "20Mbit", "--workload", "resnet20",
+        "--compressors", "none,topk", "--density", "0.1", "--iterations", "6", "--warmup", "2",
+        "--batch-size", "4", "--calibration", "latest", "--fidelity", "analytic,des", *store, "--json",
+    ])
+    assert code == 0
+    rows = [r for r in json.loads(capsys.readouterr().out)["results"] if r["calibrated"]]
+    assert sorted((r["compressor"], r["fidelity"]) for r in rows) == [
+        ("none", "analytic"), ("none", "des"), ("topk", "analytic"), ("topk", "des")]
+    dense = [r for r in rows if r["compressor"] == "none"]
+    assert all(r["network_share"] >= 0.3 for r in dense), dense
+    errors = [abs(r["error_pct"]) for r in rows]
+    assert statistics.median(errors) <= 10, [(r["compressor"], r["fidelity"], round(r["error_pct"], 1)) for r in rows]
     assert leftovers(f"sidco-{os.getpid()}-") == []  # other sessions may be emulating meanwhile

@@ -83,7 +83,7 @@ def layout(reader: StoreReader) -> html.Div:
             ui.loading(html.Div(className="stack", children=[
                 html.Div(id="whatif-message"),
                 ui.figure_card("whatif-breakdown", "Projected iteration time per compressor", height=420),
-                ui.figure_card("whatif-speedup", "Speed-up over no compression", height=300),
+                ui.figure_card("whatif-speedup", "Speed-up over no compression (fp32) and over fp16", height=300),
             ])),
         ]),
     ])

@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
 
 from tqdm import tqdm
 
@@ -33,6 +32,39 @@ def _positive_int_list(text: str, what: str, minimum: int) -> list[int]:
     return parse_list(text, parse)
 
 
+EPILOG = """\
+validation grid (where the network is the question):
+  A cell is one (workers, bandwidth, compressor, density). It tests the network model only
+  when the projected network share of its iteration is large (>= 30 %): slow links, large
+  messages, more workers. The grid of BENCHMARKS.md (resnet20, batch 8 per worker):
+    sidco emulate --workers 2 --bandwidth 10Mbit,20Mbit,50Mbit \\
+        --compressors none,topk,sidco-e,fp16,powersgd --density 0.1 $OPTS
+    sidco emulate --workers 4 --bandwidth 20Mbit \\
+        --compressors none,topk,sidco-e,fp16,powersgd --density 0.1,0.05 $OPTS
+    sidco emulate --workers 8 --bandwidth 20Mbit --compressors none,topk --density 0.1 $OPTS
+  with OPTS='--batch-size 8 --iterations 6 --warmup 2 --fidelity analytic,des'. Sparse
+  messages at 5-10 % of resnet20's 272,474 gradients are 109-218 kB per rank; dense ones
+  1.09 MB (fp16: half). 8 workers is the most tried on 2 cores. Calibrate first:
+  'sidco emulate collective --workers 2,4,8 --bandwidth 10Mbit,20Mbit,50Mbit,100Mbit',
+  then 'sidco calibrate' (per-operation fits; --check ID compares with held-out runs).
+
+shaping:
+  tc tbf on every worker's uplink and downlink, burst of two full frames (3,028 bytes) at
+  every rate: a message of m bytes is shaped to within 3,028/m (4.6 % at 64 KiB); queue of
+  at least 2 MiB, so TCP loses nothing to the shaper.
+
+fields of every train-mode row (stored in the validation table):
+  measured_s     median iteration time of the real run (s; per rank, averaged over ranks)
+  projected_s    the simulator's iteration time for the same cell (s)
+  error_pct      (projected_s - measured_s) / measured_s x 100 (%)
+  network_share  projected transfer time, exposed and hidden behind backward, / projected
+                 iteration time (0..1; printed in %)
+  fidelity       analytic (closed-form collectives) or des (SimPy, link-level messages)
+  calibrated     1 when the projection applied the calibration (per-operation alpha and
+                 efficiency), 0 when it used the nominal link rate and no latency
+"""
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``emulate`` subcommand."""
     parser = subparsers.add_parser(
@@ -45,8 +77,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "'sidco emulate collective' times all-reduce/all-gather (input for 'sidco calibrate'); "
             "'sidco emulate [train]' trains a built-in workload under DistributedDataParallel with each "
             "compressor's comm hook, and compares the measured iteration time with the simulator's "
-            "projection of the same scenario. Every (workers, bandwidth) combination is run."
+            "projection of the same scenario. Every (workers, bandwidth, density) combination is run."
         ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("mode", nargs="?", choices=("train", "collective"), default="train",
                         help="what to run (default: train)")
@@ -71,12 +105,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train = parser.add_argument_group("train mode")
     train.add_argument("--workload", default="resnet20", help="built-in workload (traces.workloads)")
     train.add_argument("--compressors", default="none,topk,dgc,sidco-e", help="compressors, comma-separated")
-    train.add_argument("--density", type=float, default=0.01, help="target density (fraction of elements sent)")
+    train.add_argument("--density", default="0.01",
+                       help="target densities, comma-separated (fraction of elements sent); compressors that ignore it "
+                            "(none, fp16, bf16, powersgd) run once per network")
     train.add_argument("--iterations", type=int, default=30, help="timed iterations per compressor (after warm-up)")
     train.add_argument("--warmup", type=int, default=5, help="warm-up iterations excluded from the median")
     train.add_argument("--batch-size", type=int, default=16, help="samples per worker per iteration")
     train.add_argument("--calibration", default="latest",
                        help="calibration for the second projection: 'latest', a calibrations id, or 'none'")
+    train.add_argument("--fidelity", default="analytic,des",
+                       help="simulator fidelities that project every cell, comma-separated: analytic "
+                            "(closed-form collectives), des (SimPy compute streams, link-level messages); "
+                            "one row per fidelity")
     train.add_argument("--trace-dir", default=None,
                        help="where the traces recorded by rank 0 go (default: emulation-traces/ beside the store)")
     parser.set_defaults(func=run)
@@ -129,11 +169,37 @@ def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: li
     return 0
 
 
+def _densities(text: str) -> list[float]:
+    def parse(item: str) -> float:
+        try:
+            value = float(item)
+        except ValueError:
+            raise ValueError(f"invalid density {item!r}: give fractions, e.g. 0.05,0.1") from None
+        if not 0 < value <= 1:
+            raise ValueError(f"density must be in (0, 1], got {value:g}")
+        return value
+
+    return parse_list(text, parse)
+
+
+def _fidelities(text: str) -> list[str]:
+    import simulator
+
+    chosen = parse_list(text, str)
+    unknown = [f for f in chosen if f not in simulator.FIDELITIES]
+    if unknown or not chosen:
+        raise ValueError(f"invalid --fidelity {text!r}: choose from {', '.join(simulator.FIDELITIES)}")
+    return list(dict.fromkeys(chosen))
+
+
 def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[float | None]) -> int:
     from emulation.training import check_request
 
     names = parse_list(args.compressors, str)
-    check_request(args.workload, names, args.density, args.iterations, args.warmup, args.batch_size)
+    densities = _densities(args.density)
+    fidelities = _fidelities(args.fidelity)
+    for density in densities:
+        check_request(args.workload, names, density, args.iterations, args.warmup, args.batch_size)
     calibration: str | int = args.calibration
     if calibration not in ("latest", "none"):
         try:
@@ -143,40 +209,32 @@ def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
     with Store(args.store) as store:
         resolved = emulate.resolve_calibration(store, calibration)
         calibration_id = resolved[0]
-        with tqdm(total=len(workers) * len(bandwidths), desc="emulations", unit="network", file=sys.stderr) as bar:
+        cells = emulate.cells(workers, bandwidths, names, densities)
+        with tqdm(total=len(cells), desc="emulations", unit="network", file=sys.stderr) as bar:
             emulation_id, out = emulate.train(
-                store, workers, bandwidths, args.workload, names, args.density, iterations=args.iterations,
+                store, workers, bandwidths, args.workload, names, densities, iterations=args.iterations,
                 warmup=args.warmup, batch_size=args.batch_size, shaping=not args.no_shaping, calibration=resolved,
-                trace_root=args.trace_dir, step=lambda: bar.update(1),
+                fidelities=fidelities, trace_root=args.trace_dir, step=lambda: bar.update(1),
             )
-    summary = _summary(out)
+    summary = emulate.summarize(out)
     if args.json:
         print(json.dumps({"emulation_id": emulation_id, "cores": os.cpu_count(), "calibration_id": calibration_id,
                           "summary": summary, "results": out}))
         return 0
-    print(f"emulation {emulation_id}: {args.workload}, density {args.density:g}, {os.cpu_count()} cores, "
-          f"1 thread per worker; calibration: {calibration_id if calibration_id is not None else 'none'}")
-    print(f"{'workers':>7} {'bandwidth':>14} {'compressor':<10} {'measured':>10} {'projected':>10} {'error':>8} {'calib.':>6}")
+    print(f"emulation {emulation_id}: {args.workload}, {os.cpu_count()} cores, 1 thread per worker; "
+          f"calibration: {calibration_id if calibration_id is not None else 'none'}")
+    print(f"{'workers':>7} {'bandwidth':>14} {'compressor':<10} {'density':>7} {'measured':>10} {'projected':>10} "
+          f"{'error':>8} {'network':>8} {'fidelity':>8} {'calib.':>6}")
     for r in out:
         bw = format_bandwidth(r["bandwidth_bps"]) if r.get("bandwidth_bps") else "loopback"
+        density = "-" if r.get("density") is None else f"{r['density']:g}"
         if "projected_s" in r:
-            print(f"{r['workers']:>7} {bw:>14} {r['compressor']:<10} {format_seconds(r['measured_s']):>10} "
-                  f"{format_seconds(r['projected_s']):>10} {r['error_pct']:>+7.1f}% {'yes' if r['calibrated'] else 'no':>6}")
+            print(f"{r['workers']:>7} {bw:>14} {r['compressor']:<10} {density:>7} {format_seconds(r['measured_s']):>10} "
+                  f"{format_seconds(r['projected_s']):>10} {r['error_pct']:>+7.1f}% {r['network_share'] * 100:>7.1f}% "
+                  f"{r['fidelity']:>8} {'yes' if r['calibrated'] else 'no':>6}")
         else:
-            print(f"{r['workers']:>7} {bw:>14} {r['compressor']:<10} {format_seconds(r['measured_s']):>10} "
-                  f"{'-':>10} {'-':>8} {'-':>6}")
+            print(f"{r['workers']:>7} {bw:>14} {r['compressor']:<10} {density:>7} {format_seconds(r['measured_s']):>10} "
+                  f"{'-':>10} {'-':>8} {'-':>8} {'-':>8} {'-':>6}")
     for label, value in summary.items():
         print(f"{label}: {value:.1f} %")
     return 0
-
-
-def _summary(results: list[dict[str, Any]]) -> dict[str, float]:
-    """Median |error| (%) of the projections, uncalibrated and calibrated."""
-    import statistics
-
-    summary = {}
-    for calibrated, label in ((0, "median |error| uncalibrated"), (1, "median |error| calibrated")):
-        errors = [abs(r["error_pct"]) for r in results if r.get("calibrated") == calibrated and "error_pct" in r]
-        if errors:
-            summary[label] = statistics.median(errors)
-    return summary

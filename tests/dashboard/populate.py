@@ -79,6 +79,7 @@ def populate(path: Path, trace_dir: Path) -> dict[str, int]:
                 "density": None if compressor == "none" else 0.01, "workers": workers, "bandwidth_bps": 1e8,
                 "measured_s": measured, "projected_s": projected,
                 "error_pct": (projected - measured) / measured * 100, "calibrated": i % 2, "detail_json": "{}",
+                "fidelity": "analytic" if i < 3 else "des", "network_share": 0.7 if compressor == "none" else 0.2,
             })
         store.add_validation(validation)
     finally:
