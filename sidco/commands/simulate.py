@@ -193,8 +193,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--bandwidth", required=True, help="NIC bandwidth per direction, e.g. 10Gbit or 1.25GB/s")
     parser.add_argument("--latency", default="50us", help="per-message latency, e.g. 50us (default 50us)")
     parser.add_argument("--compressor", default="none", help="compressor name (default none)")
-    parser.add_argument("--density", type=float, help="target density in (0, 1], e.g. 0.001 (fp16, bf16 and "
-                        "powersgd send what their dtype or rank sets; give 1)")
+    parser.add_argument("--density", type=float, help="target density in (0, 1], e.g. 0.001; needed by the sparsifiers "
+                        "(fp16, bf16 and powersgd send what their dtype or rank sets: default 1)")
     parser.add_argument("--rank", default="1", help="PowerSGD's rank r, columns of P and Q per layer (default 1)")
     parser.add_argument("--topology", choices=TOPOLOGIES, default="ring",
                         help="ring (default), halving-doubling, tree, ps, hierarchical")
@@ -229,9 +229,13 @@ def run(args: argparse.Namespace) -> int:
     latency = parse_duration(args.latency)
     if args.density is not None and not 0 < args.density <= 1:
         raise ValueError(f"invalid --density {args.density}: must be in (0, 1]")
-    if args.compressor != "none" and args.density is None:
-        raise ValueError(f"--density is needed with --compressor {args.compressor}")
     projection.check_compressors([args.compressor])
+    if args.density is None and args.compressor != "none":
+        import compressors
+
+        if compressors.message_kind(args.compressor) == "sparse":
+            raise ValueError(f"--density is needed with --compressor {args.compressor}")
+        args.density = 1.0  # dense casts and PowerSGD send what their dtype or rank sets
     if args.timeline:
         simulator.check_output_path(args.timeline)
     options = check_scenario_args(args, nodes, bandwidth, latency)
