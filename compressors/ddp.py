@@ -93,8 +93,28 @@ SEED_STRIDE = 1_000_003
 """Per-bucket seed offset for shared-seed Random-k (buckets draw different indices)."""
 
 
+class _HookLog:
+    """The per-bucket log and byte totals both hook states keep (same keys and units)."""
+
+    process_group: dist.ProcessGroup | None
+    bytes_sent: int
+    payload_bytes: int
+    log: collections.deque
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks in the process group."""
+        return dist.get_world_size(self.process_group)
+
+    def record(self, entry: dict[str, Any]) -> None:
+        """Append one bucket's record to :attr:`log` and add its bytes to the totals."""
+        self.bytes_sent += entry["bytes_sent"]
+        self.payload_bytes += entry["payload_bytes"]
+        self.log.append(entry)
+
+
 @dataclass
-class CompressionHookState:
+class CompressionHookState(_HookLog):
     """Everything :func:`compression_hook` keeps between calls.
 
     Attributes:
@@ -125,17 +145,6 @@ class CompressionHookState:
     bytes_sent: int = 0
     payload_bytes: int = 0
     log: collections.deque = field(default_factory=lambda: collections.deque(maxlen=10_000))
-
-    @property
-    def world_size(self) -> int:
-        """Number of ranks in the process group."""
-        return dist.get_world_size(self.process_group)
-
-    def record(self, entry: dict[str, Any]) -> None:
-        """Append one bucket's record to :attr:`log` and add its bytes to the totals."""
-        self.bytes_sent += entry["bytes_sent"]
-        self.payload_bytes += entry["payload_bytes"]
-        self.log.append(entry)
 
 
 def comm_hook(
@@ -301,7 +310,7 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
 
 
 @dataclass
-class TorchHookState:
+class TorchHookState(_HookLog):
     """State of :func:`torch_hook`: PyTorch's hook and its state, plus the step counter, byte
     totals and per-bucket log of :class:`CompressionHookState` (same keys and units)."""
 
@@ -313,17 +322,6 @@ class TorchHookState:
     bytes_sent: int = 0
     payload_bytes: int = 0
     log: collections.deque = field(default_factory=lambda: collections.deque(maxlen=10_000))
-
-    @property
-    def world_size(self) -> int:
-        """Number of ranks in the process group."""
-        return dist.get_world_size(self.process_group)
-
-    def record(self, entry: dict[str, Any]) -> None:
-        """Append one bucket's record to :attr:`log` and add its bytes to the totals."""
-        self.bytes_sent += entry["bytes_sent"]
-        self.payload_bytes += entry["payload_bytes"]
-        self.log.append(entry)
 
 
 POWERSGD_OPTIONS = {"rank": 1, "start_iter": 2, "min_compression_rate": 2.0, "warm_start": True, "seed": 0,
