@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from emulation.plan import PREFIX_ROOT, NetworkPlan
+from traces.format import pid_alive
 
 COMMAND_TIMEOUT_S = 20.0
 
@@ -61,22 +62,12 @@ def leftovers(prefix: str = PREFIX_ROOT) -> list[str]:
 _OURS = re.compile(re.escape(PREFIX_ROOT) + r"(?P<pid>[0-9]+)-[0-9a-f]+-")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def stale() -> list[str]:
     """Namespaces named by this testbed (``sidco-<pid>-<hex>-…``) whose owning process is gone."""
     found = []
     for name in leftovers(PREFIX_ROOT):
         match = _OURS.match(name)
-        if match and not _alive(int(match["pid"])):
+        if match and not pid_alive(int(match["pid"])):
             found.append(name)
     return found
 

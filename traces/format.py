@@ -77,7 +77,8 @@ def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a process of another user counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -101,7 +102,7 @@ def clean_stale_partials(out_dir: Path) -> list[Path]:
         if not (name.startswith(prefix) and name.endswith(".partial")) or entry.is_symlink() or not entry.is_dir():
             continue
         pid = name[len(prefix):].split(".", 1)[0]
-        if pid.isdigit() and _pid_alive(int(pid)):
+        if pid.isdigit() and pid_alive(int(pid)):
             continue
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
