@@ -26,6 +26,7 @@ from typing import Any
 
 from compressors._validate import target_count
 from compressors.dgc import sample_stride
+from compressors.selection import TOPK_SAMPLE
 from compressors.sidco import stage_probabilities
 from compressors.wire import DENSE_ALLREDUCE, sparse_bytes
 
@@ -33,16 +34,21 @@ DEFAULT_STAGES = 2
 """SIDCo stages assumed when ``stages`` is not given (adaptive SIDCo settles at 1–3 on
 gradient-like data below δ = 0.25)."""
 
-DEFAULT_ROUNDS = {"gaussiank": 3, "redsync": 6, "dgc": 1, "randomk": 1, "sidco-e": 1, "sidco-p": 1}
+DEFAULT_ROUNDS = {"gaussiank": 3, "redsync": 5, "dgc": 0, "topk": 0, "randomk": 1, "sidco-e": 1, "sidco-p": 1}
 """Data-dependent loop counts seen on the benchmark's gradient-like vector at δ = 0.01:
-Gaussian-k's corrections (all three), RedSync's probes, DGC's threshold lowerings, Random-k's
-draw rounds; for SIDCo-E/-P's native path, its passes over the whole vector (1 when the previous
+Gaussian-k's corrections (all three), RedSync's probes, DGC's threshold lowerings and Top-k's
+halvings of its sampled guess (none), Random-k's draw rounds; for SIDCo-E/-P's native path, its passes over the whole vector (1 when the previous
 call's threshold guess holds, as it does in training)."""
 
-POWERSGD_RANK = 4
-"""PowerSGD rank assumed by its declaration (the gradient viewed as a ⌈√n⌉-row matrix)."""
+SIDCO_CORRECTIONS = 8
+"""SIDCo's in-call correction steps (its default ``corrections``)."""
 
-SCALAR_OPS = {"finite": 5, "gaussian": 13, "redsync_setup": 4, "redsync_probe": 4}
+POWERSGD_RANK = 1
+"""PowerSGD rank assumed by its declaration (the compressor's default; the gradient viewed as a
+⌈√n⌉-row square matrix)."""
+
+SCALAR_OPS = {"finite": 5, "isfinite": 4, "gaussian": 13, "gaussian_threshold": 7, "redsync_setup": 6,
+              "redsync_probe": 5}
 """Launches of 0-d tensor arithmetic per step (threshold formulas, finiteness checks), as the
 torch path issues them; counted with a dispatch mode when the code was written."""
 
@@ -138,14 +144,22 @@ class CallWork:
     decompress: Work
 
 
-def _ef(w: Work, n: int, k: float, itemsize: int, dense: bool) -> None:
-    """Error feedback: a fresh ``grad + residual`` before, ``index_add_`` of what was sent (or a
-    fresh zero residual for dense messages) after."""
-    w.stream(n, 2 * itemsize, itemsize, full=True).allocate(n * itemsize)
-    if dense:
-        w.stream(n, 0, itemsize, full=True).allocate(n * itemsize)
-    else:
-        w.gather(k)
+def _ef_in(n: int, itemsize: int) -> Work:
+    """Error feedback before compressing: a fresh ``grad + residual``."""
+    return Work().stream(n, 2 * itemsize, itemsize, full=True).allocate(n * itemsize)
+
+
+def _ef_out(name: str, n: int, density: float, itemsize: int) -> Work:
+    """Error feedback after compressing, the new residual: a fresh zero vector for ``none``,
+    ``index_add_`` of what was sent for sparse messages, else ``sub_`` of the decompressed message."""
+    if name == "none":
+        return Work().stream(n, 0, itemsize, full=True).allocate(n * itemsize)
+    if name in ("fp16", "bf16"):
+        return Work().stream(n, DENSE_ALLREDUCE[name], itemsize, full=True).stream(n, 2 * itemsize, itemsize, full=True)
+    if name == "powersgd":
+        return _merge(_powersgd_expand(n, itemsize), Work().stream(n, 2 * itemsize, itemsize, full=True))
+    sent = 1.5 * target_count(density, n) if name == "redsync" else target_count(density, n)
+    return Work().gather(sent)
 
 
 def _finite(w: Work, n: int, itemsize: int) -> None:
@@ -163,11 +177,45 @@ def _none(n, density, itemsize, stages, rounds, backend):
     return c, Work().stream(n, itemsize, itemsize, full=True)
 
 
+def _select(w: Work, n: int, hits: float, itemsize: int, total: bool = False) -> None:
+    """The torch path of :func:`compressors.selection.select_above`: ``|x|`` into a reused buffer,
+    the ``>`` mask, ``nonzero`` (its one sync), optionally ``Σ|x|``, the hits' magnitudes."""
+    w.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 1, "compare", full=True).compact(n, hits)
+    if total:
+        w.stream(n, itemsize, 0, "reduce", full=True)
+    w.gather(hits)
+
+
+def _count(w: Work, n: int, itemsize: int) -> None:
+    """The torch path of :func:`compressors.selection.count_above`: ``|x|``, the mask,
+    ``count_nonzero`` and its sync."""
+    w.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 1, "compare", full=True)
+    w.stream(n, 1, 0, "count", full=True).sync()
+
+
 def _topk(n, density, itemsize, stages, rounds, backend):
+    """Exact Top-k (:func:`compressors.selection.exact_topk`) on the CPU torch path: a threshold
+    guess from a strided sample, the candidates above it (``rounds`` halvings of the guess while
+    too few), ``torch.topk`` among the candidates. ``n`` < 2¹⁴ or ``k ≥ n/4``: ``torch.topk``
+    over ``|g|``, as on CUDA (``backend="cuda"``)."""
     k = target_count(density, n)
-    c = Work().stream(n, itemsize, itemsize, full=True).select_topk(n, k).sort(k).gather(k)
-    _finite(c, n, itemsize)
-    c.stream(k, itemsize, 0, "reduce")
+    c = Work()
+    if backend == "cuda" or 4 * k >= n or n < 4 * TOPK_SAMPLE:
+        c.stream(n, itemsize, itemsize, full=True).select_topk(n, k).sort(k)
+        c.stream(n, itemsize, 0, "reduce", full=True).gather(k)
+    else:
+        stride = max(1, n // max(TOPK_SAMPLE, math.ceil(20 * n / k)))
+        sample = math.ceil(n / stride)
+        top = min(sample, math.ceil(1.5 * sample * k / n) + 3)
+        candidates = n * min(1.0, 1.2 * k / n)
+        c.stream(sample, itemsize, itemsize).select_topk(sample, top).stream(top, itemsize, 0, "reduce")
+        _select(c, n, candidates, itemsize, total=True)
+        c.scalars(SCALAR_OPS["isfinite"]).sync()
+        for _ in range(rounds):
+            c.scalars(2).sync()
+            _select(c, n, candidates, itemsize)
+        c.select_topk(candidates, k).sort(k).gather(k).gather(k).gather(k)
+    c.scalars(SCALAR_OPS["finite"]).sync().gather(k).stream(k, itemsize, 0, "reduce")
     return c, _sparse_decompress(n, k, itemsize)
 
 
@@ -186,78 +234,103 @@ def _randomk(n, density, itemsize, stages, rounds, backend):
 
 
 def _dgc(n, density, itemsize, stages, rounds, backend, trim=True):
+    """DGC: top ``δ`` of a strided sample of ``|g|`` sets the threshold; the selection
+    ``|g| ≥ thr`` (with ``Σ|g|`` for the finiteness check); ``rounds`` lowerings by 0.8 while it
+    holds fewer than 0.8·k; ``trim``: an exact top-k among more than 1.3·k."""
     k = target_count(density, n)
     samples = math.ceil(n / sample_stride(n, density, 0.01))
-    c = Work().stream(n, itemsize, itemsize, full=True)
-    c.select_topk(samples, max(1, math.ceil(samples * density))).stream(1, 1, 1, "reduce")
-    c.stream(n, itemsize, 1, "compare", full=True).compact(n, k)
-    _finite(c, n, itemsize)
+    c = Work().stream(samples, itemsize, itemsize)
+    top = max(1, math.ceil(samples * density))
+    c.select_topk(samples, top).stream(top, itemsize, 0, "reduce")
+    c.scalars(2)
+    _select(c, n, k, itemsize, total=True)
+    c.scalars(SCALAR_OPS["finite"]).sync()
     for _ in range(rounds):
-        c.scalars(1).stream(n, itemsize, 1, "compare", full=True).compact(n, 2 * k)
+        c.scalars(2)
+        _select(c, n, k, itemsize)
     if trim:
-        c.gather(2 * k).select_topk(2 * k, k).gather(k).sort(k)
+        c.select_topk(1.3 * k, k).gather(k).sort(k)
     return c.gather(k), _sparse_decompress(n, k, itemsize)
 
 
-def _gaussiank(n, density, itemsize, stages, rounds, backend):
+def _gaussiank(n, density, itemsize, stages, rounds, backend, raised=0):
+    """Gaussian-k: mean and variance of ``g`` (two reductions), the threshold formula, a
+    selection, then ``rounds`` corrections each with a new selection: ``raised`` of them raise
+    the threshold (×1.5 in float64: 4 0-d launches), the others halve it (1)."""
     k = target_count(density, n)
     c = Work().stream(n, itemsize, 0, "reduce", full=True).stream(n, itemsize, 0, "reduce", full=True)
-    c.scalars(SCALAR_OPS["gaussian"]).stream(n, itemsize, itemsize, full=True)
-    for _ in range(rounds):
-        c.stream(n, itemsize, 1, "compare", full=True).stream(n, 1, 0, "count", full=True).sync().scalars(1)
-    c.stream(n, itemsize, 1, "compare", full=True).compact(n, k)
-    c.scalars(SCALAR_OPS["finite"] + 1).sync()
+    c.scalars(SCALAR_OPS["gaussian"]).sync().scalars(SCALAR_OPS["gaussian_threshold"])
+    _select(c, n, k, itemsize)
+    for step in range(rounds):
+        c.scalars(4 if step < raised else 1)
+        _select(c, n, k, itemsize)
     return c.gather(k), _sparse_decompress(n, k, itemsize)
 
 
 def _redsync(n, density, itemsize, stages, rounds, backend):
+    """RedSync: ``max|g|`` and ``mean|g|``, then ``rounds`` binary-search probes each counting
+    ``|g| > thr`` (one sync each), then the selection at the chosen threshold (≈ 1.5·k hits)."""
     k = target_count(density, n)
     c = Work().stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 0, "reduce", full=True)
-    c.scalars(2).stream(n, itemsize, 0, "reduce", full=True).scalars(SCALAR_OPS["redsync_setup"] - 3)
-    c.scalars(SCALAR_OPS["finite"]).sync()
+    c.scalars(1).stream(n, itemsize, 0, "reduce", full=True).scalars(SCALAR_OPS["redsync_setup"]).sync()
     for _ in range(rounds):
-        c.scalars(SCALAR_OPS["redsync_probe"]).stream(n, itemsize, 1, "compare", full=True)
-        c.stream(n, 1, 0, "count", full=True).sync()
-    c.stream(n, itemsize, 1, "compare", full=True).compact(n, 1.5 * k)
+        c.scalars(SCALAR_OPS["redsync_probe"])
+        _count(c, n, itemsize)
+    _select(c, n, 1.5 * k, itemsize)
     return c.gather(1.5 * k), _sparse_decompress(n, 1.5 * k, itemsize)
 
 
-_TAIL_E = ((1, 1, "map"), (1, 0, "reduce"), (1, 0.25, "compare"))
-_TAIL_GP = ((1, 1, "map"), (1, 0, "reduce"), (1, 0, "reduce"), (1, 0, "reduce"), (1, 0.25, "compare"))
-SIDCO_STEPS = {
-    "sidco-e": (((1, 0, "reduce"),), 10, _TAIL_E, 5),
-    "sidco-p": (((1, 0, "reduce"), (1, 0, "reduce")), 48, _TAIL_GP, 44),
-    "sidco-gp": (((1, 0, "reduce"), (1, 1, "map"), (1, 1, "log"), (1, 0, "count"), (1, 0, "reduce")), 197,
-                 _TAIL_GP, 44),
-}
-"""SIDCo's torch path step by step: stage 1's streaming kernels over |g| as (bytes read,
-written, in units of the itemsize; 0.25 = a one-byte mask; kind), its 0-d launches, then each
-later stage's kernels over the exceedances and 0-d launches. Stage 1 takes |g|'s statistics
-(SIDCo-GP also clamps and takes logarithms); later stages shift the exceedances and refit them
-(SIDCo-P/-GP: the mean twice and a norm)."""
+SIDCO_SCALARS = {"sidco-e": (11, 46, 63), "sidco-p": (61, 90, 107), "sidco-gp": (198, 223, 240)}
+"""SIDCo's torch path, 0-d launches: stage 1's statistics and threshold; the correction's
+set-up with its first step; each later correction step (with the single-stage fit), as counted
+on the torch path."""
+SIDCO_SELECT_SCALARS = 33
+"""0-d launches after the last tail: the last correction's bookkeeping and the selection's
+packing of its counts."""
 
 
 def _sidco(name):
-    first, first_scalars, tail, tail_scalars = SIDCO_STEPS[name]
-
-    def declare(n, density, itemsize, stages, rounds, backend):
+    def declare(n, density, itemsize, stages, rounds, backend, corrections=8):
         probs = stage_probabilities(density, stages, 0.25)
-        counts = [n * math.prod(probs[: i + 1]) for i in range(len(probs))]
-        k = counts[-1]
+        k = target_count(density, n)
         if backend == "native":
+            counts = [n * math.prod(probs[: i + 1]) for i in range(len(probs))]
             return _sidco_native(name, n, itemsize, counts, rounds), _sparse_decompress(n, k, itemsize)
-        c = Work().stream(n, itemsize, itemsize, full=True)
-        for read, written, kind in first:
-            c.stream(n, read * itemsize, written * itemsize, kind, full=True)
-        c.scalars(first_scalars).stream(n, itemsize, 1, "compare", full=True).compact(n, counts[0])
-        for before, after in zip(counts, counts[1:]):
-            c.gather(before)
-            for read, written, kind in tail:
-                c.stream(before, read * itemsize, written * itemsize, kind)
-            c.scalars(tail_scalars).compact(before, after).gather(after)
-        return c.gather(k), _sparse_decompress(n, k, itemsize)
+        return _sidco_torch(name, n, k, itemsize, len(probs), corrections), _sparse_decompress(n, k, itemsize)
 
     return declare
+
+
+def _tail(w: Work, n: int, itemsize: int) -> None:
+    """One tail of SIDCo's torch path: ``max(|g| − t, 0)`` into a reused buffer, then its count,
+    sum and norm (four passes; data-independent)."""
+    w.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, itemsize, full=True)
+    w.stream(n, itemsize, 0, "count", full=True).stream(n, itemsize, 0, "reduce", full=True)
+    w.stream(n, itemsize, 0, "reduce", full=True)
+
+
+def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, corrections: int) -> Work:
+    """SIDCo's torch path (any device): masked reductions over ``|g|`` with no data-dependent
+    branch, so its work is fixed by the planned stage count and ``corrections``: stage 1's
+    statistics, one tail (four passes) per planned stage and per correction step, the ``>``
+    mask, its count, one device→host transfer, ``nonzero_static`` (one pass)."""
+    first, setup, step = SIDCO_SCALARS[name]
+    c = Work().stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 0, "reduce", full=True)
+    if name != "sidco-e":
+        c.stream(n, itemsize, 0, "reduce", full=True)
+    if name == "sidco-gp":
+        c.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, itemsize, "log", full=True)
+        c.stream(n, itemsize, 0, "count", full=True)
+    c.scalars(first)
+    for _ in range(planned):
+        _tail(c, n, itemsize)
+    for i in range(corrections):
+        c.scalars(setup if i == 0 else step)
+        _tail(c, n, itemsize)
+    c.scalars(SIDCO_SELECT_SCALARS if corrections else 0)
+    c.stream(n, itemsize, 1, "compare", full=True).stream(n, 1, 0, "count", full=True).stream(4, 8, 8).sync()
+    c.stream(n, 1, 8 * k / n, "map", full=True)
+    return c.gather(k)
 
 
 NATIVE_SCALARS = {"sidco-e": (5, 5), "sidco-p": (36, 37), "sidco-gp": (184, 37)}
@@ -295,21 +368,50 @@ def _sidco_native(name, n, itemsize, counts, full_passes):
 
 
 def _cast(n, density, itemsize, stages, rounds, backend, half=2):
-    c = Work().stream(n, itemsize, half, full=True)
-    _finite(c, n, itemsize)
+    """fp16/bf16: the cast, ``Σ`` of the half-width values (the finiteness check, and a second
+    check that nothing overflowed the narrower range: one sync each)."""
+    c = Work().stream(n, itemsize, half, full=True).stream(n, half, 0, "reduce", full=True)
+    c.scalars(SCALAR_OPS["finite"]).sync().scalars(SCALAR_OPS["isfinite"]).sync()
     return c, Work().stream(n, half, itemsize, full=True)
 
 
+def _powersgd_factors(n: int) -> tuple[int, int, int]:
+    """Rows, columns and rank of PowerSGD's one matrix: the vector as a square of side ⌈√n⌉."""
+    side = math.isqrt(max(n - 1, 0)) + 1
+    return side, side, min(side, POWERSGD_RANK)
+
+
 def _powersgd(n, density, itemsize, stages, rounds, backend):
-    rows = math.ceil(math.sqrt(n))
-    cols = math.ceil(n / rows)
-    r = POWERSGD_RANK
-    c = Work().stream(n, itemsize, 0, "reduce", full=True).stream(n, itemsize, 0, "reduce", full=True)
-    c.flops += 4.0 * rows * cols * r + 2.0 * rows * r * r
-    c.scalars(4 * r)
-    d = Work().stream(n, 0, itemsize, full=True)
+    """PowerSGD, one power iteration on the whole vector as one square matrix (zero-padded to
+    ``side²``): ``‖g‖`` for the finiteness check, re-orthogonalise the kept Q, ``P = M·Q``,
+    orthogonalise P, ``Q = Mᵀ·P`` (each product one read of M), a copy of Q to send."""
+    rows, cols, r = _powersgd_factors(n)
+    c = Work().stream(n, itemsize, 0, "reduce", full=True).scalars(SCALAR_OPS["finite"]).sync()
+    if rows * cols != n:
+        c.stream(rows * cols, 0, itemsize, full=True).allocate(rows * cols * itemsize)
+        c.stream(n, itemsize, itemsize, full=True)
+    _orthogonalize(c, cols * r, itemsize)
+    c.stream(rows * cols, itemsize, r * itemsize / cols, full=True)
+    _orthogonalize(c, rows * r, itemsize)
+    c.stream(rows * cols, itemsize, r * itemsize / rows, full=True).stream(cols * r, itemsize, itemsize)
+    c.flops += 4.0 * rows * cols * r
+    return c, _powersgd_expand(n, itemsize)
+
+
+def _orthogonalize(w: Work, elements: int, itemsize: int) -> None:
+    """PyTorch's Gram-Schmidt of one rank-1 factor (its norm, the division) and the NaN clean-up."""
+    w.stream(elements, itemsize, 0, "reduce").stream(elements, itemsize, itemsize)
+    w.stream(elements, itemsize, itemsize)
+
+
+def _powersgd_expand(n: int, itemsize: int) -> Work:
+    """PowerSGD's decompress: zero the output, ``P·Qᵀ`` into the matrix, copy into place."""
+    rows, cols, r = _powersgd_factors(n)
+    d = Work().stream(n, 0, itemsize, full=True).stream(rows * cols, r * itemsize * (rows + cols) / (rows * cols),
+                                                        itemsize, full=True)
+    d.stream(n, itemsize, itemsize, full=True)
     d.flops += 2.0 * rows * cols * r
-    return c, d
+    return d
 
 
 DECLARATIONS = {
@@ -320,33 +422,34 @@ DECLARATIONS = {
 
 
 def work(name: str, numel: int, density: float, *, stages: int | None = None, rounds: int | None = None,
-         backend: str = "torch", error_feedback: bool = True, itemsize: int = 4, trim: bool = True) -> CallWork:
+         backend: str = "torch", error_feedback: bool = True, itemsize: int = 4, trim: bool = True,
+         raised: int = 0, corrections: int = SIDCO_CORRECTIONS) -> CallWork:
     """The declared work of one compress and one decompress call of compressor ``name``.
 
-    ``numel`` elements of ``itemsize`` bytes at target ``density``; ``stages``: SIDCo stages
-    (default :data:`DEFAULT_STAGES`); ``rounds``: the data-dependent loop count of Gaussian-k,
-    RedSync, DGC and Random-k (default :data:`DEFAULT_ROUNDS`); ``backend``: ``torch`` (eager
-    ops, any device) or ``native`` (SIDCo's fused CPU kernels; other compressors ignore it);
-    ``trim``: DGC ends with an exact top-k among its selection (it does when the selection
-    exceeds 1.3·k).
+    ``numel`` elements of ``itemsize`` bytes at target ``density``; ``backend``: ``torch`` (eager
+    ops; exact Top-k as on a CPU), ``cuda`` (the same, but exact Top-k is one ``torch.topk``) or
+    ``native`` (SIDCo's fused CPU kernels; other compressors ignore it). Data-dependent counts:
+    ``stages``: SIDCo's stage count (default :data:`DEFAULT_STAGES`; on the torch/CUDA path the
+    planned count, on the native path the stages used); ``rounds``: the loop count of Gaussian-k,
+    RedSync, DGC, Top-k and Random-k, and for SIDCo's native path its full passes (default
+    :data:`DEFAULT_ROUNDS`); ``raised``: of Gaussian-k's rounds, those that raised the threshold;
+    ``trim``: DGC ends with an exact top-k among its selection (it does when the selection exceeds
+    1.3·k); ``corrections``: SIDCo's in-call correction steps (its torch path always runs all of
+    them, masked; 0 with ``adapt="paper"``).
     """
     if name not in DECLARATIONS:
         raise ValueError(f"no work declared for compressor {name!r}; declared: {', '.join(DECLARATIONS)}")
-    if backend not in ("torch", "native"):
-        raise ValueError(f"backend must be torch or native, got {backend!r}")
+    if backend not in ("torch", "cuda", "native"):
+        raise ValueError(f"backend must be torch, cuda or native, got {backend!r}")
     n = int(numel)
     stages = DEFAULT_STAGES if stages is None else int(stages)
     rounds = DEFAULT_ROUNDS.get(name, 0) if rounds is None else int(rounds)
-    extra = {"trim": trim} if name == "dgc" else {}
+    extra = {"trim": trim} if name == "dgc" else {"raised": raised} if name == "gaussiank" else {}
+    if name.startswith("sidco"):
+        extra = {"corrections": corrections}
     compress, decompress = DECLARATIONS[name](n, float(density), itemsize, stages, rounds, backend, **extra)
-    if error_feedback and name not in ("fp16", "bf16", "powersgd"):
-        ef = Work()
-        dense = name == "none"
-        _ef(ef, n, 0 if dense else target_count(density, n), itemsize, dense)
-        compress = _merge(ef, compress)
-    elif error_feedback:
-        residual = Work().stream(n, 2 * itemsize, itemsize, full=True).stream(n, 2 * itemsize, itemsize, full=True)
-        compress = _merge(residual, compress)
+    if error_feedback:
+        compress = _merge(_merge(_ef_in(n, itemsize), compress), _ef_out(name, n, density, itemsize))
     compress.working_set_bytes = 4.0 * n * itemsize
     decompress.working_set_bytes = 2.0 * n * itemsize
     return CallWork(compress, decompress)
@@ -371,8 +474,8 @@ def wire_bytes(name: str, numel: int, density: float, itemsize: int = 4) -> floa
     if name in ("fp16", "bf16"):
         return float(numel * DENSE_ALLREDUCE[name])
     if name == "powersgd":
-        rows = math.ceil(math.sqrt(numel))
-        return float((rows + math.ceil(numel / rows)) * POWERSGD_RANK * itemsize)
+        rows, cols, r = _powersgd_factors(numel)
+        return float((rows + cols) * r * itemsize)
     return float(sparse_bytes(target_count(density, numel), itemsize))
 
 
@@ -397,8 +500,12 @@ def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
 def loop_counts(name: str, ops: Sequence[str]) -> dict[str, Any]:
     """The data-dependent loop counts of one torch-path call of ``name`` from the operations it
     dispatched (:func:`record_ops`), as :func:`work` takes them (``rounds``, DGC's ``trim``)."""
-    if name in ("gaussiank", "redsync"):
+    if name == "gaussiank":
+        return {"rounds": ops.count("nonzero") - 1, "raised": ops.count("clamp") - 2}
+    if name == "redsync":
         return {"rounds": ops.count("count_nonzero")}
+    if name == "topk":
+        return {"rounds": max(0, ops.count("nonzero") - 1)}
     if name == "dgc":
         return {"rounds": ops.count("nonzero") - 1, "trim": ops.count("topk") == 2}
     if name == "randomk":
