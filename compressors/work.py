@@ -280,23 +280,32 @@ def _redsync(n, density, itemsize, stages, rounds, backend):
     return c.gather(1.5 * k), _sparse_decompress(n, 1.5 * k, itemsize)
 
 
-SIDCO_SCALARS = {"sidco-e": (11, 46, 63), "sidco-p": (61, 90, 107), "sidco-gp": (198, 223, 240)}
-"""SIDCo's torch path, 0-d launches: stage 1's statistics and threshold; the correction's
-set-up with its first step; each later correction step (with the single-stage fit), as counted
-on the torch path."""
-SIDCO_SELECT_SCALARS = 33
-"""0-d launches after the last tail: the last correction's bookkeeping and the selection's
-packing of its counts."""
+SIDCO_SCALARS = {"sidco-e": (11, 26, 63, 8), "sidco-p": (61, 70, 107, 52), "sidco-gp": (198, 70, 240, 52)}
+"""SIDCo's torch path, 0-d launches (counted op by op): stage 1's statistics and threshold; a
+later stage's probability, fit and masked update (11 more per stage before it: the masked
+choice of fits grows); one correction step with the single-stage fit; what each further stage
+adds to a step (the step evaluates every stage's fit, masked). The first step has 17 (one
+stage) or 6 (more) fewer: its set-up replaces the secant update."""
+SIDCO_STAGE_GROWTH = 11
+SIDCO_FIRST_STEP_LESS = (17, 6)
+SIDCO_PAPER_STAGE_LESS = 4
+"""``adapt="paper"``: a stage's probability is a constant, not computed from the last count."""
+SIDCO_SELECT_SCALARS = (25, 8)
+"""0-d launches after the last tail: the selection's packing of its counts, and the last
+correction step's bookkeeping when there are corrections."""
 
 
 def _sidco(name):
-    def declare(n, density, itemsize, stages, rounds, backend, corrections=8):
+    def declare(n, density, itemsize, stages, rounds, backend, corrections=8, adapt="count"):
         probs = stage_probabilities(density, stages, 0.25)
         k = target_count(density, n)
         if backend == "native":
             counts = [n * math.prod(probs[: i + 1]) for i in range(len(probs))]
             return _sidco_native(name, n, itemsize, counts, rounds), _sparse_decompress(n, k, itemsize)
-        return _sidco_torch(name, n, k, itemsize, len(probs), corrections), _sparse_decompress(n, k, itemsize)
+        if adapt == "paper":
+            corrections = 0
+        torch_path = _sidco_torch(name, n, k, itemsize, len(probs), corrections, adapt == "paper")
+        return torch_path, _sparse_decompress(n, k, itemsize)
 
     return declare
 
@@ -309,12 +318,13 @@ def _tail(w: Work, n: int, itemsize: int) -> None:
     w.stream(n, itemsize, 0, "reduce", full=True)
 
 
-def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, corrections: int) -> Work:
+def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, corrections: int, paper: bool) -> Work:
     """SIDCo's torch path (any device): masked reductions over ``|g|`` with no data-dependent
     branch, so its work is fixed by the planned stage count and ``corrections``: stage 1's
     statistics, one tail (four passes) per planned stage and per correction step, the ``>``
     mask, its count, one device→host transfer, ``nonzero_static`` (one pass)."""
-    first, setup, step = SIDCO_SCALARS[name]
+    first, stage, step, nested = SIDCO_SCALARS[name]
+    step += (planned - 1) * nested
     c = Work().stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 0, "reduce", full=True)
     if name != "sidco-e":
         c.stream(n, itemsize, 0, "reduce", full=True)
@@ -322,12 +332,14 @@ def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, correct
         c.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, itemsize, "log", full=True)
         c.stream(n, itemsize, 0, "count", full=True)
     c.scalars(first)
-    for _ in range(planned):
+    _tail(c, n, itemsize)
+    for m in range(1, planned):
+        c.scalars(stage + SIDCO_STAGE_GROWTH * (m - 1) - SIDCO_PAPER_STAGE_LESS * paper)
         _tail(c, n, itemsize)
     for i in range(corrections):
-        c.scalars(setup if i == 0 else step)
+        c.scalars(step - SIDCO_FIRST_STEP_LESS[planned > 1] if i == 0 else step)
         _tail(c, n, itemsize)
-    c.scalars(SIDCO_SELECT_SCALARS if corrections else 0)
+    c.scalars(SIDCO_SELECT_SCALARS[0] + SIDCO_SELECT_SCALARS[1] * bool(corrections))
     c.stream(n, itemsize, 1, "compare", full=True).stream(n, 1, 0, "count", full=True).stream(4, 8, 8).sync()
     c.stream(n, 1, 8 * k / n, "map", full=True)
     return c.gather(k)
@@ -423,7 +435,7 @@ DECLARATIONS = {
 
 def work(name: str, numel: int, density: float, *, stages: int | None = None, rounds: int | None = None,
          backend: str = "torch", error_feedback: bool = True, itemsize: int = 4, trim: bool = True,
-         raised: int = 0, corrections: int = SIDCO_CORRECTIONS) -> CallWork:
+         raised: int = 0, corrections: int = SIDCO_CORRECTIONS, adapt: str = "count") -> CallWork:
     """The declared work of one compress and one decompress call of compressor ``name``.
 
     ``numel`` elements of ``itemsize`` bytes at target ``density``; ``backend``: ``torch`` (eager
@@ -435,7 +447,8 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     :data:`DEFAULT_ROUNDS`); ``raised``: of Gaussian-k's rounds, those that raised the threshold;
     ``trim``: DGC ends with an exact top-k among its selection (it does when the selection exceeds
     1.3·k); ``corrections``: SIDCo's in-call correction steps (its torch path always runs all of
-    them, masked; 0 with ``adapt="paper"``).
+    them, masked); ``adapt``: SIDCo's ``adapt`` option (``"paper"``: fixed stage probabilities,
+    no corrections).
     """
     if name not in DECLARATIONS:
         raise ValueError(f"no work declared for compressor {name!r}; declared: {', '.join(DECLARATIONS)}")
@@ -446,7 +459,7 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     rounds = DEFAULT_ROUNDS.get(name, 0) if rounds is None else int(rounds)
     extra = {"trim": trim} if name == "dgc" else {"raised": raised} if name == "gaussiank" else {}
     if name.startswith("sidco"):
-        extra = {"corrections": corrections}
+        extra = {"corrections": corrections, "adapt": adapt}
     compress, decompress = DECLARATIONS[name](n, float(density), itemsize, stages, rounds, backend, **extra)
     if error_feedback:
         compress = _merge(_merge(_ef_in(n, itemsize), compress), _ef_out(name, n, density, itemsize))

@@ -16,12 +16,12 @@ SIZES = (1 << 16, 1 << 18)
 DENSITIES = (0.01, 0.001)
 
 
-def _observe(name: str, n: int, density: float, backend: str, monkeypatch):
+def _observe(name: str, n: int, density: float, backend: str, monkeypatch, options=None):
     if backend == "torch":  # the torch path everywhere, as on a GPU or without the C kernels
         monkeypatch.setattr(native, "usable", lambda x: False)
     grad = gradient_like(n, seed=3)
     opts = {"backend": "torch"} if name.startswith("sidco") and backend == "torch" else {}
-    comp = compressors.create(name, density, **opts)
+    comp = compressors.create(name, density, **opts, **(options or {}))
     ef = compressors.ErrorFeedback(comp)
     for _ in range(6):
         comp.decompress(ef.compress(grad.clone()))
@@ -54,8 +54,10 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch):
     return counts, seen_decompress.counts, stages, rounds, loops
 
 
-def _check(name, n, density, backend, monkeypatch):
-    counts, dcounts, stages, rounds, extra = _observe(name, n, density, backend, monkeypatch)
+def _check(name, n, density, backend, monkeypatch, options=None):
+    counts, dcounts, stages, rounds, extra = _observe(name, n, density, backend, monkeypatch, options)
+    if options and "adapt" in options:
+        extra["adapt"] = options["adapt"]
     work = declared.work(name, n, density, stages=stages, rounds=rounds, backend=backend, **extra)
     for what, got, decl in (("compress", counts, work.compress), ("decompress", dcounts, work.decompress)):
         assert decl.passes == got["passes"], f"{what}: declared {decl.passes} full passes, code makes {got['passes']}"
@@ -71,6 +73,12 @@ def _check(name, n, density, backend, monkeypatch):
 @pytest.mark.parametrize("density", DENSITIES)
 def test_declared_work_matches_the_torch_path(name: str, n: int, density: float, monkeypatch) -> None:
     _check(name, n, density, "torch", monkeypatch)
+
+
+@pytest.mark.parametrize("name", ["sidco-e", "sidco-p", "sidco-gp"])
+@pytest.mark.parametrize("options", [{"stages": 2}, {"stages": 3}, {"adapt": "paper", "stages": 2}])
+def test_declared_work_matches_sidco_torch_path_at_every_stage_count(name: str, options: dict, monkeypatch) -> None:
+    _check(name, 1 << 16, 0.001, "torch", monkeypatch, options)
 
 
 @pytest.mark.skipif(not native.library(), reason="no C compiler for the native kernels")
