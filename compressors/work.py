@@ -34,11 +34,16 @@ DEFAULT_STAGES = 2
 """SIDCo stages assumed when ``stages`` is not given (adaptive SIDCo settles at 1–3 on
 gradient-like data below δ = 0.25)."""
 
-DEFAULT_ROUNDS = {"gaussiank": 3, "redsync": 5, "dgc": 0, "topk": 0, "randomk": 1, "sidco-e": 1, "sidco-p": 1}
+DEFAULT_ROUNDS = {"gaussiank": 3, "redsync": 5, "dgc": 0, "topk": 0, "randomk": 1, "sidco-e": 1, "sidco-p": 1,
+                  "sidco-gp": 1}
 """Data-dependent loop counts seen on the benchmark's gradient-like vector at δ = 0.01:
 Gaussian-k's corrections (all three), RedSync's probes, DGC's threshold lowerings and Top-k's
-halvings of its sampled guess (none), Random-k's draw rounds; for SIDCo-E/-P's native path, its passes over the whole vector (1 when the previous
-call's threshold guess holds, as it does in training)."""
+halvings of its sampled guess (none), Random-k's draw rounds; for SIDCo's native path, its kernels over the whole vector (1 when every threshold
+stays above the pool collected by the first pass)."""
+
+NATIVE_STEPS = 5
+"""Correction steps SIDCo's native path takes by default (seen on gradient-like data at
+δ = 0.01 and 0.001: 4 to 6)."""
 
 SIDCO_CORRECTIONS = 8
 """SIDCo's in-call correction steps (its default ``corrections``)."""
@@ -296,12 +301,13 @@ correction step's bookkeeping when there are corrections."""
 
 
 def _sidco(name):
-    def declare(n, density, itemsize, stages, rounds, backend, corrections=8, adapt="count"):
+    def declare(n, density, itemsize, stages, rounds, backend, corrections=8, adapt="count", steps=None):
+        steps = NATIVE_STEPS if steps is None else steps
         probs = stage_probabilities(density, stages, 0.25)
         k = target_count(density, n)
         if backend == "native":
             counts = [n * math.prod(probs[: i + 1]) for i in range(len(probs))]
-            return _sidco_native(name, n, itemsize, counts, rounds), _sparse_decompress(n, k, itemsize)
+            return _sidco_native(name, n, itemsize, counts, rounds, steps), _sparse_decompress(n, k, itemsize)
         if adapt == "paper":
             corrections = 0
         torch_path = _sidco_torch(name, n, k, itemsize, len(probs), corrections, adapt == "paper")
@@ -345,38 +351,42 @@ def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, correct
     return c.gather(k)
 
 
-NATIVE_SCALARS = {"sidco-e": (5, 5), "sidco-p": (36, 37), "sidco-gp": (184, 37)}
-"""SIDCo's native path: 0-d launches of stage 1's threshold and of each later stage's."""
+NATIVE_SCALARS = {"sidco-e": (7, 44, 61), "sidco-p": (52, 88, 105), "sidco-gp": (187, 221, 238)}
+"""SIDCo's native path, 0-d launches (counted op by op): stage 1's threshold; the correction's
+set-up with its first step; each further step. :data:`NATIVE_LAST_SCALARS` follow the last."""
+NATIVE_LAST_SCALARS = 26
 
 
-def _sidco_native(name, n, itemsize, counts, full_passes):
-    """Fused kernels (``native.stats`` / ``native.select_above``: one read pass each, 8 bytes
-    written per hit). SIDCo-E/-P at steady state take the statistics and a superset at 0.9·η₁
-    of the previous call in one pass (``full_passes`` = 1; 2 when η₁ fell below that guess);
-    SIDCo-GP needs logarithms: a statistics pass, then a selection pass."""
-    c = Work()
-    first, tail = NATIVE_SCALARS[name]
-    superset = n * (counts[0] / n) ** 0.9
-    if name == "sidco-gp":
-        c.stream(n, itemsize, 0, "native_log", full=True).stream(n, itemsize, 8 * counts[0] / n, "native", full=True)
-        pool = counts[0]
-    elif full_passes <= 1 and len(counts) > 1:
-        c.stream(n, itemsize, 8 * superset / n, "native", full=True).stream(superset, 4, 0, "native")
-        pool = superset
-    elif full_passes <= 1:
-        c.stream(n, itemsize, 8 * superset / n, "native", full=True)
-        c.stream(superset, 8, 8 * counts[0] / superset, "native")
-        pool = counts[0]
-    else:
-        c.stream(n, itemsize, 8 * superset / n, "native", full=True)
-        c.stream(n, itemsize, 8 * counts[0] / n, "native", full=True)
-        pool = counts[0]
-    c.scalars(first).sync()
-    for after in counts[1:]:
-        c.stream(pool, 8, 8 * after / pool, "native").scalars(tail).sync(2)
-        pool = after
+def _sidco_native(name, n, itemsize, counts, full_passes, steps):
+    """SIDCo's native path (``native.scan``: one read pass per kernel, 8 bytes written per
+    selected element). Eager and data-dependent: ``full_passes`` of the kernels read the whole
+    vector (stage 1's statistics, which also collect a pool of candidates above a guess from the
+    previous call, and any threshold that fell below that pool); the others read only the pool.
+    The kernels are stage 1's statistics, one tail per stage, one per correction step
+    (``steps``: how many the call took, between 0 and ``corrections``) and the final selection;
+    each threshold read back is a sync (two per stage and per step). Stages after the first on
+    this path are declared with the torch path's per-stage launches (the drift test's data
+    settle at one stage here)."""
+    first, setup, step = NATIVE_SCALARS[name]
+    stage = SIDCO_SCALARS[name][1]
     k = counts[-1]
-    return c.stream(k, 4, 8).gather(k)
+    pool = n * (counts[0] / n) ** 0.9
+    kernels = 1 + len(counts) + steps + 1
+    c = Work()
+    for i in range(kernels):
+        kind = "native_log" if i == 0 and name == "sidco-gp" else "native"
+        written = 8 * (pool if i == 0 else k if i == kernels - 1 else 0)
+        if i < full_passes:
+            c.stream(n, itemsize, written / n, kind, full=True)
+        else:
+            c.stream(pool, 8, written / pool, kind)
+    c.scalars(first).sync()
+    for m in range(1, len(counts)):
+        c.scalars(stage + SIDCO_STAGE_GROWTH * (m - 1)).sync(2)
+    if steps:
+        c.scalars(setup).sync(2).scalars(step * (steps - 1)).sync(2 * (steps - 1))
+    c.scalars(NATIVE_LAST_SCALARS).sync(2)
+    return c.stream(k, 4, 8).sync(2).gather(k)
 
 
 def _cast(n, density, itemsize, stages, rounds, backend, half=2):
@@ -435,7 +445,8 @@ DECLARATIONS = {
 
 def work(name: str, numel: int, density: float, *, stages: int | None = None, rounds: int | None = None,
          backend: str = "torch", error_feedback: bool = True, itemsize: int = 4, trim: bool = True,
-         raised: int = 0, corrections: int = SIDCO_CORRECTIONS, adapt: str = "count") -> CallWork:
+         raised: int = 0, corrections: int = SIDCO_CORRECTIONS, adapt: str = "count",
+         steps: int | None = None) -> CallWork:
     """The declared work of one compress and one decompress call of compressor ``name``.
 
     ``numel`` elements of ``itemsize`` bytes at target ``density``; ``backend``: ``torch`` (eager
@@ -448,7 +459,8 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     ``trim``: DGC ends with an exact top-k among its selection (it does when the selection exceeds
     1.3·k); ``corrections``: SIDCo's in-call correction steps (its torch path always runs all of
     them, masked); ``adapt``: SIDCo's ``adapt`` option (``"paper"``: fixed stage probabilities,
-    no corrections).
+    no corrections); ``steps``: the correction steps SIDCo's native path took (it stops once
+    within the band; default :data:`NATIVE_STEPS`).
     """
     if name not in DECLARATIONS:
         raise ValueError(f"no work declared for compressor {name!r}; declared: {', '.join(DECLARATIONS)}")
@@ -459,7 +471,7 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     rounds = DEFAULT_ROUNDS.get(name, 0) if rounds is None else int(rounds)
     extra = {"trim": trim} if name == "dgc" else {"raised": raised} if name == "gaussiank" else {}
     if name.startswith("sidco"):
-        extra = {"corrections": corrections, "adapt": adapt}
+        extra = {"corrections": corrections, "adapt": adapt, "steps": steps}
     compress, decompress = DECLARATIONS[name](n, float(density), itemsize, stages, rounds, backend, **extra)
     if error_feedback:
         compress = _merge(_merge(_ef_in(n, itemsize), compress), _ef_out(name, n, density, itemsize))

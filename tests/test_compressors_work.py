@@ -28,18 +28,13 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
     kernels = []
     planned = comp.stages if name.startswith("sidco") else None
     if backend == "native":
-        stats, select = native.stats, native.select_above
+        scan = native.scan
 
-        def counted_stats(x, **kw):
+        def counted_scan(x, **kw):
             kernels.append(x.numel())
-            return stats(x, **kw)
+            return scan(x, **kw)
 
-        def counted_select(x, threshold, **kw):
-            kernels.append(x.numel())
-            return select(x, threshold, **kw)
-
-        monkeypatch.setattr(native, "stats", counted_stats)
-        monkeypatch.setattr(native, "select_above", counted_select)
+        monkeypatch.setattr(native, "scan", counted_scan)
     with OpCounter(n) as seen:
         sparse = ef.compress(grad)
     with OpCounter(n) as seen_decompress:
@@ -49,8 +44,10 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
     counts["launches"] += len(kernels)
     full_native = sum(1 for size in kernels if size >= n)
     loops = declared.loop_counts(name, seen.ops)
-    rounds = full_native if name in ("sidco-e", "sidco-p") else loops.pop("rounds", None)
+    rounds = full_native if backend == "native" else loops.pop("rounds", None)
     stages = planned if backend == "torch" else getattr(sparse, "stages", None)
+    if backend == "native":  # kernels: stage 1, a tail per stage, one per correction step, the selection
+        loops["steps"] = len(kernels) - 2 - stages
     return counts, seen_decompress.counts, stages, rounds, loops
 
 
