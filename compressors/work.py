@@ -8,7 +8,8 @@ elements that go through top-k, sort, gather/scatter, compaction (``nonzero``) a
 transcendental functions. :mod:`simulator.costmodel` turns it into seconds on a device.
 
 The declarations mirror the code path by path (``backend="torch"``: the eager torch ops, any
-device; ``"native"``: SIDCo's fused C kernels on CPU float32) and are checked against what
+device; ``"cuda"``: the same where a GPU differs; ``"native"``: the fused C kernels on CPU
+float32) and are checked against what
 the code actually does by counting its torch operations (tests/test_costmodel.py). Loops whose
 length depends on the data take it as an argument (``rounds``), with the default seen on
 gradient-like data (:data:`DEFAULT_ROUNDS`); SIDCo's stage count is ``stages`` (default
@@ -182,26 +183,38 @@ def _none(n, density, itemsize, stages, rounds, backend):
     return c, Work().stream(n, itemsize, itemsize, full=True)
 
 
-def _select(w: Work, n: int, hits: float, itemsize: int, total: bool = False) -> None:
-    """The torch path of :func:`compressors.selection.select_above`: ``|x|`` into a reused buffer,
-    the ``>`` mask, ``nonzero`` (its one sync), optionally ``Σ|x|``, the hits' magnitudes."""
+def _select(w: Work, n: int, hits: float, itemsize: int, backend: str, total: bool = False) -> None:
+    """:func:`compressors.selection.select_above`. Torch path: ``|x|`` into a reused buffer, the
+    ``>`` mask, ``nonzero`` (its one sync), optionally ``Σ|x|``, the hits' magnitudes. Native
+    path (CPU float32): the threshold read back (one sync), one fused pass writing 8 bytes per
+    hit (with ``total``: a second kernel over the hits, and ``Σ|x|`` wrapped in a tensor), the
+    positions widened to int64."""
+    if backend == "native":
+        w.sync().stream(n, itemsize, 8 * hits / n, "native", full=True)
+        if total:
+            w.stream(hits, 4, 0, "native").scalars(1)
+        w.stream(hits, 4, 8)
+        return
     w.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 1, "compare", full=True).compact(n, hits)
     if total:
         w.stream(n, itemsize, 0, "reduce", full=True)
     w.gather(hits)
 
 
-def _count(w: Work, n: int, itemsize: int) -> None:
-    """The torch path of :func:`compressors.selection.count_above`: ``|x|``, the mask,
-    ``count_nonzero`` and its sync."""
+def _count(w: Work, n: int, hits: float, itemsize: int, backend: str) -> None:
+    """:func:`compressors.selection.count_above`: on the torch path ``|x|``, the mask,
+    ``count_nonzero`` and its sync; natively a selection (:func:`_select`)."""
+    if backend == "native":
+        _select(w, n, hits, itemsize, backend)
+        return
     w.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 1, "compare", full=True)
     w.stream(n, 1, 0, "count", full=True).sync()
 
 
 def _topk(n, density, itemsize, stages, rounds, backend):
-    """Exact Top-k (:func:`compressors.selection.exact_topk`) on the CPU torch path: a threshold
-    guess from a strided sample, the candidates above it (``rounds`` halvings of the guess while
-    too few), ``torch.topk`` among the candidates. ``n`` < 2¹⁴ or ``k ≥ n/4``: ``torch.topk``
+    """Exact Top-k (:func:`compressors.selection.exact_topk`) on a CPU (torch or native
+    selection): a threshold guess from a strided sample, the candidates above it (``rounds``
+    halvings of the guess while too few), ``torch.topk`` among the candidates. ``n`` < 2¹⁴ or ``k ≥ n/4``: ``torch.topk``
     over ``|g|``, as on CUDA (``backend="cuda"``)."""
     k = target_count(density, n)
     c = Work()
@@ -214,11 +227,11 @@ def _topk(n, density, itemsize, stages, rounds, backend):
         top = min(sample, math.ceil(1.5 * sample * k / n) + 3)
         candidates = n * min(1.0, 1.2 * k / n)
         c.stream(sample, itemsize, itemsize).select_topk(sample, top).stream(top, itemsize, 0, "reduce")
-        _select(c, n, candidates, itemsize, total=True)
+        _select(c, n, candidates, itemsize, backend, total=True)
         c.scalars(SCALAR_OPS["isfinite"]).sync()
         for _ in range(rounds):
             c.scalars(2).sync()
-            _select(c, n, candidates, itemsize)
+            _select(c, n, candidates, itemsize, backend)
         c.select_topk(candidates, k).sort(k).gather(k).gather(k).gather(k)
     c.scalars(SCALAR_OPS["finite"]).sync().gather(k).stream(k, itemsize, 0, "reduce")
     return c, _sparse_decompress(n, k, itemsize)
@@ -248,11 +261,11 @@ def _dgc(n, density, itemsize, stages, rounds, backend, trim=True):
     top = max(1, math.ceil(samples * density))
     c.select_topk(samples, top).stream(top, itemsize, 0, "reduce")
     c.scalars(2)
-    _select(c, n, k, itemsize, total=True)
+    _select(c, n, k, itemsize, backend, total=True)
     c.scalars(SCALAR_OPS["finite"]).sync()
     for _ in range(rounds):
         c.scalars(2)
-        _select(c, n, k, itemsize)
+        _select(c, n, k, itemsize, backend)
     if trim:
         c.select_topk(1.3 * k, k).gather(k).sort(k)
     return c.gather(k), _sparse_decompress(n, k, itemsize)
@@ -265,10 +278,10 @@ def _gaussiank(n, density, itemsize, stages, rounds, backend, raised=0):
     k = target_count(density, n)
     c = Work().stream(n, itemsize, 0, "reduce", full=True).stream(n, itemsize, 0, "reduce", full=True)
     c.scalars(SCALAR_OPS["gaussian"]).sync().scalars(SCALAR_OPS["gaussian_threshold"])
-    _select(c, n, k, itemsize)
+    _select(c, n, k, itemsize, backend)
     for step in range(rounds):
         c.scalars(4 if step < raised else 1)
-        _select(c, n, k, itemsize)
+        _select(c, n, k, itemsize, backend)
     return c.gather(k), _sparse_decompress(n, k, itemsize)
 
 
@@ -280,8 +293,8 @@ def _redsync(n, density, itemsize, stages, rounds, backend):
     c.scalars(1).stream(n, itemsize, 0, "reduce", full=True).scalars(SCALAR_OPS["redsync_setup"]).sync()
     for _ in range(rounds):
         c.scalars(SCALAR_OPS["redsync_probe"])
-        _count(c, n, itemsize)
-    _select(c, n, 1.5 * k, itemsize)
+        _count(c, n, 2 * k, itemsize, backend)
+    _select(c, n, 1.5 * k, itemsize, backend)
     return c.gather(1.5 * k), _sparse_decompress(n, 1.5 * k, itemsize)
 
 
@@ -451,7 +464,8 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
 
     ``numel`` elements of ``itemsize`` bytes at target ``density``; ``backend``: ``torch`` (eager
     ops; exact Top-k as on a CPU), ``cuda`` (the same, but exact Top-k is one ``torch.topk``) or
-    ``native`` (SIDCo's fused CPU kernels; other compressors ignore it). Data-dependent counts:
+    ``native`` (the fused CPU kernels: SIDCo's, and the selection of Top-k, DGC, Gaussian-k
+    and RedSync; other compressors ignore it). Data-dependent counts:
     ``stages``: SIDCo's stage count (default :data:`DEFAULT_STAGES`; on the torch/CUDA path the
     planned count, on the native path the stages used); ``rounds``: the loop count of Gaussian-k,
     RedSync, DGC, Top-k and Random-k, and for SIDCo's native path its full passes (default
@@ -506,33 +520,61 @@ def wire_bytes(name: str, numel: int, density: float, itemsize: int = 4) -> floa
 
 def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
     """Run ``call`` and return its result and the names of the torch operations it dispatched,
-    in order (``torch.utils._python_dispatch.TorchDispatchMode``; untimed, for counting)."""
+    in order (``torch.utils._python_dispatch.TorchDispatchMode``; untimed, for counting), with
+    each native selection as ``native.select_above`` and each ``native.scan`` kernel as
+``native.scan:full`` (over as many elements as the call's first kernel) or ``native.scan:pool``."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from compressors import native
+
     names: list[str] = []
+    select, scan = native.select_above, native.scan
+    first: list[int] = []
+
+    def counted_select(*args, **kwargs):
+        names.append("native.select_above")
+        return select(*args, **kwargs)
+
+    def counted_scan(x, **kwargs):
+        first.append(x.numel())
+        names.append("native.scan:full" if x.numel() >= first[0] else "native.scan:pool")
+        return scan(x, **kwargs)
 
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             names.append(func.overloadpacket.__name__)
             return func(*args, **(kwargs or {}))
 
-    with torch.no_grad(), Recorder():
-        result = call()
+    native.select_above, native.scan = counted_select, counted_scan
+    try:
+        with torch.no_grad(), Recorder():
+            result = call()
+    finally:
+        native.select_above, native.scan = select, scan
     return result, names
 
 
-def loop_counts(name: str, ops: Sequence[str]) -> dict[str, Any]:
-    """The data-dependent loop counts of one torch-path call of ``name`` from the operations it
-    dispatched (:func:`record_ops`), as :func:`work` takes them (``rounds``, DGC's ``trim``)."""
+def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
+    """The data-dependent loop counts of one call of ``name`` from the operations it dispatched
+    (:func:`record_ops`), as :func:`work` takes them (``rounds``, DGC's ``trim``, Gaussian-k's
+    ``raised``; for SIDCo's native path its full passes and, given the ``stages`` it used, its
+    correction ``steps``)."""
+    kernels = ops.count("native.scan:full") + ops.count("native.scan:pool")
+    if name.startswith("sidco") and kernels:
+        counts = {"rounds": ops.count("native.scan:full")}
+        if stages is not None:
+            counts["steps"] = kernels - 2 - stages
+        return counts
+    selections = ops.count("nonzero") + ops.count("native.select_above")
     if name == "gaussiank":
-        return {"rounds": ops.count("nonzero") - 1, "raised": ops.count("clamp") - 2}
+        return {"rounds": selections - 1, "raised": ops.count("clamp") - 2}
     if name == "redsync":
-        return {"rounds": ops.count("count_nonzero")}
+        return {"rounds": ops.count("count_nonzero") + selections - 1}
     if name == "topk":
-        return {"rounds": max(0, ops.count("nonzero") - 1)}
+        return {"rounds": max(0, selections - 1)}
     if name == "dgc":
-        return {"rounds": ops.count("nonzero") - 1, "trim": ops.count("topk") == 2}
+        return {"rounds": selections - 1, "trim": ops.count("topk") == 2}
     if name == "randomk":
         return {"rounds": ops.count("_unique2")}
     return {}
