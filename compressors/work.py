@@ -8,14 +8,16 @@ elements that go through top-k, sort, gather/scatter, compaction (``nonzero``) a
 transcendental functions. :mod:`simulator.costmodel` turns it into seconds on a device.
 
 The declarations mirror the code path by path (``backend="torch"``: the eager torch ops, any
-device; ``"cuda"``: the same where a GPU differs; ``"native"``: the fused C kernels on CPU
-float32) and are checked against what
-the code actually does by counting its torch operations (tests/test_costmodel.py). Loops whose
-length depends on the data take it as an argument (``rounds``), with the default seen on
-gradient-like data (:data:`DEFAULT_ROUNDS`); SIDCo's stage count is ``stages`` (default
-:data:`DEFAULT_STAGES`). fp16, bf16 and PowerSGD are declared here by name, ahead of their
-classes. With ``error_feedback`` (the default, as training runs them) the residual update is
-part of compress. Units: elements, bytes.
+device; ``"cuda"``: the same where a GPU runs other code (exact Top-k); ``"native"``: the fused C
+kernels on CPU float32, SIDCo's and the selection primitive's) and are checked against what the
+code does, op by op and kernel by kernel (tests/test_compressors_work.py, with the op recorder
+:func:`record_ops` and :func:`loop_counts`). Work that depends on the data is declared as a
+function of counts the call reveals, with defaults seen on gradient-like data: ``rounds``
+(:data:`DEFAULT_ROUNDS`: selection loops; SIDCo's native full passes), Gaussian-k's ``raised``,
+DGC's ``trim``, SIDCo's ``stages`` (:data:`DEFAULT_STAGES`) and its native correction ``steps``
+(:data:`NATIVE_STEPS`). SIDCo's torch path has no data-dependent branch: its work follows the
+planned stage count and ``corrections``. With ``error_feedback`` (the default, as training runs
+them) the residual update is part of compress. Units: elements, bytes.
 """
 
 from __future__ import annotations
