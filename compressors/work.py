@@ -8,13 +8,16 @@ elements that go through top-k, sort, gather/scatter, compaction (``nonzero``) a
 transcendental functions. :mod:`simulator.costmodel` turns it into seconds on a device.
 
 The declarations mirror the code path by path (``backend="torch"``: the eager torch ops, any
-device; ``"native"``: SIDCo's fused C kernels on CPU float32) and are checked against what
-the code actually does by counting its torch operations (tests/test_costmodel.py). Loops whose
-length depends on the data take it as an argument (``rounds``), with the default seen on
-gradient-like data (:data:`DEFAULT_ROUNDS`); SIDCo's stage count is ``stages`` (default
-:data:`DEFAULT_STAGES`). fp16, bf16 and PowerSGD are declared here by name, ahead of their
-classes. With ``error_feedback`` (the default, as training runs them) the residual update is
-part of compress. Units: elements, bytes.
+device; ``"cuda"``: the same where a GPU runs other code (exact Top-k); ``"native"``: the fused C
+kernels on CPU float32, SIDCo's and the selection primitive's) and are checked against what the
+code does, op by op and kernel by kernel (tests/test_compressors_work.py, with the op recorder
+:func:`record_ops` and :func:`loop_counts`). Work that depends on the data is declared as a
+function of counts the call reveals, with defaults seen on gradient-like data: ``rounds``
+(:data:`DEFAULT_ROUNDS`: selection loops; SIDCo's native full passes), Gaussian-k's ``raised``,
+DGC's ``trim``, SIDCo's ``stages`` (:data:`DEFAULT_STAGES`) and its native correction ``steps``
+(:data:`NATIVE_STEPS`). SIDCo's torch path has no data-dependent branch: its work follows the
+planned stage count and ``corrections``. With ``error_feedback`` (the default, as training runs
+them) the residual update is part of compress. Units: elements, bytes.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 from compressors._validate import target_count
 from compressors.dgc import sample_stride
+from compressors.selection import TOPK_SAMPLE
 from compressors.sidco import stage_probabilities
 from compressors.wire import DENSE_ALLREDUCE, sparse_bytes
 
@@ -33,16 +37,26 @@ DEFAULT_STAGES = 2
 """SIDCo stages assumed when ``stages`` is not given (adaptive SIDCo settles at 1–3 on
 gradient-like data below δ = 0.25)."""
 
-DEFAULT_ROUNDS = {"gaussiank": 3, "redsync": 6, "dgc": 1, "randomk": 1, "sidco-e": 1, "sidco-p": 1}
+DEFAULT_ROUNDS = {"gaussiank": 3, "redsync": 5, "dgc": 0, "topk": 0, "randomk": 1, "sidco-e": 1, "sidco-p": 1,
+                  "sidco-gp": 1}
 """Data-dependent loop counts seen on the benchmark's gradient-like vector at δ = 0.01:
-Gaussian-k's corrections (all three), RedSync's probes, DGC's threshold lowerings, Random-k's
-draw rounds; for SIDCo-E/-P's native path, its passes over the whole vector (1 when the previous
-call's threshold guess holds, as it does in training)."""
+Gaussian-k's corrections (all three), RedSync's probes, DGC's threshold lowerings and Top-k's
+halvings of its sampled guess (none), Random-k's draw rounds; for SIDCo's native path, its kernels over the whole vector (1 when every threshold
+stays above the pool collected by the first pass)."""
 
-POWERSGD_RANK = 4
-"""PowerSGD rank assumed by its declaration (the gradient viewed as a ⌈√n⌉-row matrix)."""
+NATIVE_STEPS = 5
+"""Correction steps SIDCo's native path takes by default (seen on gradient-like data at
+δ = 0.01 and 0.001: 4 to 6)."""
 
-SCALAR_OPS = {"finite": 5, "gaussian": 13, "redsync_setup": 4, "redsync_probe": 4}
+SIDCO_CORRECTIONS = 8
+"""SIDCo's in-call correction steps (its default ``corrections``)."""
+
+POWERSGD_RANK = 1
+"""PowerSGD rank assumed by its declaration (the compressor's default; the gradient viewed as a
+⌈√n⌉-row square matrix)."""
+
+SCALAR_OPS = {"finite": 5, "isfinite": 4, "gaussian": 13, "gaussian_threshold": 7, "redsync_setup": 6,
+              "redsync_probe": 5}
 """Launches of 0-d tensor arithmetic per step (threshold formulas, finiteness checks), as the
 torch path issues them; counted with a dispatch mode when the code was written."""
 
@@ -138,14 +152,22 @@ class CallWork:
     decompress: Work
 
 
-def _ef(w: Work, n: int, k: float, itemsize: int, dense: bool) -> None:
-    """Error feedback: a fresh ``grad + residual`` before, ``index_add_`` of what was sent (or a
-    fresh zero residual for dense messages) after."""
-    w.stream(n, 2 * itemsize, itemsize, full=True).allocate(n * itemsize)
-    if dense:
-        w.stream(n, 0, itemsize, full=True).allocate(n * itemsize)
-    else:
-        w.gather(k)
+def _ef_in(n: int, itemsize: int) -> Work:
+    """Error feedback before compressing: a fresh ``grad + residual``."""
+    return Work().stream(n, 2 * itemsize, itemsize, full=True).allocate(n * itemsize)
+
+
+def _ef_out(name: str, n: int, density: float, itemsize: int) -> Work:
+    """Error feedback after compressing, the new residual: a fresh zero vector for ``none``,
+    ``index_add_`` of what was sent for sparse messages, else ``sub_`` of the decompressed message."""
+    if name == "none":
+        return Work().stream(n, 0, itemsize, full=True).allocate(n * itemsize)
+    if name in ("fp16", "bf16"):
+        return Work().stream(n, DENSE_ALLREDUCE[name], itemsize, full=True).stream(n, 2 * itemsize, itemsize, full=True)
+    if name == "powersgd":
+        return _merge(_powersgd_expand(n, itemsize), Work().stream(n, 2 * itemsize, itemsize, full=True))
+    sent = 1.5 * target_count(density, n) if name == "redsync" else target_count(density, n)
+    return Work().gather(sent)
 
 
 def _finite(w: Work, n: int, itemsize: int) -> None:
@@ -163,11 +185,57 @@ def _none(n, density, itemsize, stages, rounds, backend):
     return c, Work().stream(n, itemsize, itemsize, full=True)
 
 
+def _select(w: Work, n: int, hits: float, itemsize: int, backend: str, total: bool = False) -> None:
+    """:func:`compressors.selection.select_above`. Torch path: ``|x|`` into a reused buffer, the
+    ``>`` mask, ``nonzero`` (its one sync), optionally ``Σ|x|``, the hits' magnitudes. Native
+    path (CPU float32): the threshold read back (one sync), one fused pass writing 8 bytes per
+    hit (with ``total``: a second kernel over the hits, and ``Σ|x|`` wrapped in a tensor), the
+    positions widened to int64."""
+    if backend == "native":
+        w.sync().stream(n, itemsize, 8 * hits / n, "native", full=True)
+        if total:
+            w.stream(hits, 4, 0, "native").scalars(1)
+        w.stream(hits, 4, 8)
+        return
+    w.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 1, "compare", full=True).compact(n, hits)
+    if total:
+        w.stream(n, itemsize, 0, "reduce", full=True)
+    w.gather(hits)
+
+
+def _count(w: Work, n: int, hits: float, itemsize: int, backend: str) -> None:
+    """:func:`compressors.selection.count_above`: on the torch path ``|x|``, the mask,
+    ``count_nonzero`` and its sync; natively a selection (:func:`_select`)."""
+    if backend == "native":
+        _select(w, n, hits, itemsize, backend)
+        return
+    w.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 1, "compare", full=True)
+    w.stream(n, 1, 0, "count", full=True).sync()
+
+
 def _topk(n, density, itemsize, stages, rounds, backend):
+    """Exact Top-k (:func:`compressors.selection.exact_topk`) on a CPU (torch or native
+    selection): a threshold guess from a strided sample, the candidates above it (``rounds``
+    halvings of the guess while too few), ``torch.topk`` among the candidates. ``n`` < 2¹⁴ or ``k ≥ n/4``: ``torch.topk``
+    over ``|g|``, as on CUDA (``backend="cuda"``)."""
     k = target_count(density, n)
-    c = Work().stream(n, itemsize, itemsize, full=True).select_topk(n, k).sort(k).gather(k)
-    _finite(c, n, itemsize)
-    c.stream(k, itemsize, 0, "reduce")
+    c = Work()
+    if backend == "cuda" or 4 * k >= n or n < 4 * TOPK_SAMPLE:
+        c.stream(n, itemsize, itemsize, full=True).select_topk(n, k).sort(k)
+        c.stream(n, itemsize, 0, "reduce", full=True).gather(k)
+    else:
+        stride = max(1, n // max(TOPK_SAMPLE, math.ceil(20 * n / k)))
+        sample = math.ceil(n / stride)
+        top = min(sample, math.ceil(1.5 * sample * k / n) + 3)
+        candidates = n * min(1.0, 1.2 * k / n)
+        c.stream(sample, itemsize, itemsize).select_topk(sample, top).stream(top, itemsize, 0, "reduce")
+        _select(c, n, candidates, itemsize, backend, total=True)
+        c.scalars(SCALAR_OPS["isfinite"]).sync()
+        for _ in range(rounds):
+            c.scalars(2).sync()
+            _select(c, n, candidates, itemsize, backend)
+        c.select_topk(candidates, k).sort(k).gather(k).gather(k).gather(k)
+    c.scalars(SCALAR_OPS["finite"]).sync().gather(k).stream(k, itemsize, 0, "reduce")
     return c, _sparse_decompress(n, k, itemsize)
 
 
@@ -186,130 +254,201 @@ def _randomk(n, density, itemsize, stages, rounds, backend):
 
 
 def _dgc(n, density, itemsize, stages, rounds, backend, trim=True):
+    """DGC: top ``δ`` of a strided sample of ``|g|`` sets the threshold; the selection
+    ``|g| ≥ thr`` (with ``Σ|g|`` for the finiteness check); ``rounds`` lowerings by 0.8 while it
+    holds fewer than 0.8·k; ``trim``: an exact top-k among more than 1.3·k."""
     k = target_count(density, n)
     samples = math.ceil(n / sample_stride(n, density, 0.01))
-    c = Work().stream(n, itemsize, itemsize, full=True)
-    c.select_topk(samples, max(1, math.ceil(samples * density))).stream(1, 1, 1, "reduce")
-    c.stream(n, itemsize, 1, "compare", full=True).compact(n, k)
-    _finite(c, n, itemsize)
+    c = Work().stream(samples, itemsize, itemsize)
+    top = max(1, math.ceil(samples * density))
+    c.select_topk(samples, top).stream(top, itemsize, 0, "reduce")
+    c.scalars(2)
+    _select(c, n, k, itemsize, backend, total=True)
+    c.scalars(SCALAR_OPS["finite"]).sync()
     for _ in range(rounds):
-        c.scalars(1).stream(n, itemsize, 1, "compare", full=True).compact(n, 2 * k)
+        c.scalars(2)
+        _select(c, n, k, itemsize, backend)
     if trim:
-        c.gather(2 * k).select_topk(2 * k, k).gather(k).sort(k)
+        c.select_topk(1.3 * k, k).gather(k).sort(k)
     return c.gather(k), _sparse_decompress(n, k, itemsize)
 
 
-def _gaussiank(n, density, itemsize, stages, rounds, backend):
+def _gaussiank(n, density, itemsize, stages, rounds, backend, raised=0):
+    """Gaussian-k: mean and variance of ``g`` (two reductions), the threshold formula, a
+    selection, then ``rounds`` corrections each with a new selection: ``raised`` of them raise
+    the threshold (×1.5 in float64: 4 0-d launches), the others halve it (1)."""
     k = target_count(density, n)
     c = Work().stream(n, itemsize, 0, "reduce", full=True).stream(n, itemsize, 0, "reduce", full=True)
-    c.scalars(SCALAR_OPS["gaussian"]).stream(n, itemsize, itemsize, full=True)
-    for _ in range(rounds):
-        c.stream(n, itemsize, 1, "compare", full=True).stream(n, 1, 0, "count", full=True).sync().scalars(1)
-    c.stream(n, itemsize, 1, "compare", full=True).compact(n, k)
-    c.scalars(SCALAR_OPS["finite"] + 1).sync()
+    c.scalars(SCALAR_OPS["gaussian"]).sync().scalars(SCALAR_OPS["gaussian_threshold"])
+    _select(c, n, k, itemsize, backend)
+    for step in range(rounds):
+        c.scalars(4 if step < raised else 1)
+        _select(c, n, k, itemsize, backend)
     return c.gather(k), _sparse_decompress(n, k, itemsize)
 
 
 def _redsync(n, density, itemsize, stages, rounds, backend):
+    """RedSync: ``max|g|`` and ``mean|g|``, then ``rounds`` binary-search probes each counting
+    ``|g| > thr`` (one sync each), then the selection at the chosen threshold (≈ 1.5·k hits)."""
     k = target_count(density, n)
     c = Work().stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 0, "reduce", full=True)
-    c.scalars(2).stream(n, itemsize, 0, "reduce", full=True).scalars(SCALAR_OPS["redsync_setup"] - 3)
-    c.scalars(SCALAR_OPS["finite"]).sync()
+    c.scalars(1).stream(n, itemsize, 0, "reduce", full=True).scalars(SCALAR_OPS["redsync_setup"]).sync()
     for _ in range(rounds):
-        c.scalars(SCALAR_OPS["redsync_probe"]).stream(n, itemsize, 1, "compare", full=True)
-        c.stream(n, 1, 0, "count", full=True).sync()
-    c.stream(n, itemsize, 1, "compare", full=True).compact(n, 1.5 * k)
+        c.scalars(SCALAR_OPS["redsync_probe"])
+        _count(c, n, 2 * k, itemsize, backend)
+    _select(c, n, 1.5 * k, itemsize, backend)
     return c.gather(1.5 * k), _sparse_decompress(n, 1.5 * k, itemsize)
 
 
-_TAIL_E = ((1, 1, "map"), (1, 0, "reduce"), (1, 0.25, "compare"))
-_TAIL_GP = ((1, 1, "map"), (1, 0, "reduce"), (1, 0, "reduce"), (1, 0, "reduce"), (1, 0.25, "compare"))
-SIDCO_STEPS = {
-    "sidco-e": (((1, 0, "reduce"),), 10, _TAIL_E, 5),
-    "sidco-p": (((1, 0, "reduce"), (1, 0, "reduce")), 48, _TAIL_GP, 44),
-    "sidco-gp": (((1, 0, "reduce"), (1, 1, "map"), (1, 1, "log"), (1, 0, "count"), (1, 0, "reduce")), 197,
-                 _TAIL_GP, 44),
-}
-"""SIDCo's torch path step by step: stage 1's streaming kernels over |g| as (bytes read,
-written, in units of the itemsize; 0.25 = a one-byte mask; kind), its 0-d launches, then each
-later stage's kernels over the exceedances and 0-d launches. Stage 1 takes |g|'s statistics
-(SIDCo-GP also clamps and takes logarithms); later stages shift the exceedances and refit them
-(SIDCo-P/-GP: the mean twice and a norm)."""
+SIDCO_SCALARS = {"sidco-e": (11, 26, 63, 8), "sidco-p": (61, 70, 107, 52), "sidco-gp": (198, 70, 240, 52)}
+"""SIDCo's torch path, 0-d launches (counted op by op): stage 1's statistics and threshold; a
+later stage's probability, fit and masked update (11 more per stage before it: the masked
+choice of fits grows); one correction step with the single-stage fit; what each further stage
+adds to a step (the step evaluates every stage's fit, masked). The first step has 17 (one
+stage) or 6 (more) fewer: its set-up replaces the secant update."""
+SIDCO_STAGE_GROWTH = 11
+SIDCO_FIRST_STEP_LESS = (17, 6)
+SIDCO_PAPER_STAGE_LESS = 4
+"""``adapt="paper"``: a stage's probability is a constant, not computed from the last count."""
+SIDCO_SELECT_SCALARS = (25, 8)
+"""0-d launches after the last tail: the selection's packing of its counts, and the last
+correction step's bookkeeping when there are corrections."""
 
 
 def _sidco(name):
-    first, first_scalars, tail, tail_scalars = SIDCO_STEPS[name]
-
-    def declare(n, density, itemsize, stages, rounds, backend):
+    def declare(n, density, itemsize, stages, rounds, backend, corrections=8, adapt="count", steps=None):
+        steps = NATIVE_STEPS if steps is None else steps
         probs = stage_probabilities(density, stages, 0.25)
-        counts = [n * math.prod(probs[: i + 1]) for i in range(len(probs))]
-        k = counts[-1]
+        k = target_count(density, n)
         if backend == "native":
-            return _sidco_native(name, n, itemsize, counts, rounds), _sparse_decompress(n, k, itemsize)
-        c = Work().stream(n, itemsize, itemsize, full=True)
-        for read, written, kind in first:
-            c.stream(n, read * itemsize, written * itemsize, kind, full=True)
-        c.scalars(first_scalars).stream(n, itemsize, 1, "compare", full=True).compact(n, counts[0])
-        for before, after in zip(counts, counts[1:]):
-            c.gather(before)
-            for read, written, kind in tail:
-                c.stream(before, read * itemsize, written * itemsize, kind)
-            c.scalars(tail_scalars).compact(before, after).gather(after)
-        return c.gather(k), _sparse_decompress(n, k, itemsize)
+            counts = [n * math.prod(probs[: i + 1]) for i in range(len(probs))]
+            return _sidco_native(name, n, itemsize, counts, rounds, steps), _sparse_decompress(n, k, itemsize)
+        if adapt == "paper":
+            corrections = 0
+        torch_path = _sidco_torch(name, n, k, itemsize, len(probs), corrections, adapt == "paper")
+        return torch_path, _sparse_decompress(n, k, itemsize)
 
     return declare
 
 
-NATIVE_SCALARS = {"sidco-e": (5, 5), "sidco-p": (36, 37), "sidco-gp": (184, 37)}
-"""SIDCo's native path: 0-d launches of stage 1's threshold and of each later stage's."""
+def _tail(w: Work, n: int, itemsize: int) -> None:
+    """One tail of SIDCo's torch path: ``max(|g| − t, 0)`` into a reused buffer, then its count,
+    sum and norm (four passes; data-independent)."""
+    w.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, itemsize, full=True)
+    w.stream(n, itemsize, 0, "count", full=True).stream(n, itemsize, 0, "reduce", full=True)
+    w.stream(n, itemsize, 0, "reduce", full=True)
 
 
-def _sidco_native(name, n, itemsize, counts, full_passes):
-    """Fused kernels (``native.stats`` / ``native.select_above``: one read pass each, 8 bytes
-    written per hit). SIDCo-E/-P at steady state take the statistics and a superset at 0.9·η₁
-    of the previous call in one pass (``full_passes`` = 1; 2 when η₁ fell below that guess);
-    SIDCo-GP needs logarithms: a statistics pass, then a selection pass."""
-    c = Work()
-    first, tail = NATIVE_SCALARS[name]
-    superset = n * (counts[0] / n) ** 0.9
+def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, corrections: int, paper: bool) -> Work:
+    """SIDCo's torch path (any device): masked reductions over ``|g|`` with no data-dependent
+    branch, so its work is fixed by the planned stage count and ``corrections``: stage 1's
+    statistics, one tail (four passes) per planned stage and per correction step, the ``>``
+    mask, its count, one device→host transfer, ``nonzero_static`` (one pass)."""
+    first, stage, step, nested = SIDCO_SCALARS[name]
+    step += (planned - 1) * nested
+    c = Work().stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 0, "reduce", full=True)
+    if name != "sidco-e":
+        c.stream(n, itemsize, 0, "reduce", full=True)
     if name == "sidco-gp":
-        c.stream(n, itemsize, 0, "native_log", full=True).stream(n, itemsize, 8 * counts[0] / n, "native", full=True)
-        pool = counts[0]
-    elif full_passes <= 1 and len(counts) > 1:
-        c.stream(n, itemsize, 8 * superset / n, "native", full=True).stream(superset, 4, 0, "native")
-        pool = superset
-    elif full_passes <= 1:
-        c.stream(n, itemsize, 8 * superset / n, "native", full=True)
-        c.stream(superset, 8, 8 * counts[0] / superset, "native")
-        pool = counts[0]
-    else:
-        c.stream(n, itemsize, 8 * superset / n, "native", full=True)
-        c.stream(n, itemsize, 8 * counts[0] / n, "native", full=True)
-        pool = counts[0]
-    c.scalars(first).sync()
-    for after in counts[1:]:
-        c.stream(pool, 8, 8 * after / pool, "native").scalars(tail).sync(2)
-        pool = after
+        c.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, itemsize, "log", full=True)
+        c.stream(n, itemsize, 0, "count", full=True)
+    c.scalars(first)
+    _tail(c, n, itemsize)
+    for m in range(1, planned):
+        c.scalars(stage + SIDCO_STAGE_GROWTH * (m - 1) - SIDCO_PAPER_STAGE_LESS * paper)
+        _tail(c, n, itemsize)
+    for i in range(corrections):
+        c.scalars(step - SIDCO_FIRST_STEP_LESS[planned > 1] if i == 0 else step)
+        _tail(c, n, itemsize)
+    c.scalars(SIDCO_SELECT_SCALARS[0] + SIDCO_SELECT_SCALARS[1] * bool(corrections))
+    c.stream(n, itemsize, 1, "compare", full=True).stream(n, 1, 0, "count", full=True).stream(4, 8, 8).sync()
+    c.stream(n, 1, 8 * k / n, "map", full=True)
+    return c.gather(k)
+
+
+NATIVE_SCALARS = {"sidco-e": (7, 44, 61), "sidco-p": (52, 88, 105), "sidco-gp": (187, 221, 238)}
+"""SIDCo's native path, 0-d launches (counted op by op): stage 1's threshold; the correction's
+set-up with its first step; each further step. :data:`NATIVE_LAST_SCALARS` follow the last."""
+NATIVE_LAST_SCALARS = 26
+
+
+def _sidco_native(name, n, itemsize, counts, full_passes, steps):
+    """SIDCo's native path (``native.scan``: one read pass per kernel, 8 bytes written per
+    selected element). Eager and data-dependent: ``full_passes`` of the kernels read the whole
+    vector (stage 1's statistics, which also collect a pool of candidates above a guess from the
+    previous call, and any threshold that fell below that pool); the others read only the pool.
+    The kernels are stage 1's statistics, one tail per stage, one per correction step
+    (``steps``: how many the call took, between 0 and ``corrections``) and the final selection;
+    each threshold read back is a sync (two per stage and per step). Stages after the first on
+    this path are declared with the torch path's per-stage launches (the drift test's data
+    settle at one stage here)."""
+    first, setup, step = NATIVE_SCALARS[name]
+    stage = SIDCO_SCALARS[name][1]
     k = counts[-1]
-    return c.stream(k, 4, 8).gather(k)
+    pool = n * (counts[0] / n) ** 0.9
+    kernels = 1 + len(counts) + steps + 1
+    c = Work()
+    for i in range(kernels):
+        kind = "native_log" if i == 0 and name == "sidco-gp" else "native"
+        written = 8 * (pool if i == 0 else k if i == kernels - 1 else 0)
+        if i < full_passes:
+            c.stream(n, itemsize, written / n, kind, full=True)
+        else:
+            c.stream(pool, 8, written / pool, kind)
+    c.scalars(first).sync()
+    for m in range(1, len(counts)):
+        c.scalars(stage + SIDCO_STAGE_GROWTH * (m - 1)).sync(2)
+    if steps:
+        c.scalars(setup).sync(2).scalars(step * (steps - 1)).sync(2 * (steps - 1))
+    c.scalars(NATIVE_LAST_SCALARS).sync(2)
+    return c.stream(k, 4, 8).sync(2).gather(k)
 
 
 def _cast(n, density, itemsize, stages, rounds, backend, half=2):
-    c = Work().stream(n, itemsize, half, full=True)
-    _finite(c, n, itemsize)
+    """fp16/bf16: the cast, ``Σ`` of the half-width values (the finiteness check, and a second
+    check that nothing overflowed the narrower range: one sync each)."""
+    c = Work().stream(n, itemsize, half, full=True).stream(n, half, 0, "reduce", full=True)
+    c.scalars(SCALAR_OPS["finite"]).sync().scalars(SCALAR_OPS["isfinite"]).sync()
     return c, Work().stream(n, half, itemsize, full=True)
 
 
+def _powersgd_factors(n: int) -> tuple[int, int, int]:
+    """Rows, columns and rank of PowerSGD's one matrix: the vector as a square of side ⌈√n⌉."""
+    side = math.isqrt(max(n - 1, 0)) + 1
+    return side, side, min(side, POWERSGD_RANK)
+
+
 def _powersgd(n, density, itemsize, stages, rounds, backend):
-    rows = math.ceil(math.sqrt(n))
-    cols = math.ceil(n / rows)
-    r = POWERSGD_RANK
-    c = Work().stream(n, itemsize, 0, "reduce", full=True).stream(n, itemsize, 0, "reduce", full=True)
-    c.flops += 4.0 * rows * cols * r + 2.0 * rows * r * r
-    c.scalars(4 * r)
-    d = Work().stream(n, 0, itemsize, full=True)
+    """PowerSGD, one power iteration on the whole vector as one square matrix (zero-padded to
+    ``side²``): ``‖g‖`` for the finiteness check, re-orthogonalise the kept Q, ``P = M·Q``,
+    orthogonalise P, ``Q = Mᵀ·P`` (each product one read of M), a copy of Q to send."""
+    rows, cols, r = _powersgd_factors(n)
+    c = Work().stream(n, itemsize, 0, "reduce", full=True).scalars(SCALAR_OPS["finite"]).sync()
+    if rows * cols != n:
+        c.stream(rows * cols, 0, itemsize, full=True).allocate(rows * cols * itemsize)
+        c.stream(n, itemsize, itemsize, full=True)
+    _orthogonalize(c, cols * r, itemsize)
+    c.stream(rows * cols, itemsize, r * itemsize / cols, full=True)
+    _orthogonalize(c, rows * r, itemsize)
+    c.stream(rows * cols, itemsize, r * itemsize / rows, full=True).stream(cols * r, itemsize, itemsize)
+    c.flops += 4.0 * rows * cols * r
+    return c, _powersgd_expand(n, itemsize)
+
+
+def _orthogonalize(w: Work, elements: int, itemsize: int) -> None:
+    """PyTorch's Gram-Schmidt of one rank-1 factor (its norm, the division) and the NaN clean-up."""
+    w.stream(elements, itemsize, 0, "reduce").stream(elements, itemsize, itemsize)
+    w.stream(elements, itemsize, itemsize)
+
+
+def _powersgd_expand(n: int, itemsize: int) -> Work:
+    """PowerSGD's decompress: zero the output, ``P·Qᵀ`` into the matrix, copy into place."""
+    rows, cols, r = _powersgd_factors(n)
+    d = Work().stream(n, 0, itemsize, full=True).stream(rows * cols, r * itemsize * (rows + cols) / (rows * cols),
+                                                        itemsize, full=True)
+    d.stream(n, itemsize, itemsize, full=True)
     d.flops += 2.0 * rows * cols * r
-    return c, d
+    return d
 
 
 DECLARATIONS = {
@@ -320,33 +459,38 @@ DECLARATIONS = {
 
 
 def work(name: str, numel: int, density: float, *, stages: int | None = None, rounds: int | None = None,
-         backend: str = "torch", error_feedback: bool = True, itemsize: int = 4, trim: bool = True) -> CallWork:
+         backend: str = "torch", error_feedback: bool = True, itemsize: int = 4, trim: bool = True,
+         raised: int = 0, corrections: int = SIDCO_CORRECTIONS, adapt: str = "count",
+         steps: int | None = None) -> CallWork:
     """The declared work of one compress and one decompress call of compressor ``name``.
 
-    ``numel`` elements of ``itemsize`` bytes at target ``density``; ``stages``: SIDCo stages
-    (default :data:`DEFAULT_STAGES`); ``rounds``: the data-dependent loop count of Gaussian-k,
-    RedSync, DGC and Random-k (default :data:`DEFAULT_ROUNDS`); ``backend``: ``torch`` (eager
-    ops, any device) or ``native`` (SIDCo's fused CPU kernels; other compressors ignore it);
-    ``trim``: DGC ends with an exact top-k among its selection (it does when the selection
-    exceeds 1.3·k).
+    ``numel`` elements of ``itemsize`` bytes at target ``density``; ``backend``: ``torch`` (eager
+    ops; exact Top-k as on a CPU), ``cuda`` (the same, but exact Top-k is one ``torch.topk``) or
+    ``native`` (the fused CPU kernels: SIDCo's, and the selection of Top-k, DGC, Gaussian-k
+    and RedSync; other compressors ignore it). Data-dependent counts:
+    ``stages``: SIDCo's stage count (default :data:`DEFAULT_STAGES`; on the torch/CUDA path the
+    planned count, on the native path the stages used); ``rounds``: the loop count of Gaussian-k,
+    RedSync, DGC, Top-k and Random-k, and for SIDCo's native path its full passes (default
+    :data:`DEFAULT_ROUNDS`); ``raised``: of Gaussian-k's rounds, those that raised the threshold;
+    ``trim``: DGC ends with an exact top-k among its selection (it does when the selection exceeds
+    1.3·k); ``corrections``: SIDCo's in-call correction steps (its torch path always runs all of
+    them, masked); ``adapt``: SIDCo's ``adapt`` option (``"paper"``: fixed stage probabilities,
+    no corrections); ``steps``: the correction steps SIDCo's native path took (it stops once
+    within the band; default :data:`NATIVE_STEPS`).
     """
     if name not in DECLARATIONS:
         raise ValueError(f"no work declared for compressor {name!r}; declared: {', '.join(DECLARATIONS)}")
-    if backend not in ("torch", "native"):
-        raise ValueError(f"backend must be torch or native, got {backend!r}")
+    if backend not in ("torch", "cuda", "native"):
+        raise ValueError(f"backend must be torch, cuda or native, got {backend!r}")
     n = int(numel)
     stages = DEFAULT_STAGES if stages is None else int(stages)
     rounds = DEFAULT_ROUNDS.get(name, 0) if rounds is None else int(rounds)
-    extra = {"trim": trim} if name == "dgc" else {}
+    extra = {"trim": trim} if name == "dgc" else {"raised": raised} if name == "gaussiank" else {}
+    if name.startswith("sidco"):
+        extra = {"corrections": corrections, "adapt": adapt, "steps": steps}
     compress, decompress = DECLARATIONS[name](n, float(density), itemsize, stages, rounds, backend, **extra)
-    if error_feedback and name not in ("fp16", "bf16", "powersgd"):
-        ef = Work()
-        dense = name == "none"
-        _ef(ef, n, 0 if dense else target_count(density, n), itemsize, dense)
-        compress = _merge(ef, compress)
-    elif error_feedback:
-        residual = Work().stream(n, 2 * itemsize, itemsize, full=True).stream(n, 2 * itemsize, itemsize, full=True)
-        compress = _merge(residual, compress)
+    if error_feedback:
+        compress = _merge(_merge(_ef_in(n, itemsize), compress), _ef_out(name, n, density, itemsize))
     compress.working_set_bytes = 4.0 * n * itemsize
     decompress.working_set_bytes = 2.0 * n * itemsize
     return CallWork(compress, decompress)
@@ -371,36 +515,68 @@ def wire_bytes(name: str, numel: int, density: float, itemsize: int = 4) -> floa
     if name in ("fp16", "bf16"):
         return float(numel * DENSE_ALLREDUCE[name])
     if name == "powersgd":
-        rows = math.ceil(math.sqrt(numel))
-        return float((rows + math.ceil(numel / rows)) * POWERSGD_RANK * itemsize)
+        rows, cols, r = _powersgd_factors(numel)
+        return float((rows + cols) * r * itemsize)
     return float(sparse_bytes(target_count(density, numel), itemsize))
 
 
 def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
     """Run ``call`` and return its result and the names of the torch operations it dispatched,
-    in order (``torch.utils._python_dispatch.TorchDispatchMode``; untimed, for counting)."""
+    in order (``torch.utils._python_dispatch.TorchDispatchMode``; untimed, for counting), with
+    each native selection as ``native.select_above`` and each ``native.scan`` kernel as
+``native.scan:full`` (over as many elements as the call's first kernel) or ``native.scan:pool``."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from compressors import native
+
     names: list[str] = []
+    select, scan = native.select_above, native.scan
+    first: list[int] = []
+
+    def counted_select(*args, **kwargs):
+        names.append("native.select_above")
+        return select(*args, **kwargs)
+
+    def counted_scan(x, **kwargs):
+        first.append(x.numel())
+        names.append("native.scan:full" if x.numel() >= first[0] else "native.scan:pool")
+        return scan(x, **kwargs)
 
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             names.append(func.overloadpacket.__name__)
             return func(*args, **(kwargs or {}))
 
-    with torch.no_grad(), Recorder():
-        result = call()
+    native.select_above, native.scan = counted_select, counted_scan
+    try:
+        with torch.no_grad(), Recorder():
+            result = call()
+    finally:
+        native.select_above, native.scan = select, scan
     return result, names
 
 
-def loop_counts(name: str, ops: Sequence[str]) -> dict[str, Any]:
-    """The data-dependent loop counts of one torch-path call of ``name`` from the operations it
-    dispatched (:func:`record_ops`), as :func:`work` takes them (``rounds``, DGC's ``trim``)."""
-    if name in ("gaussiank", "redsync"):
-        return {"rounds": ops.count("count_nonzero")}
+def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
+    """The data-dependent loop counts of one call of ``name`` from the operations it dispatched
+    (:func:`record_ops`), as :func:`work` takes them (``rounds``, DGC's ``trim``, Gaussian-k's
+    ``raised``; for SIDCo's native path its full passes and, given the ``stages`` it used, its
+    correction ``steps``)."""
+    kernels = ops.count("native.scan:full") + ops.count("native.scan:pool")
+    if name.startswith("sidco") and kernels:
+        counts = {"rounds": ops.count("native.scan:full")}
+        if stages is not None:
+            counts["steps"] = kernels - 2 - stages
+        return counts
+    selections = ops.count("nonzero") + ops.count("native.select_above")
+    if name == "gaussiank":
+        return {"rounds": selections - 1, "raised": ops.count("clamp") - 2}
+    if name == "redsync":
+        return {"rounds": ops.count("count_nonzero") + selections - 1}
+    if name == "topk":
+        return {"rounds": max(0, selections - 1)}
     if name == "dgc":
-        return {"rounds": ops.count("nonzero") - 1, "trim": ops.count("topk") == 2}
+        return {"rounds": selections - 1, "trim": ops.count("topk") == 2}
     if name == "randomk":
         return {"rounds": ops.count("_unique2")}
     return {}

@@ -51,22 +51,27 @@ def seconds(work: declared.Work, device: Device) -> float:
 
 def backend_on(kind: str, compressor: str) -> str:
     """The code path ``compressor`` takes on a device of ``kind`` (``cpu``/``gpu``) for float32:
-    SIDCo's native kernels on a CPU where they build, torch otherwise."""
-    if kind == "cpu" and compressor.startswith("sidco"):
+    the fused native kernels on a CPU where they build (SIDCo, and the selection of Top-k, DGC,
+    Gaussian-k and RedSync), ``cuda`` on a GPU, torch otherwise."""
+    if kind == "cpu" and compressor in NATIVE_ON_CPU:
         from compressors import native
 
         return "native" if native.library() is not None else "torch"
-    return "torch"
+    return "cuda" if kind == "gpu" else "torch"
+
+
+NATIVE_ON_CPU = ("sidco-e", "sidco-p", "sidco-gp", "topk", "dgc", "gaussiank", "redsync")
+"""Compressors whose CPU float32 path runs the fused kernels of :mod:`compressors.native`."""
 
 
 def call_seconds(compressor: str, numel: int, density: float, device: Device, *,
                  stages: int | None = None, error_feedback: bool = True,
                  backend: str | None = None, rounds: int | None = None,
-                 trim: bool = True) -> tuple[float, float]:
+                 trim: bool = True, raised: int = 0, steps: int | None = None) -> tuple[float, float]:
     """Modelled (compress, decompress) seconds of one call of ``compressor`` on ``numel`` fp32
     elements (``backend``: the code path, default :func:`backend_on` the device; ``stages``,
-    ``rounds``, ``trim``: the data-dependent counts of :func:`compressors.work.work`)."""
-    call = declared.work(compressor, numel, density, stages=stages, rounds=rounds, trim=trim,
+    ``rounds``, ``trim``, ``raised``, ``steps``: the data-dependent counts of :func:`compressors.work.work`)."""
+    call = declared.work(compressor, numel, density, stages=stages, rounds=rounds, trim=trim, raised=raised, steps=steps,
                          backend=backend or backend_on(device.kind, compressor), error_feedback=error_feedback)
     return seconds(call.compress, device), seconds(call.decompress, device)
 

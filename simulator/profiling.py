@@ -111,9 +111,9 @@ def measure(device: str, sizes: Sequence[int], names: Sequence[str], densities: 
                     comp_s.append(t1 - t0)
                     decomp_s.append(t2 - t1)
             loops = {}
-            if name in ("gaussiank", "redsync", "dgc", "randomk"):
-                _, ops = declared.record_ops(lambda: ef.compress(grads[(warmup + repeats) % len(grads)]))
-                loops = declared.loop_counts(name, ops)
+            if name in ("gaussiank", "redsync", "dgc", "randomk", "topk", "sidco-e", "sidco-p", "sidco-gp"):
+                recorded, ops = declared.record_ops(lambda: ef.compress(grads[(warmup + repeats) % len(grads)]))
+                loops = declared.loop_counts(name, ops, recorded.stages)
             row = {
                 "compressor": name, "density": density, "numel": numel,
                 "compress_s": min(comp_s), "decompress_s": min(decomp_s),

@@ -9,7 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 VIEWS = {"squeeze", "slice", "view", "unsqueeze", "reshape", "alias", "as_strided", "empty", "detach", "t",
-         "select", "_reshape_alias", "expand"}
+         "select", "_reshape_alias", "expand", "transpose"}
 GATHERS = {"index_select", "index_add_", "index_copy_", "index", "index_fill_"}
 WRITE_ONLY = {"zero_", "fill_", "zeros_like", "randperm", "randint", "empty_like", "zeros", "arange"}
 
@@ -24,6 +24,22 @@ class OpCounter(TorchDispatchMode):
         self.counts = {"passes": 0, "bytes": 0.0, "launches": 0, "syncs": 0, "topk": 0, "sort": 0,
                        "gather": 0, "compact": 0}
         self.ops: list[str] = []
+
+    def __enter__(self):
+        """Also count ``Tensor.tolist`` as a synchronisation (on the CPU it dispatches no op)."""
+        original = self._tolist = torch.Tensor.tolist
+
+        def tolist(tensor):
+            self.counts["syncs"] += 1
+            self.ops.append("tolist")
+            return original(tensor)
+
+        torch.Tensor.tolist = tolist
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Tensor.tolist = self._tolist
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -16,27 +16,25 @@ SIZES = (1 << 16, 1 << 18)
 DENSITIES = (0.01, 0.001)
 
 
-def _observe(name: str, n: int, density: float, backend: str, monkeypatch=None):
+def _observe(name: str, n: int, density: float, backend: str, monkeypatch, options=None):
+    if backend == "torch":  # the torch path everywhere, as on a GPU or without the C kernels
+        monkeypatch.setattr(native, "usable", lambda x: False)
     grad = gradient_like(n, seed=3)
     opts = {"backend": "torch"} if name.startswith("sidco") and backend == "torch" else {}
-    comp = compressors.create(name, density, **opts)
+    comp = compressors.create(name, density, **opts, **(options or {}))
     ef = compressors.ErrorFeedback(comp)
     for _ in range(6):
         comp.decompress(ef.compress(grad.clone()))
     kernels = []
-    if monkeypatch is not None:
-        stats, select = native.stats, native.select_above
+    planned = comp.stages if name.startswith("sidco") else None
+    if backend == "native":
+        scan = native.scan
 
-        def counted_stats(x, **kw):
+        def counted_scan(x, **kw):
             kernels.append(x.numel())
-            return stats(x, **kw)
+            return scan(x, **kw)
 
-        def counted_select(x, threshold, **kw):
-            kernels.append(x.numel())
-            return select(x, threshold, **kw)
-
-        monkeypatch.setattr(native, "stats", counted_stats)
-        monkeypatch.setattr(native, "select_above", counted_select)
+        monkeypatch.setattr(native, "scan", counted_scan)
     with OpCounter(n) as seen:
         sparse = ef.compress(grad)
     with OpCounter(n) as seen_decompress:
@@ -46,12 +44,19 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch=None):
     counts["launches"] += len(kernels)
     full_native = sum(1 for size in kernels if size >= n)
     loops = declared.loop_counts(name, seen.ops)
-    rounds = full_native if name in ("sidco-e", "sidco-p") else loops.pop("rounds", None)
-    return counts, seen_decompress.counts, sparse.stages, rounds, loops
+    rounds = loops.pop("rounds", None)
+    if backend == "native":  # loops counted by their kernels: SIDCo's full passes, the others' selections
+        rounds = full_native if name.startswith("sidco") else full_native - 1
+    stages = planned if backend == "torch" else getattr(sparse, "stages", None)
+    if backend == "native" and name.startswith("sidco"):  # stage 1, a tail per stage, each step, the selection
+        loops["steps"] = len(kernels) - 2 - stages
+    return counts, seen_decompress.counts, stages, rounds, loops
 
 
-def _check(name, n, density, backend, monkeypatch=None):
-    counts, dcounts, stages, rounds, extra = _observe(name, n, density, backend, monkeypatch)
+def _check(name, n, density, backend, monkeypatch, options=None):
+    counts, dcounts, stages, rounds, extra = _observe(name, n, density, backend, monkeypatch, options)
+    if options and "adapt" in options:
+        extra["adapt"] = options["adapt"]
     work = declared.work(name, n, density, stages=stages, rounds=rounds, backend=backend, **extra)
     for what, got, decl in (("compress", counts, work.compress), ("decompress", dcounts, work.decompress)):
         assert decl.passes == got["passes"], f"{what}: declared {decl.passes} full passes, code makes {got['passes']}"
@@ -65,12 +70,18 @@ def _check(name, n, density, backend, monkeypatch=None):
 @pytest.mark.parametrize("name", [n for n in compressors.names()])
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("density", DENSITIES)
-def test_declared_work_matches_the_torch_path(name: str, n: int, density: float) -> None:
-    _check(name, n, density, "torch")
+def test_declared_work_matches_the_torch_path(name: str, n: int, density: float, monkeypatch) -> None:
+    _check(name, n, density, "torch", monkeypatch)
+
+
+@pytest.mark.parametrize("name", ["sidco-e", "sidco-p", "sidco-gp"])
+@pytest.mark.parametrize("options", [{"stages": 2}, {"stages": 3}, {"adapt": "paper", "stages": 2}])
+def test_declared_work_matches_sidco_torch_path_at_every_stage_count(name: str, options: dict, monkeypatch) -> None:
+    _check(name, 1 << 16, 0.001, "torch", monkeypatch, options)
 
 
 @pytest.mark.skipif(not native.library(), reason="no C compiler for the native kernels")
-@pytest.mark.parametrize("name", ["sidco-e", "sidco-p", "sidco-gp"])
+@pytest.mark.parametrize("name", ["sidco-e", "sidco-p", "sidco-gp", "topk", "dgc", "gaussiank", "redsync"])
 @pytest.mark.parametrize("density", DENSITIES)
 def test_declared_work_matches_the_native_path(name: str, density: float, monkeypatch) -> None:
     _check(name, 1 << 18, density, "native", monkeypatch)
