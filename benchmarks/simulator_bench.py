@@ -67,13 +67,14 @@ def analytic_rate(trace_dir: Path, scenarios: int) -> tuple[float, int]:
     names = compressors.names()
     sparse = [n for n in names if n != "none"]
     profile = CompressionProfile.from_replay_rows(replay(trace, sparse, [0.01, 0.001]), source=f"replay of {trace}")
+    return _sweep_rate(SweepContext(workload_from_trace(trace), profile), names, scenarios)
+
+
+def _sweep_rate(context: SweepContext, names: list[str], scenarios: int) -> tuple[float, int]:
+    """Scenarios per second (best of 3, after a 100-scenario warm-up) of :func:`run_chunk` over
+    the first ``scenarios`` points of the benchmark grid, and how many points that was."""
     grid = Grid(NODES, (1e9, 2e9, 5e9, 10e9, 25e9, 100e9), (1e-6, 1e-5, 5e-5), tuple(names), (0.01, 0.001))
-    points = []
-    for point in grid.points():
-        points.append(point)
-        if len(points) == scenarios:
-            break
-    context = SweepContext(workload_from_trace(trace), profile)
+    points = [p for _, p in zip(range(scenarios), grid.points())]
     run_chunk(context, points[:100])
     best = math.inf
     for _ in range(3):
@@ -95,16 +96,8 @@ def model_rate(trace_dir: Path, scenarios: int, device: str = "h200") -> tuple[f
     start = time.perf_counter()
     profile = costmodel.compression_profile(devices.get(device), [(n, d) for n in names for d in (0.01, 0.001)])
     modelled = time.perf_counter() - start
-    grid = Grid(NODES, (1e9, 2e9, 5e9, 10e9, 25e9, 100e9), (1e-6, 1e-5, 5e-5), tuple(names), (0.01, 0.001))
-    points = [p for _, p in zip(range(scenarios), grid.points())]
-    context = SweepContext(workload_from_trace(traces.open(trace_dir)), profile)
-    run_chunk(context, points[:100])
-    best = math.inf
-    for _ in range(3):
-        start = time.perf_counter()
-        run_chunk(context, points)
-        best = min(best, time.perf_counter() - start)
-    return len(points) / best, len(points), modelled
+    rate, count = _sweep_rate(SweepContext(workload_from_trace(traces.open(trace_dir)), profile), names, scenarios)
+    return rate, count, modelled
 
 
 def sweep_command(trace_dir: Path, store: Path, nodes: tuple[int, ...]) -> dict:
