@@ -14,19 +14,33 @@ SIMD_FLAGS: tuple[str, ...] = ("avx2", "avx512f", "avx512bw", "avx512vl", "fma",
 
 
 @functools.lru_cache(maxsize=None)
+def _cpuinfo() -> tuple[tuple[str, str], ...]:
+    fields: dict[str, str] = {}
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ()
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        key = key.strip()
+        if sep and key and key not in fields:
+            fields[key] = " ".join(value.split())
+    return tuple(fields.items())
+
+
+def cpuinfo() -> dict[str, str]:
+    """The first value of each field of ``/proc/cpuinfo`` (the first CPU's; white space folded),
+    read once; empty where there is no such file. The one reader of it: the CPU identity of
+    measurements, the native build's cache key and the device model's host all use it."""
+    return dict(_cpuinfo())
+
+
+@functools.lru_cache(maxsize=None)
 def cpu_identity() -> str:
     """``"cpu: <model name> (<SIMD flags>)"`` from ``/proc/cpuinfo`` (``platform`` elsewhere)."""
-    model, flags = "", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            key = key.strip()
-            if key in ("model name", "Model", "Hardware") and not model:
-                model = value.strip()
-            elif key in ("flags", "Features") and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
+    info = cpuinfo()
+    model = next((info[k] for k in ("model name", "Model", "Hardware") if info.get(k)), "")
+    flags = set(next((info[k] for k in ("flags", "Features") if k in info), "").split())
     model = model or platform.processor() or platform.machine() or "unknown CPU"
     named = [flag for flag in SIMD_FLAGS if flag in flags]
     return f"cpu: {model} ({', '.join(named) if named else 'no SIMD flags listed'})"

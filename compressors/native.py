@@ -34,6 +34,7 @@ from typing import NamedTuple
 import torch
 
 from compressors._kernels_c import SOURCE
+from compressors.identity import cpuinfo
 
 PARALLEL_MIN = 1 << 19
 """Inputs shorter than this run on one thread: waking threads costs more than it saves, and on a
@@ -72,16 +73,8 @@ def _cache_dir() -> Path:
 def cpu_identity() -> str:
     """This CPU's model name and feature flags (``/proc/cpuinfo``; elsewhere the platform's
     processor and machine strings): what a ``-march=native`` build depends on."""
-    fields: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
-            for line in info:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key in ("model name", "flags", "Features", "CPU part") and key not in fields:
-                    fields[key] = " ".join(value.split())
-    except OSError:
-        pass
+    info = cpuinfo()
+    fields = {key: info[key] for key in ("model name", "flags", "Features", "CPU part") if key in info}
     if not fields:
         import platform
 

@@ -244,16 +244,11 @@ def host_identity() -> dict[str, Any]:
     """This host: CPU model, the SIMD flags that matter here, core count, torch version."""
     import torch
 
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
-                model = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
+    from compressors.identity import cpuinfo
+
+    info = cpuinfo()
+    model = info.get("model name") or platform.processor() or platform.machine()
+    flags = set(info.get("flags", "").split())
     simd = [f for f in ("avx512f", "avx512_bf16", "avx2", "fma", "neon", "asimd") if f in flags]
     return {"cpu": model, "flags": simd, "cores": os.cpu_count() or 1, "torch": torch.__version__}
 
