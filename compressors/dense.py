@@ -28,7 +28,10 @@ class DenseCast(Compressor):
 
     def _compress(self, grad: torch.Tensor) -> Dense:
         values = grad.to(self.wire_dtype)
-        statistic = values.sum(dtype=torch.float32) if values.numel() else None
+        statistic = None
+        if values.numel():  # max − min in fp32: finite iff every value is (NaN and ±Inf reach it)
+            low, high = torch.aminmax(values)
+            statistic = high.float() - low.float()
         raise_if_not_finite(grad, statistic)
         if statistic is not None and not bool(torch.isfinite(statistic)):
             raise ValueError(f"gradient has finite values beyond the range of {self.wire_dtype} "

@@ -211,14 +211,16 @@ def gather_rest(flat: torch.Tensor, rest_slices: Sequence[tuple[int, int]]) -> t
 
 def expand(blocks: tuple[Block, ...], p: torch.Tensor, q: torch.Tensor, rest: torch.Tensor,
            rest_slices: Sequence[tuple[int, int]], out: torch.Tensor) -> torch.Tensor:
-    """Write ``P·Qᵀ`` in each block's place and ``rest`` in its slices into the flat ``out`` (zeros
-    elsewhere, e.g. the square padding beyond ``out``) and return it."""
+    """Write ``P·Qᵀ`` in each block's place and ``rest`` in its slices into the flat ``out`` and
+    return it. The blocks and the rest cover ``out`` (:func:`plan`), so nothing is zeroed first;
+    the padding of the square beyond ``out`` is dropped."""
     numel = out.numel()
-    out.zero_()
     for b, pv, qv in zip(blocks, factor_views(p, blocks, "rows"), factor_views(q, blocks, "cols")):
-        approx = torch.bmm(pv, qv.transpose(1, 2)).view(-1)
-        end = min(b.offset + b.rows * b.cols, numel)
-        out[b.offset:end] = approx[:end - b.offset]
+        end = b.offset + b.rows * b.cols
+        if end <= numel:  # a whole matrix: P·Qᵀ straight into its place, as PyTorch's hook writes it
+            torch.bmm(pv, qv.transpose(1, 2), out=out[b.offset:end].view(1, b.rows, b.cols))
+        else:  # the zero-padded square: only its first numel − offset elements are kept
+            out[b.offset:] = torch.bmm(pv, qv.transpose(1, 2)).view(-1)[:numel - b.offset]
     position = 0
     for o, k in rest_slices:
         out[o:o + k] = rest[position:position + k]

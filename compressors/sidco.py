@@ -64,9 +64,15 @@ from compressors.selection import Workspace, argmax_fallback
 from compressors.sparse import Sparse
 
 GUESS_MARGIN = 0.9
-"""Native path: the pool holds ``|g| > 0.9·τ``, ``τ`` the lowest threshold the previous call of
-the same size needed after stage 1 (scaled by how this call's ``η₁`` moved); with one stage, the
-lower of that and the previous ``η₁``, and the pool is collected by the first pass."""
+"""Native path: the pool holds ``|g| > 0.9·τ``, ``τ`` the threshold the previous call of the same
+size selected at (scaled by how this call's ``η₁`` moved); with one stage, the lower of that and
+the previous ``η₁``, and the pool is collected by the first pass."""
+
+WILD_TRY = 0.5
+"""Native path: a try below ``0.5 ×`` the pool's threshold (a correction step that overshot, e.g.
+the first secant step after a stage-1 fit that selected a hundredth of ``k``) is counted by a
+full pass that collects nothing; a try just below the pool (the pool was a little too high) is
+counted by a full pass that collects a new pool at that try."""
 
 SLOPE_RANGE = (0.1, 10.0)
 """Clamp of the secant slope ``d ln c / d ln p`` used by the in-call correction."""
@@ -134,7 +140,7 @@ class _NativeOps(_Ops):
         self.pool: native.Selection | None = None
         self.pool_at = math.inf
         self.eta1: float | None = None
-        self.lowest = math.inf  # lowest threshold after stage 1 this call needed from the pool
+        self.chosen = math.nan  # the threshold the call selected at (read back by select)
 
     def _buffers(self, name: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.owner._buffers(name, numel)
@@ -165,7 +171,7 @@ class _NativeOps(_Ops):
                 self.eta1 = t
                 if self.guess is not None:
                     select = GUESS_MARGIN * t * self.guess[1] / self.guess[0]
-            else:
+            elif self.pool is None or t >= WILD_TRY * self.pool_at:
                 select = t
             if select is None:
                 return native.scan(self.grad, absolute=True, shift=t)
@@ -177,8 +183,6 @@ class _NativeOps(_Ops):
 
     def tail(self, threshold: torch.Tensor) -> Tail:
         t = float(threshold)
-        if self.eta1 is not None:
-            self.lowest = min(self.lowest, t)
         r = self._scan(t)
         if self.eta1 is None:
             self.eta1 = t
@@ -186,9 +190,7 @@ class _NativeOps(_Ops):
 
     def select(self, threshold: torch.Tensor, pre_count: torch.Tensor,
                used: torch.Tensor) -> tuple[torch.Tensor, int, int]:
-        t = float(threshold)
-        if self.eta1 is not None and t != self.eta1:
-            self.lowest = min(self.lowest, t)
+        t = self.chosen = float(threshold)
         r = self._scan(t, select=t)
         return r.selection.indices.long(), int(pre_count), int(used)
 
@@ -330,9 +332,8 @@ class SIDCo(Compressor):
         threshold, used, pre_count = self._chain(ops, n, stages, grad.dtype)
         indices, pre, used = ops.select(threshold, pre_count, used)
         if isinstance(ops, _NativeOps) and remember and ops.eta1 is not None:
-            lowest = ops.lowest if math.isfinite(ops.lowest) else float(threshold)
-            if lowest > 0 and ops.eta1 > 0 and math.isfinite(ops.eta1):
-                self._guesses = {**dict(list(self._guesses.items())[-7:]), n: (ops.eta1, lowest)}
+            if ops.chosen > 0 and ops.eta1 > 0 and math.isfinite(ops.eta1):
+                self._guesses = {**dict(list(self._guesses.items())[-7:]), n: (ops.eta1, ops.chosen)}
         if indices.numel() == 0:
             raise_if_not_finite(grad, getattr(ops, "statistic", None))
             indices = argmax_fallback(grad.abs())

@@ -48,6 +48,11 @@ NATIVE_STEPS = 5
 """Correction steps SIDCo's native path takes by default (seen on gradient-like data at
 δ = 0.01 and 0.001: 4 to 6)."""
 
+NATIVE_POOL = 5
+"""Elements in SIDCo's native pool per selected element by default (the pool holds ``|g|`` above
+0.9 × the previous call's threshold: about 5·k seen on gradient-like data at δ = 0.01, more
+while error feedback's residual is still growing)."""
+
 SIDCO_CORRECTIONS = 8
 """SIDCo's in-call correction steps (its default ``corrections``)."""
 
@@ -61,11 +66,14 @@ SCALAR_OPS = {"finite": 5, "isfinite": 4, "gaussian": 13, "gaussian_threshold": 
 torch path issues them; counted with a dispatch mode when the code was written."""
 
 
-KINDS = ("map", "reduce", "compare", "count", "log", "native", "native_log")
+KINDS = ("map", "reduce", "compare", "count", "log", "native", "native_select", "native_log")
 """Streaming kernels by what they compute per element (a device may be slower per element than
 its memory for some): ``map`` (abs, add, clamp, copy, fill), ``reduce`` (sum, amax, norm),
 ``compare`` (``>``/``>=`` into a bool mask), ``count`` (``count_nonzero`` of a mask), ``log``
-(logarithms), ``native`` / ``native_log`` (SIDCo's fused C kernels, without / with logarithms)."""
+(logarithms), ``native`` (a fused C pass of statistics only: SIDCo's tails),
+``native_select`` (a fused C pass that also compacts what lies above a threshold: the selection
+primitive, SIDCo's pool and final selection), ``native_log`` (SIDCo's statistics with
+logarithms)."""
 
 
 @dataclass
@@ -153,18 +161,19 @@ class CallWork:
 
 
 def _ef_in(n: int, itemsize: int) -> Work:
-    """Error feedback before compressing: a fresh ``grad + residual``."""
-    return Work().stream(n, 2 * itemsize, itemsize, full=True).allocate(n * itemsize)
+    """Error feedback before compressing: ``grad + residual`` into a kept spare buffer."""
+    return Work().stream(n, 2 * itemsize, itemsize, full=True)
 
 
 def _ef_out(name: str, n: int, density: float, itemsize: int) -> Work:
     """Error feedback after compressing, the new residual: a fresh zero vector for ``none``,
-    ``index_add_`` of what was sent for sparse messages, else ``sub_`` of the decompressed message."""
+    ``index_add_`` of what was sent for sparse messages, else ``sub_`` of the message
+    decompressed into a kept scratch buffer."""
     if name == "none":
         return Work().stream(n, 0, itemsize, full=True).allocate(n * itemsize)
-    if name in ("fp16", "bf16"):
+    if name in ("fp16", "bf16"):  # widened into a kept scratch buffer, then ``sub_``
         return Work().stream(n, DENSE_ALLREDUCE[name], itemsize, full=True).stream(n, 2 * itemsize, itemsize, full=True)
-    if name == "powersgd":
+    if name == "powersgd":  # decompressed into a kept scratch buffer, then ``sub_``
         return _merge(_powersgd_expand(n, itemsize), Work().stream(n, 2 * itemsize, itemsize, full=True))
     sent = 1.5 * target_count(density, n) if name == "redsync" else target_count(density, n)
     return Work().gather(sent)
@@ -192,7 +201,7 @@ def _select(w: Work, n: int, hits: float, itemsize: int, backend: str, total: bo
     hit (with ``total``: a second kernel over the hits, and ``Σ|x|`` wrapped in a tensor), the
     positions widened to int64."""
     if backend == "native":
-        w.sync().stream(n, itemsize, 8 * hits / n, "native", full=True)
+        w.sync().stream(n, itemsize, 8 * hits / n, "native_select", full=True)
         if total:
             w.stream(hits, 4, 0, "native").scalars(1)
         w.stream(hits, 4, 8)
@@ -228,7 +237,8 @@ def _topk(n, density, itemsize, stages, rounds, backend):
         sample = math.ceil(n / stride)
         top = min(sample, math.ceil(1.5 * sample * k / n) + 3)
         candidates = n * min(1.0, 1.2 * k / n)
-        c.stream(sample, itemsize, itemsize).select_topk(sample, top).stream(top, itemsize, 0, "reduce")
+        c.stream(sample, itemsize, itemsize).allocate(sample * itemsize).select_topk(sample, top)
+        c.stream(top, itemsize, 0, "reduce")
         _select(c, n, candidates, itemsize, backend, total=True)
         c.scalars(SCALAR_OPS["isfinite"]).sync()
         for _ in range(rounds):
@@ -259,7 +269,7 @@ def _dgc(n, density, itemsize, stages, rounds, backend, trim=True):
     holds fewer than 0.8·k; ``trim``: an exact top-k among more than 1.3·k."""
     k = target_count(density, n)
     samples = math.ceil(n / sample_stride(n, density, 0.01))
-    c = Work().stream(samples, itemsize, itemsize)
+    c = Work().stream(samples, itemsize, itemsize).allocate(samples * itemsize)
     top = max(1, math.ceil(samples * density))
     c.select_topk(samples, top).stream(top, itemsize, 0, "reduce")
     c.scalars(2)
@@ -316,13 +326,13 @@ correction step's bookkeeping when there are corrections."""
 
 
 def _sidco(name):
-    def declare(n, density, itemsize, stages, rounds, backend, corrections=8, adapt="count", steps=None):
+    def declare(n, density, itemsize, stages, rounds, backend, corrections=8, adapt="count", steps=None, pool=None):
         steps = NATIVE_STEPS if steps is None else steps
         probs = stage_probabilities(density, stages, 0.25)
         k = target_count(density, n)
         if backend == "native":
-            counts = [n * math.prod(probs[: i + 1]) for i in range(len(probs))]
-            return _sidco_native(name, n, itemsize, counts, rounds, steps), _sparse_decompress(n, k, itemsize)
+            pool = min(n, NATIVE_POOL * k) if pool is None else pool
+            return _sidco_native(name, n, itemsize, len(probs), k, pool, rounds, steps), _sparse_decompress(n, k, itemsize)
         if adapt == "paper":
             corrections = 0
         torch_path = _sidco_torch(name, n, k, itemsize, len(probs), corrections, adapt == "paper")
@@ -372,11 +382,11 @@ set-up with its first step; each further step. :data:`NATIVE_LAST_SCALARS` follo
 NATIVE_LAST_SCALARS = 26
 
 
-def _sidco_native(name, n, itemsize, counts, full_passes, steps):
+def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps):
     """SIDCo's native path (``native.scan``: one read pass per kernel, 8 bytes written per
     selected element). Eager and data-dependent: ``full_passes`` of the kernels read the whole
-    vector (stage 1's statistics, which also collect a pool of candidates above a guess from the
-    previous call, and any threshold that fell below that pool); the others read only the pool.
+    vector (stage 1's statistics, which also collect a pool of ``pool`` candidates above a guess
+    from the previous call, and any try that fell below that pool); the others read only the pool.
     The kernels are stage 1's statistics, one tail per stage, one per correction step
     (``steps``: how many the call took, between 0 and ``corrections``) and the final selection;
     each threshold read back is a sync (two per stage and per step). Stages after the first on
@@ -384,19 +394,17 @@ def _sidco_native(name, n, itemsize, counts, full_passes, steps):
     settle at one stage here)."""
     first, setup, step = NATIVE_SCALARS[name]
     stage = SIDCO_SCALARS[name][1]
-    k = counts[-1]
-    pool = n * (counts[0] / n) ** 0.9
-    kernels = 1 + len(counts) + steps + 1
+    kernels = 1 + stages + steps + 1
     c = Work()
     for i in range(kernels):
-        kind = "native_log" if i == 0 and name == "sidco-gp" else "native"
+        kind = "native_log" if i == 0 and name == "sidco-gp" else "native_select" if i in (0, kernels - 1) else "native"
         written = 8 * (pool if i == 0 else k if i == kernels - 1 else 0)
         if i < full_passes:
             c.stream(n, itemsize, written / n, kind, full=True)
         else:
-            c.stream(pool, 8, written / pool, kind)
+            c.stream(pool, 8, written / max(pool, 1), kind)
     c.scalars(first).sync()
-    for m in range(1, len(counts)):
+    for m in range(1, stages):
         c.scalars(stage + SIDCO_STAGE_GROWTH * (m - 1)).sync(2)
     if steps:
         c.scalars(setup).sync(2).scalars(step * (steps - 1)).sync(2 * (steps - 1))
@@ -405,9 +413,11 @@ def _sidco_native(name, n, itemsize, counts, full_passes, steps):
 
 
 def _cast(n, density, itemsize, stages, rounds, backend, half=2):
-    """fp16/bf16: the cast, ``Σ`` of the half-width values (the finiteness check, and a second
-    check that nothing overflowed the narrower range: one sync each)."""
-    c = Work().stream(n, itemsize, half, full=True).stream(n, half, 0, "reduce", full=True)
+    """fp16/bf16: the cast into a fresh buffer, ``aminmax`` of the half-width values (the
+    finiteness check, and a second check that nothing overflowed the narrower range: one sync
+    each)."""
+    c = Work().stream(n, itemsize, half, full=True).allocate(n * half).stream(n, half, 0, "reduce", full=True)
+    c.scalars(3)  # max − min in fp32: two widenings and the subtraction
     c.scalars(SCALAR_OPS["finite"]).sync().scalars(SCALAR_OPS["isfinite"]).sync()
     return c, Work().stream(n, half, itemsize, full=True)
 
@@ -442,11 +452,12 @@ def _orthogonalize(w: Work, elements: int, itemsize: int) -> None:
 
 
 def _powersgd_expand(n: int, itemsize: int) -> Work:
-    """PowerSGD's decompress: zero the output, ``P·Qᵀ`` into the matrix, copy into place."""
+    """PowerSGD's decompress into a kept buffer: ``P·Qᵀ`` straight into place when the square
+    holds exactly ``n`` elements, else into a fresh padded square and copied (its first ``n``)."""
     rows, cols, r = _powersgd_factors(n)
-    d = Work().stream(n, 0, itemsize, full=True).stream(rows * cols, r * itemsize * (rows + cols) / (rows * cols),
-                                                        itemsize, full=True)
-    d.stream(n, itemsize, itemsize, full=True)
+    d = Work().stream(rows * cols, r * itemsize * (rows + cols) / (rows * cols), itemsize, full=True)
+    if rows * cols != n:
+        d.allocate(rows * cols * itemsize).stream(n, itemsize, itemsize, full=True)
     d.flops += 2.0 * rows * cols * r
     return d
 
@@ -461,7 +472,7 @@ DECLARATIONS = {
 def work(name: str, numel: int, density: float, *, stages: int | None = None, rounds: int | None = None,
          backend: str = "torch", error_feedback: bool = True, itemsize: int = 4, trim: bool = True,
          raised: int = 0, corrections: int = SIDCO_CORRECTIONS, adapt: str = "count",
-         steps: int | None = None) -> CallWork:
+         steps: int | None = None, pool: float | None = None) -> CallWork:
     """The declared work of one compress and one decompress call of compressor ``name``.
 
     ``numel`` elements of ``itemsize`` bytes at target ``density``; ``backend``: ``torch`` (eager
@@ -476,7 +487,8 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     1.3·k); ``corrections``: SIDCo's in-call correction steps (its torch path always runs all of
     them, masked); ``adapt``: SIDCo's ``adapt`` option (``"paper"``: fixed stage probabilities,
     no corrections); ``steps``: the correction steps SIDCo's native path took (it stops once
-    within the band; default :data:`NATIVE_STEPS`).
+    within the band; default :data:`NATIVE_STEPS`); ``pool``: the elements each of its pool
+    kernels read (default :data:`NATIVE_POOL` · k).
     """
     if name not in DECLARATIONS:
         raise ValueError(f"no work declared for compressor {name!r}; declared: {', '.join(DECLARATIONS)}")
@@ -487,7 +499,7 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     rounds = DEFAULT_ROUNDS.get(name, 0) if rounds is None else int(rounds)
     extra = {"trim": trim} if name == "dgc" else {"raised": raised} if name == "gaussiank" else {}
     if name.startswith("sidco"):
-        extra = {"corrections": corrections, "adapt": adapt, "steps": steps}
+        extra = {"corrections": corrections, "adapt": adapt, "steps": steps, "pool": pool}
     compress, decompress = DECLARATIONS[name](n, float(density), itemsize, stages, rounds, backend, **extra)
     if error_feedback:
         compress = _merge(_merge(_ef_in(n, itemsize), compress), _ef_out(name, n, density, itemsize))
@@ -524,7 +536,8 @@ def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
     """Run ``call`` and return its result and the names of the torch operations it dispatched,
     in order (``torch.utils._python_dispatch.TorchDispatchMode``; untimed, for counting), with
     each native selection as ``native.select_above`` and each ``native.scan`` kernel as
-``native.scan:full`` (over as many elements as the call's first kernel) or ``native.scan:pool``."""
+``native.scan:full`` (over as many elements as the call's first kernel) or
+``native.scan:pool:<elements>``."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -540,7 +553,7 @@ def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
 
     def counted_scan(x, **kwargs):
         first.append(x.numel())
-        names.append("native.scan:full" if x.numel() >= first[0] else "native.scan:pool")
+        names.append("native.scan:full" if x.numel() >= first[0] else f"native.scan:pool:{x.numel()}")
         return scan(x, **kwargs)
 
     class Recorder(TorchDispatchMode):
@@ -562,9 +575,10 @@ def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dic
     (:func:`record_ops`), as :func:`work` takes them (``rounds``, DGC's ``trim``, Gaussian-k's
     ``raised``; for SIDCo's native path its full passes and, given the ``stages`` it used, its
     correction ``steps``)."""
-    kernels = ops.count("native.scan:full") + ops.count("native.scan:pool")
+    pools = [int(op.rsplit(":", 1)[1]) for op in ops if op.startswith("native.scan:pool:")]
+    kernels = ops.count("native.scan:full") + len(pools)
     if name.startswith("sidco") and kernels:
-        counts = {"rounds": ops.count("native.scan:full")}
+        counts = {"rounds": ops.count("native.scan:full"), "pool": sum(pools) / len(pools) if pools else 0}
         if stages is not None:
             counts["steps"] = kernels - 2 - stages
         return counts

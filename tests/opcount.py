@@ -16,13 +16,16 @@ WRITE_ONLY = {"zero_", "fill_", "zeros_like", "randperm", "randint", "empty_like
 
 class OpCounter(TorchDispatchMode):
     """Counts of one region: passes over ``numel`` elements, bytes of streaming ops, launches,
-    syncs, top-k/sort/gather/compaction calls."""
+    syncs, top-k/sort/gather/compaction calls, and ``fresh``: the bytes of every new buffer of
+    at least ``numel`` bytes an op returned (storage shared with none of its inputs)."""
 
     def __init__(self, numel: int):
         super().__init__()
         self.numel = numel
         self.counts = {"passes": 0, "bytes": 0.0, "launches": 0, "syncs": 0, "topk": 0, "sort": 0,
                        "gather": 0, "compact": 0}
+        self.fresh: list[int] = []
+        self.fresh_ops: list[str] = []
         self.ops: list[str] = []
 
     def __enter__(self):
@@ -41,12 +44,22 @@ class OpCounter(TorchDispatchMode):
         torch.Tensor.tolist = self._tolist
         return super().__exit__(*exc)
 
+    def _count_fresh(self, args, kwargs, out) -> None:
+        held = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in held \
+                    and t.untyped_storage().nbytes() >= self.numel:
+                self.fresh.append(t.untyped_storage().nbytes())
+                self.fresh_ops.append(self.ops[-1] if self.ops else "?")
+                held.add(t.untyped_storage().data_ptr())
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
         self.ops.append(name)
         c = self.counts
+        self._count_fresh(args, kwargs, out)
         if name in VIEWS:
             return out
         if name == "_local_scalar_dense":

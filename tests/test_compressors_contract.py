@@ -129,6 +129,23 @@ def test_error_feedback_conserves(name):
     assert ef.residual("other") is None
 
 
+@pytest.mark.parametrize("name", ["topk", "sidco-e", "fp16", "powersgd"])
+def test_a_compress_that_raises_leaves_the_residual_as_it_was(name):
+    """Error feedback builds ``grad + residual`` in a spare buffer, never in the residual itself:
+    a gradient that is refused (NaN) loses nothing, and the next call goes on from the residual."""
+    ef = compressors.ErrorFeedback(compressors.create(name, 0.1))
+    g = torch.randn(400, generator=torch.Generator().manual_seed(1))
+    ef.compress(g, "k")
+    before = ef.residual("k").clone()
+    bad = g.clone()
+    bad[3] = float("nan")
+    with pytest.raises(ValueError):
+        ef.compress(bad, "k")
+    assert torch.equal(ef.residual("k"), before)
+    sent = ef.compress(g, "k")
+    assert torch.allclose(ef.compressor.decompress(sent) + ef.residual("k"), g + before, atol=1e-6)
+
+
 def test_error_feedback_keeps_keys_apart():
     ef = compressors.ErrorFeedback(compressors.create("topk", density=0.1))
     ef.compress(laplace(100, seed=1), key="a")

@@ -37,9 +37,11 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
         monkeypatch.setattr(native, "scan", counted_scan)
     with OpCounter(n) as seen:
         sparse = ef.compress(grad)
+    out = torch.empty_like(grad)  # decompress into a kept buffer, as replays, profiles and hooks do
     with OpCounter(n) as seen_decompress:
-        comp.decompress(sparse)
-    counts = dict(seen.counts)
+        comp.decompress(sparse, out=out)
+    counts = dict(seen.counts, fresh=sum(seen.fresh))
+    dcounts = dict(seen_decompress.counts, fresh=sum(seen_decompress.fresh))
     counts["passes"] += sum(1 for size in kernels if size >= n)
     counts["launches"] += len(kernels)
     full_native = sum(1 for size in kernels if size >= n)
@@ -50,7 +52,7 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
     stages = planned if backend == "torch" else getattr(sparse, "stages", None)
     if backend == "native" and name.startswith("sidco"):  # stage 1, a tail per stage, each step, the selection
         loops["steps"] = len(kernels) - 2 - stages
-    return counts, seen_decompress.counts, stages, rounds, loops
+    return counts, dcounts, stages, rounds, loops
 
 
 def _check(name, n, density, backend, monkeypatch, options=None):
@@ -62,6 +64,8 @@ def _check(name, n, density, backend, monkeypatch, options=None):
         assert decl.passes == got["passes"], f"{what}: declared {decl.passes} full passes, code makes {got['passes']}"
         assert decl.syncs == got["syncs"], f"{what}: declared {decl.syncs} syncs, code makes {got['syncs']}"
         assert len(decl.topk) == got["topk"], f"{what}: top-k calls"
+        fresh = sum(size for size in decl.allocations if size >= n)
+        assert fresh == pytest.approx(got["fresh"], rel=0.01), f"{what}: bytes of fresh full-size buffers"
         assert decl.launches == pytest.approx(got["launches"], rel=0.1), f"{what}: launches"
         if backend == "torch":
             assert decl.bytes_read + decl.bytes_written == pytest.approx(got["bytes"], rel=0.05), f"{what}: bytes"
@@ -85,6 +89,12 @@ def test_declared_work_matches_sidco_torch_path_at_every_stage_count(name: str, 
 @pytest.mark.parametrize("density", DENSITIES)
 def test_declared_work_matches_the_native_path(name: str, density: float, monkeypatch) -> None:
     _check(name, 1 << 18, density, "native", monkeypatch)
+
+
+@pytest.mark.parametrize("name", ["powersgd", "fp16"])
+def test_declared_work_matches_a_vector_that_is_no_square(name: str, monkeypatch) -> None:
+    """PowerSGD zero-pads such a vector to the next square (a fresh buffer and a copy each way)."""
+    _check(name, (1 << 16) + 5, 0.01, "torch", monkeypatch)
 
 
 def test_every_compressor_and_the_coming_baselines_are_declared() -> None:
