@@ -67,12 +67,15 @@ NATIVE_ON_CPU = ("sidco-e", "sidco-p", "sidco-gp", "topk", "dgc", "gaussiank", "
 def call_seconds(compressor: str, numel: int, density: float, device: Device, *,
                  stages: int | None = None, error_feedback: bool = True,
                  backend: str | None = None, rounds: int | None = None,
-                 trim: bool = True, raised: int = 0, steps: int | None = None) -> tuple[float, float]:
+                 trim: bool = True, raised: int = 0, steps: int | None = None,
+                 pool: float | None = None) -> tuple[float, float]:
     """Modelled (compress, decompress) seconds of one call of ``compressor`` on ``numel`` fp32
     elements (``backend``: the code path, default :func:`backend_on` the device; ``stages``,
-    ``rounds``, ``trim``, ``raised``, ``steps``: the data-dependent counts of :func:`compressors.work.work`)."""
+    ``rounds``, ``trim``, ``raised``, ``steps``, ``pool``: the data-dependent counts of
+    :func:`compressors.work.work`)."""
     call = declared.work(compressor, numel, density, stages=stages, rounds=rounds, trim=trim, raised=raised, steps=steps,
-                         backend=backend or backend_on(device.kind, compressor), error_feedback=error_feedback)
+                         pool=pool, backend=backend or backend_on(device.kind, compressor),
+                         error_feedback=error_feedback)
     return seconds(call.compress, device), seconds(call.decompress, device)
 
 

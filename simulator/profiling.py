@@ -7,10 +7,13 @@ count), timing ``repeats`` calls device-synchronised (on a CPU with one thread b
 CPU time, :func:`simulator.devices.host_clock`, so that other work on a shared machine does not
 inflate them). Rows keep the fastest repeat as
 ``compress_s``/``decompress_s`` (on a shared machine the least disturbed estimate) and add the
-median and the slowest, and the loop counts of one more (untimed) call of the compressors whose
-work depends on the data (Gaussian-k's corrections, RedSync's probes, DGC's lowerings and trim,
-Random-k's draws), so that the cost model can be checked with the loops that ran. Nothing else in the testbed times compressors implicitly: this runs only
-from ``sidco profile``.
+median and the slowest. Every call is reseeded (``reseed(call)``), so a second, untimed run of
+the same sequence with the op recorder (:func:`compressors.work.record_ops`) makes the same calls:
+for the compressors whose work depends on the data (Gaussian-k's corrections, RedSync's probes,
+DGC's lowerings and trim, Top-k's halvings, Random-k's draws, SIDCo's stages, passes and
+correction steps) a row carries the loop counts of the very call it timed fastest, so the cost
+model is checked with the loops that ran. Nothing else in the testbed times compressors
+implicitly: this runs only from ``sidco profile``.
 """
 
 from __future__ import annotations
@@ -70,6 +73,25 @@ def device_identity(device: torch.device) -> tuple[str, dict[str, Any]]:
     return "cpu", {**devices.host_identity(), "threads": torch.get_num_threads()}
 
 
+DATA_DEPENDENT = ("gaussiank", "redsync", "dgc", "randomk", "topk", "sidco-e", "sidco-p", "sidco-gp")
+"""Compressors whose work per call depends on the data (their loop counts go into each row)."""
+
+
+def loops_of_call(name: str, density: float, grads: Sequence[torch.Tensor], call: int, out: torch.Tensor
+                  ) -> dict[str, Any]:
+    """The loop counts (:func:`compressors.work.loop_counts`) of call number ``call`` (0-based,
+    warm-up included) of the sequence :func:`measure` times: the same calls, reseeded alike, run
+    again untimed, the last one under the op recorder."""
+    comp = compressors.create(name, density=density)
+    ef = compressors.ErrorFeedback(comp)
+    for i in range(call):
+        comp.reseed(i)
+        comp.decompress(ef.compress(grads[i % len(grads)]), out=out)
+    comp.reseed(call)
+    message, ops = declared.record_ops(lambda: ef.compress(grads[call % len(grads)]))
+    return declared.loop_counts(name, ops, message.stages)
+
+
 def measure(device: str, sizes: Sequence[int], names: Sequence[str], densities: Sequence[float], *,
             warmup: int = 5, repeats: int = 7, progress: Callable[[str], None] | None = None,
             on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
@@ -93,12 +115,12 @@ def measure(device: str, sizes: Sequence[int], names: Sequence[str], densities: 
         for name, density in plan:
             if progress:
                 progress(f"{name} δ={density:g} n={numel}")
+            comp_s, decomp_s, messages = [], [], []
             comp = compressors.create(name, density=density)
             ef = compressors.ErrorFeedback(comp)
-            comp_s, decomp_s = [], []
-            sparse = None
             for call in range(warmup + repeats):
                 grad = grads[call % len(grads)]
+                comp.reseed(call)
                 sync()
                 t0 = clock()
                 sparse = ef.compress(grad)
@@ -110,16 +132,15 @@ def measure(device: str, sizes: Sequence[int], names: Sequence[str], densities: 
                 if call >= warmup:
                     comp_s.append(t1 - t0)
                     decomp_s.append(t2 - t1)
-            loops = {}
-            if name in ("gaussiank", "redsync", "dgc", "randomk", "topk", "sidco-e", "sidco-p", "sidco-gp"):
-                recorded, ops = declared.record_ops(lambda: ef.compress(grads[(warmup + repeats) % len(grads)]))
-                loops = declared.loop_counts(name, ops, recorded.stages)
+                    messages.append((sparse.wire_bytes(), sparse.stages))
+            fastest = min(range(repeats), key=comp_s.__getitem__)
+            loops = loops_of_call(name, density, grads, warmup + fastest, out) if name in DATA_DEPENDENT else {}
             row = {
                 "compressor": name, "density": density, "numel": numel,
-                "compress_s": min(comp_s), "decompress_s": min(decomp_s),
+                "compress_s": comp_s[fastest], "decompress_s": min(decomp_s),
                 "compress_median_s": statistics.median(comp_s), "compress_max_s": max(comp_s),
-                "decompress_median_s": statistics.median(decomp_s), "wire_bytes": sparse.wire_bytes(),
-                "stages": sparse.stages, "backend": backend_on("cpu" if dev.type == "cpu" else "gpu", name),
+                "decompress_median_s": statistics.median(decomp_s), "wire_bytes": messages[fastest][0],
+                "stages": messages[fastest][1], "backend": backend_on("cpu" if dev.type == "cpu" else "gpu", name),
                 **loops,
             }
             rows.append(row)

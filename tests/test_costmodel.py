@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from compressors import work as declared
 from sidco.cli import main
@@ -166,6 +167,29 @@ def test_profile_command_bad_input(argv, message, tmp_path, capsys):
     assert main(["profile", *argv, "--store", str(tmp_path / "s.sqlite")]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["gaussiank", "dgc", "randomk", "sidco-e", "sidco-gp"])
+def test_the_profiles_untimed_rerun_makes_the_calls_it_timed(name):
+    """A profile row carries the loop counts of the call it timed fastest, taken from an untimed
+    rerun of the same reseeded sequence: the rerun must make the same calls."""
+    import compressors
+    from compressors import work as declared
+    from compressors.samples import gradient_like
+    from simulator.profiling import loops_of_call
+
+    n = 1 << 16
+    grads = [gradient_like(n, seed) for seed in range(3)]
+    out = torch.empty(n)
+    comp = compressors.create(name, 0.01)
+    ef = compressors.ErrorFeedback(comp)
+    seen = []
+    for call in range(6):
+        comp.reseed(call)
+        message, ops = declared.record_ops(lambda: ef.compress(grads[call % 3]))
+        comp.decompress(message, out=out)
+        seen.append(declared.loop_counts(name, ops, message.stages))
+    assert [loops_of_call(name, 0.01, grads, call, out) for call in range(6)] == seen
 
 
 @pytest.mark.slow
