@@ -69,7 +69,8 @@ def measure(store: Store, device: str, sizes: Sequence[int], names: Sequence[str
 
 
 def profiles_to_check(store: Store, files: Sequence[str | Path] = ()) -> list[tuple[str, dp.DeviceProfile]]:
-    """Every measured profile: shipped (``profiles/``), given ``files``, and stored; duplicates once."""
+    """Every measured profile: shipped (``profiles/``), given ``files``, and stored; duplicates
+    (the same device and the same timings, e.g. a file also stored) once."""
     import profiles
 
     found = [(f"shipped {p.name}", dp.load(p)) for p in profiles.paths()]
@@ -78,7 +79,8 @@ def profiles_to_check(store: Store, files: Sequence[str | Path] = ()) -> list[tu
         found += [(f"store #{profile_id}", profile) for profile_id, profile in dp.stored_profiles(store, name)]
     seen, unique = set(), []
     for where, profile in found:
-        key = (profile.device, profile.source, len(profile.rows))
+        key = (profile.device, tuple((r["compressor"], float(r["density"]), int(r["numel"]), float(r["compress_s"]))
+                                     for r in profile.rows))
         if key not in seen:
             seen.add(key)
             unique.append((where, profile))

@@ -438,11 +438,26 @@ def fastest(a: Device, b: Device) -> Device:
     return replace(a, **values, sources=sources)
 
 
+SCALAR_MIX_OPS = 9
+"""Operations in one :func:`_scalar_mix`."""
+
+
+def _scalar_mix(torch, a, b):
+    """0-d float64 arithmetic as the compressors' threshold formulas issue it, one fresh 0-d
+    tensor per operation: ``>``, ``where``, ``*``, ``clamp``, ``log``, ``exp``, ``−``, ``/``,
+    ``abs`` (:data:`SCALAR_MIX_OPS` operations)."""
+    x = torch.where(a > b, a, b)
+    y = torch.clamp(x * b, min=0.1)
+    z = torch.log(y) - torch.exp(b)
+    return (z / a).abs()
+
+
 def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     """Measure this host's ``cpu`` numbers (fastest of ``repeats``; threads as torch has them).
 
     Read bandwidth: ``torch.sum`` over ``numel`` fp32; write: ``zero_``; FLOP/s: 1024³ fp32
-    and bf16 matrix products; launch: an eager add of one-element tensors; sync: ``.item()``;
+    and bf16 matrix products; launch: one eager operation of :func:`_scalar_mix` (the 0-d
+    arithmetic between a compressor's kernels, per operation); sync: ``.item()``;
     top-k: :func:`_measure_topk`; sort:
     ``torch.sort`` of 2¹⁴ int64 (the size of a selection's indices); gather: ``index_select``
     of 2¹⁸ random positions;
@@ -453,6 +468,7 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     import torch
 
     gen = torch.Generator().manual_seed(0)
+    a0, b0 = torch.tensor(1.5, dtype=torch.float64), torch.tensor(0.25, dtype=torch.float64)
     x = torch.randn(numel, generator=gen)
     out = torch.empty_like(x)
     read = 4 * numel / _best(lambda: torch.sum(x), repeats)
@@ -464,8 +480,7 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     fp32 = 2 * 1024**3 / _best(lambda: torch.mm(a, a), repeats)
     ab = a.to(torch.bfloat16)
     bf16 = 2 * 1024**3 / _best(lambda: torch.mm(ab, ab), repeats)
-    one = torch.ones(1)
-    launch = _best(lambda: [torch.add(one, one) for _ in range(1000)], repeats) / 1000
+    launch = _best(lambda: [_scalar_mix(torch, a0, b0) for _ in range(200)], repeats) / (200 * SCALAR_MIX_OPS)
     scalar = torch.ones(())
     sync = _best(lambda: [scalar.item() for _ in range(1000)], repeats) / 1000
     topk, topk_cached = _measure_topk(torch, x[: 1 << 22].abs(), cache, repeats)
