@@ -104,11 +104,12 @@ def test_modelled_profile_is_linear_through_the_fit_sizes_and_labelled():
 
 
 def test_gpu_costs_are_gpu_costs_not_this_hosts():
-    """The same compressor is orders of magnitude cheaper on an H200 than on this host's model."""
-    for name in ("topk", "dgc", "sidco-e"):
+    """The same compressor is several times cheaper on an H200 than on this host's model (SIDCo's
+    torch path on a GPU is bound by its ~300 launches, so it gains least)."""
+    for name, factor in (("topk", 20), ("dgc", 20), ("sidco-e", 5)):
         gpu = costmodel.call_seconds(name, 1 << 24, 0.01, devices.get("h200"))[0]
         cpu = costmodel.call_seconds(name, 1 << 24, 0.01, devices.get("cpu"))[0]
-        assert gpu < cpu / 20, name
+        assert gpu < cpu / factor, name
 
 
 def _profile_json(**change):
