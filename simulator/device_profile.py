@@ -11,8 +11,9 @@ ships)::
 Optional keys written by ``sidco profile``: ``created`` (ISO date, UTC), ``identity`` (CPU
 model and flags or GPU name, torch version, threads), ``method`` (warm-up, repeats, statistic),
 ``device_model`` (the host's measured :class:`~simulator.devices.Device` numbers, for ``cpu``);
-rows may add ``compress_median_s``, ``compress_max_s``, ``decompress_median_s``, ``stages``
-and ``backend``.
+rows may add ``compress_min_s``, ``compress_max_s``, ``decompress_min_s`` (``compress_s`` and
+``decompress_s`` are then the median call's), ``stages``, ``backend`` and the loop counts of the
+call reported (``rounds``, ``trim``, ``raised``, ``steps``, ``pool``).
 """
 
 from __future__ import annotations

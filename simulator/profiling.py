@@ -5,14 +5,14 @@ it), on a rotation of three seeded gradient-like vectors (so thresholds and resi
 they do between iterations), after ``warmup`` untimed calls (adaptive SIDCo settles its stage
 count), timing ``repeats`` calls device-synchronised (on a CPU with one thread by the process's
 CPU time, :func:`simulator.devices.host_clock`, so that other work on a shared machine does not
-inflate them). Rows keep the fastest repeat as
-``compress_s``/``decompress_s`` (on a shared machine the least disturbed estimate) and add the
-median and the slowest. Every call is reseeded (``reseed(call)``), so a second, untimed run of
-the same sequence with the op recorder (:func:`compressors.work.record_ops`) makes the same calls:
-for the compressors whose work depends on the data (Gaussian-k's corrections, RedSync's probes,
-DGC's lowerings and trim, Top-k's halvings, Random-k's draws, SIDCo's stages, passes and
-correction steps) a row carries the loop counts of the very call it timed fastest, so the cost
-model is checked with the loops that ran. Nothing else in the testbed times compressors
+inflate them). Rows keep the median call as ``compress_s``/``decompress_s`` (a call that ran:
+the typical cost, fresh-page faults and data-dependent loops included as often as they occur;
+the fastest call skips them when it is lucky) and add the fastest and the slowest. Every call is
+reseeded (``reseed(call)``), so a second, untimed run of the same sequence with the op recorder
+(:func:`compressors.work.record_ops`) makes the same calls: for the compressors whose work depends
+on the data (Gaussian-k's corrections, RedSync's probes, DGC's lowerings and trim, Top-k's
+halvings, Random-k's draws, SIDCo's stages, pool, passes and correction steps) a row carries the
+loop counts of the very call it reports, so the cost model is checked with the loops that ran. Nothing else in the testbed times compressors
 implicitly: this runs only from ``sidco profile``.
 """
 
@@ -71,6 +71,13 @@ def device_identity(device: torch.device) -> tuple[str, dict[str, Any]]:
         return short, {"gpu": name, "capability": f"{major}.{minor}", "torch": torch.__version__,
                        "cuda": torch.version.cuda}
     return "cpu", {**devices.host_identity(), "threads": torch.get_num_threads()}
+
+
+def median_call(seconds: Sequence[float]) -> int:
+    """Index of the median of ``seconds`` (the lower middle one for an even count): a call that
+    ran, so its loop counts describe the time it took."""
+    order = sorted(range(len(seconds)), key=seconds.__getitem__)
+    return order[(len(order) - 1) // 2]
 
 
 DATA_DEPENDENT = ("gaussiank", "redsync", "dgc", "randomk", "topk", "sidco-e", "sidco-p", "sidco-gp")
@@ -133,14 +140,14 @@ def measure(device: str, sizes: Sequence[int], names: Sequence[str], densities: 
                     comp_s.append(t1 - t0)
                     decomp_s.append(t2 - t1)
                     messages.append((sparse.wire_bytes(), sparse.stages))
-            fastest = min(range(repeats), key=comp_s.__getitem__)
-            loops = loops_of_call(name, density, grads, warmup + fastest, out) if name in DATA_DEPENDENT else {}
+            typical = median_call(comp_s)
+            loops = loops_of_call(name, density, grads, warmup + typical, out) if name in DATA_DEPENDENT else {}
             row = {
                 "compressor": name, "density": density, "numel": numel,
-                "compress_s": comp_s[fastest], "decompress_s": min(decomp_s),
-                "compress_median_s": statistics.median(comp_s), "compress_max_s": max(comp_s),
-                "decompress_median_s": statistics.median(decomp_s), "wire_bytes": messages[fastest][0],
-                "stages": messages[fastest][1], "backend": backend_on("cpu" if dev.type == "cpu" else "gpu", name),
+                "compress_s": comp_s[typical], "decompress_s": decomp_s[median_call(decomp_s)],
+                "compress_min_s": min(comp_s), "compress_max_s": max(comp_s), "decompress_min_s": min(decomp_s),
+                "wire_bytes": messages[typical][0], "stages": messages[typical][1],
+                "backend": backend_on("cpu" if dev.type == "cpu" else "gpu", name),
                 **loops,
             }
             rows.append(row)
@@ -177,9 +184,9 @@ def _profile(name: str, identity: dict[str, Any], created: str, dev: torch.devic
     threads = f", {torch.get_num_threads()} CPU threads" if dev.type == "cpu" else ""
     timer = "" if dev.type == "cuda" or torch.get_num_threads() > 1 else " (process CPU time)"
     source = (f"sidco profile on {what}{threads}, torch {torch.__version__}, {created}: error feedback on, "
-              f"{warmup} warm-up calls, fastest of {repeats}{timer}" + (" (partial: the run stopped early)" if partial else ""))
+              f"{warmup} warm-up calls, median of {repeats}{timer}" + (" (partial: the run stopped early)" if partial else ""))
     clock = "wall clock" if dev.type == "cuda" or torch.get_num_threads() > 1 else "process CPU time (1 thread)"
-    method = {"warmup": warmup, "repeats": repeats, "statistic": "min", "error_feedback": True, "clock": clock,
+    method = {"warmup": warmup, "repeats": repeats, "statistic": "median", "error_feedback": True, "clock": clock,
               "gradients": "3 seeded gradient-like vectors (70 % Laplace, 30 % Student-t(3)) in rotation"}
     return DeviceProfile(name, source, tuple(rows), created, identity, method,
                          host.to_json() if host is not None else None)
