@@ -21,7 +21,7 @@ import traces
 from pipeline.costs import compression_profile
 from results.store import Store
 from simulator import devices
-from simulator.workload import scaled
+from simulator.workload import scaled, workload_by_flops
 
 DEFAULT_LAYOUT_DEVICE = "a100"
 """Layouts are GPU models by construction: without ``--device`` they run on this device."""
@@ -30,9 +30,11 @@ DEFAULT_LAYOUT_DEVICE = "a100"
 @dataclass(frozen=True)
 class Source:
     """Where the workload comes from: a trace directory (``kind="trace"``, ``ref`` its resolved
-    path, ``trace_id`` its id in the store or ``None``; its compute times × ``compute_scale``)
-    or a layout (``kind="layout"``, ``ref`` its name, computed at ``device_flops_per_s`` FLOP/s
-    with ``batch_size`` samples per worker, the optimizer at ``memory_bandwidth_Bps``).
+    path, ``trace_id`` its id in the store or ``None``; its compute times × ``compute_scale``, or,
+    with ``by_flops``, its per-layer FLOPs at ``device_flops_per_s`` FLOP/s and the optimizer at
+    ``memory_bandwidth_Bps`` bytes/s, layers without FLOPs × ``compute_scale``) or a layout
+    (``kind="layout"``, ``ref`` its name, computed at ``device_flops_per_s`` FLOP/s with
+    ``batch_size`` samples per worker, the optimizer at ``memory_bandwidth_Bps`` bytes/s).
     ``compute`` says where the compute times come from (every result repeats it)."""
 
     kind: str
@@ -43,6 +45,7 @@ class Source:
     memory_bandwidth_Bps: float = 2e12
     compute_scale: float = 1.0
     compute: str = ""
+    by_flops: bool = False
 
 
 def check_compressors(names: Sequence[str]) -> list[str]:
@@ -62,14 +65,18 @@ def capture_device(trace_path: str | Path) -> str:
     return str(traces.open(trace_path).timings.get("device", "cpu"))
 
 
-def _projected(path: str, device: str | None) -> tuple[float, str]:
-    """Compute-time factor and its description for the trace at ``path`` projected onto ``device``."""
-    captured = capture_device(path)
-    kind = captured.split(":")[0]
-    if device is None or device == captured or device == kind:
-        return 1.0, f"trace timings ({captured})"
-    target = devices.get(device)
-    if kind != "cpu":
+def _flop_text(flops: float) -> str:
+    """``flops`` FLOPs with an SI prefix, e.g. ``2.1 GFLOP``."""
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if flops >= scale:
+            return f"{flops / scale:.3g} {prefix}FLOP"
+    return f"{flops:.3g} FLOP"
+
+
+def _ratio(captured: str, target: devices.Device) -> tuple[float, str]:
+    """The measured host/device ratio rule: factor on a trace's times captured on ``captured``
+    projected onto ``target``, and its description."""
+    if captured.split(":")[0] != "cpu":
         return 1.0, f"trace timings ({captured}; its GPU model is not recorded, times kept for {target.name})"
     host = devices.get("cpu")
     ratio = devices.compute_ratio(host, target)
@@ -79,11 +86,36 @@ def _projected(path: str, device: str | None) -> tuple[float, str]:
                    f"{target.training_flops / 1e12:.3g} TFLOP/s")
 
 
+def _projected(path: str, device: str | None) -> dict[str, Any]:
+    """The :class:`Source` fields projecting the trace at ``path`` onto ``device``. The rule: the
+    trace's own timings on the device it was captured on; elsewhere its per-layer FLOPs at the
+    device's :attr:`~simulator.devices.Device.layout_flops` when the trace carries them (layers
+    without FLOPs by the ratio rule), else every time × the ratio rule (:func:`_ratio`)."""
+    captured = capture_device(path)
+    if device is None or device == captured or device == captured.split(":")[0]:
+        return {"compute": f"trace timings ({captured})"}
+    target = devices.get(device)
+    ratio, ratio_note = _ratio(captured, target)
+    trace = traces.open(path)
+    if trace.forward_flops is None:
+        return {"compute_scale": ratio, "compute": ratio_note}
+    flops = target.layout_flops
+    per_sample = sum(trace.forward_flops) / trace.flops_batch_size
+    note = (f"per-layer FLOPs of the trace ({_flop_text(per_sample)} per sample, counted on {captured}) at "
+            f"{flops / 1e12:.3g} TFLOP/s ({target.name} {target.training_precision} peak x "
+            f"{devices.LAYOUT_UTILISATION:g}), optimizer at {target.memory_bandwidth_Bps / 1e12:.3g} TB/s")
+    without = sum(1 for f in trace.forward_flops if f <= 0)
+    if without:
+        note += f"; {without} of {len(trace.forward_flops)} layers without FLOPs: {ratio_note}"
+    return {"compute_scale": ratio, "compute": note, "by_flops": True, "device_flops_per_s": flops,
+            "memory_bandwidth_Bps": target.memory_bandwidth_Bps}
+
+
 def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int | None = None,
                  device: str | None = None) -> Source:
     """The source of a trace given by directory ``path`` (registered in the store if it is not
     yet) or by its id in the store, projected onto ``device`` when it was captured on another
-    (rule: :func:`simulator.devices.compute_ratio`)."""
+    (rule: :func:`_projected`)."""
     if trace_id is not None:
         row = store.trace(int(trace_id))
         if row is None:
@@ -97,8 +129,7 @@ def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int 
         if found is None:  # registered now, so its replays (and the commands that make them) have a name
             trace = traces.open(ref)
             found = store.register_trace(trace.path, trace.manifest)
-    scale, note = _projected(ref, device)
-    return Source("trace", ref, found, compute_scale=scale, compute=note)
+    return Source("trace", ref, found, **_projected(ref, device))
 
 
 def default_device(source: Source) -> str:
@@ -131,6 +162,9 @@ def _workload(source: Source) -> simulator.Workload:
         return simulator.workload_from_layout(source.ref, device_flops_per_s=source.device_flops_per_s,
                                               batch_size=source.batch_size,
                                               memory_bandwidth_Bps=source.memory_bandwidth_Bps)
+    if source.by_flops:
+        return workload_by_flops(traces.open(source.ref), source.device_flops_per_s, source.memory_bandwidth_Bps,
+                                 source.compute_scale)
     return scaled(simulator.workload_from_trace(traces.open(source.ref)), source.compute_scale)
 
 

@@ -150,9 +150,61 @@ def scaled(workload: Workload, factor: float) -> Workload:
         raise ValueError(f"compute scale must be > 0, got {factor!r}")
     if factor == 1.0:
         return workload
-    layers = tuple(Layer(layer.name, layer.nbytes, layer.backward_s * factor) for layer in workload.layers)
+    layers = tuple(layer._replace(backward_s=layer.backward_s * factor) for layer in workload.layers)
     return Workload(layers, workload.forward_s * factor, workload.optimizer_s * factor, workload.batch_size,
                     workload.itemsize, workload.name, workload.compute_cv)
+
+
+OPTIMIZER_BYTES_PER_PARAMETER = 20.0
+"""Bytes an SGD-with-momentum step moves per fp32 parameter: reads parameter, gradient and
+momentum, writes parameter and momentum (5 × 4 bytes)."""
+
+
+def compute_from_flops(forward_flops: Sequence[float], batch_size: int,
+                       device_flops_per_s: float) -> tuple[float, list[float]]:
+    """Forward time (s) and per-layer backward times (s) of layers doing ``forward_flops`` FLOPs
+    per sample each, for ``batch_size`` samples at ``device_flops_per_s`` FLOP/s: forward =
+    Σ FLOPs × batch ÷ FLOP/s, a layer's backward = 2 × its forward FLOPs × batch ÷ FLOP/s (the
+    input and the weight gradient each cost one forward)."""
+    if not device_flops_per_s > 0 or batch_size < 1:
+        raise ValueError("device FLOP/s must be > 0 and batch size >= 1")
+    forward_s = sum(forward_flops) * batch_size / device_flops_per_s
+    return forward_s, [2.0 * f * batch_size / device_flops_per_s for f in forward_flops]
+
+
+def optimizer_from_bandwidth(numel: int, memory_bandwidth_Bps: float) -> float:
+    """Seconds of one optimizer step over ``numel`` fp32 parameters at ``memory_bandwidth_Bps``
+    (bytes/s): :data:`OPTIMIZER_BYTES_PER_PARAMETER` bytes moved per parameter."""
+    if not memory_bandwidth_Bps > 0:
+        raise ValueError("memory bandwidth must be > 0")
+    return OPTIMIZER_BYTES_PER_PARAMETER * numel / memory_bandwidth_Bps
+
+
+def workload_by_flops(trace: Any, device_flops_per_s: float, memory_bandwidth_Bps: float,
+                      fallback_scale: float) -> Workload:
+    """The workload of a trace that carries per-layer forward FLOPs (``trace.forward_flops``),
+    projected onto a device running at ``device_flops_per_s`` FLOP/s with ``memory_bandwidth_Bps``
+    bytes/s: forward and per-layer backward from the FLOPs for the trace's batch
+    (:func:`compute_from_flops`), the optimizer from the bandwidth (:func:`optimizer_from_bandwidth`);
+    a layer the counter gave no FLOPs keeps its measured backward time × ``fallback_scale``."""
+    import traces
+
+    if isinstance(trace, (str, os.PathLike)):
+        trace = traces.open(trace)
+    if trace.forward_flops is None:
+        raise ValueError(f"{trace.path}: the trace carries no per-layer FLOPs")
+    if not fallback_scale > 0:
+        raise ValueError(f"compute scale must be > 0, got {fallback_scale!r}")
+    measured = workload_from_trace(trace)
+    per_sample = [f / trace.flops_batch_size for f in trace.forward_flops]
+    forward_s, backward = compute_from_flops(per_sample, measured.batch_size, device_flops_per_s)
+    layers = tuple(
+        layer._replace(backward_s=bw if f > 0 else layer.backward_s * fallback_scale)
+        for layer, f, bw in zip(measured.layers, per_sample, backward)
+    )
+    numel = sum(layer.nbytes for layer in measured.layers) // measured.itemsize
+    return Workload(layers, forward_s, optimizer_from_bandwidth(numel, memory_bandwidth_Bps), measured.batch_size,
+                    measured.itemsize, measured.name, measured.compute_cv)
 
 
 def workload_from_layout(
@@ -165,19 +217,19 @@ def workload_from_layout(
 
     Compute model: forward time of a layer = per-sample forward FLOPs × ``batch_size`` ÷
     ``device_flops_per_s`` (FLOP/s; default 100 TFLOP/s, a modern GPU at realistic
-    utilisation); backward = 2 × forward; optimizer = an SGD-with-momentum update reading
-    and writing 20 bytes per fp32 parameter at ``memory_bandwidth_Bps`` (bytes/s).
+    utilisation); backward = 2 × forward (:func:`compute_from_flops`); optimizer = an
+    SGD-with-momentum update moving 20 bytes per fp32 parameter at ``memory_bandwidth_Bps``
+    (bytes/s; :func:`optimizer_from_bandwidth`).
     """
     import traces
 
     if not device_flops_per_s > 0 or not memory_bandwidth_Bps > 0 or batch_size < 1:
         raise ValueError("device FLOP/s and memory bandwidth must be > 0 and batch size >= 1")
     entries = traces.layouts.layout(name)
+    forward_s, backward = compute_from_flops([e["forward_flops"] for e in entries], batch_size, device_flops_per_s)
     layers = tuple(
-        Layer(e["name"], 4 * int(e["numel"]), 2.0 * e["forward_flops"] * batch_size / device_flops_per_s,
-              tuple(e["shape"]) if e.get("shape") else None)
-        for e in entries
+        Layer(e["name"], 4 * int(e["numel"]), bw, tuple(e["shape"]) if e.get("shape") else None)
+        for e, bw in zip(entries, backward)
     )
-    forward_s = sum(e["forward_flops"] for e in entries) * batch_size / device_flops_per_s
     numel = sum(int(e["numel"]) for e in entries)
-    return Workload(layers, forward_s, 20.0 * numel / memory_bandwidth_Bps, batch_size, name=name)
+    return Workload(layers, forward_s, optimizer_from_bandwidth(numel, memory_bandwidth_Bps), batch_size, name=name)

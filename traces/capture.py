@@ -80,7 +80,8 @@ def capture(
     """Train ``workload`` for ``iterations`` steps and record every ``every``-th; return the trace.
 
     ``batch_size`` is per worker (samples); ``progress(iteration, mean_loss)`` is
-    called after each step. Unset knobs take the workload's CPU defaults.
+    called after each step. Unset knobs take the workload's CPU defaults. The forward FLOPs
+    of worker 0's first batch are counted once, untimed (:meth:`Recorder.count_flops`).
     """
     device = check_request(workload, workers=workers, iterations=iterations, every=every, device=device,
                            width=width, batch_size=batch_size, lr=lr)
@@ -111,6 +112,7 @@ def capture(
         },
     )
     with recorder:
+        recorder.count_flops(next(work.batches(0, workers))[0])
         for _ in range(iterations):
             for total in totals:
                 total.zero_()

@@ -26,6 +26,7 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from traces.errors import TraceError
+from traces.flops import COUNTER, ForwardFlops
 
 FORMAT_NAME = "sidco-trace"
 SCHEMA_VERSION = 1
@@ -185,11 +186,14 @@ class TraceWriter:
             raise _write_error(self.out_dir, f"iteration {iteration}", exc) from None
         self.iterations.append(int(iteration))
 
-    def close(self, *, timings: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> Path:
+    def close(self, *, timings: Mapping[str, Any], extra: Mapping[str, Any] | None = None,
+              flops: ForwardFlops | None = None) -> Path:
         """Write the manifest, move the trace into place and return its path.
 
         ``timings`` must hold ``forward_s`` (s), ``backward_s`` (list of s aligned with
-        the layers), ``optimizer_s`` (s), ``batch_size`` and ``device``.
+        the layers), ``optimizer_s`` (s), ``batch_size`` and ``device``. ``flops``: the
+        forward FLOPs of one batch per layer (:func:`traces.flops.count`), stored as
+        ``layers[i].forward_flops`` and the manifest's ``flops`` object.
         """
         if self._closed:
             raise TraceError(f"{self.out_dir}: writer already closed")
@@ -203,12 +207,18 @@ class TraceWriter:
         if len(timings["backward_s"]) != len(self.layers):
             self.abort()
             raise TraceError(f"{self.out_dir}: backward_s has {len(timings['backward_s'])} entries for {len(self.layers)} layers")
+        layers = self.layers
+        if flops is not None:
+            if len(flops.per_parameter) != len(self.layers):
+                self.abort()
+                raise TraceError(f"{self.out_dir}: {len(flops.per_parameter)} forward FLOP counts for {len(self.layers)} layers")
+            layers = [{**entry, "forward_flops": f} for entry, f in zip(self.layers, flops.per_parameter)]
         manifest: dict[str, Any] = {
             "format": FORMAT_NAME,
             "schema_version": SCHEMA_VERSION,
             "trace_id": uuid.uuid4().hex,
             "workload": self.workload,
-            "layers": self.layers,
+            "layers": layers,
             "numel": self.numel,
             "dtype": "float32",
             "workers": self.workers,
@@ -217,6 +227,8 @@ class TraceWriter:
             "timings": dict(timings),
             "environment": environment(),
         }
+        if flops is not None:
+            manifest["flops"] = {"counter": COUNTER, "batch_size": flops.batch_size, "forward": flops.total}
         if extra:
             manifest.update(extra)
         try:

@@ -113,6 +113,11 @@ def _check_layers(path: Path, manifest: Mapping[str, Any]) -> list[tuple[str, tu
     return result
 
 
+def _number(value: Any) -> bool:
+    """Whether ``value`` is a finite JSON number >= 0 (not a boolean)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
 def _check_timings(path: Path, manifest: Mapping[str, Any], n_layers: int) -> dict[str, Any]:
     timings = manifest.get("timings")
     if not isinstance(timings, dict):
@@ -125,11 +130,34 @@ def _check_timings(path: Path, manifest: Mapping[str, Any], n_layers: int) -> di
         raise _fail(path, f"timings backward_s must list one time per layer ({n_layers})")
     for key in ("forward_s", "optimizer_s"):
         value = timings[key]
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        if not _number(value):
             raise _fail(path, f"timings {key} must be a number of seconds >= 0")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in backward):
+    if not all(_number(v) for v in backward):
         raise _fail(path, "timings backward_s must hold numbers of seconds >= 0")
     return timings
+
+
+def _check_flops(path: Path, manifest: Mapping[str, Any]) -> tuple[list[float], int] | None:
+    """The optional forward FLOPs: per layer (one batch) and that batch's size; ``None`` when the
+    trace has none (traces written before they were counted)."""
+    layers = manifest["layers"]
+    present = ["forward_flops" in entry for entry in layers]
+    info = manifest.get("flops")
+    if not any(present) and info is None:
+        return None
+    if not all(present):
+        raise _fail(path, "forward_flops must be given for every layer or for none")
+    values = [entry["forward_flops"] for entry in layers]
+    if not all(_number(v) for v in values):
+        raise _fail(path, "layers' forward_flops must be numbers of FLOPs >= 0")
+    if not isinstance(info, dict):
+        raise _fail(path, "manifest field 'flops' must be an object when layers carry forward_flops")
+    batch = info.get("batch_size")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise _fail(path, f"flops batch_size must be an integer >= 1, got {batch!r}")
+    if not _number(info.get("forward")):
+        raise _fail(path, "flops forward must be a number of FLOPs >= 0")
+    return [float(v) for v in values], batch
 
 
 def _read_header(path: Path) -> dict[str, Any]:
@@ -182,7 +210,9 @@ class Trace:
     flattening order), ``numel`` (elements of one flattened gradient), ``timings``
     (dict; ``forward_s``, ``optimizer_s`` seconds per worker step, ``backward_s``
     seconds per layer aligned with ``layers``, ``batch_size`` samples per worker,
-    ``device``).
+    ``device``), ``forward_flops`` (forward FLOPs per layer for one batch of
+    ``flops_batch_size`` samples, aligned with ``layers``; ``None`` with ``flops_batch_size``
+    for a trace without them).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -194,6 +224,9 @@ class Trace:
         self.layers: list[tuple[str, tuple[int, ...]]] = _check_layers(mpath, manifest)
         self.numel: int = int(manifest["numel"])
         self.timings: dict[str, Any] = _check_timings(mpath, manifest, len(self.layers))
+        flops = _check_flops(mpath, manifest)
+        self.forward_flops: list[float] | None = None if flops is None else flops[0]
+        self.flops_batch_size: int | None = None if flops is None else flops[1]
         iterations = manifest.get("iterations")
         if (
             not isinstance(iterations, list)

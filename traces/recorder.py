@@ -10,6 +10,10 @@
 ...     rec.step()                   # ends the iteration (writes its file when recorded)
 >>> trace = rec.close()
 
+Optionally, ``rec.count_flops(x)`` once (any time before :meth:`Recorder.close`) counts one
+forward of the model on a batch, untimed, with PyTorch's FLOP counter
+(:func:`traces.flops.count`), so the trace can be projected onto other devices by FLOPs.
+
 Iterations are numbered from 1; iteration ``i`` is recorded when ``i % every == 0``.
 For data parallelism simulated in one process call ``capture(worker=w)`` after each
 worker's backward. Timings come from hooks: a forward pre-hook and hook on the
@@ -38,6 +42,7 @@ import torch
 from torch import nn
 
 from traces.errors import TraceError
+from traces.flops import ForwardFlops, count as count_forward_flops
 from traces.format import TraceWriter
 from traces.reader import Trace, open_trace
 
@@ -103,6 +108,7 @@ class Recorder:
         self.workers = int(workers)
         self.batch_size = batch_size
         self.extra = dict(extra or {})
+        self.model = model
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self.named:
             raise TraceError(f"{out_dir}: the model has no trainable parameters")
@@ -127,6 +133,8 @@ class Recorder:
         self._grads: dict[int, torch.Tensor] = {}
         self._samples: list[dict[str, Any]] = []
         self._optimizer_s: list[float] = []
+        self._flops: ForwardFlops | None = None
+        self._counting = False
         self._handles.append(model.register_forward_pre_hook(self._on_forward_start))
         self._handles.append(model.register_forward_hook(self._on_forward_end))
         for index, (_, param) in enumerate(self.named):
@@ -138,12 +146,12 @@ class Recorder:
         return self.iteration % self.every == 0
 
     def _on_forward_start(self, module: nn.Module, inputs: Any) -> None:
-        if self.recording:
+        if self.recording and not self._counting:
             self._ready.clear()
             self._marks = {"forward_start": self._clock.mark()}
 
     def _on_forward_end(self, module: nn.Module, inputs: Any, output: Any) -> None:
-        if not self.recording:
+        if not self.recording or self._counting:
             return
         self._marks["forward_end"] = self._clock.mark()
         tensor = _first_tensor(output)
@@ -159,6 +167,20 @@ class Recorder:
                 self._ready[index] = self._clock.mark()
 
         return hook
+
+    def count_flops(self, *inputs: Any, batch_size: int | None = None) -> ForwardFlops:
+        """Count the forward FLOPs of ``model(*inputs)`` per parameter (one batch of
+        ``batch_size`` samples, default the recorder's), untimed and without side effects on
+        training (:func:`traces.flops.count`); the trace stores them with its layers."""
+        size = batch_size if batch_size is not None else self.batch_size
+        if size is None:
+            raise TraceError(f"{self._writer.out_dir}: count_flops needs the batch size (samples in the inputs)")
+        self._counting = True
+        try:
+            self._flops = count_forward_flops(self.model, inputs, int(size))
+        finally:
+            self._counting = False
+        return self._flops
 
     def capture(self, worker: int = 0) -> None:
         """After ``worker``'s backward: copy its gradients and timings if this iteration is recorded."""
@@ -251,7 +273,8 @@ class Recorder:
         except TraceError:
             self._writer.abort()
             raise
-        path: Path = self._writer.close(timings=timings, extra={"every": self.every, **self.extra, **(extra or {})})
+        path: Path = self._writer.close(timings=timings, extra={"every": self.every, **self.extra, **(extra or {})},
+                                        flops=self._flops)
         self.trace = open_trace(path)
         return self.trace
 
