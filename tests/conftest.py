@@ -36,6 +36,18 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def one_thread():
+    """One intra-op torch thread for the test: on a small shared machine OpenMP barriers make
+    tiny operations take milliseconds (modules that train or capture use it for every test)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def store(tmp_path):
     """A fresh results store in a temporary directory."""
     from results.store import Store

@@ -17,13 +17,7 @@ from sidco.cli import main
 from results.store import Store
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a shared, overloaded 2-core machine OpenMP barriers make tiny ops take ms."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _tiny_model() -> nn.Module:

@@ -24,12 +24,7 @@ from traces.workloads.data import ImageData, heldout, shard
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _regression_losses(name: str, steps: int = 200, workers: int = 2, lr: float = 0.05) -> list[float]:

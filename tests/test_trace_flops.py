@@ -18,13 +18,7 @@ from results.store import Store
 from simulator import devices
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: the machine running the suite is small and shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(autouse=True)

@@ -8,13 +8,7 @@ import torch
 from traces import layouts, workloads
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a shared, overloaded 2-core machine OpenMP barriers make tiny ops take ms."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("name", workloads.names())
