@@ -81,3 +81,12 @@ def test_bench_cpu_clock(capsys):
     assert [r["clock"] for r in rows] == ["cpu", "cpu"] and all(r["compress_ms"] >= 0 for r in rows)
     with pytest.raises(ValueError, match="clock"):
         benchmark.run(1000, [0.1], names=["topk"], clock="sundial")
+
+
+def test_error_feedback_bench_prints_a_time_for_every_case(capsys):
+    from benchmarks import ef_bench
+
+    assert ef_bench.main(["--size", "4096", "--warmup", "1", "--repeats", "1"]) == 0
+    times = json.loads(capsys.readouterr().out)
+    assert set(times) == {f"{name}@{density:g}" for name, density in ef_bench.CASES}
+    assert all(t >= 0 for t in times.values())
