@@ -79,7 +79,7 @@ logarithms)."""
 @dataclass
 class Work:
     """Work of one call. ``streams``: the streaming kernels as ``(kind, elements, bytes read,
-    bytes written)``; ``passes`` counts those over the whole vector; gathers, top-k, sort and
+    bytes written, cold)``; ``passes`` counts those over the whole vector; gathers, top-k, sort and
     compaction are charged per element by the device; ``allocations``: bytes of each fresh
     buffer the call allocates; ``working_set_bytes``: what the call keeps live."""
 
@@ -88,7 +88,7 @@ class Work:
     bytes_written: float = 0.0
     launches: int = 0
     syncs: int = 0
-    streams: list[tuple[str, float, float, float]] = field(default_factory=list)
+    streams: list[tuple[str, float, float, float, bool]] = field(default_factory=list)
     topk: list[tuple[float, float]] = field(default_factory=list)
     sort_elements: float = 0.0
     gather_elements: float = 0.0
@@ -98,15 +98,18 @@ class Work:
     flops: float = 0.0
     working_set_bytes: float = 0.0
 
-    def stream(self, elements: float, read: float, written: float, kind: str = "map", full: bool = False) -> Work:
+    def stream(self, elements: float, read: float, written: float, kind: str = "map", full: bool = False,
+               cold: bool = False) -> Work:
         """A streaming kernel of ``kind`` over ``elements`` reading/writing ``read``/``written``
-        bytes per element."""
+        bytes per element; ``cold``: what it reads comes from outside the call (state kept
+        between calls, touched once per iteration), so it is read from memory even when the
+        call's working set would fit in a cache."""
         if kind not in KINDS:
             raise ValueError(f"unknown kernel kind {kind!r}")
         self.passes += int(full)
         self.bytes_read += elements * read
         self.bytes_written += elements * written
-        self.streams.append((kind, float(elements), elements * read, elements * written))
+        self.streams.append((kind, float(elements), elements * read, elements * written, cold))
         self.launches += 1
         return self
 
@@ -161,8 +164,9 @@ class CallWork:
 
 
 def _ef_in(n: int, itemsize: int) -> Work:
-    """Error feedback before compressing: ``grad + residual`` into a kept spare buffer."""
-    return Work().stream(n, 2 * itemsize, itemsize, full=True)
+    """Error feedback before compressing: ``grad + residual`` into a kept spare buffer (the
+    residual is state from the last iteration: cold)."""
+    return Work().stream(n, 2 * itemsize, itemsize, full=True, cold=True)
 
 
 def _ef_out(name: str, n: int, density: float, itemsize: int) -> Work:
@@ -326,13 +330,15 @@ correction step's bookkeeping when there are corrections."""
 
 
 def _sidco(name):
-    def declare(n, density, itemsize, stages, rounds, backend, corrections=8, adapt="count", steps=None, pool=None):
+    def declare(n, density, itemsize, stages, rounds, backend, corrections=8, adapt="count", steps=None, pool=None,
+                collects=1):
         steps = NATIVE_STEPS if steps is None else steps
         probs = stage_probabilities(density, stages, 0.25)
         k = target_count(density, n)
         if backend == "native":
             pool = min(n, NATIVE_POOL * k) if pool is None else pool
-            return _sidco_native(name, n, itemsize, len(probs), k, pool, rounds, steps), _sparse_decompress(n, k, itemsize)
+            return (_sidco_native(name, n, itemsize, len(probs), k, pool, rounds, steps, collects),
+                    _sparse_decompress(n, k, itemsize))
         if adapt == "paper":
             corrections = 0
         torch_path = _sidco_torch(name, n, k, itemsize, len(probs), corrections, adapt == "paper")
@@ -382,11 +388,12 @@ set-up with its first step; each further step. :data:`NATIVE_LAST_SCALARS` follo
 NATIVE_LAST_SCALARS = 26
 
 
-def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps):
+def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps, collects=1):
     """SIDCo's native path (``native.scan``: one read pass per kernel, 8 bytes written per
     selected element). Eager and data-dependent: ``full_passes`` of the kernels read the whole
     vector (stage 1's statistics, which also collect a pool of ``pool`` candidates above a guess
-    from the previous call, and any try that fell below that pool); the others read only the pool.
+    from the previous call, and any try that fell below that pool: ``collects`` of the full
+    passes also collect, the others only count); the others read only the pool.
     The kernels are stage 1's statistics, one tail per stage, one per correction step
     (``steps``: how many the call took, between 0 and ``corrections``) and the final selection;
     each threshold read back is a sync (two per stage and per step). Stages after the first on
@@ -397,12 +404,13 @@ def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps):
     kernels = 1 + stages + steps + 1
     c = Work()
     for i in range(kernels):
-        kind = "native_log" if i == 0 and name == "sidco-gp" else "native_select" if i in (0, kernels - 1) else "native"
-        written = 8 * (pool if i == 0 else k if i == kernels - 1 else 0)
+        last = i == kernels - 1
         if i < full_passes:
-            c.stream(n, itemsize, written / n, kind, full=True)
+            selecting = i < collects or last
+            kind = "native_log" if i == 0 and name == "sidco-gp" else "native_select" if selecting else "native"
+            c.stream(n, itemsize, 8 * (k if last else pool if selecting else 0) / n, kind, full=True)
         else:
-            c.stream(pool, 8, written / max(pool, 1), kind)
+            c.stream(pool, 8, 8 * k / max(pool, 1) if last else 0, "native_select" if last else "native")
     c.scalars(first).sync()
     for m in range(1, stages):
         c.scalars(stage + SIDCO_STAGE_GROWTH * (m - 1)).sync(2)
@@ -472,7 +480,7 @@ DECLARATIONS = {
 def work(name: str, numel: int, density: float, *, stages: int | None = None, rounds: int | None = None,
          backend: str = "torch", error_feedback: bool = True, itemsize: int = 4, trim: bool = True,
          raised: int = 0, corrections: int = SIDCO_CORRECTIONS, adapt: str = "count",
-         steps: int | None = None, pool: float | None = None) -> CallWork:
+         steps: int | None = None, pool: float | None = None, collects: int = 1) -> CallWork:
     """The declared work of one compress and one decompress call of compressor ``name``.
 
     ``numel`` elements of ``itemsize`` bytes at target ``density``; ``backend``: ``torch`` (eager
@@ -488,7 +496,8 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     them, masked); ``adapt``: SIDCo's ``adapt`` option (``"paper"``: fixed stage probabilities,
     no corrections); ``steps``: the correction steps SIDCo's native path took (it stops once
     within the band; default :data:`NATIVE_STEPS`); ``pool``: the elements each of its pool
-    kernels read (default :data:`NATIVE_POOL` · k).
+    kernels read (default :data:`NATIVE_POOL` · k); ``collects``: its full passes that also
+    collected a pool (default 1, the first).
     """
     if name not in DECLARATIONS:
         raise ValueError(f"no work declared for compressor {name!r}; declared: {', '.join(DECLARATIONS)}")
@@ -499,7 +508,7 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     rounds = DEFAULT_ROUNDS.get(name, 0) if rounds is None else int(rounds)
     extra = {"trim": trim} if name == "dgc" else {"raised": raised} if name == "gaussiank" else {}
     if name.startswith("sidco"):
-        extra = {"corrections": corrections, "adapt": adapt, "steps": steps, "pool": pool}
+        extra = {"corrections": corrections, "adapt": adapt, "steps": steps, "pool": pool, "collects": collects}
     compress, decompress = DECLARATIONS[name](n, float(density), itemsize, stages, rounds, backend, **extra)
     if error_feedback:
         compress = _merge(_merge(_ef_in(n, itemsize), compress), _ef_out(name, n, density, itemsize))
@@ -536,8 +545,8 @@ def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
     """Run ``call`` and return its result and the names of the torch operations it dispatched,
     in order (``torch.utils._python_dispatch.TorchDispatchMode``; untimed, for counting), with
     each native selection as ``native.select_above`` and each ``native.scan`` kernel as
-``native.scan:full`` (over as many elements as the call's first kernel) or
-``native.scan:pool:<elements>``."""
+``native.scan:full`` (over as many elements as the call's first kernel; followed by
+``native.scan:collect`` when it also selected) or ``native.scan:pool:<elements>``."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -554,6 +563,8 @@ def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
     def counted_scan(x, **kwargs):
         first.append(x.numel())
         names.append("native.scan:full" if x.numel() >= first[0] else f"native.scan:pool:{x.numel()}")
+        if x.numel() >= first[0] and kwargs.get("select") is not None:
+            names.append("native.scan:collect")
         return scan(x, **kwargs)
 
     class Recorder(TorchDispatchMode):
@@ -578,7 +589,8 @@ def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dic
     pools = [int(op.rsplit(":", 1)[1]) for op in ops if op.startswith("native.scan:pool:")]
     kernels = ops.count("native.scan:full") + len(pools)
     if name.startswith("sidco") and kernels:
-        counts = {"rounds": ops.count("native.scan:full"), "pool": sum(pools) / len(pools) if pools else 0}
+        counts = {"rounds": ops.count("native.scan:full"), "pool": sum(pools) / len(pools) if pools else 0,
+                  "collects": ops.count("native.scan:collect")}
         if stages is not None:
             counts["steps"] = kernels - 2 - stages
         return counts

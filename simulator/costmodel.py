@@ -4,7 +4,8 @@ on a :class:`~simulator.devices.Device`.
 One call costs
 
     t = Σ_streaming kernels max(read / read_bw + written / write_bw, elements · op_s[kind])
-          (the sum of the two for the kinds of :data:`NOT_OVERLAPPED`)
+          (the sum of the two for the kinds of :data:`NOT_OVERLAPPED`; a selecting pass
+          elements · select_s(kept fraction), measured whole, where the device has it)
         + Σ_top-k inputs · topk_s(kept fraction) + sorted · sort_s + gathered · gather_s
         + compacted · compact_s + 8 · hits / write_bw
         + Σ_fresh buffers ≥ alloc_threshold bytes · fault_s
@@ -12,7 +13,8 @@ One call costs
 
 Each streaming kernel takes the longer of its memory traffic and its per-element compute (a
 roofline per kernel), except a selecting pass, which takes both. When the call's working set fits in the device's last-level cache (a
-CPU's; GPU caches are not modelled) reads and gathers run ``cache_speedup`` times faster (writes
+CPU's; GPU caches are not modelled) reads (except cold ones: state kept between calls, such as
+error feedback's residual) and gathers run ``cache_speedup`` times faster (writes
 still go to memory; sorts and compactions are bound by compute) and top-k takes its in-cache rate. Launch and sync latencies are added, not overlapped with device work: for the sizes
 that matter (≥ 1 MiB) they are small, below it they dominate, as on a real GPU. SIDCo runs its
 native kernels on a ``cpu`` device (float32) and the torch path elsewhere, as the code does.
@@ -41,8 +43,13 @@ def seconds(work: declared.Work, device: Device) -> float:
     fits = 0 < work.working_set_bytes < device.cache_bytes
     speedup = device.cache_speedup if fits else 1.0
     streams = 0.0
-    for kind, elements, read, written in work.streams:
-        memory = read / device.memory_bandwidth_Bps / speedup + written / device.write_bandwidth_Bps
+    for kind, elements, read, written, cold in work.streams:
+        measured = device.select_s(written / 8.0 / max(elements, 1.0), cached=fits and not cold) \
+            if kind == "native_select" else None
+        if measured is not None:  # a selecting pass timed whole at its kept fraction
+            streams += elements * measured
+            continue
+        memory = read / device.memory_bandwidth_Bps / (1.0 if cold else speedup) + written / device.write_bandwidth_Bps
         compute = elements * device.op_s_per_element.get(kind, 0.0)
         streams += memory + compute if kind in NOT_OVERLAPPED else max(memory, compute)
     per_element = (
@@ -74,13 +81,13 @@ def call_seconds(compressor: str, numel: int, density: float, device: Device, *,
                  stages: int | None = None, error_feedback: bool = True,
                  backend: str | None = None, rounds: int | None = None,
                  trim: bool = True, raised: int = 0, steps: int | None = None,
-                 pool: float | None = None) -> tuple[float, float]:
+                 pool: float | None = None, collects: int = 1) -> tuple[float, float]:
     """Modelled (compress, decompress) seconds of one call of ``compressor`` on ``numel`` fp32
     elements (``backend``: the code path, default :func:`backend_on` the device; ``stages``,
-    ``rounds``, ``trim``, ``raised``, ``steps``, ``pool``: the data-dependent counts of
+    ``rounds``, ``trim``, ``raised``, ``steps``, ``pool``, ``collects``: the data-dependent counts of
     :func:`compressors.work.work`)."""
     call = declared.work(compressor, numel, density, stages=stages, rounds=rounds, trim=trim, raised=raised, steps=steps,
-                         pool=pool, backend=backend or backend_on(device.kind, compressor),
+                         pool=pool, collects=collects, backend=backend or backend_on(device.kind, compressor),
                          error_feedback=error_feedback)
     return seconds(call.compress, device), seconds(call.decompress, device)
 

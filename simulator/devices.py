@@ -87,13 +87,16 @@ class Device:
     def topk_s(self, density: float, cached: bool = False) -> float:
         """Seconds per input element of a top-k keeping ``density`` of it (linear in log density);
         ``cached``: its input fits in the cache."""
-        points = sorted(self.topk_cache_s_per_element if cached else self.topk_s_per_element)
-        if density <= points[0][0]:
-            return points[0][1]
-        for (d0, t0), (d1, t1) in zip(points, points[1:]):
-            if density <= d1:
-                return t0 + math.log(density / d0) / math.log(d1 / d0) * (t1 - t0)
-        return points[-1][1]
+        return _log_interpolate(self.topk_cache_s_per_element if cached else self.topk_s_per_element, density)
+
+    def select_s(self, kept: float, cached: bool = False) -> float | None:
+        """Seconds per input element of a fused selecting pass that keeps ``kept`` of its input,
+        memory traffic included (linear in log kept; measured in cache and from memory:
+        ``op_s_per_element`` keys ``native_select@<kept>`` / ``native_select_memory@<kept>``);
+        ``None`` when this device has no such measurement."""
+        prefix = "native_select@" if cached else "native_select_memory@"
+        points = [(float(k[len(prefix):]), t) for k, t in self.op_s_per_element.items() if k.startswith(prefix)]
+        return _log_interpolate(points, kept) if points else None
 
     @property
     def training_flops(self) -> float:
@@ -120,6 +123,17 @@ class Device:
         data["sources"] = dict(self.sources)
         data["identity"] = dict(self.identity)
         return data
+
+
+def _log_interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
+    """``y`` at ``x`` from ``(x, y)`` points, linear in ``log x``, held constant outside them."""
+    points = sorted(points)
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + math.log(x / x0) / math.log(x1 / x0) * (y1 - y0)
+    return points[-1][1]
 
 
 def from_json(data: Mapping[str, Any]) -> Device:
@@ -375,12 +389,18 @@ MMAP_THRESHOLD_BYTES = 32 * 2**20
 threshold on 64-bit Linux); smaller blocks are reused from the heap."""
 
 
-def _measure_ops(torch, gen, repeats: int) -> dict[str, float]:
+SELECT_KEPT = {0.001: 3.2905, 0.01: 2.5758, 0.1: 1.6449}
+"""Kept fraction of a selecting pass → the threshold on ``|z|``, ``z`` standard normal, that keeps it."""
+
+
+def _measure_ops(torch, gen, repeats: int, large) -> dict[str, float]:
     """Per-element compute time of each kernel kind on 2¹⁸ fp32 elements (1 MiB: in cache, so
     compute rather than memory bounds it): abs (map), sum (reduce), ``>`` into a mask
     (compare), ``count_nonzero`` (count), ``log`` (log), and the fused C kernels: a statistics
     pass (native), a selecting pass at ``|x| > 2.5`` (native_select, 1.2 % of a normal's
-    magnitudes kept) and a statistics pass with logarithms (native_log)."""
+    magnitudes kept) and a statistics pass with logarithms (native_log); and the selecting pass
+    at the kept fractions of :data:`SELECT_KEPT`, in cache and on ``large`` (a vector beyond the
+    cache: memory traffic included), for :meth:`Device.select_s`."""
     from compressors import native
 
     m = 1 << 18
@@ -401,6 +421,13 @@ def _measure_ops(torch, gen, repeats: int) -> dict[str, float]:
         ops["native"] = _best(lambda: native.scan(a, absolute=True, shift=1.0), loops) / m
         ops["native_select"] = _best(lambda: native.select_above(a, 2.5, absolute=True, with_stats=True), loops) / m
         ops["native_log"] = _best(lambda: native.scan(a, absolute=True, logs=True), loops) / m
+        small = (torch.empty(m, dtype=torch.int32), torch.empty(m))
+        big = (torch.empty(large.numel(), dtype=torch.int32), torch.empty(large.numel()))
+        for kept, t in SELECT_KEPT.items():
+            ops[f"native_select@{kept:g}"] = _best(
+                lambda: native.select_above(a, t, absolute=True, buffers=small), loops) / m
+            ops[f"native_select_memory@{kept:g}"] = _best(
+                lambda: native.select_above(large, t, absolute=True, buffers=big), repeats) / large.numel()
     else:
         ops["native"], ops["native_select"], ops["native_log"] = ops["reduce"], ops["compare"], ops["log"]
     return ops
@@ -438,26 +465,26 @@ def fastest(a: Device, b: Device) -> Device:
     return replace(a, **values, sources=sources)
 
 
-SCALAR_MIX_OPS = 9
-"""Operations in one :func:`_scalar_mix`."""
+def _launch_s(torch, repeats: int) -> float:
+    """Seconds per eager 0-d operation as the compressors issue them between their kernels: the
+    generalized-Pareto threshold of :mod:`compressors.estimators` (a few dozen float64 0-d
+    operations and the Python around them) timed, divided by the operations it dispatches."""
+    from compressors import estimators
+    from compressors.work import record_ops
 
-
-def _scalar_mix(torch, a, b):
-    """0-d float64 arithmetic as the compressors' threshold formulas issue it, one fresh 0-d
-    tensor per operation: ``>``, ``where``, ``*``, ``clamp``, ``log``, ``exp``, ``−``, ``/``,
-    ``abs`` (:data:`SCALAR_MIX_OPS` operations)."""
-    x = torch.where(a > b, a, b)
-    y = torch.clamp(x * b, min=0.1)
-    z = torch.log(y) - torch.exp(b)
-    return (z / a).abs()
+    mu, var, p = (torch.tensor(v, dtype=torch.float64) for v in (0.01, 3e-4, 0.01))
+    _, ops = record_ops(lambda: estimators.gpareto_threshold(mu, var, p))
+    dispatched = sum(1 for op in ops if op not in ("_local_scalar_dense", "view", "alias", "detach", "slice"))
+    calls = 100
+    return _best(lambda: [estimators.gpareto_threshold(mu, var, p) for _ in range(calls)], repeats) / (calls * dispatched)
 
 
 def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     """Measure this host's ``cpu`` numbers (fastest of ``repeats``; threads as torch has them).
 
     Read bandwidth: ``torch.sum`` over ``numel`` fp32; write: ``zero_``; FLOP/s: 1024³ fp32
-    and bf16 matrix products; launch: one eager operation of :func:`_scalar_mix` (the 0-d
-    arithmetic between a compressor's kernels, per operation); sync: ``.item()``;
+    and bf16 matrix products; launch: :func:`_launch_s` (the 0-d arithmetic between a
+    compressor's kernels, per operation); sync: ``.item()``;
     top-k: :func:`_measure_topk`; sort:
     ``torch.sort`` of 2¹⁴ int64 (the size of a selection's indices); gather: ``index_select``
     of 2¹⁸ random positions;
@@ -468,7 +495,6 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     import torch
 
     gen = torch.Generator().manual_seed(0)
-    a0, b0 = torch.tensor(1.5, dtype=torch.float64), torch.tensor(0.25, dtype=torch.float64)
     x = torch.randn(numel, generator=gen)
     out = torch.empty_like(x)
     read = 4 * numel / _best(lambda: torch.sum(x), repeats)
@@ -480,7 +506,7 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     fp32 = 2 * 1024**3 / _best(lambda: torch.mm(a, a), repeats)
     ab = a.to(torch.bfloat16)
     bf16 = 2 * 1024**3 / _best(lambda: torch.mm(ab, ab), repeats)
-    launch = _best(lambda: [_scalar_mix(torch, a0, b0) for _ in range(200)], repeats) / (200 * SCALAR_MIX_OPS)
+    launch = _launch_s(torch, repeats)
     scalar = torch.ones(())
     sync = _best(lambda: [scalar.item() for _ in range(1000)], repeats) / 1000
     topk, topk_cached = _measure_topk(torch, x[: 1 << 22].abs(), cache, repeats)
@@ -491,7 +517,7 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     gather = _best(lambda: x.index_select(0, positions), repeats) / positions.numel()
     mask = torch.rand(numel, generator=gen) < 0.01
     compact = _best(lambda: torch.nonzero(mask), repeats) / numel
-    ops = _measure_ops(torch, gen, repeats)
+    ops = _measure_ops(torch, gen, repeats, x.abs())
     fresh = _best(lambda: torch.add(x, x), repeats)
     fault = max(0.0, fresh - _best(lambda: torch.add(x, x, out=out), repeats)) / (4 * numel)
     identity = {**host_identity(), "threads": torch.get_num_threads()}

@@ -198,8 +198,8 @@ def test_the_cost_model_follows_every_shipped_profile(path):
     """Every shipped profile against the model on the numbers measured with it (its
     ``device_model``), each row with the loop counts of the call it reports: compress and
     decompress of every compressor at every size of at least 2^20 elements within a factor of
-    2.5. The goal is 30 %; BENCHMARKS.md records where each compressor stands (26-54 % on the
-    shipped CPU profile) and why. Deterministic: a fixed file against the model, so a
+    2. The goal is 30 %; BENCHMARKS.md records where each compressor stands (compress 11-42 %,
+    decompress 18-45 % on the shipped CPU profile) and why. Deterministic: a fixed file against the model, so a
     declaration or formula that drifts by a large factor fails here on any machine."""
     from pipeline import profile as device_profiles
 
@@ -210,7 +210,7 @@ def test_the_cost_model_follows_every_shipped_profile(path):
     for r in rows:
         for what in ("compress", "decompress"):
             ratio = r[f"model_{what}_s"] / r[f"{what}_s"]
-            assert 1 / 2.5 <= ratio <= 2.5, (r["compressor"], r["density"], r["numel"], what, ratio)
+            assert 1 / 2 <= ratio <= 2, (r["compressor"], r["density"], r["numel"], what, ratio)
 
 
 @pytest.mark.slow
