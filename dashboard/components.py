@@ -117,6 +117,39 @@ def labelled(label: str, control, hint: str | None = None, wide: bool = False) -
     return html.Div(className="control wide" if wide else "control", children=children)
 
 
+def launch_controls(prefix: str, label: str) -> list:
+    """The foot of a launch panel: the launch and cancel buttons, a progress bar with its text,
+    and the status line; ids ``<prefix>launch-btn``, ``<prefix>cancel-btn``,
+    ``<prefix>launch-progress``, ``<prefix>launch-progress-text``, ``<prefix>launch-status``."""
+    return [
+        html.Div(className="row", children=[
+            html.Button(label, id=f"{prefix}launch-btn", className="btn"),
+            html.Button("Cancel", id=f"{prefix}cancel-btn", className="btn secondary", disabled=True),
+        ]),
+        html.Div(style={"height": "8px"}),
+        html.Progress(id=f"{prefix}launch-progress", value="0", max="1"),
+        html.Div(id=f"{prefix}launch-progress-text", className="inline-note"),
+        html.Div(id=f"{prefix}launch-status"),
+    ]
+
+
+def launch_callback(prefix: str, launched: str, poll: str, manager) -> dict[str, Any]:
+    """Keyword arguments of the background callback behind :func:`launch_controls`: progress
+    into the bar, its text and the ``launched`` store (the id of the run under way); while it
+    runs, launch is disabled and cancel and the ``poll`` interval are enabled."""
+    return {
+        "background": True,
+        "manager": manager,
+        "progress": [Output(f"{prefix}launch-progress", "value"), Output(f"{prefix}launch-progress", "max"),
+                     Output(f"{prefix}launch-progress-text", "children"), Output(launched, "data")],
+        "running": [(Output(f"{prefix}launch-btn", "disabled"), True, False),
+                    (Output(f"{prefix}cancel-btn", "disabled"), False, True),
+                    (Output(poll, "disabled"), False, True)],
+        "cancel": [Input(f"{prefix}cancel-btn", "n_clicks")],
+        "prevent_initial_call": True,
+    }
+
+
 def register_downloads(app: Dash) -> None:
     """Wire every figure card's CSV/HTML buttons to its graph."""
     for kind, export in (("csv", figure_csv), ("html", figure_html)):

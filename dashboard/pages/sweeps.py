@@ -49,14 +49,7 @@ def _launch_panel(store) -> html.Div:
         ui.labelled("Latency", dcc.Input(id="launch-latency", value="50us"), "per message, with unit"),
         ui.labelled("Topology", dcc.Dropdown(id="launch-topology", options=list(projection.TOPOLOGIES),
                                              value="ring", clearable=False)),
-        html.Div(className="row", children=[
-            html.Button("Launch sweep", id="launch-btn", className="btn"),
-            html.Button("Cancel", id="cancel-btn", className="btn secondary", disabled=True),
-        ]),
-        html.Div(style={"height": "8px"}),
-        html.Progress(id="launch-progress", value="0", max="1"),
-        html.Div(id="launch-progress-text", className="inline-note"),
-        html.Div(id="launch-status"),
+        *ui.launch_controls("", "Launch sweep"),
     ])
 
 
@@ -185,14 +178,7 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
         State("launch-bandwidths", "value"),
         State("launch-latency", "value"),
         State("launch-topology", "value"),
-        background=True,
-        manager=manager,
-        progress=[Output("launch-progress", "value"), Output("launch-progress", "max"),
-                  Output("launch-progress-text", "children"), Output("launched-sweep", "data")],
-        running=[(Output("launch-btn", "disabled"), True, False), (Output("cancel-btn", "disabled"), False, True),
-                 (Output("sweep-poll", "disabled"), False, True)],
-        cancel=[Input("cancel-btn", "n_clicks")],
-        prevent_initial_call=True,
+        **ui.launch_callback("", "launched-sweep", "sweep-poll", manager),
     )
     def _launch(set_progress, clicks, source, compressors, densities, nodes, bandwidths, latency, topology):
         if not clicks:

@@ -64,14 +64,7 @@ def _launch_panel() -> html.Div:
         ui.labelled("Compressors", dcc.Dropdown(id="tta-launch-compressors", options=names, multi=True,
                                                 value=[n for n in ("none", "topk", "sidco-e") if n in names])),
         ui.labelled("Densities", dcc.Input(id="tta-launch-densities", value="0.01"), "comma-separated, in (0, 1]"),
-        html.Div(className="row", children=[
-            html.Button("Launch run", id="tta-launch-btn", className="btn"),
-            html.Button("Cancel", id="tta-cancel-btn", className="btn secondary", disabled=True),
-        ]),
-        html.Div(style={"height": "8px"}),
-        html.Progress(id="tta-launch-progress", value="0", max="1"),
-        html.Div(id="tta-launch-progress-text", className="inline-note"),
-        html.Div(id="tta-launch-status"),
+        *ui.launch_controls("tta-", "Launch run"),
     ])
 
 
@@ -209,15 +202,7 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
         State("tta-launch-width", "value"),
         State("tta-launch-compressors", "value"),
         State("tta-launch-densities", "value"),
-        background=True,
-        manager=manager,
-        progress=[Output("tta-launch-progress", "value"), Output("tta-launch-progress", "max"),
-                  Output("tta-launch-progress-text", "children"), Output("tta-launched", "data")],
-        running=[(Output("tta-launch-btn", "disabled"), True, False),
-                 (Output("tta-cancel-btn", "disabled"), False, True),
-                 (Output("tta-poll", "disabled"), False, True)],
-        cancel=[Input("tta-cancel-btn", "n_clicks")],
-        prevent_initial_call=True,
+        **ui.launch_callback("tta-", "tta-launched", "tta-poll", manager),
     )
     def _launch(set_progress, clicks, workload, workers, iterations, eval_every, width, compressors, densities):
         if not clicks:
