@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import os
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,18 @@ NETWORK_HEAVY = 0.30  # network share of the iteration above which a cell tests 
 REPLAY_DEVICE = "cpu"  # the emulated workers run on CPU
 
 
+@contextmanager
+def _marked(store: Store, emulation_id: int) -> Iterator[None]:
+    """Mark emulation ``emulation_id`` ``done`` when the block completes, ``failed`` when it
+    raises (the rows it stored stay)."""
+    status = "failed"
+    try:
+        yield
+        status = "done"
+    finally:
+        store.set_status("emulations", emulation_id, status)
+
+
 def collectives(store: Store, workers: Sequence[int], bandwidths: Sequence[float | None], ops: Sequence[str],
                 sizes: Sequence[int], *, repeats: int = 3, compute_load_s: float = 0.0, shaping: bool = True,
                 step: Callable[[], None] | None = None) -> tuple[int, list[dict[str, Any]]]:
@@ -42,8 +55,7 @@ def collectives(store: Store, workers: Sequence[int], bandwidths: Sequence[float
               "repeats": repeats, "shaping": shaping, "compute_load_s": compute_load_s}
     emulation_id = store.start_emulation("collective", config, os.cpu_count() or 1)
     results: list[dict[str, Any]] = []
-    status = "failed"
-    try:
+    with _marked(store, emulation_id):
         for p in workers:
             for bandwidth in bandwidths:
                 rows = measure_collectives(p, bandwidth, ops, sizes, repeats=repeats, compute_load_s=compute_load_s)
@@ -53,9 +65,6 @@ def collectives(store: Store, workers: Sequence[int], bandwidths: Sequence[float
                 results += rows
                 if step:
                     step()
-        status = "done"
-    finally:
-        store.set_status("emulations", emulation_id, status)
     return emulation_id, results
 
 
@@ -147,8 +156,7 @@ def train(store: Store, workers: Sequence[int], bandwidths: Sequence[float | Non
     emulation_id = store.start_emulation("train", config, os.cpu_count() or 1)
     root = Path(trace_root) if trace_root else store.path.parent / "emulation-traces"
     out: list[dict[str, Any]] = []
-    status = "failed"
-    try:
+    with _marked(store, emulation_id):
         for p, bandwidth, density, run_names in cells(workers, bandwidths, names, densities):
             label = f"{int(bandwidth / 1e6)}mbit" if bandwidth else "loopback"
             measured = run_training(p, bandwidth, workload, run_names, density, iterations=iterations,
@@ -168,9 +176,6 @@ def train(store: Store, workers: Sequence[int], bandwidths: Sequence[float | Non
                          "measured_s": m["measured_s"], "detail": {"measured": m}} for m in measured]
             if step:
                 step()
-        status = "done"
-    finally:
-        store.set_status("emulations", emulation_id, status)
     return emulation_id, out
 
 
