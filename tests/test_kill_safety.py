@@ -49,6 +49,24 @@ def wait_for(condition, timeout_s: float = 60.0, interval_s: float = 0.1):
     return condition()
 
 
+def sigterm_when(argv: list[str], ready, what: str, timeout_s: float = 60.0,
+                 settle_s: float = 0.0) -> tuple[subprocess.Popen, str]:
+    """Run ``argv``, wait until ``ready(proc)`` holds (asserting it does, naming ``what``), let it
+    run ``settle_s`` more, send SIGTERM; the ended process and its stderr. The process never
+    outlives this."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert wait_for(lambda: ready(proc), timeout_s=timeout_s), what
+        time.sleep(settle_s)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc, err
+
+
 def test_sigkilled_sweep_leaves_no_pool_workers(tmp_path):
     argv = SIDCO + ["sweep", "--layout", "resnet50", "--nodes", "64,128,256,512", "--bandwidth",
                     "1Gbit,10Gbit,100Gbit", "--latency", "1us,10us,100us", "--compressors", "none",
@@ -95,16 +113,8 @@ def test_sigterm_of_capture_exits_143_in_one_line_and_leaves_no_partial(tmp_path
     out = tmp_path / "trace"
     argv = SIDCO + ["capture", "--workload", "resnet20", "--workers", "2", "--iterations", "400", "--every", "1",
                     "--threads", "1", "--out", str(out), "--store", str(tmp_path / "r.sqlite")]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-    try:
-        partial = wait_for(lambda: list(tmp_path.glob(".trace.*.partial/grad-*")), timeout_s=120)
-        assert partial, "capture never wrote an iteration"
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc, err = sigterm_when(argv, lambda proc: list(tmp_path.glob(".trace.*.partial/grad-*")),
+                             "capture never wrote an iteration", timeout_s=120)
     assert proc.returncode == 143
     last = err.strip().splitlines()[-1]
     assert last.startswith("sidco capture: terminated by SIGTERM") and "Traceback" not in err
@@ -173,16 +183,8 @@ def test_sigterm_of_emulate_exits_143_in_one_line(tmp_path):
 
     argv = SIDCO + ["emulate", "collective", "--workers", "2", "--bandwidth", "5Mbit", "--op", "allreduce",
                     "--bytes", "4MB", "--repeats", "20", "--store", str(tmp_path / "r.sqlite")]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-    try:
-        assert wait_for(lambda: leftovers(f"sidco-{proc.pid}-"), timeout_s=60)
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc, err = sigterm_when(argv, lambda proc: leftovers(f"sidco-{proc.pid}-"),
+                             "the emulation never made its namespaces", settle_s=1.0)
     assert proc.returncode == 143, err[-800:]
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("sidco emulate: terminated by SIGTERM")

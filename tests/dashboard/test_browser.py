@@ -83,6 +83,14 @@ def _screenshot(dash_duo, path: Path) -> None:
     dash_duo.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
+def _open_idle(dash_duo, app, path: str, ready: str) -> None:
+    """Start the app, open ``path``, wait for the element ``ready`` and for the callbacks to settle."""
+    dash_duo.start_server(app)
+    dash_duo.driver.get(dash_duo.server_url + path)
+    dash_duo.wait_for_element(ready, timeout=10)
+    _wait_idle(dash_duo)
+
+
 def _set_input(dash_duo, selector: str, value: str) -> None:
     element = dash_duo.find_element(selector)
     element.send_keys(Keys.CONTROL, "a")
@@ -140,10 +148,7 @@ def test_changing_a_control_updates_the_projection_and_bad_input_is_inline(dash_
 def test_a_sweep_launched_from_the_page_lands_rows(dash_duo, app, store_path):
     store = Store(store_path)
     before = {row[0] for row in store.query("SELECT id FROM sweeps")}
-    dash_duo.start_server(app)
-    dash_duo.driver.get(dash_duo.server_url + "/sweeps")
-    dash_duo.wait_for_element("#launch-btn", timeout=10)
-    _wait_idle(dash_duo)
+    _open_idle(dash_duo, app, "/sweeps", "#launch-btn")
     _set_input(dash_duo, "#launch-nodes", "2,8")
     _set_input(dash_duo, "#launch-bandwidths", "1Gbit,25Gbit")
     dash_duo.find_element("#launch-btn").click()
@@ -164,10 +169,7 @@ def test_a_sweep_launched_from_the_page_lands_rows(dash_duo, app, store_path):
 def test_a_running_sweep_can_be_cancelled_from_the_page(dash_duo, app, store_path):
     store = Store(store_path)
     before = {row[0] for row in store.query("SELECT id FROM sweeps")}
-    dash_duo.start_server(app)
-    dash_duo.driver.get(dash_duo.server_url + "/sweeps")
-    dash_duo.wait_for_element("#launch-btn", timeout=10)
-    _wait_idle(dash_duo)
+    _open_idle(dash_duo, app, "/sweeps", "#launch-btn")
     dash_duo.select_dcc_dropdown("#launch-source", "layout: vgg19")
     _set_input(dash_duo, "#launch-densities", "0.05,0.002")
     _set_input(dash_duo, "#launch-nodes", ",".join(str(n) for n in range(900, 1024, 2)))  # big clusters: slow enough to cancel
@@ -212,10 +214,7 @@ def test_time_to_accuracy_page_projects_on_the_chosen_cluster(dash_duo, app, pop
 
 
 def test_a_convergence_run_launched_from_the_page_lands_rows(dash_duo, app, store_path):
-    dash_duo.start_server(app)
-    dash_duo.driver.get(dash_duo.server_url + "/tta")
-    dash_duo.wait_for_element("#tta-launch-btn", timeout=10)
-    _wait_idle(dash_duo)
+    _open_idle(dash_duo, app, "/tta", "#tta-launch-btn")
     _set_input(dash_duo, "#tta-launch-iterations", "4")
     _set_input(dash_duo, "#tta-launch-eval", "2")
     dash_duo.find_element("#tta-launch-btn").click()
