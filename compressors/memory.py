@@ -56,7 +56,7 @@ def _subtract_sent(buffer: torch.Tensor, message: Message, compressor: Compresso
     16-bit values as it goes)."""
     if not isinstance(message, Sparse):
         scratch = slot.get("scratch")
-        if scratch is None or scratch.shape != buffer.shape:
+        if scratch is None:
             scratch = slot["scratch"] = torch.empty_like(buffer)
         buffer.sub_(compressor.decompress(message, out=scratch))
     elif message.dense:
@@ -76,8 +76,8 @@ class ErrorFeedback(Memory):
         """Compress ``grad + residual[key]`` and keep what was not sent as the new residual."""
         grad = check_gradient(grad)
         slot = self._slot(key, grad, ("residual",))
-        spare = slot.get("spare")
-        if spare is None or spare.shape != grad.shape:
+        spare = slot.get("spare")  # a slot holds one shape, dtype and device: a new one has no spare yet
+        if spare is None:
             spare = torch.empty_like(grad)
         # grad + residual into a spare buffer kept from the last call: no fresh full-size vector
         # per call, and the residual stays as it was if compressing raises

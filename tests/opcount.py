@@ -25,7 +25,6 @@ class OpCounter(TorchDispatchMode):
         self.counts = {"passes": 0, "bytes": 0.0, "launches": 0, "syncs": 0, "topk": 0, "sort": 0,
                        "gather": 0, "compact": 0}
         self.fresh: list[int] = []
-        self.fresh_ops: list[str] = []
         self.ops: list[str] = []
 
     def __enter__(self):
@@ -50,7 +49,6 @@ class OpCounter(TorchDispatchMode):
             if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in held \
                     and t.untyped_storage().nbytes() >= self.numel:
                 self.fresh.append(t.untyped_storage().nbytes())
-                self.fresh_ops.append(self.ops[-1] if self.ops else "?")
                 held.add(t.untyped_storage().data_ptr())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
