@@ -61,7 +61,7 @@ def _subtract_sent(buffer: torch.Tensor, message: Message, compressor: Compresso
         buffer.sub_(compressor.decompress(message, out=scratch))
     elif message.dense:
         buffer.sub_(message.values)
-    else:
+    elif message.values.numel():  # nothing sent, nothing to take back (empty tensors would alias)
         buffer.index_add_(0, message.indices, message.values, alpha=-1)
 
 

@@ -146,6 +146,17 @@ def test_a_compress_that_raises_leaves_the_residual_as_it_was(name):
     assert torch.allclose(ef.compressor.decompress(sent) + ef.residual("k"), g + before, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", compressors.names())
+def test_error_feedback_takes_an_empty_gradient(name):
+    """An empty gradient (a layer with no elements) goes through error feedback call after call:
+    nothing is sent and the residual stays empty."""
+    ef = compressors.ErrorFeedback(compressors.create(name, 0.01))
+    for _ in range(3):
+        message = ef.compress(torch.empty(0), "empty")
+        assert message.numel == 0 and message.wire_bytes() >= 0
+    assert ef.residual("empty").numel() == 0
+
+
 def test_error_feedback_keeps_keys_apart():
     ef = compressors.ErrorFeedback(compressors.create("topk", density=0.1))
     ef.compress(laplace(100, seed=1), key="a")
