@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 
 import torch
@@ -47,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=6, help="untimed calls per compressor (default 6)")
     parser.add_argument("--repeats", type=int, default=9, help="timed calls per compressor (default 9)")
     args = parser.parse_args(argv)
+    if args.size < 1 or args.repeats < 1 or args.warmup < 0:
+        print(f"error: need --size >= 1, --repeats >= 1 and --warmup >= 0, got {args.size}, {args.repeats}, "
+              f"{args.warmup}", file=sys.stderr)
+        return 2
     torch.set_num_threads(1)
     grads = [gradient_like(args.size, seed) for seed in range(3)]
     print(json.dumps({f"{name}@{density:g}": median_ms(name, density, grads, args.warmup, args.repeats)

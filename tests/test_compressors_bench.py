@@ -90,3 +90,12 @@ def test_error_feedback_bench_prints_a_time_for_every_case(capsys):
     times = json.loads(capsys.readouterr().out)
     assert set(times) == {f"{name}@{density:g}" for name, density in ef_bench.CASES}
     assert all(t >= 0 for t in times.values())
+
+
+@pytest.mark.parametrize("argv", [["--size", "0"], ["--repeats", "0"], ["--warmup", "-1"]])
+def test_error_feedback_bench_refuses_bad_input_in_one_line(argv, capsys):
+    from benchmarks import ef_bench
+
+    assert ef_bench.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: need --size >= 1") and err.count("\n") == 1
