@@ -89,6 +89,18 @@ MEMORIES: tuple[str, ...] = ("residual", "dgc-momentum", "none")
 TORCH_HOOKS: tuple[str, ...] = ("fp16", "bf16", "powersgd")
 """Compressors whose DDP hook is PyTorch's own (see the module docstring)."""
 
+WITHOUT_MEMORY: tuple[str, ...] = ("none", "fp16", "bf16")
+"""Compressors that train without a memory through :func:`hook` (``none`` sends everything;
+PyTorch's fp16/bf16 hooks keep no residual); every other one carries error feedback by default
+(PowerSGD through PyTorch's ``use_error_feedback``)."""
+
+
+def trains_with_error_feedback(name: str) -> bool:
+    """Whether training through :func:`hook` with its default memory keeps a residual for
+    compressor ``name``: what profiles and the cost model assume of a compressor's calls."""
+    return name not in WITHOUT_MEMORY
+
+
 SEED_STRIDE = 1_000_003
 """Per-bucket seed offset for shared-seed Random-k (buckets draw different indices)."""
 

@@ -66,9 +66,10 @@ SCALAR_OPS = {"finite": 5, "isfinite": 4, "gaussian": 13, "gaussian_threshold": 
 torch path issues them; counted with a dispatch mode when the code was written."""
 
 
-KINDS = ("map", "reduce", "compare", "count", "log", "native", "native_select", "native_log")
+KINDS = ("map", "reduce", "minmax", "compare", "count", "log", "native", "native_select", "native_log")
 """Streaming kernels by what they compute per element (a device may be slower per element than
 its memory for some): ``map`` (abs, add, clamp, copy, fill), ``reduce`` (sum, amax, norm),
+``minmax`` (``aminmax`` of 16-bit values: two comparisons per element and a widening),
 ``compare`` (``>``/``>=`` into a bool mask), ``count`` (``count_nonzero`` of a mask), ``log``
 (logarithms), ``native`` (a fused C pass of statistics only: SIDCo's tails),
 ``native_select`` (a fused C pass that also compacts what lies above a threshold: the selection
@@ -79,9 +80,11 @@ logarithms)."""
 @dataclass
 class Work:
     """Work of one call. ``streams``: the streaming kernels as ``(kind, elements, bytes read,
-    bytes written, cold)``; ``passes`` counts those over the whole vector; gathers, top-k, sort and
-    compaction are charged per element by the device; ``allocations``: bytes of each fresh
-    buffer the call allocates; ``working_set_bytes``: what the call keeps live."""
+    bytes written, cold)``; ``passes`` counts those over the whole vector; gathers, top-k, sorts and
+    compaction are charged per element by the device (``sorts``: the length of each sort, whose rate
+    per element depends on it); ``allocations``: bytes of each fresh
+    buffer the call allocates; ``working_set_bytes``: what the call touches (how much of what it
+    reads twice a cache still holds)."""
 
     passes: int = 0
     bytes_read: float = 0.0
@@ -90,7 +93,7 @@ class Work:
     syncs: int = 0
     streams: list[tuple[str, float, float, float, bool]] = field(default_factory=list)
     topk: list[tuple[float, float]] = field(default_factory=list)
-    sort_elements: float = 0.0
+    sorts: list[float] = field(default_factory=list)
     gather_elements: float = 0.0
     compact_elements: float = 0.0
     compact_hits: float = 0.0
@@ -131,9 +134,14 @@ class Work:
 
     def sort(self, elements: float) -> Work:
         """One sort of ``elements``."""
-        self.sort_elements += elements
+        self.sorts.append(float(elements))
         self.launches += 1
         return self
+
+    @property
+    def sort_elements(self) -> float:
+        """Elements sorted in all, over every sort of the call."""
+        return sum(self.sorts)
 
     def gather(self, elements: float) -> Work:
         """One gather/scatter (``index_select``, ``index_add_``, ``index_copy_``) of ``elements``."""
@@ -169,7 +177,7 @@ def _ef_in(n: int, itemsize: int) -> Work:
     return Work().stream(n, 2 * itemsize, itemsize, full=True, cold=True)
 
 
-def _ef_out(name: str, n: int, density: float, itemsize: int) -> Work:
+def _ef_out(name: str, n: int, density: float, itemsize: int, sent: float | None = None) -> Work:
     """Error feedback after compressing, the new residual: a fresh zero vector for ``none``,
     ``index_add_`` of what was sent for sparse messages, else ``sub_`` of the message
     decompressed into a kept scratch buffer."""
@@ -179,7 +187,8 @@ def _ef_out(name: str, n: int, density: float, itemsize: int) -> Work:
         return Work().stream(n, DENSE_ALLREDUCE[name], itemsize, full=True).stream(n, 2 * itemsize, itemsize, full=True)
     if name == "powersgd":  # decompressed into a kept scratch buffer, then ``sub_``
         return _merge(_powersgd_expand(n, itemsize), Work().stream(n, 2 * itemsize, itemsize, full=True))
-    sent = 1.5 * target_count(density, n) if name == "redsync" else target_count(density, n)
+    if sent is None:
+        sent = 1.5 * target_count(density, n) if name == "redsync" else target_count(density, n)
     return Work().gather(sent)
 
 
@@ -226,7 +235,12 @@ def _count(w: Work, n: int, hits: float, itemsize: int, backend: str) -> None:
     w.stream(n, 1, 0, "count", full=True).sync()
 
 
-def _topk(n, density, itemsize, stages, rounds, backend):
+def _hits(hits: Sequence[float], i: int, default: float) -> float:
+    """Elements kept by selecting pass ``i`` of a call: the recorded count when there is one."""
+    return float(hits[i]) if i < len(hits) else default
+
+
+def _topk(n, density, itemsize, stages, rounds, backend, hits=()):
     """Exact Top-k (:func:`compressors.selection.exact_topk`) on a CPU (torch or native
     selection): a threshold guess from a strided sample, the candidates above it (``rounds``
     halvings of the guess while too few), ``torch.topk`` among the candidates. ``n`` < 2¹⁴ or ``k ≥ n/4``: ``torch.topk``
@@ -243,12 +257,12 @@ def _topk(n, density, itemsize, stages, rounds, backend):
         candidates = n * min(1.0, 1.2 * k / n)
         c.stream(sample, itemsize, itemsize).allocate(sample * itemsize).select_topk(sample, top)
         c.stream(top, itemsize, 0, "reduce")
-        _select(c, n, candidates, itemsize, backend, total=True)
+        _select(c, n, _hits(hits, 0, candidates), itemsize, backend, total=True)
         c.scalars(SCALAR_OPS["isfinite"]).sync()
-        for _ in range(rounds):
+        for step in range(rounds):
             c.scalars(2).sync()
-            _select(c, n, candidates, itemsize, backend)
-        c.select_topk(candidates, k).sort(k).gather(k).gather(k).gather(k)
+            _select(c, n, _hits(hits, step + 1, candidates), itemsize, backend)
+        c.select_topk(_hits(hits, rounds, candidates), k).sort(k).gather(k).gather(k).gather(k)
     c.scalars(SCALAR_OPS["finite"]).sync().gather(k).stream(k, itemsize, 0, "reduce")
     return c, _sparse_decompress(n, k, itemsize)
 
@@ -267,7 +281,7 @@ def _randomk(n, density, itemsize, stages, rounds, backend):
     return c.gather(k), _sparse_decompress(n, k, itemsize)
 
 
-def _dgc(n, density, itemsize, stages, rounds, backend, trim=True):
+def _dgc(n, density, itemsize, stages, rounds, backend, trim=True, hits=()):
     """DGC: top ``δ`` of a strided sample of ``|g|`` sets the threshold; the selection
     ``|g| ≥ thr`` (with ``Σ|g|`` for the finiteness check); ``rounds`` lowerings by 0.8 while it
     holds fewer than 0.8·k; ``trim``: an exact top-k among more than 1.3·k."""
@@ -277,41 +291,43 @@ def _dgc(n, density, itemsize, stages, rounds, backend, trim=True):
     top = max(1, math.ceil(samples * density))
     c.select_topk(samples, top).stream(top, itemsize, 0, "reduce")
     c.scalars(2)
-    _select(c, n, k, itemsize, backend, total=True)
+    _select(c, n, _hits(hits, 0, k), itemsize, backend, total=True)
     c.scalars(SCALAR_OPS["finite"]).sync()
-    for _ in range(rounds):
+    for step in range(rounds):
         c.scalars(2)
-        _select(c, n, k, itemsize, backend)
+        _select(c, n, _hits(hits, step + 1, k), itemsize, backend)
     if trim:
         c.select_topk(1.3 * k, k).gather(k).sort(k)
     return c.gather(k), _sparse_decompress(n, k, itemsize)
 
 
-def _gaussiank(n, density, itemsize, stages, rounds, backend, raised=0):
+def _gaussiank(n, density, itemsize, stages, rounds, backend, raised=0, hits=()):
     """Gaussian-k: mean and variance of ``g`` (two reductions), the threshold formula, a
     selection, then ``rounds`` corrections each with a new selection: ``raised`` of them raise
     the threshold (×1.5 in float64: 4 0-d launches), the others halve it (1)."""
     k = target_count(density, n)
     c = Work().stream(n, itemsize, 0, "reduce", full=True).stream(n, itemsize, 0, "reduce", full=True)
     c.scalars(SCALAR_OPS["gaussian"]).sync().scalars(SCALAR_OPS["gaussian_threshold"])
-    _select(c, n, k, itemsize, backend)
+    _select(c, n, _hits(hits, 0, k), itemsize, backend)
     for step in range(rounds):
         c.scalars(4 if step < raised else 1)
-        _select(c, n, k, itemsize, backend)
-    return c.gather(k), _sparse_decompress(n, k, itemsize)
+        _select(c, n, _hits(hits, step + 1, k), itemsize, backend)
+    sent = _hits(hits, rounds, k)
+    return c.gather(sent), _sparse_decompress(n, sent, itemsize)
 
 
-def _redsync(n, density, itemsize, stages, rounds, backend):
+def _redsync(n, density, itemsize, stages, rounds, backend, hits=()):
     """RedSync: ``max|g|`` and ``mean|g|``, then ``rounds`` binary-search probes each counting
     ``|g| > thr`` (one sync each), then the selection at the chosen threshold (≈ 1.5·k hits)."""
     k = target_count(density, n)
     c = Work().stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 0, "reduce", full=True)
     c.scalars(1).stream(n, itemsize, 0, "reduce", full=True).scalars(SCALAR_OPS["redsync_setup"]).sync()
-    for _ in range(rounds):
+    for step in range(rounds):
         c.scalars(SCALAR_OPS["redsync_probe"])
-        _count(c, n, 2 * k, itemsize, backend)
-    _select(c, n, 1.5 * k, itemsize, backend)
-    return c.gather(1.5 * k), _sparse_decompress(n, 1.5 * k, itemsize)
+        _count(c, n, _hits(hits, step, 2 * k), itemsize, backend)
+    sent = _hits(hits, rounds, 1.5 * k)
+    _select(c, n, sent, itemsize, backend)
+    return c.gather(sent), _sparse_decompress(n, sent, itemsize)
 
 
 SIDCO_SCALARS = {"sidco-e": (11, 26, 63, 8), "sidco-p": (61, 70, 107, 52), "sidco-gp": (198, 70, 240, 52)}
@@ -424,7 +440,7 @@ def _cast(n, density, itemsize, stages, rounds, backend, half=2):
     """fp16/bf16: the cast into a fresh buffer, ``aminmax`` of the half-width values (the
     finiteness check, and a second check that nothing overflowed the narrower range: one sync
     each)."""
-    c = Work().stream(n, itemsize, half, full=True).allocate(n * half).stream(n, half, 0, "reduce", full=True)
+    c = Work().stream(n, itemsize, half, full=True).allocate(n * half).stream(n, half, 0, "minmax", full=True)
     c.scalars(3)  # max − min in fp32: two widenings and the subtraction
     c.scalars(SCALAR_OPS["finite"]).sync().scalars(SCALAR_OPS["isfinite"]).sync()
     return c, Work().stream(n, half, itemsize, full=True)
@@ -480,7 +496,8 @@ DECLARATIONS = {
 def work(name: str, numel: int, density: float, *, stages: int | None = None, rounds: int | None = None,
          backend: str = "torch", error_feedback: bool = True, itemsize: int = 4, trim: bool = True,
          raised: int = 0, corrections: int = SIDCO_CORRECTIONS, adapt: str = "count",
-         steps: int | None = None, pool: float | None = None, collects: int = 1) -> CallWork:
+         steps: int | None = None, pool: float | None = None, collects: int = 1,
+         hits: Sequence[float] | None = None) -> CallWork:
     """The declared work of one compress and one decompress call of compressor ``name``.
 
     ``numel`` elements of ``itemsize`` bytes at target ``density``; ``backend``: ``torch`` (eager
@@ -497,7 +514,10 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     no corrections); ``steps``: the correction steps SIDCo's native path took (it stops once
     within the band; default :data:`NATIVE_STEPS`); ``pool``: the elements each of its pool
     kernels read (default :data:`NATIVE_POOL` · k); ``collects``: its full passes that also
-    collected a pool (default 1, the first).
+    collected a pool (default 1, the first); ``hits``: the elements each native selecting pass of
+    Top-k, DGC, Gaussian-k and RedSync kept, in order (a selecting pass costs more the more it
+    keeps, 0.15 to 0.5 ns per element on this testbed's CPU; defaults: the candidates Top-k
+    expects, k for DGC and Gaussian-k, 2·k for each of RedSync's probes).
     """
     if name not in DECLARATIONS:
         raise ValueError(f"no work declared for compressor {name!r}; declared: {', '.join(DECLARATIONS)}")
@@ -507,21 +527,34 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     stages = DEFAULT_STAGES if stages is None else int(stages)
     rounds = DEFAULT_ROUNDS.get(name, 0) if rounds is None else int(rounds)
     extra = {"trim": trim} if name == "dgc" else {"raised": raised} if name == "gaussiank" else {}
+    if name in ("topk", "dgc", "gaussiank", "redsync"):
+        extra["hits"] = list(hits or ())
     if name.startswith("sidco"):
         extra = {"corrections": corrections, "adapt": adapt, "steps": steps, "pool": pool, "collects": collects}
     compress, decompress = DECLARATIONS[name](n, float(density), itemsize, stages, rounds, backend, **extra)
+    if not error_feedback:  # the compressor reads the caller's gradient, written long before the call
+        _read_input_cold(compress, n)
     if error_feedback:
-        compress = _merge(_merge(_ef_in(n, itemsize), compress), _ef_out(name, n, density, itemsize))
-    compress.working_set_bytes = 4.0 * n * itemsize
+        sent = float(hits[-1]) if hits and name in ("gaussiank", "redsync") else None
+        compress = _merge(_merge(_ef_in(n, itemsize), compress), _ef_out(name, n, density, itemsize, sent))
+    compress.working_set_bytes = (4.0 if error_feedback else 2.0) * n * itemsize
     decompress.working_set_bytes = 2.0 * n * itemsize
     return CallWork(compress, decompress)
+
+
+def _read_input_cold(w: Work, n: int) -> None:
+    """Mark the first full-size read of ``w`` (the gradient handed to the call) as cold."""
+    for i, (kind, elements, read, written, _) in enumerate(w.streams):
+        if elements == n and read > 0:
+            w.streams[i] = (kind, elements, read, written, True)
+            return
 
 
 def _merge(a: Work, b: Work) -> Work:
     return Work(
         a.passes + b.passes, a.bytes_read + b.bytes_read, a.bytes_written + b.bytes_written,
         a.launches + b.launches, a.syncs + b.syncs, a.streams + b.streams, a.topk + b.topk,
-        a.sort_elements + b.sort_elements, a.gather_elements + b.gather_elements,
+        a.sorts + b.sorts, a.gather_elements + b.gather_elements,
         a.compact_elements + b.compact_elements, a.compact_hits + b.compact_hits, a.allocations + b.allocations,
         a.flops + b.flops,
     )
@@ -541,10 +574,15 @@ def wire_bytes(name: str, numel: int, density: float, itemsize: int = 4) -> floa
     return float(sparse_bytes(target_count(density, numel), itemsize))
 
 
+HITS_MARKER = "native.hits:"
+"""Prefix of :func:`record_ops`'s marker after each native selection: the elements it kept."""
+
+
 def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
     """Run ``call`` and return its result and the names of the torch operations it dispatched,
     in order (``torch.utils._python_dispatch.TorchDispatchMode``; untimed, for counting), with
-    each native selection as ``native.select_above`` and each ``native.scan`` kernel as
+    each native selection as ``native.select_above`` followed by the marker ``native.hits:<kept
+    elements>`` (not an operation) and each ``native.scan`` kernel as
 ``native.scan:full`` (over as many elements as the call's first kernel; followed by
 ``native.scan:collect`` when it also selected) or ``native.scan:pool:<elements>``."""
     import torch
@@ -558,7 +596,9 @@ def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
 
     def counted_select(*args, **kwargs):
         names.append("native.select_above")
-        return select(*args, **kwargs)
+        found = select(*args, **kwargs)
+        names.append(f"{HITS_MARKER}{(found[0] if kwargs.get('with_stats') else found).indices.numel()}")
+        return found
 
     def counted_scan(x, **kwargs):
         first.append(x.numel())
@@ -584,8 +624,8 @@ def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
 def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
     """The data-dependent loop counts of one call of ``name`` from the operations it dispatched
     (:func:`record_ops`), as :func:`work` takes them (``rounds``, DGC's ``trim``, Gaussian-k's
-    ``raised``; for SIDCo's native path its full passes and, given the ``stages`` it used, its
-    correction ``steps``)."""
+    ``raised``, the ``hits`` of each native selection; for SIDCo's native path its full passes
+    and, given the ``stages`` it used, its correction ``steps``)."""
     pools = [int(op.rsplit(":", 1)[1]) for op in ops if op.startswith("native.scan:pool:")]
     kernels = ops.count("native.scan:full") + len(pools)
     if name.startswith("sidco") and kernels:
@@ -595,14 +635,16 @@ def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dic
             counts["steps"] = kernels - 2 - stages
         return counts
     selections = ops.count("nonzero") + ops.count("native.select_above")
+    hits = [int(op[len(HITS_MARKER):]) for op in ops if op.startswith(HITS_MARKER)]
+    kept = {"hits": hits} if hits else {}
     if name == "gaussiank":
-        return {"rounds": selections - 1, "raised": ops.count("clamp") - 2}
+        return {"rounds": selections - 1, "raised": ops.count("clamp") - 2, **kept}
     if name == "redsync":
-        return {"rounds": ops.count("count_nonzero") + selections - 1}
+        return {"rounds": ops.count("count_nonzero") + selections - 1, **kept}
     if name == "topk":
-        return {"rounds": max(0, selections - 1)}
+        return {"rounds": max(0, selections - 1), **kept}
     if name == "dgc":
-        return {"rounds": selections - 1, "trim": ops.count("topk") == 2}
+        return {"rounds": selections - 1, "trim": ops.count("topk") == 2, **kept}
     if name == "randomk":
         return {"rounds": ops.count("_unique2")}
     return {}

@@ -31,7 +31,8 @@ class Measured:
 
 
 def measure(store: Store, device: str, sizes: Sequence[int], names: Sequence[str], densities: Sequence[float], *,
-            warmup: int = 5, repeats: int = 7, threads: int = 1, out: str | Path | None = None,
+            warmup: int = 5, repeats: int = 7, sessions: int = 1, threads: int = 1,
+            out: str | Path | None = None,
             progress: Callable[[str], None] | None = None,
             note: Callable[[str], None] = lambda text: None) -> Measured:
     """Measure ``device`` (``cpu``, ``cuda``…): on a CPU first this host's numbers (pinned to
@@ -55,8 +56,8 @@ def measure(store: Store, device: str, sizes: Sequence[int], names: Sequence[str
         kept = dp.store_profile(store, partial)
         note(f"stopped: the {len(partial.rows)} rows measured are kept as device profile #{kept}")
 
-    profile = profiling.profile(device, sizes, names, densities, warmup=warmup, repeats=repeats, host=host,
-                                progress=progress, on_partial=keep_partial)
+    profile = profiling.profile(device, sizes, names, densities, warmup=warmup, repeats=repeats, sessions=sessions,
+                                host=host, progress=progress, on_partial=keep_partial)
     if host is not None:
         note("measuring this host again ...")
         host = devices.fastest(host, devices.measure_host(repeats=max(3, repeats)))
@@ -100,14 +101,17 @@ def model_device(profile: dp.DeviceProfile) -> devices.Device | None:
 
 def check_rows(profile: dp.DeviceProfile, device: devices.Device) -> list[dict[str, Any]]:
     """Model vs measured, row by row: seconds and relative errors ``model / measured − 1``
-    (each row modelled with its own stage count, loop counts and code path when it records them)."""
+    (each row modelled with its own stage count, loop counts and code path when it records them,
+    and with error feedback around every compressor when the profile says it was measured so)."""
+    everywhere = profile.method.get("error_feedback") is True
     out = []
     for r in profile.rows:
         if r["compressor"] not in declared.DECLARATIONS:
             continue
-        loops = {k: r[k] for k in ("rounds", "trim", "raised", "steps", "pool", "collects") if r.get(k) is not None}
+        loops = {k: r[k] for k in ("rounds", "trim", "raised", "steps", "pool", "collects", "hits") if r.get(k) is not None}
         model_c, model_d = costmodel.call_seconds(r["compressor"], int(r["numel"]), float(r["density"]), device,
-                                                  stages=r.get("stages"), backend=r.get("backend") or None, **loops)
+                                                  stages=r.get("stages"), backend=r.get("backend") or None,
+                                                  error_feedback=True if everywhere else None, **loops)
         out.append({
             "compressor": r["compressor"], "density": r["density"], "numel": r["numel"],
             "compress_s": r["compress_s"], "model_compress_s": model_c,

@@ -6,16 +6,21 @@ One call costs
     t = Σ_streaming kernels max(read / read_bw + written / write_bw, elements · op_s[kind])
           (the sum of the two for the kinds of :data:`NOT_OVERLAPPED`; a selecting pass
           elements · select_s(kept fraction), measured whole, where the device has it)
-        + Σ_top-k inputs · topk_s(kept fraction) + sorted · sort_s + gathered · gather_s
+        + Σ_top-k inputs · topk_s(kept fraction) + Σ_sorts length · sort_s(length) + gathered · gather_s
         + compacted · compact_s + 8 · hits / write_bw
         + Σ_fresh buffers ≥ alloc_threshold bytes · fault_s
         + flops / fp32_flops + launches · launch_s + syncs · sync_s
 
 Each streaming kernel takes the longer of its memory traffic and its per-element compute (a
-roofline per kernel), except a selecting pass, which takes both. When the call's working set fits in the device's last-level cache (a
-CPU's; GPU caches are not modelled) reads (except cold ones: state kept between calls, such as
-error feedback's residual) and gathers run ``cache_speedup`` times faster (writes
-still go to memory; sorts and compactions are bound by compute) and top-k takes its in-cache rate. Launch and sync latencies are added, not overlapped with device work: for the sizes
+roofline per kernel), except a selecting pass, which takes both. Reads (except cold ones: state
+kept between calls, such as error feedback's residual, and the gradient itself when no memory
+came first) and gathers run ``reuse_speedup(working set)`` times faster (a CPU's last-level
+cache as measured at each fraction of it filled; GPU caches are not modelled); when the working
+set fits in the cache top-k and selecting passes take their in-cache rates. Writes go at
+``write_bw``, the rate into a buffer evicted since it was last written with other written data
+to write back: what a buffer kept between calls is in training, where a backward pass comes
+between two calls for one bucket (a benchmark loop of the cheapest compressors at 2²⁰ elements
+finds its output buffer still cached and writes it up to twice as fast); sorts and compactions are bound by compute. Launch and sync latencies are added, not overlapped with device work: for the sizes
 that matter (≥ 1 MiB) they are small, below it they dominate, as on a real GPU. SIDCo runs its
 native kernels on a ``cpu`` device (float32) and the torch path elsewhere, as the code does.
 Units: seconds, elements, bytes.
@@ -23,9 +28,10 @@ Units: seconds, elements, bytes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from compressors import work as declared
+from compressors.ddp import trains_with_error_feedback
 from simulator.devices import Device
 from simulator.profile import CompressionCost, CompressionProfile, density_key
 
@@ -41,7 +47,7 @@ FIT_SIZES = (1 << 20, 1 << 24)
 def seconds(work: declared.Work, device: Device) -> float:
     """Seconds one call with ``work`` takes on ``device`` (the formula of the module docstring)."""
     fits = 0 < work.working_set_bytes < device.cache_bytes
-    speedup = device.cache_speedup if fits else 1.0
+    speedup = device.reuse_speedup(work.working_set_bytes)
     streams = 0.0
     for kind, elements, read, written, cold in work.streams:
         measured = device.select_s(written / 8.0 / max(elements, 1.0), cached=fits and not cold) \
@@ -54,7 +60,7 @@ def seconds(work: declared.Work, device: Device) -> float:
         streams += memory + compute if kind in NOT_OVERLAPPED else max(memory, compute)
     per_element = (
         sum(n * device.topk_s(kept, cached=fits) for n, kept in work.topk)
-        + work.sort_elements * device.sort_s_per_element + work.gather_elements * device.gather_s_per_element / speedup
+        + sum(n * device.sort_s(n) for n in work.sorts) + work.gather_elements * device.gather_s_per_element / speedup
         + work.compact_elements * device.compact_s_per_element + 8.0 * work.compact_hits / device.write_bandwidth_Bps
     )
     faults = sum(size for size in work.allocations if size >= device.alloc_threshold_bytes) * device.fault_s_per_byte
@@ -78,17 +84,20 @@ NATIVE_ON_CPU = ("sidco-e", "sidco-p", "sidco-gp", "topk", "dgc", "gaussiank", "
 
 
 def call_seconds(compressor: str, numel: int, density: float, device: Device, *,
-                 stages: int | None = None, error_feedback: bool = True,
+                 stages: int | None = None, error_feedback: bool | None = None,
                  backend: str | None = None, rounds: int | None = None,
                  trim: bool = True, raised: int = 0, steps: int | None = None,
-                 pool: float | None = None, collects: int = 1) -> tuple[float, float]:
+                 pool: float | None = None, collects: int = 1,
+                 hits: Sequence[float] | None = None) -> tuple[float, float]:
     """Modelled (compress, decompress) seconds of one call of ``compressor`` on ``numel`` fp32
     elements (``backend``: the code path, default :func:`backend_on` the device; ``stages``,
-    ``rounds``, ``trim``, ``raised``, ``steps``, ``pool``, ``collects``: the data-dependent counts of
-    :func:`compressors.work.work`)."""
+    ``rounds``, ``trim``, ``raised``, ``steps``, ``pool``, ``collects``, ``hits``: the data-dependent counts of
+    :func:`compressors.work.work`; ``error_feedback``: default as training runs ``compressor``,
+    :func:`compressors.ddp.trains_with_error_feedback`)."""
     call = declared.work(compressor, numel, density, stages=stages, rounds=rounds, trim=trim, raised=raised, steps=steps,
-                         pool=pool, collects=collects, backend=backend or backend_on(device.kind, compressor),
-                         error_feedback=error_feedback)
+                         pool=pool, collects=collects, hits=hits, backend=backend or backend_on(device.kind, compressor),
+                         error_feedback=trains_with_error_feedback(compressor) if error_feedback is None
+                         else error_feedback)
     return seconds(call.compress, device), seconds(call.decompress, device)
 
 

@@ -13,7 +13,8 @@ model and flags or GPU name, torch version, threads), ``method`` (warm-up, repea
 ``device_model`` (the host's measured :class:`~simulator.devices.Device` numbers, for ``cpu``);
 rows may add ``compress_min_s``, ``compress_max_s``, ``decompress_min_s`` (``compress_s`` and
 ``decompress_s`` are then the median call's), ``stages``, ``backend`` and the loop counts of the
-call reported (``rounds``, ``trim``, ``raised``, ``steps``, ``pool``).
+call reported (``rounds``, ``trim``, ``raised``, ``steps``, ``pool``, ``collects``, and ``hits``: the
+elements each native selecting pass kept, a list).
 """
 
 from __future__ import annotations

@@ -55,7 +55,14 @@ class Device:
     this); ``alloc_threshold_bytes`` / ``fault_s_per_byte``: a fresh buffer at least this large
     is mapped anew by the allocator and costs this per byte in page faults (GPU caching
     allocators reuse memory: no threshold); ``cache_bytes``: last-level cache; ``cache_speedup``: how much faster
-    per-element work runs when a call's working set fits in it (1 = not modelled). ``sources`` maps each field name to where its value comes from;
+    per-element work runs when a call's working set fits in it (1 = not modelled); ``sort_s_by_size``: seconds per element of
+    ``torch.sort`` of int64 keys as ``((length, s), ...)`` points (:meth:`sort_s` interpolates; a CPU's
+    rate changes with the length, by a factor of 3 on this testbed's torch), ``()`` where
+    ``sort_s_per_element`` holds for every length; ``cache_speedup_by_fraction``: how much faster than
+    ``memory_bandwidth_Bps`` a working set of each fraction of ``cache_bytes`` reads when read again,
+    as ``((fraction, speed-up), ...)`` points (:meth:`reuse_speedup` interpolates; on this testbed's
+    CPU 3.5× up to a quarter of the cache, 2.5× at half, 1.3× at the whole of it), ``()`` where
+    ``cache_speedup`` holds below ``cache_bytes``. ``sources`` maps each field name to where its value comes from;
     ``measured`` is the measurement date (ISO, UTC) or ``""`` for spec-sheet devices;
     ``identity`` describes the hardware (CPU model and flags, GPU name, torch version).
     """
@@ -80,6 +87,8 @@ class Device:
     fault_s_per_byte: float
     cache_bytes: float
     cache_speedup: float
+    sort_s_by_size: tuple[tuple[float, float], ...] = ()
+    cache_speedup_by_fraction: tuple[tuple[float, float], ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
     measured: str = ""
     identity: Mapping[str, Any] = field(default_factory=dict)
@@ -88,6 +97,29 @@ class Device:
         """Seconds per input element of a top-k keeping ``density`` of it (linear in log density);
         ``cached``: its input fits in the cache."""
         return _log_interpolate(self.topk_cache_s_per_element if cached else self.topk_s_per_element, density)
+
+    def reuse_speedup(self, working_set_bytes: float) -> float:
+        """How much faster than from memory a call whose working set is ``working_set_bytes``
+        reads or rewrites what it touched before (linear in the fraction of the cache
+        between the points of :attr:`cache_speedup_by_fraction`, 1 beyond the last; without them
+        :attr:`cache_speedup` below :attr:`cache_bytes`, else 1)."""
+        if not 0 < working_set_bytes:
+            return 1.0
+        if not self.cache_speedup_by_fraction:
+            return self.cache_speedup if working_set_bytes < self.cache_bytes else 1.0
+        fraction = working_set_bytes / self.cache_bytes
+        points = sorted(self.cache_speedup_by_fraction)
+        if fraction <= points[0][0]:
+            return points[0][1]
+        for (x0, y0), (x1, y1) in zip(points, points[1:]):
+            if fraction <= x1:
+                return y0 + (fraction - x0) / (x1 - x0) * (y1 - y0)
+        return 1.0
+
+    def sort_s(self, elements: float) -> float:
+        """Seconds per element of one sort of ``elements`` keys (linear in log length between the
+        measured lengths of :attr:`sort_s_by_size`, else :attr:`sort_s_per_element`)."""
+        return _log_interpolate(self.sort_s_by_size, elements) if self.sort_s_by_size else self.sort_s_per_element
 
     def select_s(self, kept: float, cached: bool = False) -> float | None:
         """Seconds per input element of a fused selecting pass that keeps ``kept`` of its input,
@@ -139,10 +171,15 @@ def _log_interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
 def from_json(data: Mapping[str, Any]) -> Device:
     """A :class:`Device` from :meth:`Device.to_json` output; ValueError on missing or bad fields."""
     names = {f for f in Device.__dataclass_fields__}
-    missing = names - set(data) - {"sources", "measured", "identity"}
+    optional = {"sources", "measured", "identity", "sort_s_by_size", "cache_speedup_by_fraction"}
+    missing = names - set(data) - optional
     if missing:
         raise ValueError(f"device description lacks {', '.join(sorted(missing))}")
     values = {k: data[k] for k in names if k in data}
+    for key in ("sort_s_by_size", "cache_speedup_by_fraction"):
+        values[key] = tuple((float(m), float(t)) for m, t in values.get(key, ()))
+    absent = {k: "absent from this measurement (an older one): the default" for k in optional - set(data)}
+    values["sources"] = {**absent, **dict(values.get("sources") or {})}
     for key in ("topk_s_per_element", "topk_cache_s_per_element"):
         values[key] = tuple((float(d), float(t)) for d, t in values[key])
         if not values[key]:
@@ -150,8 +187,11 @@ def from_json(data: Mapping[str, Any]) -> Device:
     values["op_s_per_element"] = {str(k): float(v) for k, v in dict(values["op_s_per_element"]).items()}
     if "native" in values["op_s_per_element"]:  # measured before 2026-12-01: "native" timed the selecting pass
         values["op_s_per_element"].setdefault("native_select", values["op_s_per_element"]["native"])
-    for key in names - {"name", "kind", "label", "sources", "measured", "identity", "topk_s_per_element",
-                        "topk_cache_s_per_element", "op_s_per_element"}:
+    if "reduce" in values["op_s_per_element"]:  # measured before aminmax had a kind of its own
+        values["op_s_per_element"].setdefault("minmax", values["op_s_per_element"]["reduce"])
+    for key in (names & set(values)) - {"name", "kind", "label", "sources", "measured", "identity", "topk_s_per_element",
+                                        "topk_cache_s_per_element", "op_s_per_element", "sort_s_by_size",
+                                        "cache_speedup_by_fraction"}:
         number = float(values[key])
         if not number >= 0 or number != number:
             raise ValueError(f"device {values['name']}: {key} must be a number >= 0, got {values[key]!r}")
@@ -200,6 +240,8 @@ def _gpu(name: str, label: str, bandwidth: float, bandwidth_source: str, fp32: f
             "fault_s_per_byte": GPU_RULES["alloc"],
             "cache_bytes": "L2 not modelled: every pass is charged at memory bandwidth",
             "cache_speedup": "L2 not modelled: every pass is charged at memory bandwidth",
+            "sort_s_by_size": "no table: a radix sort's rate per element does not depend on the length",
+            "cache_speedup_by_fraction": "L2 not modelled: every pass is charged at memory bandwidth",
         },
         identity={"gpu": label},
     )
@@ -246,7 +288,7 @@ CPU_DEFAULTS = {
     "launch_s": 5e-6, "sync_s": 1e-6, "pcie_Bps": 20e9, "topk_s_per_element": ((0.001, 20e-9), (0.01, 40e-9), (0.1, 50e-9)),
     "topk_cache_s_per_element": ((0.001, 5e-9), (0.01, 20e-9), (0.1, 30e-9)),
     "sort_s_per_element": 60e-9, "gather_s_per_element": 3e-9, "compact_s_per_element": 1.5e-9,
-    "op_s_per_element": {"map": 0.1e-9, "reduce": 0.05e-9, "compare": 0.4e-9, "count": 0.2e-9, "log": 1e-9,
+    "op_s_per_element": {"map": 0.1e-9, "reduce": 0.05e-9, "minmax": 0.1e-9, "compare": 0.4e-9, "count": 0.2e-9, "log": 1e-9,
                          "native": 0.2e-9, "native_select": 0.4e-9, "native_log": 1.5e-9},
     "alloc_threshold_bytes": 32 * 2**20, "fault_s_per_byte": 1.5e-9, "cache_bytes": 32 * 2**20, "cache_speedup": 2.0,
 }
@@ -284,7 +326,8 @@ def cpu_default() -> Device:
     identity = host_identity()
     return Device(
         name="cpu", kind="cpu", label=f"this host: {host_key(identity)}", **CPU_DEFAULTS,
-        sources={k: "stated default (not measured: run sidco profile --device cpu)" for k in CPU_DEFAULTS},
+        sources={k: "stated default (not measured: run sidco profile --device cpu)"
+                 for k in (*CPU_DEFAULTS, "sort_s_by_size", "cache_speedup_by_fraction")},
         identity=identity,
     )
 
@@ -359,19 +402,43 @@ def host_clock():
     return time.process_time if torch.get_num_threads() == 1 else time.perf_counter
 
 
-def _best(fn, repeats: int) -> float:
-    """Fastest of ``repeats`` timed calls of ``fn`` (s, :func:`host_clock`), after one untimed call."""
+def _best(fn, repeats: int, before=None) -> float:
+    """Fastest of ``repeats`` timed calls of ``fn`` (s, :func:`host_clock`), after one untimed call;
+    ``before`` (untimed) runs ahead of each call (to leave the caches as the call finds them in use)."""
     clock = host_clock()
     fn()
     best = float("inf")
     for _ in range(repeats):
+        if before is not None:
+            before()
         start = clock()
         fn()
         best = min(best, clock() - start)
     return best
 
 
-def _cache_bytes() -> float:
+CACHE_FRACTIONS = (0.125, 0.25, 0.375, 0.5, 0.75, 1.0, 1.5)
+"""Working sets, as fractions of the last-level cache, at which :func:`measure_host` times a
+re-read (``torch.sum`` of a vector that large, again and again): on a shared CPU the rate falls
+long before the cache is full (here 90 GB/s up to a quarter of it, 55 at half, 22 beyond)."""
+
+SORT_LENGTHS = (2**10, 2**12, 3 * 2**11, 2**13, 2**14, 2**15 - 1, 2**15, 2**16, 2**18, 2**20)
+"""Lengths at which :func:`measure_host` times ``torch.sort`` of int64 keys (a selection's
+indices). On torch 2.13's CPU build the rate per element is ≈ 12 ns up to 2¹², rises to ≈ 40 ns
+from 2¹³ to 2¹⁵ − 1 and falls back to ≈ 12 ns from 2¹⁵ on (where a radix sort takes over for
+integer keys): hence the points on both sides of each step."""
+
+
+def _measure_sorts(torch, gen, repeats: int) -> tuple[tuple[float, float], ...]:
+    """``torch.sort`` seconds per element of random int64 keys at each of :data:`SORT_LENGTHS`."""
+    rates = []
+    for m in SORT_LENGTHS:
+        keys = torch.randint(1 << 24, (m,), generator=gen)
+        rates.append((float(m), _best(lambda: torch.sort(keys), repeats * 3) / m))
+    return tuple(rates)
+
+
+def host_cache_bytes() -> float:
     """Size of this host's last-level cache (bytes; 0 when the system does not say)."""
     best = 0.0
     for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
@@ -389,13 +456,14 @@ MMAP_THRESHOLD_BYTES = 32 * 2**20
 threshold on 64-bit Linux); smaller blocks are reused from the heap."""
 
 
-SELECT_KEPT = {0.001: 3.2905, 0.01: 2.5758, 0.1: 1.6449}
+SELECT_KEPT = {1e-05: 4.4172, 0.001: 3.2905, 0.01: 2.5758, 0.1: 1.6449}
 """Kept fraction of a selecting pass → the threshold on ``|z|``, ``z`` standard normal, that keeps it."""
 
 
 def _measure_ops(torch, gen, repeats: int, large) -> dict[str, float]:
     """Per-element compute time of each kernel kind on 2¹⁸ fp32 elements (1 MiB: in cache, so
-    compute rather than memory bounds it): abs (map), sum (reduce), ``>`` into a mask
+    compute rather than memory bounds it): abs (map), sum (reduce), ``aminmax`` of their fp16
+    cast (minmax), ``>`` into a mask
     (compare), ``count_nonzero`` (count), ``log`` (log), and the fused C kernels: a statistics
     pass (native), a statistics pass with logarithms (native_log), and the selecting pass at the
     kept fractions of :data:`SELECT_KEPT` in cache and on ``large`` (a vector beyond the cache:
@@ -409,11 +477,13 @@ def _measure_ops(torch, gen, repeats: int, large) -> dict[str, float]:
     out = torch.empty_like(a)
     mask = torch.empty(m, dtype=torch.bool)
     threshold = torch.tensor(2.0)
+    half = a.half()
     torch.gt(a, threshold, out=mask)
     loops = repeats * 3
     ops = {
         "map": _best(lambda: torch.abs(a, out=out), loops) / m,
         "reduce": _best(lambda: torch.sum(a), loops) / m,
+        "minmax": _best(lambda: torch.aminmax(half), loops) / m,
         "compare": _best(lambda: torch.gt(a, threshold, out=mask), loops) / m,
         "count": _best(lambda: torch.count_nonzero(mask), loops) / m,
         "log": _best(lambda: torch.log(a, out=out), loops) / m,
@@ -456,41 +526,61 @@ def fastest(a: Device, b: Device) -> Device:
                   "fault_s_per_byte")
     values = {k: max(getattr(a, k), getattr(b, k)) for k in faster_high}
     values.update({k: min(getattr(a, k), getattr(b, k)) for k in faster_low})
-    for key in ("topk_s_per_element", "topk_cache_s_per_element"):
+    for key in ("topk_s_per_element", "topk_cache_s_per_element", "sort_s_by_size"):
         values[key] = tuple((d, min(t, dict(getattr(b, key)).get(d, t))) for d, t in getattr(a, key))
     values["op_s_per_element"] = {k: min(t, b.op_s_per_element.get(k, t)) for k, t in a.op_s_per_element.items()}
     fast_cached = max(a.cache_speedup * a.memory_bandwidth_Bps, b.cache_speedup * b.memory_bandwidth_Bps)
     values["cache_speedup"] = max(1.0, fast_cached / values["memory_bandwidth_Bps"])
+    b_points = dict(b.cache_speedup_by_fraction)
+    values["cache_speedup_by_fraction"] = tuple(
+        (f, max(1.0, max(s * a.memory_bandwidth_Bps, b_points.get(f, 0.0) * b.memory_bandwidth_Bps)
+                / values["memory_bandwidth_Bps"])) for f, s in a.cache_speedup_by_fraction)
     sources = {k: v.replace("fastest of", "fastest of two sessions of") for k, v in a.sources.items()}
     return replace(a, **values, sources=sources)
 
 
-def _launch_s(torch, repeats: int) -> float:
-    """Seconds per eager 0-d operation as the compressors issue them between their kernels: the
-    generalized-Pareto threshold of :mod:`compressors.estimators` (a few dozen float64 0-d
-    operations and the Python around them) timed, divided by the operations it dispatches."""
-    from compressors import estimators
-    from compressors.work import record_ops
+LAUNCH_PROBE = ("sidco-gp", 1 << 12, 0.001)
+"""The call :func:`_launch_s` times: (compressor, elements, density). SIDCo-GP's compress issues
+the most 0-d operations of any compressor (≈ 1,600 at 4,096 elements: its estimator, secant
+steps and the Python between them), and at 4,096 elements its data work is a few µs of ≈ 3 ms."""
 
-    mu, var, p = (torch.tensor(v, dtype=torch.float64) for v in (0.01, 3e-4, 0.01))
-    _, ops = record_ops(lambda: estimators.gpareto_threshold(mu, var, p))
-    dispatched = sum(1 for op in ops if op not in ("_local_scalar_dense", "view", "alias", "detach", "slice"))
-    calls = 100
-    return _best(lambda: [estimators.gpareto_threshold(mu, var, p) for _ in range(calls)], repeats) / (calls * dispatched)
+
+def _launch_s(torch, repeats: int) -> float:
+    """Seconds per eager operation as the compressors issue them between their kernels: the
+    compress of :data:`LAUNCH_PROBE` on a fixed gradient-like vector, after warm-up (its stage
+    count settled, so every call dispatches the same operations), timed and divided by the
+    operations it dispatches (0-d arithmetic and the Python around it; an earlier rule timed the
+    generalized-Pareto formula alone, a tight loop of float64 0-d operations, at 1.24 µs per
+    operation against the 2.0 µs the compressors pay on this testbed's CPU)."""
+    import compressors
+    from compressors.samples import gradient_like
+    from compressors.work import HITS_MARKER, record_ops
+
+    name, numel, density = LAUNCH_PROBE
+    grad = gradient_like(numel, 0, torch.device("cpu"))
+    compressor = compressors.create(name, density=density)
+    for _ in range(5):
+        compressor.compress(grad)
+    _, ops = record_ops(lambda: compressor.compress(grad))
+    dispatched = sum(1 for op in ops if op not in ("_local_scalar_dense", "view", "alias", "detach", "slice")
+                     and not op.startswith(HITS_MARKER))
+    return _best(lambda: compressor.compress(grad), repeats * 3) / dispatched
 
 
 def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     """Measure this host's ``cpu`` numbers (fastest of ``repeats``; threads as torch has them).
 
-    Read bandwidth: ``torch.sum`` over ``numel`` fp32; write: ``zero_``; FLOP/s: 1024³ fp32
-    and bf16 matrix products; launch: :func:`_launch_s` (the 0-d arithmetic between a
+    Read bandwidth: ``torch.sum`` over ``numel`` fp32; write: ``zero_`` of a kept ``numel``
+    buffer just after rewriting as much other data (evicted, with other written data to write
+    back, as between a compressor's calls);
+    FLOP/s: 1024³ fp32 and bf16 matrix products; launch: :func:`_launch_s` (the 0-d arithmetic between a
     compressor's kernels, per operation); sync: ``.item()``;
-    top-k: :func:`_measure_topk`; sort:
-    ``torch.sort`` of 2¹⁴ int64 (the size of a selection's indices); gather: ``index_select``
+    top-k: :func:`_measure_topk`; sort: :func:`_measure_sorts` (``sort_s_per_element`` is its rate
+    at 2¹⁴, for lengths it does not cover); gather: ``index_select``
     of 2¹⁸ random positions;
     compaction: ``nonzero`` of a 1 %-dense mask; per-element compute of each kernel kind:
     :func:`_measure_ops`; page faults: a fresh ``x + x`` less one into a kept buffer; cache speed-up: ``torch.sum`` over a vector of 1/8 of the last-level cache
-    against ``numel``.
+    against ``numel``, and the same at each working set of :data:`CACHE_FRACTIONS`.
     """
     import torch
 
@@ -498,10 +588,13 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     x = torch.randn(numel, generator=gen)
     out = torch.empty_like(x)
     read = 4 * numel / _best(lambda: torch.sum(x), repeats)
-    write = 4 * numel / _best(lambda: out.zero_(), repeats)
-    cache = _cache_bytes()
+    write = 4 * numel / _best(lambda: out.zero_(), repeats, before=lambda: x.mul_(1.0))
+    cache = host_cache_bytes()
     small = x[: max(1024, int(cache) // 32)]
     cached = 4 * small.numel() / _best(lambda: torch.sum(small), repeats * 5)
+    by_fraction = tuple((f, max(1.0, 4 * v.numel() / _best(lambda: torch.sum(v), repeats * 3) / read))
+                        for f, v in ((f, x[: max(1024, min(numel, int(f * cache) // 4))]) for f in CACHE_FRACTIONS)
+                        ) if cache else ()
     a = torch.randn(1024, 1024, generator=gen)
     fp32 = 2 * 1024**3 / _best(lambda: torch.mm(a, a), repeats)
     ab = a.to(torch.bfloat16)
@@ -510,9 +603,7 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     scalar = torch.ones(())
     sync = _best(lambda: [scalar.item() for _ in range(1000)], repeats) / 1000
     topk, topk_cached = _measure_topk(torch, x[: 1 << 22].abs(), cache, repeats)
-    m = 1 << 14
-    keys = torch.randint(1 << 20, (m,), generator=gen)
-    sort = _best(lambda: torch.sort(keys), repeats * 3) / m
+    sorts = _measure_sorts(torch, gen, repeats)
     positions = torch.randint(numel, (1 << 18,), generator=gen)
     gather = _best(lambda: x.index_select(0, positions), repeats) / positions.numel()
     mask = torch.rand(numel, generator=gen) < 0.01
@@ -525,10 +616,11 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     values = {
         "memory_bandwidth_Bps": read, "write_bandwidth_Bps": write, "fp32_flops": fp32, "bf16_flops": bf16,
         "launch_s": launch, "sync_s": sync, "pcie_Bps": read, "topk_s_per_element": topk, "topk_cache_s_per_element": topk_cached,
-        "sort_s_per_element": sort, "gather_s_per_element": gather, "compact_s_per_element": compact,
+        "sort_s_per_element": dict(sorts)[2.0**14], "sort_s_by_size": sorts, "gather_s_per_element": gather, "compact_s_per_element": compact,
         "op_s_per_element": ops, "alloc_threshold_bytes": MMAP_THRESHOLD_BYTES, "fault_s_per_byte": fault,
         "cache_bytes": cache,
         "cache_speedup": max(1.0, cached / read) if cache else 1.0,
+        "cache_speedup_by_fraction": by_fraction,
     }
     sources = {k: how for k in values}
     sources["pcie_Bps"] = "no host link on the host itself: its read bandwidth"

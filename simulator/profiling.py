@@ -1,7 +1,7 @@
 """Measuring a device profile: steady-state compress/decompress times of compressors.
 
-Each (compressor, density, size) runs in this process, with error feedback (as training runs
-it), on a rotation of three seeded gradient-like vectors (so thresholds and residuals move as
+Each (compressor, density, size) runs with the memory training gives it
+(error feedback, except for ``none``, fp16 and bf16: :func:`as_trained`), on a rotation of three seeded gradient-like vectors (so thresholds and residuals move as
 they do between iterations), after ``warmup`` untimed calls (adaptive SIDCo settles its stage
 count), timing ``repeats`` calls device-synchronised (on a CPU with one thread by the process's
 CPU time, :func:`simulator.devices.host_clock`, so that other work on a shared machine does not
@@ -18,7 +18,12 @@ implicitly: this runs only from ``sidco profile``.
 
 from __future__ import annotations
 
+import ctypes
+import json
 import os
+import subprocess
+import sys
+import tempfile
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -28,10 +33,15 @@ import torch
 
 import compressors
 from compressors import work as declared
+from compressors.ddp import trains_with_error_feedback
 from compressors.samples import gradient_like
 from simulator import devices
 from simulator.costmodel import backend_on
 from simulator.device_profile import DeviceProfile
+
+AS_TRAINED = "as trained: on, except for none, fp16 and bf16"
+"""A profile's ``method.error_feedback``: each compressor with the memory training gives it
+(profiles measured before 2026-12-01 say ``true``: error feedback around every compressor)."""
 
 GPU_NAMES = {"H200": "h200", "H100": "h100", "A100": "a100", "V100": "v100"}
 
@@ -73,6 +83,35 @@ def device_identity(device: torch.device) -> tuple[str, dict[str, Any]]:
     return "cpu", {**devices.host_identity(), "threads": torch.get_num_threads()}
 
 
+def as_trained(compressor: compressors.Compressor) -> compressors.Compressor | compressors.ErrorFeedback:
+    """``compressor`` with the memory training gives it by default: error feedback around it, or
+    nothing for ``none``, fp16 and bf16 (:func:`compressors.ddp.trains_with_error_feedback`)."""
+    return compressors.ErrorFeedback(compressor) if trains_with_error_feedback(compressor.name) else compressor
+
+
+def settle_heap() -> None:
+    """Put glibc's allocator where a training process has it after its first iteration: a block
+    just under its largest mmap threshold (32 MiB), mapped and freed, raises the threshold to
+    that size and the heap's trim threshold to twice it (they start at 128 and 256 KiB in a fresh
+    process, where even a 2 MiB buffer takes fresh pages on every call). From then on a fresh
+    buffer under 32 MiB is reused from the heap and one of 32 MiB or more is mapped anew each
+    time: the rule of the cost model (``alloc_threshold_bytes``)."""
+    block = torch.empty((devices.MMAP_THRESHOLD_BYTES - (1 << 16)) // 4)
+    del block
+
+
+def release_heap() -> None:
+    """Hand the C heap's free memory back to the kernel (glibc's ``malloc_trim``; nothing where
+    there is no glibc), so that every row starts from the same allocator state: a fresh block of
+    32 MiB or more then takes fresh pages (and their faults) in every row, instead of in some rows
+    only, depending on what the rows before left free at the top of the heap (fp16's 32 MiB
+    message at 2²⁴ elements took 21–25 ms or 34–38 ms per call by the order of the rows)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def median_call(seconds: Sequence[float]) -> int:
     """Index of the median of ``seconds`` (the lower middle one for an even count): a call that
     ran, so its loop counts describe the time it took."""
@@ -90,7 +129,7 @@ def loops_of_call(name: str, density: float, grads: Sequence[torch.Tensor], call
     warm-up included) of the sequence :func:`measure` times: the same calls, reseeded alike, run
     again untimed, the last one under the op recorder."""
     comp = compressors.create(name, density=density)
-    ef = compressors.ErrorFeedback(comp)
+    ef = as_trained(comp)
     for i in range(call):
         comp.reseed(i)
         comp.decompress(ef.compress(grads[i % len(grads)]), out=out)
@@ -100,64 +139,177 @@ def loops_of_call(name: str, density: float, grads: Sequence[torch.Tensor], call
 
 
 def measure(device: str, sizes: Sequence[int], names: Sequence[str], densities: Sequence[float], *,
-            warmup: int = 5, repeats: int = 7, progress: Callable[[str], None] | None = None,
+            warmup: int = 5, repeats: int = 7, sessions: int = 1, progress: Callable[[str], None] | None = None,
             on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Profile rows for every compressor × density × size on ``device`` (``cpu``, ``cuda``…).
 
-    ``none`` runs once per size (density 1). ``on_row`` sees each row as soon as it is measured.
+    ``none`` runs once per size (density 1). ``on_row`` sees each row as soon as it is measured
+    (with ``sessions`` > 1: every size measured that many times one after the other, each row as
+    :func:`combine_sessions` makes it, once the last session is done, or the sessions completed
+    when measuring stops halfway).
+    On a CPU each size runs in a fresh process (:func:`_size_in_child`, with this process's
+    thread count and CPUs): the C heap a size finds is then the same whatever sizes ran before
+    (in one process fp16's fresh 32 MiB message at 2²⁴ elements took its pages afresh in some
+    calls and not in others, 6 ms or 20 ms a call, by what the smaller sizes had left free).
     """
     dev = torch_device(device)
     unknown = [n for n in names if n not in compressors.names()]
     if unknown:
         raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
-    if warmup < 0 or repeats < 1:
-        raise ValueError(f"warm-up must be >= 0 and repeats >= 1, got {warmup} and {repeats}")
-    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
-    clock = time.perf_counter if dev.type == "cuda" else devices.host_clock()
-    rows = []
-    for numel in sizes:
-        grads = [gradient_like(numel, seed, dev) for seed in range(3)]
-        out = torch.empty_like(grads[0])
-        plan = [(n, 1.0) for n in names if n == "none"] + [(n, d) for d in densities for n in names if n != "none"]
-        for name, density in plan:
-            if progress:
-                progress(f"{name} δ={density:g} n={numel}")
-            comp_s, decomp_s, messages = [], [], []
-            comp = compressors.create(name, density=density)
-            ef = compressors.ErrorFeedback(comp)
-            for call in range(warmup + repeats):
-                grad = grads[call % len(grads)]
-                comp.reseed(call)
-                sync()
-                t0 = clock()
-                sparse = ef.compress(grad)
-                sync()
-                t1 = clock()
-                comp.decompress(sparse, out=out)
-                sync()
-                t2 = clock()
-                if call >= warmup:
-                    comp_s.append(t1 - t0)
-                    decomp_s.append(t2 - t1)
-                    messages.append((sparse.wire_bytes(), sparse.stages))
-            typical = median_call(comp_s)
-            loops = loops_of_call(name, density, grads, warmup + typical, out) if name in DATA_DEPENDENT else {}
-            row = {
-                "compressor": name, "density": density, "numel": numel,
-                "compress_s": comp_s[typical], "decompress_s": decomp_s[median_call(decomp_s)],
-                "compress_min_s": min(comp_s), "compress_max_s": max(comp_s), "decompress_min_s": min(decomp_s),
-                "wire_bytes": messages[typical][0], "stages": messages[typical][1],
-                "backend": backend_on("cpu" if dev.type == "cpu" else "gpu", name),
-                **loops,
-            }
-            rows.append(row)
+    if warmup < 0 or repeats < 1 or sessions < 1:
+        raise ValueError(f"warm-up must be >= 0, repeats and sessions >= 1, got {warmup}, {repeats} and {sessions}")
+    plan = [(n, 1.0) for n in names if n == "none"] + [(n, d) for d in densities for n in names if n != "none"]
+    done: list[list[dict[str, Any]]] = []
+
+    def one_session(keep: Callable[[dict[str, Any]], None]) -> None:
+        for numel in sizes:
+            if dev.type == "cpu":
+                _size_in_child(device, numel, plan, warmup, repeats, progress, keep)
+            else:
+                measure_size(device, numel, plan, warmup, repeats, progress, keep)
+
+    if sessions == 1:
+        rows: list[dict[str, Any]] = []
+        one_session(lambda row: (rows.append(row), on_row and on_row(row)))
+        return rows
+    try:
+        for _ in range(sessions):
+            session: list[dict[str, Any]] = []
+            one_session(session.append)
+            done.append(session)
+    finally:
+        rows = combine_sessions(done) if done else []
+        for row in rows:
             if on_row:
                 on_row(row)
     return rows
 
 
+def combine_sessions(sessions: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per (compressor, density, size) from the same rows of several sessions: the row
+    of the session with the median ``compress_s`` (the lower middle one; its loop counts
+    describe its time), with ``decompress_s`` the median of the sessions', the fastest and
+    slowest calls of all sessions, and ``sessions`` (how many were combined)."""
+    groups: dict[tuple[str, float, int], list[dict[str, Any]]] = {}
+    for session in sessions:
+        for row in session:
+            groups.setdefault((row["compressor"], row["density"], row["numel"]), []).append(row)
+    combined = []
+    for rows in groups.values():
+        row = dict(rows[median_call([r["compress_s"] for r in rows])])
+        row["decompress_s"] = rows[median_call([r["decompress_s"] for r in rows])]["decompress_s"]
+        row["compress_min_s"] = min(r["compress_min_s"] for r in rows)
+        row["compress_max_s"] = max(r["compress_max_s"] for r in rows)
+        row["decompress_min_s"] = min(r["decompress_min_s"] for r in rows)
+        row["sessions"] = len(rows)
+        combined.append(row)
+    return combined
+
+
+def measure_size(device: str, numel: int, plan: Sequence[tuple[str, float]], warmup: int, repeats: int,
+                 progress: Callable[[str], None] | None, on_row: Callable[[dict[str, Any]], None]) -> None:
+    """The rows of one size, in this process: each ``(compressor, density)`` of ``plan`` with the
+    memory training gives it, ``warmup`` untimed calls then ``repeats`` timed ones."""
+    dev = torch_device(device)
+    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
+    clock = time.perf_counter if dev.type == "cuda" else devices.host_clock()
+    if dev.type == "cpu":
+        settle_heap()
+    grads = [gradient_like(numel, seed, dev) for seed in range(3)]
+    out = torch.empty_like(grads[0])
+    for name, density in plan:
+        if progress:
+            progress(f"{name} δ={density:g} n={numel}")
+        comp_s, decomp_s, messages = [], [], []
+        if dev.type == "cpu":
+            release_heap()
+        comp = compressors.create(name, density=density)
+        ef = as_trained(comp)
+        for call in range(warmup + repeats):
+            grad = grads[call % len(grads)]
+            comp.reseed(call)
+            sync()
+            t0 = clock()
+            sparse = ef.compress(grad)
+            sync()
+            t1 = clock()
+            comp.decompress(sparse, out=out)
+            sync()
+            t2 = clock()
+            if call >= warmup:
+                comp_s.append(t1 - t0)
+                decomp_s.append(t2 - t1)
+                messages.append((sparse.wire_bytes(), sparse.stages))
+        typical = median_call(comp_s)
+        loops = loops_of_call(name, density, grads, warmup + typical, out) if name in DATA_DEPENDENT else {}
+        on_row({
+            "compressor": name, "density": density, "numel": numel,
+            "compress_s": comp_s[typical], "decompress_s": decomp_s[median_call(decomp_s)],
+            "compress_min_s": min(comp_s), "compress_max_s": max(comp_s), "decompress_min_s": min(decomp_s),
+            "wire_bytes": messages[typical][0], "stages": messages[typical][1],
+            "backend": backend_on("cpu" if dev.type == "cpu" else "gpu", name),
+            **loops,
+        })
+
+
+CHILD_LINE = "sidco-profile "
+"""Prefix of the child's report lines on its standard output (other output there is ignored)."""
+
+
+def _size_in_child(device: str, numel: int, plan: Sequence[tuple[str, float]], warmup: int, repeats: int,
+                   progress: Callable[[str], None] | None, on_row: Callable[[dict[str, Any]], None]) -> None:
+    """:func:`measure_size` in a fresh Python process (``python -m simulator.profiling``, this
+    process's thread count; the CPUs it may use are inherited), passing its progress and rows on as
+    they come, one JSON line each; RuntimeError (one line) when it fails or dies (the rows it
+    sent before are kept)."""
+    job = {"device": device, "numel": numel, "plan": list(plan), "warmup": warmup, "repeats": repeats,
+           "threads": torch.get_num_threads()}
+    errors = tempfile.TemporaryFile(mode="w+")
+    child = subprocess.Popen([sys.executable, "-m", "simulator.profiling", json.dumps(job)],
+                             stdout=subprocess.PIPE, stderr=errors, text=True)
+    failure = None
+    try:
+        for line in child.stdout:
+            if not line.startswith(CHILD_LINE):
+                continue
+            message = json.loads(line[len(CHILD_LINE):])
+            if "progress" in message and progress:
+                progress(message["progress"])
+            elif "row" in message:
+                on_row(message["row"])
+            elif "error" in message:
+                failure = message["error"]
+        code = child.wait()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    errors.seek(0)
+    last = (errors.read().strip().splitlines() or [""])[-1]
+    errors.close()
+    if failure or code != 0:
+        raise RuntimeError(f"profiling {numel} elements: {failure or f'the measuring process exited with {code}: {last}'}")
+
+
+def _child_main(job_json: str) -> int:
+    """The fresh process of :func:`_size_in_child`: one size, reported on stdout as JSON lines."""
+    job = json.loads(job_json)
+
+    def send(message: dict[str, Any]) -> None:
+        print(CHILD_LINE + json.dumps(message), flush=True)
+
+    try:
+        torch.set_num_threads(int(job["threads"]))
+        measure_size(job["device"], int(job["numel"]), [tuple(p) for p in job["plan"]], int(job["warmup"]),
+                     int(job["repeats"]), lambda text: send({"progress": text}), lambda row: send({"row": row}))
+    except Exception as exc:  # reported to the parent, which raises it as one line
+        send({"error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    return 0
+
+
 def profile(device: str, sizes: Sequence[int], names: Sequence[str], densities: Sequence[float], *,
-            warmup: int = 5, repeats: int = 7, host: devices.Device | None = None,
+            warmup: int = 5, repeats: int = 7, sessions: int = 1, host: devices.Device | None = None,
             progress: Callable[[str], None] | None = None,
             on_partial: Callable[[DeviceProfile, BaseException], None] | None = None) -> DeviceProfile:
     """Measure a whole :class:`DeviceProfile` of ``device``; ``host`` (the measured ``cpu``
@@ -169,24 +321,33 @@ def profile(device: str, sizes: Sequence[int], names: Sequence[str], densities: 
     created = time.strftime("%Y-%m-%d", time.gmtime())
     rows: list[dict[str, Any]] = []
     try:
-        measure(device, sizes, names, densities, warmup=warmup, repeats=repeats, progress=progress,
-                on_row=rows.append)
+        measure(device, sizes, names, densities, warmup=warmup, repeats=repeats, sessions=sessions,
+                progress=progress, on_row=rows.append)
     except BaseException as exc:
         if rows and on_partial is not None:
-            on_partial(_profile(name, identity, created, dev, rows, warmup, repeats, host, partial=True), exc)
+            on_partial(_profile(name, identity, created, dev, rows, warmup, repeats, sessions, host, partial=True),
+                       exc)
         raise
-    return _profile(name, identity, created, dev, rows, warmup, repeats, host)
+    return _profile(name, identity, created, dev, rows, warmup, repeats, sessions, host)
 
 
 def _profile(name: str, identity: dict[str, Any], created: str, dev: torch.device, rows: list[dict[str, Any]],
-             warmup: int, repeats: int, host: devices.Device | None, partial: bool = False) -> DeviceProfile:
+             warmup: int, repeats: int, sessions: int, host: devices.Device | None,
+             partial: bool = False) -> DeviceProfile:
     what = identity.get("gpu") or devices.host_key(identity)
     threads = f", {torch.get_num_threads()} CPU threads" if dev.type == "cpu" else ""
     timer = "" if dev.type == "cuda" or torch.get_num_threads() > 1 else " (process CPU time)"
-    source = (f"sidco profile on {what}{threads}, torch {torch.__version__}, {created}: error feedback on, "
-              f"{warmup} warm-up calls, median of {repeats}{timer}" + (" (partial: the run stopped early)" if partial else ""))
+    source = (f"sidco profile on {what}{threads}, torch {torch.__version__}, {created}: error feedback as trained (none for none, fp16, bf16), "
+              f"{warmup} warm-up calls, median of {repeats}{timer}"
+              + (f", median of {sessions} sessions" if sessions > 1 else "")
+              + (" (partial: the run stopped early)" if partial else ""))
     clock = "wall clock" if dev.type == "cuda" or torch.get_num_threads() > 1 else "process CPU time (1 thread)"
-    method = {"warmup": warmup, "repeats": repeats, "statistic": "median", "error_feedback": True, "clock": clock,
+    method = {"warmup": warmup, "repeats": repeats, "sessions": sessions, "statistic": "median",
+              "error_feedback": AS_TRAINED, "clock": clock,
               "gradients": "3 seeded gradient-like vectors (70 % Laplace, 30 % Student-t(3)) in rotation"}
     return DeviceProfile(name, source, tuple(rows), created, identity, method,
                          host.to_json() if host is not None else None)
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1]))

@@ -48,8 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="measure compress/decompress times on a device (a device profile), or check the cost model",
         description=(
             "Measure every compressor at each density and size on --device (cpu or cuda) at steady state: "
-            "error feedback on, a rotation of three seeded gradient-like vectors, --warmup untimed calls, then "
-            "--repeats device-synchronised calls; rows keep the fastest, the median and the slowest (seconds). "
+            "each with the memory training gives it (error feedback; none for none, fp16, bf16), a rotation of "
+            "three seeded gradient-like vectors, --warmup untimed calls, then --repeats device-synchronised "
+            "calls; rows keep the fastest, the median and the slowest (seconds). On cpu each size runs in a "
+            "fresh process. "
             "On cpu the threads are pinned (--threads) and this host's numbers for the cost model (bandwidth, "
             "launch and sync latency, top-k/sort/gather rates) are measured first and kept for --device cpu. "
             "The profile goes into the results store (device_profiles) and, with --out, into a JSON file that "
@@ -66,6 +68,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--densities", default="0.01,0.001", help="comma-separated densities (default 0.01,0.001)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls before timing (default 5)")
     parser.add_argument("--repeats", type=int, default=7, help="timed calls per row (default 7)")
+    parser.add_argument("--sessions", type=int, default=1,
+                        help="measure every size this many times, one after the other, and keep per row the "
+                             "session with the median compress time (default 1; the shipped CPU profile uses 3: "
+                             "on a shared VM two sessions differ by a median 15 %% per row)")
     parser.add_argument("--threads", type=int, default=1,
                         help="cpu: torch/native threads, pinned to the first CPUs (default 1)")
     parser.add_argument("--out", metavar="FILE", help="also write the profile as JSON (the --profile format)")
@@ -91,7 +97,8 @@ def _measure(args: argparse.Namespace) -> int:
     sizes = parse_sizes(args.sizes or DEFAULT_SIZES[kind])
     names = _names(args.compressors)
     densities = parse_list(args.densities, parse_density)
-    total = len(sizes) * (sum(n == "none" for n in names) + len(densities) * sum(n != "none" for n in names))
+    total = args.sessions * len(sizes) * (sum(n == "none" for n in names)
+                                          + len(densities) * sum(n != "none" for n in names))
     with Store(args.store) as store, tqdm(total=total, desc="profile", unit="row", file=sys.stderr,
                                           disable=None) as bar:
         def progress(label: str) -> None:
@@ -99,7 +106,8 @@ def _measure(args: argparse.Namespace) -> int:
             bar.update(1)
 
         done = device_profiles.measure(store, args.device, sizes, names, densities, warmup=args.warmup,
-                                       repeats=args.repeats, threads=args.threads, out=args.out, progress=progress,
+                                       repeats=args.repeats, sessions=args.sessions, threads=args.threads,
+                                       out=args.out, progress=progress,
                                        note=lambda text: print(text, file=sys.stderr))
     profile = done.profile
     if args.json:
@@ -145,8 +153,9 @@ def run(args: argparse.Namespace) -> int:
     """Measure a profile, or (--check) compare the cost model with the measured ones."""
     if args.check:
         return _check(args)
-    if args.warmup < 0 or args.repeats < 1:
-        raise ValueError(f"--warmup must be >= 0 and --repeats >= 1, got {args.warmup} and {args.repeats}")
+    if args.warmup < 0 or args.repeats < 1 or args.sessions < 1:
+        raise ValueError(f"--warmup must be >= 0, --repeats and --sessions >= 1, got {args.warmup}, {args.repeats} "
+                         f"and {args.sessions}")
     if args.out and Path(args.out).is_dir():
         raise ValueError(f"--out {args.out} is a folder: give a file name")
     return _measure(args)
