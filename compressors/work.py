@@ -66,10 +66,12 @@ SCALAR_OPS = {"finite": 5, "isfinite": 4, "gaussian": 13, "gaussian_threshold": 
 torch path issues them; counted with a dispatch mode when the code was written."""
 
 
-KINDS = ("map", "reduce", "minmax", "compare", "count", "log", "native", "native_select", "native_log")
+KINDS = ("map", "reduce", "minmax", "compare", "count", "log", "outer", "native", "native_select", "native_log")
 """Streaming kernels by what they compute per element (a device may be slower per element than
 its memory for some): ``map`` (abs, add, clamp, copy, fill), ``reduce`` (sum, amax, norm),
 ``minmax`` (``aminmax`` of 16-bit values: two comparisons per element and a widening),
+``outer`` (a rank-r product ``P·Qᵀ`` written out: a matrix product whose output is the whole
+vector, ``2·r`` FLOPs per element),
 ``compare`` (``>``/``>=`` into a bool mask), ``count`` (``count_nonzero`` of a mask), ``log``
 (logarithms), ``native`` (a fused C pass of statistics only: SIDCo's tails),
 ``native_select`` (a fused C pass that also compacts what lies above a threshold: the selection
@@ -479,10 +481,9 @@ def _powersgd_expand(n: int, itemsize: int) -> Work:
     """PowerSGD's decompress into a kept buffer: ``P·Qᵀ`` straight into place when the square
     holds exactly ``n`` elements, else into a fresh padded square and copied (its first ``n``)."""
     rows, cols, r = _powersgd_factors(n)
-    d = Work().stream(rows * cols, r * itemsize * (rows + cols) / (rows * cols), itemsize, full=True)
+    d = Work().stream(rows * cols, r * itemsize * (rows + cols) / (rows * cols), itemsize, "outer", full=True)
     if rows * cols != n:
         d.allocate(rows * cols * itemsize).stream(n, itemsize, itemsize, full=True)
-    d.flops += 2.0 * rows * cols * r
     return d
 
 

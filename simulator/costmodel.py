@@ -52,6 +52,8 @@ def seconds(work: declared.Work, device: Device) -> float:
     for kind, elements, read, written, cold in work.streams:
         measured = device.select_s(written / 8.0 / max(elements, 1.0), cached=fits and not cold) \
             if kind == "native_select" else None
+        if kind == "outer" and not fits:  # a rank-1 product written to memory, timed whole where measured
+            measured = device.op_s_per_element.get("outer_memory")
         if measured is not None:  # a selecting pass timed whole at its kept fraction
             streams += elements * measured
             continue

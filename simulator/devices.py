@@ -23,6 +23,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -288,7 +289,7 @@ CPU_DEFAULTS = {
     "launch_s": 5e-6, "sync_s": 1e-6, "pcie_Bps": 20e9, "topk_s_per_element": ((0.001, 20e-9), (0.01, 40e-9), (0.1, 50e-9)),
     "topk_cache_s_per_element": ((0.001, 5e-9), (0.01, 20e-9), (0.1, 30e-9)),
     "sort_s_per_element": 60e-9, "gather_s_per_element": 3e-9, "compact_s_per_element": 1.5e-9,
-    "op_s_per_element": {"map": 0.1e-9, "reduce": 0.05e-9, "minmax": 0.1e-9, "compare": 0.4e-9, "count": 0.2e-9, "log": 1e-9,
+    "op_s_per_element": {"map": 0.1e-9, "reduce": 0.05e-9, "minmax": 0.1e-9, "outer": 0.1e-9, "compare": 0.4e-9, "count": 0.2e-9, "log": 1e-9,
                          "native": 0.2e-9, "native_select": 0.4e-9, "native_log": 1.5e-9},
     "alloc_threshold_bytes": 32 * 2**20, "fault_s_per_byte": 1.5e-9, "cache_bytes": 32 * 2**20, "cache_speedup": 2.0,
 }
@@ -422,6 +423,22 @@ CACHE_FRACTIONS = (0.125, 0.25, 0.375, 0.5, 0.75, 1.0, 1.5)
 re-read (``torch.sum`` of a vector that large, again and again): on a shared CPU the rate falls
 long before the cache is full (here 90 GB/s up to a quarter of it, 55 at half, 22 beyond)."""
 
+def _median(fn, repeats: int, before=None) -> float:
+    """Median of ``repeats`` timed calls of ``fn`` (s), after one untimed call: for memory
+    bandwidths, which move both ways from call to call (the fastest 64 MiB write here was up to 25 %
+    above the median, and which call got lucky changed the model by as much)."""
+    clock = host_clock()
+    fn()
+    times = []
+    for _ in range(repeats):
+        if before is not None:
+            before()
+        start = clock()
+        fn()
+        times.append(clock() - start)
+    return statistics.median(times)
+
+
 SORT_LENGTHS = (2**10, 2**12, 3 * 2**11, 2**13, 2**14, 2**15 - 1, 2**15, 2**16, 2**18, 2**20)
 """Lengths at which :func:`measure_host` times ``torch.sort`` of int64 keys (a selection's
 indices). On torch 2.13's CPU build the rate per element is ≈ 12 ns up to 2¹², rises to ≈ 40 ns
@@ -464,7 +481,9 @@ def _measure_ops(torch, gen, repeats: int, large) -> dict[str, float]:
     """Per-element compute time of each kernel kind on 2¹⁸ fp32 elements (1 MiB: in cache, so
     compute rather than memory bounds it): abs (map), sum (reduce), ``aminmax`` of their fp16
     cast (minmax), ``>`` into a mask
-    (compare), ``count_nonzero`` (count), ``log`` (log), and the fused C kernels: a statistics
+    (compare), ``count_nonzero`` (count), ``log`` (log), a rank-1 ``P·Qᵀ`` into a kept matrix
+    (outer; and timed whole on ``large``'s size from memory, after rewriting ``large``:
+    ``outer_memory``, a matrix product writes slower than ``zero_``), and the fused C kernels: a statistics
     pass (native), a statistics pass with logarithms (native_log), and the selecting pass at the
     kept fractions of :data:`SELECT_KEPT` in cache and on ``large`` (a vector beyond the cache:
     memory traffic included), timed whole for :meth:`Device.select_s`. Without that table (older
@@ -500,6 +519,14 @@ def _measure_ops(torch, gen, repeats: int, large) -> dict[str, float]:
                 lambda: native.select_above(large, t, absolute=True, buffers=big), repeats) / large.numel()
     else:
         ops["native"], ops["native_select"], ops["native_log"] = ops["reduce"], ops["compare"], ops["log"]
+    side = math.isqrt(m)
+    p, q = torch.randn(side, 1, generator=gen), torch.randn(1, side, generator=gen)
+    ops["outer"] = _best(lambda: torch.mm(p, q, out=out.view(side, side)), loops) / m
+    big_side = math.isqrt(large.numel())
+    p, q = torch.randn(big_side, 1, generator=gen), torch.randn(1, big_side, generator=gen)
+    written = torch.zeros(big_side, big_side)
+    ops["outer_memory"] = _best(lambda: torch.mm(p, q, out=written), repeats, before=lambda: large.mul_(1.0)) / (
+        big_side * big_side)
     return ops
 
 
@@ -520,22 +547,22 @@ def _measure_topk(torch, mag, cache: float, repeats: int) -> tuple[tuple[tuple[f
 
 def fastest(a: Device, b: Device) -> Device:
     """Two measurements of this host combined figure by figure, keeping the faster of each (on a
-    shared machine the least disturbed); rates measured as seconds take the smaller."""
-    faster_high = ("memory_bandwidth_Bps", "write_bandwidth_Bps", "fp32_flops", "bf16_flops", "pcie_Bps")
+    shared machine the least disturbed; rates measured as seconds take the smaller), except the
+    memory bandwidths and the cache's speed-ups, medians both, whose mean is kept."""
+    faster_high = ("fp32_flops", "bf16_flops")
     faster_low = ("launch_s", "sync_s", "sort_s_per_element", "gather_s_per_element", "compact_s_per_element",
                   "fault_s_per_byte")
-    values = {k: max(getattr(a, k), getattr(b, k)) for k in faster_high}
+    values: dict[str, Any] = {k: max(getattr(a, k), getattr(b, k)) for k in faster_high}
     values.update({k: min(getattr(a, k), getattr(b, k)) for k in faster_low})
+    values.update({k: (getattr(a, k) + getattr(b, k)) / 2
+                   for k in ("memory_bandwidth_Bps", "write_bandwidth_Bps", "pcie_Bps", "cache_speedup")})
+    b_points = dict(b.cache_speedup_by_fraction)
+    values["cache_speedup_by_fraction"] = tuple((f, (s + b_points.get(f, s)) / 2) for f, s in a.cache_speedup_by_fraction)
     for key in ("topk_s_per_element", "topk_cache_s_per_element", "sort_s_by_size"):
         values[key] = tuple((d, min(t, dict(getattr(b, key)).get(d, t))) for d, t in getattr(a, key))
     values["op_s_per_element"] = {k: min(t, b.op_s_per_element.get(k, t)) for k, t in a.op_s_per_element.items()}
-    fast_cached = max(a.cache_speedup * a.memory_bandwidth_Bps, b.cache_speedup * b.memory_bandwidth_Bps)
-    values["cache_speedup"] = max(1.0, fast_cached / values["memory_bandwidth_Bps"])
-    b_points = dict(b.cache_speedup_by_fraction)
-    values["cache_speedup_by_fraction"] = tuple(
-        (f, max(1.0, max(s * a.memory_bandwidth_Bps, b_points.get(f, 0.0) * b.memory_bandwidth_Bps)
-                / values["memory_bandwidth_Bps"])) for f, s in a.cache_speedup_by_fraction)
-    sources = {k: v.replace("fastest of", "fastest of two sessions of") for k, v in a.sources.items()}
+    sources = {k: v.replace("fastest of", "fastest of two sessions of").replace("median of", "mean of two sessions of the median of")
+               for k, v in a.sources.items()}
     return replace(a, **values, sources=sources)
 
 
@@ -570,7 +597,8 @@ def _launch_s(torch, repeats: int) -> float:
 def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     """Measure this host's ``cpu`` numbers (fastest of ``repeats``; threads as torch has them).
 
-    Read bandwidth: ``torch.sum`` over ``numel`` fp32; write: ``zero_`` of a kept ``numel``
+    Memory bandwidths and the cache's speed-ups take the median of ``3 · repeats`` (:func:`_median`),
+    everything else the fastest. Read bandwidth: ``torch.sum`` over ``numel`` fp32; write: ``zero_`` of a kept ``numel``
     buffer just after rewriting as much other data (evicted, with other written data to write
     back, as between a compressor's calls);
     FLOP/s: 1024³ fp32 and bf16 matrix products; launch: :func:`_launch_s` (the 0-d arithmetic between a
@@ -587,12 +615,12 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(numel, generator=gen)
     out = torch.empty_like(x)
-    read = 4 * numel / _best(lambda: torch.sum(x), repeats)
-    write = 4 * numel / _best(lambda: out.zero_(), repeats, before=lambda: x.mul_(1.0))
+    read = 4 * numel / _median(lambda: torch.sum(x), repeats * 3)
+    write = 4 * numel / _median(lambda: out.zero_(), repeats * 3, before=lambda: x.mul_(1.0))
     cache = host_cache_bytes()
     small = x[: max(1024, int(cache) // 32)]
-    cached = 4 * small.numel() / _best(lambda: torch.sum(small), repeats * 5)
-    by_fraction = tuple((f, max(1.0, 4 * v.numel() / _best(lambda: torch.sum(v), repeats * 3) / read))
+    cached = 4 * small.numel() / _median(lambda: torch.sum(small), repeats * 5)
+    by_fraction = tuple((f, max(1.0, 4 * v.numel() / _median(lambda: torch.sum(v), repeats * 3) / read))
                         for f, v in ((f, x[: max(1024, min(numel, int(f * cache) // 4))]) for f in CACHE_FRACTIONS)
                         ) if cache else ()
     a = torch.randn(1024, 1024, generator=gen)
@@ -623,6 +651,8 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
         "cache_speedup_by_fraction": by_fraction,
     }
     sources = {k: how for k in values}
+    for key in ("memory_bandwidth_Bps", "write_bandwidth_Bps", "cache_speedup", "cache_speedup_by_fraction"):
+        sources[key] = how.replace(f"fastest of {repeats}", f"median of {3 * repeats}")
     sources["pcie_Bps"] = "no host link on the host itself: its read bandwidth"
     sources["cache_bytes"] = "last-level cache size reported by the kernel (/sys/devices/system/cpu)"
     sources["alloc_threshold_bytes"] = "glibc's largest dynamic mmap threshold on 64-bit Linux (32 MiB)"

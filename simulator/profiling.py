@@ -1,8 +1,9 @@
 """Measuring a device profile: steady-state compress/decompress times of compressors.
 
 Each (compressor, density, size) runs with the memory training gives it
-(error feedback, except for ``none``, fp16 and bf16: :func:`as_trained`), on a rotation of three seeded gradient-like vectors (so thresholds and residuals move as
-they do between iterations), after ``warmup`` untimed calls (adaptive SIDCo settles its stage
+(error feedback, except for ``none``, fp16 and bf16: :func:`as_trained`), on a rotation of seeded gradient-like vectors and output buffers (:func:`rotation`: so
+thresholds and residuals move as they do between iterations, and each call finds its gradient and
+its output evicted, as after a backward pass), after ``warmup`` untimed calls (adaptive SIDCo settles its stage
 count), timing ``repeats`` calls device-synchronised (on a CPU with one thread by the process's
 CPU time, :func:`simulator.devices.host_clock`, so that other work on a shared machine does not
 inflate them). Rows keep the median call as ``compress_s``/``decompress_s`` (a call that ran:
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import subprocess
 import sys
@@ -87,6 +89,16 @@ def as_trained(compressor: compressors.Compressor) -> compressors.Compressor | c
     """``compressor`` with the memory training gives it by default: error feedback around it, or
     nothing for ``none``, fp16 and bf16 (:func:`compressors.ddp.trains_with_error_feedback`)."""
     return compressors.ErrorFeedback(compressor) if trains_with_error_feedback(compressor.name) else compressor
+
+
+def rotation(numel: int, dev: torch.device) -> int:
+    """How many gradients (and output buffers) a row rotates through: three, and on a CPU enough
+    that they fill twice its last-level cache, so that each call finds its gradient and its
+    output buffer evicted, as a training step does (a backward pass comes between two calls for
+    one bucket), at every size."""
+    if dev.type != "cpu":
+        return 3
+    return max(3, math.ceil(2 * devices.host_cache_bytes() / (4 * numel)))
 
 
 def settle_heap() -> None:
@@ -215,8 +227,10 @@ def measure_size(device: str, numel: int, plan: Sequence[tuple[str, float]], war
     clock = time.perf_counter if dev.type == "cuda" else devices.host_clock()
     if dev.type == "cpu":
         settle_heap()
-    grads = [gradient_like(numel, seed, dev) for seed in range(3)]
-    out = torch.empty_like(grads[0])
+    count = rotation(numel, dev)
+    grads = [gradient_like(numel, seed, dev) for seed in range(count)]
+    outs = [torch.zeros_like(grads[0]) for _ in range(count)]  # touched: no first-touch faults in a timed call
+    out = outs[0]
     for name, density in plan:
         if progress:
             progress(f"{name} δ={density:g} n={numel}")
@@ -233,7 +247,7 @@ def measure_size(device: str, numel: int, plan: Sequence[tuple[str, float]], war
             sparse = ef.compress(grad)
             sync()
             t1 = clock()
-            comp.decompress(sparse, out=out)
+            comp.decompress(sparse, out=outs[call % count])
             sync()
             t2 = clock()
             if call >= warmup:
@@ -344,7 +358,8 @@ def _profile(name: str, identity: dict[str, Any], created: str, dev: torch.devic
     clock = "wall clock" if dev.type == "cuda" or torch.get_num_threads() > 1 else "process CPU time (1 thread)"
     method = {"warmup": warmup, "repeats": repeats, "sessions": sessions, "statistic": "median",
               "error_feedback": AS_TRAINED, "clock": clock,
-              "gradients": "3 seeded gradient-like vectors (70 % Laplace, 30 % Student-t(3)) in rotation"}
+              "gradients": "seeded gradient-like vectors (70 % Laplace, 30 % Student-t(3)) and output buffers "
+                           "in rotation: 3, or on a CPU enough to fill twice its last-level cache"}
     return DeviceProfile(name, source, tuple(rows), created, identity, method,
                          host.to_json() if host is not None else None)
 

@@ -49,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Measure every compressor at each density and size on --device (cpu or cuda) at steady state: "
             "each with the memory training gives it (error feedback; none for none, fp16, bf16), a rotation of "
-            "three seeded gradient-like vectors, --warmup untimed calls, then --repeats device-synchronised "
+            "seeded gradient-like vectors and output buffers (enough to fill twice the CPU's cache), "
+            "--warmup untimed calls, then --repeats device-synchronised "
             "calls; rows keep the fastest, the median and the slowest (seconds). On cpu each size runs in a "
             "fresh process. "
             "On cpu the threads are pinned (--threads) and this host's numbers for the cost model (bandwidth, "
