@@ -189,3 +189,27 @@ def test_sigterm_of_emulate_exits_143_in_one_line(tmp_path):
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("sidco emulate: terminated by SIGTERM")
     assert leftovers(f"sidco-{proc.pid}-") == []
+
+
+def test_sigterm_during_a_profile_keeps_its_rows_and_leaves_no_measuring_process(tmp_path):
+    """`sidco profile` measures each CPU size in a child process: SIGTERM while a child measures
+    ends both, in one line, and keeps the rows measured so far as a partial profile."""
+    from results.store import Store
+
+    store = tmp_path / "r.sqlite"
+    argv = SIDCO + ["profile", "--sizes", "2^12..2^20", "--compressors", "none,topk,sidco-e", "--repeats", "20",
+                    "--store", str(store)]
+    seen: list[int] = []
+
+    def measuring(proc) -> bool:
+        kids = [c for c in children(proc.pid) if running(c)]
+        seen.extend(kids)
+        return bool(kids) and len(set(seen)) >= 2  # past the first size: its rows are in
+
+    proc, err = sigterm_when(argv, measuring, "the profile never reached its second size", timeout_s=120)
+    assert proc.returncode == 143 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("sidco profile: terminated by SIGTERM")
+    assert wait_for(lambda: not any(running(c) for c in set(seen)), timeout_s=15)
+    with Store(store) as s:
+        kept = s.query("SELECT source FROM device_profiles")
+    assert kept and "partial" in kept[-1]["source"]
