@@ -37,8 +37,10 @@ def measure_collectives(
     ``bandwidth_bps`` (bits/s) of ``None`` runs on loopback without namespaces or shaping.
     ``compute_load_s``: seconds of compute every rank does before each timed collective (the
     CPU contention of training). Returns one dict per (op, nbytes): ``op, workers, nbytes,
-    bandwidth_bps, seconds`` where ``seconds`` is the median over repeats of the span from the
-    last rank's start to the last rank's end, plus ``repeats_s``.
+    bandwidth_bps, seconds`` where ``seconds`` is the mean over repeats of the span from the
+    last rank's start to the last rank's end (the expected time: gloo's all-gather between two
+    ranks runs at one of two speeds, a coin toss per call, and a median would keep one), plus
+    ``repeats_s``.
     """
     for op in ops:
         if op not in OPS:
@@ -74,6 +76,6 @@ def _combine(per_rank: list[dict[str, Any]], workers: int, bandwidth_bps: float 
             "workers": workers,
             "nbytes": int(first["nbytes"]),
             "bandwidth_bps": bandwidth_bps,
-            "seconds": statistics.median(spans),
+            "seconds": statistics.fmean(spans),
             "repeats_s": spans,
         }

@@ -2,9 +2,11 @@
 
 :func:`run_training` builds the network once for a (workers, bandwidth) pair, runs
 :mod:`emulation.worker` for every compressor in it (fresh processes each time), and returns
-per compressor the measured iteration time — the median over the timed iterations of each
-rank, averaged over ranks — with the per-phase medians and the per-bucket communication
-log. Every run also records a compute-only trace on rank 0 from iterations interleaved
+per compressor the measured iteration time — the mean over the timed iterations of each
+rank, averaged over ranks: the expected time, which a time to accuracy adds up (a median
+would pick one of the two speeds of gloo's 2-rank all-gather, a coin toss per call, whichever
+came up more often) — with the per-phase means and the per-bucket communication
+log (medians). Every run also records a compute-only trace on rank 0 from iterations interleaved
 with the timed ones (see :mod:`emulation.worker`), so the projection of that run uses
 compute times sampled beside the measurement, under the same background load.
 """
@@ -48,11 +50,11 @@ def _timeout_s(workers: int, bandwidth_bps: float | None, rounds: int, model_byt
 
 
 def summarize(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
-    """Combine the workers' JSON results of one run into medians (seconds) and bucket stats;
+    """Combine the workers' JSON results of one run into means (seconds) and bucket stats;
     ``compute_passes[r]`` are rank ``r``'s timed compute-only passes (``forward_s``,
     ``backward_s``, s; empty without ``--record-dir``), for the projection's compute model."""
-    medians = {
-        key: statistics.fmean(statistics.median(step[key] for step in rank["steps"]) for rank in per_rank)
+    means = {
+        key: statistics.fmean(statistics.fmean(step[key] for step in rank["steps"]) for rank in per_rank)
         for key in ("iteration_s", "forward_s", "backward_s", "optimizer_s")
     }
     buckets = [b for rank in per_rank for b in rank["buckets"]]
@@ -60,10 +62,10 @@ def summarize(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     for entry in buckets:
         by_bucket.setdefault(int(entry["bucket"]), []).append(entry)
     return {
-        "measured_s": medians["iteration_s"],
+        "measured_s": means["iteration_s"],
         "compute_passes": [rank.get("compute_passes") or [] for rank in per_rank],
-        "phases_s": medians,
-        "per_rank_iteration_s": [statistics.median(s["iteration_s"] for s in rank["steps"]) for rank in per_rank],
+        "phases_s": means,
+        "per_rank_iteration_s": [statistics.fmean(s["iteration_s"] for s in rank["steps"]) for rank in per_rank],
         "buckets": [
             {
                 "bucket": index,

@@ -54,7 +54,7 @@ shaping:
   at least 2 MiB, so TCP loses nothing to the shaper.
 
 fields of every train-mode row (stored in the validation table):
-  measured_s     median iteration time of the real run (s; per rank, averaged over ranks)
+  measured_s     mean iteration time of the real run (s; per rank, averaged over ranks)
   projected_s    the simulator's iteration time for the same cell (s)
   error_pct      (projected_s - measured_s) / measured_s x 100 (%)
   network_share  projected transfer time, exposed and hidden behind backward, / projected
@@ -98,7 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     collective.add_argument("--op", default="allreduce,allgather", help="collectives: allreduce, allgather")
     collective.add_argument("--bytes", default="64KB,1MB,16MB",
                             help="message sizes with units (bytes; all-gather: gathered output size)")
-    collective.add_argument("--repeats", type=int, default=3, help="timed repeats per size (median reported)")
+    collective.add_argument("--repeats", type=int, default=3, help="timed repeats per size (their mean reported)")
     collective.add_argument("--compute-load", default="0s",
                             help="compute each rank does before every timed collective, as a duration "
                                  "(e.g. 50ms): times collectives under the CPU contention of training")
@@ -109,7 +109,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="target densities, comma-separated (fraction of elements sent); compressors that ignore it "
                             "(none, fp16, bf16, powersgd) run once per network")
     train.add_argument("--iterations", type=int, default=30, help="timed iterations per compressor (after warm-up)")
-    train.add_argument("--warmup", type=int, default=5, help="warm-up iterations excluded from the median")
+    train.add_argument("--warmup", type=int, default=5, help="warm-up iterations excluded from the mean")
     train.add_argument("--batch-size", type=int, default=16, help="samples per worker per iteration")
     train.add_argument("--calibration", default="latest",
                        help="calibration for the second projection: 'latest', a calibrations id, or 'none'")
