@@ -4,8 +4,8 @@ on a :class:`~simulator.devices.Device`.
 One call costs
 
     t = Σ_streaming kernels max(read / read_bw + written / write_bw, elements · op_s[kind])
-          (the sum of the two for the kinds of :data:`NOT_OVERLAPPED`; a selecting pass
-          elements · select_s(kept fraction), measured whole, where the device has it)
+          (the sum of the two for the kinds of :data:`NOT_OVERLAPPED`; a kernel the device
+          timed whole, elements · whole_s: a selecting pass by its kept fraction, P·Qᵀ to memory)
         + Σ_top-k inputs · topk_s(kept fraction) + Σ_sorts length · sort_s(length) + gathered · gather_s
         + compacted · compact_s + 8 · hits / write_bw
         + Σ_fresh buffers ≥ alloc_threshold bytes · fault_s
@@ -50,11 +50,8 @@ def seconds(work: declared.Work, device: Device) -> float:
     speedup = device.reuse_speedup(work.working_set_bytes)
     streams = 0.0
     for kind, elements, read, written, cold in work.streams:
-        measured = device.select_s(written / 8.0 / max(elements, 1.0), cached=fits and not cold) \
-            if kind == "native_select" else None
-        if kind == "outer" and not fits:  # a rank-1 product written to memory, timed whole where measured
-            measured = device.op_s_per_element.get("outer_memory")
-        if measured is not None:  # a selecting pass timed whole at its kept fraction
+        measured = device.whole_s(kind, written / 8.0 / max(elements, 1.0), cached=fits and not cold)
+        if measured is not None:  # a kernel timed whole (a selecting pass at its kept fraction, P·Qᵀ)
             streams += elements * measured
             continue
         memory = read / device.memory_bandwidth_Bps / (1.0 if cold else speedup) + written / device.write_bandwidth_Bps

@@ -97,7 +97,7 @@ class Device:
     def topk_s(self, density: float, cached: bool = False) -> float:
         """Seconds per input element of a top-k keeping ``density`` of it (linear in log density);
         ``cached``: its input fits in the cache."""
-        return _log_interpolate(self.topk_cache_s_per_element if cached else self.topk_s_per_element, density)
+        return _interpolate(self.topk_cache_s_per_element if cached else self.topk_s_per_element, density)
 
     def reuse_speedup(self, working_set_bytes: float) -> float:
         """How much faster than from memory a call whose working set is ``working_set_bytes``
@@ -108,19 +108,13 @@ class Device:
             return 1.0
         if not self.cache_speedup_by_fraction:
             return self.cache_speedup if working_set_bytes < self.cache_bytes else 1.0
-        fraction = working_set_bytes / self.cache_bytes
-        points = sorted(self.cache_speedup_by_fraction)
-        if fraction <= points[0][0]:
-            return points[0][1]
-        for (x0, y0), (x1, y1) in zip(points, points[1:]):
-            if fraction <= x1:
-                return y0 + (fraction - x0) / (x1 - x0) * (y1 - y0)
-        return 1.0
+        return _interpolate(self.cache_speedup_by_fraction, working_set_bytes / self.cache_bytes, log=False,
+                            beyond=1.0)
 
     def sort_s(self, elements: float) -> float:
         """Seconds per element of one sort of ``elements`` keys (linear in log length between the
         measured lengths of :attr:`sort_s_by_size`, else :attr:`sort_s_per_element`)."""
-        return _log_interpolate(self.sort_s_by_size, elements) if self.sort_s_by_size else self.sort_s_per_element
+        return _interpolate(self.sort_s_by_size, elements) if self.sort_s_by_size else self.sort_s_per_element
 
     def select_s(self, kept: float, cached: bool = False) -> float | None:
         """Seconds per input element of a fused selecting pass that keeps ``kept`` of its input,
@@ -129,7 +123,18 @@ class Device:
         ``None`` when this device has no such measurement."""
         prefix = "native_select@" if cached else "native_select_memory@"
         points = [(float(k[len(prefix):]), t) for k, t in self.op_s_per_element.items() if k.startswith(prefix)]
-        return _log_interpolate(points, kept) if points else None
+        return _interpolate(points, kept) if points else None
+
+    def whole_s(self, kind: str, kept: float, cached: bool = False) -> float | None:
+        """Seconds per element of a streaming kernel of ``kind`` timed whole, memory traffic
+        included, where this device has such a measurement: a selecting pass by the fraction it
+        keeps (:meth:`select_s`), a rank-1 product written to memory (``op_s_per_element``
+        ``outer_memory``, beyond the cache); ``None`` otherwise (the kernel's roofline then)."""
+        if kind == "native_select":
+            return self.select_s(kept, cached)
+        if kind == "outer" and not cached:
+            return self.op_s_per_element.get("outer_memory")
+        return None
 
     @property
     def training_flops(self) -> float:
@@ -158,15 +163,18 @@ class Device:
         return data
 
 
-def _log_interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
-    """``y`` at ``x`` from ``(x, y)`` points, linear in ``log x``, held constant outside them."""
+def _interpolate(points: Sequence[tuple[float, float]], x: float, *, log: bool = True,
+                 beyond: float | None = None) -> float:
+    """``y`` at ``x`` from ``(x, y)`` points, linear in ``log x`` (in ``x`` with ``log=False``), held
+    at the first point below them and at the last one above them (``beyond`` there when given)."""
     points = sorted(points)
     if x <= points[0][0]:
         return points[0][1]
     for (x0, y0), (x1, y1) in zip(points, points[1:]):
         if x <= x1:
-            return y0 + math.log(x / x0) / math.log(x1 / x0) * (y1 - y0)
-    return points[-1][1]
+            share = math.log(x / x0) / math.log(x1 / x0) if log else (x - x0) / (x1 - x0)
+            return y0 + share * (y1 - y0)
+    return points[-1][1] if beyond is None else beyond
 
 
 def from_json(data: Mapping[str, Any]) -> Device:
@@ -403,30 +411,9 @@ def host_clock():
     return time.process_time if torch.get_num_threads() == 1 else time.perf_counter
 
 
-def _best(fn, repeats: int, before=None) -> float:
-    """Fastest of ``repeats`` timed calls of ``fn`` (s, :func:`host_clock`), after one untimed call;
+def _timings(fn, repeats: int, before=None) -> list[float]:
+    """``repeats`` timed calls of ``fn`` (s each, :func:`host_clock`), after one untimed call;
     ``before`` (untimed) runs ahead of each call (to leave the caches as the call finds them in use)."""
-    clock = host_clock()
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        if before is not None:
-            before()
-        start = clock()
-        fn()
-        best = min(best, clock() - start)
-    return best
-
-
-CACHE_FRACTIONS = (0.125, 0.25, 0.375, 0.5, 0.75, 1.0, 1.5)
-"""Working sets, as fractions of the last-level cache, at which :func:`measure_host` times a
-re-read (``torch.sum`` of a vector that large, again and again): on a shared CPU the rate falls
-long before the cache is full (here 90 GB/s up to a quarter of it, 55 at half, 22 beyond)."""
-
-def _median(fn, repeats: int, before=None) -> float:
-    """Median of ``repeats`` timed calls of ``fn`` (s), after one untimed call: for memory
-    bandwidths, which move both ways from call to call (the fastest 64 MiB write here was up to 25 %
-    above the median, and which call got lucky changed the model by as much)."""
     clock = host_clock()
     fn()
     times = []
@@ -436,7 +423,26 @@ def _median(fn, repeats: int, before=None) -> float:
         start = clock()
         fn()
         times.append(clock() - start)
-    return statistics.median(times)
+    return times
+
+
+def _best(fn, repeats: int, before=None) -> float:
+    """Fastest of :func:`_timings` (s): compute rates and latencies, which other work only slows."""
+    return min(_timings(fn, repeats, before))
+
+
+def _median(fn, repeats: int, before=None) -> float:
+    """Median of :func:`_timings` (s): for memory bandwidths, which move both ways from call to
+    call (the fastest 64 MiB write here was up to 25 % above the median, and which call got lucky
+    changed the model by as much)."""
+    return statistics.median(_timings(fn, repeats, before))
+
+
+CACHE_FRACTIONS = (0.125, 0.25, 0.375, 0.5, 0.75, 1.0, 1.5)
+"""Working sets, as fractions of the last-level cache, at which :func:`measure_host` times a
+re-read (``torch.sum`` of a vector that large, again and again): on a shared CPU the rate falls
+long before the cache is full (here 90 GB/s up to a quarter of it, 55 at half, 22 beyond). The
+first, 1/8 of the cache, is also the speed-up ``cache_speedup`` states below the cache size."""
 
 
 SORT_LENGTHS = (2**10, 2**12, 3 * 2**11, 2**13, 2**14, 2**15 - 1, 2**15, 2**16, 2**18, 2**20)
@@ -618,8 +624,6 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     read = 4 * numel / _median(lambda: torch.sum(x), repeats * 3)
     write = 4 * numel / _median(lambda: out.zero_(), repeats * 3, before=lambda: x.mul_(1.0))
     cache = host_cache_bytes()
-    small = x[: max(1024, int(cache) // 32)]
-    cached = 4 * small.numel() / _median(lambda: torch.sum(small), repeats * 5)
     by_fraction = tuple((f, max(1.0, 4 * v.numel() / _median(lambda: torch.sum(v), repeats * 3) / read))
                         for f, v in ((f, x[: max(1024, min(numel, int(f * cache) // 4))]) for f in CACHE_FRACTIONS)
                         ) if cache else ()
@@ -647,7 +651,7 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
         "sort_s_per_element": dict(sorts)[2.0**14], "sort_s_by_size": sorts, "gather_s_per_element": gather, "compact_s_per_element": compact,
         "op_s_per_element": ops, "alloc_threshold_bytes": MMAP_THRESHOLD_BYTES, "fault_s_per_byte": fault,
         "cache_bytes": cache,
-        "cache_speedup": max(1.0, cached / read) if cache else 1.0,
+        "cache_speedup": by_fraction[0][1] if by_fraction else 1.0,
         "cache_speedup_by_fraction": by_fraction,
     }
     sources = {k: how for k in values}
