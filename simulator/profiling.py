@@ -274,8 +274,8 @@ def _size_in_child(device: str, numel: int, plan: Sequence[tuple[str, float]], w
                    progress: Callable[[str], None] | None, on_row: Callable[[dict[str, Any]], None]) -> None:
     """:func:`measure_size` in a fresh Python process (``python -m simulator.profiling``, this
     process's thread count; the CPUs it may use are inherited), passing its progress and rows on as
-    they come, one JSON line each; RuntimeError (one line) when it fails or dies (the rows it
-    sent before are kept)."""
+    they come, one JSON line each; ChildProcessError (an OSError: the CLI's one-line error) when it
+    fails or dies (the rows it sent before are kept)."""
     job = {"device": device, "numel": numel, "plan": list(plan), "warmup": warmup, "repeats": repeats,
            "threads": torch.get_num_threads()}
     errors = tempfile.TemporaryFile(mode="w+")
@@ -302,7 +302,8 @@ def _size_in_child(device: str, numel: int, plan: Sequence[tuple[str, float]], w
     last = (errors.read().strip().splitlines() or [""])[-1]
     errors.close()
     if failure or code != 0:
-        raise RuntimeError(f"profiling {numel} elements: {failure or f'the measuring process exited with {code}: {last}'}")
+        died = f"the measuring process exited with {code}" + (f": {last}" if last else "")
+        raise ChildProcessError(f"profiling {numel} elements: {failure or died}")
 
 
 def _child_main(job_json: str) -> int:

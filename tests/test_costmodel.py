@@ -293,7 +293,7 @@ def test_a_failing_size_process_is_one_line_and_keeps_nothing_half_done():
     from simulator.profiling import _size_in_child
 
     rows = []
-    with pytest.raises(RuntimeError, match="profiling 4096 elements: ValueError") as caught:
+    with pytest.raises(ChildProcessError, match="profiling 4096 elements: ValueError") as caught:
         _size_in_child("cpu", 4096, [("nope", 0.01)], 0, 1, None, rows.append)
     assert "\n" not in str(caught.value) and rows == []
 
