@@ -98,6 +98,7 @@ def test_bad_workload_arguments() -> None:
         ("resnet50", 25_557_032, (8.1, 8.4)),  # 4.1 GMAC per 224x224 image
         ("vgg19", 143_667_240, (39.0, 39.6)),  # 19.6 GMAC
         ("bert-base", 109_482_240, (21.0, 23.5)),  # 128 tokens
+        ("bert-large", 335_141_888, (78.0, 80.0)),  # 128 tokens: 2 x 302 M matrix weights x 128 + attention
         ("gpt2", 124_439_808, (280.0, 300.0)),  # 1024 tokens, tied head included
     ],
 )
@@ -109,6 +110,17 @@ def test_layouts(name: str, params: int, gflops: tuple[float, float]) -> None:
     assert all(layer["forward_flops"] >= 0 for layer in layers)
     assert len({layer["name"] for layer in layers}) == len(layers)
     assert all(layer["numel"] == torch.Size(layer["shape"]).numel() for layer in layers)
+
+
+def test_layout_tokens_scale_matrices_linearly_and_attention_quadratically() -> None:
+    """At 3x the tokens the matrix FLOPs triple and the attention scores (4·s²·d per layer, carried
+    by the output projections) grow ninefold; a CNN layout takes no sequence length."""
+    short, long = layouts.layout("bert-base"), layouts.layout("bert-base", tokens=384)
+    scores = 12 * 4.0 * 128**2 * 768
+    assert sum(e["forward_flops"] for e in long) == pytest.approx(
+        3 * (sum(e["forward_flops"] for e in short) - scores) + 9 * scores, rel=1e-3)
+    with pytest.raises(ValueError, match="no sequence length"):
+        layouts.layout("resnet50", tokens=384)
 
 
 def test_layout_order_is_parameter_order() -> None:

@@ -4,7 +4,8 @@
 parameter tensor: ``name``, ``shape`` (tuple), ``numel``, ``forward_flops``. FLOPs
 count multiply and add as two operations and are **per sample** of the model's
 stated input (:data:`INPUTS`): one 3×224×224 image for the CNNs, one sequence
-of 128 tokens for bert-base and of 1024 tokens for gpt2. A weight carries its
+of 128 tokens for bert-base and bert-large and of 1024 tokens for gpt2 (``tokens``
+changes the sequence length, e.g. to the 384 of SQuAD fine-tuning). A weight carries its
 layer's matrix or convolution FLOPs (attention score and mixing matmuls are
 carried by the attention output projection); a bias or norm parameter carries
 its element-wise FLOPs. Backward costs about twice the forward (the simulator
@@ -24,8 +25,12 @@ INPUTS: dict[str, str] = {
     "resnet50": "one 3x224x224 image",
     "vgg19": "one 3x224x224 image",
     "bert-base": "one sequence of 128 tokens",
+    "bert-large": "one sequence of 128 tokens",
     "gpt2": "one sequence of 1024 tokens",
 }
+
+TOKENS: dict[str, int] = {"bert-base": 128, "bert-large": 128, "gpt2": 1024}
+"""Sequence length of each transformer layout's stated input (:func:`layout` can change it)."""
 
 
 class Bottleneck(nn.Module):
@@ -143,7 +148,8 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """BERT-base encoder (with pooler) or GPT-2 small decoder (tied head), 12 layers of 768."""
+    """BERT encoder (with pooler) or GPT-2 small decoder (tied head); default 12 layers of 768
+    (BERT-base, GPT-2 small), BERT-large: 24 layers of 1024, 16 heads."""
 
     def __init__(self, vocab: int, context: int, gpt: bool, dim: int = 768, layers: int = 12, heads: int = 12) -> None:
         super().__init__()
@@ -201,14 +207,17 @@ def _module_flops(module: nn.Module, inputs: tuple[Any, ...], output: torch.Tens
     return {}
 
 
-def _build(name: str) -> tuple[nn.Module, torch.Tensor]:
+def _build(name: str, tokens: int | None = None) -> tuple[nn.Module, torch.Tensor]:
     if name == "resnet50":
         return ResNet50(), torch.empty(1, 3, 224, 224, device="meta")
     if name == "vgg19":
         return VGG19(), torch.empty(1, 3, 224, 224, device="meta")
+    ids = torch.zeros(1, tokens or TOKENS[name], dtype=torch.int64, device="meta")
     if name == "bert-base":
-        return Transformer(30522, 512, gpt=False), torch.zeros(1, 128, dtype=torch.int64, device="meta")
-    return Transformer(50257, 1024, gpt=True), torch.zeros(1, 1024, dtype=torch.int64, device="meta")
+        return Transformer(30522, 512, gpt=False), ids
+    if name == "bert-large":
+        return Transformer(30522, 512, gpt=False, dim=1024, layers=24, heads=16), ids
+    return Transformer(50257, 1024, gpt=True), ids
 
 
 def names() -> list[str]:
@@ -216,12 +225,16 @@ def names() -> list[str]:
     return list(INPUTS)
 
 
-def layout(name: str) -> list[dict[str, Any]]:
-    """Parameter layout of ``name`` with per-sample forward FLOPs (see the module docstring)."""
+def layout(name: str, tokens: int | None = None) -> list[dict[str, Any]]:
+    """Parameter layout of ``name`` with per-sample forward FLOPs (see the module docstring);
+    ``tokens``: the sequence length of a transformer layout's sample instead of :data:`TOKENS`
+    (at most its 512 or 1024 positions)."""
     if name not in INPUTS:
         raise ValueError(f"unknown layout {name!r}; choose one of {', '.join(INPUTS)}")
+    if tokens is not None and (name not in TOKENS or not 1 <= tokens <= (1024 if name == "gpt2" else 512)):
+        raise ValueError(f"layout {name!r} takes no sequence length {tokens!r}")
     with torch.device("meta"):
-        model, example = _build(name)
+        model, example = _build(name, tokens)
     owner = {id(p): n for n, p in model.named_parameters()}
     flops: dict[str, float] = {n: 0.0 for n in owner.values()}
     hooks: list[Callable[[], None]] = []
