@@ -25,7 +25,9 @@ replay``, ``sidco profile``). Every returned cost carries its ``source``.
 
 from __future__ import annotations
 
+import functools
 import json
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -253,3 +255,63 @@ def compression_profile(
                            f"{_fill_command(store, trace_id, device, missing)}")
     sources = list(dict.fromkeys(costs[k].source for k in wanted))
     return CompressionProfile({k: costs[k] for k in wanted}, "; ".join(sources) or "none")
+
+
+UNMEASURED_COST_BAND = (0.5, 2.0)
+"""Band on modelled compression costs on a device that no shipped profile checks: a factor of
+2 either way (the cost model's goal on every row, not a measured error)."""
+
+
+@functools.lru_cache(maxsize=8)
+def model_band(device: str) -> tuple[float, float]:
+    """Factors on modelled compression costs on ``device`` spanning the model's measured error:
+    the range of measured ÷ modelled seconds (compress and decompress) over the rows of at
+    least 2²⁰ elements of the shipped profiles of this device (``published-<gpu>.json`` for a
+    GPU, this host's measured profile for ``cpu``); :data:`UNMEASURED_COST_BAND` where none is
+    shipped."""
+    import profiles
+
+    from pipeline.profile import CHECK_MIN_NUMEL, check_rows, model_device
+
+    ratios = []
+    for path in profiles.paths():
+        shipped = device_profile.load(path)
+        if shipped.device != device or not _this_host(shipped.device, shipped.identity):
+            continue
+        model = model_device(shipped)
+        if model is None:
+            continue
+        for row in check_rows(shipped, model):
+            if row["numel"] >= CHECK_MIN_NUMEL:
+                ratios += [1.0 / (1.0 + row[f"{w}_error"]) for w in ("compress", "decompress")
+                           if row[f"{w}_error"] is not None and row[f"{w}_error"] > -1]
+    if not ratios:
+        return UNMEASURED_COST_BAND
+    return min(1.0, min(ratios)), max(1.0, max(ratios))
+
+
+@functools.lru_cache(maxsize=1)
+def measured_band() -> tuple[float, float]:
+    """Factors on measured compression costs spanning their spread: the medians, over the rows
+    of the shipped CPU profiles, of the fastest and slowest call over the median call
+    (``compress_min_s`` / ``compress_s`` and ``compress_max_s`` / ``compress_s``)."""
+    import profiles
+
+    low, high = [], []
+    for path in profiles.paths():
+        for row in device_profile.load(path).rows:
+            if row.get("compress_min_s") and row.get("compress_max_s") and row["compress_s"] > 0:
+                low.append(row["compress_min_s"] / row["compress_s"])
+                high.append(row["compress_max_s"] / row["compress_s"])
+    if not low:
+        return 1.0, 1.0
+    return min(1.0, statistics.median(low)), max(1.0, statistics.median(high))
+
+
+def cost_band(cost: CompressionCost, device: str) -> tuple[float, float]:
+    """Factors ``(low, high)`` on ``cost``'s seconds spanning what is known of its error: the
+    model's measured error on ``device`` (:func:`model_band`) for modelled costs, the spread
+    of measured calls (:func:`measured_band`) for measured ones."""
+    if cost.source.startswith("model "):
+        return model_band(device)
+    return measured_band()

@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import simulator
+from simulator.band import band
 from simulator.limits import MESSAGE_BUDGET, check_scenario
 import traces
-from pipeline.costs import compression_profile
+from pipeline.costs import compression_profile, cost_band
 from results.store import Store
-from simulator import devices
+from simulator import devices, throughput
+from simulator.throughput import DEFAULT_PRECISION
 from simulator.workload import scaled, workload_by_flops
 
 DEFAULT_LAYOUT_DEVICE = "a100"
@@ -35,7 +37,10 @@ class Source:
     ``memory_bandwidth_Bps`` bytes/s, layers without FLOPs × ``compute_scale``) or a layout
     (``kind="layout"``, ``ref`` its name, computed at ``device_flops_per_s`` FLOP/s with
     ``batch_size`` samples per worker, the optimizer at ``memory_bandwidth_Bps`` bytes/s).
-    ``compute`` says where the compute times come from (every result repeats it)."""
+    ``compute`` says where the compute times come from (every result repeats it);
+    ``precision`` what it was projected for (``fp32``, ``tf32``, ``amp``); ``compute_low`` /
+    ``compute_high``: factors on every compute time spanning the compute rule's measured error
+    (:func:`simulator.throughput.compute`; 1 for the trace's own timings)."""
 
     kind: str
     ref: str
@@ -46,6 +51,9 @@ class Source:
     compute_scale: float = 1.0
     compute: str = ""
     by_flops: bool = False
+    precision: str = DEFAULT_PRECISION
+    compute_low: float = 1.0
+    compute_high: float = 1.0
 
 
 def check_compressors(names: Sequence[str]) -> list[str]:
@@ -73,49 +81,55 @@ def _flop_text(flops: float) -> str:
     return f"{flops:.3g} FLOP"
 
 
-def _ratio(captured: str, target: devices.Device) -> tuple[float, str]:
+def _ratio(captured: str, target: devices.Device, precision: str) -> tuple[float, str]:
     """The measured host/device ratio rule: factor on a trace's times captured on ``captured``
-    projected onto ``target``, and its description."""
+    projected onto ``target`` in ``precision``, and its description."""
     if captured.split(":")[0] != "cpu":
         return 1.0, f"trace timings ({captured}; its GPU model is not recorded, times kept for {target.name})"
     host = devices.get("cpu")
-    ratio = devices.compute_ratio(host, target)
+    ratio = devices.compute_ratio(host, target, precision)
     measured = f"measured {host.measured}" if host.measured else "stated default"
     return ratio, (f"trace timings ({captured}) x {ratio:.3g}: this host's fp32 peak {host.fp32_flops / 1e9:.3g} "
-                   f"GFLOP/s ({measured}) over {target.name}'s {target.training_precision} peak "
-                   f"{target.training_flops / 1e12:.3g} TFLOP/s")
+                   f"GFLOP/s ({measured}) over {target.name}'s {target.dtype(precision)} peak "
+                   f"{target.peak_flops(precision) / 1e12:.3g} TFLOP/s")
 
 
-def _projected(path: str, device: str | None) -> dict[str, Any]:
-    """The :class:`Source` fields projecting the trace at ``path`` onto ``device``. The rule: the
-    trace's own timings on the device it was captured on; elsewhere its per-layer FLOPs at the
-    device's :attr:`~simulator.devices.Device.layout_flops` when the trace carries them (layers
-    without FLOPs by the ratio rule), else every time × the ratio rule (:func:`_ratio`)."""
+def _projected(path: str, device: str | None, precision: str) -> dict[str, Any]:
+    """The :class:`Source` fields projecting the trace at ``path`` onto ``device`` in
+    ``precision``. The rule: the trace's own timings on the device it was captured on;
+    elsewhere its per-layer FLOPs at the compute rule's FLOP/s (:func:`simulator.throughput.compute`,
+    the kind of model from the trace's shapes) when the trace carries them (layers without
+    FLOPs by the ratio rule), else every time × the ratio rule (:func:`_ratio`, with the
+    unfitted CPU band)."""
     captured = capture_device(path)
     if device is None or device == captured or device == captured.split(":")[0]:
-        return {"compute": f"trace timings ({captured})"}
+        return {"compute": f"trace timings ({captured})", "precision": precision}
     target = devices.get(device)
-    ratio, ratio_note = _ratio(captured, target)
+    ratio, ratio_note = _ratio(captured, target, precision)
     trace = traces.open(path)
     if trace.forward_flops is None:
-        return {"compute_scale": ratio, "compute": ratio_note}
-    flops = target.layout_flops
+        low, high = throughput.UNMEASURED_CPU_BAND
+        return {"compute_scale": ratio, "compute": f"{ratio_note} (band x{low:g}-{high:g})", "precision": precision,
+                "compute_low": low, "compute_high": high}
+    kind = throughput.kind_of([tuple(shape) for _, shape in trace.layers], trace.forward_flops)
+    rule = throughput.compute(target, precision, kind)
     per_sample = sum(trace.forward_flops) / trace.flops_batch_size
     note = (f"per-layer FLOPs of the trace ({_flop_text(per_sample)} per sample, counted on {captured}) at "
-            f"{flops / 1e12:.3g} TFLOP/s ({target.name} {target.training_precision} peak x "
-            f"{devices.LAYOUT_UTILISATION:g}), optimizer at {target.memory_bandwidth_Bps / 1e12:.3g} TB/s")
+            f"{rule.note}, optimizer at {target.memory_bandwidth_Bps / 1e12:.3g} TB/s")
     without = sum(1 for f in trace.forward_flops if f <= 0)
     if without:
         note += f"; {without} of {len(trace.forward_flops)} layers without FLOPs: {ratio_note}"
-    return {"compute_scale": ratio, "compute": note, "by_flops": True, "device_flops_per_s": flops,
-            "memory_bandwidth_Bps": target.memory_bandwidth_Bps}
+    return {"compute_scale": ratio, "compute": note, "by_flops": True, "device_flops_per_s": rule.flops_per_s,
+            "memory_bandwidth_Bps": target.memory_bandwidth_Bps, "precision": precision,
+            "compute_low": rule.low, "compute_high": rule.high}
 
 
 def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int | None = None,
-                 device: str | None = None) -> Source:
+                 device: str | None = None, precision: str = DEFAULT_PRECISION) -> Source:
     """The source of a trace given by directory ``path`` (registered in the store if it is not
-    yet) or by its id in the store, projected onto ``device`` when it was captured on another
-    (rule: :func:`_projected`)."""
+    yet) or by its id in the store, projected onto ``device`` in ``precision`` when it was
+    captured on another (rule: :func:`_projected`)."""
+    throughput.check_precision(precision)
     if trace_id is not None:
         row = store.trace(int(trace_id))
         if row is None:
@@ -129,7 +143,7 @@ def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int 
         if found is None:  # registered now, so its replays (and the commands that make them) have a name
             trace = traces.open(ref)
             found = store.register_trace(trace.path, trace.manifest)
-    return Source("trace", ref, found, **_projected(ref, device))
+    return Source("trace", ref, found, **_projected(ref, device, precision))
 
 
 def default_device(source: Source) -> str:
@@ -141,19 +155,21 @@ def default_device(source: Source) -> str:
 
 
 def layout_source(name: str, *, device: str = DEFAULT_LAYOUT_DEVICE, device_flops_per_s: float | None = None,
-                  batch_size: int = 32) -> Source:
-    """The source of a full-size layout (:mod:`traces.layouts`) on ``device``: its FLOPs at the
-    device's :attr:`~simulator.devices.Device.layout_flops` (or ``device_flops_per_s``), its
+                  batch_size: int = 32, precision: str = DEFAULT_PRECISION) -> Source:
+    """The source of a full-size layout (:mod:`traces.layouts`) on ``device`` in ``precision``:
+    its FLOPs at the compute rule's FLOP/s (:func:`simulator.throughput.compute`, fitted to
+    published training throughput; or at ``device_flops_per_s`` as given, without a band), its
     optimizer at the device's memory bandwidth."""
+    throughput.check_precision(precision)
     target = devices.get(device)
     if device_flops_per_s is None:
-        flops = target.layout_flops
-        note = (f"layout FLOPs at {flops / 1e12:.3g} TFLOP/s ({target.name} {target.training_precision} peak x "
-                f"{devices.LAYOUT_UTILISATION:g})")
+        rule = throughput.compute(target, precision, throughput.layout_kind(name), name)
+        flops, note, low, high = rule.flops_per_s, f"layout FLOPs at {rule.note}", rule.low, rule.high
     else:
-        flops = float(device_flops_per_s)
-        note = f"layout FLOPs at {flops / 1e12:.3g} TFLOP/s (--device-flops)"
-    return Source("layout", str(name), None, flops, int(batch_size), target.memory_bandwidth_Bps, 1.0, note)
+        flops, low, high = float(device_flops_per_s), 1.0, 1.0
+        note = f"layout FLOPs at {flops / 1e12:.3g} TFLOP/s (--device-flops, as given: no band)"
+    return Source("layout", str(name), None, flops, int(batch_size), target.memory_bandwidth_Bps, 1.0, note,
+                  precision=precision, compute_low=low, compute_high=high)
 
 
 @functools.lru_cache(maxsize=16)
@@ -247,6 +263,8 @@ def project(store: Store, source: Source, cluster: Cluster, compressors: Sequenc
         check_scenario(scenario, message_budget=message_budget)
         result = simulator.simulate(scenario)
         cost = None if scenario.profile is None else scenario.profile.cost(scenario.compressor, scenario.density)
-        results.append({**result, "compressor": scenario.compressor, "device": device,
-                        "compute_source": source.compute, "cost_source": None if cost is None else cost.source})
+        results.append({**result, "compressor": scenario.compressor, "device": device, "precision": source.precision,
+                        "compute_source": source.compute, "cost_source": None if cost is None else cost.source,
+                        **band(scenario, result, (source.compute_low, source.compute_high),
+                               (1.0, 1.0) if cost is None else cost_band(cost, device))})
     return results

@@ -18,7 +18,7 @@ from typing import Any
 
 import simulator
 from simulator.limits import MESSAGE_BUDGET, check_scenario
-from pipeline.costs import compression_profile
+from pipeline.costs import compression_profile, cost_band
 from pipeline.project import Source, calibration, check_compressors, workload
 from results.store import Store
 from simulator.scenario import TOPOLOGIES
@@ -66,9 +66,11 @@ def description(source: Source, origin: str | None = None) -> dict[str, Any]:
     """The JSON description of ``source`` that goes into a sweep's configuration."""
     if source.kind == "layout":
         out: dict[str, Any] = {"layout": source.ref, "device_flops_per_s": source.device_flops_per_s,
-                               "batch_size": source.batch_size}
+                               "batch_size": source.batch_size, "precision": source.precision}
     else:
         out = {"trace": source.ref}
+        if source.by_flops or source.compute_scale != 1.0:
+            out.update(precision=source.precision, compute_scale=source.compute_scale)
     if origin:
         out["origin"] = origin
     return out
@@ -116,7 +118,8 @@ def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelit
     config = describe(probe, grid, described)
     sweep_id, created = store.get_or_create("sweeps", config, trace_id=source.trace_id, total=len(grid))
     profile = _profile(store, sweep_id, source, grid, device, profile_file)
-    context = SweepContext(wl, profile, fidelity, constants, options)
+    bands = {} if profile is None else {key: cost_band(cost, device) for key, cost in profile.costs.items()}
+    context = SweepContext(wl, profile, fidelity, constants, options, (source.compute_low, source.compute_high), bands)
     for point in grid.points():  # every scenario checked before anything is simulated
         context.scenario(point)
     store.set_status("sweeps", sweep_id, "running")

@@ -54,11 +54,15 @@ def iteration_times(
     *,
     device: str = "cpu",
     calibrated: bool = False,
+    precision: str = project.DEFAULT_PRECISION,
+    bands: dict[tuple[str, float], tuple[float, float]] | None = None,
 ) -> tuple[dict[tuple[str, float], float], dict[tuple[str, float], str | None]]:
     """Projected seconds per iteration of each (compressor, density) of ``pairs`` on ``cluster``
-    (:func:`pipeline.project.project`: compute from the trace, compression costs on ``device``
-    by the one cost policy), and where each pair's costs came from (``None`` for ``none``)."""
-    source = project.trace_source(store, trace_id=trace_id)
+    (:func:`pipeline.project.project`: compute from the trace, projected onto ``device`` in
+    ``precision`` when it was captured on another, compression costs on ``device`` by the one
+    cost policy), and where each pair's costs came from (``None`` for ``none``). ``bands``, when
+    given, receives each pair's ``(iteration_s_low, iteration_s_high)``."""
+    source = project.trace_source(store, trace_id=trace_id, device=device, precision=precision)
     times: dict[tuple[str, float], float] = {}
     sources: dict[tuple[str, float], str | None] = {}
     densities = list(dict.fromkeys(d for c, d in pairs if c != "none"))
@@ -70,6 +74,8 @@ def iteration_times(
             key = (result["compressor"], 1.0 if density is None else float(density))
             times[key] = float(result["iteration_s"])
             sources[key] = result["cost_source"]
+            if bands is not None:
+                bands[key] = (float(result["iteration_s_low"]), float(result["iteration_s_high"]))
     return times, sources
 
 
@@ -82,6 +88,7 @@ def time_to_accuracy(
     cluster: project.Cluster,
     device: str = "cpu",
     calibrated: bool = False,
+    precision: str = project.DEFAULT_PRECISION,
 ) -> dict[str, Any]:
     """The time-to-target table of a convergence run on a cluster.
 
@@ -99,8 +106,19 @@ def time_to_accuracy(
                          "rerun its sidco converge command")
     pairs = list(dict.fromkeys((r["compressor"], float(r["density"])) for r in rows))
     trace_path(store, run)
-    times, sources = iteration_times(store, int(run["trace_id"]), pairs, cluster, device=device, calibrated=calibrated)
+    bands: dict[tuple[str, float], tuple[float, float]] = {}
+    times, sources = iteration_times(store, int(run["trace_id"]), pairs, cluster, device=device, calibrated=calibrated,
+                                     precision=precision, bands=bands)
     result = time_to_target(rows, times, target_accuracy=target_accuracy, target_loss=target_loss)
+    for row in result["rows"]:
+        low, high = bands[(row["compressor"], float(row["density"]))]
+        reached = row["iterations_to_target"]
+        row.update(iteration_s_low=low, iteration_s_high=high,
+                   time_to_target_s_low=None if reached is None else reached * low,
+                   time_to_target_s_high=None if reached is None else reached * high)
+    runner = result["runner_up"]
+    result["within_error"] = bool(runner is not None and result["winner"] is not None
+                                  and result["winner"]["time_to_target_s_high"] >= runner["time_to_target_s_low"])
     curves: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if r["accuracy"] is None and r["eval_loss"] is None:
@@ -141,7 +159,8 @@ def sweep_time_to_target(
     Returns ``{"convergence_id", "target", "rows": [{nodes, bandwidth_bps,
     latency_s, topology, compressor, density, iteration_s, iterations_to_target,
     time_to_target_s, reason}], "winners": [{nodes, bandwidth_bps, latency_s, topology,
-    compressor, density, time_to_target_s, margin_ratio}]}``; a scenario whose (compressor,
+    compressor, density, time_to_target_s, margin_ratio}]}`` (each row also carries the error
+    band its sweep stored: ``iteration_s_low``/``high``, ``time_to_target_s_low``/``high``); a scenario whose (compressor,
     density) the run did not train, or that never reached the target, gets ``None`` and a reason.
     """
     from convergence.tta import iterations_to_target
@@ -157,8 +176,13 @@ def sweep_time_to_target(
         pair = (s["compressor"], 1.0 if s["compressor"] == "none" else float(s["density"]))
         iterations, reason = reached.get(pair, (None, f"convergence #{run['id']} did not train this "
                                                       "(compressor, density)"))
+        low = s["iteration_s"] if s["iteration_s_low"] is None else s["iteration_s_low"]  # swept before bands
+        high = s["iteration_s"] if s["iteration_s_high"] is None else s["iteration_s_high"]
         rows.append({**{k: s[k] for k in SWEEP_COLUMNS}, "iterations_to_target": iterations,
                      "time_to_target_s": None if iterations is None else iterations * s["iteration_s"],
+                     "iteration_s_low": low, "iteration_s_high": high,
+                     "time_to_target_s_low": None if iterations is None else iterations * low,
+                     "time_to_target_s_high": None if iterations is None else iterations * high,
                      "reason": reason})
     clusters: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:

@@ -3,6 +3,9 @@
 
 A shipped CPU profile is named after the CPU it was measured on (``cpu-<model>.json``) and is
 used for ``--device cpu`` only on a host with the same CPU model and SIMD flags.
+
+``throughput.json`` is not a device profile: it holds published training throughput, the
+anchors of the compute rule (:mod:`simulator.throughput`).
 """
 
 from __future__ import annotations
@@ -10,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 HERE = Path(__file__).parent
+THROUGHPUT = HERE / "throughput.json"
 
 
 def paths() -> list[Path]:
-    """Every shipped profile file, sorted by name."""
-    return sorted(HERE.glob("*.json"))
+    """Every shipped profile file, sorted by name (the throughput table is none)."""
+    return sorted(p for p in HERE.glob("*.json") if p != THROUGHPUT)

@@ -27,6 +27,7 @@ REPLAY_ROW_COLUMNS = (
 SCENARIO_COLUMNS = (
     "compressor", "density", "nodes", "bandwidth_bps", "latency_s", "topology", "fidelity", "iteration_s",
     "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s", "speedup",
+    "iteration_s_low", "iteration_s_high", "speedup_low", "speedup_high",
 )
 """The ``scenarios`` columns the dashboard reads (not the stored ``result_json``)."""
 

@@ -214,7 +214,14 @@ ALTER TABLE scenarios ADD COLUMN cost_source TEXT;
 CREATE INDEX device_profiles_by_device ON device_profiles(device, created);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+_V3 = """
+ALTER TABLE scenarios ADD COLUMN iteration_s_low REAL;
+ALTER TABLE scenarios ADD COLUMN iteration_s_high REAL;
+ALTER TABLE scenarios ADD COLUMN speedup_low REAL;
+ALTER TABLE scenarios ADD COLUMN speedup_high REAL;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 """``MIGRATIONS[n - 1]`` is the DDL taking a store from schema version ``n - 1`` to ``n``
 (version 0 is an empty file). Append a step to change the schema; never edit one."""
 

@@ -31,10 +31,9 @@ from pathlib import Path
 from typing import Any
 
 LAYOUT_UTILISATION = 0.3
-"""Fraction of a GPU's dense bf16 peak that a layout's FLOPs run at (model FLOPs utilisation).
-
-Large-model training reports 30–50 % (Megatron-LM, PaLM); 0.3 keeps an A100 at 94 TFLOP/s,
-the testbed's earlier default of 100 TFLOP/s. ``--device-flops`` overrides it."""
+"""Fraction of a CPU's measured peak that a layout's FLOPs are assumed to run at (stated, not
+fitted: no published CPU training table is shipped). GPUs take the rule fitted to published
+training throughput instead (:mod:`simulator.throughput`). ``--device-flops`` overrides both."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +65,8 @@ class Device:
     ``cache_speedup`` holds below ``cache_bytes``. ``sources`` maps each field name to where its value comes from;
     ``measured`` is the measurement date (ISO, UTC) or ``""`` for spec-sheet devices;
     ``identity`` describes the hardware (CPU model and flags, GPU name, torch version).
+    ``fp16_flops``/``tf32_flops``: dense fp16 and TF32 tensor-core peaks (FLOP/s; 0 where the
+    device has no such units: fp16 then runs at ``bf16_flops``, TF32 at ``fp32_flops``).
     """
 
     name: str
@@ -93,6 +94,8 @@ class Device:
     sources: Mapping[str, str] = field(default_factory=dict)
     measured: str = ""
     identity: Mapping[str, Any] = field(default_factory=dict)
+    fp16_flops: float = 0.0
+    tf32_flops: float = 0.0
 
     def topk_s(self, density: float, cached: bool = False) -> float:
         """Seconds per input element of a top-k keeping ``density`` of it (linear in log density);
@@ -137,19 +140,29 @@ class Device:
         return None
 
     @property
-    def training_flops(self) -> float:
-        """The dense peak training runs at here (FLOP/s): bf16 on a GPU (mixed precision), fp32 on a CPU."""
-        return self.fp32_flops if self.kind == "cpu" else self.bf16_flops
+    def amp_dtype(self) -> str:
+        """What mixed precision (``amp``) computes in here: ``bf16`` where the device has bf16
+        units (A100 and later, a CPU's autocast), ``fp16`` on a GPU without them (V100)."""
+        has_bf16 = self.bf16_flops > self.fp32_flops
+        return "fp16" if self.kind == "gpu" and not has_bf16 and self.fp16_flops > 0 else "bf16"
 
-    @property
-    def training_precision(self) -> str:
-        """``fp32`` on a CPU, ``bf16`` on a GPU (what :attr:`training_flops` is the peak of)."""
-        return "fp32" if self.kind == "cpu" else "bf16"
+    def dtype(self, precision: str) -> str:
+        """The number format a ``precision`` (``fp32``, ``tf32``, ``amp``) runs its matrix
+        products in here: ``amp`` as :attr:`amp_dtype`, ``tf32`` as ``fp32`` where there are no
+        TF32 units (V100, a CPU)."""
+        if precision == "amp":
+            return self.amp_dtype
+        if precision == "tf32":
+            return "tf32" if self.tf32_flops > 0 else "fp32"
+        if precision == "fp32":
+            return "fp32"
+        raise ValueError(f"unknown precision {precision!r}; choose from fp32, tf32, amp")
 
-    @property
-    def layout_flops(self) -> float:
-        """FLOP/s a layout's compute runs at on this device: :attr:`training_flops` × :data:`LAYOUT_UTILISATION`."""
-        return self.training_flops * LAYOUT_UTILISATION
+    def peak_flops(self, precision: str) -> float:
+        """Dense peak FLOP/s of ``precision`` (``fp32``, ``tf32``, ``amp``) on this device, in the
+        format :meth:`dtype` says it runs in."""
+        return {"fp32": self.fp32_flops, "tf32": self.tf32_flops or self.fp32_flops,
+                "fp16": self.fp16_flops or self.bf16_flops, "bf16": self.bf16_flops}[self.dtype(precision)]
 
     def label_for_source(self) -> str:
         """How cost sources name this device: ``measured cpu 2026-12-01`` or ``model a100``."""
@@ -180,7 +193,8 @@ def _interpolate(points: Sequence[tuple[float, float]], x: float, *, log: bool =
 def from_json(data: Mapping[str, Any]) -> Device:
     """A :class:`Device` from :meth:`Device.to_json` output; ValueError on missing or bad fields."""
     names = {f for f in Device.__dataclass_fields__}
-    optional = {"sources", "measured", "identity", "sort_s_by_size", "cache_speedup_by_fraction"}
+    optional = {"sources", "measured", "identity", "sort_s_by_size", "cache_speedup_by_fraction", "fp16_flops",
+                "tf32_flops"}
     missing = names - set(data) - optional
     if missing:
         raise ValueError(f"device description lacks {', '.join(sorted(missing))}")
@@ -228,9 +242,9 @@ GPU_RULES = {
 
 
 def _gpu(name: str, label: str, bandwidth: float, bandwidth_source: str, fp32: float, bf16: float,
-         bf16_source: str, pcie: float, pcie_source: str, spec: str) -> Device:
+         bf16_source: str, pcie: float, pcie_source: str, spec: str, fp16: float, tf32: float) -> Device:
     return Device(
-        name=name, kind="gpu", label=label,
+        name=name, kind="gpu", label=label, fp16_flops=fp16, tf32_flops=tf32,
         memory_bandwidth_Bps=bandwidth, write_bandwidth_Bps=bandwidth,
         fp32_flops=fp32, bf16_flops=bf16, launch_s=5e-6, sync_s=20e-6, pcie_Bps=pcie,
         topk_s_per_element=((1.0, 20.0 / bandwidth),), topk_cache_s_per_element=((1.0, 20.0 / bandwidth),),
@@ -241,6 +255,8 @@ def _gpu(name: str, label: str, bandwidth: float, bandwidth_source: str, fp32: f
         sources={
             "memory_bandwidth_Bps": bandwidth_source, "write_bandwidth_Bps": bandwidth_source,
             "fp32_flops": spec, "bf16_flops": bf16_source, "pcie_Bps": pcie_source,
+            "fp16_flops": f"{spec}: dense fp16 tensor-core peak", "tf32_flops": f"{spec}: dense TF32 tensor-core peak "
+                          "(the datasheet's figure with sparsity halved)" if tf32 else f"{spec}: no TF32 units",
             "launch_s": GPU_RULES["launch"], "sync_s": GPU_RULES["sync"],
             "topk_s_per_element": GPU_RULES["topk"], "topk_cache_s_per_element": GPU_RULES["topk"],
             "sort_s_per_element": GPU_RULES["sort"],
@@ -264,30 +280,32 @@ GPUS: dict[str, Device] = {
     d.name: d for d in (
         _gpu("v100", "NVIDIA V100 SXM2", 900e9 * 0.9, f"{_V100}: 900 GB/s peak × 0.9 (H200 ratio, below)",
              15.7e12, 15.7e12, f"{_V100}: no bf16 units, fp32 rate (fp16 tensor cores: 125 TFLOP/s)",
-             15.75e9, "PCIe 3.0 ×16: 15.75 GB/s per direction", _V100),
+             15.75e9, "PCIe 3.0 ×16: 15.75 GB/s per direction", _V100, fp16=125e12, tf32=0.0),
         _gpu("a100", "NVIDIA A100 80GB SXM", 2.039e12 * 0.9, f"{_A100}: 2.039 TB/s peak × 0.9 (H200 ratio, below)",
              19.5e12, 312e12, f"{_A100}: 312 TFLOP/s dense bf16", 31.5e9,
-             "PCIe 4.0 ×16: 31.5 GB/s per direction", _A100),
+             "PCIe 4.0 ×16: 31.5 GB/s per direction", _A100, fp16=312e12, tf32=156e12),
         _gpu("h100", "NVIDIA H100 SXM", 3.35e12 * 0.9, f"{_H100}: 3.35 TB/s peak × 0.9 (H200 ratio, below)",
              67e12, 989e12, f"{_H100}: 989 TFLOP/s dense bf16", 63e9,
-             "PCIe 5.0 ×16: 63 GB/s per direction", _H100),
+             "PCIe 5.0 ×16: 63 GB/s per direction", _H100, fp16=989e12, tf32=494.5e12),
         _gpu("h200", "NVIDIA H200 SXM", 4.3e12,
              "measured: device-to-device copy at ≈ 4.3 TB/s (read + write) on an H200 of this workplace, "
              "0.9 of the 4.8 TB/s datasheet peak", 67e12, 989e12, f"{_H200}: 989 TFLOP/s dense bf16", 63e9,
-             "PCIe 5.0 ×16: 63 GB/s per direction", _H200),
+             "PCIe 5.0 ×16: 63 GB/s per direction", _H200, fp16=989e12, tf32=494.5e12),
     )
 }
 
 
-def compute_ratio(captured_on: Device, target: Device) -> float:
-    """Factor on compute times measured on ``captured_on`` to project them onto ``target``.
+def compute_ratio(captured_on: Device, target: Device, precision: str = "amp") -> float:
+    """Factor on compute times measured on ``captured_on`` to project them onto ``target``
+    running in ``precision``.
 
-    The rule: the ratio of the dense peak each would train at, fp32 on a CPU (traces are
-    captured in fp32 there) and bf16 on a GPU (mixed precision); with equal utilisation on both,
+    The rule: the ratio of the dense peaks, fp32 on the capturing device (traces are captured
+    in fp32) and the precision's on the target (:meth:`Device.peak_flops`: mixed precision on
+    fp16 tensor cores on a V100, bf16 on later GPUs); with equal utilisation on both,
     utilisation cancels. 1 when both are the same device."""
     if captured_on.name == target.name:
         return 1.0
-    return captured_on.training_flops / target.training_flops
+    return captured_on.fp32_flops / target.peak_flops(precision)
 
 
 # --- this host -------------------------------------------------------------------------------
@@ -305,6 +323,8 @@ CPU_DEFAULTS = {
 two-core server share (about 20 GB/s read, 100 GFLOP/s); projections made with them say so."""
 
 HOST_CACHE_ENV = "SIDCO_CACHE_DIR"
+
+NO_TENSOR_UNITS = "a CPU has no fp16 or TF32 matrix units: 0 (fp16 runs at bf16_flops, TF32 at fp32_flops)"
 
 
 def host_identity() -> dict[str, Any]:
@@ -335,8 +355,9 @@ def cpu_default() -> Device:
     identity = host_identity()
     return Device(
         name="cpu", kind="cpu", label=f"this host: {host_key(identity)}", **CPU_DEFAULTS,
-        sources={k: "stated default (not measured: run sidco profile --device cpu)"
-                 for k in (*CPU_DEFAULTS, "sort_s_by_size", "cache_speedup_by_fraction")},
+        sources={**{k: "stated default (not measured: run sidco profile --device cpu)"
+                    for k in (*CPU_DEFAULTS, "sort_s_by_size", "cache_speedup_by_fraction")},
+                 **{k: NO_TENSOR_UNITS for k in ("fp16_flops", "tf32_flops")}},
         identity=identity,
     )
 
@@ -658,6 +679,7 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     for key in ("memory_bandwidth_Bps", "write_bandwidth_Bps", "cache_speedup", "cache_speedup_by_fraction"):
         sources[key] = how.replace(f"fastest of {repeats}", f"median of {3 * repeats}")
     sources["pcie_Bps"] = "no host link on the host itself: its read bandwidth"
+    sources.update({k: NO_TENSOR_UNITS for k in ("fp16_flops", "tf32_flops")})
     sources["cache_bytes"] = "last-level cache size reported by the kernel (/sys/devices/system/cpu)"
     sources["alloc_threshold_bytes"] = "glibc's largest dynamic mmap threshold on 64-bit Linux (32 MiB)"
     return Device(name="cpu", kind="cpu", label=f"this host: {host_key(identity)}", **values, sources=sources,

@@ -18,6 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from simulator.band import band
 from simulator.calibration import Calibration
 from simulator.profile import CompressionProfile, density_key
 from simulator.scenario import Scenario
@@ -29,6 +30,7 @@ RANKED: tuple[str, ...] = ("powersgd",)
 
 RESULT_COLUMNS = (
     "iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s", "speedup",
+    "iteration_s_low", "iteration_s_high", "speedup_low", "speedup_high",
 )
 
 
@@ -100,6 +102,10 @@ class SweepContext:
     fidelity: str = "analytic"
     calibration: Calibration | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    compute_band: tuple[float, float] = (1.0, 1.0)
+    cost_bands: dict[tuple[str, float | None], tuple[float, float]] = field(default_factory=dict)
+    """Factors on compute times and on each (compressor, density)'s costs spanning their
+    measured error (:func:`simulator.band.band` gives every row its band)."""
 
     def scenario(self, point: dict[str, Any]) -> Scenario:
         """The :class:`Scenario` of ``point``; per-scenario seed derived from its key."""
@@ -115,7 +121,8 @@ class SweepContext:
 
 def run_chunk(context: SweepContext, points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Simulate ``points``; return one row per point with the ``scenarios`` table columns
-    (except ``sweep_id``). The ``none`` baseline of each cluster is computed once per chunk."""
+    (except ``sweep_id``; the error band's keys, :data:`simulator.band.BAND_KEYS`, are in
+    ``result_json``). The ``none`` baseline of each cluster is computed once per chunk."""
     baselines: dict[tuple, dict[str, Any]] = {}
     rows = []
     for point in points:
@@ -131,6 +138,9 @@ def run_chunk(context: SweepContext, points: Sequence[dict[str, Any]]) -> list[d
             result = simulate(scenario, baseline=baselines[cluster])
         if "rank" in point:
             result["rank"] = point["rank"]
+        costs = (1.0, 1.0) if point["compressor"] == "none" else context.cost_bands.get(
+            (point["compressor"], density_key(point["density"])), (1.0, 1.0))
+        result.update(band(scenario, result, context.compute_band, costs))
         rows.append({
             "scenario_key": scenario_key(point), **{k: v for k, v in point.items() if k != "rank"},
             "fidelity": context.fidelity,

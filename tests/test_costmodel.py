@@ -42,6 +42,17 @@ def test_gpu_numbers_are_the_spec_sheets_and_every_field_has_a_source():
     assert h200.topk_s(0.01) == pytest.approx(20 / 4.3e12)
 
 
+def test_amp_runs_on_fp16_tensor_cores_on_a_v100_and_bf16_from_the_a100_on():
+    v100, a100, h100, cpu = (devices.get(n) for n in ("v100", "a100", "h100", "cpu"))
+    assert v100.amp_dtype == "fp16" and v100.peak_flops("amp") == 125e12
+    assert v100.dtype("tf32") == "fp32" and v100.peak_flops("tf32") == v100.peak_flops("fp32") == 15.7e12
+    assert a100.amp_dtype == "bf16" and a100.peak_flops("amp") == 312e12 and a100.peak_flops("tf32") == 156e12
+    assert h100.peak_flops("tf32") == 494.5e12 and h100.peak_flops("fp32") == 67e12
+    assert cpu.dtype("tf32") == "fp32" and cpu.peak_flops("amp") == cpu.bf16_flops
+    with pytest.raises(ValueError, match="precision"):
+        v100.dtype("fp8")
+
+
 def test_cpu_is_the_stated_default_until_measured_then_the_kept_measurement(tmp_path):
     default = devices.get("cpu")
     assert default.measured == "" and default.memory_bandwidth_Bps == devices.CPU_DEFAULTS["memory_bandwidth_Bps"]

@@ -88,7 +88,7 @@ def test_a_layout_on_an_h200_gets_gpu_costs_never_this_hosts(tmp_path, capsys):
     assert main(argv + ["--device", "h200"]) == 0
     on_gpu = json.loads(capsys.readouterr().out)
     assert on_gpu["device"] == "h200" and on_gpu["cost_source"] == "model h200"
-    assert "h200 bf16 peak" in on_gpu["compute_source"]
+    assert "h200 amp: bf16 peak 989 TFLOP/s" in on_gpu["compute_source"]
     h200 = devices.get("h200")
     expected = costmodel.cost("topk", 0.01, h200)
     wl = projection.workload(projection.layout_source("vgg19", device="h200"))

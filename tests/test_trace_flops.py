@@ -15,7 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import traces
 from pipeline import project as projection
 from results.store import Store
-from simulator import devices
+from simulator import devices, throughput
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -93,16 +93,19 @@ def test_projecting_onto_a_gpu_uses_the_flops(tmp_path, captured):
                                       device="h200")
     assert own.compute == "trace timings (cpu)" and not own.by_flops
     assert source.by_flops and "per-layer FLOPs of the trace" in source.compute
-    assert "h200 bf16 peak x 0.3" in source.compute and result["compute_source"] == source.compute
+    rule = throughput.compute(h200, "amp", throughput.kind_of([s for _, s in captured.layers], captured.forward_flops))
+    assert rule.note in source.compute and result["compute_source"] == source.compute
+    assert source.compute_low == rule.low < 1 < rule.high == source.compute_high
+    flops = rule.flops_per_s
     measured, projected = projection.workload(own), projection.workload(source)
     ratio = devices.compute_ratio(devices.get("cpu"), h200)
-    for index, flops in enumerate(captured.forward_flops):
-        if flops > 0:
-            assert projected.layers[index].backward_s == pytest.approx(2 * flops / h200.layout_flops, rel=1e-12)
+    for index, layer_flops in enumerate(captured.forward_flops):
+        if layer_flops > 0:
+            assert projected.layers[index].backward_s == pytest.approx(2 * layer_flops / flops, rel=1e-12)
         else:
             assert projected.layers[index].backward_s == pytest.approx(measured.layers[index].backward_s * ratio)
         assert projected.layers[index].shape == measured.layers[index].shape
-    assert projected.forward_s == pytest.approx(sum(captured.forward_flops) / h200.layout_flops, rel=1e-12)
+    assert projected.forward_s == pytest.approx(sum(captured.forward_flops) / flops, rel=1e-12)
     assert projected.optimizer_s == pytest.approx(20 * captured.numel / h200.memory_bandwidth_Bps, rel=1e-12)
     assert projected.nbytes == measured.nbytes
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import simulator
-from simulator import devices
+from simulator import devices, throughput
 from pipeline import project as projection
 from results.store import Store
 from sidco.commands import add_store_argument
@@ -39,10 +39,12 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
     source.add_argument("--layout", metavar="NAME",
                         help="full-size layout instead of a trace: resnet50, vgg19, bert-base, bert-large, gpt2")
     parser.add_argument("--device", metavar="NAME",
-                        help="device each worker has: " + ", ".join(devices.names()) + ". Layouts compute at its "
-                             "bf16 peak x 0.3 (default a100); a trace captured on another device is projected "
-                             "onto it (default: the trace's own). Compression costs: --profile, else this trace's "
-                             "replays on it, else its measured profile, else the cost model")
+                        help="device each worker has: " + ", ".join(devices.names()) + ". Layouts compute by the "
+                             "rule fitted to published GPU training throughput (default a100; docs/devices.md); a "
+                             "trace captured on another device is projected onto it (default: the trace's own). "
+                             "Compression costs: --profile, else this trace's replays on it, else its measured "
+                             "profile, else the cost model")
+    add_precision_arg(parser)
     parser.add_argument("--profile", metavar="FILE",
                         help="compression costs measured elsewhere: JSON {device, source, rows: [{compressor, "
                              "density, numel, compress_s, decompress_s[, wire_bytes]}]} (sidco profile --out)")
@@ -50,6 +52,14 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
                         help="layouts: compute throughput in FLOP/s, overriding --device's")
     parser.add_argument("--batch-size", default="32",
                         help="layouts: samples per worker per iteration (default 32)")
+
+
+def add_precision_arg(parser: argparse.ArgumentParser) -> None:
+    """``--precision fp32|tf32|amp`` (default amp): what a projection onto a device computes in."""
+    parser.add_argument("--precision", choices=throughput.PRECISIONS, default=throughput.DEFAULT_PRECISION,
+                        help="what the modelled device trains in: fp32, tf32 (fp32 where there are no TF32 units, "
+                             "e.g. V100), amp (default: mixed precision, fp16 tensor cores on a V100, bf16 on an "
+                             "A100 and later)")
 
 
 def add_scenario_args(parser: argparse.ArgumentParser) -> None:
@@ -157,7 +167,7 @@ def parse_source(args: argparse.Namespace, store: Store | None) -> tuple[project
             raise ValueError("--device-flops applies to layouts; a trace is projected with --device")
         if device is not None and device.startswith("cuda"):
             raise ValueError(f"--device {device}: name the GPU ({', '.join(devices.names()[1:])}) to project onto")
-        source = projection.trace_source(store, path=args.trace, device=device)
+        source = projection.trace_source(store, path=args.trace, device=device, precision=args.precision)
         return source, device or projection.default_device(source)
     flops = None
     if args.device_flops is not None:
@@ -171,7 +181,7 @@ def parse_source(args: argparse.Namespace, store: Store | None) -> tuple[project
         raise ValueError(f"--device {device}: a layout needs a known device ({', '.join(devices.names())})")
     batch = positive_int(args.batch_size, "--batch-size")
     source = projection.layout_source(args.layout, device=device or projection.DEFAULT_LAYOUT_DEVICE,
-                                      device_flops_per_s=flops, batch_size=batch)
+                                      device_flops_per_s=flops, batch_size=batch, precision=args.precision)
     return source, device or projection.default_device(source)
 
 
@@ -210,14 +220,18 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: pro
           + f" on {cluster.nodes} nodes ({result['workers']} workers), {cluster.topology}, "
             f"{format_bandwidth(cluster.bandwidth_bps)}, {format_seconds(cluster.latency_s)} latency, "
             f"fidelity {cluster.fidelity}")
-    print(f"  iteration      {format_seconds(result['iteration_s'])}")
+    print(f"  iteration      {format_seconds(result['iteration_s'])} (band {format_seconds(result['iteration_s_low'])}"
+          f" to {format_seconds(result['iteration_s_high'])})")
     print(f"  throughput     {result['samples_per_s']:.1f} samples/s")
-    print(f"  speed-up       {result['speedup']:.3f}x vs none ({format_seconds(result['baseline_iteration_s'])})")
+    print(f"  speed-up       {result['speedup']:.3f}x vs none ({format_seconds(result['baseline_iteration_s'])}; "
+          f"band {result['speedup_low']:.3f}x to {result['speedup_high']:.3f}x)")
+    if args.compressor != "none" and result["speedup_low"] <= 1.0 <= result["speedup_high"]:
+        print("  verdict        within the model's error of no compression (the band spans 1x)")
     for key in ("forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s", "optimizer_s"):
         print(f"  {key[:-2]:<14} {format_seconds(result[key])}")
     print(f"  wire/worker    {format_bytes(result['wire_bytes'])} of {format_bytes(result['dense_bytes'])} dense, "
           f"{result['buckets']} buckets")
-    print(f"  device         {result['device']}: compute from {result['compute_source']}")
+    print(f"  device         {result['device']} ({result['precision']}): compute from {result['compute_source']}")
     if result.get("cost_source"):
         print(f"  costs from     {result['cost_source']}")
 

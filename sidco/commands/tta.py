@@ -10,7 +10,7 @@ from convergence.tta import check_target, target_text
 from pipeline import project
 from pipeline.tta import label, resolve, time_to_accuracy, trace_path
 from results.store import Store
-from sidco.commands.simulate import add_scenario_args, positive_int, scenario_options
+from sidco.commands.simulate import add_precision_arg, add_scenario_args, positive_int, scenario_options
 from simulator.scenario import TOPOLOGIES
 from simulator.units import format_bandwidth, format_seconds, parse_bandwidth, parse_duration
 
@@ -49,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu", metavar="NAME",
                         help="device whose compression costs the projection uses: the run's replay on it, else its "
                              "stored profile (default cpu)")
+    add_precision_arg(parser)
     add_target_args(parser)
     add_scenario_args(parser)
     parser.set_defaults(func=run, fidelity="analytic")
@@ -89,6 +90,8 @@ def print_result(result: dict[str, Any]) -> None:
     if runner is not None:
         line += (f", {_seconds(result['margin_s'])} ({result['margin_ratio']:.2f}x) ahead of "
                  f"{label(runner['compressor'], runner['density'])}")
+        if result.get("within_error"):
+            line += ": within the model's error (their time bands overlap)"
     print(line)
 
 
@@ -105,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         cluster = project.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
         result = time_to_accuracy(store, run_row["id"], target_accuracy=args.target_accuracy,
                                   target_loss=args.target_loss, cluster=cluster, device=args.device,
-                                  calibrated=args.calibration)
+                                  calibrated=args.calibration, precision=args.precision)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:

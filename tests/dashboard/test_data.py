@@ -250,13 +250,14 @@ def test_invalid_controls_give_one_line_messages(field, value, message):
 
 def test_layout_projection_matches_the_simulator(tmp_path):
     import simulator
-    from simulator import devices
+    from simulator import devices, throughput
 
     store = Store(tmp_path / "r.sqlite")
     controls = projection.parse_controls("layout:resnet50", ["none"], "0.01", "16", "25Gbit", "20us", "ring")
     [row] = projection.project(store, controls)
     a100 = devices.get("a100")  # layouts default to a GPU
-    layout = simulator.workload_from_layout("resnet50", device_flops_per_s=a100.layout_flops,
+    flops = throughput.compute(a100, "amp", "cnn", "resnet50").flops_per_s
+    layout = simulator.workload_from_layout("resnet50", device_flops_per_s=flops,
                                             memory_bandwidth_Bps=a100.memory_bandwidth_Bps)
     direct = simulator.simulate(simulator.Scenario(layout, 16, 25e9, 20e-6))
     assert row["iteration_s"] == pytest.approx(direct["iteration_s"])
