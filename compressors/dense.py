@@ -9,6 +9,10 @@ normal values (``|x| ≥ 2⁻¹⁴``) and ``≤ 2⁻²⁵`` absolutely below; bf
 ``≤ 2⁻⁸·|x|`` over fp32's whole range. A finite gradient beyond fp16's range (``|x| > 65504``)
 raises ``ValueError``: the cast would send Inf. Error feedback (``compressors.ErrorFeedback``) keeps
 the rounding error as the residual; it is optional, like for every compressor.
+
+On a GPU compress is one cast and decompress one cast back, as PyTorch's hooks do: no
+finiteness check, since it needs a device→host synchronisation per bucket (``check_finite=True``
+asks for it). Off the GPU the check is on by default: a synchronisation costs nothing there.
 """
 
 from __future__ import annotations
@@ -21,13 +25,23 @@ from compressors.messages import Dense
 
 
 class DenseCast(Compressor):
-    """Send every element cast to :attr:`wire_dtype`. ``density`` is accepted and ignored (1)."""
+    """Send every element cast to :attr:`wire_dtype`. ``density`` is accepted and ignored (1);
+    ``check_finite``: refuse NaN, Inf and values beyond the narrower range (two syncs), default
+    off on a GPU and on elsewhere."""
 
     message = "dense"
     wire_dtype = torch.float16
 
+    def __init__(self, density: float = 1.0, check_finite: bool | None = None):
+        super().__init__(density)
+        if check_finite is not None and not isinstance(check_finite, bool):
+            raise ValueError(f"check_finite must be True, False or None, got {check_finite!r}")
+        self.check_finite = check_finite
+
     def _compress(self, grad: torch.Tensor) -> Dense:
         values = grad.to(self.wire_dtype)
+        if not (self.check_finite if self.check_finite is not None else not grad.is_cuda):
+            return Dense(values, grad.dtype)  # PyTorch's fp16/bf16 hook: the cast alone, no sync
         statistic = None
         if values.numel():  # max − min in fp32: finite iff every value is (NaN and ±Inf reach it)
             low, high = torch.aminmax(values)

@@ -439,10 +439,13 @@ def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps, collec
 
 
 def _cast(n, density, itemsize, stages, rounds, backend, half=2):
-    """fp16/bf16: the cast into a fresh buffer, ``aminmax`` of the half-width values (the
-    finiteness check, and a second check that nothing overflowed the narrower range: one sync
-    each)."""
-    c = Work().stream(n, itemsize, half, full=True).allocate(n * half).stream(n, half, 0, "minmax", full=True)
+    """fp16/bf16: the cast into a fresh buffer; off the GPU then ``aminmax`` of the half-width
+    values (the finiteness check, and a second check that nothing overflowed the narrower range:
+    one sync each); on a GPU (``backend="cuda"``) the cast alone, as PyTorch's hook."""
+    c = Work().stream(n, itemsize, half, full=True).allocate(n * half)
+    if backend == "cuda":
+        return c, Work().stream(n, half, itemsize, full=True)
+    c.stream(n, half, 0, "minmax", full=True)
     c.scalars(3)  # max − min in fp32: two widenings and the subtraction
     c.scalars(SCALAR_OPS["finite"]).sync().scalars(SCALAR_OPS["isfinite"]).sync()
     return c, Work().stream(n, half, itemsize, full=True)

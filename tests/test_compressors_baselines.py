@@ -171,3 +171,48 @@ def test_powersgd_any_layout_round_trips_shapes_and_rest(rows, cols, extra, rank
     if not m.blocks:
         assert torch.equal(out, g)
     assert m.wire_bytes() == 4 * m.selected <= 4 * g.numel() + 4 * (rows + cols) * rank
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16"])
+def test_the_gpu_path_is_one_cast_each_way_without_a_sync(name):
+    """As PyTorch's fp16/bf16 hooks: compress is the cast, decompress the cast back; no sync
+    (counted op by op), and the declared work of the ``cuda`` path says the same. The result is
+    the checked path's, bit for bit."""
+    from compressors import work as declared
+    from opcount import OpCounter
+
+    g = torch.randn(1 << 16, generator=torch.Generator().manual_seed(0))
+    fast = compressors.create(name, check_finite=False)
+    with OpCounter(g.numel()) as seen:
+        message = fast.compress(g)
+    out = torch.empty_like(g)
+    with OpCounter(g.numel()) as back:
+        fast.decompress(message, out=out)
+    assert seen.counts["launches"] == back.counts["launches"] == 1 and seen.counts["syncs"] == back.counts["syncs"] == 0
+    assert seen.counts["passes"] == back.counts["passes"] == 1
+    work = declared.work(name, g.numel(), 1.0, backend="cuda", error_feedback=False)
+    assert (work.compress.launches, work.compress.syncs, work.compress.passes) == (1, 0, 1)
+    assert (work.decompress.launches, work.decompress.syncs) == (1, 0)
+    checked = compressors.create(name).compress(g)
+    assert torch.equal(checked.values, message.values) and torch.equal(out, checked.values.float())
+    with pytest.raises(ValueError, match="check_finite"):
+        compressors.create(name, check_finite="yes")
+
+
+def test_the_finiteness_check_is_on_off_the_gpu_and_on_request():
+    g = torch.tensor([1.0, float("nan")])
+    with pytest.raises(ValueError):
+        compressors.create("fp16").compress(g)  # a CPU tensor: checked by default
+    assert compressors.create("fp16", check_finite=False).compress(g).values.isnan().any()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_fp16_compress_issues_one_kernel_and_no_sync_by_default():
+    from opcount import OpCounter
+
+    g = torch.randn(1 << 20, device="cuda")
+    fp16 = compressors.create("fp16")
+    fp16.compress(g)
+    with OpCounter(g.numel()) as seen:
+        fp16.compress(g)
+    assert seen.counts["launches"] == 1 and seen.counts["syncs"] == 0
