@@ -96,6 +96,7 @@ def test_bad_workload_arguments() -> None:
     ("name", "params", "gflops"),
     [
         ("resnet50", 25_557_032, (8.1, 8.4)),  # 4.1 GMAC per 224x224 image
+        ("vgg16", 138_357_544, (30.7, 31.2)),  # 15.5 GMAC
         ("vgg19", 143_667_240, (39.0, 39.6)),  # 19.6 GMAC
         ("bert-base", 109_482_240, (21.0, 23.5)),  # 128 tokens
         ("bert-large", 335_141_888, (78.0, 80.0)),  # 128 tokens: 2 x 302 M matrix weights x 128 + attention

@@ -23,6 +23,7 @@ from torch import nn
 
 INPUTS: dict[str, str] = {
     "resnet50": "one 3x224x224 image",
+    "vgg16": "one 3x224x224 image",
     "vgg19": "one 3x224x224 image",
     "bert-base": "one sequence of 128 tokens",
     "bert-large": "one sequence of 128 tokens",
@@ -101,6 +102,12 @@ class VGG19(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(torch.flatten(self.features(x), 1))
+
+
+class VGG16(VGG19):
+    """VGG-16 for ImageNet (138.4 M parameters), torchvision parameter naming."""
+
+    CONFIG = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
 
 
 class Attention(nn.Module):
@@ -210,8 +217,8 @@ def _module_flops(module: nn.Module, inputs: tuple[Any, ...], output: torch.Tens
 def _build(name: str, tokens: int | None = None) -> tuple[nn.Module, torch.Tensor]:
     if name == "resnet50":
         return ResNet50(), torch.empty(1, 3, 224, 224, device="meta")
-    if name == "vgg19":
-        return VGG19(), torch.empty(1, 3, 224, 224, device="meta")
+    if name in ("vgg16", "vgg19"):
+        return (VGG16() if name == "vgg16" else VGG19()), torch.empty(1, 3, 224, 224, device="meta")
     ids = torch.zeros(1, tokens or TOKENS[name], dtype=torch.int64, device="meta")
     if name == "bert-base":
         return Transformer(30522, 512, gpt=False), ids

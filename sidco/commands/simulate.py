@@ -37,7 +37,7 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
     source = parser.add_mutually_exclusive_group(required=required)
     source.add_argument("--trace", metavar="DIR", help="trace directory (compute times and gradients come from it)")
     source.add_argument("--layout", metavar="NAME",
-                        help="full-size layout instead of a trace: resnet50, vgg19, bert-base, bert-large, gpt2")
+                        help="full-size layout instead of a trace: resnet50, vgg16, vgg19, bert-base, bert-large, gpt2")
     parser.add_argument("--device", metavar="NAME",
                         help="device each worker has: " + ", ".join(devices.names()) + ". Layouts compute by the "
                              "rule fitted to published GPU training throughput (default a100; docs/devices.md); a "
