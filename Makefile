@@ -10,7 +10,7 @@ SIDCO := $(VENV)/bin/sidco
 STAMP := $(VENV)/.sidco-installed
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps test demo bench clean
+.PHONY: install system-deps test demo bench paper clean
 
 install: $(STAMP)
 
@@ -33,5 +33,8 @@ demo: install
 bench: install
 	$(SIDCO) bench --size 26214400 --densities 0.1,0.01,0.001 --device cpu
 
+paper: install
+	$(SIDCO) paper --store paper.sqlite
+
 clean:
-	rm -rf $(VENV) runs demo-out .pytest_cache
+	rm -rf $(VENV) runs demo-out .pytest_cache paper.sqlite

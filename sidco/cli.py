@@ -31,6 +31,7 @@ COMMANDS = (
     "emulate",
     "calibrate",
     "dashboard",
+    "paper",
 )
 
 

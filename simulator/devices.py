@@ -295,6 +295,44 @@ GPUS: dict[str, Device] = {
 }
 
 
+OLD_TOPK_S_PER_ELEMENT = 2.5576 / 100 / 2_000_000
+"""Seconds per input element of ``torch.topk`` on one large fp32 slice before PyTorch's
+multi-block radix select (pytorch/pytorch#71081, in PyTorch 1.12, 2022): one thread block per
+slice, so one SM makes every pass. Published: pytorch/pytorch#22812 (2019, PyTorch 1.1, CUDA
+10.0, a Quadro GP100): 100 calls of ``topk(1000, sorted=False)`` on 2,000,000 fp32 took
+2.5576 s, 25.6 ms a call, 12.8 ns an element (``sort`` of the same: 3.2 ms). No V100 figure of
+that era was found: a V100 is charged the GP100's rate (one SM either way, at a similar clock),
+an unmeasured input whose cost band is a factor of 2."""
+
+ERAS = {
+    "pytorch-1.3": {
+        "topk_s_per_element": ((1.0, OLD_TOPK_S_PER_ELEMENT),),
+        "topk_cache_s_per_element": ((1.0, OLD_TOPK_S_PER_ELEMENT),),
+        "source": "PyTorch 1.3's single-block torch.topk: 12.8 ns per element, measured on a Quadro GP100 with "
+                  "PyTorch 1.1 (pytorch/pytorch#22812), unmeasured on this GPU",
+    },
+}
+"""Kernel costs of earlier PyTorch releases, by era: ``get("v100@pytorch-1.3")`` is the V100 with
+the fields given here (the SIDCo paper's code pins PyTorch 1.3); every other number is today's."""
+
+
+def in_era(device: Device, era: str) -> Device:
+    """``device`` with the kernel costs of PyTorch ``era`` (:data:`ERAS`), named ``<name>@<era>``."""
+    if era not in ERAS:
+        raise ValueError(f"unknown PyTorch era {era!r}; choose from {', '.join(ERAS)}")
+    if device.kind != "gpu":
+        raise ValueError(f"eras are modelled for GPUs only, not {device.name!r}")
+    fields = {k: v for k, v in ERAS[era].items() if k != "source"}
+    sources = {**device.sources, **{k: ERAS[era]["source"] for k in fields}}
+    return replace(device, name=f"{device.name}@{era}", label=f"{device.label} ({era} kernels)", sources=sources,
+                   **fields)
+
+
+def base_name(name: str) -> str:
+    """The device a name stands for without its era: ``v100`` for ``v100@pytorch-1.3``."""
+    return name.split("@", 1)[0]
+
+
 def compute_ratio(captured_on: Device, target: Device, precision: str = "amp") -> float:
     """Factor on compute times measured on ``captured_on`` to project them onto ``target``
     running in ``precision``.
@@ -410,9 +448,11 @@ def get(name: str) -> Device:
 
     ``cpu`` is this host as last measured by ``sidco profile --device cpu``, else as measured
     for a profile shipped in ``profiles/`` on the same CPU model and flags, else the stated
-    defaults.
+    defaults. ``NAME@ERA`` is a GPU with the kernel costs of an earlier PyTorch (:func:`in_era`).
     """
     key = str(name).strip().lower()
+    if "@" in key:
+        return in_era(get(base_name(key)), key.split("@", 1)[1])
     if key == "cpu":
         return stored_host() or shipped_host() or cpu_default()
     if key in GPUS:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator.devices import LAYOUT_UTILISATION, Device, get
+from simulator.devices import LAYOUT_UTILISATION, Device, base_name, get
 
 PRECISIONS = ("fp32", "tf32", "amp")
 DEFAULT_PRECISION = "amp"
@@ -143,7 +143,8 @@ class Fit:
         """Seconds per training FLOP (the reciprocal of :meth:`flops_per_s`)."""
         dtype = device.dtype(precision)
         eta = self.simt if dtype == "fp32" else self.eta_tensor(kind, layout)
-        e = self.device.get(device.name, self.device.get(DEVICE_FALLBACK.get(device.name, ""), 1.0))
+        name = base_name(device.name)
+        e = self.device.get(name, self.device.get(DEVICE_FALLBACK.get(name, ""), 1.0))
         return 1.0 / (eta * e * device.peak_flops(precision)) + self.bytes_per_flop[kind] / device.memory_bandwidth_Bps
 
     def eta_tensor(self, kind: str, layout: str | None) -> float:
@@ -180,27 +181,38 @@ def optimizer_s(layout: str, device: Device) -> float:
 
 def fit(rows: Sequence[Row]) -> Fit:
     """The constants minimising Σ log²(predicted / published samples/s) over ``rows`` (SciPy's
-    least squares on the logarithms of the constants, so that every one stays > 0)."""
+    least squares on the logarithms of the constants, so that every one stays > 0; the
+    residuals are :meth:`Fit.samples_per_s`'s formula, vectorised over the rows)."""
     import numpy as np
     from scipy.optimize import least_squares
 
-    layouts = sorted({r.layout for r in rows if get(r.device).dtype(r.precision) != "fp32"})
+    simt = [get(r.device).dtype(r.precision) == "fp32" for r in rows]
+    layouts = sorted({r.layout for r, fp32 in zip(rows, simt) if not fp32})
     gpus = sorted({r.device for r in rows} - {"a100"})
     kinds = sorted({layout_kind(r.layout) for r in rows})
     names = ["simt", *(f"tensor:{n}" for n in layouts), *(f"device:{n}" for n in gpus), *(f"m:{k}" for k in kinds)]
+    index = {name: i for i, name in enumerate(names)}
+    eta_of = np.array([index["simt"] if fp32 else index[f"tensor:{r.layout}"] for r, fp32 in zip(rows, simt)])
+    e_of = np.array([index.get(f"device:{r.device}", -1) for r in rows])
+    m_of = np.array([index[f"m:{layout_kind(r.layout)}"] for r in rows])
+    flops = np.array([layout_flops(r.layout, r.tokens) for r in rows])
+    peak = np.array([get(r.device).peak_flops(r.precision) for r in rows])
+    bandwidth = np.array([get(r.device).memory_bandwidth_Bps for r in rows])
+    batch = np.array([float(r.batch_size) for r in rows])
+    optimizer = np.array([optimizer_s(r.layout, get(r.device)) for r in rows])
+    published = np.log([r.samples_per_s for r in rows])
 
-    def unpack(theta: Any) -> Fit:
-        v = dict(zip(names, np.exp(theta)))
-        return Fit(float(v["simt"]), {n: float(v[f"tensor:{n}"]) for n in layouts},
-                   {"a100": 1.0, **{n: float(v[f"device:{n}"]) for n in gpus}},
-                   {k: float(v.get(f"m:{k}", 0.0)) for k in KINDS}, tuple(rows))
-
-    def residuals(theta: Any) -> list[float]:
-        f = unpack(theta)
-        return [math.log(f.samples_per_s(r) / r.samples_per_s) for r in rows]
+    def residuals(theta: Any) -> Any:
+        v = np.exp(theta)
+        e = np.where(e_of >= 0, v[np.maximum(e_of, 0)], 1.0)
+        per_sample = flops * (1.0 / (v[eta_of] * e * peak) + v[m_of] / bandwidth)
+        return np.log(batch / (batch * per_sample + optimizer)) - published
 
     start = np.log([0.5] * (1 + len(layouts) + len(gpus)) + [0.01] * len(kinds))
-    return unpack(least_squares(residuals, start, x_scale=1.0).x)
+    v = dict(zip(names, np.exp(least_squares(residuals, start).x)))
+    return Fit(float(v["simt"]), {n: float(v[f"tensor:{n}"]) for n in layouts},
+               {"a100": 1.0, **{n: float(v[f"device:{n}"]) for n in gpus}},
+               {k: float(v.get(f"m:{k}", 0.0)) for k in KINDS}, tuple(rows))
 
 
 @functools.lru_cache(maxsize=1)
@@ -271,13 +283,14 @@ def compute(device: Device, precision: str, kind: str, layout: str | None = None
     f = fitted()
     rows = f.rows
     unmeasured = []
-    if not any(r.device == device.name for r in rows):
-        unmeasured.append(f"{device.name} (not in the table: {DEVICE_FALLBACK.get(device.name, 'a100')}'s efficiency)")
+    name = base_name(device.name)
+    if not any(r.device == name for r in rows):
+        unmeasured.append(f"{name} (not in the table: {DEVICE_FALLBACK.get(name, 'a100')}'s efficiency)")
     if layout is None or not any(r.layout == layout for r in rows):
         unmeasured.append(f"{layout or 'this trace'} (not in the table: the {kind} layouts' mean efficiency)")
-    if not any(r.device == device.name and device.dtype(r.precision) == dtype for r in rows) and \
+    if not any(r.device == name and device.dtype(r.precision) == dtype for r in rows) and \
             not unmeasured[:1]:
-        unmeasured.append(f"{dtype} on {device.name} (no row: extrapolated from other GPUs)")
+        unmeasured.append(f"{dtype} on {name} (no row: extrapolated from other GPUs)")
     low, high = band()
     widen = 1 + len(unmeasured)
     low, high = low**widen, high**widen

@@ -14,6 +14,7 @@ applies its own compute model: time = FLOPs × batch size ÷ device FLOP/s).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -235,11 +236,16 @@ def names() -> list[str]:
 def layout(name: str, tokens: int | None = None) -> list[dict[str, Any]]:
     """Parameter layout of ``name`` with per-sample forward FLOPs (see the module docstring);
     ``tokens``: the sequence length of a transformer layout's sample instead of :data:`TOKENS`
-    (at most its 512 or 1024 positions)."""
+    (at most its 512 or 1024 positions). Built once per process, a fresh list each call."""
     if name not in INPUTS:
         raise ValueError(f"unknown layout {name!r}; choose one of {', '.join(INPUTS)}")
     if tokens is not None and (name not in TOKENS or not 1 <= tokens <= (1024 if name == "gpt2" else 512)):
         raise ValueError(f"layout {name!r} takes no sequence length {tokens!r}")
+    return [dict(entry) for entry in _layout(name, tokens)]
+
+
+@functools.lru_cache(maxsize=32)
+def _layout(name: str, tokens: int | None) -> tuple[dict[str, Any], ...]:
     with torch.device("meta"):
         model, example = _build(name, tokens)
     owner = {id(p): n for n, p in model.named_parameters()}
@@ -255,7 +261,7 @@ def layout(name: str, tokens: int | None = None) -> list[dict[str, Any]]:
         model(example)
     for remove in hooks:
         remove()
-    return [
+    return tuple(
         {"name": n, "shape": tuple(p.shape), "numel": p.numel(), "forward_flops": flops[n]}
         for n, p in model.named_parameters()
-    ]
+    )
