@@ -119,7 +119,8 @@ def whatif_breakdown(results: Sequence[dict[str, Any]], title: str = "") -> Figu
 
 
 def whatif_speedup(results: Sequence[dict[str, Any]]) -> Figure:
-    """Horizontal bars: speed-up over ``none`` (×, dimensionless) per compressor, with the 1× line;
+    """Horizontal bars: speed-up over ``none`` (×, dimensionless) per compressor, with the 1× line
+    and, where the results carry them, error bars spanning ``speedup_low`` to ``speedup_high``;
     when ``fp16`` is among the results, a second bar per compressor gives the speed-up over the
     fp16 dense baseline (its iteration time ÷ this one's), the strongest plain alternative."""
     values = [float(r["speedup"]) if r.get("speedup") is not None else 0.0 for r in results]
@@ -129,6 +130,10 @@ def whatif_speedup(results: Sequence[dict[str, Any]]) -> Figure:
     data = [{"type": "bar", "orientation": "h", "x": values, "y": names, "marker": {"color": colours},
              "name": "speed-up" if dense16 is None else "vs none (fp32)", "text": [f"×{v:.2f}" for v in values],
              "textposition": "auto"}]
+    if all(r.get("speedup_low") is not None and r.get("speedup_high") is not None for r in results):
+        data[0]["error_x"] = {"type": "data", "symmetric": False,  # the error band of each projection
+                              "array": [float(r["speedup_high"]) - v for r, v in zip(results, values)],
+                              "arrayminus": [v - float(r["speedup_low"]) for r, v in zip(results, values)]}
     if dense16 is not None:
         versus = [float(dense16["iteration_s"]) / float(r["iteration_s"]) if r.get("iteration_s") else 0.0
                   for r in results]

@@ -29,7 +29,7 @@ PAGE_MESSAGE_BUDGET = 50_000_000
 command line allows :data:`simulator.limits.MESSAGE_BUDGET`."""
 
 RESULT_KEYS = ("iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s",
-               "speedup")
+               "speedup", "iteration_s_low", "iteration_s_high", "speedup_low", "speedup_high")
 
 
 class ProjectionError(ValueError):

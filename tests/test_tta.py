@@ -106,6 +106,8 @@ def test_sidco_tta_multiplies_iterations_by_the_projected_iteration_time(store_w
     for item in expected:
         key = (item["compressor"], 1.0 if item["compressor"] == "none" else 0.01)
         assert rows[key]["iteration_s"] == pytest.approx(item["iteration_s"])
+        assert rows[key]["iteration_s_low"] == pytest.approx(item["iteration_s_low"])  # the projection's band
+        assert rows[key]["iteration_s_low"] <= rows[key]["iteration_s"] <= rows[key]["iteration_s_high"]
     assert result["cost_sources"]["topk@0.01"].startswith("replay #1")
     for row in result["rows"]:
         if row["iterations_to_target"] is not None:
@@ -133,7 +135,13 @@ def test_sweep_gains_time_to_target_columns(store_with_table, capsys):
             assert row["time_to_target_s"] is None and "never reached" in row["reason"]
         else:
             assert row["time_to_target_s"] == pytest.approx(expected * row["iteration_s"])
+            assert row["time_to_target_s_low"] <= row["time_to_target_s"] <= row["time_to_target_s_high"]
+            assert row["time_to_target_s_high"] == pytest.approx(expected * row["iteration_s_high"])
     assert len(tta["winners"]) == 4
+    with Store(store_with_table) as store:  # the sweep rows keep the band the projection gives
+        stored = store.scenarios(summary["sweep_id"])
+    assert all(r["iteration_s_low"] <= r["iteration_s"] <= r["iteration_s_high"] for r in stored)
+    assert all(r["speedup_low"] <= r["speedup"] <= r["speedup_high"] for r in stored)
 
 
 def test_tta_bad_input_is_one_line_and_exit_2(store_with_table, tmp_path, capsys):
