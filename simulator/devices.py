@@ -236,7 +236,9 @@ GPU_RULES = {
     "ops": "streaming kernels are bound by memory on a GPU (no per-element compute charged), except "
            "logarithms: one special-function unit per 8 fp32 lanes, fp32 FLOP/s ÷ 16 elements/s",
     "alloc": "the caching allocator reuses device memory: fresh buffers cost nothing per call",
-    "launch": "rule of thumb: a CUDA kernel launch costs about 5 µs of host time (unmeasured here)",
+    "launch": "7 µs per eager operation: the launch overhead of meta-pytorch/autoparallel's compute cost model "
+              "(PR #146, 2025), fitted to runtimes measured on H100s (every operator costs at least 7 µs); taken "
+              "for every GPU, measured on none here",
     "sync": "rule of thumb: a device→host synchronisation costs about 20 µs (unmeasured here)",
 }
 
@@ -246,7 +248,7 @@ def _gpu(name: str, label: str, bandwidth: float, bandwidth_source: str, fp32: f
     return Device(
         name=name, kind="gpu", label=label, fp16_flops=fp16, tf32_flops=tf32,
         memory_bandwidth_Bps=bandwidth, write_bandwidth_Bps=bandwidth,
-        fp32_flops=fp32, bf16_flops=bf16, launch_s=5e-6, sync_s=20e-6, pcie_Bps=pcie,
+        fp32_flops=fp32, bf16_flops=bf16, launch_s=7e-6, sync_s=20e-6, pcie_Bps=pcie,
         topk_s_per_element=((1.0, 20.0 / bandwidth),), topk_cache_s_per_element=((1.0, 20.0 / bandwidth),),
         sort_s_per_element=128.0 / bandwidth,
         gather_s_per_element=40.0 / bandwidth, compact_s_per_element=2.0 / bandwidth,
