@@ -13,6 +13,7 @@ import pipeline.replay
 import traces
 from convergence.tta import iterations_to_target, time_to_target
 from pipeline import project
+from pipeline.tta import verdict
 from results.store import Store
 from sidco.cli import main
 
@@ -39,7 +40,8 @@ def _rows() -> list[dict]:
 
 def test_time_to_target_arithmetic_against_a_hand_made_table():
     seconds = {("none", 1.0): 0.100, ("topk", 0.01): 0.040, ("sidco-e", 0.01): 0.050, ("dgc", 0.01): 0.030}
-    result = time_to_target(_rows(), seconds, target_accuracy=0.6)
+    rows = time_to_target(_rows(), seconds, target_accuracy=0.6)
+    result = {"rows": rows, **verdict(rows)}
     table = {(r["compressor"], r["density"]): r for r in result["rows"]}
     # none: 0.62 at 30 -> 3.0 s; topk: 0.61 at 40 -> 1.6 s; sidco-e: 0.60 at 30 -> 1.5 s; dgc: never.
     assert table[("none", 1.0)]["iterations_to_target"] == 30
@@ -54,21 +56,21 @@ def test_time_to_target_arithmetic_against_a_hand_made_table():
     assert result["margin_ratio"] == pytest.approx(1.6 / 1.5)
     # loss target: eval_loss = 3 (1 - accuracy) <= 1.2  <=>  accuracy >= 0.6
     by_loss = time_to_target(_rows(), seconds, target_loss=1.2 + 1e-9)
-    assert [(r["compressor"], r["iterations_to_target"]) for r in by_loss["rows"]] == \
+    assert [(r["compressor"], r["iterations_to_target"]) for r in by_loss] == \
         [(r["compressor"], r["iterations_to_target"]) for r in result["rows"]]
 
 
 def test_a_run_that_never_reaches_the_target_reports_null_and_why():
-    result = time_to_target(_rows(), {("none", 1.0): 0.1, ("topk", 0.01): 0.04, ("sidco-e", 0.01): 0.05,
-                                      ("dgc", 0.01): 0.03}, target_accuracy=0.6)
-    dgc = [r for r in result["rows"] if r["compressor"] == "dgc"][0]
+    rows = time_to_target(_rows(), {("none", 1.0): 0.1, ("topk", 0.01): 0.04, ("sidco-e", 0.01): 0.05,
+                                    ("dgc", 0.01): 0.03}, target_accuracy=0.6)
+    dgc = [r for r in rows if r["compressor"] == "dgc"][0]
     assert dgc["iterations_to_target"] is None and dgc["time_to_target_s"] is None
     assert dgc["reason"] == "never reached accuracy 0.6 in 40 iterations (best 0.4000)"
     nobody = time_to_target(_rows(), {}, target_accuracy=0.99)
-    assert nobody["winner"] is None and nobody["reason"] == "no run reached held-out accuracy >= 0.99"
-    assert all(r["time_to_target_s"] is None for r in nobody["rows"])
+    assert verdict(nobody)["winner"] is None and verdict(nobody)["reason"] == "no run reached the target"
+    assert all(r["time_to_target_s"] is None for r in nobody)
     missing_time = time_to_target(_rows(), {}, target_accuracy=0.6)
-    none = [r for r in missing_time["rows"] if r["compressor"] == "none"][0]
+    none = [r for r in missing_time if r["compressor"] == "none"][0]
     assert none["iterations_to_target"] == 30 and none["time_to_target_s"] is None
     assert none["reason"] == "no projected iteration time for this (compressor, density)"
     assert iterations_to_target([{"iteration": 5, "accuracy": None, "eval_loss": None}], target_accuracy=0.5) == \
@@ -154,3 +156,34 @@ def test_tta_bad_input_is_one_line_and_exit_2(store_with_table, tmp_path, capsys
                  "--target-accuracy", "0.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("sidco tta: error: the results store has no convergence run; run: sidco converge")
+
+
+def test_tta_projects_the_named_device_exactly_as_simulate_does(store_with_table, capsys):
+    """``sidco tta --device a100`` takes each pair's iteration time from the projection ``sidco simulate
+    --trace ... --device a100`` makes for the same trace and scenario; on one node (no communication)
+    a100 and cpu differ by the compute ratio of the two devices."""
+    from simulator import devices
+
+    trace = str(Path(store_with_table).parent / "trace")
+    cluster = ["--nodes", "8", "--bandwidth", "100Mbit", "--store", str(store_with_table)]
+    assert main(["tta", *cluster, "--device", "a100", "--target-accuracy", "0.6", "--json"]) == 0
+    tta = json.loads(capsys.readouterr().out)
+    assert tta["device"] == "a100"
+    for row in tta["rows"]:
+        density = [] if row["compressor"] == "none" else ["--density", str(row["density"])]
+        assert main(["simulate", "--trace", trace, *cluster, "--device", "a100", "--fidelity", "analytic",
+                     "--compressor", row["compressor"], *density, "--json"]) == 0
+        simulated = json.loads(capsys.readouterr().out)
+        assert row["iteration_s"] == simulated["iteration_s"]
+        assert tta["compute_source"] == simulated["compute_source"]
+    one_node = ["--nodes", "1", "--bandwidth", "100Mbit", "--store", str(store_with_table), "--target-accuracy", "0.6",
+                "--json"]
+    times = {}
+    for device in ("cpu", "a100"):
+        assert main(["tta", *one_node, "--device", device]) == 0
+        times[device] = {r["compressor"]: r["iteration_s"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    ratio = devices.compute_ratio(devices.get("cpu"), devices.get("a100"))
+    assert ratio < 0.5
+    assert times["a100"]["none"] == pytest.approx(ratio * times["cpu"]["none"], rel=1e-9)
+    assert main(["tta", *one_node, "--device", "tpu"]) == 2
+    assert "tpu" in capsys.readouterr().err
