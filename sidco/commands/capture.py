@@ -43,6 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--threads", type=int, help="torch intra-op CPU threads (default: torch's choice; 1 is steadier on a busy machine)"
     )
+    parser.add_argument("--data", metavar="synthetic|pydoc|PATH",
+                        help="what to train on: synthetic, pydoc (text: the CPython documentation), a CIFAR-10 "
+                             "python directory for resnet20/vgg16, a UTF-8 text file for lstm/transformer "
+                             "(default: synthetic for images, pydoc for text; docs/usage.md)")
     parser.add_argument("--force", action="store_true", help="replace an existing trace at --out")
     add_store_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the trace summary as JSON on stdout")
@@ -59,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         args.workload, workers=args.workers, iterations=args.iterations, every=args.every, device=args.device,
         width=args.width, batch_size=args.batch_size, lr=args.lr,
     )
+    traces.workloads.data_source(args.workload, args.data, args.seed)  # a bad --data fails before the store
     store = Store(args.store)  # a bad store fails here, before any training
     bar = tqdm(total=args.iterations, desc=f"capture {args.workload}", unit="it", file=sys.stderr, disable=None)
 
@@ -71,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             trace_id, trace = capture.run(
                 store, args.workload, args.out, workers=args.workers, iterations=args.iterations, every=args.every,
                 device=args.device, seed=args.seed, width=args.width, batch_size=args.batch_size, lr=args.lr,
-                overwrite=args.force, progress=progress,
+                overwrite=args.force, progress=progress, data=args.data,
             )
     finally:
         bar.close()
