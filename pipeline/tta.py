@@ -10,6 +10,7 @@ cluster. Both the ``sidco tta`` command and the dashboard's Time-to-accuracy pag
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from convergence.tta import mean_spread, target_text, time_to_target
@@ -39,11 +40,13 @@ def resolve(store: Store, convergence: int | str | None) -> dict[str, Any]:
 
 
 def trace_path(store: Store, run: Mapping[str, Any]) -> str:
-    """Path of the run's trace; ``ValueError`` when the run has none yet."""
-    if run["trace_id"] is None:
+    """Path of the run's trace, or of the trace another seed of its configuration recorded
+    (``sidco converge --seeds N`` records one, with the first seed); ``ValueError`` when there is none yet."""
+    traced = next((r for r in seed_runs(store, run) if r["trace_id"] is not None), None) if "config" in run else None
+    if run["trace_id"] is None and traced is None:
         raise ValueError(f"convergence #{run['id']} has no trace yet (its first pair did not finish); "
                          "rerun the same sidco converge command")
-    return store.trace(int(run["trace_id"]))["path"]
+    return store.trace(int((run if run["trace_id"] is not None else traced)["trace_id"]))["path"]
 
 
 def seed_runs(store: Store, run: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -227,12 +230,14 @@ def time_to_accuracy(
     pairs = list(dict.fromkeys((r["compressor"], float(r["density"])) for r in rows))
     source = project.trace_source(store, path=trace_path(store, run), device=device, precision=precision)
     device = device or project.default_device(source)
+    if "powersgd_rank" in run["config"] and "rank" not in cluster.options:  # project PowerSGD at the rank trained
+        cluster = replace(cluster, options={**cluster.options, "rank": int(run["config"]["powersgd_rank"])})
     times, sources, bands = iteration_times(store, source, pairs, cluster, device=device, calibrated=calibrated,
                                            profile_file=profile_file)
     result = _table(rows, times, bands, target_accuracy, target_loss)
     result.update({
         "convergence_id": run["id"], "convergence_ids": [r["id"] for r in runs], "seeds": len(runs),
-        "trace_id": run["trace_id"], "workers_trained": run["config"]["workers"],
+        "trace_id": source.trace_id, "workers_trained": run["config"]["workers"],
         "workload": run["config"]["workload"], "cluster": _cluster_dict(cluster), "device": device,
         "precision": source.precision, "compute_source": source.compute, "target": {"accuracy": target_accuracy, "loss": target_loss},
         "cost_sources": {label(*key): value for key, value in sources.items() if value is not None},
