@@ -37,7 +37,7 @@ def test_pydoc_corpus_loads_offline_and_holds_out_whole_topics():
     assert len(train_texts) + len(held_texts) == len(names)
     assert set(held_texts) | set(train_texts) == set(topics.values()) and not set(held_texts) & set(train_texts)
     share = sum(map(len, held_texts)) / sum(map(len, topics.values()))
-    assert 0.08 < share < 0.15
+    assert 0.09 < share <= 0.1
     data = workloads.build("lstm").data
     assert isinstance(data, corpus.TextCorpus) and data.vocab == 2000 and len(data.vocabulary) == 2000
     assert data.train.numel() > 50_000 and data.heldout.numel() > 5_000
@@ -57,10 +57,11 @@ def test_pydoc_corpus_loads_offline_and_holds_out_whole_topics():
 
 
 def test_a_two_worker_lstm_learns_the_pydoc_text_below_the_unigram_loss():
-    config = RunConfig("lstm", workers=2, iterations=50, eval_every=50, width=0.25, eval_samples=64)
+    # the best context-free model's held-out loss is 4.71 nats; 80 steps at lr 3 reach 4.43 (1 thread, seed 0)
+    config = RunConfig("lstm", workers=2, iterations=80, eval_every=80, width=0.25, eval_samples=64, lr=3.0)
     unigram = workloads.build("lstm").data.unigram_loss()
     last = list(train(config, "none", 1.0))[-1]
-    assert last["eval_loss"] < unigram - 0.15, (last["eval_loss"], unigram)
+    assert last["eval_loss"] < unigram - 0.2, (last["eval_loss"], unigram)
 
 
 def _cifar_dir(path: Path, per_class: int = 6, seed: int = 0) -> Path:
@@ -145,6 +146,13 @@ def test_a_text_file_is_data_for_the_text_workloads(tmp_path, capsys):
                  "--no-replay", "--store", str(tmp_path / "r.sqlite"), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert rows[-1]["eval_loss"] < np.log(2000)
+    assert main(["capture", "--workload", "lstm", "--width", "0.25", "--workers", "2", "--iterations", "2",
+                 "--every", "1", "--data", str(text), "--out", str(tmp_path / "trace"), "--store",
+                 str(tmp_path / "r.sqlite"), "--json"]) == 0
+    capsys.readouterr()
+    import traces
+
+    assert traces.open(tmp_path / "trace").manifest["capture"]["data"] == str(text)
     (tmp_path / "latin1.txt").write_bytes(b"caf\xe9\n" * 10)
     for bad, message in ((tmp_path / "latin1.txt", "not UTF-8"), (tmp_path, "text workload"),
                          (tmp_path / "missing.txt", "no such file")):

@@ -3,9 +3,9 @@
 Corpus (:func:`pydoc_texts`): ``pydoc_data.topics.topics``, the help topics of the running
 Python's reference documentation (79 topics, about 465 kB of English prose and code samples
 in CPython 3.11). Split by topic, so no held-out text is trained on: going through the topics
-sorted by name, a topic is held out whenever the held-out part so far is under
-:data:`HELDOUT_FRACTION` of the characters seen so far (about 10 % of the text ends up held
-out, in whole topics).
+sorted by name, a topic is held out when the held-out part with it stays within
+:data:`HELDOUT_FRACTION` of the characters seen so far (just under 10 % of the text ends up
+held out, in whole topics).
 
 A text file (:func:`file_texts`): UTF-8, split by lines: the last :data:`HELDOUT_FRACTION` of
 its lines held out.
@@ -52,7 +52,7 @@ def pydoc_texts() -> tuple[list[str], list[str]]:
     for name in sorted(topics):
         text = topics[name]
         seen += len(text)
-        if held_chars < HELDOUT_FRACTION * seen:
+        if held_chars + len(text) <= HELDOUT_FRACTION * seen:
             held.append(text)
             held_chars += len(text)
         else:
