@@ -37,9 +37,9 @@ else
     echo "skipped: not root or no ip/tc (run 'sudo make demo' for the emulation step)"
 fi
 
-step "6/7 time to accuracy: ResNet-20 (width 0.25), 2 workers, 40 steps per compressor, projected on 8 nodes at 100 Mbit/s"
+step "6/7 time to accuracy: ResNet-20 (width 0.25), 2 workers, 40 steps per compressor, 3 seeds, projected on 8 nodes at 100 Mbit/s"
 "$SIDCO" converge --workload resnet20 --width 0.25 --workers 2 --iterations 40 --eval-every 10 \
-    --compressors none,topk,sidco-e --densities 0.01 --threads 1 --store "$STORE" | tee demo-out/converge.txt
+    --compressors none,topk,sidco-e --densities 0.01 --seeds 3 --threads 1 --store "$STORE" | tee demo-out/converge.txt
 RUN=$(sed -n 's/^convergence \([0-9]*\):.*/\1/p' demo-out/converge.txt)
 "$SIDCO" tta --convergence "$RUN" --nodes 8 --bandwidth 100Mbit --target-accuracy 0.25 --store "$STORE" \
     | tee demo-out/tta.txt
