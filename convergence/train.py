@@ -148,6 +148,8 @@ def train(
     recorder = recorder_factory(model, work.batch_size) if recorder_factory is not None else None
     try:
         with recorder if recorder is not None else nullcontext():
+            if recorder is not None:  # per-layer FLOPs, so projections onto other devices use them (untimed)
+                recorder.count_flops(next(work.batches(0, config.workers))[0])
             for iteration in range(1, config.iterations + 1):
                 grads, loss_sum, rank0_buffers = [], 0.0, None
                 for worker, shard in enumerate(shards):

@@ -239,3 +239,6 @@ def test_converge_seeds_store_one_run_per_seed_and_tta_reports_their_spread(tmp_
     assert main([*tta, "--curves", str(tmp_path / "run.json"), "--trace", trace]) == 0
     from_file = json.loads(capsys.readouterr().out)
     assert from_file["rows"] == result["rows"] and from_file["curves"] == result["curves"]
+    assert traces.open(trace).forward_flops is not None  # the run's trace counts its FLOPs: a GPU projects by them
+    assert main([*tta, "--device", "a100"]) == 0
+    assert json.loads(capsys.readouterr().out)["compute_source"].startswith("per-layer FLOPs of the trace")

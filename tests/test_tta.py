@@ -291,4 +291,4 @@ def test_time_to_accuracy_curves_are_drawn_as_mean_plus_minus_spread():
     seconds = {("topk", 0.01): 0.1, ("sidco-e", 0.01): 0.1}
     close = verdict(time_to_target(_seed_rows({("topk", 0.01): [30, 40, 30], ("sidco-e", 0.01): [40, 30, 40]}),
                                    seconds, target_accuracy=0.6))
-    assert verdict_text(close).startswith("no winner, too close to call: the margin")
+    assert verdict_text(close).startswith("winner not named, too close to call: the margin")

@@ -58,7 +58,7 @@ def verdict_text(result: dict) -> str:
     if winner is None:
         if leader is None:
             return f"no winner: {result['reason']}"
-        return (f"no winner, {result['reason']} (leader {label(leader['compressor'], leader['density'])}, "
+        return (f"winner not named, {result['reason']} (leader {label(leader['compressor'], leader['density'])}, "
                 f"runner-up {label(runner['compressor'], runner['density'])})")
     text = f"winner: {label(winner['compressor'], winner['density'])} in {format_seconds(winner['time_to_target_s'])}"
     if result["margin_ratio"] is not None:

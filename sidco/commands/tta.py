@@ -110,7 +110,7 @@ def print_result(result: dict[str, Any]) -> None:
         if leader is None:
             print(f"winner: none ({result['reason']})")
         else:
-            print(f"winner: none, {result['reason']} (leader {label(leader['compressor'], leader['density'])} "
+            print(f"winner: not named, {result['reason']} (leader {label(leader['compressor'], leader['density'])} "
                   f"{_seconds(leader['time_to_target_s'])}, runner-up {label(runner['compressor'], runner['density'])} "
                   f"{_seconds(runner['time_to_target_s'])})")
         return
