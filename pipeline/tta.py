@@ -3,8 +3,11 @@
 The convergence run (``sidco converge``) says how many iterations each (compressor,
 density) needs to reach the target; its trace gives the per-worker compute and its replay
 the compression costs, from which the simulator projects one iteration on the chosen
-cluster. Both the ``sidco tta`` command and the dashboard's Time-to-accuracy page call
-:func:`time_to_accuracy`.
+cluster, as ``sidco simulate --trace … --device`` projects it. The runs of every seed of the
+configuration (``sidco converge --seeds N``) give the mean and spread of the iterations;
+:func:`verdict` says whether the leader's margin is worth naming. Both the ``sidco tta``
+command and the dashboard's Time-to-accuracy page call :func:`time_to_accuracy`;
+:func:`curves_time_to_accuracy` does the same for curves measured elsewhere (``--curves``).
 """
 
 from __future__ import annotations
@@ -42,11 +45,12 @@ def resolve(store: Store, convergence: int | str | None) -> dict[str, Any]:
 def trace_path(store: Store, run: Mapping[str, Any]) -> str:
     """Path of the run's trace, or of the trace another seed of its configuration recorded
     (``sidco converge --seeds N`` records one, with the first seed); ``ValueError`` when there is none yet."""
-    traced = next((r for r in seed_runs(store, run) if r["trace_id"] is not None), None) if "config" in run else None
-    if run["trace_id"] is None and traced is None:
+    if run["trace_id"] is None and "config" in run:
+        run = next((r for r in seed_runs(store, run) if r["trace_id"] is not None), run)
+    if run["trace_id"] is None:
         raise ValueError(f"convergence #{run['id']} has no trace yet (its first pair did not finish); "
                          "rerun the same sidco converge command")
-    return store.trace(int((run if run["trace_id"] is not None else traced)["trace_id"]))["path"]
+    return store.trace(int(run["trace_id"]))["path"]
 
 
 def seed_runs(store: Store, run: Mapping[str, Any]) -> list[dict[str, Any]]:
