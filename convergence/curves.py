@@ -93,11 +93,14 @@ def parse(text: str, name: str = "curves") -> dict[str, Any]:
         if source is not None and not isinstance(source, str):
             raise ValueError(f"{name}: source must be text, got {source!r}")
     else:
-        reader = csv.DictReader(io.StringIO(text))
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{name}: a CSV needs the columns {', '.join(COLUMNS)}; missing {', '.join(missing)}")
-        source, rows = None, list(reader)
+        try:
+            reader = csv.DictReader(io.StringIO(text, newline=""))
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ValueError(f"{name}: a CSV needs the columns {', '.join(COLUMNS)}; missing {', '.join(missing)}")
+            source, rows = None, list(reader)
+        except csv.Error as exc:
+            raise ValueError(f"{name}: not valid CSV (line {reader.line_num}: {exc})") from None
     if not rows:
         raise ValueError(f"{name}: no rows")
     checked = [check_row(row, f"{name} row {i + 1}") for i, row in enumerate(rows)]

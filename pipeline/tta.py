@@ -302,7 +302,8 @@ def sweep_time_to_target(
     Returns ``{"convergence_id", "target", "rows": [{nodes, bandwidth_bps,
     latency_s, topology, compressor, density, iteration_s, iterations_to_target,
     time_to_target_s, reason}], "winners": [{nodes, bandwidth_bps, latency_s, topology,
-    compressor, density, time_to_target_s, margin_ratio}]}``; a scenario whose (compressor,
+    compressor, density, time_to_target_s, margin_ratio}]}`` (each row also carries the error
+    band its sweep stored: ``iteration_s_low``/``high``, ``time_to_target_s_low``/``high``); a scenario whose (compressor,
     density) the run did not train, or that never reached the target, gets ``None`` and a reason.
     """
     from convergence.tta import iterations_to_target
@@ -318,8 +319,13 @@ def sweep_time_to_target(
         pair = (s["compressor"], 1.0 if s["compressor"] == "none" else float(s["density"]))
         iterations, reason = reached.get(pair, (None, f"convergence #{run['id']} did not train this "
                                                       "(compressor, density)"))
+        low = s["iteration_s"] if s["iteration_s_low"] is None else s["iteration_s_low"]  # swept before bands
+        high = s["iteration_s"] if s["iteration_s_high"] is None else s["iteration_s_high"]
         rows.append({**{k: s[k] for k in SWEEP_COLUMNS}, "iterations_to_target": iterations,
                      "time_to_target_s": None if iterations is None else iterations * s["iteration_s"],
+                     "iteration_s_low": low, "iteration_s_high": high,
+                     "time_to_target_s_low": None if iterations is None else iterations * low,
+                     "time_to_target_s_high": None if iterations is None else iterations * high,
                      "reason": reason})
     clusters: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
