@@ -55,11 +55,6 @@ def traces(store: Store) -> list[dict[str, Any]]:
     return store.trace_list()
 
 
-def trace_row(store: Store, trace_id: int) -> dict[str, Any] | None:
-    """One registered trace with its parsed manifest, or ``None``."""
-    return store.trace(int(trace_id))
-
-
 def replays(store: Store) -> list[dict[str, Any]]:
     """Replays with their trace's workload and path, newest first."""
     return store.replay_list()

@@ -149,14 +149,8 @@ def check_scenario_args(args: argparse.Namespace, nodes: int, bandwidth_bps: flo
 
 
 def parse_device(text: str | None) -> str | None:
-    """``--device``: a known device name (lower case), ``cuda``/``cuda:N`` (costs from replays
-    and profiles only), or ``None``."""
-    if text is None:
-        return None
-    name = text.strip().lower()
-    if name.split(":")[0] == "cuda":
-        return name
-    return devices.get(name).name
+    """``--device``: a known device name (lower case), or ``None``."""
+    return None if text is None else devices.get(text).name
 
 
 def parse_source(args: argparse.Namespace, store: Store | None) -> tuple[projection.Source, str]:
@@ -165,8 +159,6 @@ def parse_source(args: argparse.Namespace, store: Store | None) -> tuple[project
     if args.trace:
         if args.device_flops is not None:
             raise ValueError("--device-flops applies to layouts; a trace is projected with --device")
-        if device is not None and device.startswith("cuda"):
-            raise ValueError(f"--device {device}: name the GPU ({', '.join(devices.names()[1:])}) to project onto")
         source = projection.trace_source(store, path=args.trace, device=device, precision=args.precision)
         return source, device or projection.default_device(source)
     flops = None
@@ -177,8 +169,6 @@ def parse_source(args: argparse.Namespace, store: Store | None) -> tuple[project
             raise ValueError(f"invalid --device-flops {args.device_flops!r}: give FLOP/s, e.g. 100e12") from None
         if not flops > 0:
             raise ValueError(f"invalid --device-flops {args.device_flops!r}: must be > 0")
-    if device is not None and device.startswith("cuda"):
-        raise ValueError(f"--device {device}: a layout needs a known device ({', '.join(devices.names())})")
     batch = positive_int(args.batch_size, "--batch-size")
     source = projection.layout_source(args.layout, device=device or projection.DEFAULT_LAYOUT_DEVICE,
                                       device_flops_per_s=flops, batch_size=batch, precision=args.precision)
