@@ -19,7 +19,7 @@ import torch
 import compressors
 from compressors.samples import gradient_like
 from compressors.device import available_memory, resolve as resolve_device
-from compressors.identity import device_identity
+from compressors.machine import device_identity
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
 

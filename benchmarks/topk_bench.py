@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from compressors.samples import gradient_like
-from compressors.identity import device_identity
+from compressors.machine import device_identity
 from compressors.selection import Workspace, exact_topk
 
 

@@ -17,9 +17,9 @@ import importlib
 from typing import Any
 
 from compressors.base import Compressor
-from compressors.dense import BF16, FP16
+from compressors.casts import BF16, FP16
 from compressors.dgc import DGC
-from compressors.exact import NoCompression, TopK
+from compressors.reference import NoCompression, TopK
 from compressors.gaussiank import GaussianK
 from compressors.memory import DGCMemory, ErrorFeedback, Memory
 from compressors.messages import Dense, LowRank, Message

@@ -371,7 +371,7 @@ def host_identity() -> dict[str, Any]:
     """This host: CPU model, the SIMD flags that matter here, core count, torch version."""
     import torch
 
-    from compressors.identity import cpuinfo
+    from compressors.machine import cpuinfo
 
     info = cpuinfo()
     model = info.get("model name") or platform.processor() or platform.machine()

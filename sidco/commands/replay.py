@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 import compressors
 from compressors.ddp_buckets import bucket_caps
-from compressors.identity import device_identity
+from compressors.machine import device_identity
 from pipeline import replay
 from pipeline.replay import FIRST_CALLS
 from results.store import Store
