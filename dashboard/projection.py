@@ -20,7 +20,7 @@ from pipeline import project as pipeline_project
 from results.store import Store
 from simulator import devices
 from simulator.scenario import TOPOLOGIES
-from simulator.units import parse_bandwidth, parse_duration
+from units import parse_bandwidth, parse_duration
 
 from dashboard import data
 

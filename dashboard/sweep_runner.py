@@ -17,7 +17,7 @@ import pipeline.project
 import pipeline.sweep
 from results.store import Store
 from simulator.sweep import Grid
-from simulator.units import parse_bandwidth, parse_density, parse_duration, parse_list
+from units import parse_bandwidth, parse_density, parse_duration, parse_list
 
 from dashboard import projection
 

@@ -20,7 +20,7 @@ import traces
 from compressors.device import resolve as resolve_device
 from results import Store, StoreError
 from sidco.cli import main
-from simulator.units import parse_bandwidth, parse_bytes, parse_density, parse_duration
+from units import parse_bandwidth, parse_bytes, parse_density, parse_duration
 
 FUZZ = settings(max_examples=40, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

@@ -9,7 +9,7 @@ from dashboard import converge_runner, data, figures, projection
 from dashboard.data import StoreReader
 from pipeline import project
 from pipeline.tta import label, time_to_accuracy
-from simulator.units import format_seconds, parse_bandwidth, parse_duration
+from units import format_seconds, parse_bandwidth, parse_duration
 from traces import workloads
 
 PATH = "/tta"

@@ -14,7 +14,7 @@ from convergence import RunConfig
 from pipeline import converge
 from results.store import Store
 from sidco.commands import add_store_argument
-from simulator.units import parse_density, parse_list
+from units import parse_density, parse_list
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -16,7 +16,7 @@ from pipeline import emulate
 from simulator.limits import JOB_BYTES, max_jobs
 from results.store import Store
 from sidco.commands import add_store_argument
-from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
+from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
 
 
 def _positive_int_list(text: str, what: str, minimum: int) -> list[int]:

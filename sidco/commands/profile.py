@@ -15,7 +15,7 @@ import compressors
 from pipeline import profile as device_profiles
 from results.store import Store
 from sidco.commands import add_store_argument
-from simulator.units import parse_density, parse_list
+from units import parse_density, parse_list
 
 DEFAULT_SIZES = {"cpu": "2^16..2^24", "cuda": "2^16..2^26"}
 

@@ -17,7 +17,7 @@ from pipeline import replay
 from pipeline.replay import FIRST_CALLS
 from results.store import Store
 from sidco.commands import add_store_argument
-from simulator.units import parse_density, parse_list
+from units import parse_density, parse_list
 
 DEFAULT_COMPRESSORS = "sidco-e,sidco-p,sidco-gp,topk,dgc"
 DEFAULT_DENSITIES = "0.1,0.01,0.001"

@@ -17,7 +17,7 @@ from pipeline import project as projection
 from results.store import Store
 from sidco.commands import add_store_argument
 from simulator.scenario import COMPRESS_ON, TOPOLOGIES
-from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
+from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
 from simulator.workload import BUCKET_MODES
 
 

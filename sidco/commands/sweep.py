@@ -29,7 +29,7 @@ from simulator.limits import check_jobs
 from simulator.pool import local_pool
 from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid
-from simulator.units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
+from units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
 
 MAX_CHUNK_SIZE = 100_000
 """Scenarios per task at most (a chunk's rows are held in memory until they land)."""

@@ -12,7 +12,7 @@ from pipeline.tta import label, resolve, time_to_accuracy, trace_path
 from results.store import Store
 from sidco.commands.simulate import add_precision_arg, add_scenario_args, positive_int, scenario_options
 from simulator.scenario import TOPOLOGIES
-from simulator.units import format_bandwidth, format_seconds, parse_bandwidth, parse_duration
+from units import format_bandwidth, format_seconds, parse_bandwidth, parse_duration
 
 
 def add_target_args(parser: argparse.ArgumentParser) -> None:
