@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from convergence import RunConfig
+from pipeline.catalog import RunConfig
 from pipeline import converge
 from results.store import Store
 from units import parse_density, parse_list

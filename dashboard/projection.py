@@ -13,20 +13,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import compressors
-import simulator
-import traces
 from pipeline import project as pipeline_project
+from pipeline.catalog import TOPOLOGIES, chrome_trace, compressor_names as _compressor_names, devices, layout_names as _layout_names
 from results.store import Store
-from simulator import devices
-from simulator.scenario import TOPOLOGIES
 from units import parse_bandwidth, parse_duration
 
 from dashboard import data
 
 PAGE_MESSAGE_BUDGET = 50_000_000
 """Link-level messages one page request may simulate (a few seconds on one core); the
-command line allows :data:`simulator.limits.MESSAGE_BUDGET`."""
+command line allows :data:`pipeline.catalog.MESSAGE_BUDGET`."""
 
 RESULT_KEYS = ("iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s",
                "speedup", "iteration_s_low", "iteration_s_high", "speedup_low", "speedup_high")
@@ -43,12 +39,12 @@ def _first_line(exc: BaseException) -> str:
 
 def compressor_names() -> list[str]:
     """The compressors the library offers (:func:`compressors.names`)."""
-    return list(compressors.names())
+    return list(_compressor_names())
 
 
 def layout_names() -> list[str]:
     """The large-model layouts of :mod:`traces.layouts`."""
-    return list(traces.layouts.names())
+    return list(_layout_names())
 
 
 def sources(store: Store) -> list[dict[str, str]]:
@@ -232,5 +228,5 @@ def timeline(store: Store, controls: Controls, fidelity: str = "des") -> dict[st
     """One simulated iteration of ``controls.compressors[0]`` as Chrome/Perfetto trace JSON."""
     compressor = controls.compressors[0]
     (result,) = _run(store, controls, [compressor], fidelity, timeline=True)
-    return simulator.chrome_trace(result["timeline"], {"compressor": compressor, "nodes": controls.nodes,
+    return chrome_trace(result["timeline"], {"compressor": compressor, "nodes": controls.nodes,
                                                        "fidelity": fidelity, "iteration_s": result["iteration_s"]})

@@ -189,6 +189,13 @@ def workload(source: Source) -> simulator.Workload:
     return _workload(replace(source, trace_id=None))
 
 
+def check_options(workload: simulator.Workload, nodes: int, bandwidth_bps: float, latency_s: float, topology: str,
+                  fidelity: str | None, options: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` (one line) if the scenario is outside the simulator's limits: checked
+    before any store is opened or created, so bad input writes nothing."""
+    simulator.Scenario(workload, nodes, bandwidth_bps, latency_s, topology=topology, fidelity=fidelity, **options)
+
+
 def calibration(store: Store, *, required: bool = False) -> simulator.Calibration | None:
     """The newest calibration of the store with its per-operation fits; ``None`` when there is
     none, unless ``required``."""

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {
     "profiles": 0,  # data only
     "results": 0,
+    "units": 0,  # parsing and printing sizes, rates, durations, densities: imports nothing of ours
     "compressors": 1,
     "traces": 2,
     "simulator": 3,
@@ -54,6 +55,30 @@ def test_dependencies_point_one_way(package):
             if LAYERS[imported] > LAYERS[package]:
                 wrong.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
     assert not wrong, "\n".join(wrong)
+
+
+# The front doors map input to the orchestration layer and print or plot its result: they import
+# the pipeline, the store and the units only (the dashboard may be started by the command line).
+DOORS = {"sidco": {"pipeline", "results", "units", "dashboard", "sidco"},
+         "dashboard": {"pipeline", "results", "units", "dashboard"}}
+# Edges the layer order allows but the house forbids: the model never reads the store.
+FORBIDDEN = {"simulator": {"results"}}
+
+
+@pytest.mark.parametrize("door", sorted(DOORS))
+def test_doors_import_only_the_pipeline_the_store_and_units(door):
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {imported}"
+             for path in _sources(door) for imported, line in _imported_packages(path)
+             if imported not in DOORS[door]]
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_forbidden_edges(package):
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {imported}"
+             for path in _sources(package) for imported, line in _imported_packages(path)
+             if imported in FORBIDDEN[package]]
+    assert not wrong, "\n".join(sorted(wrong))
 
 
 def test_no_relative_imports_hide_from_the_check():

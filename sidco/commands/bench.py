@@ -8,8 +8,8 @@ import sys
 
 from tqdm import tqdm
 
-import compressors
 from benchmarks import compressor_bench as benchmark
+from pipeline.catalog import compressor_names
 
 
 def _densities(text: str) -> list[float]:
@@ -24,7 +24,7 @@ def _densities(text: str) -> list[float]:
 
 def _names(text: str) -> list[str]:
     if text.strip() == "all":
-        return compressors.names()
+        return compressor_names()
     names = [item.strip() for item in text.split(",") if item.strip()]
     if not names:
         raise ValueError("--compressors is empty")
@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
     parser.add_argument("--dtype", default="fp32", choices=sorted(benchmark.DTYPES), help="element type (default fp32)")
     parser.add_argument("--compressors", default=None,
-                        help=f"'all' or a comma-separated subset of: {','.join(compressors.names())} (default all); "
+                        help=f"'all' or a comma-separated subset of: {','.join(compressor_names())} (default all); "
                              "none, fp16, bf16 and powersgd run once at density 1")
     parser.add_argument("--repeats", type=int, default=10, help="timed calls per row; the median is reported (default 10)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed calls per row before timing (default 10)")
@@ -89,9 +89,9 @@ def format_table(rows: list[dict]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print the table (or JSON)."""
-    names = _names(args.compressors) if args.compressors is not None else compressors.names()
+    names = _names(args.compressors) if args.compressors is not None else compressor_names()
     densities = _densities(args.densities)
-    bound = [n for n in names if n in compressors.names() and benchmark.density_bound(n)]
+    bound = [n for n in names if n in compressor_names() and benchmark.density_bound(n)]
     total = len(names) - len(bound) + len(densities) * len(bound)
     with tqdm(total=total, desc="bench", unit="row", file=sys.stderr, disable=None) as bar:
         def progress(label: str) -> None:

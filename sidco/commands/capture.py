@@ -9,11 +9,10 @@ import sys
 import torch
 from tqdm import tqdm
 
-import traces
 from pipeline import capture
 from results.store import Store
 from sidco.commands import add_store_argument
-from traces.capture import check_request
+from pipeline.catalog import check_capture_request, workload_names
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "results store."
         ),
     )
-    parser.add_argument("--workload", required=True, choices=traces.workloads.names(), help="model and data to train")
+    parser.add_argument("--workload", required=True, choices=workload_names(), help="model and data to train")
     parser.add_argument("--workers", type=int, default=4, help="simulated data-parallel workers (default 4)")
     parser.add_argument("--iterations", type=int, default=200, help="training steps to run (default 200)")
     parser.add_argument("--every", type=int, default=10, help="record every N-th step: N, 2N, ... (default 10)")
@@ -55,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise ValueError(f"invalid --threads {args.threads}: must be >= 1")
         torch.set_num_threads(args.threads)
-    check_request(
+    check_capture_request(
         args.workload, workers=args.workers, iterations=args.iterations, every=args.every, device=args.device,
         width=args.width, batch_size=args.batch_size, lr=args.lr,
     )

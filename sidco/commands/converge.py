@@ -9,8 +9,7 @@ import sys
 import torch
 from tqdm import tqdm
 
-import traces
-from convergence import RunConfig
+from pipeline.catalog import RunConfig, workload_names
 from pipeline import converge
 from results.store import Store
 from sidco.commands import add_store_argument
@@ -36,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
         allow_abbrev=False,
     )
-    parser.add_argument("--workload", default="resnet20", choices=traces.workloads.names(),
+    parser.add_argument("--workload", default="resnet20", choices=workload_names(),
                         help="model and data to train (default resnet20)")
     parser.add_argument("--workers", type=int, default=4, help="simulated data-parallel workers (default 4)")
     parser.add_argument("--iterations", type=int, default=300, help="training steps per compressor (default 300)")

@@ -10,10 +10,8 @@ import sys
 
 from tqdm import tqdm
 
-from emulation.collectives import OPS
-from emulation.network import remove_stale, require_emulation
 from pipeline import emulate
-from simulator.limits import JOB_BYTES, max_jobs
+from pipeline.catalog import COLLECTIVES, FIDELITIES, JOB_BYTES, check_training_request, max_jobs, remove_stale, require_emulation
 from results.store import Store
 from sidco.commands import add_store_argument
 from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
@@ -145,8 +143,8 @@ def run(args: argparse.Namespace) -> int:
 def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: list[float | None]) -> int:
     ops = parse_list(args.op, str)
     for op in ops:
-        if op not in OPS:
-            raise ValueError(f"unknown collective {op!r}: choose from {', '.join(OPS)}")
+        if op not in COLLECTIVES:
+            raise ValueError(f"unknown collective {op!r}: choose from {', '.join(COLLECTIVES)}")
     sizes = parse_list(args.bytes, parse_bytes)
     if args.repeats < 1:
         raise ValueError(f"invalid --repeats {args.repeats}: must be >= 1")
@@ -183,23 +181,19 @@ def _densities(text: str) -> list[float]:
 
 
 def _fidelities(text: str) -> list[str]:
-    import simulator
-
     chosen = parse_list(text, str)
-    unknown = [f for f in chosen if f not in simulator.FIDELITIES]
+    unknown = [f for f in chosen if f not in FIDELITIES]
     if unknown or not chosen:
-        raise ValueError(f"invalid --fidelity {text!r}: choose from {', '.join(simulator.FIDELITIES)}")
+        raise ValueError(f"invalid --fidelity {text!r}: choose from {', '.join(FIDELITIES)}")
     return list(dict.fromkeys(chosen))
 
 
 def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[float | None]) -> int:
-    from emulation.training import check_request
-
     names = parse_list(args.compressors, str)
     densities = _densities(args.density)
     fidelities = _fidelities(args.fidelity)
     for density in densities:
-        check_request(args.workload, names, density, args.iterations, args.warmup, args.batch_size)
+        check_training_request(args.workload, names, density, args.iterations, args.warmup, args.batch_size)
     calibration: str | int = args.calibration
     if calibration not in ("latest", "none"):
         try:

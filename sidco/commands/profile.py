@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-import compressors
 from pipeline import profile as device_profiles
+from pipeline.catalog import compressor_names
 from results.store import Store
 from sidco.commands import add_store_argument
 from units import parse_density, parse_list
@@ -86,10 +86,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _names(text: str) -> list[str]:
-    names = compressors.names() if text.strip() == "all" else parse_list(text, str)
-    unknown = [n for n in names if n not in compressors.names()]
+    names = compressor_names() if text.strip() == "all" else parse_list(text, str)
+    unknown = [n for n in names if n not in compressor_names()]
     if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
+        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressor_names())}")
     return names
 
 

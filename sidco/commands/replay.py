@@ -10,9 +10,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-import compressors
-from compressors.ddp_buckets import bucket_caps
-from compressors.machine import device_identity
+from pipeline.catalog import bucket_caps, compressor_names, device_identity
 from pipeline import replay
 from pipeline.replay import FIRST_CALLS
 from results.store import Store
@@ -86,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def parse_compressors(text: str) -> list[str]:
     """``--compressors``: comma-separated names, or ``all`` (every compressor but ``none``)."""
     if text.strip() == "all":
-        return [n for n in compressors.names() if n != "none"]
+        return [n for n in compressor_names() if n != "none"]
     return parse_list(text, str)
 
 

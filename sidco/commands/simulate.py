@@ -11,14 +11,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import simulator
-from simulator import devices, throughput
 from pipeline import project as projection
+from pipeline.catalog import (BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES, Workload,
+                              check_output_path, devices, message_kind, write_chrome_trace)
 from results.store import Store
 from sidco.commands import add_store_argument
-from simulator.scenario import COMPRESS_ON, TOPOLOGIES
 from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
-from simulator.workload import BUCKET_MODES
 
 
 def positive_int(text: str, name: str) -> int:
@@ -56,7 +54,7 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
 
 def add_precision_arg(parser: argparse.ArgumentParser) -> None:
     """``--precision fp32|tf32|amp`` (default amp): what a projection onto a device computes in."""
-    parser.add_argument("--precision", choices=throughput.PRECISIONS, default=throughput.DEFAULT_PRECISION,
+    parser.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
                         help="what the modelled device trains in: fp32, tf32 (fp32 where there are no TF32 units, "
                              "e.g. V100), amp (default: mixed precision, fp16 tensor cores on a V100, bf16 on an "
                              "A100 and later)")
@@ -64,7 +62,7 @@ def add_precision_arg(parser: argparse.ArgumentParser) -> None:
 
 def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     """Options shared by simulate and sweep (everything except the swept axes)."""
-    parser.add_argument("--fidelity", choices=simulator.FIDELITIES,
+    parser.add_argument("--fidelity", choices=FIDELITIES,
                         help="analytic (closed forms) or des (SimPy + link-level messages)")
     parser.add_argument("--bucket-mode", choices=BUCKET_MODES, default="ddp",
                         help="ddp buckets (default), single (whole model, as the SIDCo paper), layer")
@@ -98,7 +96,7 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
 
 
-def parse_jitter(text: str, workload: simulator.Workload) -> float:
+def parse_jitter(text: str, workload: Workload) -> float:
     """``--jitter``: a coefficient of variation ≥ 0, or ``trace`` (the workload's measured one)."""
     if str(text).strip() == "trace":
         return workload.compute_cv
@@ -111,7 +109,7 @@ def parse_jitter(text: str, workload: simulator.Workload) -> float:
     return value
 
 
-def scenario_options(args: argparse.Namespace, workload: simulator.Workload) -> dict[str, Any]:
+def scenario_options(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:
     """Scenario keyword arguments from the shared options (units parsed strictly)."""
     return {
         "bucket_mode": args.bucket_mode,
@@ -143,8 +141,7 @@ def check_scenario_args(args: argparse.Namespace, nodes: int, bandwidth_bps: flo
         source = parse_source(args, None)[0]
     workload = projection.workload(source)
     options = scenario_options(args, workload)
-    simulator.Scenario(workload, nodes, bandwidth_bps, latency_s, topology=args.topology, fidelity=args.fidelity,
-                       **options)
+    projection.check_options(workload, nodes, bandwidth_bps, latency_s, args.topology, args.fidelity, options)
     return options
 
 
@@ -235,13 +232,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"invalid --density {args.density}: must be in (0, 1]")
     projection.check_compressors([args.compressor])
     if args.density is None and args.compressor != "none":
-        import compressors
-
-        if compressors.message_kind(args.compressor) == "sparse":
+        if message_kind(args.compressor) == "sparse":
             raise ValueError(f"--density is needed with --compressor {args.compressor}")
         args.density = 1.0  # dense casts and PowerSGD send what their dtype or rank sets
     if args.timeline:
-        simulator.check_output_path(args.timeline)
+        check_output_path(args.timeline)
     options = check_scenario_args(args, nodes, bandwidth, latency)
     with Store(args.store) as store:
         source, device = parse_source(args, store)
@@ -253,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.timeline:
         meta = {"compressor": args.compressor, "nodes": nodes, "fidelity": args.fidelity}
-        simulator.write_chrome_trace(args.timeline, result["timeline"], meta)
+        write_chrome_trace(args.timeline, result["timeline"], meta)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:

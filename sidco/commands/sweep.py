@@ -19,16 +19,12 @@ from typing import Any
 from tqdm import tqdm
 
 import pipeline.sweep
+from pipeline.catalog import TOPOLOGIES, Grid, check_jobs, check_target, compressor_names, local_pool, target_text
 from pipeline.project import workload
-from convergence.tta import check_target, target_text
 from pipeline.tta import label, resolve, sweep_time_to_target, trace_path
 from results.store import Store
 from sidco.commands.tta import add_target_args
 from sidco.commands.simulate import add_scenario_args, add_source_args, parse_source, positive_int, scenario_options
-from simulator.limits import check_jobs
-from simulator.pool import local_pool
-from simulator.scenario import TOPOLOGIES
-from simulator.sweep import Grid
 from units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
 
 MAX_CHUNK_SIZE = 100_000
@@ -76,9 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def parse_grid(args: argparse.Namespace) -> Grid:
     """The sweep axes from the command line (strict units)."""
-    import compressors
-
-    names = compressors.names() if args.compressors.strip() == "all" else parse_list(args.compressors, str)
+    names = compressor_names() if args.compressors.strip() == "all" else parse_list(args.compressors, str)
     return pipeline.sweep.grid(
         nodes=parse_list(args.nodes, lambda t: positive_int(t, "--nodes")),
         bandwidths_bps=parse_list(args.bandwidth, parse_bandwidth),

@@ -6,12 +6,11 @@ import argparse
 import json
 from typing import Any
 
-from convergence.tta import check_target, target_text
 from pipeline import project
+from pipeline.catalog import TOPOLOGIES, check_target, target_text
 from pipeline.tta import label, resolve, time_to_accuracy, trace_path
 from results.store import Store
 from sidco.commands.simulate import add_precision_arg, add_scenario_args, positive_int, scenario_options
-from simulator.scenario import TOPOLOGIES
 from units import format_bandwidth, format_seconds, parse_bandwidth, parse_duration
 
 
