@@ -186,7 +186,8 @@ def _run(store: Store, controls: Controls, compressors: list[str], fidelity: str
     try:
         device = controls.device or pipeline_project.default_device(source)
         return pipeline_project.project(store, source, cluster, compressors, controls.density, device=device,
-                                        profile_id=controls.profile_id, calibrated=controls.calibrated,
+                                        profile_id=controls.profile_id,
+                                        calibration_choice="latest" if controls.calibrated else "none",
                                         timeline=timeline,
                                         message_budget=PAGE_MESSAGE_BUDGET)
     except (ValueError, KeyError, OSError) as exc:

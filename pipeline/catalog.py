@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from compressors import message_kind
 from compressors import names as compressor_names
-from compressors.ddp_buckets import bucket_caps
 from compressors.machine import device_identity
 from convergence import RunConfig
 from convergence.tta import check_target, target_text
@@ -29,7 +28,7 @@ from traces.workloads import names as workload_names
 
 __all__ = [
     "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",
-    "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "bucket_caps", "check_capture_request", "check_jobs",
+    "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "check_capture_request", "check_jobs",
     "check_output_path", "check_target", "check_training_request", "chrome_trace", "compressor_names",
     "device_identity", "devices", "Grid", "layout_names", "local_pool", "max_jobs", "message_kind",
     "open_trace", "remove_stale", "require_emulation", "RunConfig", "target_text", "Workload",

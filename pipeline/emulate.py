@@ -26,6 +26,8 @@ from emulation.projection import network_share, project
 from emulation.training import run_training
 from pipeline import replay
 from pipeline.costs import compression_profile
+from pipeline.project import calibration as load_calibration
+from pipeline.project import parse_calibration
 from results.store import Store
 
 PROJECTED_KEYS = ("iteration_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "comm_s", "idle_s",
@@ -71,15 +73,8 @@ def collectives(store: Store, workers: Sequence[int], bandwidths: Sequence[float
 def resolve_calibration(store: Store, choice: str | int) -> tuple[int | None, simulator.Calibration | None]:
     """``choice`` ('latest', 'none' or a calibration id) as ``(id, Calibration)`` or ``(None, None)``;
     the calibration carries its per-operation fits (:meth:`simulator.Calibration.from_rows`)."""
-    if choice == "none":
-        return None, None
-    rows = store.calibration_rows(None if choice == "latest" else int(choice))
-    if not rows:
-        if choice == "latest":
-            return None, None
-        raise ValueError(f"no calibration with id {choice} in {store.path}")
-    calibration = simulator.Calibration.from_rows(rows)
-    return calibration.calibration_id, calibration
+    calibration = load_calibration(store, choice)
+    return (None, None) if calibration is None else (calibration.calibration_id, calibration)
 
 
 def _uses_density(name: str) -> bool:

@@ -37,7 +37,7 @@ def measure(store: Store, device: str, sizes: Sequence[int], names: Sequence[str
             note: Callable[[str], None] = lambda text: None) -> Measured:
     """Measure ``device`` (``cpu``, ``cuda``…): on a CPU first this host's numbers (pinned to
     ``threads``), then every compressor × density × size, then the host's numbers again (the
-    faster figure of the two is kept, for ``--device cpu``); store the profile and write it to
+    faster figure of the two is kept, for ``--run-on cpu``); store the profile and write it to
     ``out``. A run stopped halfway keeps the rows measured as a partial profile."""
     from simulator import profiling
 

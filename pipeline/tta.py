@@ -53,7 +53,7 @@ def iteration_times(
     cluster: project.Cluster,
     *,
     device: str = "cpu",
-    calibrated: bool = False,
+    calibration_choice: str | int = "none",
     precision: str = project.DEFAULT_PRECISION,
     bands: dict[tuple[str, float], tuple[float, float]] | None = None,
 ) -> tuple[dict[tuple[str, float], float], dict[tuple[str, float], str | None]]:
@@ -69,8 +69,8 @@ def iteration_times(
     groups = [(["none"], None)] if any(c == "none" for c, _ in pairs) else []
     groups += [([c for c, d in pairs if c != "none" and d == density], density) for density in densities]
     for names, density in groups:
-        for result in project.project(store, source, cluster, names, density, device=device, calibrated=calibrated,
-                                      calibration_required=calibrated):
+        for result in project.project(store, source, cluster, names, density, device=device,
+                                      calibration_choice=calibration_choice):
             key = (result["compressor"], 1.0 if density is None else float(density))
             times[key] = float(result["iteration_s"])
             sources[key] = result["cost_source"]
@@ -87,7 +87,7 @@ def time_to_accuracy(
     target_loss: float | None = None,
     cluster: project.Cluster,
     device: str = "cpu",
-    calibrated: bool = False,
+    calibration_choice: str | int = "none",
     precision: str = project.DEFAULT_PRECISION,
 ) -> dict[str, Any]:
     """The time-to-target table of a convergence run on a cluster.
@@ -107,8 +107,8 @@ def time_to_accuracy(
     pairs = list(dict.fromkeys((r["compressor"], float(r["density"])) for r in rows))
     trace_path(store, run)
     bands: dict[tuple[str, float], tuple[float, float]] = {}
-    times, sources = iteration_times(store, int(run["trace_id"]), pairs, cluster, device=device, calibrated=calibrated,
-                                     precision=precision, bands=bands)
+    times, sources = iteration_times(store, int(run["trace_id"]), pairs, cluster, device=device,
+                                     calibration_choice=calibration_choice, precision=precision, bands=bands)
     result = time_to_target(rows, times, target_accuracy=target_accuracy, target_loss=target_loss)
     for row in result["rows"]:
         low, high = bands[(row["compressor"], float(row["density"]))]

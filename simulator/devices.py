@@ -11,7 +11,7 @@ come from the vendors' spec sheets, except where a measurement on such a device 
 (sustained copy bandwidth of the H200); the per-operation rates a GPU needs for top-k, sorting,
 compaction and gathers are derived from its memory bandwidth by the rules written next to
 them (:data:`GPU_RULES`). ``cpu`` is this host: its numbers are measured by an explicit job
-(``sidco profile --device cpu``, :func:`measure_host`) and stored; until then :func:`get`
+(``sidco profile --run-on cpu``, :func:`measure_host`) and stored; until then :func:`get`
 returns the stated defaults of :data:`CPU_DEFAULTS`. Nothing here is ever timed implicitly.
 
 Units: bytes/s, FLOP/s, seconds, seconds per element.
@@ -359,7 +359,7 @@ CPU_DEFAULTS = {
                          "native": 0.2e-9, "native_select": 0.4e-9, "native_log": 1.5e-9},
     "alloc_threshold_bytes": 32 * 2**20, "fault_s_per_byte": 1.5e-9, "cache_bytes": 32 * 2**20, "cache_speedup": 2.0,
 }
-"""Stated defaults for ``cpu`` until ``sidco profile --device cpu`` has measured this host: a
+"""Stated defaults for ``cpu`` until ``sidco profile --run-on cpu`` has measured this host: a
 two-core server share (about 20 GB/s read, 100 GFLOP/s); projections made with them say so."""
 
 HOST_CACHE_ENV = "SIDCO_CACHE_DIR"
@@ -395,7 +395,7 @@ def cpu_default() -> Device:
     identity = host_identity()
     return Device(
         name="cpu", kind="cpu", label=f"this host: {host_key(identity)}", **CPU_DEFAULTS,
-        sources={**{k: "stated default (not measured: run sidco profile --device cpu)"
+        sources={**{k: "stated default (not measured: run sidco profile --run-on cpu)"
                     for k in (*CPU_DEFAULTS, "sort_s_by_size", "cache_speedup_by_fraction")},
                  **{k: NO_TENSOR_UNITS for k in ("fp16_flops", "tf32_flops")}},
         identity=identity,
@@ -448,7 +448,7 @@ def names() -> list[str]:
 def get(name: str) -> Device:
     """The device ``name`` (case-insensitive); ValueError listing the known names otherwise.
 
-    ``cpu`` is this host as last measured by ``sidco profile --device cpu``, else as measured
+    ``cpu`` is this host as last measured by ``sidco profile --run-on cpu``, else as measured
     for a profile shipped in ``profiles/`` on the same CPU model and flags, else the stated
     defaults. ``NAME@ERA`` is a GPU with the kernel costs of an earlier PyTorch (:func:`in_era`).
     """

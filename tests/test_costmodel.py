@@ -190,7 +190,7 @@ def test_profile_command_measures_stores_and_checks(tmp_path, capsys):
     (["--compressors", "nope"], "unknown compressor"),
     (["--repeats", "0"], "--repeats"),
     (["--sessions", "0"], "--sessions"),
-    (["--device", "tpu"], "bad device 'tpu'"),
+    (["--run-on", "tpu"], "bad device 'tpu'"),
 ])
 def test_profile_command_bad_input(argv, message, tmp_path, capsys):
     assert main(["profile", *argv, "--store", str(tmp_path / "s.sqlite")]) == 2

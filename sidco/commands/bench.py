@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 from benchmarks import compressor_bench as benchmark
 from pipeline.catalog import compressor_names
+from sidco.commands import add_run_on_argument
 
 
 def _densities(text: str) -> list[float]:
@@ -52,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="vector length in elements (default 26214400 = 100 MB of fp32)")
     parser.add_argument("--densities", default="0.1,0.01,0.001",
                         help="comma-separated target densities in (0, 1] (default 0.1,0.01,0.001)")
-    parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
+    add_run_on_argument(parser, "the compressors")
     parser.add_argument("--dtype", default="fp32", choices=sorted(benchmark.DTYPES), help="element type (default fp32)")
     parser.add_argument("--compressors", default=None,
                         help=f"'all' or a comma-separated subset of: {','.join(compressor_names())} (default all); "
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             bar.set_postfix_str(label, refresh=False)
             bar.update(1)
 
-        rows = benchmark.run(args.size, densities, device=args.device, names=names, repeats=args.repeats,
+        rows = benchmark.run(args.size, densities, device=args.run_on, names=names, repeats=args.repeats,
                              warmup=args.warmup, dtype=args.dtype, seed=args.seed, threads=args.threads,
                              progress=progress, clock=args.clock)
     if args.json:

@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from pipeline import capture
 from results.store import Store
-from sidco.commands import add_store_argument
+from sidco.commands import add_run_on_argument, add_store_argument
 from pipeline.catalog import check_capture_request, workload_names
 
 
@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--iterations", type=int, default=200, help="training steps to run (default 200)")
     parser.add_argument("--every", type=int, default=10, help="record every N-th step: N, 2N, ... (default 10)")
     parser.add_argument("--out", required=True, help="trace directory to create")
-    parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
+    add_run_on_argument(parser, "training")
     parser.add_argument("--seed", type=int, default=0, help="seed of the model and the data (default 0)")
     parser.add_argument("--width", type=float, help="width multiplier of the model (default: the workload's CPU default)")
     parser.add_argument("--batch-size", type=int, help="samples per worker per step (default: the workload's)")
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"invalid --threads {args.threads}: must be >= 1")
         torch.set_num_threads(args.threads)
     check_capture_request(
-        args.workload, workers=args.workers, iterations=args.iterations, every=args.every, device=args.device,
+        args.workload, workers=args.workers, iterations=args.iterations, every=args.every, device=args.run_on,
         width=args.width, batch_size=args.batch_size, lr=args.lr,
     )
     store = Store(args.store)  # a bad store fails here, before any training
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         with store:
             trace_id, trace = capture.run(
                 store, args.workload, args.out, workers=args.workers, iterations=args.iterations, every=args.every,
-                device=args.device, seed=args.seed, width=args.width, batch_size=args.batch_size, lr=args.lr,
+                device=args.run_on, seed=args.seed, width=args.width, batch_size=args.batch_size, lr=args.lr,
                 overwrite=args.force, progress=progress,
             )
     finally:

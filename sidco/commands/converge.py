@@ -12,7 +12,7 @@ from tqdm import tqdm
 from pipeline.catalog import RunConfig, workload_names
 from pipeline import converge
 from results.store import Store
-from sidco.commands import add_store_argument
+from sidco.commands import add_run_on_argument, add_store_argument
 from units import parse_density, parse_list
 
 
@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-replay", action="store_true",
                         help="do not replay the run's trace through the compressors (then run sidco replay on it "
                              "before sidco tta)")
-    parser.add_argument("--device", default="cpu", help="torch device for training: cpu, cuda (default cpu)")
+    add_run_on_argument(parser, "training")
     parser.add_argument("--threads", type=int,
                         help="torch intra-op CPU threads (default: torch's choice; 1 is steadier on a busy machine)")
     add_store_argument(parser)
@@ -69,7 +69,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The run configuration of the command line (checked)."""
     config = RunConfig(workload=args.workload, workers=args.workers, iterations=args.iterations,
                        eval_every=args.eval_every, width=args.width, batch_size=args.batch_size, lr=args.lr,
-                       seed=args.seed, eval_samples=args.eval_samples, device=args.device)
+                       seed=args.seed, eval_samples=args.eval_samples, device=args.run_on)
     config.check()
     if args.width is not None and not args.width > 0:
         raise ValueError(f"invalid --width {args.width}: must be > 0")

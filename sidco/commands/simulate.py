@@ -15,7 +15,7 @@ from pipeline import project as projection
 from pipeline.catalog import (BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES, Workload,
                               check_output_path, devices, message_kind, write_chrome_trace)
 from results.store import Store
-from sidco.commands import add_store_argument
+from sidco.commands import add_calibration_argument, add_store_argument
 from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
 
 
@@ -37,11 +37,12 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
     source.add_argument("--layout", metavar="NAME",
                         help="full-size layout instead of a trace: resnet50, vgg16, vgg19, bert-base, bert-large, gpt2")
     parser.add_argument("--device", metavar="NAME",
-                        help="device each worker has: " + ", ".join(devices.names()) + ". Layouts compute by the "
-                             "rule fitted to published GPU training throughput (default a100; docs/devices.md); a "
-                             "trace captured on another device is projected onto it (default: the trace's own). "
-                             "Compression costs: --profile, else this trace's replays on it, else its measured "
-                             "profile, else the cost model")
+                        help="the modelled device each worker has: " + ", ".join(devices.names()) + " (default: "
+                             "a100 for a layout, the device a trace was captured on for a trace). Layouts compute "
+                             "by the rule fitted to published GPU training throughput (docs/devices.md); a trace "
+                             "captured on another device is projected onto it. Compression costs: --profile, else "
+                             "this trace's replays on it, else its measured profile, else the cost model. The torch "
+                             "device code runs on is --run-on (replay, profile, bench, capture, converge)")
     add_precision_arg(parser)
     parser.add_argument("--profile", metavar="FILE",
                         help="compression costs measured elsewhere: JSON {device, source, rows: [{compressor, "
@@ -90,8 +91,7 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--straggler-slowdown", type=float, default=1.5,
                         help="compute-time factor of a straggler (default 1.5)")
     parser.add_argument("--seed", type=int, default=0, help="seed of jitter and stragglers (default 0)")
-    parser.add_argument("--calibration", action="store_true",
-                        help="apply the latest calibration (α, efficiency) of the results store")
+    add_calibration_argument(parser)
     add_store_argument(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
 
@@ -157,7 +157,7 @@ def parse_source(args: argparse.Namespace, store: Store | None) -> tuple[project
         if args.device_flops is not None:
             raise ValueError("--device-flops applies to layouts; a trace is projected with --device")
         source = projection.trace_source(store, path=args.trace, device=device, precision=args.precision)
-        return source, device or projection.default_device(source)
+        return source, projection.default_device(source, device)
     flops = None
     if args.device_flops is not None:
         try:
@@ -169,7 +169,7 @@ def parse_source(args: argparse.Namespace, store: Store | None) -> tuple[project
     batch = positive_int(args.batch_size, "--batch-size")
     source = projection.layout_source(args.layout, device=device or projection.DEFAULT_LAYOUT_DEVICE,
                                       device_flops_per_s=flops, batch_size=batch, precision=args.precision)
-    return source, device or projection.default_device(source)
+    return source, projection.default_device(source, device)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -238,13 +238,14 @@ def run(args: argparse.Namespace) -> int:
     if args.timeline:
         check_output_path(args.timeline)
     options = check_scenario_args(args, nodes, bandwidth, latency)
+    projection.parse_calibration(args.calibration)
     with Store(args.store) as store:
         source, device = parse_source(args, store)
         options = {**options, "rank": positive_int(args.rank, "--rank")}
         cluster = projection.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
         (result,) = projection.project(
             store, source, cluster, [args.compressor], args.density, device=device, profile_file=args.profile,
-            calibrated=args.calibration, calibration_required=True, timeline=bool(args.timeline),
+            calibration_choice=projection.parse_calibration(args.calibration), timeline=bool(args.timeline),
         )
     if args.timeline:
         meta = {"compressor": args.compressor, "nodes": nodes, "fidelity": args.fidelity}

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 import pipeline.sweep
 from pipeline.catalog import TOPOLOGIES, Grid, check_jobs, check_target, compressor_names, local_pool, target_text
-from pipeline.project import workload
+from pipeline.project import parse_calibration, workload
 from pipeline.tta import label, resolve, sweep_time_to_target, trace_path
 from results.store import Store
 from sidco.commands.tta import add_target_args
@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     chunk_size = positive_int(args.chunk_size, "--chunk-size")
     if chunk_size > MAX_CHUNK_SIZE:
         raise ValueError(f"--chunk-size {chunk_size} is too large (at most {MAX_CHUNK_SIZE:,} scenarios per task)")
+    calibration = parse_calibration(args.calibration)
     with Store(args.store) as store:
         source, device = parse_source(args, store)
         options = scenario_options(args, workload(source))
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
             with make_executor(args.dask, jobs) as (executor, slots):
                 done = pipeline.sweep.run(
                     store, source, grid, executor, fidelity=args.fidelity, options=options,
-                    calibrated=args.calibration, device=device, profile_file=args.profile,
+                    calibration_choice=calibration, device=device, profile_file=args.profile,
                     chunk_size=chunk_size,
                     in_flight=2 * slots, started=started, progress=progress,
                 )

@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     nodes = positive_int(args.nodes, "--nodes")
     bandwidth = parse_bandwidth(args.bandwidth)
     latency = parse_duration(args.latency)
+    calibration = project.parse_calibration(args.calibration)
     with Store(args.store) as store:
         run_row = resolve(store, args.convergence)
         source = project.trace_source(store, path=trace_path(store, run_row))
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         cluster = project.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
         result = time_to_accuracy(store, run_row["id"], target_accuracy=args.target_accuracy,
                                   target_loss=args.target_loss, cluster=cluster, device=args.device,
-                                  calibrated=args.calibration, precision=args.precision)
+                                  calibration_choice=calibration, precision=args.precision)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
