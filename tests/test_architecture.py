@@ -19,6 +19,7 @@ LAYERS = {
     "traces": 2,
     "simulator": 3,
     "convergence": 3,  # real training with simulated workers: compressors and traces only
+    "measuring": 4,  # the lab (host timing, profiling children): the model above never imports it
     "emulation": 4,
     "pipeline": 5,
     "dashboard": 6,
@@ -123,3 +124,15 @@ def test_every_sidco_subcommand_refuses_abbreviations(capsys):
                            "--device-flop", "1e12"])
     assert exit_.value.code == 2
     assert "unrecognized arguments: --device-flop 1e12" in capsys.readouterr().err
+
+
+def test_the_cluster_model_measures_nothing():
+    """Timing loops and measuring children live in measuring/; the model only reads their results."""
+    clocks = ("perf_counter", "process_time", "monotonic", "subprocess", "synchronize")
+    found = [f"{p.relative_to(ROOT)}:{n.lineno} {n.attr if isinstance(n, ast.Attribute) else n.id}"
+             for p in _sources("simulator") for n in ast.walk(ast.parse(p.read_text()))
+             if (isinstance(n, ast.Attribute) and n.attr in clocks) or (isinstance(n, ast.Name) and n.id in clocks)]
+    imported = [f"{p.relative_to(ROOT)} imports subprocess" for p in _sources("simulator")
+                if any(isinstance(n, ast.Import) and any(a.name == "subprocess" for a in n.names)
+                       for n in ast.walk(ast.parse(p.read_text())))]
+    assert not found + imported, "\n".join(found + imported)

@@ -205,7 +205,7 @@ def test_the_profiles_untimed_rerun_makes_the_calls_it_timed(name):
     import compressors
     from compressors import work as declared
     from compressors.samples import gradient_like
-    from simulator.profiling import loops_of_call
+    from measuring.profiling import loops_of_call
 
     n = 1 << 16
     grads = [gradient_like(n, seed) for seed in range(3)]
@@ -269,7 +269,7 @@ def compressors_all() -> list[str]:
 def test_sessions_combine_into_the_median_session_of_each_row():
     """--sessions N keeps, per row, the whole row of the session with the median compress time
     (its loop counts describe that time), the median decompress time, and the extremes of all."""
-    from simulator.profiling import combine_sessions
+    from measuring.profiling import combine_sessions
 
     def row(c, d, lo, hi, rounds):
         return {"compressor": "topk", "density": 0.01, "numel": 1 << 20, "compress_s": c, "decompress_s": d,
@@ -287,7 +287,7 @@ def test_profiles_measure_each_compressor_with_the_memory_it_trains_with():
     memory (PyTorch's hooks keep none), so their profile rows and modelled costs carry none."""
     import compressors
     from compressors.ddp import trains_with_error_feedback
-    from simulator.profiling import as_trained
+    from measuring.profiling import as_trained
 
     assert [n for n in compressors.names() if not trains_with_error_feedback(n)] == ["none", "fp16", "bf16"]
     assert isinstance(as_trained(compressors.create("topk", 0.01)), compressors.ErrorFeedback)
@@ -302,7 +302,7 @@ def test_profiles_measure_each_compressor_with_the_memory_it_trains_with():
 
 def test_a_failing_size_process_is_one_line_and_keeps_nothing_half_done():
     """Each CPU size runs in a fresh process; if it fails the error comes back as one line."""
-    from simulator.profiling import _size_in_child
+    from measuring.profiling import _size_in_child
 
     rows = []
     with pytest.raises(ChildProcessError, match="profiling 4096 elements: ValueError") as caught:
