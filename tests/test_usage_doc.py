@@ -32,3 +32,13 @@ def test_the_check_sees_the_flags():
     flags = _flags()
     assert "--run-on" in flags["replay"] and "--device" in flags["simulate"] and "--device" not in flags["replay"]
     assert "--calibration" in flags["emulate"] and "--densities" in flags["emulate"]
+
+
+def test_benchmarks_hold_current_figures_only():
+    """BENCHMARKS.md is a page of current figures (history is in git): short, nothing marked
+    superseded, every section naming the commit that recorded it."""
+    text = (USAGE.parent.parent / "BENCHMARKS.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 550 and "superseded" not in text.lower()
+    sections = re.findall(r"<!-- section:(\w+) -->(.*?)<!-- /section:\1 -->", text, flags=re.S)
+    assert len(sections) >= 6
+    assert all("**Commit:**" in body for _, body in sections), [name for name, body in sections if "**Commit:**" not in body]
