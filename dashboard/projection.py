@@ -16,7 +16,7 @@ from typing import Any
 from pipeline import project as pipeline_project
 from pipeline.catalog import TOPOLOGIES, chrome_trace, compressor_names as _compressor_names, devices, layout_names as _layout_names
 from results.store import Store
-from units import parse_bandwidth, parse_duration
+from units import check_density, parse_bandwidth, parse_duration
 
 from dashboard import data
 
@@ -148,8 +148,10 @@ def parse_controls(
         density_value = float(density)
     except (TypeError, ValueError):
         raise ProjectionError(f"density must be a number in (0, 1], got {density!r}") from None
-    if not 0.0 < density_value <= 1.0:
-        raise ProjectionError(f"density must be in (0, 1], got {density_value:g}")
+    try:
+        check_density(density_value)
+    except ValueError as exc:
+        raise ProjectionError(str(exc)) from None
     try:
         nodes_value = int(nodes)
     except (TypeError, ValueError, OverflowError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,17 @@ def test_the_cluster_model_measures_nothing():
                 if any(isinstance(n, ast.Import) and any(a.name == "subprocess" for a in n.names)
                        for n in ast.walk(ast.parse(p.read_text())))]
     assert not found + imported, "\n".join(found + imported)
+
+
+DENSITY_RULE = re.compile(r"0(\.0)?\s*<\s*[\w.\[\]()\"']+\s*<=\s*1(\.0)?\b|not\s+\w+\s*>\s*0\s+or\s+\w+\s*>\s*1\b")
+
+
+def test_the_density_rule_has_one_home():
+    """``0 < density <= 1`` is written once, in units.check_density; everything else calls it."""
+    home = ROOT / "units" / "__init__.py"
+    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+             for package in [*LAYERS, "benchmarks", "tools"] for p in _sources(package) if p != home
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if DENSITY_RULE.search(line) and "density" in line.lower()]
+    assert not found, "\n".join(found)
+    assert DENSITY_RULE.search(home.read_text())

@@ -11,16 +11,14 @@ from tqdm import tqdm
 from benchmarks import compressor_bench as benchmark
 from pipeline.catalog import compressor_names
 from sidco.commands import add_run_on_argument
+from units import parse_density, parse_list
 
 
 def _densities(text: str) -> list[float]:
     try:
-        values = [float(item) for item in text.split(",") if item.strip()]
-    except ValueError:
-        raise ValueError(f"--densities must be comma-separated numbers in (0, 1], got {text!r}") from None
-    if not values or not all(0 < v <= 1 for v in values):
-        raise ValueError(f"--densities must be comma-separated numbers in (0, 1], got {text!r}")
-    return values
+        return parse_list(text, parse_density)
+    except ValueError as exc:
+        raise ValueError(f"--densities: {exc}") from None
 
 
 def _names(text: str) -> list[str]:

@@ -14,7 +14,7 @@ from pipeline import emulate
 from pipeline.catalog import COLLECTIVES, FIDELITIES, JOB_BYTES, check_training_request, max_jobs, remove_stale, require_emulation
 from results.store import Store
 from sidco.commands import add_calibration_argument, add_renamed_argument, add_store_argument
-from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
+from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_density, parse_duration, parse_list
 
 
 def _positive_int_list(text: str, what: str, minimum: int) -> list[int]:
@@ -168,16 +168,7 @@ def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: li
 
 
 def _densities(text: str) -> list[float]:
-    def parse(item: str) -> float:
-        try:
-            value = float(item)
-        except ValueError:
-            raise ValueError(f"invalid density {item!r}: give fractions, e.g. 0.05,0.1") from None
-        if not 0 < value <= 1:
-            raise ValueError(f"density must be in (0, 1], got {value:g}")
-        return value
-
-    return parse_list(text, parse)
+    return parse_list(text, parse_density)
 
 
 def _fidelities(text: str) -> list[str]:

@@ -16,7 +16,7 @@ from pipeline.catalog import (BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDE
                               check_output_path, devices, message_kind, write_chrome_trace)
 from results.store import Store
 from sidco.commands import add_calibration_argument, add_store_argument
-from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
+from units import check_density, format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
 
 
 def positive_int(text: str, name: str) -> int:
@@ -228,8 +228,8 @@ def run(args: argparse.Namespace) -> int:
     nodes = positive_int(args.nodes, "--nodes")
     bandwidth = parse_bandwidth(args.bandwidth)
     latency = parse_duration(args.latency)
-    if args.density is not None and not 0 < args.density <= 1:
-        raise ValueError(f"invalid --density {args.density}: must be in (0, 1]")
+    if args.density is not None:
+        check_density(args.density, "invalid --density:")
     projection.check_compressors([args.compressor])
     if args.density is None and args.compressor != "none":
         if message_kind(args.compressor) == "sparse":
