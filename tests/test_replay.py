@@ -202,7 +202,7 @@ def test_sidco_replay_bad_input(laplace: traces.Trace, tmp_path: Path, capsys: p
 
 @pytest.mark.slow
 def test_replay_killed_halfway_finishes_without_duplicates_or_losses(tmp_path: Path) -> None:
-    trace = traces.synthetic(tmp_path / "t", "gamma", numel=300_000, workers=2, iterations=6, seed=0)
+    trace = traces.synthetic(tmp_path / "t", "gamma", numel=100_000, workers=2, iterations=4, seed=0)
     db = tmp_path / "r.sqlite"
     combos = [(c, d) for c in ("topk", "dgc", "sidco-gp") for d in (0.01, 0.001)]
     per = calls_per_combination(trace)
