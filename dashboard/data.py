@@ -29,7 +29,7 @@ FILL_COMMANDS = {
     ),
     "validation": (
         "sidco emulate train --workload resnet20 --workers 2 --bandwidth 100Mbit --compressors none,sidco-e "
-        "--density 0.01   (as root; sidco emulate collective + sidco calibrate first for calibrated projections)"
+        "--densities 0.01   (as root; sidco emulate collective + sidco calibrate first for calibrated projections)"
     ),
 }
 
