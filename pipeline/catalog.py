@@ -6,7 +6,7 @@ The doors (``sidco``, the dashboard) import the pipeline, the store and :mod:`un
 
 from __future__ import annotations
 
-from compressors import message_kind
+from compressors import takes_density
 from compressors import names as compressor_names
 from compressors.machine import device_identity
 from convergence import RunConfig
@@ -30,7 +30,7 @@ __all__ = [
     "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",
     "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "check_capture_request", "check_jobs",
     "check_output_path", "check_target", "check_training_request", "chrome_trace", "compressor_names",
-    "device_identity", "devices", "Grid", "layout_names", "local_pool", "max_jobs", "message_kind",
+    "device_identity", "devices", "Grid", "layout_names", "local_pool", "max_jobs", "takes_density",
     "open_trace", "remove_stale", "require_emulation", "RunConfig", "target_text", "Workload",
     "workload_names", "write_chrome_trace",
 ]

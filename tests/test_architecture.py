@@ -151,3 +151,11 @@ def test_the_density_rule_has_one_home():
              if DENSITY_RULE.search(line) and "density" in line.lower()]
     assert not found, "\n".join(found)
     assert DENSITY_RULE.search(home.read_text())
+
+
+def test_which_compressors_take_a_density_has_one_home():
+    """``compressors.takes_density`` is the one rule; nobody re-derives it from the message kind."""
+    found = [f"{p.relative_to(ROOT)}:{n}" for package in [*LAYERS, "benchmarks"] for p in _sources(package)
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"message_kind\([^)]*\)\s*[=!]=\s*\"sparse\"", line) and p != ROOT / "compressors" / "__init__.py"]
+    assert not found, found

@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline import project as projection
 from pipeline.catalog import (BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES, Workload,
-                              check_output_path, devices, message_kind, write_chrome_trace)
+                              check_output_path, devices, takes_density, write_chrome_trace)
 from results.store import Store
 from sidco.commands import add_calibration_argument, add_store_argument
 from units import check_density, format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
         check_density(args.density, "invalid --density:")
     projection.check_compressors([args.compressor])
     if args.density is None and args.compressor != "none":
-        if message_kind(args.compressor) == "sparse":
+        if takes_density(args.compressor):
             raise ValueError(f"--density is needed with --compressor {args.compressor}")
         args.density = 1.0  # dense casts and PowerSGD send what their dtype or rank sets
     if args.timeline:
