@@ -17,9 +17,9 @@ import importlib
 from typing import Any
 
 from compressors.base import Compressor
-from compressors.dense import BF16, FP16
+from compressors.casts import BF16, FP16
 from compressors.dgc import DGC
-from compressors.exact import NoCompression, TopK
+from compressors.reference import NoCompression, TopK
 from compressors.gaussiank import GaussianK
 from compressors.memory import DGCMemory, ErrorFeedback, Memory
 from compressors.messages import Dense, LowRank, Message
@@ -42,7 +42,7 @@ MESSAGES: tuple[str, ...] = ("sparse", "dense", "lowrank")
 __all__ = [
     "Compressor", "Sparse", "Dense", "LowRank", "Message", "MESSAGES", "Memory", "ErrorFeedback", "DGCMemory", "names", "create",
     "NoCompression", "TopK", "RandomK", "DGC", "GaussianK", "RedSync", "SIDCo", "SIDCoE",
-    "SIDCoP", "SIDCoGP", "FP16", "BF16", "PowerSGD", "message_kind", "exchange",
+    "SIDCoP", "SIDCoGP", "FP16", "BF16", "PowerSGD", "message_kind", "takes_density", "exchange",
 ]
 
 
@@ -59,6 +59,12 @@ def message_kind(name: str) -> str:
     if name not in _REGISTRY:
         raise ValueError(f"unknown compressor {name!r}; choose from {', '.join(_REGISTRY)}")
     return _REGISTRY[name].message
+
+
+def takes_density(name: str) -> bool:
+    """Whether compressor ``name`` sends the share of the gradient a density sets (the sparse
+    selections); ``none``, the 16-bit casts and PowerSGD send what their dtype or rank sets."""
+    return name != "none" and message_kind(name) == "sparse"
 
 
 def exchange(name: str, **options: Any) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 import plotly.io as pio
 
-from simulator.units import format_bandwidth
+from units import format_bandwidth
 
 Figure = dict[str, Any]
 

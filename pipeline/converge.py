@@ -21,6 +21,7 @@ from typing import Any
 import traces
 from convergence import RunConfig, train
 import pipeline.replay
+from units import check_density
 from results.store import Store
 
 ProgressFn = Callable[[str, int, int], None]
@@ -52,8 +53,7 @@ def pairs(names: Sequence[str], densities: Sequence[float]) -> list[tuple[str, f
     if not names:
         raise ValueError("give at least one compressor")
     for density in densities:
-        if not 0 < density <= 1:
-            raise ValueError(f"invalid density {density}: must be in (0, 1]")
+        check_density(density, "invalid density:")
     result = [("none", 1.0)] if "none" in names else []
     others = [n for n in dict.fromkeys(names) if n != "none"]
     result += [(n, 1.0) for n in others if compressors.message_kind(n) != "sparse"]

@@ -79,7 +79,7 @@ def iteration_times(
     cluster: project.Cluster,
     *,
     device: str,
-    calibrated: bool = False,
+    calibration_choice: str | int = "none",
     profile_file: str | None = None,
 ) -> tuple[dict[tuple[str, float], float], dict[tuple[str, float], str | None],
            dict[tuple[str, float], tuple[float, float]]]:
@@ -96,8 +96,8 @@ def iteration_times(
     groups = [(["none"], None)] if any(c == "none" for c, _ in pairs) else []
     groups += [([c for c, d in pairs if c != "none" and d == density], density) for density in densities]
     for names, density in groups:
-        for result in project.project(store, source, cluster, names, density, device=device, calibrated=calibrated,
-                                      calibration_required=calibrated, profile_file=profile_file):
+        for result in project.project(store, source, cluster, names, density, device=device,
+                                      calibration_choice=calibration_choice, profile_file=profile_file):
             key = (result["compressor"], 1.0 if density is None else float(density))
             times[key] = float(result["iteration_s"])
             sources[key] = result["cost_source"]
@@ -206,7 +206,7 @@ def time_to_accuracy(
     target_loss: float | None = None,
     cluster: project.Cluster,
     device: str | None = None,
-    calibrated: bool = False,
+    calibration_choice: str | int = "none",
     profile_file: str | None = None,
     precision: str = project.DEFAULT_PRECISION,
 ) -> dict[str, Any]:
@@ -236,8 +236,8 @@ def time_to_accuracy(
     device = device or project.default_device(source)
     if "powersgd_rank" in run["config"] and "rank" not in cluster.options:  # project PowerSGD at the rank trained
         cluster = replace(cluster, options={**cluster.options, "rank": int(run["config"]["powersgd_rank"])})
-    times, sources, bands = iteration_times(store, source, pairs, cluster, device=device, calibrated=calibrated,
-                                           profile_file=profile_file)
+    times, sources, bands = iteration_times(store, source, pairs, cluster, device=device,
+                                           calibration_choice=calibration_choice, profile_file=profile_file)
     result = _table(rows, times, bands, target_accuracy, target_loss)
     result.update({
         "convergence_id": run["id"], "convergence_ids": [r["id"] for r in runs], "seeds": len(runs),
@@ -258,7 +258,7 @@ def curves_time_to_accuracy(
     target_loss: float | None = None,
     cluster: project.Cluster,
     device: str,
-    calibrated: bool = False,
+    calibration_choice: str | int = "none",
     profile_file: str | None = None,
 ) -> dict[str, Any]:
     """The time-to-target table of curves measured elsewhere (:func:`convergence.curves.load`:
@@ -268,8 +268,8 @@ def curves_time_to_accuracy(
     ``source``), ``workload`` (the trace or layout), ``seeds`` (most seeds of a pair)."""
     rows = list(curves["rows"])
     pairs = list(dict.fromkeys((r["compressor"], float(r["density"])) for r in rows))
-    times, sources, bands = iteration_times(store, source, pairs, cluster, device=device, calibrated=calibrated,
-                                           profile_file=profile_file)
+    times, sources, bands = iteration_times(store, source, pairs, cluster, device=device,
+                                           calibration_choice=calibration_choice, profile_file=profile_file)
     result = _table(rows, times, bands, target_accuracy, target_loss)
     result.update({
         "curves_source": curves["source"], "workload": source.ref if source.kind == "layout" else f"trace {source.ref}",

@@ -31,7 +31,7 @@ step "4/7 sweep: 2..64 nodes x 1..100 Gbit/s x every compressor at 0.01 and 0.00
 step "5/7 emulation: real gloo training on shaped links (needs root, ip, tc)"
 if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && command -v tc >/dev/null; then
     "$SIDCO" emulate --workers 2 --bandwidth 50Mbit --workload resnet20 --compressors none,sidco-e \
-        --density 0.01 --iterations 6 --warmup 2 --store "$STORE" \
+        --densities 0.01 --iterations 6 --warmup 2 --store "$STORE" \
         || echo "emulation failed (see above); continuing with the dashboard"
 else
     echo "skipped: not root or no ip/tc (run 'sudo make demo' for the emulation step)"

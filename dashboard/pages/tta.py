@@ -8,9 +8,9 @@ from dashboard import components as ui
 from dashboard import converge_runner, data, figures, projection
 from dashboard.data import StoreReader
 from pipeline import project
+from pipeline.catalog import workload_names
 from pipeline.tta import label, time_to_accuracy
-from simulator.units import format_seconds, parse_bandwidth, parse_duration
-from traces import workloads
+from units import format_seconds, parse_bandwidth, parse_duration
 
 PATH = "/tta"
 TITLE = "Time to accuracy"
@@ -81,7 +81,7 @@ def _launch_panel() -> html.Div:
     names = projection.compressor_names()
     return html.Div(className="panel", children=[
         html.H4("Launch a convergence run"),
-        ui.labelled("Workload", dcc.Dropdown(id="tta-launch-workload", options=workloads.names(), value="resnet20",
+        ui.labelled("Workload", dcc.Dropdown(id="tta-launch-workload", options=workload_names(), value="resnet20",
                                              clearable=False)),
         ui.labelled("Workers", dcc.Input(id="tta-launch-workers", value="2"), "simulated data-parallel workers"),
         ui.labelled("Iterations", dcc.Input(id="tta-launch-iterations", value="40"), "per compressor"),

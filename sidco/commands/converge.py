@@ -9,12 +9,11 @@ import sys
 import torch
 from tqdm import tqdm
 
-import traces
-from convergence import RunConfig, curves
 from pipeline import converge
+from pipeline.catalog import RunConfig, curves_document, data_source, workload_names
 from results.store import Store
-from sidco.commands import add_store_argument
-from simulator.units import parse_density, parse_list
+from sidco.commands import add_run_on_argument, add_store_argument
+from units import parse_density, parse_list
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
         allow_abbrev=False,
     )
-    parser.add_argument("--workload", default="resnet20", choices=traces.workloads.names(),
+    parser.add_argument("--workload", default="resnet20", choices=workload_names(),
                         help="model and data to train (default resnet20)")
     parser.add_argument("--workers", type=int, default=4, help="simulated data-parallel workers (default 4)")
     parser.add_argument("--iterations", type=int, default=300, help="training steps per compressor (default 300)")
@@ -68,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-replay", action="store_true",
                         help="do not replay the run's trace through the compressors (then run sidco replay on it "
                              "before sidco tta)")
-    parser.add_argument("--device", default="cpu", help="torch device for training: cpu, cuda (default cpu)")
+    add_run_on_argument(parser, "training")
     parser.add_argument("--threads", type=int,
                         help="torch intra-op CPU threads (default: torch's choice; 1 is steadier on a busy machine)")
     add_store_argument(parser)
@@ -84,12 +83,12 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The run configuration of the command line (checked)."""
     config = RunConfig(workload=args.workload, workers=args.workers, iterations=args.iterations,
                        eval_every=args.eval_every, width=args.width, batch_size=args.batch_size, lr=args.lr,
-                       seed=args.seed, eval_samples=args.eval_samples, device=args.device, data=args.data,
+                       seed=args.seed, eval_samples=args.eval_samples, device=args.run_on, data=args.data,
                        powersgd_rank=args.rank, powersgd_start_iter=args.start_iter)
     config.check()
     if args.seeds < 1:
         raise ValueError(f"invalid --seeds {args.seeds}: must be >= 1")
-    traces.workloads.data_source(config.workload, config.data, config.seed)  # a bad --data fails before the store
+    data_source(config.workload, config.data, config.seed)  # a bad --data fails before the store
     if args.width is not None and not args.width > 0:
         raise ValueError(f"invalid --width {args.width}: must be > 0")
     if args.batch_size is not None and args.batch_size < 1:
@@ -141,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         source = (f"sidco converge {config.workload} on {config.data_name()}, {config.workers} workers, convergence "
                   + ",".join(str(r.convergence_id) for r in results))
-        print(json.dumps({**curves.document(source, all_rows), "convergence_id": result.convergence_id,
+        print(json.dumps({**curves_document(source, all_rows), "convergence_id": result.convergence_id,
                           "convergence_ids": [r.convergence_id for r in results], "trace_id": result.trace_id,
                           "replay_id": result.replay_id}, sort_keys=True))
         return 0

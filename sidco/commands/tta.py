@@ -6,15 +6,13 @@ import argparse
 import json
 from typing import Any
 
-from convergence.tta import check_target, target_text
-from convergence.curves import load as load_curves
 from pipeline import project
+from pipeline.catalog import TOPOLOGIES, check_target, load_curves, target_text
 from pipeline.project import check_compressors
 from pipeline.tta import curves_time_to_accuracy, label, resolve, time_to_accuracy, trace_path
 from results.store import Store
 from sidco.commands.simulate import add_scenario_args, add_source_args, parse_source, positive_int, scenario_options
-from simulator.scenario import TOPOLOGIES
-from simulator.units import format_bandwidth, format_seconds, parse_bandwidth, parse_duration
+from units import format_bandwidth, format_seconds, parse_bandwidth, parse_duration
 
 
 def add_target_args(parser: argparse.ArgumentParser) -> None:
@@ -140,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     curves = load_curves(args.curves) if args.curves is not None else None
     if curves is not None:
         check_compressors(list(dict.fromkeys(r["compressor"] for r in curves["rows"])))
+    calibration = project.parse_calibration(args.calibration)
     with Store(args.store) as store:
         if curves is None:
             args.trace = trace_path(store, resolve(store, args.convergence))
@@ -149,11 +148,11 @@ def run(args: argparse.Namespace) -> int:
         targets = {"target_accuracy": args.target_accuracy, "target_loss": args.target_loss}
         if curves is None:
             result = time_to_accuracy(store, args.convergence, cluster=cluster, device=device,
-                                      calibrated=args.calibration, profile_file=args.profile,
+                                      calibration_choice=calibration, profile_file=args.profile,
                                       precision=args.precision, **targets)
         else:
             result = curves_time_to_accuracy(store, curves, source, cluster=cluster, device=device,
-                                             calibrated=args.calibration, profile_file=args.profile, **targets)
+                                             calibration_choice=calibration, profile_file=args.profile, **targets)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
