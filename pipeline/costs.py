@@ -186,7 +186,7 @@ def read_profile_file(path: str | Path, device: str) -> dict[Key, CompressionCos
         detail = str(exc).splitlines()[0].removeprefix(f"{path}: ")
         raise ValueError(f"{path}: not a compression profile file ({detail})") from None
     file_device = given.device
-    costs = _fit(_profile_rows(given.rows), f"file {path.name}: {given.source}")
+    costs = _fit(_profile_rows(given.rows), f"file {path.name}: {given.source}") if given.rows else {}
     if not same_device(file_device, device):
         raise ValueError(f"{path}: profile is for device {file_device!r}, the projection is for {device!r}")
     return costs
