@@ -85,7 +85,8 @@ def profiles_to_check(store: Store, files: Sequence[str | Path] = ()) -> list[tu
     seen, unique = set(), []
     for where, profile in found:
         key = (profile.device, tuple((r["compressor"], float(r["density"]), int(r["numel"]), float(r["compress_s"]))
-                                     for r in profile.rows))
+                                     for r in profile.rows),
+               tuple((r["kernel"], int(r["numel"]), float(r["seconds"])) for r in profile.kernels))
         if key not in seen:
             seen.add(key)
             unique.append((where, profile))
