@@ -57,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "launch and sync latency, top-k/sort/gather rates) are measured first and kept for --run-on cpu. "
             "The profile goes into the results store (device_profiles) and, with --out, into a JSON file that "
             "--profile of simulate and sweep reads. --check measures nothing: it prints the cost model's error "
-            "against every measured profile (shipped, stored, and --profile files)."
+            "against every measured profile (shipped, stored, and --profile files) and against every row of the "
+            "published GPU timings shipped in profiles/published-<gpu>.json (median and worst error per GPU)."
         ),
         allow_abbrev=False,
     )
