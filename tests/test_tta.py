@@ -256,7 +256,7 @@ def test_tta_reads_curves_files_as_it_reads_its_convergence_run(store_with_table
     assert "--trace DIR or --layout NAME" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text(json.dumps({"source": "x", "rows": [{**_rows()[0], "density": 2}]}))
     assert main([*base, "--curves", str(tmp_path / "bad.json"), "--trace", trace]) == 2
-    assert capsys.readouterr().err.strip().endswith("row 1: density must be in (0, 1], got 2")
+    assert capsys.readouterr().err.strip().endswith("row 1: density must be in (0, 1], got 2.0")
     assert main([*base, "--curves", str(tmp_path / "c.json"), "--layout", "resnet50", "--device", "a100"]) == 0
     layout = json.loads(capsys.readouterr().out)
     assert layout["device"] == "a100" and layout["workload"] == "resnet50"
