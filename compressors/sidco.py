@@ -69,17 +69,16 @@ from compressors.sparse import Sparse
 
 GUESS_MARGIN = 0.9
 """The pool holds ``|g| > 0.9·τ``, ``τ`` the threshold the previous call of the same size selected
-at (scaled by how this call's ``η₁`` moved); with one stage, the lower of that and the previous
-``η₁``, and the pool is collected with stage 1's statistics. A try below the pool collects a new
-one at 0.9 × the try."""
+at (with more than one stage scaled by how this call's ``η₁`` moved; with one, as it was, the pool
+collected with stage 1's statistics). A try below the pool collects a new one at 0.9 × the try."""
 
 WILD_TRY = 0.5
 """A try below ``0.5 ×`` the pool's threshold (a correction step that overshot, e.g. the first
 secant step after a stage-1 fit that selected a hundredth of ``k``) is counted by a full pass that
 collects nothing."""
 
-POOL_ROOM = 4
-"""Torch path: the pool's slots, ``4 × max(previous pool, k) + 1024`` (a pool that fills them
+POOL_ROOM = 2
+"""Torch path: the pool's slots, ``2 × max(previous pool, k) + 1024`` (a pool that fills them
 is collected again at the same level, sized by the device: two more transfers)."""
 
 SLOPE_RANGE = (0.1, 10.0)
@@ -144,6 +143,9 @@ class _Ops:
     pool_at = math.inf
     pool_size = 0
     pool_capacity: int | None = None
+    bounds_left = 3
+    """Tries a call may take as "too many" without counting them (:meth:`probe`): three; a
+    correction that keeps falling below the pool counts its tries."""
 
     def first(self, pool_at: float | None) -> Moments:
         """Stage 1's statistics of all magnitudes (and the pool above ``pool_at``)."""
@@ -173,7 +175,8 @@ class _Ops:
         """``(count, exact)`` for a correction's try: below a pool of more than ``enough``
         elements the try certainly selects too many, and ``(pool size, False)`` says so without a
         pass; otherwise the exact :meth:`count`."""
-        if threshold < self.pool_at and self.pool_at != math.inf and self.pool_size > enough:
+        if threshold < self.pool_at and self.pool_at != math.inf and self.pool_size > enough and self.bounds_left:
+            self.bounds_left -= 1
             return self.pool_size, False
         return self.count(threshold), True
 
@@ -266,8 +269,11 @@ class _TorchOps(_Ops):
         if capacity is None:  # sized by the device: its own transfer
             self.pool_positions = torch.nonzero(self.mask).squeeze(1)
         else:
-            self.pool_positions = torch.nonzero_static(self.mask, size=capacity, fill_value=self.n).squeeze(1)
-        self.pool_values = self.padded.index_select(0, self.pool_positions)
+            slots = self.ws.at_least("pool-positions", capacity, torch.int64, self.a.device).view(-1, 1)
+            self.pool_positions = torch.nonzero_static(self.mask, size=capacity, fill_value=self.n,
+                                                       out=slots).squeeze(1)
+        values = self.ws.at_least("pool-values", self.pool_positions.numel(), self.a.dtype, self.a.device)
+        self.pool_values = torch.index_select(self.padded, 0, self.pool_positions, out=values)
         return self.pool_values
 
     def _fetch(self, stats: list[torch.Tensor], pool_at: float | None, capacity: int | None = None) -> list:
@@ -275,7 +281,7 @@ class _TorchOps(_Ops):
         parts = list(stats)
         if pool_at is not None:
             parts.append(self._gather_pool(pool_at, capacity))
-        values, host = _to_host(parts)
+        values, host = _to_host(parts, self.ws)
         if pool_at is not None:
             pool = host[-1]
             size = int(np.count_nonzero(pool >= 0))
@@ -331,7 +337,8 @@ class _TorchOps(_Ops):
 
     def select(self, threshold, count):
         if self.host_pool is not None and threshold >= self.pool_at:
-            chosen = torch.nonzero_static(torch.gt(self.pool_values, threshold), size=count).squeeze(1)
+            above = self.ws.at_least("pool-mask", self.pool_values.numel(), torch.bool, self.a.device)
+            chosen = torch.nonzero_static(torch.gt(self.pool_values, threshold, out=above), size=count).squeeze(1)
             return self.pool_positions.index_select(0, chosen)
         torch.gt(self.a, threshold, out=self.mask)
         return torch.nonzero_static(self.mask, size=count).squeeze(1)
@@ -341,12 +348,15 @@ _HOST_TYPES = {torch.float64: np.float64, torch.float32: np.float32, torch.float
                torch.bfloat16: np.uint16, torch.int64: np.int64}
 
 
-def _to_host(parts: list[torch.Tensor]) -> tuple[list, list[np.ndarray]]:
+def _to_host(parts: list[torch.Tensor], workspace: Workspace) -> tuple[list, list[np.ndarray]]:
     """``parts`` (0-d statistics, then optionally one vector) read to the host in one transfer:
-    their bytes concatenated on the device, copied once. Returns the 0-d ones as Python numbers and
-    every part as a NumPy array (bfloat16 widened to float32, exactly)."""
+    their bytes concatenated on the device (into a reused buffer), copied once. Returns the 0-d
+    ones as Python numbers and every part as a NumPy array (bfloat16 widened to float32, exactly)."""
     flat = [t.reshape(-1).view(torch.uint8) for t in parts]
-    raw = (flat[0] if len(flat) == 1 else torch.cat(flat)).cpu().numpy()
+    if len(flat) > 1:
+        packed = workspace.at_least("to-host", sum(f.numel() for f in flat), torch.uint8, flat[0].device)
+        flat = [torch.cat(flat, out=packed)]
+    raw = flat[0].cpu().numpy()
     arrays, offset = [], 0
     for t in parts:
         size = t.numel() * t.element_size()
@@ -487,18 +497,18 @@ class SIDCo(Compressor):
         stages used, count above η, η₁), every η rounded to ``dtype``.
 
         The pool is taken with the last statistics the plan reads: with one stage, with stage 1's,
-        at :data:`GUESS_MARGIN` × the lower of the previous call's ``η₁`` and chosen threshold;
-        with more, with the last stage's, at :data:`GUESS_MARGIN` × the previous call's chosen
-        threshold scaled by how ``η₁`` moved.
+        at :data:`GUESS_MARGIN` × the previous call's chosen threshold; with more, with the last
+        stage's, at :data:`GUESS_MARGIN` × the previous call's chosen threshold scaled by how
+        ``η₁`` moved.
         """
         k = target_count(self.density, n)
         probs = stage_probabilities(self.density, stages, self.first_ratio)
         last = len(probs) - 1
-        pool_at = GUESS_MARGIN * min(guess.eta1, guess.chosen) if guess is not None and not last else None
+        pool_at = _round(GUESS_MARGIN * guess.chosen, dtype) if guess is not None and not last else None
         moments = ops.first(pool_at)
         fit: Callable[[float], float] = lambda p: _finite(self.first_threshold(moments, p), dtype)  # noqa: E731
         t = eta1 = fit(probs[0])
-        log_p, used, count = math.log(probs[0]), 1, None
+        log_p, used, count, exact = math.log(probs[0]), 1, None, True
         previous = None  # the accepted stage before t's: (t, its count, its fit, ln p, stages used)
         for m in range(1, len(probs)):
             pool_at = None
@@ -519,36 +529,37 @@ class SIDCo(Compressor):
             t, log_p, used = fit(p), math.log(p), used + (p < 1)
             count = None
         if count is None:
-            count = ops.count(t)
+            count, exact = ops.probe(t, k * (1.0 + self.band)) if self.corrections else (ops.count(t), True)
             if count == 0 and previous is not None:
                 t, count, fit, log_p, used = previous
         if self.corrections:
-            t, count = self._correct(ops, fit, t, count, log_p, k)
+            t, count = self._correct(ops, fit, t, count, exact, log_p, k)
         return t, used, count, eta1
 
     def _stage_fit(self, base: float, tail: Tail, dtype: torch.dtype) -> Callable[[float], float]:
         moments = tail.moments()
         return lambda p: _finite(base + self.tail_threshold(moments, p), dtype)
 
-    def _correct(self, ops: _Ops, fit, t: float, count: int, log_p: float, k: int) -> tuple[float, int]:
+    def _correct(self, ops: _Ops, fit, t: float, count: int, exact: bool, log_p: float, k: int) -> tuple[float, int]:
         """Safeguarded secant steps on ``ln p`` of the last stage until its count is within the band.
 
         Each step moves ``ln p`` by ``ln(k/c)/r`` (``r`` the slope: 1, then the secant of the last
         two tries); a step leaving the bracket of tries known to under- and over-select bisects it
-        instead. The try closest to ``k`` is kept.
+        instead. The try closest to ``k`` among those counted exactly is kept (``exact``: whether
+        ``count`` is ``t``'s, or a lower bound of a ``t`` below the pool that selects too many).
         """
         limit = math.log1p(self.band)
         log_k = math.log(k)
         err = math.log(max(count, 0.5)) - log_k
-        best_t, best_count, best_err = t, count, abs(err)
+        best_t, best_count, best_err = (t, count, abs(err)) if exact else (t, None, math.inf)
         slope = 1.0
         under = log_p if err < 0 else -math.inf  # ln p known to select too few
         over = log_p if err > 0 else math.inf    # ln p known to select too many
-        prev_log_p, prev_err = log_p, err
+        prev_log_p, prev_err, prev_exact, cur_exact = log_p, err, exact, exact
         for step in range(self.corrections):
             if best_err <= limit:
                 break
-            if step:
+            if step and prev_exact and cur_exact:  # a secant through two counted tries
                 dx = log_p - prev_log_p
                 if abs(dx) > 1e-12:
                     slope = min(max((err - prev_err) / dx, SLOPE_RANGE[0]), SLOPE_RANGE[1])
@@ -558,7 +569,7 @@ class SIDCo(Compressor):
             candidate = fit(math.exp(new_log_p))
             cand_count, exact = ops.probe(candidate, k * (1.0 + self.band))
             cand_err = math.log(max(cand_count, 0.5)) - log_k  # a lower bound when not exact
-            prev_log_p, prev_err = log_p, err
+            prev_log_p, prev_err, prev_exact, cur_exact = log_p, err, cur_exact, exact
             log_p, err = new_log_p, cand_err
             if cand_err < 0:
                 under = max(under, new_log_p)
@@ -566,6 +577,8 @@ class SIDCo(Compressor):
                 over = min(over, new_log_p)
             if exact and abs(cand_err) < best_err:
                 best_t, best_count, best_err = candidate, cand_count, abs(cand_err)
+        if best_count is None:  # no try was counted: count the stage's own threshold
+            best_count = ops.count(best_t)
         return best_t, best_count
 
     def _buffers(self, name: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:

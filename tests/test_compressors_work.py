@@ -27,6 +27,7 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
         comp.decompress(ef.compress(grad.clone()))
     kernels = []
     planned = comp.stages if name.startswith("sidco") else None
+    guess = getattr(comp, "_guesses", {}).get(n)  # SIDCo's torch path sizes its pool from the last call's
     if backend == "native":
         scan = native.scan
 
@@ -52,6 +53,8 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
     stages = planned if backend == "torch" else getattr(sparse, "stages", None)
     if backend == "native" and name.startswith("sidco"):  # stage 1, a tail per stage, each step, the selection
         loops["steps"] = len(kernels) - 2 - stages
+    if backend == "torch" and guess is not None:
+        loops["pool"] = guess.pool
     return counts, dcounts, stages, rounds, loops
 
 
