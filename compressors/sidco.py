@@ -109,11 +109,13 @@ class Tail(NamedTuple):
 
 class Guess(NamedTuple):
     """What the previous call of the same size left for the next: its stage-1 threshold, the
-    threshold it selected at, and its pool's size (elements)."""
+    threshold it selected at, its pool's size (elements), and the lowest threshold it needed after
+    stage 2's statistics (the chosen one, or a later stage's shift)."""
 
     eta1: float
     chosen: float
     pool: int
+    low: float
 
 
 def stage_probabilities(density: float, stages: int, first_ratio: float) -> list[float]:
@@ -313,6 +315,11 @@ class _TorchOps(_Ops):
         return Moments(mean, var, mean_log)
 
     def tail(self, threshold, pool_at):
+        if self.host_pool is not None and threshold >= self.pool_at:  # on the host, from the pool
+            t = self.host_pool.dtype.type(threshold)
+            above = self.host_pool[self.host_pool > t]
+            excess = above.astype(np.float64) - float(t)
+            return Tail(int(above.size), float(excess.sum()), float(np.dot(excess, excess)))
         # a where a > threshold, else 0: the count, Σ and Σ² of the kept are those of the excess, shifted
         kept = torch.threshold(self.a, threshold, 0.0, out=self.ws.get("excess", self.n, self.a.dtype, self.a.device))
         stats = [torch.count_nonzero(kept), torch.sum(kept, dtype=torch.float64)]
@@ -485,7 +492,8 @@ class SIDCo(Compressor):
             self.backend = "cuda" if grad.device.type == "cuda" else "torch"
         threshold, used, count, eta1 = self._chain(ops, n, self.stages, grad.dtype, guess)
         if remember and threshold > 0 and eta1 > 0 and math.isfinite(eta1):
-            self._guesses = {**dict(list(self._guesses.items())[-7:]), n: Guess(eta1, threshold, ops.pool_size)}
+            self._guesses = {**dict(list(self._guesses.items())[-7:]), n: Guess(eta1, threshold, ops.pool_size,
+                                                                                    self._low)}
         if count == 0:
             indices = argmax_fallback(grad.abs())
         else:
@@ -496,10 +504,11 @@ class SIDCo(Compressor):
         """Thresholds of every stage and the in-call correction, on host floats; returns (η,
         stages used, count above η, η₁), every η rounded to ``dtype``.
 
-        The pool is taken with the last statistics the plan reads: with one stage, with stage 1's,
-        at :data:`GUESS_MARGIN` × the previous call's chosen threshold; with more, with the last
-        stage's, at :data:`GUESS_MARGIN` × the previous call's chosen threshold scaled by how
-        ``η₁`` moved.
+        The pool is taken with stage 1's statistics when there is one stage, at
+        :data:`GUESS_MARGIN` × the previous call's chosen threshold; with more, with stage 2's, at
+        :data:`GUESS_MARGIN` × the lowest threshold the previous call needed after them (its
+        chosen one or a later stage's shift) scaled by how ``η₁`` moved: every later stage's
+        statistics then come from the pool.
         """
         k = target_count(self.density, n)
         probs = stage_probabilities(self.density, stages, self.first_ratio)
@@ -510,10 +519,13 @@ class SIDCo(Compressor):
         t = eta1 = fit(probs[0])
         log_p, used, count, exact = math.log(probs[0]), 1, None, True
         previous = None  # the accepted stage before t's: (t, its count, its fit, ln p, stages used)
+        self._low = math.inf
         for m in range(1, len(probs)):
             pool_at = None
-            if m == last and guess is not None and guess.eta1 > 0:
-                pool_at = _round(GUESS_MARGIN * guess.chosen * eta1 / guess.eta1, dtype)
+            if m == 1 and guess is not None and guess.eta1 > 0:
+                pool_at = _round(GUESS_MARGIN * guess.low * eta1 / guess.eta1, dtype)
+            if m > 1:
+                self._low = min(self._low, t)
             tail = ops.tail(t, pool_at)
             if previous is not None and tail.count == 0:  # t selects nothing: keep the stage before
                 t, count, fit, log_p, used = previous
@@ -534,6 +546,7 @@ class SIDCo(Compressor):
                 t, count, fit, log_p, used = previous
         if self.corrections:
             t, count = self._correct(ops, fit, t, count, exact, log_p, k)
+        self._low = min(self._low, t)
         return t, used, count, eta1
 
     def _stage_fit(self, base: float, tail: Tail, dtype: torch.dtype) -> Callable[[float], float]:

@@ -41,8 +41,8 @@ gradient-like data below δ = 0.25)."""
 DEFAULT_ROUNDS = {"gaussiank": 3, "redsync": 5, "dgc": 0, "topk": 0, "randomk": 1}
 """Data-dependent loop counts seen on the benchmark's gradient-like vector at δ = 0.01:
 Gaussian-k's corrections (all three), RedSync's probes, DGC's threshold lowerings and Top-k's
-halvings of its sampled guess (none), Random-k's draw rounds. SIDCo's native full passes default to its stage count (every threshold
-after the last stage's statistics stays in or above the pool)."""
+halvings of its sampled guess (none), Random-k's draw rounds. SIDCo's native full passes default to ``min(stages, 2)`` (every
+threshold after stage 2's statistics stays in or above the pool)."""
 
 NATIVE_STEPS = 5
 """Correction steps SIDCo's native path takes by default (seen on gradient-like data at
@@ -352,7 +352,7 @@ def _sidco(name):
         pool = min(n, NATIVE_POOL * k) if pool is None else pool
         if backend == "native":
             steps = (NATIVE_STEPS if steps is None else steps) if corrections and adapt == "count" else 0
-            full = planned if rounds is None else rounds
+            full = min(planned, 2) if rounds is None else rounds
             return (_sidco_native(name, n, itemsize, planned, k, pool, full, steps, collects),
                     _sparse_decompress(n, k, itemsize))
         return _sidco_torch(name, n, k, itemsize, planned, pool), _sparse_decompress(n, k, itemsize)
@@ -380,10 +380,11 @@ def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, pool: f
     the same size (its pool guess held: every try inside the pool or known to select too many):
     ``|g|`` into a kept buffer; stage 1's reductions (Σ|g|; Σ|g|² for SIDCo-P; for SIDCo-GP the
     clamped logarithms, their sum and the count of non-zeros), read to the host with the pool
-    when there is one stage; each later stage's kept magnitudes (``threshold``), their count, sum
-    (and norm but for SIDCo-E), read to the host (the last with the pool); the selection is a
-    ``nonzero_static`` over the pool sized by the count the host already has, two gathers. ``M``
-    transfers, no 0-d arithmetic on the device."""
+    when there is one stage; stage 2's kept magnitudes (``threshold``), their count, sum (and norm
+    but for SIDCo-E), read to the host with the pool (later stages' statistics come from the pool
+    on the host); the selection is a
+    ``nonzero_static`` over the pool sized by the count the host already has, two gathers.
+    ``min(M, 2)`` transfers, no 0-d arithmetic on the device."""
     capacity = min(n, POOL_ROOM * max(pool, k) + 1024)
     c = Work().stream(n, itemsize, itemsize, full=True)
     parts = [8.0]
@@ -395,7 +396,7 @@ def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, pool: f
         c.stream(n, itemsize, 4, full=True).stream(n, 4, 4, "log", full=True).stream(n, 4, 0, "reduce", full=True)
         c.stream(n, itemsize, 0, "count", full=True)
         parts += [8.0, 8.0]
-    for m in range(1, planned + 1):
+    for m in range(1, min(planned, 2) + 1):
         if m > 1:
             c.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 0, "count", full=True)
             c.stream(n, itemsize, 0, "reduce", full=True)
@@ -403,7 +404,7 @@ def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, pool: f
             if name != "sidco-e":
                 c.stream(n, itemsize, 0, "reduce", full=True)
                 parts.append(8.0)
-        if m == planned:
+        if m == min(planned, 2):
             _sidco_pool(c, n, capacity, itemsize)
             parts.append(capacity * itemsize)
         _sidco_fetch(c, n, parts)
@@ -418,9 +419,9 @@ def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps, collec
     the last stage's threshold, one per correction step the pool answered or that fell below a
     small pool (``steps``: how many, between 0 and ``corrections``; a try below a pool of more
     than (1 + band)·k elements takes no kernel), and the final selection. ``full_passes`` of them
-    read the whole vector (stage 1's and every tail, one of which, ``collects``, also collects
-    the pool of ``pool`` candidates above a guess from the previous call; then any try that fell
-    below the pool); the others read only the pool. Host floats throughout: no 0-d operations,
+    read the whole vector (by default stage 1's and stage 2's, one of which, ``collects``, also
+    collects the pool of ``pool`` candidates above a guess from the previous call; then any try
+    that fell below the pool); the others (later stages' statistics too) read only the pool. Host floats throughout: no 0-d operations,
     no synchronisations."""
     kernels = stages + 2 + steps
     c = Work()
