@@ -54,6 +54,7 @@ or less): thresholds agree to that precision and, when equal, so do the selectio
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -386,11 +387,19 @@ def _finite(threshold: float, dtype: torch.dtype) -> float:
     return rounded
 
 
+_PACK = {torch.float32: "f", torch.float16: "e"}
+
+
 def _round(value: float, dtype: torch.dtype) -> float:
     """``value`` rounded to ``dtype`` (as the comparison ``|g| > value`` in that dtype sees it), −0 made +0."""
+    if dtype == torch.float64:
+        return float(value) + 0.0
+    if dtype in _PACK:  # round to nearest even through the C type, as a cast does
+        try:
+            return struct.unpack(_PACK[dtype], struct.pack(_PACK[dtype], value))[0] + 0.0
+        except OverflowError:
+            return math.copysign(math.inf, value)
     with np.errstate(over="ignore"):
-        if dtype == torch.float64:
-            return float(value) + 0.0
         if dtype == torch.bfloat16:
             bits = np.array([value], dtype=np.float32).view(np.uint32)[0].item()
             if math.isfinite(value):

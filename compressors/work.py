@@ -413,6 +413,14 @@ def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, pool: f
     return c.gather(k)
 
 
+NATIVE_HOST_LAUNCHES = 3
+"""Host time of one of SIDCo's native kernels beyond the kernel, in eager operations: its ctypes
+call and the stage loop's float algebra around it (measured: SIDCo-E, -P and -GP at one stage on
+4,096 gradient-like elements, 8–10 kernels and 2 torch operations per call, 103–143 µs of process
+CPU time per call against 3.9 µs per operation of Gaussian-k's compress, 2026-12-02, loaded
+machine: 3.0–3.4 operations per kernel)."""
+
+
 def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps, collects=1):
     """SIDCo's native path (``native.scan``: one read pass per kernel, 8 bytes written per
     selected element). Its kernels: stage 1's statistics, one tail per later stage, the count at
@@ -422,7 +430,7 @@ def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps, collec
     read the whole vector (by default stage 1's and stage 2's, one of which, ``collects``, also
     collects the pool of ``pool`` candidates above a guess from the previous call; then any try
     that fell below the pool); the others (later stages' statistics too) read only the pool. Host floats throughout: no 0-d operations,
-    no synchronisations."""
+    no synchronisations; each kernel's host time is :data:`NATIVE_HOST_LAUNCHES` launches more."""
     kernels = stages + 2 + steps
     c = Work()
     for i in range(kernels):
@@ -433,7 +441,7 @@ def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps, collec
             c.stream(n, itemsize, 8 * (k if last else pool if selecting else 0) / n, kind, full=True)
         else:
             c.stream(pool, 8, 8 * k / max(pool, 1) if last else 0, "native_select" if last else "native")
-    return c.stream(k, 4, 8).gather(k)
+    return c.scalars(NATIVE_HOST_LAUNCHES * kernels).stream(k, 4, 8).gather(k)
 
 
 def _cast(n, density, itemsize, stages, rounds, backend, half=2):
