@@ -578,8 +578,9 @@ class SIDCo(Compressor):
         under = log_p if err < 0 else -math.inf  # ln p known to select too few
         over = log_p if err > 0 else math.inf    # ln p known to select too many
         prev_log_p, prev_err, prev_exact, cur_exact = log_p, err, exact, exact
-        for step in range(self.corrections):
-            if best_err <= limit:
+        counted = 0  # tries taken as "too many" without a count do not use up the corrections
+        for step in range(self.corrections + _Ops.bounds_left):
+            if best_err <= limit or counted == self.corrections:
                 break
             if step and prev_exact and cur_exact:  # a secant through two counted tries
                 dx = log_p - prev_log_p
@@ -590,6 +591,7 @@ class SIDCo(Compressor):
                 new_log_p = 0.5 * (under + over)
             candidate = fit(math.exp(new_log_p))
             cand_count, exact = ops.probe(candidate, k * (1.0 + self.band))
+            counted += exact
             cand_err = math.log(max(cand_count, 0.5)) - log_k  # a lower bound when not exact
             prev_log_p, prev_err, prev_exact, cur_exact = log_p, err, cur_exact, exact
             log_p, err = new_log_p, cand_err
