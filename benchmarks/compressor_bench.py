@@ -52,7 +52,8 @@ def _timer(device: torch.device, clock: str = "wall") -> Callable[[Callable[[], 
 
 def run(size: int, densities: Sequence[float], device: str = "cpu", names: Sequence[str] | None = None,
         repeats: int = 10, warmup: int = 10, dtype: str = "fp32", seed: int = 0, threads: int | None = None,
-        progress: Callable[[str], None] | None = None, clock: str = "wall") -> list[dict[str, Any]]:
+        progress: Callable[[str], None] | None = None, clock: str = "wall",
+        stages: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """Benchmark ``names`` (default: all) at each density; return one dict per (compressor, density).
 
     Keys: compressor, density, size, dtype, device, compress_ms, decompress_ms, floor_ms,
@@ -64,7 +65,9 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
     repeats, warmup, threads, clock (``wall`` or ``cpu``: :data:`CLOCKS`), backend (what ran the timed calls: ``native``, ``torch`` or ``cuda``),
     device_identity (CPU model and SIMD flags, or the GPU's name). ``none``, ``fp16``, ``bf16`` and
     ``powersgd`` (rank 1, the vector as one square matrix) run once at density 1. ``threads`` sets torch's (and the
-    native kernels') CPU thread count for the run (default: leave it as it is).
+    native kernels') CPU thread count for the run (default: leave it as it is). ``stages``: run
+    each SIDCo variant once per fixed stage count in it (rows side by side; default: once, with its
+    adaptive stage count).
     """
     if size < 1:
         raise ValueError(f"size must be >= 1 element, got {size}")
@@ -92,13 +95,17 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
     timed = _timer(dev, clock)
     out = torch.empty_like(grad)
     rows = []
-    plan = [(n, 1.0) for n in names if not density_bound(n)] + [(n, d) for d in densities for n in names
-                                                                 if density_bound(n)]
+    if stages is not None and (not stages or any(isinstance(m, bool) or not isinstance(m, int) or m < 1
+                                                 for m in stages)):
+        raise ValueError(f"stages must be integers >= 1, got {stages!r}")
+    plan = [(n, 1.0, None) for n in names if not density_bound(n)] + [
+        (n, d, m) for d in densities for n in names if density_bound(n)
+        for m in (stages if stages and n.startswith("sidco") else [None])]
     identity = device_identity(dev)
-    for name, density in plan:
+    for name, density, fixed in plan:
         if progress:
             progress(f"{name} δ={density:g}")
-        c = compressors.create(name, density=density)
+        c = compressors.create(name, density=density, **({} if fixed is None else {"stages": fixed}))
         sparse = None
         for _ in range(warmup):
             sparse = c.compress(grad)

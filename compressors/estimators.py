@@ -1,10 +1,13 @@
 """Closed-form tail fits of gradient magnitudes and their thresholds (SIDCo's estimators).
 
-Each function takes ``x`` (non-negative magnitudes, a 1-D tensor, possibly shifted exceedances)
-and a tail mass ``p`` in (0, 1] (a float, or a 0-d tensor on ``x``'s device) and returns a 0-d float64 tensor ``η`` on ``x``'s device with
-``P(X > η) = p`` under the fitted law. Nothing here synchronises with the host: degenerate
-inputs (``μ = 0``, ``v = 0``, a single element, ``ξ ≈ 0``, zeros in ``ln x``) are handled with
-``torch.where``. Sums accumulate in float32 (float64 for float64 input).
+Two kinds of function. Statistics (:func:`mean`, :func:`mean_and_var`, :func:`mean_log_positive`)
+reduce a 1-D tensor of non-negative magnitudes ``x`` to 0-d float64 tensors on its device (sums
+accumulate in float32, float64 for float64 input). The fits and thresholds take those statistics
+as Python floats (0-d CPU tensors are accepted) and a tail mass ``p`` in (0, 1], and return
+Python floats: the threshold ``η`` with ``P(X > η) = p`` under the fitted law. SIDCo reads a
+stage's statistics to the host once and does this scalar algebra there (a handful of float
+operations, and SciPy's inverse incomplete gamma), never as device operations. Degenerate inputs
+(``μ = 0``, ``v = 0``, a single element, ``ξ ≈ 0``, zeros in ``ln x``) are handled explicitly.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import math
 
 import torch
 
-from compressors.gammainv import gammainccinv
+from scipy.special import gammainccinv
 
 XI_EPS = 1e-8
 """``|ξ|`` below this uses the exponential limit ``σ·ln(1/p)`` of the generalized Pareto threshold."""
@@ -46,32 +49,27 @@ def mean_and_var(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return mu, torch.clamp(second - mu * mu, min=0.0)
 
 
-def _log(p: float | torch.Tensor) -> float | torch.Tensor:
-    """``ln p`` of a float or a tensor (tail masses may be computed on the device)."""
-    return torch.log(p) if isinstance(p, torch.Tensor) else math.log(p)
-
-
-def exponential_threshold(mu: torch.Tensor, p: float | torch.Tensor) -> torch.Tensor:
+def exponential_threshold(mu: float, p: float) -> float:
     """Exponential (MLE scale ``β = μ``) threshold: ``η = β·ln(1/p)``."""
-    return mu * -_log(p)
+    return float(mu) * -math.log(p)
 
 
-def _degenerate(mu: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
-    """Where the moments fit has no usable variance: ``v`` below :data:`VAR_FLOOR`·μ², or ``μ²/v``
+def _degenerate(mu: float, var: float) -> bool:
+    """Whether the moments fit has no usable variance: ``v`` below :data:`VAR_FLOOR`·μ², or ``μ²/v``
     not finite."""
-    return ~(var > VAR_FLOOR * mu * mu) | ~torch.isfinite(mu * mu / var)
+    return not var > VAR_FLOOR * mu * mu or not math.isfinite(mu * mu / var)
 
 
-def gpareto_params(mu: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def gpareto_params(mu: float, var: float) -> tuple[float, float]:
     """Generalized Pareto (location 0) shape and scale ``(ξ, σ)`` by the method of moments:
     ``r = μ²/v``, ``ξ = ½(1 − r)``, ``σ = ½·μ·(r + 1)`` (``v = 1`` stands in where ``v`` is below
     :data:`VAR_FLOOR`·μ² or ``μ²/v`` is not finite; :func:`gpareto_threshold` handles that case)."""
-    degenerate = _degenerate(mu, var)
-    r = mu * mu / torch.where(degenerate, torch.ones_like(var), var)
+    mu, var = float(mu), float(var)
+    r = mu * mu / (1.0 if _degenerate(mu, var) else var)
     return 0.5 * (1.0 - r), 0.5 * mu * (r + 1.0)
 
 
-def gpareto_threshold(mu: torch.Tensor, var: torch.Tensor, p: float | torch.Tensor) -> torch.Tensor:
+def gpareto_threshold(mu: float, var: float, p: float) -> float:
     """Generalized Pareto (location 0) threshold from the method of moments.
 
     ``r = μ²/v``, ``ξ = ½(1 − r)``, ``σ = ½·μ·(r + 1)``, ``η = (σ/ξ)(p^(−ξ) − 1)``, written as
@@ -79,22 +77,27 @@ def gpareto_threshold(mu: torch.Tensor, var: torch.Tensor, p: float | torch.Tens
     single-element data; below :data:`VAR_FLOOR`) takes the ``v → 0`` limit ``η = μ`` (the upper end
     of the fitted support).
     """
-    log_p = _log(p)
-    degenerate = _degenerate(mu, var)
+    mu, var = float(mu), float(var)
+    if _degenerate(mu, var):
+        return mu
     xi, sigma = gpareto_params(mu, var)
-    near_zero = xi.abs() < XI_EPS
-    safe_xi = torch.where(near_zero, torch.ones_like(xi), xi)
-    eta = torch.where(near_zero, -sigma * log_p, sigma * torch.expm1(-xi * log_p) / safe_xi)
-    return torch.where(degenerate, mu, eta)
+    log_p = math.log(p)
+    if abs(xi) < XI_EPS:
+        return -sigma * log_p
+    try:
+        return sigma * math.expm1(-xi * log_p) / xi
+    except OverflowError:
+        return math.inf
 
 
-def gamma_shape(mu: torch.Tensor, mean_log: torch.Tensor) -> torch.Tensor:
+def gamma_shape(mu: float, mean_log: float) -> float:
     """Approximate MLE of the gamma shape: ``s = ln μ − mean(ln x)``,
     ``α = (3 − s + √((s − 3)² + 24 s)) / (12 s)``, clamped to :data:`ALPHA_RANGE`; ``s`` is
     floored at :data:`S_FLOOR`."""
-    s = torch.clamp(torch.log(mu) - mean_log, min=S_FLOOR)
-    alpha = (3.0 - s + torch.sqrt((s - 3.0) ** 2 + 24.0 * s)) / (12.0 * s)
-    return torch.clamp(alpha, *ALPHA_RANGE)
+    mu, mean_log = float(mu), float(mean_log)
+    s = max(math.log(mu) - mean_log if mu > 0 else S_FLOOR, S_FLOOR)
+    alpha = (3.0 - s + math.sqrt((s - 3.0) ** 2 + 24.0 * s)) / (12.0 * s)
+    return min(max(alpha, ALPHA_RANGE[0]), ALPHA_RANGE[1])
 
 
 LOG_FLOOR = float(torch.finfo(torch.float32).tiny)
@@ -123,7 +126,8 @@ def mean_log_from_sums(total_log: float, positive: int, numel: int) -> float:
     return (total_log - (numel - positive) * math.log(LOG_FLOOR)) / max(positive, 1)
 
 
-def gamma_threshold(mu: torch.Tensor, mean_log: torch.Tensor, p: float | torch.Tensor) -> torch.Tensor:
-    """Gamma threshold ``η = β·Q⁻¹(α, p)`` with ``β = μ/α`` (true inverse, no closed-form shortcut)."""
+def gamma_threshold(mu: float, mean_log: float, p: float) -> float:
+    """Gamma threshold ``η = β·Q⁻¹(α, p)`` with ``β = μ/α`` (the true inverse,
+    ``scipy.special.gammainccinv``; no closed-form shortcut)."""
     alpha = gamma_shape(mu, mean_log)
-    return (mu / alpha) * gammainccinv(alpha, p)
+    return float(mu) / alpha * float(gammainccinv(alpha, p))

@@ -33,27 +33,32 @@ Range: when a statistic overflows (huge finite ``|g|``), the whole call is compu
 ``g / 2^⌈log₂ max|g|⌉`` (all three fits are scale-equivariant; a power of two keeps every
 comparison exact) and the threshold scaled back, so the selection is the one of the scaled data.
 
-Backends compute the same thing: fused C kernels (:mod:`compressors.native`) for contiguous float32
-CPU tensors, and plain torch ops for anything else (CUDA, fp16/bf16/fp64). Native: one read pass
-for the stage-1 statistics and, with more than one stage, one for the statistics of stage 1's
-exceedances (read-only: they are never compacted). One of these passes also collects a small pool
-(the elements above a guess from the previous call of the same size, just below the thresholds
-it will need), and every later stage, correction and the final selection read only that pool; when
-the guess misses, one more pass over the vector collects the exceedances actually needed. Torch: stage
-statistics as masked reductions over ``|g|`` (no data-dependent shapes), every branch written as
-``torch.where``, and exactly one device→host transfer per call: a few counts read together, which
-size the selection.
-Native and torch agree up to the summation order of float32 partial sums (relative differences
-of ~1e-6 in the statistics): thresholds agree to that precision and, when equal, so do the
-selections.
+One stage loop for both backends (:meth:`SIDCo._chain`): each stage's statistics are read to the
+host once, and the fits, the count-targeted split and the correction are scalar algebra on Python
+floats there (SciPy's inverse incomplete gamma for SIDCo-GP). The pool, the magnitudes above
+``0.9 ×`` the previous call's threshold of the same size (scaled by how ``η₁`` moved), is taken
+with the last statistics the plan reads; every later count and the selection come from it, and a
+correction's try below a pool of more than ``(1 + band)·k`` elements is known to select too many
+without being counted. A try the pool cannot answer is counted by a full pass (that collects a
+new pool just below it). What differs is how a backend reads the data: fused C kernels
+(:mod:`compressors.native`) for contiguous float32 CPU tensors (one read pass per stage's
+statistics, collecting the pool in the same pass), and torch operations for anything else (CUDA,
+fp16/bf16/fp64): per stage a few reductions whose results (with the pool, gathered by
+``nonzero_static`` into a fixed number of slots) travel to the host in one transfer, so a call of
+``M`` stages reads the host ``M`` times once a call of the same size has been made (plus two when
+the pool missed), issues a few dozen kernels and no scalar arithmetic on the device.
+Native and torch agree up to the summation order of the statistics (relative differences of ~1e-7
+or less): thresholds agree to that precision and, when equal, so do the selections.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from compressors import estimators, native
@@ -64,40 +69,54 @@ from compressors.selection import Workspace, argmax_fallback
 from compressors.sparse import Sparse
 
 GUESS_MARGIN = 0.9
-"""Native path: the pool holds ``|g| > 0.9·τ``, ``τ`` the threshold the previous call of the same
-size selected at (scaled by how this call's ``η₁`` moved); with one stage, the lower of that and
-the previous ``η₁``, and the pool is collected by the first pass."""
+"""The pool holds ``|g| > 0.9·τ``, ``τ`` the threshold the previous call of the same size selected
+at (with more than one stage scaled by how this call's ``η₁`` moved; with one, as it was, the pool
+collected with stage 1's statistics). A try below the pool collects a new one at 0.9 × the try."""
 
 WILD_TRY = 0.5
-"""Native path: a try below ``0.5 ×`` the pool's threshold (a correction step that overshot, e.g.
-the first secant step after a stage-1 fit that selected a hundredth of ``k``) is counted by a
-full pass that collects nothing; a try just below the pool (the pool was a little too high) is
-counted by a full pass that collects a new pool at that try."""
+"""A try below ``0.5 ×`` the pool's threshold (a correction step that overshot, e.g. the first
+secant step after a stage-1 fit that selected a hundredth of ``k``) is counted by a full pass that
+collects nothing."""
+
+POOL_ROOM = 2
+"""Torch path: the pool's slots, ``2 × max(previous pool, k) + 1024`` (a pool that fills them
+is collected again at the same level, sized by the device: two more transfers)."""
 
 SLOPE_RANGE = (0.1, 10.0)
 """Clamp of the secant slope ``d ln c / d ln p`` used by the in-call correction."""
 
 
 class Moments(NamedTuple):
-    """What a fit needs, as 0-d float64 tensors: mean, variance (divisor n), mean of ln (or None)."""
+    """What a fit needs, as host floats: mean, variance (divisor n), mean of ln."""
 
-    mean: torch.Tensor
-    var: torch.Tensor | None = None
-    mean_log: torch.Tensor | None = None
+    mean: float
+    var: float = 0.0
+    mean_log: float = 0.0
 
 
 class Tail(NamedTuple):
-    """Exceedances of a threshold: count, Σ excess and Σ excess² (0-d float64 tensors)."""
+    """Exceedances of a threshold: count, Σ excess and Σ excess² (host values)."""
 
-    count: torch.Tensor
-    excess: torch.Tensor
-    excess_sq: torch.Tensor
+    count: int
+    excess: float
+    excess_sq: float
 
     def moments(self) -> Moments:
         """Mean and variance of the excess (count clamped at 1)."""
-        c = torch.clamp(self.count, min=1.0)
+        c = max(self.count, 1)
         mean = self.excess / c
-        return Moments(mean, torch.clamp(self.excess_sq / c - mean * mean, min=0.0))
+        return Moments(mean, max(self.excess_sq / c - mean * mean, 0.0))
+
+
+class Guess(NamedTuple):
+    """What the previous call of the same size left for the next: its stage-1 threshold, the
+    threshold it selected at, its pool's size (elements), and the lowest threshold it needed after
+    stage 2's statistics (the chosen one, or a later stage's shift)."""
+
+    eta1: float
+    chosen: float
+    pool: int
+    low: float
 
 
 def stage_probabilities(density: float, stages: int, first_ratio: float) -> list[float]:
@@ -116,130 +135,279 @@ class _Overflow(Exception):
 
 
 class _Ops:
-    """What the stage chain needs from a backend; every value is a 0-d float64 tensor."""
+    """What the stage loop needs from a backend. Every value it returns is on the host.
 
-    eager = False
-    """Whether values may be read on the host (CPU tensors): the chain then stops early."""
+    The pool: the magnitudes above ``pool_at`` (collected when a stage's statistics are read, at
+    a level the stage loop picks from the previous call), from which every later count and the
+    selection are taken without reading the whole vector again; :meth:`count` below the pool is
+    a full pass (:meth:`collect` a new pool on the way, or :meth:`full_count`).
+    """
 
-    def first(self) -> Moments: ...
-    def tail(self, threshold: torch.Tensor) -> Tail: ...
-    def select(self, threshold: torch.Tensor, pre_count: torch.Tensor,
-               used: torch.Tensor) -> tuple[torch.Tensor, int, int]:
-        """Positions above ``threshold``, with ``pre_count`` and ``used`` read on the host."""
+    pool_at = math.inf
+    pool_size = 0
+    pool_capacity: int | None = None
+    bounds_left = 3
+    """Tries a call may take as "too many" without counting them (:meth:`probe`): three; a
+    correction that keeps falling below the pool counts its tries."""
+
+    def first(self, pool_at: float | None) -> Moments:
+        """Stage 1's statistics of all magnitudes (and the pool above ``pool_at``)."""
+        raise NotImplementedError
+
+    def tail(self, threshold: float, pool_at: float | None) -> Tail:
+        """Statistics of the exceedances of ``threshold`` (and the pool above ``pool_at``)."""
+        raise NotImplementedError
+
+    def pool_count(self, threshold: float) -> int:
+        """``#(|g| > threshold)`` from the pool (``threshold >= pool_at``)."""
+        raise NotImplementedError
+
+    def collect(self, pool_at: float) -> None:
+        """A new pool: every magnitude above ``pool_at`` (a full pass)."""
+        raise NotImplementedError
+
+    def full_count(self, threshold: float) -> int:
+        """``#(|g| > threshold)`` by a full pass that keeps no pool."""
+        raise NotImplementedError
+
+    def select(self, threshold: float, count: int) -> torch.Tensor:
+        """Positions (int64, ascending) of the ``count`` magnitudes above ``threshold``."""
+        raise NotImplementedError
+
+    def probe(self, threshold: float, enough: float) -> tuple[int, bool]:
+        """``(count, exact)`` for a correction's try: below a pool of more than ``enough``
+        elements the try certainly selects too many, and ``(pool size, False)`` says so without a
+        pass; otherwise the exact :meth:`count`."""
+        if threshold < self.pool_at and self.pool_at != math.inf and self.pool_size > enough and self.bounds_left:
+            self.bounds_left -= 1
+            return self.pool_size, False
+        return self.count(threshold), True
+
+    def count(self, threshold: float) -> int:
+        """``#(|g| > threshold)``, exact: from the pool when it holds the threshold, else a full
+        pass that collects a new pool just below it (or only counts, for a try far below the pool)."""
+        if threshold >= self.pool_at:
+            return self.pool_count(threshold)
+        if self.pool_at != math.inf and threshold < WILD_TRY * self.pool_at:
+            return self.full_count(threshold)
+        self.collect(GUESS_MARGIN * threshold)
+        return self.pool_count(threshold)
 
 
 class _NativeOps(_Ops):
-    """Fused C kernels; the pool is the compacted ``{|g| > pool_at}`` (positions and magnitudes)."""
+    """Fused C kernels (:func:`compressors.native.scan`); the pool is the compacted
+    ``{|g| > pool_at}`` (positions and magnitudes) in reused buffers."""
 
-    eager = True
-
-    def __init__(self, owner: SIDCo, grad: torch.Tensor, guess: tuple[float, float] | None, single: bool,
-                 logs: bool):
-        self.owner, self.grad, self.n = owner, grad, grad.numel()
-        self.guess, self.single, self.logs = guess, single, logs
+    def __init__(self, owner: SIDCo, grad: torch.Tensor, logs: bool):
+        self.owner, self.grad, self.n, self.logs = owner, grad, grad.numel(), logs
         self.pool: native.Selection | None = None
-        self.pool_at = math.inf
-        self.eta1: float | None = None
-        self.chosen = math.nan  # the threshold the call selected at (read back by select)
 
-    def _buffers(self, name: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.owner._buffers(name, numel)
+    def _keep(self, scan: native.Scan, pool_at: float | None) -> None:
+        if pool_at is not None and scan.selection is not None:
+            self.pool, self.pool_at, self.pool_size = scan.selection, pool_at, int(scan.selection.indices.numel())
 
-    def first(self) -> Moments:
-        select = None
-        if self.single and self.guess is not None:
-            select = GUESS_MARGIN * min(self.guess)  # one stage: stage 1's own threshold comes from the pool
-        r = native.scan(self.grad, absolute=True, logs=self.logs, select=select,
-                        buffers=self._buffers("pool", self.n) if select is not None else None)
-        if r.selection is not None:
-            self.pool, self.pool_at = r.selection, select
-        n = self.n
+    def _scan(self, shift: float, pool_at: float | None, logs: bool = False) -> native.Scan:
+        buffers = self.owner._buffers("pool", self.n) if pool_at is not None else None
+        r = native.scan(self.grad, absolute=True, shift=shift, logs=logs, select=pool_at, buffers=buffers)
+        self._keep(r, pool_at)
+        return r
+
+    def first(self, pool_at):
+        r = self._scan(0.0, pool_at, self.logs)
         if not (math.isfinite(r.excess) and math.isfinite(r.excess_sq)):
             raise _Overflow
+        n = self.n
         mean = r.excess / n
         mean_log = estimators.mean_log_from_sums(r.total_log, r.positive, n) if self.logs else 0.0
-        return Moments(_f64(mean), _f64(max(r.excess_sq / n - mean * mean, 0.0)), _f64(mean_log))
+        return Moments(mean, max(r.excess_sq / n - mean * mean, 0.0), mean_log)
 
-    def _scan(self, t: float, select: float | None = None) -> native.Scan:
-        if self.pool is not None and t >= self.pool_at:
-            return native.scan(self.pool.magnitudes, absolute=False, shift=t, select=select,
-                               positions=self.pool.indices,
-                               buffers=self._buffers("final", self.pool.indices.numel()) if select is not None else None)
-        if select is None:
-            # a full pass: collect the pool for later stages on the way
-            if self.eta1 is None:
-                self.eta1 = t
-                if self.guess is not None:
-                    select = GUESS_MARGIN * t * self.guess[1] / self.guess[0]
-            elif self.pool is None or t >= WILD_TRY * self.pool_at:
-                select = t
-            if select is None:
-                return native.scan(self.grad, absolute=True, shift=t)
-            r = native.scan(self.grad, absolute=True, shift=t, select=select,
-                            buffers=self._buffers("pool", self.n))
-            self.pool, self.pool_at = r.selection, select
-            return r
-        return native.scan(self.grad, absolute=True, shift=t, select=select, buffers=self._buffers("final", self.n))
+    def tail(self, threshold, pool_at):
+        if self.pool is not None and threshold >= self.pool_at:
+            r = native.scan(self.pool.magnitudes, absolute=False, shift=threshold)
+        else:
+            r = self._scan(threshold, pool_at)
+        return Tail(r.count, r.excess, r.excess_sq)
 
-    def tail(self, threshold: torch.Tensor) -> Tail:
-        t = float(threshold)
-        r = self._scan(t)
-        if self.eta1 is None:
-            self.eta1 = t
-        return Tail(_f64(r.count), _f64(r.excess), _f64(r.excess_sq))
+    def pool_count(self, threshold):
+        return native.scan(self.pool.magnitudes, absolute=False, shift=threshold).count
 
-    def select(self, threshold: torch.Tensor, pre_count: torch.Tensor,
-               used: torch.Tensor) -> tuple[torch.Tensor, int, int]:
-        t = self.chosen = float(threshold)
-        r = self._scan(t, select=t)
-        return r.selection.indices.long(), int(pre_count), int(used)
+    def collect(self, pool_at):
+        self._scan(pool_at, pool_at)
+
+    def full_count(self, threshold):
+        return native.scan(self.grad, absolute=True, shift=threshold).count
+
+    def select(self, threshold, count):
+        if self.pool is not None and threshold >= self.pool_at:
+            found = native.scan(self.pool.magnitudes, absolute=False, shift=threshold, select=threshold,
+                                positions=self.pool.indices, buffers=self.owner._buffers("final", self.pool_size))
+        else:
+            found = native.scan(self.grad, absolute=True, shift=threshold, select=threshold,
+                                buffers=self.owner._buffers("final", self.n))
+        return found.selection.indices.long()
 
 
 class _TorchOps(_Ops):
-    """Masked reductions over ``a = |g|`` in reused buffers; one device→host transfer in :meth:`select`."""
+    """Torch operations on any device, with every statistic a stage needs read to the host in one
+    transfer (:meth:`_fetch`): no scalar arithmetic on the device, no data-dependent shapes before
+    the host knows them. ``a = |g|`` lives in a reused buffer of ``n + 1`` elements whose last one
+    is −1: the pool (``nonzero_static`` of ``a > pool_at`` into ``pool_capacity`` slots, the spare
+    slots pointing at that −1) travels to the host with the statistics of the stage it is taken
+    with, and the selection is a ``nonzero_static`` over the pool sized by the count the host
+    already has."""
 
-    def __init__(self, owner: SIDCo, grad: torch.Tensor, logs: bool, variance: bool):
-        self.grad, self.logs, self.variance = grad, logs, variance
-        ws = owner._workspace
-        self.a = torch.abs(grad, out=ws.get("abs", grad.numel(), grad.dtype, grad.device))
-        self.work = ws.get("excess", grad.numel(), grad.dtype, grad.device)
-        self.acc = torch.float64 if grad.dtype == torch.float64 else torch.float32
-        self.ws = ws
+    def __init__(self, owner: SIDCo, grad: torch.Tensor, logs: bool, variance: bool, capacity: int | None):
+        self.grad, self.logs, self.variance, self.n = grad, logs, variance, grad.numel()
+        self.ws = owner._workspace
+        self.padded = owner._magnitudes(grad)
+        self.a = self.padded[:self.n]
+        self.mask = self.ws.get("mask", self.n, torch.bool, grad.device)
+        self.pool_capacity = capacity
+        self.pool_positions: torch.Tensor | None = None
+        self.pool_values: torch.Tensor | None = None
+        self.host_pool: np.ndarray | None = None
 
-    def first(self) -> Moments:
-        a = self.a
-        if self.variance:
-            mean, var = estimators.mean_and_var(a)
+    def _gather_pool(self, pool_at: float, capacity: int | None) -> torch.Tensor:
+        torch.gt(self.a, pool_at, out=self.mask)
+        if capacity is None:  # sized by the device: its own transfer
+            self.pool_positions = torch.nonzero(self.mask).squeeze(1)
         else:
-            mean, var = estimators.mean(a), torch.zeros((), dtype=torch.float64, device=a.device)
-        mean_log = torch.zeros((), dtype=torch.float64, device=a.device)
+            slots = self.ws.at_least("pool-positions", capacity, torch.int64, self.a.device).view(-1, 1)
+            self.pool_positions = torch.nonzero_static(self.mask, size=capacity, fill_value=self.n,
+                                                       out=slots).squeeze(1)
+        values = self.ws.at_least("pool-values", self.pool_positions.numel(), self.a.dtype, self.a.device)
+        self.pool_values = torch.index_select(self.padded, 0, self.pool_positions, out=values)
+        return self.pool_values
+
+    def _fetch(self, stats: list[torch.Tensor], pool_at: float | None, capacity: int | None = None) -> list:
+        """Host values of ``stats`` (and of the pool above ``pool_at``) in one device→host transfer."""
+        parts = list(stats)
+        if pool_at is not None:
+            parts.append(self._gather_pool(pool_at, capacity))
+        values, host = _to_host(parts, self.ws)
+        if pool_at is not None:
+            pool = host[-1]
+            size = int(np.count_nonzero(pool >= 0))
+            if capacity is not None and size == capacity:  # full: more lie above pool_at than it holds
+                self.collect(pool_at)
+            else:
+                self.pool_at, self.pool_size, self.host_pool = pool_at, size, pool
+        return values
+
+    def first(self, pool_at):
+        a, acc = self.a, torch.float64
+        stats = [torch.sum(a, dtype=acc)]
+        if self.variance:
+            stats.append(torch.linalg.vector_norm(a, 2, dtype=acc))
         if self.logs:
-            mean_log = estimators.mean_log_positive(a, self.ws.get("log", a.numel(), self.acc, a.device))
-        self.statistic = mean + var + mean_log
+            work = torch.float64 if a.dtype == torch.float64 else torch.float32
+            scratch = self.ws.get("log", self.n, work, a.device)
+            logs = torch.clamp(a, min=estimators.LOG_FLOOR, out=scratch) if a.dtype == work \
+                else scratch.copy_(a).clamp_(min=estimators.LOG_FLOOR)
+            stats += [torch.sum(torch.log_(logs), dtype=acc), torch.count_nonzero(a)]
+        values = self._fetch(stats, pool_at, self.pool_capacity)
+        total = values[0]
+        if not math.isfinite(total) or (self.variance and not math.isfinite(values[1])):
+            raise _Overflow
+        n = self.n
+        mean = total / n
+        var = max(values[1] ** 2 / n - mean * mean, 0.0) if self.variance else 0.0
+        mean_log = estimators.mean_log_from_sums(values[-2], int(values[-1]), n) if self.logs else 0.0
         return Moments(mean, var, mean_log)
 
-    def tail(self, threshold: torch.Tensor) -> Tail:
-        excess = torch.sub(self.a, threshold.to(self.a.dtype), out=self.work).clamp_(min=0)
-        count = torch.count_nonzero(excess).double()
-        total = torch.sum(excess, dtype=self.acc).double()
-        square = torch.linalg.vector_norm(excess, 2, dtype=self.acc).double() ** 2
-        return Tail(count, total, square)
+    def tail(self, threshold, pool_at):
+        if self.host_pool is not None and threshold >= self.pool_at:  # on the host, from the pool
+            t = self.host_pool.dtype.type(threshold)
+            above = self.host_pool[self.host_pool > t]
+            excess = above.astype(np.float64) - float(t)
+            return Tail(int(above.size), float(excess.sum()), float(np.dot(excess, excess)))
+        # a where a > threshold, else 0: the count, Σ and Σ² of the kept are those of the excess, shifted
+        kept = torch.threshold(self.a, threshold, 0.0, out=self.ws.get("excess", self.n, self.a.dtype, self.a.device))
+        stats = [torch.count_nonzero(kept), torch.sum(kept, dtype=torch.float64)]
+        if self.variance_tail:
+            stats.append(torch.linalg.vector_norm(kept, 2, dtype=torch.float64))
+        values = self._fetch(stats, pool_at, self.pool_capacity)
+        count, total = int(values[0]), values[1]
+        excess = max(total - count * threshold, 0.0)
+        square = max(values[2] ** 2 - 2.0 * threshold * total + count * threshold * threshold, 0.0) \
+            if self.variance_tail else 0.0
+        return Tail(count, excess, square)
 
-    def select(self, threshold: torch.Tensor, pre_count: torch.Tensor,
-               used: torch.Tensor) -> tuple[torch.Tensor, int, int]:
-        mask = torch.gt(self.a, threshold.to(self.a.dtype), out=self.ws.get("mask", self.a.numel(), torch.bool,
-                                                                            self.a.device))
-        count = torch.count_nonzero(mask)
-        finite = torch.isfinite(self.statistic)
-        info = torch.stack([count.double(), pre_count, used.to(count.device), finite.double()])
-        selected, pre, stages, ok = info.tolist()  # the one device->host transfer of the call
-        if not ok:
-            raise _Overflow
-        return torch.nonzero_static(mask, size=int(selected)).squeeze(1), int(pre), int(stages)
+    def pool_count(self, threshold):
+        return int(np.count_nonzero(self.host_pool > self.host_pool.dtype.type(threshold)))
+
+    def collect(self, pool_at):
+        self._fetch([], pool_at)
+
+    def full_count(self, threshold):
+        torch.gt(self.a, threshold, out=self.mask)
+        return int(self._fetch([torch.count_nonzero(self.mask)], None)[0])
+
+    def select(self, threshold, count):
+        if self.host_pool is not None and threshold >= self.pool_at:
+            above = self.ws.at_least("pool-mask", self.pool_values.numel(), torch.bool, self.a.device)
+            chosen = torch.nonzero_static(torch.gt(self.pool_values, threshold, out=above), size=count).squeeze(1)
+            return self.pool_positions.index_select(0, chosen)
+        torch.gt(self.a, threshold, out=self.mask)
+        return torch.nonzero_static(self.mask, size=count).squeeze(1)
 
 
-def _f64(value: float) -> torch.Tensor:
-    return torch.tensor(value, dtype=torch.float64)
+_HOST_TYPES = {torch.float64: np.float64, torch.float32: np.float32, torch.float16: np.float16,
+               torch.bfloat16: np.uint16, torch.int64: np.int64}
+
+
+def _to_host(parts: list[torch.Tensor], workspace: Workspace) -> tuple[list, list[np.ndarray]]:
+    """``parts`` (0-d statistics, then optionally one vector) read to the host in one transfer:
+    their bytes concatenated on the device (into a reused buffer), copied once. Returns the 0-d
+    ones as Python numbers and every part as a NumPy array (bfloat16 widened to float32, exactly)."""
+    flat = [t.reshape(-1).view(torch.uint8) for t in parts]
+    if len(flat) > 1:
+        packed = workspace.at_least("to-host", sum(f.numel() for f in flat), torch.uint8, flat[0].device)
+        flat = [torch.cat(flat, out=packed)]
+    raw = flat[0].cpu().numpy()
+    arrays, offset = [], 0
+    for t in parts:
+        size = t.numel() * t.element_size()
+        arr = raw[offset:offset + size].view(_HOST_TYPES[t.dtype])
+        if t.dtype == torch.bfloat16:
+            arr = (arr.astype(np.uint32) << 16).view(np.float32)
+        elif t.dtype == torch.float16:
+            arr = arr.astype(np.float32)
+        arrays.append(arr)
+        offset += size
+    return [arr[0].item() for t, arr in zip(parts, arrays) if t.dim() == 0], arrays
+
+
+def _finite(threshold: float, dtype: torch.dtype) -> float:
+    """A fitted threshold rounded to ``dtype``; one that overflows it (huge finite ``|g|``, whose
+    statistics fit in the host's float64) means the call is redone on scaled data."""
+    rounded = _round(threshold, dtype)
+    if not math.isfinite(rounded):
+        raise _Overflow
+    return rounded
+
+
+_PACK = {torch.float32: "f", torch.float16: "e"}
+
+
+def _round(value: float, dtype: torch.dtype) -> float:
+    """``value`` rounded to ``dtype`` (as the comparison ``|g| > value`` in that dtype sees it), −0 made +0."""
+    if dtype == torch.float64:
+        return float(value) + 0.0
+    if dtype in _PACK:  # round to nearest even through the C type, as a cast does
+        try:
+            return struct.unpack(_PACK[dtype], struct.pack(_PACK[dtype], value))[0] + 0.0
+        except OverflowError:
+            return math.copysign(math.inf, value)
+    with np.errstate(over="ignore"):
+        if dtype == torch.bfloat16:
+            bits = np.array([value], dtype=np.float32).view(np.uint32)[0].item()
+            if math.isfinite(value):
+                bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # to nearest, ties to even
+            else:
+                bits &= 0xFFFF0000
+            return float(np.array([bits], dtype=np.uint32).view(np.float32)[0]) + 0.0
+        return float({torch.float32: np.float32, torch.float16: np.float16}[dtype](value)) + 0.0
 
 
 class SIDCo(Compressor):
@@ -292,7 +460,8 @@ class SIDCo(Compressor):
         else:
             raise ValueError(f"stages must be an int >= 1 or 'adaptive', got {stages!r}")
         self._workspace = Workspace()
-        self._guesses: dict[int, tuple[float, float]] = {}
+        self._guesses: dict[int, Guess] = {}
+        self._padded: dict[tuple, torch.Tensor] = {}
 
     @property
     def stages(self) -> int:
@@ -301,11 +470,11 @@ class SIDCo(Compressor):
             return self.controller.stages
         return self.fixed_stages
 
-    def first_threshold(self, moments: Moments, p: float | torch.Tensor) -> torch.Tensor:
+    def first_threshold(self, moments: Moments, p: float) -> float:
         """Stage-1 threshold for tail mass ``p`` from the moments of all magnitudes."""
         raise NotImplementedError
 
-    def tail_threshold(self, moments: Moments, p: float | torch.Tensor) -> torch.Tensor:
+    def tail_threshold(self, moments: Moments, p: float) -> float:
         """Later-stage threshold (above the shift) from the moments of the shifted exceedances."""
         return estimators.gpareto_threshold(moments.mean, moments.var, p)
 
@@ -320,116 +489,139 @@ class SIDCo(Compressor):
 
     def _run(self, grad: torch.Tensor, remember: bool = True) -> tuple[Sparse, int]:
         n = grad.numel()
-        stages = self.stages
+        guess = self._guesses.get(n) if remember else None
         if self.backend_choice == "auto" and native.usable(grad):
-            guess = self._guesses.get(n) if remember else None
-            single = len(stage_probabilities(self.density, stages, self.first_ratio)) == 1
-            ops: _Ops = _NativeOps(self, grad, guess, single, self.first_needs_log)
+            ops: _Ops = _NativeOps(self, grad, self.first_needs_log)
             self.backend = "native"
         else:
-            ops = _TorchOps(self, grad, self.first_needs_log, self.first_needs_var)
+            k = target_count(self.density, n)
+            capacity = None if guess is None else min(n, POOL_ROOM * max(guess.pool, k) + 1024)
+            ops = _TorchOps(self, grad, self.first_needs_log, self.first_needs_var, capacity)
+            ops.variance_tail = self.tail_needs_var
             self.backend = "cuda" if grad.device.type == "cuda" else "torch"
-        threshold, used, pre_count = self._chain(ops, n, stages, grad.dtype)
-        indices, pre, used = ops.select(threshold, pre_count, used)
-        if isinstance(ops, _NativeOps) and remember and ops.eta1 is not None:
-            if ops.chosen > 0 and ops.eta1 > 0 and math.isfinite(ops.eta1):
-                self._guesses = {**dict(list(self._guesses.items())[-7:]), n: (ops.eta1, ops.chosen)}
-        if indices.numel() == 0:
-            raise_if_not_finite(grad, getattr(ops, "statistic", None))
+        threshold, used, count, eta1 = self._chain(ops, n, self.stages, grad.dtype, guess)
+        if remember and threshold > 0 and eta1 > 0 and math.isfinite(eta1):
+            self._guesses = {**dict(list(self._guesses.items())[-7:]), n: Guess(eta1, threshold, ops.pool_size,
+                                                                                    self._low)}
+        if count == 0:
             indices = argmax_fallback(grad.abs())
-        return Sparse(grad.index_select(0, indices), indices, n, threshold, used), pre
+        else:
+            indices = ops.select(threshold, count)
+        return Sparse(grad.index_select(0, indices), indices, n, threshold, used), count
 
-    def _chain(self, ops: _Ops, n: int, stages: int, dtype: torch.dtype):
-        """Thresholds of every stage and the in-call correction; returns (η, stages used, count
-        above η), η rounded to ``dtype``."""
-        k = float(target_count(self.density, n))
+    def _chain(self, ops: _Ops, n: int, stages: int, dtype: torch.dtype, guess: Guess | None):
+        """Thresholds of every stage and the in-call correction, on host floats; returns (η,
+        stages used, count above η, η₁), every η rounded to ``dtype``.
+
+        The pool is taken with stage 1's statistics when there is one stage, at
+        :data:`GUESS_MARGIN` × the previous call's chosen threshold; with more, with stage 2's, at
+        :data:`GUESS_MARGIN` × the lowest threshold the previous call needed after them (its
+        chosen one or a later stage's shift) scaled by how ``η₁`` moved: every later stage's
+        statistics then come from the pool.
+        """
+        k = target_count(self.density, n)
         probs = stage_probabilities(self.density, stages, self.first_ratio)
-        moments = ops.first()
-        first = lambda p: _round(self.first_threshold(moments, p), dtype)  # noqa: E731
-        t = first(probs[0])
-        tail = ops.tail(t)
-        fit: Callable[[torch.Tensor], torch.Tensor] = first
-        log_p = torch.tensor(math.log(probs[0]), dtype=torch.float64, device=t.device)
-        used = torch.ones((), dtype=torch.float64, device=t.device)
-        alive = torch.ones((), dtype=torch.bool, device=t.device)
+        last = len(probs) - 1
+        pool_at = _round(GUESS_MARGIN * guess.chosen, dtype) if guess is not None and not last else None
+        moments = ops.first(pool_at)
+        fit: Callable[[float], float] = lambda p: _finite(self.first_threshold(moments, p), dtype)  # noqa: E731
+        t = eta1 = fit(probs[0])
+        log_p, used, count, exact = math.log(probs[0]), 1, None, True
+        previous = None  # the accepted stage before t's: (t, its count, its fit, ln p, stages used)
+        self._low = math.inf
         for m in range(1, len(probs)):
-            if ops.eager and not bool(alive & (tail.count >= 2)):
+            pool_at = None
+            if m == 1 and guess is not None and guess.eta1 > 0:
+                pool_at = _round(GUESS_MARGIN * guess.low * eta1 / guess.eta1, dtype)
+            if m > 1:
+                self._low = min(self._low, t)
+            tail = ops.tail(t, pool_at)
+            if previous is not None and tail.count == 0:  # t selects nothing: keep the stage before
+                t, count, fit, log_p, used = previous
+                break
+            count, previous = tail.count, (t, tail.count, fit, log_p, used)
+            if tail.count < 2:
                 break
             if self.adapt == "paper":
-                p = torch.tensor(probs[m], dtype=torch.float64, device=t.device)
+                p = probs[m]
             else:
-                p = torch.clamp(k / torch.clamp(tail.count, min=1.0), max=1.0) ** (1.0 / (len(probs) - m))
-            base, base_tail = t, tail
-            stage_fit = self._stage_fit(base, base_tail, dtype)
-            candidate = stage_fit(p)
-            cand_tail = ops.tail(candidate)
-            ok = alive & (base_tail.count >= 2) & (cand_tail.count > 0)
-            if ops.eager:
-                if not bool(ok):
-                    break
-                t, tail, fit, log_p = candidate, cand_tail, stage_fit, torch.log(p)
-                used = used + float(p < 1)
-                continue
-            alive = ok
-            t = torch.where(ok, candidate, t)
-            tail = Tail(*(torch.where(ok, new, old) for new, old in zip(cand_tail, tail)))
-            fit = _switch(ok, stage_fit, fit)
-            log_p = torch.where(ok, torch.log(p), log_p)
-            used = used + (ok & (p < 1)).double()
+                p = min(1.0, k / max(tail.count, 1)) ** (1.0 / (len(probs) - m))
+            fit = self._stage_fit(t, tail, dtype)
+            t, log_p, used = fit(p), math.log(p), used + (p < 1)
+            count = None
+        if count is None:
+            count, exact = ops.probe(t, k * (1.0 + self.band)) if self.corrections else (ops.count(t), True)
+            if count == 0 and previous is not None:
+                t, count, fit, log_p, used = previous
         if self.corrections:
-            t, tail = self._correct(ops, fit, t, tail, log_p, k, dtype)
-        return t, used, tail.count
+            t, count = self._correct(ops, fit, t, count, exact, log_p, k)
+        self._low = min(self._low, t)
+        return t, used, count, eta1
 
-    def _stage_fit(self, base: torch.Tensor, base_tail: Tail, dtype: torch.dtype):
-        moments = base_tail.moments()
-        return lambda p: _round(base.double() + self.tail_threshold(moments, p), dtype)
+    def _stage_fit(self, base: float, tail: Tail, dtype: torch.dtype) -> Callable[[float], float]:
+        moments = tail.moments()
+        return lambda p: _finite(base + self.tail_threshold(moments, p), dtype)
 
-    def _correct(self, ops: _Ops, fit, t, tail, log_p, k: float, dtype):
+    def _correct(self, ops: _Ops, fit, t: float, count: int, exact: bool, log_p: float, k: int) -> tuple[float, int]:
         """Safeguarded secant steps on ``ln p`` of the last stage until its count is within the band.
 
         Each step moves ``ln p`` by ``ln(k/c)/r`` (``r`` the slope: 1, then the secant of the last
         two tries); a step leaving the bracket of tries known to under- and over-select bisects it
-        instead. The try closest to ``k`` is kept.
+        instead. The try closest to ``k`` among those counted exactly is kept (``exact``: whether
+        ``count`` is ``t``'s, or a lower bound of a ``t`` below the pool that selects too many).
         """
         limit = math.log1p(self.band)
         log_k = math.log(k)
-        err = torch.log(torch.clamp(tail.count, min=0.5)) - log_k
-        best_t, best_tail, best_err = t, tail, err.abs()
-        slope = torch.ones((), dtype=torch.float64, device=t.device)
-        under = torch.where(err < 0, log_p, torch.full_like(log_p, -math.inf))  # ln p known to select too few
-        over = torch.where(err > 0, log_p, torch.full_like(log_p, math.inf))    # ln p known to select too many
-        prev_log_p, prev_err = log_p, err
-        for step in range(self.corrections):
-            need = best_err > limit
-            if ops.eager and not bool(need):
+        err = math.log(max(count, 0.5)) - log_k
+        best_t, best_count, best_err = (t, count, abs(err)) if exact else (t, None, math.inf)
+        slope = 1.0
+        under = log_p if err < 0 else -math.inf  # ln p known to select too few
+        over = log_p if err > 0 else math.inf    # ln p known to select too many
+        prev_log_p, prev_err, prev_exact, cur_exact = log_p, err, exact, exact
+        counted = 0  # tries taken as "too many" without a count do not use up the corrections
+        for step in range(self.corrections + _Ops.bounds_left):
+            if best_err <= limit or counted == self.corrections:
                 break
-            if step:
+            if step and prev_exact and cur_exact:  # a secant through two counted tries
                 dx = log_p - prev_log_p
-                moved = dx.abs() > 1e-12
-                secant = (err - prev_err) / torch.where(moved, dx, torch.ones_like(dx))
-                slope = torch.where(moved, torch.clamp(secant, *SLOPE_RANGE), slope)
-            new_log_p = torch.clamp(log_p - err / slope, max=0.0)
-            bracketed = torch.isfinite(under) & torch.isfinite(over)
-            outside = (new_log_p <= under) | (new_log_p >= over)
-            new_log_p = torch.where(bracketed & outside, 0.5 * (under + over), new_log_p)
-            candidate = fit(torch.exp(new_log_p))
-            cand_tail = ops.tail(candidate)
-            cand_err = torch.log(torch.clamp(cand_tail.count, min=0.5)) - log_k
-            prev_log_p, prev_err = log_p, err
-            log_p = torch.where(need, new_log_p, log_p)
-            err = torch.where(need, cand_err, err)
-            under = torch.where(need & (cand_err < 0), torch.maximum(under, new_log_p), under)
-            over = torch.where(need & (cand_err > 0), torch.minimum(over, new_log_p), over)
-            better = need & (cand_err.abs() < best_err)
-            best_t = torch.where(better, candidate, best_t)
-            best_tail = Tail(*(torch.where(better, new, old) for new, old in zip(cand_tail, best_tail)))
-            best_err = torch.where(better, cand_err.abs(), best_err)
-        return best_t, best_tail
+                if abs(dx) > 1e-12:
+                    slope = min(max((err - prev_err) / dx, SLOPE_RANGE[0]), SLOPE_RANGE[1])
+            new_log_p = min(log_p - err / slope, 0.0)
+            if math.isfinite(under) and math.isfinite(over) and (new_log_p <= under or new_log_p >= over):
+                new_log_p = 0.5 * (under + over)
+            candidate = fit(math.exp(new_log_p))
+            cand_count, exact = ops.probe(candidate, k * (1.0 + self.band))
+            counted += exact
+            cand_err = math.log(max(cand_count, 0.5)) - log_k  # a lower bound when not exact
+            prev_log_p, prev_err, prev_exact, cur_exact = log_p, err, cur_exact, exact
+            log_p, err = new_log_p, cand_err
+            if cand_err < 0:
+                under = max(under, new_log_p)
+            elif cand_err > 0:
+                over = min(over, new_log_p)
+            if exact and abs(cand_err) < best_err:
+                best_t, best_count, best_err = candidate, cand_count, abs(cand_err)
+        if best_count is None:  # no try was counted: count the stage's own threshold
+            best_count = ops.count(best_t)
+        return best_t, best_count
 
     def _buffers(self, name: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Reused (int32, float32) selection buffers of capacity ``numel`` for the native path."""
         return (self._workspace.at_least(name + "-idx", numel, torch.int32, torch.device("cpu")),
                 self._workspace.at_least(name + "-mag", numel, torch.float32, torch.device("cpu")))
+
+    def _magnitudes(self, grad: torch.Tensor) -> torch.Tensor:
+        """``|grad|`` in a reused buffer of ``n + 1`` elements whose last one is −1 (set once)."""
+        key = (grad.numel(), grad.dtype, grad.device)
+        buf = self._padded.get(key)
+        if buf is None:
+            if len(self._padded) >= 4:
+                del self._padded[next(iter(self._padded))]
+            buf = torch.empty(grad.numel() + 1, dtype=grad.dtype, device=grad.device)
+            buf[-1] = -1.0
+            self._padded[key] = buf
+        torch.abs(grad, out=buf[:-1])
+        return buf
 
     def _rescaled(self, grad: torch.Tensor) -> tuple[Sparse, int]:
         """The call on ``grad / 2^⌈log₂ max|g|⌉`` (after checking for NaN/Inf), threshold scaled back."""
@@ -437,18 +629,8 @@ class SIDCo(Compressor):
         top = float(torch.amax(grad.abs()))
         scale = math.ldexp(1.0, math.frexp(top)[1])  # a power of two: scaling is exact
         scaled, pre = self._run(grad * (1.0 / scale), remember=False)
-        back = (scaled.threshold_tensor.double() * scale).to(grad.dtype)
+        back = _round(scaled.threshold * scale, grad.dtype)
         return Sparse(grad.index_select(0, scaled.indices), scaled.indices, grad.numel(), back, scaled.stages), pre
-
-
-def _round(threshold: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``threshold`` rounded to the gradient's dtype, kept as a float64 0-d tensor (−0 made +0)."""
-    return threshold.to(dtype).double() + 0.0
-
-
-def _switch(condition: torch.Tensor, new, old):
-    """The fit to correct later: ``new`` where ``condition`` holds (elementwise on the threshold)."""
-    return lambda p: torch.where(condition, new(p), old(p))
 
 
 class SIDCoE(SIDCo):

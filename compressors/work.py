@@ -15,8 +15,9 @@ code does, op by op and kernel by kernel (tests/test_compressors_work.py, with t
 function of counts the call reveals, with defaults seen on gradient-like data: ``rounds``
 (:data:`DEFAULT_ROUNDS`: selection loops; SIDCo's native full passes), Gaussian-k's ``raised``,
 DGC's ``trim``, SIDCo's ``stages`` (:data:`DEFAULT_STAGES`) and its native correction ``steps``
-(:data:`NATIVE_STEPS`). SIDCo's torch path has no data-dependent branch: its work follows the
-planned stage count and ``corrections``. With ``error_feedback`` (the default, as training runs
+(:data:`NATIVE_STEPS`). SIDCo's torch path is declared for a call whose pool guess held (every
+call after the first on a steady stream): its work follows the planned stage count and the pool
+size. With ``error_feedback`` (the default, as training runs
 them) the residual update is part of compress. Units: elements, bytes.
 """
 
@@ -37,12 +38,11 @@ DEFAULT_STAGES = 2
 """SIDCo stages assumed when ``stages`` is not given (adaptive SIDCo settles at 1–3 on
 gradient-like data below δ = 0.25)."""
 
-DEFAULT_ROUNDS = {"gaussiank": 3, "redsync": 5, "dgc": 0, "topk": 0, "randomk": 1, "sidco-e": 1, "sidco-p": 1,
-                  "sidco-gp": 1}
+DEFAULT_ROUNDS = {"gaussiank": 3, "redsync": 5, "dgc": 0, "topk": 0, "randomk": 1}
 """Data-dependent loop counts seen on the benchmark's gradient-like vector at δ = 0.01:
 Gaussian-k's corrections (all three), RedSync's probes, DGC's threshold lowerings and Top-k's
-halvings of its sampled guess (none), Random-k's draw rounds; for SIDCo's native path, its kernels over the whole vector (1 when every threshold
-stays above the pool collected by the first pass)."""
+halvings of its sampled guess (none), Random-k's draw rounds. SIDCo's native full passes default to ``min(stages, 2)`` (every
+threshold after stage 2's statistics stays in or above the pool)."""
 
 NATIVE_STEPS = 5
 """Correction steps SIDCo's native path takes by default (seen on gradient-like data at
@@ -102,6 +102,7 @@ class Work:
     allocations: list[float] = field(default_factory=list)
     flops: float = 0.0
     working_set_bytes: float = 0.0
+    host_bytes: float = 0.0
 
     def stream(self, elements: float, read: float, written: float, kind: str = "map", full: bool = False,
                cold: bool = False) -> Work:
@@ -126,6 +127,12 @@ class Work:
     def sync(self, count: int = 1) -> Work:
         """``count`` device→host synchronisations."""
         self.syncs += count
+        return self
+
+    def to_host(self, nbytes: float) -> Work:
+        """One device→host copy of ``nbytes`` read on the host (a synchronisation)."""
+        self.syncs += 1
+        self.host_bytes += nbytes
         return self
 
     def select_topk(self, elements: float, k: float) -> Work:
@@ -332,94 +339,99 @@ def _redsync(n, density, itemsize, stages, rounds, backend, hits=()):
     return c.gather(sent), _sparse_decompress(n, sent, itemsize)
 
 
-SIDCO_SCALARS = {"sidco-e": (11, 26, 63, 8), "sidco-p": (61, 70, 107, 52), "sidco-gp": (198, 70, 240, 52)}
-"""SIDCo's torch path, 0-d launches (counted op by op): stage 1's statistics and threshold; a
-later stage's probability, fit and masked update (11 more per stage before it: the masked
-choice of fits grows); one correction step with the single-stage fit; what each further stage
-adds to a step (the step evaluates every stage's fit, masked). The first step has 17 (one
-stage) or 6 (more) fewer: its set-up replaces the secant update."""
-SIDCO_STAGE_GROWTH = 11
-SIDCO_FIRST_STEP_LESS = (17, 6)
-SIDCO_PAPER_STAGE_LESS = 4
-"""``adapt="paper"``: a stage's probability is a constant, not computed from the last count."""
-SIDCO_SELECT_SCALARS = (25, 8)
-"""0-d launches after the last tail: the selection's packing of its counts, and the last
-correction step's bookkeeping when there are corrections."""
+POOL_ROOM = 2
+"""SIDCo's torch path: its pool's slots are ``2 × max(previous pool, k) + 1024`` (as
+:data:`compressors.sidco.POOL_ROOM`)."""
 
 
 def _sidco(name):
     def declare(n, density, itemsize, stages, rounds, backend, corrections=8, adapt="count", steps=None, pool=None,
                 collects=1):
-        steps = NATIVE_STEPS if steps is None else steps
-        probs = stage_probabilities(density, stages, 0.25)
+        planned = len(stage_probabilities(density, stages, 0.25))
         k = target_count(density, n)
+        pool = min(n, NATIVE_POOL * k) if pool is None else pool
         if backend == "native":
-            pool = min(n, NATIVE_POOL * k) if pool is None else pool
-            return (_sidco_native(name, n, itemsize, len(probs), k, pool, rounds, steps, collects),
+            steps = (NATIVE_STEPS if steps is None else steps) if corrections and adapt == "count" else 0
+            full = min(planned, 2) if rounds is None else rounds
+            return (_sidco_native(name, n, itemsize, planned, k, pool, full, steps, collects),
                     _sparse_decompress(n, k, itemsize))
-        if adapt == "paper":
-            corrections = 0
-        torch_path = _sidco_torch(name, n, k, itemsize, len(probs), corrections, adapt == "paper")
-        return torch_path, _sparse_decompress(n, k, itemsize)
+        return _sidco_torch(name, n, k, itemsize, planned, pool), _sparse_decompress(n, k, itemsize)
 
     return declare
 
 
-def _tail(w: Work, n: int, itemsize: int) -> None:
-    """One tail of SIDCo's torch path: ``max(|g| − t, 0)`` into a reused buffer, then its count,
-    sum and norm (four passes; data-independent)."""
-    w.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, itemsize, full=True)
-    w.stream(n, itemsize, 0, "count", full=True).stream(n, itemsize, 0, "reduce", full=True)
-    w.stream(n, itemsize, 0, "reduce", full=True)
+def _sidco_pool(w: Work, n: int, capacity: int, itemsize: int) -> None:
+    """SIDCo's pool on the torch path: ``|g| > pool_at`` into the kept mask, ``nonzero_static``
+    into ``capacity`` slots (a pass over the mask), the magnitudes gathered."""
+    w.stream(n, itemsize, 1, "compare", full=True).stream(n, 1, 8 * capacity / n, full=True).gather(capacity)
 
 
-def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, corrections: int, paper: bool) -> Work:
-    """SIDCo's torch path (any device): masked reductions over ``|g|`` with no data-dependent
-    branch, so its work is fixed by the planned stage count and ``corrections``: stage 1's
-    statistics, one tail (four passes) per planned stage and per correction step, the ``>``
-    mask, its count, one device→host transfer, ``nonzero_static`` (one pass)."""
-    first, stage, step, nested = SIDCO_SCALARS[name]
-    step += (planned - 1) * nested
-    c = Work().stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 0, "reduce", full=True)
-    if name != "sidco-e":
+def _sidco_fetch(w: Work, n: int, parts: Sequence[float]) -> None:
+    """One read of a stage's results on the host: the parts (bytes) concatenated on the device
+    as bytes when there are several, one device→host transfer."""
+    total = sum(parts)
+    if len(parts) > 1:
+        w.stream(total, 1, 1, full=total >= n)
+    w.to_host(total)
+
+
+def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, pool: float) -> Work:
+    """SIDCo's torch path (any device; :class:`compressors.sidco._TorchOps`), a call after one of
+    the same size (its pool guess held: every try inside the pool or known to select too many):
+    ``|g|`` into a kept buffer; stage 1's reductions (Σ|g|; Σ|g|² for SIDCo-P; for SIDCo-GP the
+    clamped logarithms, their sum and the count of non-zeros), read to the host with the pool
+    when there is one stage; stage 2's kept magnitudes (``threshold``), their count, sum (and norm
+    but for SIDCo-E), read to the host with the pool (later stages' statistics come from the pool
+    on the host); the selection is a
+    ``nonzero_static`` over the pool sized by the count the host already has, two gathers.
+    ``min(M, 2)`` transfers, no 0-d arithmetic on the device."""
+    capacity = min(n, POOL_ROOM * max(pool, k) + 1024)
+    c = Work().stream(n, itemsize, itemsize, full=True)
+    parts = [8.0]
+    c.stream(n, itemsize, 0, "reduce", full=True)
+    if name == "sidco-p":
         c.stream(n, itemsize, 0, "reduce", full=True)
+        parts.append(8.0)
     if name == "sidco-gp":
-        c.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, itemsize, "log", full=True)
+        c.stream(n, itemsize, 4, full=True).stream(n, 4, 4, "log", full=True).stream(n, 4, 0, "reduce", full=True)
         c.stream(n, itemsize, 0, "count", full=True)
-    c.scalars(first)
-    _tail(c, n, itemsize)
-    for m in range(1, planned):
-        c.scalars(stage + SIDCO_STAGE_GROWTH * (m - 1) - SIDCO_PAPER_STAGE_LESS * paper)
-        _tail(c, n, itemsize)
-    for i in range(corrections):
-        c.scalars(step - SIDCO_FIRST_STEP_LESS[planned > 1] if i == 0 else step)
-        _tail(c, n, itemsize)
-    c.scalars(SIDCO_SELECT_SCALARS[0] + SIDCO_SELECT_SCALARS[1] * bool(corrections))
-    c.stream(n, itemsize, 1, "compare", full=True).stream(n, 1, 0, "count", full=True).stream(4, 8, 8).sync()
-    c.stream(n, 1, 8 * k / n, "map", full=True)
+        parts += [8.0, 8.0]
+    for m in range(1, min(planned, 2) + 1):
+        if m > 1:
+            c.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 0, "count", full=True)
+            c.stream(n, itemsize, 0, "reduce", full=True)
+            parts = [8.0, 8.0]
+            if name != "sidco-e":
+                c.stream(n, itemsize, 0, "reduce", full=True)
+                parts.append(8.0)
+        if m == min(planned, 2):
+            _sidco_pool(c, n, capacity, itemsize)
+            parts.append(capacity * itemsize)
+        _sidco_fetch(c, n, parts)
+    whole = capacity >= n
+    c.stream(capacity, itemsize, 1, "compare", full=whole).stream(capacity, 1, 8 * k / capacity, full=whole).gather(k)
     return c.gather(k)
 
 
-NATIVE_SCALARS = {"sidco-e": (7, 44, 61), "sidco-p": (52, 88, 105), "sidco-gp": (187, 221, 238)}
-"""SIDCo's native path, 0-d launches (counted op by op): stage 1's threshold; the correction's
-set-up with its first step; each further step. :data:`NATIVE_LAST_SCALARS` follow the last."""
-NATIVE_LAST_SCALARS = 26
+NATIVE_HOST_LAUNCHES = 3
+"""Host time of one of SIDCo's native kernels beyond the kernel, in eager operations: its ctypes
+call and the stage loop's float algebra around it (measured: SIDCo-E, -P and -GP at one stage on
+4,096 gradient-like elements, 8–10 kernels and 2 torch operations per call, 103–143 µs of process
+CPU time per call against 3.9 µs per operation of Gaussian-k's compress, 2026-12-02, loaded
+machine: 3.0–3.4 operations per kernel)."""
 
 
 def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps, collects=1):
     """SIDCo's native path (``native.scan``: one read pass per kernel, 8 bytes written per
-    selected element). Eager and data-dependent: ``full_passes`` of the kernels read the whole
-    vector (stage 1's statistics, which also collect a pool of ``pool`` candidates above a guess
-    from the previous call, and any try that fell below that pool: ``collects`` of the full
-    passes also collect, the others only count); the others read only the pool.
-    The kernels are stage 1's statistics, one tail per stage, one per correction step
-    (``steps``: how many the call took, between 0 and ``corrections``) and the final selection;
-    each threshold read back is a sync (two per stage and per step). Stages after the first on
-    this path are declared with the torch path's per-stage launches (the drift test's data
-    settle at one stage here)."""
-    first, setup, step = NATIVE_SCALARS[name]
-    stage = SIDCO_SCALARS[name][1]
-    kernels = 1 + stages + steps + 1
+    selected element). Its kernels: stage 1's statistics, one tail per later stage, the count at
+    the last stage's threshold, one per correction step the pool answered or that fell below a
+    small pool (``steps``: how many, between 0 and ``corrections``; a try below a pool of more
+    than (1 + band)·k elements takes no kernel), and the final selection. ``full_passes`` of them
+    read the whole vector (by default stage 1's and stage 2's, one of which, ``collects``, also
+    collects the pool of ``pool`` candidates above a guess from the previous call; then any try
+    that fell below the pool); the others (later stages' statistics too) read only the pool. Host floats throughout: no 0-d operations,
+    no synchronisations; each kernel's host time is :data:`NATIVE_HOST_LAUNCHES` launches more."""
+    kernels = stages + 2 + steps
     c = Work()
     for i in range(kernels):
         last = i == kernels - 1
@@ -429,13 +441,7 @@ def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps, collec
             c.stream(n, itemsize, 8 * (k if last else pool if selecting else 0) / n, kind, full=True)
         else:
             c.stream(pool, 8, 8 * k / max(pool, 1) if last else 0, "native_select" if last else "native")
-    c.scalars(first).sync()
-    for m in range(1, stages):
-        c.scalars(stage + SIDCO_STAGE_GROWTH * (m - 1)).sync(2)
-    if steps:
-        c.scalars(setup).sync(2).scalars(step * (steps - 1)).sync(2 * (steps - 1))
-    c.scalars(NATIVE_LAST_SCALARS).sync(2)
-    return c.stream(k, 4, 8).sync(2).gather(k)
+    return c.scalars(NATIVE_HOST_LAUNCHES * kernels).stream(k, 4, 8).gather(k)
 
 
 def _cast(n, density, itemsize, stages, rounds, backend, half=2):
@@ -529,7 +535,10 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
         raise ValueError(f"backend must be torch, cuda or native, got {backend!r}")
     n = int(numel)
     stages = DEFAULT_STAGES if stages is None else int(stages)
-    rounds = DEFAULT_ROUNDS.get(name, 0) if rounds is None else int(rounds)
+    if rounds is not None:
+        rounds = int(rounds)
+    elif not name.startswith("sidco"):  # SIDCo's native full passes default to its stage count
+        rounds = DEFAULT_ROUNDS.get(name, 0)
     extra = {"trim": trim} if name == "dgc" else {"raised": raised} if name == "gaussiank" else {}
     if name in ("topk", "dgc", "gaussiank", "redsync"):
         extra["hits"] = list(hits or ())
@@ -560,7 +569,7 @@ def _merge(a: Work, b: Work) -> Work:
         a.launches + b.launches, a.syncs + b.syncs, a.streams + b.streams, a.topk + b.topk,
         a.sorts + b.sorts, a.gather_elements + b.gather_elements,
         a.compact_elements + b.compact_elements, a.compact_hits + b.compact_hits, a.allocations + b.allocations,
-        a.flops + b.flops,
+        a.flops + b.flops, host_bytes=a.host_bytes + b.host_bytes,
     )
 
 

@@ -186,16 +186,18 @@ def fastest(a: Device, b: Device) -> Device:
     return replace(a, **values, sources=sources)
 
 
-LAUNCH_PROBE = ("sidco-gp", 1 << 12, 0.001)
-"""The call :func:`_launch_s` times: (compressor, elements, density). SIDCo-GP's compress issues
-the most 0-d operations of any compressor (≈ 1,600 at 4,096 elements: its estimator, secant
-steps and the Python between them), and at 4,096 elements its data work is a few µs of ≈ 3 ms."""
+LAUNCH_PROBE = ("gaussiank", 1 << 12, 0.001)
+"""The call :func:`_launch_s` times: (compressor, elements, density). Gaussian-k's compress issues
+≈ 50 eager operations at 4,096 elements (its moments, the 0-d threshold formula, three
+corrections, each a selection), and at 4,096 elements its data work is a few µs. (SIDCo, which
+was the probe while its estimator ran as 0-d device operations, now does that algebra on host
+floats and dispatches ≈ 13.)"""
 
 
 def _launch_s(torch, repeats: int) -> float:
     """Seconds per eager operation as the compressors issue them between their kernels: the
-    compress of :data:`LAUNCH_PROBE` on a fixed gradient-like vector, after warm-up (its stage
-    count settled, so every call dispatches the same operations), timed and divided by the
+    compress of :data:`LAUNCH_PROBE` on a fixed gradient-like vector, after warm-up (so every
+    call dispatches the same operations), timed and divided by the
     operations it dispatches (0-d arithmetic and the Python around it; an earlier rule timed the
     generalized-Pareto formula alone, a tight loop of float64 0-d operations, at 1.24 µs per
     operation against the 2.0 µs the compressors pay on this testbed's CPU)."""

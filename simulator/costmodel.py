@@ -9,7 +9,7 @@ One call costs
         + Σ_top-k inputs · topk_s(kept fraction) + Σ_sorts length · sort_s(length) + gathered · gather_s
         + compacted · compact_s + 8 · hits / write_bw
         + Σ_fresh buffers ≥ alloc_threshold bytes · fault_s
-        + flops / fp32_flops + launches · launch_s + syncs · sync_s
+        + flops / fp32_flops + launches · launch_s + syncs · sync_s + host_bytes / pcie_Bps
 
 Each streaming kernel takes the longer of its memory traffic and its per-element compute (a
 roofline per kernel), except a selecting pass, which takes both. Reads (except cold ones: state
@@ -64,7 +64,7 @@ def seconds(work: declared.Work, device: Device) -> float:
     )
     faults = sum(size for size in work.allocations if size >= device.alloc_threshold_bytes) * device.fault_s_per_byte
     return (streams + per_element + faults + work.flops / device.fp32_flops + work.launches * device.launch_s
-            + work.syncs * device.sync_s)
+            + work.syncs * device.sync_s + work.host_bytes / device.pcie_Bps)
 
 
 def kernel_seconds(kernel: str, numel: int, device: Device, *, element_bytes: float = 4.0, launches: int = 0,

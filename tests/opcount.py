@@ -28,19 +28,24 @@ class OpCounter(TorchDispatchMode):
         self.ops: list[str] = []
 
     def __enter__(self):
-        """Also count ``Tensor.tolist`` as a synchronisation (on the CPU it dispatches no op)."""
-        original = self._tolist = torch.Tensor.tolist
+        """Also count ``Tensor.tolist`` and ``Tensor.numpy`` (a copy to the host read there) as
+        synchronisations (on the CPU they dispatch no op)."""
+        self._originals = {name: getattr(torch.Tensor, name) for name in ("tolist", "numpy")}
 
-        def tolist(tensor):
-            self.counts["syncs"] += 1
-            self.ops.append("tolist")
-            return original(tensor)
+        def counted(name, original):
+            def read(tensor, *args, **kwargs):
+                self.counts["syncs"] += 1
+                self.ops.append(name)
+                return original(tensor, *args, **kwargs)
+            return read
 
-        torch.Tensor.tolist = tolist
+        for name, original in self._originals.items():
+            setattr(torch.Tensor, name, counted(name, original))
         return super().__enter__()
 
     def __exit__(self, *exc):
-        torch.Tensor.tolist = self._tolist
+        for name, original in self._originals.items():
+            setattr(torch.Tensor, name, original)
         return super().__exit__(*exc)
 
     def _count_fresh(self, args, kwargs, out) -> None:

@@ -95,3 +95,15 @@ def test_error_feedback_bench_refuses_bad_input_in_one_line(argv, capsys):
     assert ef_bench.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: need --size >= 1") and err.count("\n") == 1
+
+
+def test_bench_runs_sidco_at_each_fixed_stage_count_beside_the_peers(capsys):
+    code = main(["bench", "--size", "20000", "--densities", "0.01", "--repeats", "1", "--warmup", "2",
+                 "--compressors", "topk,dgc,sidco-e", "--stages", "1,2,3", "--json"])
+    assert code == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["compressor"], r["stages"]) for r in rows][:2] == [("topk", None), ("dgc", None)]
+    assert [r["stages"] for r in rows if r["compressor"] == "sidco-e"] == [1, 2, 3]
+    assert main(["bench", "--size", "1000", "--repeats", "1", "--stages", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--stages" in err and len(err.strip().splitlines()) == 1

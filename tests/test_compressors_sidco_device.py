@@ -1,6 +1,7 @@
-"""SIDCo's torch path is written for the GPU: at most one device→host transfer per call, the gamma
-inverse computed with tensor ops; the same code runs on CUDA tensors (tests marked ``gpu``). Also
-range safety: huge finite gradients select what their scaled copy selects."""
+"""SIDCo's torch path is written for the GPU: one device→host transfer per stage (the stage's
+statistics, the last one with the pool), at most M + 1 per call once a call of the same size has
+been made, the estimators' scalar algebra on the host; the same code runs on CUDA tensors (tests
+marked ``gpu``). Also range safety: huge finite gradients select what their scaled copy selects."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from torch.overrides import TorchFunctionMode
 import compressors
 
 SYNCING = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "masked_select",
-           "unique", "cpu", "numpy"}
-"""Tensor operations that read device values on the host (or size an output from them)."""
+           "unique", "numpy"}
+"""Tensor operations that read device values on the host (or size an output from them); a copy to
+the host is counted once, by the ``numpy`` that reads it."""
 
 
 class SyncCounter(TorchFunctionMode):
@@ -35,14 +37,16 @@ def laplace(n: int, seed: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("name", ["sidco-e", "sidco-p", "sidco-gp"])
-@pytest.mark.parametrize("stages", [1, 3, "adaptive"])
-def test_torch_path_syncs_once_per_call(name, stages):
+@pytest.mark.parametrize("stages", [1, 2, 3, "adaptive"])
+def test_torch_path_reads_the_host_once_per_stage(name, stages):
     c = compressors.create(name, density=0.001, stages=stages, backend="torch")
-    for seed in range(3):
+    c.compress(laplace(50_000, 0))  # the first call of a size has no pool guess yet
+    for seed in range(1, 4):
         g = laplace(50_000, seed)
+        planned = c.stages
         with SyncCounter() as counter:
             s = c.compress(g)
-        assert counter.calls == ["tolist"], counter.calls  # the counts that size the selection
+        assert len(counter.calls) <= planned + 1 and set(counter.calls) <= {"numpy", "nonzero"}, counter.calls
         assert s.selected >= 1 and c.backend == "torch"
         assert torch.equal(s.indices, torch.nonzero(g.abs() > s.threshold).squeeze(1))
 
@@ -74,8 +78,9 @@ def test_cuda_matches_cpu_torch_path(name):
 
 
 @pytest.mark.gpu
-def test_cuda_path_syncs_once():
-    c = compressors.create("sidco-gp", density=0.001)
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_cuda_path_syncs_at_most_once_per_stage_and_once_more(stages):
+    c = compressors.create("sidco-gp", density=0.001, stages=stages)
     g = laplace(1 << 20, 2).cuda()
     c.compress(g)
     torch.cuda.synchronize()
@@ -83,6 +88,6 @@ def test_cuda_path_syncs_once():
     try:
         with pytest.warns(UserWarning) as record:
             c.compress(g)
-        assert len(record) <= 1, [str(r.message) for r in record]
+        assert len(record) <= stages + 1, [str(r.message) for r in record]
     finally:
         torch.cuda.set_sync_debug_mode("default")

@@ -27,6 +27,7 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
         comp.decompress(ef.compress(grad.clone()))
     kernels = []
     planned = comp.stages if name.startswith("sidco") else None
+    guess = getattr(comp, "_guesses", {}).get(n)  # SIDCo's torch path sizes its pool from the last call's
     if backend == "native":
         scan = native.scan
 
@@ -43,7 +44,8 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
     counts = dict(seen.counts, fresh=sum(seen.fresh))
     dcounts = dict(seen_decompress.counts, fresh=sum(seen_decompress.fresh))
     counts["passes"] += sum(1 for size in kernels if size >= n)
-    counts["launches"] += len(kernels)
+    # a native kernel is a launch; SIDCo's also carry the host work of its stage loop around them
+    counts["launches"] += len(kernels) * (1 + declared.NATIVE_HOST_LAUNCHES if name.startswith("sidco") else 1)
     full_native = sum(1 for size in kernels if size >= n)
     loops = declared.loop_counts(name, seen.ops)
     rounds = loops.pop("rounds", None)
@@ -52,6 +54,8 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
     stages = planned if backend == "torch" else getattr(sparse, "stages", None)
     if backend == "native" and name.startswith("sidco"):  # stage 1, a tail per stage, each step, the selection
         loops["steps"] = len(kernels) - 2 - stages
+    if backend == "torch" and guess is not None:
+        loops["pool"] = guess.pool
     return counts, dcounts, stages, rounds, loops
 
 

@@ -30,6 +30,18 @@ def _names(text: str) -> list[str]:
     return names
 
 
+def _stages(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise ValueError(f"--stages must be comma-separated integers >= 1, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"--stages must be comma-separated integers >= 1, got {text!r}")
+    return values
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bench`` subcommand."""
     parser = subparsers.add_parser(
@@ -64,6 +76,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--clock", default="wall", choices=sorted(benchmark.CLOCKS),
                         help="wall: elapsed time (default); cpu: CPU time of this process, which leaves out "
                              "time other processes hold the cores on a shared machine (use with --threads 1)")
+    parser.add_argument("--stages", default=None,
+                        help="comma-separated fixed SIDCo stage counts, e.g. 1,2,3: each SIDCo variant runs once "
+                             "per count, rows side by side (default: once, adaptive)")
     parser.add_argument("--json", action="store_true", help="print the rows as a JSON list on stdout")
     parser.set_defaults(func=run)
 
@@ -90,8 +105,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print the table (or JSON)."""
     names = _names(args.compressors) if args.compressors is not None else compressor_names()
     densities = _densities(args.densities)
+    stages = _stages(args.stages)
     bound = [n for n in names if n in compressor_names() and benchmark.density_bound(n)]
-    total = len(names) - len(bound) + len(densities) * len(bound)
+    runs = sum(len(stages) if stages and n.startswith("sidco") else 1 for n in bound)
+    total = len(names) - len(bound) + len(densities) * runs
     with tqdm(total=total, desc="bench", unit="row", file=sys.stderr, disable=None) as bar:
         def progress(label: str) -> None:
             bar.set_postfix_str(label, refresh=False)
@@ -99,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
         rows = benchmark.run(args.size, densities, device=args.run_on, names=names, repeats=args.repeats,
                              warmup=args.warmup, dtype=args.dtype, seed=args.seed, threads=args.threads,
-                             progress=progress, clock=args.clock)
+                             progress=progress, clock=args.clock, stages=stages)
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         sys.stdout.write("\n")
