@@ -38,7 +38,7 @@ from compressors import work as declared
 from compressors.ddp import trains_with_error_feedback
 from compressors.samples import gradient_like
 from measuring.host import MMAP_THRESHOLD_BYTES, host_cache_bytes, host_clock
-from simulator import devices
+from simulator import children, devices
 from simulator.costmodel import backend_on
 from simulator.device_profile import DeviceProfile
 
@@ -267,20 +267,32 @@ def measure_size(device: str, numel: int, plan: Sequence[tuple[str, float]], war
         })
 
 
+MEASURING_MODULE = "measuring.profiling"
+"""The module a measuring child runs (:func:`_size_in_child`)."""
+
 CHILD_LINE = "sidco-profile "
 """Prefix of the child's report lines on its standard output (other output there is ignored)."""
 
 
+def refuse_beside_others() -> None:
+    """Raise ``ChildProcessError`` (one line, naming its PID) when another measuring child of the
+    testbed is alive on this machine: numbers measured beside it would be skewed."""
+    others = children.running(MEASURING_MODULE)
+    if others:
+        raise ChildProcessError(f"another measuring process of the testbed is running (PID {others[0]}); "
+                                "measuring beside it would skew the numbers: wait for it to end or kill it")
+
+
 def _size_in_child(device: str, numel: int, plan: Sequence[tuple[str, float]], warmup: int, repeats: int,
                    progress: Callable[[str], None] | None, on_row: Callable[[dict[str, Any]], None]) -> None:
-    """:func:`measure_size` in a fresh Python process (``python -m measuring.profiling``, this
+    """:func:`measure_size` in a fresh Python process (:func:`simulator.children.module_argv`, this
     process's thread count; the CPUs it may use are inherited), passing its progress and rows on as
     they come, one JSON line each; ChildProcessError (an OSError: the CLI's one-line error) when it
     fails or dies (the rows it sent before are kept)."""
     job = {"device": device, "numel": numel, "plan": list(plan), "warmup": warmup, "repeats": repeats,
            "threads": torch.get_num_threads()}
     errors = tempfile.TemporaryFile(mode="w+")
-    child = subprocess.Popen([sys.executable, "-m", "measuring.profiling", json.dumps(job)],
+    child = subprocess.Popen(children.module_argv(MEASURING_MODULE, json.dumps(job)),
                              stdout=subprocess.PIPE, stderr=errors, text=True)
     failure = None
     try:

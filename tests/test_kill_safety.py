@@ -93,7 +93,7 @@ def test_pool_worker_exits_when_its_parent_is_gone():
     """The watchdog alone (no parent-death signal) ends a worker whose parent died."""
     script = (
         "import os, sys, time\n"
-        "from simulator.pool import _watch\n"
+        "from simulator.children import _watch\n"
         "pid = os.fork()\n"
         "if pid == 0:\n"
         "    parent = os.getppid()\n"
