@@ -1,14 +1,22 @@
-"""Compressors at the edges of fp32's range: every finite value bf16 can hold is sent by ``bf16``;
-Gaussian-k's threshold beyond the dtype's range comes back into range, so it selects the same
-elements on ``g`` and on ``g·2^k`` (a power of two changes no comparison)."""
+"""Extreme values: every finite value bf16 can hold is sent by ``bf16``; Gaussian-k's threshold
+beyond the dtype's range comes back into range, so it selects the same elements on ``g`` and on
+``g·2^k`` (a power of two changes no comparison); links outside the physical range are refused in
+one line and ``--json`` output is always valid JSON."""
 
 from __future__ import annotations
 
+import json
+import math
+
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compressors
+from sidco.cli import main
+from sidco.commands import dump_json
+from simulator.units import MAX_BANDWIDTH_BPS, MIN_BANDWIDTH_BPS, parse_bandwidth
 
 BF16_MAX = float(torch.finfo(torch.bfloat16).max)
 
@@ -47,3 +55,55 @@ def test_gaussiank_threshold_beyond_the_range_is_scale_invariant():
         large = compressors.create("gaussiank", density=density).compress(huge)
         assert torch.equal(small.indices, large.indices), density
         assert bool(torch.isfinite(large.threshold_tensor))
+
+
+@settings(max_examples=100, deadline=None)
+@given(mantissa=st.floats(min_value=1.0, max_value=9.99), exponent=st.integers(min_value=-400, max_value=400),
+       unit=st.sampled_from(["bit", "Gbit", "kbit/s", "B/s", "TB/s"]))
+def test_bandwidths_are_inside_the_physical_range_or_refused_in_one_line(mantissa, exponent, unit):
+    text = f"{mantissa:.2f}e{exponent}{unit}"
+    try:
+        bps = parse_bandwidth(text)
+    except ValueError as exc:
+        assert "\n" not in str(exc) and text in str(exc)
+        value = float(f"{mantissa:.2f}e{exponent}") * {"bit": 1, "Gbit": 1e9, "kbit/s": 1e3, "B/s": 8,
+                                                         "TB/s": 8e12}[unit]
+        assert not MIN_BANDWIDTH_BPS <= value <= MAX_BANDWIDTH_BPS
+    else:
+        assert MIN_BANDWIDTH_BPS <= bps <= MAX_BANDWIDTH_BPS
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.recursive(st.floats(allow_nan=True, allow_infinity=True) | st.integers() | st.text(max_size=3) | st.none(),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+                    max_leaves=20))
+def test_json_output_is_always_valid_json(value):
+    def refuse(name):
+        raise AssertionError(f"{name} in JSON output")
+
+    text = dump_json(value)
+    json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("option", [["--bandwidth", "1e-300bit"], ["--bandwidth", "1e400Gbit"],
+                                    ["--latency", "1e9s"], ["--latency", "1e400s"]])
+def test_simulate_refuses_unphysical_links_in_one_line(tmp_path, capsys, option):
+    argv = ["simulate", "--layout", "resnet50", "--nodes", "8", "--bandwidth", "10Gbit", "--compressor", "topk",
+            "--density", "0.01", "--fidelity", "analytic", "--json", *option, "--store", str(tmp_path / "r.sqlite")]
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "physical range" in err or "too large" in err, err
+
+
+def test_the_slowest_and_fastest_links_project_finite_json(tmp_path, capsys):
+    for bandwidth in ("1kbit", "1000Tbit"):
+        code = main(["simulate", "--layout", "resnet50", "--nodes", "8", "--bandwidth", bandwidth, "--compressor",
+                     "topk", "--density", "0.01", "--fidelity", "analytic", "--json",
+                     "--store", str(tmp_path / "r.sqlite")])
+        assert code == 0
+        result = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(name))
+        assert math.isfinite(result["iteration_s"]) and result["iteration_s"] > 0
