@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compressors
+from emulation.plan import TBF_MAX_BPS, TBF_MIN_BPS, check_shaping, tbf_parameters
 from sidco.cli import main
 from sidco.commands import dump_json
 from simulator.units import MAX_BANDWIDTH_BPS, MIN_BANDWIDTH_BPS, parse_bandwidth
@@ -107,3 +109,42 @@ def test_the_slowest_and_fastest_links_project_finite_json(tmp_path, capsys):
         assert code == 0
         result = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(name))
         assert math.isfinite(result["iteration_s"]) and result["iteration_s"] > 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.floats(min_value=1.0, max_value=1e15))
+def test_every_shapeable_rate_gives_tbf_parameters_tc_takes(bps):
+    try:
+        check_shaping(bps)
+    except ValueError as exc:
+        assert not TBF_MIN_BPS <= bps <= TBF_MAX_BPS and "tc tbf takes" in str(exc)
+        return
+    burst, limit = tbf_parameters(bps)
+    assert int(bps) >= 8 and 0 < burst < limit <= 2**32 - 1
+
+
+@pytest.mark.parametrize("bandwidth", ["1Tbit", "400Gbit"])
+def test_emulate_refuses_a_rate_tc_cannot_shape_before_building_anything(tmp_path, capsys, bandwidth):
+    code = main(["emulate", "--workers", "2", "--bandwidth", f"10Mbit,{bandwidth}", "--compressors", "none",
+                 "--store", str(tmp_path / "r.sqlite")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "tc tbf takes" in err, err
+    assert not (tmp_path / "r.sqlite").exists()
+
+
+@pytest.mark.root
+def test_tc_takes_the_extreme_rates(tmp_path):
+    import subprocess
+
+    ns = f"sidco-{os.getpid()}-tbfprobe"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "add", "a0", "type", "veth", "peer", "name", "b0"], check=True)
+        for bps in (TBF_MIN_BPS, TBF_MAX_BPS):
+            burst, limit = tbf_parameters(bps)
+            done = subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", "a0", "root", "tbf", "rate",
+                                   f"{int(bps)}bit", "burst", str(burst), "limit", str(limit)],
+                                  capture_output=True, text=True)
+            assert done.returncode == 0, (bps, done.stderr)
+    finally:
+        subprocess.run(["ip", "netns", "delete", ns])
