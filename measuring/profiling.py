@@ -102,6 +102,19 @@ def rotation(numel: int, dev: torch.device) -> int:
     return max(3, math.ceil(2 * host_cache_bytes() / (4 * numel)))
 
 
+def check_sizes(sizes: Sequence[int], dev: torch.device) -> None:
+    """Raise ValueError (one line) before anything is allocated when a size cannot fit on ``dev``:
+    its rotation of gradients and output buffers (:func:`rotation`) plus three work copies, fp32."""
+    from compressors.device import available_memory
+
+    free = available_memory(dev)
+    for numel in sorted(set(sizes), reverse=True):
+        need = 4 * numel * (2 * rotation(numel, dev) + 3)
+        if need > free:
+            raise ValueError(f"size {numel:,} elements needs ~{need / 2**30:,.1f} GiB (its gradients, output "
+                             f"buffers and 3 work copies), {dev} has {free / 2**30:,.1f} GiB free; lower --sizes")
+
+
 def settle_heap() -> None:
     """Put glibc's allocator where a training process has it after its first iteration: a block
     just under its largest mmap threshold (32 MiB), mapped and freed, raises the threshold to

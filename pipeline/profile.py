@@ -50,6 +50,7 @@ def measure(store: Store, device: str, sizes: Sequence[int], names: Sequence[str
     if unknown:
         raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
     dev = profiling.torch_device(device)
+    profiling.check_sizes(sizes, dev)
     profiling.refuse_beside_others()
     host = None
     if dev.type == "cpu":
