@@ -143,3 +143,38 @@ def test_a_forked_child_drops_the_working_directory_and_dies_with_its_parent(tmp
             proc.kill()
             proc.wait()
     assert json.dumps(children.import_path(["", str(tmp_path)], cwd=str(tmp_path))) == "[]"
+
+
+DASHBOARD_JOB = (
+    "import os, tempfile, threading, time\n"
+    "import diskcache\n"
+    "from dashboard.app import ChildManager\n"
+    "manager = ChildManager(diskcache.Cache(tempfile.mkdtemp()))\n"
+    "def job(*args):\n"
+    "    time.sleep(60)\n"
+    "found = {}\n"
+    "request = threading.Thread(target=lambda: found.setdefault('pid', manager.call_job_fn('k', job, (), {})))\n"
+    "request.start()\n"
+    "request.join()\n"  # the web request's thread ends at once; the job must outlive it
+    "print(found['pid'], flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_a_dashboard_job_outlives_its_request_thread_and_dies_with_the_dashboard(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-I", "-c", DASHBOARD_JOB], cwd=tmp_path, stdout=subprocess.PIPE,
+                            text=True)
+    job = None
+    try:
+        job = int(proc.stdout.readline())
+        time.sleep(1.5)
+        assert running(job), "the job died with the request thread that started it"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert wait_for(lambda: not running(job), timeout_s=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if job is not None and running(job):
+            os.kill(job, signal.SIGKILL)
