@@ -92,8 +92,10 @@ def test_no_child_imports_decoy_packages_from_the_working_directory(tmp_path):
 
 
 def test_sigkilled_profile_leaves_no_measuring_child_and_a_live_one_blocks_the_next(tmp_path):
+    # few repeats (the host is measured with as many, before any child starts), many warm-up calls
+    # (the child measures for a minute: it is alive while the second profile starts)
     argv = SIDCO + ["profile", "--sizes", "2^22", "--compressors", "topk,sidco-e,dgc,redsync,gaussiank",
-                    "--repeats", "50",
+                    "--repeats", "3", "--warmup", "300",
                     "--store", str(tmp_path / "r.sqlite")]
     proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     kids: list[int] = []
