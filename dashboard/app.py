@@ -20,7 +20,7 @@ from dashboard import components as ui
 from dashboard import projection
 from dashboard.data import StoreReader
 from dashboard.pages import quality, sweeps, timeline, tta, validation, whatif
-from simulator.children import adopt
+from pipeline.catalog import adopt
 
 PAGES = (whatif, sweeps, quality, timeline, validation, tta)
 ASSETS = Path(__file__).parent / "assets"

@@ -23,7 +23,7 @@ from test_kill_safety import quiet_for_profiling, running, wait_for
 # The parent itself is isolated (-I: no working directory on its path), so a marker can only come
 # from a child; the project is found through the editable install, as the console script finds it.
 SIDCO = [sys.executable, "-I", "-m", "sidco"]
-DECOYS = ("traces", "compressors", "simulator", "emulation", "pipeline", "results", "convergence")
+DECOYS = ("traces", "compressors", "simulator", "emulation", "pipeline", "results", "convergence", "measuring", "units")
 
 
 def _decoy_folder(root: Path) -> Path:
@@ -73,7 +73,7 @@ def test_no_child_imports_decoy_packages_from_the_working_directory(tmp_path):
     store = str(work / "r.sqlite")
     # the measuring child of sidco profile (without the host measurement around it): it imports the
     # whole measuring module, then refuses the device, which proves it ran the project's code
-    script = ("from simulator import profiling\n"
+    script = ("from measuring import profiling\n"
               "try:\n"
               "    profiling._size_in_child('no-such-device', 4096, [('topk', 0.01)], 1, 1, None, print)\n"
               "except ChildProcessError as exc:\n"
@@ -102,13 +102,13 @@ def test_sigkilled_profile_leaves_no_measuring_child_and_a_live_one_blocks_the_n
     kids: list[int] = []
     try:
         def measuring() -> bool:  # a child of proc running the measuring module (not, say, a compiler)
-            kids.extend(set(children_of(proc.pid)) & set(children.running("simulator.profiling")))
+            kids.extend(set(children_of(proc.pid)) & set(children.running("measuring.profiling")))
             return bool(kids) or proc.poll() is not None
 
         wait_for(measuring, 120)
         ended = proc.stderr.read() if proc.poll() is not None else ""
         assert kids, f"the profile never started a measuring child ({proc.poll()}): {ended}"
-        assert kids[0] in children.running("simulator.profiling")
+        assert kids[0] in children.running("measuring.profiling")
         second = _sidco(["profile", "--sizes", "4096", "--compressors", "topk", "--store",
                          str(tmp_path / "r2.sqlite")], tmp_path, timeout_s=60)
         assert second.returncode == 2, second.stderr
@@ -125,7 +125,7 @@ def test_sigkilled_profile_leaves_no_measuring_child_and_a_live_one_blocks_the_n
         for k in kids:
             if running(k):
                 os.kill(k, signal.SIGKILL)
-    assert not set(kids) & set(children.running("simulator.profiling"))
+    assert not set(kids) & set(children.running("measuring.profiling"))
 
 
 def test_a_forked_child_drops_the_working_directory_and_dies_with_its_parent(tmp_path):

@@ -18,7 +18,7 @@ import compressors
 from emulation.plan import TBF_MAX_BPS, TBF_MIN_BPS, check_shaping, tbf_parameters
 from sidco.cli import main
 from sidco.commands import dump_json
-from simulator.units import MAX_BANDWIDTH_BPS, MIN_BANDWIDTH_BPS, parse_bandwidth
+from units import MAX_BANDWIDTH_BPS, MIN_BANDWIDTH_BPS, parse_bandwidth
 
 BF16_MAX = float(torch.finfo(torch.bfloat16).max)
 

@@ -52,7 +52,8 @@ def wait_for(condition, timeout_s: float = 60.0, interval_s: float = 0.1):
 def quiet_for_profiling(timeout_s: float = 120.0) -> None:
     """Wait until no measuring process of the testbed runs on this machine (another checkout's
     tests may be profiling): ``sidco profile`` refuses to measure beside one. Skip if it stays busy."""
-    from simulator import children, profiling
+    from measuring import profiling
+    from simulator import children
 
     if not wait_for(lambda: not children.running(profiling.MEASURING_MODULE), timeout_s=timeout_s, interval_s=1.0):
         pytest.skip("another measuring process of the testbed kept running on this machine")
