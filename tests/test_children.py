@@ -20,9 +20,16 @@ from simulator import children
 from test_kill_safety import children as children_of
 from test_kill_safety import quiet_for_profiling, running, wait_for
 
-# The parent itself is isolated (-I: no working directory on its path), so a marker can only come
-# from a child; the project is found through the editable install, as the console script finds it.
-SIDCO = [sys.executable, "-I", "-m", "sidco"]
+ROOT = str(Path(__file__).resolve().parents[1])
+
+
+def isolated(script: str) -> list[str]:
+    """``python -I -c script`` with the checkout first on the path: a parent that never looks in its
+    working directory, so a marker can only come from a child (and found without an install)."""
+    return [sys.executable, "-I", "-c", f"import sys\nsys.path.insert(0, {ROOT!r})\n" + script]
+
+
+SIDCO = isolated("from sidco.cli import main\nsys.exit(main())\n")
 DECOYS = ("traces", "compressors", "simulator", "emulation", "pipeline", "results", "convergence", "measuring", "units")
 
 
@@ -62,7 +69,7 @@ def test_a_child_runs_its_module_with_the_parent_path_minus_the_working_director
               "argv = module_argv('json.tool', '--compact')\n"
               "done = subprocess.run(argv, input='{\"a\": 1}', capture_output=True, text=True)\n"
               "print(done.stdout.strip(), done.returncode)\n")
-    out = subprocess.run([sys.executable, "-I", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+    out = subprocess.run(isolated(script), cwd=tmp_path, capture_output=True, text=True,
                          timeout=60)
     assert out.stdout.split() == ['{"a":1}', "0"], out.stderr
 
@@ -78,7 +85,7 @@ def test_no_child_imports_decoy_packages_from_the_working_directory(tmp_path):
               "    profiling._size_in_child('no-such-device', 4096, [('topk', 0.01)], 1, 1, None, print)\n"
               "except ChildProcessError as exc:\n"
               "    print(exc)\n")
-    done = subprocess.run([sys.executable, "-I", "-c", script], cwd=work, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(isolated(script), cwd=work, capture_output=True, text=True, timeout=120)
     assert "ValueError: bad device 'no-such-device'" in done.stdout, (done.stdout, done.stderr)
     done = _sidco(["sweep", "--layout", "resnet50", "--nodes", "2,4", "--bandwidth", "1Gbit,10Gbit",
                    "--compressors", "none,topk", "--densities", "0.01", "--fidelity", "analytic", "--jobs", "2",
@@ -139,7 +146,7 @@ def test_a_forked_child_drops_the_working_directory_and_dies_with_its_parent(tmp
               "    time.sleep(60)\n"
               "    os._exit(0)\n"
               "time.sleep(60)\n")
-    proc = subprocess.Popen([sys.executable, "-I", "-c", script], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(isolated(script), cwd=tmp_path, stdout=subprocess.PIPE, text=True)
     try:
         pid, has_cwd = map(int, proc.stdout.readline().split())
         assert has_cwd == 0 and running(pid)
@@ -170,7 +177,7 @@ DASHBOARD_JOB = (
 
 
 def test_a_dashboard_job_outlives_its_request_thread_and_dies_with_the_dashboard(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-I", "-c", DASHBOARD_JOB], cwd=tmp_path, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(isolated(DASHBOARD_JOB), cwd=tmp_path, stdout=subprocess.PIPE,
                             text=True)
     job = None
     try:
