@@ -4,7 +4,8 @@
 ``corrections`` (3) rounds: ×0.5 if fewer than ``2k/3`` are selected, ×1.5 if more than ``4k/3``.
 Tie rule: ``|g| > η`` (strict). An empty final selection falls back to the largest ``|g|``.
 Range-safe: when ``μ`` or ``σ²`` overflow (finite ``|g|`` near fp32's maximum), they are computed
-on ``g / 2^⌈log₂ max|g|⌉`` and scaled back. Counting and selecting go through the shared
+on ``g / 2^⌈log₂ max|g|⌉`` and scaled back; the threshold is kept in float64, so one beyond the
+dtype's range selects nothing and the corrections bring it back into range. Counting and selecting go through the shared
 primitive :func:`compressors.selection.select_above` (the fused kernel on float32 CPU tensors).
 """
 
@@ -43,17 +44,22 @@ class GaussianK(Compressor):
             raise_if_not_finite(grad)
             scale = power_of_two_above(grad)
             mu, var = estimators.mean_and_var(grad / scale)
-        limit = torch.finfo(grad.dtype).max
-        threshold = torch.clamp((mu.abs() + self._z * torch.sqrt(var)) * scale, max=limit).to(grad.dtype)
+        # the threshold in float64 (``level``), so that one beyond the dtype's range (+Inf in it:
+        # nothing is above) still comes back into range when a correction scales it down
+        level = (mu.abs() + self._z * torch.sqrt(var)) * scale
+        threshold = level.to(grad.dtype)
         found = select_above(grad, threshold, self._workspace)
         for _ in range(self.corrections):
             if found.count < 2 * k / 3:
-                threshold = threshold * 0.5
+                factor = 0.5
             elif found.count > 4 * k / 3:
-                threshold = torch.clamp(threshold.double() * 1.5, max=limit).to(grad.dtype)
+                factor = 1.5
             else:
                 break
+            level = torch.where(torch.isfinite(threshold), threshold.double(), level) * factor
+            threshold = level.to(grad.dtype)
             found = select_above(grad, threshold, self._workspace)
         self.backend = found.backend
         indices = found.indices if found.count else argmax_fallback(grad.abs())
-        return Sparse(grad.index_select(0, indices), indices, n, threshold)
+        return Sparse(grad.index_select(0, indices), indices, n,
+                      torch.clamp(threshold, max=torch.finfo(grad.dtype).max))

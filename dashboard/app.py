@@ -8,6 +8,8 @@ the next visit (the sweeps page also refreshes while a sweep it launched runs).
 
 from __future__ import annotations
 
+import functools
+import os
 import tempfile
 from pathlib import Path
 
@@ -18,9 +20,24 @@ from dashboard import components as ui
 from dashboard import projection
 from dashboard.data import StoreReader
 from dashboard.pages import quality, sweeps, timeline, tta, validation, whatif
+from pipeline.catalog import adopt
 
 PAGES = (whatif, sweeps, quality, timeline, validation, tta)
 ASSETS = Path(__file__).parent / "assets"
+
+
+def _as_child(parent_pid: int, job_fn, *args) -> None:
+    adopt(parent_pid, death_signal=False)  # started from a request thread that ends at once
+    job_fn(*args)
+
+
+class ChildManager(DiskcacheManager):
+    """Dash's disk-cache manager whose background jobs (sweeps and training runs launched from the
+    pages) are safe children of the dashboard (:func:`simulator.children.adopt`): they end when
+    the dashboard ends and import nothing from its working directory."""
+
+    def call_job_fn(self, key, job_fn, args, context):
+        return super().call_job_fn(key, functools.partial(_as_child, os.getpid(), job_fn), args, context)
 
 
 def _nav(pathname: str) -> list:
@@ -42,7 +59,7 @@ def create_app(store_path: str | Path, cache_dir: str | Path | None = None) -> D
     projection.layout_names()
     scratch = None if cache_dir else tempfile.TemporaryDirectory(prefix="sidco-dashboard-")
     cache = diskcache.Cache(str(cache_dir or scratch.name))
-    manager = DiskcacheManager(cache)
+    manager = ChildManager(cache)
     app = Dash(__name__, title="SIDCo testbed", assets_folder=str(ASSETS), suppress_callback_exceptions=True,
                background_callback_manager=manager)
     app.sidco_scratch = scratch  # lives (and is removed at exit) with the app

@@ -140,6 +140,9 @@ def parse_controls(
         raise ProjectionError("choose at least one compressor")
     if not isinstance(compressors, (list, tuple)) or not all(isinstance(c, str) for c in compressors):
         raise ProjectionError(f"compressors must be a list of names, got {compressors!r:.60}")
+    if len(set(compressors)) != len(compressors):  # also caps the list at the compressors that exist
+        repeated = next(c for i, c in enumerate(compressors) if c in compressors[:i])
+        raise ProjectionError(f"compressor {repeated[:40]!r} is chosen twice; choose each at most once")
     try:
         pipeline_project.check_compressors(compressors)
     except ValueError as exc:

@@ -1,7 +1,8 @@
 """Start one real worker process per rank (inside its namespace, or on loopback) and collect results.
 
 Each worker is ``python -m <module> --rank R --world-size W --master-addr A --master-port P
---out FILE [module args]``; it writes one JSON object to ``FILE``. The launcher fails fast
+--out FILE [module args]``, started as a child that never imports from the working directory
+and dies with this process (:func:`simulator.children.module_argv`); it writes one JSON object to ``FILE``. The launcher fails fast
 when any worker exits non-zero, kills every worker on timeout, failure or interrupt, and
 returns the per-rank JSON objects in rank order.
 """
@@ -13,7 +14,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from emulation.plan import NetworkPlan
+from simulator.children import module_argv
 
 LOOPBACK_IFNAME = "lo"
 
@@ -42,7 +43,6 @@ def worker_environment(ifname: str) -> dict[str, str]:
         GLOO_SOCKET_IFNAME=ifname,
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
-        PYTHONUNBUFFERED="1",
     )
     return env
 
@@ -86,12 +86,12 @@ def run_workers(
         workdir = Path(tmp)
         try:
             for rank in range(workers):
-                argv = [
-                    sys.executable, "-m", module,
+                argv = module_argv(
+                    module,
                     "--rank", str(rank), "--world-size", str(workers),
                     "--master-addr", master_addr, "--master-port", str(master_port),
                     "--out", str(workdir / f"rank{rank}.json"), *args,
-                ]
+                )
                 if plan is not None:
                     argv = plan.exec_prefix(rank) + argv
                 with open(workdir / f"rank{rank}.err", "wb") as err:

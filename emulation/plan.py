@@ -55,6 +55,24 @@ def unique_prefix() -> str:
     return f"{PREFIX_ROOT}{os.getpid()}-{secrets.token_hex(3)}"
 
 
+TBF_MIN_BPS = 8.0
+"""Slowest rate ``tc tbf`` takes (bits/s): its rate is whole bytes per second, so below one byte it is 0."""
+TBF_MAX_LIMIT_BYTES = 2**32 - 1
+"""Largest tbf queue limit (a 32-bit field, bytes): it caps the rate through the 100 ms queue rule."""
+TBF_MAX_BPS = TBF_MAX_LIMIT_BYTES * 8.0 / 0.1
+"""Fastest rate whose 100 ms queue (see :func:`tbf_parameters`) ``tc tbf`` takes (bits/s): ~343.6 Gbit/s."""
+
+
+def check_shaping(bandwidth_bps: float) -> float:
+    """``bandwidth_bps`` (bits/s) when ``tc tbf`` can shape a link to it
+    ([:data:`TBF_MIN_BPS`, :data:`TBF_MAX_BPS`]); ValueError (one line) otherwise, before any
+    namespace is built."""
+    if not TBF_MIN_BPS <= bandwidth_bps <= TBF_MAX_BPS:
+        raise ValueError(f"bandwidth {bandwidth_bps:g} bits/s cannot be shaped: tc tbf takes "
+                         f"{TBF_MIN_BPS:g} bit/s to {TBF_MAX_BPS / 1e9:.1f} Gbit/s (use --no-shaping above that)")
+    return bandwidth_bps
+
+
 def tbf_parameters(bandwidth_bps: float) -> tuple[int, int]:
     """Return ``(burst_bytes, limit_bytes)`` for a tbf at ``bandwidth_bps`` (bits/s).
 
@@ -68,8 +86,7 @@ def tbf_parameters(bandwidth_bps: float) -> tuple[int, int]:
     is in flight (with 100 ms alone, 125 kB at 10 Mbit/s, a 1 MiB all-reduce lost hundreds of
     segments to the queue, and a lost tail costs a 200 ms retransmission timeout).
     """
-    if not bandwidth_bps > 0:
-        raise ValueError(f"bandwidth must be > 0 bits/s, got {bandwidth_bps}")
+    check_shaping(bandwidth_bps)
     limit = max(QUEUE_MIN_BYTES, int(bandwidth_bps / 8.0 * 0.1))
     return BURST_BYTES, limit
 
@@ -93,12 +110,12 @@ def make_plan(
 
     ``bandwidth_bps`` (bits/s) of ``None`` leaves the links unshaped. ``subnet`` picks the
     private ``10.a.b.0/24`` network (random when omitted). Raises ``ValueError`` on a worker
-    count outside 1..250, a non-positive bandwidth, or a prefix that is not ours.
+    count outside 1..250, a bandwidth tc cannot shape (:func:`check_shaping`), or a prefix that is not ours.
     """
     if not 1 <= workers <= 250:
         raise ValueError(f"workers must be between 1 and 250, got {workers}")
-    if bandwidth_bps is not None and not bandwidth_bps > 0:
-        raise ValueError(f"bandwidth must be > 0 bits/s, got {bandwidth_bps}")
+    if bandwidth_bps is not None:
+        check_shaping(bandwidth_bps)
     prefix = prefix or unique_prefix()
     if not prefix.startswith(PREFIX_ROOT) or any(ch.isspace() or ch == "/" for ch in prefix):
         raise ValueError(f"namespace prefix {prefix!r} must start with {PREFIX_ROOT!r} and hold no spaces or '/'")

@@ -38,7 +38,7 @@ from compressors import work as declared
 from compressors.ddp import trains_with_error_feedback
 from compressors.samples import gradient_like
 from measuring.host import MMAP_THRESHOLD_BYTES, host_cache_bytes, host_clock
-from simulator import devices
+from simulator import children, devices
 from simulator.costmodel import backend_on
 from simulator.device_profile import DeviceProfile
 
@@ -100,6 +100,19 @@ def rotation(numel: int, dev: torch.device) -> int:
     if dev.type != "cpu":
         return 3
     return max(3, math.ceil(2 * host_cache_bytes() / (4 * numel)))
+
+
+def check_sizes(sizes: Sequence[int], dev: torch.device) -> None:
+    """Raise ValueError (one line) before anything is allocated when a size cannot fit on ``dev``:
+    its rotation of gradients and output buffers (:func:`rotation`) plus three work copies, fp32."""
+    from compressors.device import available_memory
+
+    free = available_memory(dev)
+    for numel in sorted(set(sizes), reverse=True):
+        need = 4 * numel * (2 * rotation(numel, dev) + 3)
+        if need > free:
+            raise ValueError(f"size {numel:,} elements needs ~{need / 2**30:,.1f} GiB (its gradients, output "
+                             f"buffers and 3 work copies), {dev} has {free / 2**30:,.1f} GiB free; lower --sizes")
 
 
 def settle_heap() -> None:
@@ -267,20 +280,32 @@ def measure_size(device: str, numel: int, plan: Sequence[tuple[str, float]], war
         })
 
 
+MEASURING_MODULE = "measuring.profiling"
+"""The module a measuring child runs (:func:`_size_in_child`)."""
+
 CHILD_LINE = "sidco-profile "
 """Prefix of the child's report lines on its standard output (other output there is ignored)."""
 
 
+def refuse_beside_others() -> None:
+    """Raise ``ChildProcessError`` (one line, naming its PID) when another measuring child of the
+    testbed is alive on this machine: numbers measured beside it would be skewed."""
+    others = children.running(MEASURING_MODULE)
+    if others:
+        raise ChildProcessError(f"another measuring process of the testbed is running (PID {others[0]}); "
+                                "measuring beside it would skew the numbers: wait for it to end or kill it")
+
+
 def _size_in_child(device: str, numel: int, plan: Sequence[tuple[str, float]], warmup: int, repeats: int,
                    progress: Callable[[str], None] | None, on_row: Callable[[dict[str, Any]], None]) -> None:
-    """:func:`measure_size` in a fresh Python process (``python -m measuring.profiling``, this
+    """:func:`measure_size` in a fresh Python process (:func:`simulator.children.module_argv`, this
     process's thread count; the CPUs it may use are inherited), passing its progress and rows on as
     they come, one JSON line each; ChildProcessError (an OSError: the CLI's one-line error) when it
     fails or dies (the rows it sent before are kept)."""
     job = {"device": device, "numel": numel, "plan": list(plan), "warmup": warmup, "repeats": repeats,
            "threads": torch.get_num_threads()}
     errors = tempfile.TemporaryFile(mode="w+")
-    child = subprocess.Popen([sys.executable, "-m", "measuring.profiling", json.dumps(job)],
+    child = subprocess.Popen(children.module_argv(MEASURING_MODULE, json.dumps(job)),
                              stdout=subprocess.PIPE, stderr=errors, text=True)
     failure = None
     try:

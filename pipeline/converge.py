@@ -13,7 +13,10 @@ projected compute and compression costs come from the same training.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import fcntl
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -69,6 +72,26 @@ def trace_dir(store: Store, convergence_id: int) -> Path:
     return store.path.resolve().parent / "traces" / f"convergence-{convergence_id}"
 
 
+@contextmanager
+def _one_at_a_time(store: Store, convergence_id: int) -> Iterator[None]:
+    """Hold the run's lock (``flock`` on ``.<store>.convergence-<id>.lock`` beside the store) for
+    the body: a second launch of the same run waits here for the first to finish, then finds its
+    combinations stored and trains nothing (it joins the first). The kernel drops the lock when
+    its holder dies, so a killed run never blocks the next; where no lock file can be made (a
+    read-only folder) runs are not serialised."""
+    path = store.path.resolve().parent / f".{store.path.name}.convergence-{convergence_id}.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def default_trace_every(iterations: int) -> int:
     """Record about five iterations of a run (every ``iterations // 5``-th, at least every one)."""
     return max(1, iterations // 5)
@@ -98,6 +121,7 @@ def run(
     record every N-th iteration into the run's trace (default :func:`default_trace_every`).
     ``replay``: replay the trace through the run's compressors (costs for projections).
     ``record``: record a trace at all (the further seeds of :func:`run_seeds` do not).
+    A second launch of the same run while one trains waits for it and trains nothing it stored.
     """
     convergence_id = open_run(store, config)
     if started is not None:
@@ -105,6 +129,12 @@ def run(
     every = default_trace_every(config.iterations) if trace_every is None else int(trace_every)
     if not 1 <= every <= config.iterations:
         raise ValueError(f"trace-every must be between 1 and iterations ({config.iterations}), got {every}")
+    with _one_at_a_time(store, convergence_id):
+        return _run_locked(store, config, convergence_id, combinations, every, replay, record, progress)
+
+
+def _run_locked(store: Store, config: RunConfig, convergence_id: int, combinations: Sequence[tuple[str, float]],
+                every: int, replay: bool, record: bool, progress: ProgressFn | None) -> ConvergeResult:
     done = store.convergence_done(convergence_id, config.iterations)
     todo = [p for p in combinations if p not in done]
     skipped = [p for p in combinations if p in done]

@@ -42,13 +42,16 @@ def measure(store: Store, device: str, sizes: Sequence[int], names: Sequence[str
     """Measure ``device`` (``cpu``, ``cuda``…): on a CPU first this host's numbers (pinned to
     ``threads``), then every compressor × density × size, then the host's numbers again (the
     faster figure of the two is kept, for ``--run-on cpu``); store the profile and write it to
-    ``out``. A run stopped halfway keeps the rows measured as a partial profile."""
+    ``out``. A run stopped halfway keeps the rows measured as a partial profile. Refuses
+    (``ChildProcessError``) to start while another measuring child of the testbed is alive."""
     from measuring import host as measure, profiling
 
     unknown = [n for n in names if n not in compressors.names()]
     if unknown:
         raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
     dev = profiling.torch_device(device)
+    profiling.check_sizes(sizes, dev)
+    profiling.refuse_beside_others()
     host = None
     if dev.type == "cpu":
         cpus = profiling.pin_threads(threads)

@@ -245,13 +245,20 @@ def _check_header(path: Path) -> None:
         raise sqlite3.DatabaseError("file is not a database")
 
 
-def _schema_version(cur: sqlite3.Cursor) -> int:
-    """The schema version recorded in the file (0 for a file without a ``meta`` table)."""
+def _schema_version(cur: sqlite3.Cursor, path: Path) -> int:
+    """The schema version recorded in the file at ``path`` (0 for a file without a ``meta``
+    table); ValueError naming the file when it is not a whole number >= 0."""
     has_meta = cur.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
     if has_meta is None:
         return 0
     row = cur.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-    return 0 if row is None else int(row[0])
+    if row is None:
+        return 0
+    text = str(row[0]).strip()
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"{path}: results store has schema version {str(row[0])[:40]!r}, not a whole number; "
+                         "the file is damaged or not a store of this testbed")
+    return int(text)
 
 
 class Store(Queries):
@@ -281,7 +288,7 @@ class Store(Queries):
     def _migrate(self) -> None:
         """Bring the file up to :data:`SCHEMA_VERSION`, all missing steps in one transaction."""
         with self.transaction() as cur:
-            version = _schema_version(cur)
+            version = _schema_version(cur, self.path)
             if version > SCHEMA_VERSION:
                 raise ValueError(
                     f"{self.path}: results store has schema version {version}, "

@@ -33,8 +33,11 @@ by CUDA events around queued work includes none; ``time.time()`` around one call
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +50,12 @@ KERNELS = ("copy", "read", "fill", "launch")
 """Kernel rows' kinds: ``copy`` reads and writes ``numel`` elements (a ``copy_``, or a streaming
 ``A = c·B``), ``read`` reads them (a reduction), ``fill`` writes them, ``launch`` is the host
 cost of issuing one eager operation (``numel`` 1)."""
+
+MAX_PROFILE_BYTES = 4 * 2**20
+"""Largest profile file read (bytes): 4 MiB; a measured profile is tens of kilobytes."""
+
+MAX_PROFILE_ROWS = 20_000
+"""Most rows a profile may hold: ``sidco profile`` writes one per (compressor, density, size)."""
 
 
 @dataclass(frozen=True)
@@ -106,12 +115,16 @@ def _number(row: Mapping[str, Any], key: str, where: str, integer: bool = False)
     return value
 
 
-def from_json(text: str, origin: str = "profile") -> DeviceProfile:
+def from_json(text: str | bytes, origin: str = "profile") -> DeviceProfile:
     """Parse and check a profile; ValueError (one line, naming ``origin``) on any problem."""
+    if len(text) > MAX_PROFILE_BYTES:
+        raise ValueError(f"{origin}: larger than {MAX_PROFILE_BYTES} bytes, the most a profile may hold")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{origin}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except (UnicodeDecodeError, RecursionError, ValueError) as exc:
+        raise ValueError(f"{origin}: not JSON ({type(exc).__name__})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{origin}: expected an object with device, source and rows")
     for key in ("device", "source"):
@@ -120,6 +133,8 @@ def from_json(text: str, origin: str = "profile") -> DeviceProfile:
     rows = data.get("rows")
     if not isinstance(rows, list) or not rows:
         raise ValueError(f"{origin}: 'rows' must be a non-empty list")
+    if len(rows) > MAX_PROFILE_ROWS:
+        raise ValueError(f"{origin}: {len(rows)} rows, more than the {MAX_PROFILE_ROWS} a profile may hold")
     checked, kernels = [], []
     for i, row in enumerate(rows):
         where = f"{origin}: row {i}"
@@ -169,14 +184,47 @@ def _kernel_row(row: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+
+
 def load(path: str | Path) -> DeviceProfile:
-    """Read the profile file at ``path``."""
+    """Read the profile file at ``path``: a regular file (never a FIFO, device or directory, so
+    reading cannot block or run without end) of at most :data:`MAX_PROFILE_BYTES` bytes.
+    ValueError (one line, naming ``path``) on any problem."""
     path = Path(path)
     try:
-        text = path.read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket
+            raise ValueError(f"cannot read profile {path}: a socket; a profile must be a regular file") from None
+        raise ValueError(f"cannot read profile {path}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"cannot read profile {path}: {_file_kind(info.st_mode)}; a profile must be a regular file")
+        if info.st_size > MAX_PROFILE_BYTES:
+            raise ValueError(f"cannot read profile {path}: {info.st_size} bytes, more than the "
+                             f"{MAX_PROFILE_BYTES} bytes a profile may hold")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_PROFILE_BYTES:  # the file may grow after fstat: read one byte past the limit at most
+            chunk = os.read(fd, MAX_PROFILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
     except OSError as exc:
         raise ValueError(f"cannot read profile {path}: {exc.strerror or exc}") from None
-    return from_json(text, str(path))
+    finally:
+        os.close(fd)
+    return from_json(b"".join(chunks), str(path))
 
 
 def store_profile(store: Any, profile: DeviceProfile) -> int:

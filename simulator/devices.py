@@ -445,16 +445,17 @@ def shipped_host() -> Device | None:
     """This host's numbers from a profile shipped in ``profiles/`` that was measured on the same
     CPU model and flags (its ``device_model``), or ``None``."""
     import profiles
+    from simulator import device_profile
 
     here = host_key(host_identity())
     for path in profiles.paths():
         try:
-            data = json.loads(path.read_text())
-            if data.get("device") == "cpu" and data.get("device_model"):
-                device = from_json(data["device_model"])
+            shipped = device_profile.load(path)
+            if shipped.device == "cpu" and shipped.device_model:
+                device = from_json(shipped.device_model)
                 if host_key(device.identity) == here:
                     return device
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             continue
     return None
 

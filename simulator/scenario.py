@@ -11,7 +11,7 @@ from compressors.wire import ALLGATHER, collective
 from simulator.calibration import Calibration
 from simulator.limits import check_scenario
 from simulator.profile import CompressionProfile
-from units import check_density
+from units import check_bandwidth, check_density, check_latency
 from simulator.workload import (
     BUCKET_MODES,
     DEFAULT_BUCKET_CAP_BYTES,
@@ -81,10 +81,10 @@ class Scenario:
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
             raise ValueError(f"nodes must be an integer >= 1, got {self.nodes!r}")
         for name in ("bandwidth_bps", "intra_bandwidth_bps"):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                raise ValueError(f"{name} must be > 0 bits/s, got {value!r}")
-        for name in ("latency_s", "intra_latency_s", "jitter", "interference"):
+            check_bandwidth(getattr(self, name), name)
+        for name in ("latency_s", "intra_latency_s"):
+            check_latency(getattr(self, name), name)
+        for name in ("jitter", "interference"):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be >= 0, got {value!r}")

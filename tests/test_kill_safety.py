@@ -49,6 +49,16 @@ def wait_for(condition, timeout_s: float = 60.0, interval_s: float = 0.1):
     return condition()
 
 
+def quiet_for_profiling(timeout_s: float = 120.0) -> None:
+    """Wait until no measuring process of the testbed runs on this machine (another checkout's
+    tests may be profiling): ``sidco profile`` refuses to measure beside one. Skip if it stays busy."""
+    from measuring import profiling
+    from simulator import children
+
+    if not wait_for(lambda: not children.running(profiling.MEASURING_MODULE), timeout_s=timeout_s, interval_s=1.0):
+        pytest.skip("another measuring process of the testbed kept running on this machine")
+
+
 def sigterm_when(argv: list[str], ready, what: str, timeout_s: float = 60.0,
                  settle_s: float = 0.0) -> tuple[subprocess.Popen, str]:
     """Run ``argv``, wait until ``ready(proc)`` holds (asserting it does, naming ``what``), let it
@@ -93,7 +103,7 @@ def test_pool_worker_exits_when_its_parent_is_gone():
     """The watchdog alone (no parent-death signal) ends a worker whose parent died."""
     script = (
         "import os, sys, time\n"
-        "from simulator.pool import _watch\n"
+        "from simulator.children import _watch\n"
         "pid = os.fork()\n"
         "if pid == 0:\n"
         "    parent = os.getppid()\n"
@@ -197,6 +207,7 @@ def test_sigterm_during_a_profile_keeps_its_rows_and_leaves_no_measuring_process
     from results.store import Store
 
     store = tmp_path / "r.sqlite"
+    quiet_for_profiling()
     argv = SIDCO + ["profile", "--sizes", "2^12..2^20", "--compressors", "none,topk,sidco-e", "--repeats", "20",
                     "--store", str(store)]
     seen: list[int] = []

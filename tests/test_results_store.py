@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from results.errors import StoreError
 from results.store import SCHEMA_VERSION, Store
@@ -113,6 +115,28 @@ def test_newer_store_is_refused_with_one_line_naming_the_file(tmp_path):
         Store(path)
     message = str(exc.value)
     assert "\n" not in message and str(path) in message and "schema version 7" in message
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(version=st.one_of(st.text(max_size=12), st.integers(min_value=-10, max_value=-1).map(str),
+                         st.sampled_from(["abc", "1.5", "-1", "", " ", "２", "1e3", "0x2", "nan"])))
+def test_a_schema_version_that_is_not_a_whole_number_is_one_line_naming_the_file(tmp_path, version):
+    path = tmp_path / "odd.sqlite"
+    path.unlink(missing_ok=True)
+    Store(path).close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE meta SET value=? WHERE key='schema_version'", (version,))
+    raw.close()
+    stripped = version.strip()
+    if stripped.isascii() and stripped.isdigit():
+        return
+    with pytest.raises(ValueError) as exc:
+        Store(path)
+    message = str(exc.value)
+    assert "\n" not in message and str(path) in message and "schema version" in message
+    with sqlite3.connect(path) as raw:  # nothing migrated over it
+        assert raw.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == version
+    raw.close()
 
 
 def test_failed_upgrade_leaves_the_file_as_it_was(tmp_path):

@@ -37,6 +37,45 @@ def check_memory(workload: str, width: float | None, workers: int, device: str) 
                          f"{free / 2**30:,.1f} GiB free; lower --width or --workers")
 
 
+PROBE_SAMPLES = 2
+"""Samples of the untimed training step that measures a workload's memory per sample."""
+
+
+def bytes_per_sample(work: workloads.Workload) -> int:
+    """Bytes one sample of a batch holds during a training step of ``work``'s model: its input
+    plus the activations autograd saves for the backward pass, measured on a fresh copy of the
+    model (``work.model`` is untouched) over :data:`PROBE_SAMPLES` samples; parameters saved by
+    layers are not counted (they do not grow with the batch)."""
+    model = work.build_model()
+    model.train()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    inputs, targets = next(work.batches(0, 1, batch_size=PROBE_SAMPLES))
+    total = [inputs.numel() * inputs.element_size()]
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() not in params:
+            total[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = work.loss(model(inputs), targets)
+    del loss, model
+    return max(1, total[0] // PROBE_SAMPLES)
+
+
+def check_batch_memory(work: workloads.Workload) -> None:
+    """Raise :class:`TraceError` (one line) before any batch is drawn when a batch of
+    ``work.batch_size`` samples cannot fit: twice :func:`bytes_per_sample` per sample (the saved
+    activations and their gradients in the backward pass)."""
+    per_sample = bytes_per_sample(work)
+    need = 2 * per_sample * work.batch_size
+    free = available_memory(work.device)
+    if need > free:
+        raise TraceError(f"batch size {work.batch_size:,} of {work.name} needs ~{need / 2**30:,.1f} GiB "
+                         f"(~{per_sample / 2**20:,.1f} MiB per sample, measured), {work.device} has "
+                         f"{free / 2**30:,.1f} GiB free; lower --batch-size")
+
+
 def check_request(workload: str, *, workers: int, iterations: int, every: int, device: str,
                   width: float | None = None, batch_size: int | None = None, lr: float | None = None) -> str:
     """Check a capture's arguments before anything is built or written; return the device name.
@@ -88,6 +127,7 @@ def capture(
     device = check_request(workload, workers=workers, iterations=iterations, every=every, device=device,
                            width=width, batch_size=batch_size, lr=lr)
     work = workloads.build(workload, width=width, batch_size=batch_size, lr=lr, seed=seed, device=device, data=data)
+    check_batch_memory(work)
     model, optimizer = work.model, work.optimizer()
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]

@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import platform
+import re
 import shutil
 import tempfile
 import uuid
@@ -89,10 +90,16 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+_PARTIAL = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]{8}\.partial$")
+"""A trace being written: ``.NAME.<pid>.<8 random characters>.partial`` (see :class:`TraceWriter`)."""
+
+
 def clean_stale_partials(out_dir: Path) -> list[Path]:
-    """Remove ``.NAME.<pid>.*.partial`` directories next to ``out_dir`` left by writers that
-    died (their pid is gone; names without a pid come from older versions); return them."""
-    prefix = f".{out_dir.name}."
+    """Remove the partial traces next to ``out_dir`` (``.NAME.<pid>.XXXXXXXX.partial``, any
+    ``NAME``) whose writer is gone (its pid is not alive), as emulation removes the namespaces of
+    dead runs; older ``.NAME.*.partial`` folders without a pid for ``out_dir``'s own name too.
+    Returns what was removed."""
+    own = f".{out_dir.name}."
     removed = []
     try:
         entries = list(out_dir.parent.iterdir())
@@ -100,9 +107,15 @@ def clean_stale_partials(out_dir: Path) -> list[Path]:
         return removed
     for entry in entries:
         name = entry.name
-        if not (name.startswith(prefix) and name.endswith(".partial")) or entry.is_symlink() or not entry.is_dir():
+        if not name.endswith(".partial") or entry.is_symlink() or not entry.is_dir():
             continue
-        pid = name[len(prefix):].split(".", 1)[0]
+        match = _PARTIAL.match(name)
+        if match is not None:
+            pid = match["pid"]
+        elif name.startswith(own):
+            pid = name[len(own):].split(".", 1)[0]
+        else:
+            continue
         if pid.isdigit() and pid_alive(int(pid)):
             continue
         shutil.rmtree(entry, ignore_errors=True)

@@ -236,9 +236,18 @@ class Trace:
         ):
             raise _fail(mpath, "manifest field 'iterations' must be a non-empty increasing list of integers")
         self.iterations: list[int] = list(iterations)
+        with os.scandir(self.path) as listing:
+            held = sum(1 for entry in listing if entry.name != MANIFEST)
+        if len(self.iterations) > held:
+            raise _fail(mpath, f"manifest lists {len(self.iterations)} iterations but the trace directory holds "
+                               f"{held} gradient files (one per recorded iteration)")
         files = manifest.get("files")
         if not isinstance(files, dict) or set(files) != {str(i) for i in self.iterations}:
             raise _fail(mpath, "manifest field 'files' must map every recorded iteration to a file")
+        names = [files[str(i)] for i in self.iterations]
+        if len(set(map(str, names))) != len(names):
+            raise _fail(mpath, "manifest field 'files' names one file for several iterations: each recorded "
+                               "iteration has its own file")
         self._files: dict[int, Path] = {}
         for iteration in self.iterations:
             name = files[str(iteration)]

@@ -14,6 +14,7 @@ in durations, where ``ms`` is milliseconds):
 
 from __future__ import annotations
 
+import math
 import numbers
 import re
 
@@ -28,9 +29,33 @@ _SIZE = re.compile(_NUMBER + r"\s*(?P<prefix>Ki|Mi|Gi|Ti|[kKMGT]?)(?P<unit>B|byt
 _DURATION = re.compile(_NUMBER + r"\s*(?P<unit>ns|us|µs|ms|s|min)$")
 _DURATION_SCALE = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0}
 
+MIN_BANDWIDTH_BPS = 1e3
+"""Slowest link a projection or emulation accepts (bits/s): 1 kbit/s."""
+MAX_BANDWIDTH_BPS = 1e15
+"""Fastest link accepted (bits/s): 1 Pbit/s, above any NIC or NVLink."""
+MAX_LATENCY_S = 60.0
+"""Longest per-message latency accepted (seconds)."""
+
+
+def check_bandwidth(bps: float, what: str = "bandwidth") -> float:
+    """``bps`` (bits/s) when inside [:data:`MIN_BANDWIDTH_BPS`, :data:`MAX_BANDWIDTH_BPS`];
+    ValueError (one line) otherwise."""
+    if not (MIN_BANDWIDTH_BPS <= bps <= MAX_BANDWIDTH_BPS):
+        raise ValueError(f"{what} {bps!r} bits/s is outside the physical range "
+                         f"{format_bandwidth(MIN_BANDWIDTH_BPS)} … {format_bandwidth(MAX_BANDWIDTH_BPS)}")
+    return bps
+
+
+def check_latency(seconds: float, what: str = "latency") -> float:
+    """``seconds`` when inside [0, :data:`MAX_LATENCY_S`]; ValueError (one line) otherwise."""
+    if not (0 <= seconds <= MAX_LATENCY_S):
+        raise ValueError(f"{what} {seconds!r} s is outside the physical range 0 s … {MAX_LATENCY_S:g} s")
+    return seconds
+
 
 def parse_bandwidth(text: str) -> float:
-    """Parse a bandwidth such as ``10Gbit`` or ``1.25GB/s``; return bits per second (> 0)."""
+    """Parse a bandwidth such as ``10Gbit`` or ``1.25GB/s``; return bits per second, inside
+    [:data:`MIN_BANDWIDTH_BPS`, :data:`MAX_BANDWIDTH_BPS`]."""
     match = _BANDWIDTH.match(str(text).strip())
     if not match:
         raise ValueError(
@@ -41,6 +66,9 @@ def parse_bandwidth(text: str) -> float:
         value *= 8.0
     if not value > 0:
         raise ValueError(f"invalid bandwidth {text!r}: must be > 0")
+    if not MIN_BANDWIDTH_BPS <= value <= MAX_BANDWIDTH_BPS:
+        raise ValueError(f"invalid bandwidth {text!r}: outside the physical range "
+                         f"{format_bandwidth(MIN_BANDWIDTH_BPS)} … {format_bandwidth(MAX_BANDWIDTH_BPS)}")
     return value
 
 
@@ -63,7 +91,10 @@ def parse_duration(text: str) -> float:
     match = _DURATION.match(str(text).strip())
     if not match:
         raise ValueError(f"invalid duration {text!r}: give a unit, e.g. 50us, 1.5ms or 2s")
-    return float(match["num"]) * _DURATION_SCALE[match["unit"]]
+    value = float(match["num"]) * _DURATION_SCALE[match["unit"]]
+    if not math.isfinite(value):
+        raise ValueError(f"invalid duration {text!r}: too large")
+    return value
 
 
 def parse_list(text: str, parse) -> list:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
+import math
+from typing import Any
 
 from results.store import DEFAULT_PATH
 
@@ -46,3 +49,20 @@ def add_calibration_argument(parser: argparse.ArgumentParser, default: str = "no
         "--calibration", nargs="?", const="latest", default=default, metavar="latest|ID|none",
         help=f"apply a calibration of the results store (α, efficiency per collective): latest, its id, or none "
              f"(bare --calibration: latest; default {default})")
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (inf, nan) replaced by ``None`` (JSON ``null``)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def dump_json(value: Any) -> str:
+    """The ``--json`` output of a command: valid JSON always (non-finite numbers are ``null``,
+    never ``Infinity``/``NaN``), keys sorted."""
+    return json.dumps(finite(value), sort_keys=True, allow_nan=False)

@@ -24,10 +24,7 @@ def _densities(text: str) -> list[float]:
 def _names(text: str) -> list[str]:
     if text.strip() == "all":
         return compressor_names()
-    names = [item.strip() for item in text.split(",") if item.strip()]
-    if not names:
-        raise ValueError("--compressors is empty")
-    return names
+    return parse_list(text, str)
 
 
 def _stages(text: str | None) -> list[int] | None:

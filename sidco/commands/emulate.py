@@ -11,7 +11,8 @@ import sys
 from tqdm import tqdm
 
 from pipeline import emulate
-from pipeline.catalog import COLLECTIVES, FIDELITIES, JOB_BYTES, check_training_request, max_jobs, remove_stale, require_emulation
+from pipeline.catalog import (COLLECTIVES, FIDELITIES, JOB_BYTES, check_shaping, check_training_request, max_jobs,
+                              remove_stale, require_emulation)
 from results.store import Store
 from sidco.commands import add_calibration_argument, add_renamed_argument, add_store_argument
 from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_density, parse_duration, parse_list
@@ -133,6 +134,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--workers {max(workers)}: at most {most} emulated workers fit on this machine "
                          f"(one process each, 4 per core, ~{JOB_BYTES // 2**20} MiB each)")
     bandwidths: list[float | None] = [None] if args.no_shaping else parse_list(args.bandwidth, parse_bandwidth)
+    for bandwidth in bandwidths:
+        if bandwidth is not None:
+            check_shaping(bandwidth)
     if not args.no_shaping:
         require_emulation()
     if args.mode == "collective":

@@ -14,7 +14,7 @@ from tqdm import tqdm
 from pipeline import profile as device_profiles
 from pipeline.catalog import compressor_names
 from results.store import Store
-from sidco.commands import add_run_on_argument, add_store_argument
+from sidco.commands import add_run_on_argument, add_store_argument, dump_json
 from units import parse_density, parse_list
 
 DEFAULT_SIZES = {"cpu": "2^16..2^24", "cuda": "2^16..2^26"}
@@ -129,7 +129,7 @@ def _check(args: argparse.Namespace) -> int:
     with Store(args.store) as store:
         report = device_profiles.check(store, args.profile)
     if args.json:
-        print(json.dumps(report, sort_keys=True))
+        print(dump_json(report))
         return 0
     if not report:
         print("no measured profiles: run sidco profile --run-on cpu (or cuda) first")

@@ -7,7 +7,6 @@ helpers that ``sidco sweep`` shares (workload source, scenario options).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from pipeline import project as projection
 from pipeline.catalog import (BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES, Workload,
                               check_output_path, devices, takes_density, write_chrome_trace)
 from results.store import Store
-from sidco.commands import add_calibration_argument, add_store_argument
+from sidco.commands import add_calibration_argument, add_store_argument, dump_json
 from units import check_density, format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
 
 
@@ -251,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
         meta = {"compressor": args.compressor, "nodes": nodes, "fidelity": args.fidelity}
         write_chrome_trace(args.timeline, result["timeline"], meta)
     if args.json:
-        print(json.dumps(result, sort_keys=True))
+        print(dump_json(result))
     else:
         _print_result(result, args, cluster)
         if args.timeline:

@@ -8,7 +8,6 @@ local processes or, with ``--dask``, an existing Dask cluster.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from concurrent.futures import Executor
@@ -23,6 +22,7 @@ from pipeline.catalog import TOPOLOGIES, Grid, check_jobs, check_target, compres
 from pipeline.project import parse_calibration, workload
 from pipeline.tta import label, resolve, sweep_time_to_target, trace_path
 from results.store import Store
+from sidco.commands import dump_json
 from sidco.commands.tta import add_target_args
 from sidco.commands.simulate import add_scenario_args, add_source_args, parse_source, positive_int, scenario_options
 from units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     if tta is not None:
         summary["time_to_target"] = tta
     if args.json:
-        print(json.dumps(summary, sort_keys=True))
+        print(dump_json(summary))
     else:
         print(f"sweep {done.sweep_id}: {done.stored}/{done.total} scenarios stored in {args.store} "
               f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity})")

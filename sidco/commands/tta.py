@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from pipeline import project
@@ -11,6 +10,7 @@ from pipeline.catalog import TOPOLOGIES, check_target, load_curves, target_text
 from pipeline.project import check_compressors
 from pipeline.tta import curves_time_to_accuracy, label, resolve, time_to_accuracy, trace_path
 from results.store import Store
+from sidco.commands import dump_json
 from sidco.commands.simulate import add_scenario_args, add_source_args, parse_source, positive_int, scenario_options
 from units import format_bandwidth, format_seconds, parse_bandwidth, parse_duration
 
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
             result = curves_time_to_accuracy(store, curves, source, cluster=cluster, device=device,
                                              calibration_choice=calibration, profile_file=args.profile, **targets)
     if args.json:
-        print(json.dumps(result, sort_keys=True))
+        print(dump_json(result))
     else:
         print_result(result)
     return 0

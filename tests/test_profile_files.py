@@ -1,0 +1,131 @@
+"""``--profile FILE`` is read by one loader (:func:`simulator.device_profile.load`) for simulate,
+sweep, tta and ``profile --check``: regular files only, at most ``MAX_PROFILE_BYTES`` bytes and
+``MAX_PROFILE_ROWS`` rows, any bytes refused in one line (exit 2 from the CLI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sidco.cli import main
+from simulator import device_profile as dp
+
+ROW = {"compressor": "topk", "density": 0.01, "numel": 1048576, "compress_s": 0.001, "decompress_s": 0.0001}
+SIMULATE = ["simulate", "--layout", "resnet50", "--nodes", "8", "--bandwidth", "10Gbit", "--compressor", "topk",
+            "--density", "0.01", "--fidelity", "analytic"]
+
+
+def _profile(rows: int = 1) -> dict:
+    return {"device": "cpu", "source": "test", "rows": [dict(ROW, numel=ROW["numel"] + i) for i in range(rows)]}
+
+
+def test_a_valid_profile_loads(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(_profile(3)))
+    assert len(dp.load(path).rows) == 3
+
+
+def test_dev_zero_is_refused_at_once():
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="a device; a profile must be a regular file"):
+        dp.load("/dev/zero")
+    assert time.monotonic() - start < 1.0
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="a FIFO; a profile must be a regular file"):
+        dp.load(fifo)
+    assert time.monotonic() - start < 1.0
+
+
+def test_a_directory_and_a_socket_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="a directory|Is a directory"):
+        dp.load(tmp_path)
+    path = tmp_path / "s"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+        with pytest.raises(ValueError, match="socket"):
+            dp.load(path)
+
+
+def test_a_file_over_the_size_limit_is_refused_before_reading(tmp_path):
+    path = tmp_path / "big.json"
+    with open(path, "wb") as fh:
+        fh.truncate(50 * 2**30)  # sparse: reading it would take minutes and 50 GB
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=f"more than the {dp.MAX_PROFILE_BYTES} bytes a profile may hold"):
+        dp.load(path)
+    assert time.monotonic() - start < 1.0
+
+
+def test_too_many_rows_are_refused(tmp_path):
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(_profile(dp.MAX_PROFILE_ROWS + 1), separators=(",", ":")))
+    assert path.stat().st_size < dp.MAX_PROFILE_BYTES
+    with pytest.raises(ValueError, match=f"more than the {dp.MAX_PROFILE_ROWS} a profile may hold"):
+        dp.load(path)
+
+
+def test_deep_nesting_and_huge_numbers_are_one_line(tmp_path):
+    for text in ("[" * 200_000, '{"device": "cpu", "source": "x", "rows": [' + "9" * 100_000 + "]}"):
+        path = tmp_path / "deep.json"
+        path.write_text(text)
+        with pytest.raises(ValueError) as info:
+            dp.load(path)
+        assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.one_of(
+    st.binary(max_size=300),
+    st.recursive(st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=8),
+                 lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                 max_leaves=30).map(lambda v: json.dumps(v).encode()),
+    st.fixed_dictionaries({"device": st.text(max_size=5), "source": st.text(max_size=5),
+                           "rows": st.lists(st.dictionaries(st.sampled_from(list(ROW)), st.floats() | st.text(max_size=3)
+                                                            | st.integers(), max_size=6), max_size=3)})
+    .map(lambda v: json.dumps(v).encode()),
+))
+def test_arbitrary_bytes_load_or_are_one_line_errors(tmp_path, data):
+    path = tmp_path / "fuzz.json"
+    path.write_bytes(data)
+    try:
+        profile = dp.load(path)
+    except ValueError as exc:
+        assert "\n" not in str(exc) and str(path) in str(exc)
+    else:
+        assert profile.rows and all(0 < r["density"] <= 1 for r in profile.rows)
+
+
+@pytest.mark.parametrize("argv", [
+    SIMULATE,
+    ["sweep", "--layout", "resnet50", "--nodes", "8", "--bandwidth", "10Gbit", "--compressors", "topk",
+     "--densities", "0.01", "--fidelity", "analytic", "--jobs", "1"],
+    ["profile", "--check"],
+])
+@pytest.mark.parametrize("bad", ["/dev/zero", "fifo", "big"])
+def test_the_cli_refuses_bad_profile_files_in_one_line(tmp_path, capsys, argv, bad):
+    if bad == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+    if bad == "big":
+        with open(tmp_path / "big", "wb") as fh:
+            fh.truncate(dp.MAX_PROFILE_BYTES + 1)
+    path = bad if bad.startswith("/") else str(tmp_path / bad)
+    try:
+        code = main([*argv, "--profile", path, "--store", str(tmp_path / "r.sqlite")])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and path in lines[0], err
+    assert "Traceback" not in err
