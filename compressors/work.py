@@ -13,7 +13,7 @@ kernels on CPU float32, SIDCo's and the selection primitive's) and are checked a
 code does, op by op and kernel by kernel (tests/test_compressors_work.py, with the op recorder
 :func:`record_ops` and :func:`loop_counts`). Work that depends on the data is declared as a
 function of counts the call reveals, with defaults seen on gradient-like data: ``rounds``
-(:data:`DEFAULT_ROUNDS`: selection loops; SIDCo's native full passes), Gaussian-k's ``raised``,
+(:data:`DEFAULT_ROUNDS`: selection loops; SIDCo's native full passes),
 DGC's ``trim``, SIDCo's ``stages`` (:data:`DEFAULT_STAGES`) and its native correction ``steps``
 (:data:`NATIVE_STEPS`). SIDCo's torch path is declared for a call whose pool guess held (every
 call after the first on a steady stream): its work follows the planned stage count and the pool
@@ -310,16 +310,16 @@ def _dgc(n, density, itemsize, stages, rounds, backend, trim=True, hits=()):
     return c.gather(k), _sparse_decompress(n, k, itemsize)
 
 
-def _gaussiank(n, density, itemsize, stages, rounds, backend, raised=0, hits=()):
+def _gaussiank(n, density, itemsize, stages, rounds, backend, hits=()):
     """Gaussian-k: mean and variance of ``g`` (two reductions), the threshold formula, a
-    selection, then ``rounds`` corrections each with a new selection: ``raised`` of them raise
-    the threshold (×1.5 in float64: 4 0-d launches), the others halve it (1)."""
+    selection, then ``rounds`` corrections each with a new selection, each scaling the float64
+    threshold (×1.5 or ×0.5: its finiteness check, widening, choice, product and narrowing)."""
     k = target_count(density, n)
     c = Work().stream(n, itemsize, 0, "reduce", full=True).stream(n, itemsize, 0, "reduce", full=True)
     c.scalars(SCALAR_OPS["gaussian"]).sync().scalars(SCALAR_OPS["gaussian_threshold"])
     _select(c, n, _hits(hits, 0, k), itemsize, backend)
     for step in range(rounds):
-        c.scalars(4 if step < raised else 1)
+        c.scalars(4 + SCALAR_OPS["isfinite"])
         _select(c, n, _hits(hits, step + 1, k), itemsize, backend)
     sent = _hits(hits, rounds, k)
     return c.gather(sent), _sparse_decompress(n, sent, itemsize)
@@ -452,7 +452,7 @@ def _cast(n, density, itemsize, stages, rounds, backend, half=2):
     if backend == "cuda":
         return c, Work().stream(n, half, itemsize, full=True)
     c.stream(n, half, 0, "minmax", full=True)
-    c.scalars(3)  # max − min in fp32: two widenings and the subtraction
+    c.scalars(5)  # max/2 − min/2 in fp32: two widenings, two halvings and the subtraction
     c.scalars(SCALAR_OPS["finite"]).sync().scalars(SCALAR_OPS["isfinite"]).sync()
     return c, Work().stream(n, half, itemsize, full=True)
 
@@ -505,7 +505,7 @@ DECLARATIONS = {
 
 def work(name: str, numel: int, density: float, *, stages: int | None = None, rounds: int | None = None,
          backend: str = "torch", error_feedback: bool = True, itemsize: int = 4, trim: bool = True,
-         raised: int = 0, corrections: int = SIDCO_CORRECTIONS, adapt: str = "count",
+         corrections: int = SIDCO_CORRECTIONS, adapt: str = "count",
          steps: int | None = None, pool: float | None = None, collects: int = 1,
          hits: Sequence[float] | None = None) -> CallWork:
     """The declared work of one compress and one decompress call of compressor ``name``.
@@ -517,7 +517,7 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     ``stages``: SIDCo's stage count (default :data:`DEFAULT_STAGES`; on the torch/CUDA path the
     planned count, on the native path the stages used); ``rounds``: the loop count of Gaussian-k,
     RedSync, DGC, Top-k and Random-k, and for SIDCo's native path its full passes (default
-    :data:`DEFAULT_ROUNDS`); ``raised``: of Gaussian-k's rounds, those that raised the threshold;
+    :data:`DEFAULT_ROUNDS`);
     ``trim``: DGC ends with an exact top-k among its selection (it does when the selection exceeds
     1.3·k); ``corrections``: SIDCo's in-call correction steps (its torch path always runs all of
     them, masked); ``adapt``: SIDCo's ``adapt`` option (``"paper"``: fixed stage probabilities,
@@ -539,7 +539,7 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
         rounds = int(rounds)
     elif not name.startswith("sidco"):  # SIDCo's native full passes default to its stage count
         rounds = DEFAULT_ROUNDS.get(name, 0)
-    extra = {"trim": trim} if name == "dgc" else {"raised": raised} if name == "gaussiank" else {}
+    extra = {"trim": trim} if name == "dgc" else {}
     if name in ("topk", "dgc", "gaussiank", "redsync"):
         extra["hits"] = list(hits or ())
     if name.startswith("sidco"):
@@ -636,8 +636,8 @@ def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
 
 def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
     """The data-dependent loop counts of one call of ``name`` from the operations it dispatched
-    (:func:`record_ops`), as :func:`work` takes them (``rounds``, DGC's ``trim``, Gaussian-k's
-    ``raised``, the ``hits`` of each native selection; for SIDCo's native path its full passes
+    (:func:`record_ops`), as :func:`work` takes them (``rounds``, DGC's ``trim``,
+    the ``hits`` of each native selection; for SIDCo's native path its full passes
     and, given the ``stages`` it used, its correction ``steps``)."""
     pools = [int(op.rsplit(":", 1)[1]) for op in ops if op.startswith("native.scan:pool:")]
     kernels = ops.count("native.scan:full") + len(pools)
@@ -651,7 +651,7 @@ def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dic
     hits = [int(op[len(HITS_MARKER):]) for op in ops if op.startswith(HITS_MARKER)]
     kept = {"hits": hits} if hits else {}
     if name == "gaussiank":
-        return {"rounds": selections - 1, "raised": ops.count("clamp") - 2, **kept}
+        return {"rounds": selections - 1, **kept}
     if name == "redsync":
         return {"rounds": ops.count("count_nonzero") + selections - 1, **kept}
     if name == "topk":

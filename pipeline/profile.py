@@ -116,7 +116,7 @@ def check_rows(profile: dp.DeviceProfile, device: devices.Device) -> list[dict[s
     for r in profile.rows:
         if r["compressor"] not in declared.DECLARATIONS:
             continue
-        loops = {k: r[k] for k in ("rounds", "trim", "raised", "steps", "pool", "collects", "hits") if r.get(k) is not None}
+        loops = {k: r[k] for k in ("rounds", "trim", "steps", "pool", "collects", "hits") if r.get(k) is not None}
         model_c, model_d = costmodel.call_seconds(r["compressor"], int(r["numel"]), float(r["density"]), device,
                                                   stages=r.get("stages"), backend=r.get("backend") or None,
                                                   error_feedback=True if everywhere else None, **loops)

@@ -50,7 +50,14 @@ def seconds(work: declared.Work, device: Device) -> float:
     speedup = device.reuse_speedup(work.working_set_bytes)
     streams = 0.0
     for kind, elements, read, written, cold in work.streams:
-        measured = device.whole_s(kind, written / 8.0 / max(elements, 1.0), cached=fits and not cold)
+        kept = written / 8.0 / max(elements, 1.0)
+        if kind == "native_log" and written > 0:  # a pass with logarithms that also collects (SIDCo-GP's first)
+            selecting = device.whole_s("native_select", kept, cached=fits and not cold)
+            if selecting is not None:  # the selecting pass timed whole, plus the logarithms' own compute
+                logs = device.op_s_per_element.get("native_log", 0.0) - device.op_s_per_element.get("native", 0.0)
+                streams += elements * (selecting + max(logs, 0.0))
+                continue
+        measured = device.whole_s(kind, kept, cached=fits and not cold)
         if measured is not None:  # a kernel timed whole (a selecting pass at its kept fraction, P·Qᵀ)
             streams += elements * measured
             continue
@@ -101,15 +108,15 @@ NATIVE_ON_CPU = ("sidco-e", "sidco-p", "sidco-gp", "topk", "dgc", "gaussiank", "
 def call_seconds(compressor: str, numel: int, density: float, device: Device, *,
                  stages: int | None = None, error_feedback: bool | None = None,
                  backend: str | None = None, rounds: int | None = None,
-                 trim: bool = True, raised: int = 0, steps: int | None = None,
+                 trim: bool = True, steps: int | None = None,
                  pool: float | None = None, collects: int = 1,
                  hits: Sequence[float] | None = None) -> tuple[float, float]:
     """Modelled (compress, decompress) seconds of one call of ``compressor`` on ``numel`` fp32
     elements (``backend``: the code path, default :func:`backend_on` the device; ``stages``,
-    ``rounds``, ``trim``, ``raised``, ``steps``, ``pool``, ``collects``, ``hits``: the data-dependent counts of
+    ``rounds``, ``trim``, ``steps``, ``pool``, ``collects``, ``hits``: the data-dependent counts of
     :func:`compressors.work.work`; ``error_feedback``: default as training runs ``compressor``,
     :func:`compressors.ddp.trains_with_error_feedback`)."""
-    call = declared.work(compressor, numel, density, stages=stages, rounds=rounds, trim=trim, raised=raised, steps=steps,
+    call = declared.work(compressor, numel, density, stages=stages, rounds=rounds, trim=trim, steps=steps,
                          pool=pool, collects=collects, hits=hits, backend=backend or backend_on(device.kind, compressor),
                          error_feedback=trains_with_error_feedback(compressor) if error_feedback is None
                          else error_feedback)
