@@ -25,6 +25,7 @@ COMMANDS = (
     "capture",
     "replay",
     "simulate",
+    "compare",
     "sweep",
     "converge",
     "tta",
