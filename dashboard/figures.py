@@ -96,7 +96,7 @@ def whatif_breakdown(results: Sequence[dict[str, Any]], title: str = "") -> Figu
     Compute is ``iteration_s − compress_s − exposed_comm_s − idle_s``, so a bar's
     height is the projected iteration time; the speed-up over ``none`` is written on top.
     """
-    names = [r["compressor"] for r in results]
+    names = [r.get("label") or r["compressor"] for r in results]
     parts: dict[str, list[float]] = {key: [] for key, _, _ in PARTS}
     for r in results:
         compress, exposed, idle = (_ms(r.get(k)) for k in ("compress_s", "exposed_comm_s", "idle_s"))
@@ -118,6 +118,10 @@ def whatif_breakdown(results: Sequence[dict[str, Any]], title: str = "") -> Figu
                   yaxis={"range": [0, top * 1.2]}, title={"text": title, "font": {"size": 13}, "x": 0.01})
 
 
+SPEEDUP_TEXT = {"textposition": "outside", "textfont": {"size": 13, "color": "#111827"}, "cliponaxis": False}
+"""Speed-up labels outside their bars at a readable size (inside, plotly shrinks them to fit)."""
+
+
 def whatif_speedup(results: Sequence[dict[str, Any]]) -> Figure:
     """Horizontal bars: speed-up over ``none`` (×, dimensionless) per compressor, with the 1× line
     and, where the results carry them, error bars spanning ``speedup_low`` to ``speedup_high``;
@@ -125,11 +129,11 @@ def whatif_speedup(results: Sequence[dict[str, Any]]) -> Figure:
     fp16 dense baseline (its iteration time ÷ this one's), the strongest plain alternative."""
     values = [float(r["speedup"]) if r.get("speedup") is not None else 0.0 for r in results]
     colours = ["#16a34a" if v > 1.005 else "#dc2626" if v < 0.995 else "#6b7280" for v in values]
-    names = [r["compressor"] for r in results]
+    names = [r.get("label") or r["compressor"] for r in results]
     dense16 = next((r for r in results if r["compressor"] == "fp16" and r.get("iteration_s")), None)
     data = [{"type": "bar", "orientation": "h", "x": values, "y": names, "marker": {"color": colours},
              "name": "speed-up" if dense16 is None else "vs none (fp32)", "text": [f"×{v:.2f}" for v in values],
-             "textposition": "auto"}]
+             **SPEEDUP_TEXT}]
     if all(r.get("speedup_low") is not None and r.get("speedup_high") is not None for r in results):
         data[0]["error_x"] = {"type": "data", "symmetric": False,  # the error band of each projection
                               "array": [float(r["speedup_high"]) - v for r, v in zip(results, values)],
@@ -138,10 +142,10 @@ def whatif_speedup(results: Sequence[dict[str, Any]]) -> Figure:
         versus = [float(dense16["iteration_s"]) / float(r["iteration_s"]) if r.get("iteration_s") else 0.0
                   for r in results]
         data.append({"type": "bar", "orientation": "h", "x": versus, "y": names, "marker": {"color": "#93c5fd"},
-                     "name": "vs fp16", "text": [f"×{v:.2f}" for v in versus], "textposition": "auto"})
+                     "name": "vs fp16", "text": [f"×{v:.2f}" for v in versus], **SPEEDUP_TEXT})
     title = "speed-up over none" + (" and over fp16" if dense16 is not None else "") + " in the same scenario (×)"
     return figure(data, title, "compressor", shapes=[vline(1.0)], showlegend=dense16 is not None,
-                  yaxis={"autorange": "reversed"}, barmode="group")
+                  yaxis={"autorange": "reversed"}, barmode="group", margin={"l": 64, "r": 64, "t": 30, "b": 56})
 
 
 def sweep_vs_bandwidth(rows: Sequence[dict[str, Any]], metric: str) -> Figure:

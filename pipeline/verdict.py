@@ -26,6 +26,9 @@ BASELINES: tuple[str, ...] = ("none", "fp16", "bf16", "powersgd")
 """Compressors that send every coordinate (no compression, the dense casts) or a low-rank
 approximation (PowerSGD): the plain alternatives a sparsifier must beat."""
 
+BAND_KEYS: tuple[str, ...] = ("iteration_s_low", "iteration_s_high")
+"""The keys of a projection's error band on ``iteration_s`` (seconds), when it has one."""
+
 TIE_MARGIN = 0.05
 """Without an error band, a winner less than this fraction faster than the runner-up is not called."""
 

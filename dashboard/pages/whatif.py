@@ -9,11 +9,21 @@ from dash import Dash, Input, Output, ctx, dcc, html
 from dashboard import components as ui
 from dashboard import data, figures, projection
 from dashboard.data import StoreReader
+from pipeline.verdict import verdict
 
 PATH = "/"
 TITLE = "What-if"
 
-DEFAULTS = {"density": "0.01", "nodes": "8", "bandwidth": "10Gbit", "latency": "50us", "topology": "ring"}
+DEFAULTS = {"source": "layout:bert-base", "density": "0.01", "nodes": "8", "bandwidth": "10Gbit", "latency": "50us",
+            "topology": "ring"}
+"""BERT-base on 8 A100s (the default device of layouts) at 10 Gbit/s: a cluster where the choice
+matters (PowerSGD, the sparsifiers and no compression differ by more than 2x)."""
+
+
+def default_source(options: list[dict[str, str]]) -> str | None:
+    """The source the page opens on: :data:`DEFAULTS`' layout when offered, else the first option."""
+    values = [o["value"] for o in options]
+    return DEFAULTS["source"] if DEFAULTS["source"] in values else (values[0] if values else None)
 
 
 def controls(prefix: str, options: list[dict[str, str]], multi: bool) -> list:
@@ -22,7 +32,7 @@ def controls(prefix: str, options: list[dict[str, str]], multi: bool) -> list:
     chosen = [n for n in ("none", "fp16", "powersgd", "topk", "dgc", "sidco-e", "sidco-p", "sidco-gp") if n in names]
     return [
         ui.labelled("Trace or model layout", dcc.Dropdown(
-            id=f"{prefix}-source", options=options, value=options[0]["value"] if options else None, clearable=False)),
+            id=f"{prefix}-source", options=options, value=default_source(options), clearable=False)),
         ui.labelled("Compressors" if multi else "Compressor", dcc.Dropdown(
             id=f"{prefix}-compressors", options=names, value=chosen if multi else "sidco-e", multi=multi,
             clearable=False)),
@@ -81,6 +91,7 @@ def layout(reader: StoreReader) -> html.Div:
         html.Div(className="layout", children=[
             side,
             ui.loading(html.Div(className="stack", children=[
+                html.Div(id="whatif-verdict", className="verdict"),
                 html.Div(id="whatif-message"),
                 ui.figure_card("whatif-breakdown", "Projected iteration time per compressor", height=420),
                 ui.figure_card("whatif-speedup", "Speed-up over no compression (fp32) and over fp16", height=300),
@@ -96,6 +107,7 @@ def register(app: Dash, reader: StoreReader) -> None:
         Output(ui.graph_id("whatif-breakdown"), "figure"),
         Output(ui.graph_id("whatif-speedup"), "figure"),
         Output("whatif-message", "children"),
+        Output("whatif-verdict", "children"),
         Input("whatif-source", "value"),
         Input("whatif-compressors", "value"),
         Input("whatif-density", "value"),
@@ -119,7 +131,7 @@ def register(app: Dash, reader: StoreReader) -> None:
             results, problems = projection.project_each(reader.store(), chosen, fidelity)
         except ValueError as exc:
             blank = ui.empty_figure("fix the highlighted control")
-            return blank, blank, ui.error(str(exc))
+            return blank, blank, ui.error(str(exc)), ""
         elapsed = time.perf_counter() - started
         title = (f"{chosen.nodes} nodes · {bandwidth} · {latency} · {topology} · δ={chosen.density:g} · "
                  f"{fidelity} fidelity")
@@ -128,4 +140,5 @@ def register(app: Dash, reader: StoreReader) -> None:
                        f"{results[0]['device']} (compute from {results[0]['compute_source']})"
                        + (f"; compression costs: {sources}" if sources else ""))
         message = html.Div([note, *(ui.error(problem) for problem in problems)])
-        return figures.whatif_breakdown(results, title), figures.whatif_speedup(results), message
+        line = html.P([html.Strong("Verdict: "), verdict(results)["text"]])
+        return figures.whatif_breakdown(results, title), figures.whatif_speedup(results), message, line
