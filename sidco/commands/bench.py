@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 import compressors
 from benchmarks import compressor_bench as benchmark
+from sidco.commands import COMMANDS
 
 
 def _densities(text: str) -> list[float]:
@@ -35,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bench`` subcommand."""
     parser = subparsers.add_parser(
         "bench",
-        help="time each compressor's compress/decompress against a one-pass floor (torch.sum)",
+        help=COMMANDS["bench"],
         description=(
             "Compress one seeded gradient-like vector (Laplace/Student-t mix) with every compressor "
             "at each density, in one process, at steady state: buffers reused, --warmup calls first, "

@@ -7,7 +7,7 @@ import json
 
 from pipeline import calibrate
 from results.store import Store
-from sidco.commands import add_store_argument
+from sidco.commands import COMMANDS, add_store_argument
 from simulator.units import format_bandwidth, format_bytes, format_seconds
 
 
@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``calibrate`` subcommand."""
     parser = subparsers.add_parser(
         "calibrate",
-        help="fit α (s), β (s/byte) and link efficiency to measured collectives",
+        help=COMMANDS["calibrate"],
         description=(
             "Least-squares fit of the ring α–β forms (docs/model.md) to the collective times stored "
             "by 'sidco emulate collective': alpha_s is the per-message latency in seconds, "

@@ -12,7 +12,7 @@ from tqdm import tqdm
 import traces
 from pipeline import capture
 from results.store import Store
-from sidco.commands import add_store_argument
+from sidco.commands import COMMANDS, add_store_argument
 from traces.capture import check_request
 
 
@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``capture`` subcommand."""
     parser = subparsers.add_parser(
         "capture",
-        help="train a built-in workload with simulated data parallelism and record a gradient trace",
+        help=COMMANDS["capture"],
         description=(
             "Train a built-in workload (no download) for --iterations steps; each of --workers "
             "workers computes its gradient on its own data shard, the averaged gradient updates "

@@ -17,13 +17,14 @@ from results.store import Store
 from sidco.commands.simulate import add_scenario_args, add_source_args, check_scenario_args, parse_source, positive_int
 from simulator.scenario import TOPOLOGIES
 from simulator.units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
+from sidco.commands import COMMANDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``compare`` subcommand."""
     parser = subparsers.add_parser(
         "compare",
-        help="rank every compressor x density on one cluster, with a verdict",
+        help=COMMANDS["compare"],
         description=(
             "Project one data-parallel iteration of a trace (or full-size layout) on NODES machines with "
             "per-direction NIC links of BANDWIDTH (bits/s) for every compressor at every density, in one "

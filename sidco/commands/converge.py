@@ -13,7 +13,7 @@ import traces
 from convergence import RunConfig
 from pipeline import converge
 from results.store import Store
-from sidco.commands import add_store_argument
+from sidco.commands import COMMANDS, add_store_argument
 from simulator.units import parse_density, parse_list
 
 
@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``converge`` subcommand."""
     parser = subparsers.add_parser(
         "converge",
-        help="train a built-in workload with compressed gradients; loss and held-out accuracy per iteration",
+        help=COMMANDS["converge"],
         description=(
             "Real training of a built-in workload with --workers data-parallel workers simulated in one "
             "process: each worker computes its gradient on its own data shard and compresses it with its own "

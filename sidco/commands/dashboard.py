@@ -7,14 +7,14 @@ import json
 import sqlite3
 import sys
 
-from sidco.commands import add_store_argument
+from sidco.commands import COMMANDS, add_store_argument
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``dashboard`` subcommand."""
     parser = subparsers.add_parser(
         "dashboard",
-        help="serve the what-if dashboard (Dash) over the results store",
+        help=COMMANDS["dashboard"],
         description=(
             "Serve the dashboard: what-if projections (iteration time in ms, speed-up ×), sweeps, "
             "compressor quality, one-iteration timelines and validation against emulated runs. "

@@ -15,7 +15,7 @@ from emulation.network import remove_stale, require_emulation
 from pipeline import emulate
 from simulator.limits import JOB_BYTES, max_jobs
 from results.store import Store
-from sidco.commands import add_store_argument
+from sidco.commands import COMMANDS, add_store_argument
 from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
 
 
@@ -69,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``emulate`` subcommand."""
     parser = subparsers.add_parser(
         "emulate",
-        help="real torch.distributed runs in network namespaces with shaped links",
+        help=COMMANDS["emulate"],
         description=(
             "Run real gloo worker processes, one per network namespace, joined by a bridge, with "
             "every worker's uplink and downlink shaped (tc tbf) to --bandwidth. Needs root and "

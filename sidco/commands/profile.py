@@ -14,7 +14,7 @@ from tqdm import tqdm
 import compressors
 from pipeline import profile as device_profiles
 from results.store import Store
-from sidco.commands import add_store_argument
+from sidco.commands import COMMANDS, add_store_argument
 from simulator.units import parse_density, parse_list
 
 DEFAULT_SIZES = {"cpu": "2^16..2^24", "cuda": "2^16..2^26"}
@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``profile`` subcommand."""
     parser = subparsers.add_parser(
         "profile",
-        help="measure compress/decompress times on a device (a device profile), or check the cost model",
+        help=COMMANDS["profile"],
         description=(
             "Measure every compressor at each density and size on --device (cpu or cuda) at steady state: "
             "each with the memory training gives it (error feedback; none for none, fp16, bf16), a rotation of "

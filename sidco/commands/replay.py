@@ -16,7 +16,7 @@ from compressors.identity import device_identity
 from pipeline import replay
 from pipeline.replay import FIRST_CALLS
 from results.store import Store
-from sidco.commands import add_store_argument
+from sidco.commands import COMMANDS, add_store_argument
 from simulator.units import parse_density, parse_list
 
 DEFAULT_COMPRESSORS = "sidco-e,sidco-p,sidco-gp,topk,dgc"
@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``replay`` subcommand."""
     parser = subparsers.add_parser(
         "replay",
-        help="replay a gradient trace through compressors and store per-call quality and overhead",
+        help=COMMANDS["replay"],
         description=(
             "Run each compressor at each target density over every recorded (iteration, worker) "
             "of TRACE, in order, carrying error feedback across iterations per (worker, bucket). "

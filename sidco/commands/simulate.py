@@ -15,7 +15,7 @@ import simulator
 from simulator import devices, throughput
 from pipeline import project as projection
 from results.store import Store
-from sidco.commands import add_store_argument
+from sidco.commands import COMMANDS, add_store_argument
 from simulator.scenario import COMPRESS_ON, TOPOLOGIES
 from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
 from simulator.workload import BUCKET_MODES
@@ -189,7 +189,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``simulate`` subcommand."""
     parser = subparsers.add_parser(
         "simulate",
-        help="project one training iteration on a simulated cluster",
+        help=COMMANDS["simulate"],
         description=(
             "Simulate one data-parallel iteration of a trace (or a full-size layout) on NODES machines "
             "with per-direction NIC links of BANDWIDTH (bits/s: 10Gbit, 1.25GB/s) and LATENCY (50us) "

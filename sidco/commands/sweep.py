@@ -30,6 +30,7 @@ from simulator.pool import local_pool
 from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid
 from simulator.units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
+from sidco.commands import COMMANDS
 
 MAX_CHUNK_SIZE = 100_000
 """Scenarios per task at most (a chunk's rows are held in memory until they land)."""
@@ -39,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``sweep`` subcommand."""
     parser = subparsers.add_parser(
         "sweep",
-        help="simulate a grid of scenarios into the results store (resumable, local or Dask)",
+        help=COMMANDS["sweep"],
         description=(
             "Simulate every combination of --nodes, --bandwidth (bits/s, e.g. 1Gbit,10Gbit), --latency "
             "(e.g. 50us), --topology and compressor × density (plus 'none' once per cluster) and store "
