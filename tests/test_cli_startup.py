@@ -37,3 +37,29 @@ def test_every_module_takes_its_summary_from_the_table():
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     helps = {c.dest: c.help for c in sub._choices_actions}
     assert helps == COMMANDS
+
+
+def test_projecting_a_layout_imports_no_torch(tmp_path):
+    """The model needs no tensors: simulate and compare of a layout run without loading torch."""
+    store = str(tmp_path / "r.sqlite")
+    scenario = ("--layout", "resnet50", "--device", "a100", "--nodes", "4", "--bandwidth", "10Gbit", "--store", store)
+    assert "torch" not in _imported("simulate", *scenario, "--compressor", "sidco-e", "--density", "0.01")
+    modules = _imported("compare", *scenario, "--compressors", "topk,dgc,sidco-e,redsync", "--densities", "0.01")
+    assert "torch" not in modules and "pipeline.verdict" in modules
+
+
+def test_the_catalog_names_each_compressors_class_and_message():
+    import compressors
+    from compressors.rules import CATALOG
+
+    for name in CATALOG:
+        cls = compressors.compressor_class(name)
+        assert cls.name == name and cls.message == compressors.message_kind(name)
+    assert compressors.names() == list(CATALOG)
+
+
+def test_shipped_layouts_are_the_measured_ones():
+    from traces import layout_models, layouts
+
+    for name, tokens in layout_models.shipped_keys():
+        assert layouts.layout(name, tokens) == layout_models.measure(name, tokens), (name, tokens)
