@@ -30,6 +30,12 @@ CATALOG: dict[str, tuple[str, str, str]] = {
 class that implement it and the kind of message it returns (the class's ``message``; a test
 checks the two agree)."""
 
+def density_free(name: str) -> bool:
+    """Whether compressor ``name``'s message ignores the density: ``none`` and the compressors
+    that do not sparsify (the dense casts, PowerSGD, whose dtype or rank sets the size)."""
+    return name == "none" or (name in CATALOG and CATALOG[name][2] != "sparse")
+
+
 WITHOUT_MEMORY: tuple[str, ...] = ("none", "fp16", "bf16")
 """Compressors that train without a memory through :func:`compressors.ddp.hook` (``none`` sends
 everything; PyTorch's fp16/bf16 hooks keep no residual); every other one carries error feedback

@@ -17,7 +17,7 @@ import compressors
 import simulator
 import traces
 from pipeline import project as pipeline_project
-from pipeline.compare import density_free
+from compressors.rules import density_free
 from pipeline.verdict import BAND_KEYS, label
 from results.store import Store
 from simulator import devices

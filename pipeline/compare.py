@@ -13,19 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from compressors.rules import density_free
 from pipeline import project as projection
 from pipeline.verdict import rank
 from results.store import Store
 
 ALWAYS: tuple[str, ...] = ("none", "fp16", "powersgd")
 """The baselines every comparison includes, whatever compressors are asked for."""
-
-
-def density_free(name: str) -> bool:
-    """Whether compressor ``name``'s message ignores the density (not a sparsifier)."""
-    import compressors
-
-    return name == "none" or compressors.message_kind(name) != "sparse"
 
 
 def pairs(names: Sequence[str], densities: Sequence[float]) -> list[tuple[str, float | None]]:

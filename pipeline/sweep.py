@@ -18,6 +18,7 @@ from typing import Any
 
 import simulator
 from simulator.limits import MESSAGE_BUDGET, check_scenario
+from compressors.rules import density_free
 from pipeline.costs import compression_profile, cost_band
 from pipeline.project import Source, calibration, check_compressors, workload
 from pipeline.verdict import label, rank, verdict
@@ -150,8 +151,6 @@ def findings(store: Store, sweep_id: int) -> list[dict[str, Any]]:
     verdict of :func:`pipeline.verdict.verdict` on its stored rows, the best configuration and
     its speed-up over ``none`` and over the best dense baseline (×). Compressors whose message
     ignores the density count once (the grid simulates them at every density, to the same time)."""
-    from pipeline.compare import density_free
-
     clusters: dict[tuple, dict[str, dict[str, Any]]] = {}
     free: dict[str, bool] = {}
     for row in store.scenarios(sweep_id):

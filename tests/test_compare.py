@@ -8,7 +8,8 @@ import pytest
 
 import compressors
 from pipeline import verdict as judge
-from pipeline.compare import ALWAYS, density_free, pairs
+from compressors.rules import density_free
+from pipeline.compare import ALWAYS, pairs
 from sidco.cli import main
 
 SCENARIO = ["--layout", "resnet50", "--device", "a100", "--nodes", "8", "--bandwidth", "10Gbit"]

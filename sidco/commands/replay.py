@@ -13,6 +13,7 @@ from tqdm import tqdm
 import compressors
 from compressors.ddp_buckets import bucket_caps
 from compressors.identity import device_identity
+from compressors.rules import density_free
 from pipeline import replay
 from pipeline.replay import FIRST_CALLS
 from results.store import Store
@@ -98,12 +99,19 @@ def _print_table(summary: list[dict[str, Any]]) -> None:
     )
     print(header)
     print("-" * len(header))
+    shown: set[str] = set()
     for s in summary:
+        if density_free(s["compressor"]):  # one row: its message ignores the density
+            if s["compressor"] in shown:
+                continue
+            shown.add(s["compressor"])
+            s = {**s, "density": None, "achieved_over_target": None, "min_over_target": None,
+                 "first_mean_over_target": None, "steady_mean_over_target": None, "steady_low_over_target": None}
         stages = "-" if s["mean_stages"] is None else f"{s['mean_stages']:.2f}"
         gbps = "-" if s["throughput_gb_per_s"] is None else f"{s['throughput_gb_per_s']:.3f}"
         print(
-            f"{s['compressor']:<10} {s['density']:>8g} {s['calls']:>6} {s['achieved_density']:>9.5f} "
-            f"{s['achieved_over_target']:>8.3f} {s['min_over_target']:>6.2f}-{s['max_over_target']:<6.2f} {stages:>6} "
+            f"{s['compressor']:<10} {_density(s['density']):>8} {s['calls']:>6} {s['achieved_density']:>9.5f} "
+            f"{_ratio(s['achieved_over_target']):>8} {_range(s['min_over_target'], s['max_over_target']):>13} {stages:>6} "
             f"{s['compress_s'] * 1e3:>8.3f} {s['decompress_s'] * 1e3:>9.3f} {gbps:>7} "
             f"{s['wire_bytes'] / 1e3:>9.1f} {s['wire_over_dense']:>10.4f} {s['rel_error']:>8.4f} "
             f"{s['backend'] or '-':<8} {_ratio(s['first_mean_over_target']):>6} {_ratio(s['steady_mean_over_target']):>6} "
@@ -114,8 +122,13 @@ def _print_table(summary: list[dict[str, Any]]) -> None:
         "milliseconds per call; GB/s = fp32 gradient GB compressed per second; wire kB = mean bytes "
         "on the wire per call / 1000; rel err = mean ||g - g_hat|| / ||g||; backend = what ran the calls "
         "(native = fused C kernels, torch, cuda); first = mean ach/tgt of each compressor instance's first "
-        f"{FIRST_CALLS} calls, steady = mean (range) of its later calls"
+        f"{FIRST_CALLS} calls, steady = mean (range) of its later calls; compressors whose message ignores "
+        "the density (none, fp16, bf16, powersgd) get one row, density -"
     )
+
+
+def _density(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
 
 
 def _ratio(value: float | None) -> str:
