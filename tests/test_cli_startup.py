@@ -63,3 +63,29 @@ def test_shipped_layouts_are_the_measured_ones():
 
     for name, tokens in layout_models.shipped_keys():
         assert layouts.layout(name, tokens) == layout_models.measure(name, tokens), (name, tokens)
+
+
+def test_dashboard_help_and_the_manual_name_every_page():
+    """`sidco dashboard --help` and docs/usage.md list the pages the app serves."""
+    from pathlib import Path
+
+    from dashboard.app import PAGES
+
+    text = subprocess.run([sys.executable, "-m", "sidco", "dashboard", "--help"], capture_output=True, text=True).stdout
+    text = " ".join(text.split())
+    manual = (Path(__file__).parents[1] / "docs" / "usage.md").read_text()
+    words = {6: "six"}
+    assert f"dashboard's {words[len(PAGES)]} pages" in text and f"serves {words[len(PAGES)]} pages" in manual
+    for page in PAGES:
+        assert page.TITLE in text, page.TITLE
+        assert f"**{page.TITLE}** (`{page.PATH}`)" in manual, page.TITLE
+
+
+def test_emulate_help_and_the_manual_agree_on_repeats():
+    from pathlib import Path
+
+    text = subprocess.run([sys.executable, "-m", "sidco", "emulate", "--help"], capture_output=True,
+                          text=True).stdout
+    manual = (Path(__file__).parents[1] / "docs" / "usage.md").read_text()
+    assert "their mean reported" in " ".join(text.split())
+    assert "the mean over `--repeats` is stored" in manual and "the median over `--repeats`" not in manual
