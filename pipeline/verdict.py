@@ -114,11 +114,17 @@ def verdict(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return result
 
 
+def names_text(labels: Sequence[str], most: int = 5) -> str:
+    """``labels`` joined by commas, the first ``most`` of them and how many more."""
+    shown = ", ".join(labels[:most])
+    return shown if len(labels) <= most else f"{shown} and {len(labels) - most} more"
+
+
 def _text(v: Mapping[str, Any], banded: bool) -> str:
     why = ("their error bands overlap" if banded
            else f"within {TIE_MARGIN:.0%} of the fastest; the projection has no error band")
     if v["call"] == "too close to call":
-        names = ", ".join(v["tied"])
+        names = names_text(v["tied"])
         base = ("" if v["best_baseline"] is None or v["best_baseline"] in v["tied"]
                 else f"; the fastest is {v['margin_over_baseline']:.2f}x over the best dense baseline {v['best_baseline']}")
         return f"too close to call: {names} ({why}){base}"

@@ -19,6 +19,7 @@ from typing import Any
 from tqdm import tqdm
 
 import pipeline.sweep
+from pipeline.verdict import names_text
 from pipeline.project import workload
 from convergence.tta import check_target, target_text
 from pipeline.tta import label, resolve, sweep_time_to_target, trace_path
@@ -146,7 +147,7 @@ def _print_findings(found: list[dict[str, Any]]) -> None:
             call = ("clear" if v["runner_up"] is None
                     else f"clear, {v['margin_over_runner_up']:.2f}x over the runner-up {v['runner_up']}")
         else:
-            call = f"too close to call with {', '.join(v['tied'][1:])} ({v['basis']})"
+            call = f"too close to call with {names_text(v['tied'][1:], 3)} ({v['basis']})"
         vs_dense = "" if f["speedup_over_baseline"] is None else f"{f['speedup_over_baseline']:.3f}x"
         print(f"  {f['nodes']:>5} {format_bandwidth(f['bandwidth_bps']):>12} {format_seconds(f['latency_s']):>9} "
               f"{f['topology']:<16} {f['best']:<16} {f['speedup']:>7.3f}x {vs_dense:>8}  {call}")
