@@ -33,3 +33,13 @@ def test_tta_takes_cluster_and_target_from_the_address(tmp_path):
     reader = StoreReader(tmp_path / "r.sqlite")
     linked = _values(tta.layout(reader, query={"nodes": "8", "bandwidth": "100Mbit", "target": "0.25"}))
     assert (linked["tta-nodes"], linked["tta-bandwidth"], linked["tta-target"]) == ("8", "100Mbit", "0.25")
+
+
+def test_notes_keep_urls_and_cut_server_paths():
+    """The Timeline note names chrome://tracing intact; absolute server paths are still cut."""
+    from dashboard import components
+
+    note = "Open the file at ui.perfetto.dev or chrome://tracing."
+    assert components.public_message(note) == note
+    assert components.public_message("see https://ui.perfetto.dev/#!/viewer") == "see https://ui.perfetto.dev/#!/viewer"
+    assert components.public_message("cannot read /root/runs/x.sqlite") == "cannot read …/x.sqlite"
