@@ -125,6 +125,10 @@ def test_every_page_loads_without_console_errors_and_is_screenshotted(dash_duo, 
         assert not dash_duo.find_elements(".inline-error"), f"{name}: {dash_duo.find_element('.inline-error').text}"
         assert dash_duo.find_elements(".js-plotly-plot"), f"{name}: no figure drawn"
         assert _severe(dash_duo) == [], f"{name}: console errors"
+        if name == "quality":  # the two thresholds are explained on the page
+            assert "Two thresholds, two inputs" in dash_duo.find_element(".page").text
+        if name == "timeline":
+            assert "chrome://tracing" in dash_duo.find_element(".page").text
         _screenshot(dash_duo, SCREENSHOTS / f"{name}.png")
         assert elapsed < 15, f"{name} took {elapsed:.1f} s in the browser"
 

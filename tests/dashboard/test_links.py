@@ -43,3 +43,4 @@ def test_notes_keep_urls_and_cut_server_paths():
     assert components.public_message(note) == note
     assert components.public_message("see https://ui.perfetto.dev/#!/viewer") == "see https://ui.perfetto.dev/#!/viewer"
     assert components.public_message("cannot read /root/runs/x.sqlite") == "cannot read …/x.sqlite"
+
