@@ -148,6 +148,10 @@ def whatif_speedup(results: Sequence[dict[str, Any]]) -> Figure:
                   yaxis={"autorange": "reversed"}, barmode="group", margin={"l": 64, "r": 64, "t": 30, "b": 56})
 
 
+BANDWIDTH_AXIS = "NIC bandwidth per worker and direction (bits/s)"
+"""The x axis of every sweep plot; its ticks are formatted bandwidths (``10 Gbit/s``) on all of them."""
+
+
 def sweep_vs_bandwidth(rows: Sequence[dict[str, Any]], metric: str) -> Figure:
     """Iteration time (ms) or speed-up (×) against bandwidth (bit/s), log axes, per configuration."""
     data = []
@@ -160,9 +164,9 @@ def sweep_vs_bandwidth(rows: Sequence[dict[str, Any]], metric: str) -> Figure:
     ticks = sorted({r["bandwidth_bps"] for r in rows})
     xaxis = {"tickvals": [b / 1e9 for b in ticks], "ticktext": [format_bandwidth(b) for b in ticks]}
     if metric == "iteration_s":
-        return figure(data, "bandwidth per worker (Gbit/s)", "iteration time (ms)", x_type="log", y_type="log",
+        return figure(data, BANDWIDTH_AXIS, "iteration time (ms)", x_type="log", y_type="log",
                       xaxis=xaxis)
-    return figure(data, "bandwidth per worker (Gbit/s)", "speed-up over none (×)", x_type="log", y_type="log",
+    return figure(data, BANDWIDTH_AXIS, "speed-up over none (×)", x_type="log", y_type="log",
                   shapes=[hline(1.0)], xaxis=xaxis)
 
 
@@ -191,14 +195,20 @@ def best_grid(best_rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return grid
 
 
+def _cell(name: str | None, margin: float, speedup: float | None) -> str:
+    """A heatmap cell: the fastest configuration, its margin over the runner-up (%) and speed-up over none (×)."""
+    if name is None:
+        return ""
+    return f"{name}<br>+{margin * 100:.0f}%" + ("" if speedup is None else f" · ×{speedup:.2f}")
+
+
 def best_heatmap(best_rows: Sequence[dict[str, Any]]) -> Figure:
     """Nodes × bandwidth heatmap: colour = fastest configuration, text = margin and speed-up over none."""
     grid = best_grid(best_rows)
     names = sorted({name for row in grid["best"] for name in row if name is not None})
     index = {name: i for i, name in enumerate(names)}
     z = [[index[name] if name is not None else None for name in row] for row in grid["best"]]
-    text = [[("" if name is None else f"{name}<br>+{m * 100:.0f}%" + (f" ×{s:.2f}" if s is not None else ""))
-             for name, m, s in zip(row, mrow, srow)]
+    text = [[_cell(name, m, s) for name, m, s in zip(row, mrow, srow)]
             for row, mrow, srow in zip(grid["best"], grid["margin"], grid["speedup"])]
     steps = max(len(names), 1)
     scale = []
@@ -207,12 +217,13 @@ def best_heatmap(best_rows: Sequence[dict[str, Any]]) -> Figure:
     data = [{
         "type": "heatmap", "x": [format_bandwidth(b) for b in grid["bandwidths"]],
         "y": [str(n) for n in grid["nodes"]], "z": z, "text": text, "texttemplate": "%{text}",
-        "textfont": {"size": 10, "color": "white"}, "colorscale": scale, "zmin": -0.5, "zmax": steps - 0.5,
+        "textfont": {"size": 12, "color": "white"}, "colorscale": scale, "zmin": -0.5, "zmax": steps - 0.5,
         "name": "fastest configuration", "xgap": 2, "ygap": 2,
         "colorbar": {"tickvals": list(range(steps)), "ticktext": names, "title": {"text": "fastest"}},
         "hovertemplate": "%{y} nodes, %{x}<br>%{text}<extra></extra>",
     }]
-    return figure(data, "bandwidth per worker (bit/s)", "nodes (workers)", x_type="category", y_type="category")
+    return figure(data, BANDWIDTH_AXIS, "nodes (workers)", x_type="category", y_type="category",
+                  margin={"l": 64, "r": 20, "t": 30, "b": 56})
 
 
 def crossover(points: Sequence[dict[str, Any]], nodes_axis: Sequence[int]) -> Figure:

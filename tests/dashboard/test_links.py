@@ -44,3 +44,18 @@ def test_notes_keep_urls_and_cut_server_paths():
     assert components.public_message("see https://ui.perfetto.dev/#!/viewer") == "see https://ui.perfetto.dev/#!/viewer"
     assert components.public_message("cannot read /root/runs/x.sqlite") == "cannot read …/x.sqlite"
 
+
+
+def test_sweep_plots_share_one_bandwidth_axis_with_units():
+    """Line plots and the heatmap name the bandwidth axis alike and label ticks with units."""
+    from dashboard import figures
+
+    rows = [{"compressor": c, "density": d, "nodes": 8, "bandwidth_bps": b, "iteration_s": t, "speedup": s}
+            for c, d, b, t, s in (("none", None, 1e9, 0.2, 1.0), ("none", None, 1e10, 0.1, 1.0),
+                                  ("topk", 0.01, 1e9, 0.1, 2.0), ("topk", 0.01, 1e10, 0.09, 1.11))]
+    best = [{**r, "rank": rank} for r, rank in ((rows[2], 1), (rows[0], 2), (rows[3], 1), (rows[1], 2))]
+    line = figures.sweep_vs_bandwidth(rows, "iteration_s")["layout"]["xaxis"]
+    heat = figures.best_heatmap(best)
+    assert line["title"]["text"] == heat["layout"]["xaxis"]["title"]["text"] == figures.BANDWIDTH_AXIS
+    assert line["ticktext"] == heat["data"][0]["x"] == ["1 Gbit/s", "10 Gbit/s"]
+    assert heat["data"][0]["text"][0][0] == "topk δ=0.01<br>+100% · ×2.00"
