@@ -119,7 +119,8 @@ def whatif_breakdown(results: Sequence[dict[str, Any]], title: str = "") -> Figu
 
 
 SPEEDUP_TEXT = {"textposition": "outside", "textfont": {"size": 13, "color": "#111827"}, "cliponaxis": False}
-"""Speed-up labels outside their bars at a readable size (inside, plotly shrinks them to fit)."""
+"""Speed-up labels outside their bars at a readable size (with ``uniformtext`` mode ``show``:
+otherwise plotly shrinks them to the bar's thickness)."""
 
 
 def whatif_speedup(results: Sequence[dict[str, Any]]) -> Figure:
@@ -145,7 +146,8 @@ def whatif_speedup(results: Sequence[dict[str, Any]]) -> Figure:
                      "name": "vs fp16", "text": [f"×{v:.2f}" for v in versus], **SPEEDUP_TEXT})
     title = "speed-up over none" + (" and over fp16" if dense16 is not None else "") + " in the same scenario (×)"
     return figure(data, title, "compressor", shapes=[vline(1.0)], showlegend=dense16 is not None,
-                  yaxis={"autorange": "reversed"}, barmode="group", margin={"l": 64, "r": 64, "t": 30, "b": 56})
+                  yaxis={"autorange": "reversed"}, barmode="group", margin={"l": 64, "r": 64, "t": 30, "b": 56},
+                  uniformtext={"mode": "show", "minsize": 12})
 
 
 BANDWIDTH_AXIS = "NIC bandwidth per worker and direction (bits/s)"

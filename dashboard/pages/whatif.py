@@ -109,7 +109,7 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
                 html.Div(id="whatif-verdict", className="verdict"),
                 html.Div(id="whatif-message"),
                 ui.figure_card("whatif-breakdown", "Projected iteration time per compressor", height=420),
-                ui.figure_card("whatif-speedup", "Speed-up over no compression (fp32) and over fp16", height=300),
+                ui.figure_card("whatif-speedup", "Speed-up over no compression (fp32) and over fp16", height=420),
             ])),
         ]),
     ])
