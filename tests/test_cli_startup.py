@@ -46,6 +46,9 @@ def test_projecting_a_layout_imports_no_torch(tmp_path):
     assert "torch" not in _imported("simulate", *scenario, "--compressor", "sidco-e", "--density", "0.01")
     modules = _imported("compare", *scenario, "--compressors", "topk,dgc,sidco-e,redsync", "--densities", "0.01")
     assert "torch" not in modules and "pipeline.verdict" in modules
+    modules = _imported("sweep", *scenario, "--compressors", "none,topk", "--densities", "0.01", "--jobs", "1",
+                        "--no-progress")
+    assert "torch" not in modules and "convergence.tta" in modules
 
 
 def test_the_catalog_names_each_compressors_class_and_message():
