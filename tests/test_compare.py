@@ -91,7 +91,7 @@ def test_compare_prints_ranked_table_and_verdict(capsys, tmp_path):
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1].startswith("verdict: ")
     assert "iter ms" in lines[1] and "vs dense" in lines[1] and "costs from" in lines[1]
-    assert len(lines) == 2 + 4 + 1 and "model a100" in lines[2] + lines[3]
+    assert len(lines) == 2 + 4 + 2 and "model a100" in lines[2] + lines[3] and lines[-2].startswith("ms per iteration")
 
 
 def test_compare_bad_input_is_one_line(capsys, tmp_path):

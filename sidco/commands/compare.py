@@ -66,6 +66,9 @@ def print_table(rows: list[dict[str, Any]], result: dict[str, Any]) -> None:
         print(f"{r['rank']:>2} {r['label']:<16} {_ms(r['iteration_s'])} {_ms(r['forward_s'])} {_ms(r['backward_s'])} "
               f"{_ms(r['compress_s'])} {_ms(r['exposed_comm_s'])} {_ms(r['idle_s'])} {_ms(r['optimizer_s'])} "
               f"{r['speedup']:>7.3f}x {vs_dense:>8}  {r['cost_source'] or '-'}")
+    print("ms per iteration: fwd/bwd compute, compr = compression on the critical path, comm = communication "
+          "not hidden behind backward, idle, opt = optimizer; vs none / vs dense = speed-up (x) over none and over "
+          "the best dense baseline")
     print(f"verdict: {result['text']}")
 
 
