@@ -59,3 +59,32 @@ def test_sweep_plots_share_one_bandwidth_axis_with_units():
     assert line["title"]["text"] == heat["layout"]["xaxis"]["title"]["text"] == figures.BANDWIDTH_AXIS
     assert line["ticktext"] == heat["data"][0]["x"] == ["1 Gbit/s", "10 Gbit/s"]
     assert heat["data"][0]["text"][0][0] == "topk δ=0.01<br>+100% · ×2.00"
+
+
+def test_the_route_passes_the_address_query_to_the_page(tmp_path):
+    import json
+
+    from dashboard.app import create_app
+
+    app = create_app(tmp_path / "r.sqlite", cache_dir=tmp_path / "cache")
+    response = app.server.test_client().post("/_dash-update-component", json={
+        "output": "..page.children...nav.children..",
+        "outputs": [{"id": "page", "property": "children"}, {"id": "nav", "property": "children"}],
+        "inputs": [{"id": "url", "property": "pathname", "value": "/tta"}], "changedPropIds": ["url.pathname"],
+        "state": [{"id": "url", "property": "search", "value": "?nodes=24&bandwidth=100Mbit"}]})
+    assert response.status_code == 200
+    values = _values_json(response.get_json()["response"]["page"]["children"])
+    assert values["tta-nodes"] == "24" and values["tta-bandwidth"] == "100Mbit"
+
+
+def _values_json(node, found=None) -> dict:
+    found = {} if found is None else found
+    if isinstance(node, dict):
+        props = node.get("props", {})
+        if "id" in props and "value" in props:
+            found[props["id"]] = props["value"]
+        _values_json(props.get("children"), found)
+    elif isinstance(node, list):
+        for child in node:
+            _values_json(child, found)
+    return found
