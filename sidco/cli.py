@@ -20,6 +20,7 @@ from typing import NoReturn
 from sidco import __version__
 from sidco.commands import COMMANDS
 
+
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line (``sidco CMD: error: …``) and exit code 2,
     and which never accepts abbreviated options (``allow_abbrev=False``); subcommand parsers

@@ -141,13 +141,12 @@ def test_the_same_projection_on_a_quiet_and_on_a_busy_machine_is_the_same(tmp_pa
     assert json.loads(quiet[0])["cost_source"] == "model h200"
 
 
-def test_a_v100_is_never_said_to_train_in_bf16():
-    """A V100 has no bf16 units: its layouts compute at its fp32 peak and the note says so."""
-    from pipeline import project
-    from simulator import devices
 
-    v100 = devices.get("v100")
-    assert v100.training_precision == "fp32" and v100.training_flops == v100.fp32_flops
-    note = project.layout_source("resnet50", device="v100").compute
-    assert "v100 fp32 peak" in note and "bf16" not in note
-    assert devices.get("a100").training_precision == "bf16"
+def test_a_v100_is_never_said_to_train_in_bf16():
+    """A V100 has no bf16 units: whatever the precision, its layout note names fp32 or fp16, never bf16."""
+    from pipeline import project
+
+    for precision in ("fp32", "tf32", "amp"):
+        note = project.layout_source("resnet50", device="v100", precision=precision).compute
+        assert "bf16" not in note and ("fp16 peak" in note or "fp32 peak" in note), note
+    assert "bf16 peak" in project.layout_source("resnet50", device="a100", precision="amp").compute
