@@ -139,6 +139,7 @@ def whatif_speedup(results: Sequence[dict[str, Any]]) -> Figure:
         data[0]["error_x"] = {"type": "data", "symmetric": False,  # the error band of each projection
                               "array": [float(r["speedup_high"]) - v for r, v in zip(results, values)],
                               "arrayminus": [v - float(r["speedup_low"]) for r, v in zip(results, values)]}
+        data[0].update(textposition="inside", insidetextanchor="start")  # outside, the error bar would cross it
     if dense16 is not None:
         versus = [float(dense16["iteration_s"]) / float(r["iteration_s"]) if r.get("iteration_s") else 0.0
                   for r in results]
