@@ -31,7 +31,7 @@ demo: install
 	@bash tools/demo.sh "$(SIDCO)"
 
 bench: install
-	$(SIDCO) bench --size 26214400 --densities 0.1,0.01,0.001 --device cpu
+	$(SIDCO) bench --size 26214400 --densities 0.1,0.01,0.001 --run-on cpu
 
 paper: install
 	$(SIDCO) paper --store paper.sqlite

@@ -19,7 +19,7 @@ import torch
 import compressors
 from compressors.samples import gradient_like
 from compressors.device import available_memory, resolve as resolve_device
-from compressors.identity import device_identity
+from compressors.machine import device_identity
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
 
@@ -27,7 +27,7 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, 
 def density_bound(name: str) -> bool:
     """Whether compressor ``name`` sends a chosen fraction of elements (runs at every density);
     ``none`` and the dense and low-rank compressors do not (they run once, at density 1)."""
-    return name != "none" and compressors.message_kind(name) == "sparse"
+    return compressors.takes_density(name)
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}

@@ -21,8 +21,9 @@ from typing import Any
 import torch
 
 from compressors.samples import gradient_like
-from compressors.identity import device_identity
+from compressors.machine import device_identity
 from compressors.selection import Workspace, exact_topk
+from units import parse_density
 
 
 def _best_ms(fn: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
@@ -75,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         sizes = [int(s) for s in args.sizes.split(",")]
-        densities = [float(d) for d in args.densities.split(",")]
-        if min(sizes) < 1 or not all(0 < d <= 1 for d in densities) or args.repeats < 1:
-            raise ValueError("sizes >= 1, densities in (0, 1], repeats >= 1")
+        densities = [parse_density(d) for d in args.densities.split(",")]
+        if min(sizes) < 1 or args.repeats < 1:
+            raise ValueError("sizes >= 1, repeats >= 1")
         if args.threads is not None:
             torch.set_num_threads(args.threads)
         rows = run(sizes, densities, args.device, args.repeats)

@@ -23,11 +23,11 @@ if TYPE_CHECKING:
     from compressors.base import Compressor
 
 _LAZY: dict[str, str] = {
-    "Compressor": "compressors.base", "NoCompression": "compressors.exact", "TopK": "compressors.exact",
+    "Compressor": "compressors.base", "NoCompression": "compressors.reference", "TopK": "compressors.reference",
     "RandomK": "compressors.randomk", "DGC": "compressors.dgc", "GaussianK": "compressors.gaussiank",
     "RedSync": "compressors.redsync", "SIDCo": "compressors.sidco", "SIDCoE": "compressors.sidco",
-    "SIDCoP": "compressors.sidco", "SIDCoGP": "compressors.sidco", "FP16": "compressors.dense",
-    "BF16": "compressors.dense", "PowerSGD": "compressors.powersgd", "Sparse": "compressors.sparse",
+    "SIDCoP": "compressors.sidco", "SIDCoGP": "compressors.sidco", "FP16": "compressors.casts",
+    "BF16": "compressors.casts", "PowerSGD": "compressors.powersgd", "Sparse": "compressors.sparse",
     "Dense": "compressors.messages", "LowRank": "compressors.messages", "Message": "compressors.messages",
     "Memory": "compressors.memory", "ErrorFeedback": "compressors.memory", "DGCMemory": "compressors.memory",
 }
@@ -40,7 +40,7 @@ MESSAGES: tuple[str, ...] = ("sparse", "dense", "lowrank")
 __all__ = [
     "Compressor", "Sparse", "Dense", "LowRank", "Message", "MESSAGES", "Memory", "ErrorFeedback", "DGCMemory", "names", "create",
     "NoCompression", "TopK", "RandomK", "DGC", "GaussianK", "RedSync", "SIDCo", "SIDCoE",
-    "SIDCoP", "SIDCoGP", "FP16", "BF16", "PowerSGD", "message_kind", "exchange",
+    "SIDCoP", "SIDCoGP", "FP16", "BF16", "PowerSGD", "message_kind", "takes_density", "exchange",
 ]
 
 
@@ -57,6 +57,12 @@ def message_kind(name: str) -> str:
     if name not in CATALOG:
         raise ValueError(f"unknown compressor {name!r}; choose from {', '.join(CATALOG)}")
     return CATALOG[name][2]
+
+
+def takes_density(name: str) -> bool:
+    """Whether compressor ``name`` sends the share of the gradient a density sets (the sparse
+    selections); ``none``, the 16-bit casts and PowerSGD send what their dtype or rank sets."""
+    return name != "none" and message_kind(name) == "sparse"
 
 
 def exchange(name: str, **options: Any) -> str:

@@ -7,18 +7,14 @@ import math
 import torch
 
 from compressors.rules import target_count  # noqa: F401  (re-exported: the compressors count with it)
+import units
 
 FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def check_density(density: object) -> float:
     """Return ``density`` as a float in (0, 1]; raise ``ValueError`` naming the problem otherwise."""
-    if isinstance(density, bool) or not isinstance(density, (int, float)):
-        raise ValueError(f"density must be a number in (0, 1], got {density!r}")
-    value = float(density)
-    if not (math.isfinite(value) and 0.0 < value <= 1.0):
-        raise ValueError(f"density must be in (0, 1], got {density!r}")
-    return value
+    return units.check_density(density)
 
 
 def check_gradient(grad: object) -> torch.Tensor:

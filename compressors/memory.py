@@ -36,13 +36,6 @@ class Memory:
             self.state[key] = slot
         return slot
 
-    def reset(self, key: Hashable | None = None) -> None:
-        """Forget the state of ``key`` (all keys when ``None``)."""
-        if key is None:
-            self.state.clear()
-        else:
-            self.state.pop(key, None)
-
     def decompress(self, sparse: Message, out: torch.Tensor | None = None) -> torch.Tensor:
         """Same as the wrapped compressor's ``decompress``."""
         return self.compressor.decompress(sparse, out)

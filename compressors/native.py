@@ -34,7 +34,7 @@ from typing import NamedTuple
 import torch
 
 from compressors._kernels_c import SOURCE
-from compressors.identity import cpuinfo
+from compressors.machine import cpuinfo
 
 PARALLEL_MIN = 1 << 19
 """Inputs shorter than this run on one thread: waking threads costs more than it saves, and on a

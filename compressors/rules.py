@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 CATALOG: dict[str, tuple[str, str, str]] = {
-    "none": ("compressors.exact", "NoCompression", "sparse"),
-    "topk": ("compressors.exact", "TopK", "sparse"),
+    "none": ("compressors.reference", "NoCompression", "sparse"),
+    "topk": ("compressors.reference", "TopK", "sparse"),
     "randomk": ("compressors.randomk", "RandomK", "sparse"),
     "dgc": ("compressors.dgc", "DGC", "sparse"),
     "gaussiank": ("compressors.gaussiank", "GaussianK", "sparse"),
@@ -22,19 +22,13 @@ CATALOG: dict[str, tuple[str, str, str]] = {
     "sidco-e": ("compressors.sidco", "SIDCoE", "sparse"),
     "sidco-p": ("compressors.sidco", "SIDCoP", "sparse"),
     "sidco-gp": ("compressors.sidco", "SIDCoGP", "sparse"),
-    "fp16": ("compressors.dense", "FP16", "dense"),
-    "bf16": ("compressors.dense", "BF16", "dense"),
+    "fp16": ("compressors.casts", "FP16", "dense"),
+    "bf16": ("compressors.casts", "BF16", "dense"),
     "powersgd": ("compressors.powersgd", "PowerSGD", "lowrank"),
 }
 """Every compressor by name, in the stable order of :func:`compressors.names`: the module and
 class that implement it and the kind of message it returns (the class's ``message``; a test
 checks the two agree)."""
-
-def density_free(name: str) -> bool:
-    """Whether compressor ``name``'s message ignores the density: ``none`` and the compressors
-    that do not sparsify (the dense casts, PowerSGD, whose dtype or rank sets the size)."""
-    return name == "none" or (name in CATALOG and CATALOG[name][2] != "sparse")
-
 
 WITHOUT_MEMORY: tuple[str, ...] = ("none", "fp16", "bf16")
 """Compressors that train without a memory through :func:`compressors.ddp.hook` (``none`` sends

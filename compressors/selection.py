@@ -190,17 +190,6 @@ def magnitude(grad: torch.Tensor, workspace: Workspace) -> torch.Tensor:
     return torch.abs(grad, out=buf)
 
 
-def indices_above(a: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace) -> torch.Tensor:
-    """Positions (int64, ascending) where ``a > threshold`` (strict) with torch alone; may be empty.
-
-    ``a`` is already a magnitude; ``threshold`` may be a 0-d tensor on ``a``'s device (no
-    device->host copy) or a float. The one device->host sync is the one sizing the output.
-    """
-    mask = workspace.get("mask", a.numel(), torch.bool, a.device)
-    torch.gt(a, threshold, out=mask)
-    return torch.nonzero(mask).squeeze(1)
-
-
 def argmax_fallback(a: torch.Tensor) -> torch.Tensor:
     """The never-empty fallback: the single position of the largest ``a`` (lowest index among ties)."""
     return torch.argmax(a).reshape(1)

@@ -15,10 +15,13 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+
+import compressors
 
 from convergence.workers import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, SimulatedWorkers
 from traces import workloads
@@ -31,7 +34,11 @@ class RunConfig:
 
     ``batch_size``: samples per worker per step; ``lr``: SGD learning rate (``None``: the
     workload's defaults); ``eval_samples``: held-out samples per evaluation;
-    ``bucket_cap_bytes`` / ``first_bucket_bytes``: DDP's bucket caps (bytes).
+    ``bucket_cap_bytes`` / ``first_bucket_bytes``: DDP's bucket caps (bytes); ``data``: what
+    the workload trains on (:func:`traces.workloads.data_source`: ``None`` its default,
+    ``synthetic``, ``pydoc`` or a path); ``powersgd_rank`` / ``powersgd_start_iter``: PowerSGD's
+    rank and the steps of plain all-reduce before it compresses (``comm_hook``'s ``rank`` and
+    ``start_iter``).
     """
 
     workload: str = "resnet20"
@@ -46,15 +53,21 @@ class RunConfig:
     device: str = "cpu"
     bucket_cap_bytes: int = DEFAULT_BUCKET_CAP_BYTES
     first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES
+    data: str | None = None
+    powersgd_rank: int = 1
+    powersgd_start_iter: int = 2
 
     def check(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
         if self.workload not in workloads.names():
             raise ValueError(f"unknown workload {self.workload!r}; choose one of {', '.join(workloads.names())}")
-        for name in ("workers", "iterations", "eval_every", "eval_samples"):
+        if self.powersgd_start_iter < 2:
+            raise ValueError(f"start-iter must be an integer >= 2 (PyTorch's minimum with error feedback), "
+                             f"got {self.powersgd_start_iter!r}")
+        for name in ("workers", "iterations", "eval_every", "eval_samples", "powersgd_rank"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
+                raise ValueError(f"{name.replace('powersgd_', '').replace('_', '-')} must be an integer >= 1, got {value!r}")
         if self.eval_every > self.iterations:
             raise ValueError(f"eval-every ({self.eval_every}) must not exceed iterations ({self.iterations})")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
@@ -63,7 +76,7 @@ class RunConfig:
     def build(self) -> workloads.Workload:
         """The workload with this run's knobs (seeded model and data)."""
         return workloads.build(self.workload, width=self.width, batch_size=self.batch_size, lr=self.lr,
-                               seed=self.seed, device=self.device)
+                               seed=self.seed, device=self.device, data=self.data)
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict (the store's configuration key), with resolved defaults."""
@@ -75,8 +88,14 @@ class RunConfig:
             "lr": work.lr if self.lr is None else float(self.lr), "seed": self.seed,
             "eval_samples": self.eval_samples, "device": self.device, "bucket_cap_bytes": self.bucket_cap_bytes,
             "first_bucket_bytes": self.first_bucket_bytes, "optimizer": "SGD(momentum=0.9)",
-            "memory": "residual (error feedback per worker and bucket)",
+            "memory": "residual (error feedback per worker and bucket)", "data": self.data_name(),
+            "powersgd_rank": self.powersgd_rank, "powersgd_start_iter": self.powersgd_start_iter,
         }
+
+    def data_name(self) -> str:
+        """The data trained on: ``synthetic``, ``pydoc`` or the absolute path given."""
+        data = workloads.SPECS[self.workload].data if self.data is None else self.data
+        return data if data in workloads.DATA_CHOICES else str(Path(data).resolve())
 
 
 def evaluate(work: workloads.Workload, model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, float]:
@@ -108,7 +127,7 @@ def train(
     (mean training loss of the workers), ``eval_loss`` and ``accuracy`` (held-out; ``None`` on
     iterations that are not evaluated).
 
-    ``density`` is ignored by ``none`` (reported as 1.0). ``recorder_factory(model, batch_size)``
+    ``density`` is ignored by ``none``, the dense casts and PowerSGD (reported as 1.0). ``recorder_factory(model, batch_size)``
     returns a :class:`traces.Recorder` (with ``workers`` set) that records this run's per-worker
     gradients; it is closed (the trace written) after the last iteration. ``progress(iteration,
     loss)`` and ``observe(iteration, model)`` are called after every step. Raises ``ValueError`` when the loss stops being finite.
@@ -119,14 +138,18 @@ def train(
     model.train()
     optimizer = work.optimizer(model)
     params = [p for p in model.parameters() if p.requires_grad]
-    sent_density = 1.0 if compressor == "none" else float(density)
+    sent_density = float(density) if compressor != "none" and compressors.message_kind(compressor) == "sparse" else 1.0
+    options = {"rank": config.powersgd_rank, "start_iter": config.powersgd_start_iter} if compressor == "powersgd" else {}
     exchange = SimulatedWorkers(params, compressor, sent_density, config.workers,
-                                bucket_cap_bytes=config.bucket_cap_bytes, first_bucket_bytes=config.first_bucket_bytes)
+                                bucket_cap_bytes=config.bucket_cap_bytes, first_bucket_bytes=config.first_bucket_bytes,
+                                **options)
     shards = [work.batches(w, config.workers) for w in range(config.workers)]
     eval_batches = list(work.heldout_batches(config.eval_samples))
     recorder = recorder_factory(model, work.batch_size) if recorder_factory is not None else None
     try:
         with recorder if recorder is not None else nullcontext():
+            if recorder is not None:  # per-layer FLOPs, so projections onto other devices use them (untimed)
+                recorder.count_flops(next(work.batches(0, config.workers))[0])
             for iteration in range(1, config.iterations + 1):
                 grads, loss_sum, rank0_buffers = [], 0.0, None
                 for worker, shard in enumerate(shards):

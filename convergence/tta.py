@@ -4,13 +4,16 @@ A run reaches the target at the first *evaluated* iteration whose held-out accur
 least ``target_accuracy`` (or whose held-out loss is at most ``target_loss``); the
 resolution is therefore the run's evaluation interval. ``time_to_target_s =
 iterations_to_target × iteration_s``. A run that never reaches the target, or that has no
-projected iteration time, gets ``None`` and a ``reason``.
+projected iteration time, gets ``None`` and a ``reason``. A pair trained with several seeds
+gets the mean and spread of its iterations to target over the seeds (:func:`time_to_target`);
+which pair wins, and whether the margin is worth naming, is :func:`pipeline.tta.verdict`.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
@@ -55,49 +58,68 @@ def iterations_to_target(
     return None, f"never reached held-out loss {target_loss:g} in {int(last['iteration'])} iterations (best {best:.4f})"
 
 
+def mean_spread(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and spread of ``values``: the sample standard deviation (n - 1 in the denominator);
+    ``None`` for a single value (one seed measures no spread)."""
+    n = len(values)
+    if n < 2:
+        return values[0], None
+    mean = sum(values) / n
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
 def time_to_target(
     rows: Iterable[Mapping[str, Any]],
     iteration_s: Mapping[tuple[str, float], float | None],
     *,
     target_accuracy: float | None = None,
     target_loss: float | None = None,
-) -> dict[str, Any]:
-    """The time-to-target table of a convergence run.
+    bands: Mapping[tuple[str, float], tuple[float, float]] | None = None,
+) -> list[dict[str, Any]]:
+    """The time-to-target table of a convergence run trained with one or more seeds.
 
     ``rows``: convergence rows (``compressor``, ``density``, ``iteration``, ``eval_loss``,
-    ``accuracy``) of any number of (compressor, density) runs. ``iteration_s``: projected
-    seconds per iteration per ``(compressor, density)``.
+    ``accuracy``, optionally ``seed``: rows of different seeds are separate runs of the same
+    pair) of any number of (compressor, density) runs. ``iteration_s``: projected seconds per
+    iteration per ``(compressor, density)``; ``bands``: its ``(low, high)`` error band (seconds)
+    where the projection has one.
 
-    Returns ``{"rows": [{compressor, density, iterations_to_target, iteration_s,
-    time_to_target_s, reason}], "winner": row or None, "runner_up": row or None,
-    "margin_s": seconds or None, "margin_ratio": runner-up time / winner time or None,
-    "reason": why there is no winner or None}``, rows sorted by time (unreached last).
+    Returns one row per pair, sorted by time (unreached last): ``compressor``, ``density``,
+    ``seeds`` (how many), ``iterations_to_target`` (mean over the seeds) and
+    ``iterations_spread`` (their sample standard deviation; ``None`` for one seed),
+    ``iteration_s``, ``iteration_s_low`` / ``iteration_s_high`` (``None`` without a band),
+    ``time_to_target_s`` (mean iterations × iteration_s) and its band ``time_to_target_s_low`` /
+    ``time_to_target_s_high`` (mean iterations × the band's ends), ``time_spread_s`` (spread ×
+    iteration_s) and ``reason`` (why a pair has no time: a seed never reached the target, or no
+    projected time).
     """
     check_target(target_accuracy, target_loss)
-    runs: dict[tuple[str, float], list[Mapping[str, Any]]] = defaultdict(list)
+    runs: dict[tuple[str, float], dict[int, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
-        runs[(str(row["compressor"]), float(row["density"]))].append(row)
+        runs[(str(row["compressor"]), float(row["density"]))][int(row.get("seed") or 0)].append(row)
     table = []
-    for (compressor, density), items in runs.items():
-        iterations, reason = iterations_to_target(items, target_accuracy=target_accuracy, target_loss=target_loss)
+    for (compressor, density), by_seed in runs.items():
+        reached, reasons = [], []
+        for seed in sorted(by_seed):
+            iterations, why = iterations_to_target(by_seed[seed], target_accuracy=target_accuracy,
+                                                   target_loss=target_loss)
+            if iterations is None:
+                reasons.append(why if len(by_seed) == 1 else f"seed {seed}: {why}")
+            else:
+                reached.append(iterations)
+        mean, spread = mean_spread(reached) if reached and not reasons else (None, None)
+        reason = "; ".join(reasons) or None
         seconds = iteration_s.get((compressor, density))
         if seconds is None and reason is None:
             reason = "no projected iteration time for this (compressor, density)"
-        total = iterations * seconds if iterations is not None and seconds is not None else None
-        table.append({"compressor": compressor, "density": density, "iterations_to_target": iterations,
-                      "iteration_s": seconds, "time_to_target_s": total, "reason": reason})
+        low, high = (bands or {}).get((compressor, density), (None, None))
+        total = mean * seconds if mean is not None and seconds is not None else None
+        table.append({"compressor": compressor, "density": density, "seeds": len(by_seed),
+                      "iterations_to_target": mean, "iterations_spread": spread, "iteration_s": seconds,
+                      "iteration_s_low": low, "iteration_s_high": high, "time_to_target_s": total,
+                      "time_to_target_s_low": None if mean is None or low is None else mean * low,
+                      "time_to_target_s_high": None if mean is None or high is None else mean * high,
+                      "time_spread_s": None if total is None or spread is None else spread * seconds,
+                      "reason": reason})
     table.sort(key=lambda r: (r["time_to_target_s"] is None, r["time_to_target_s"] or 0.0, r["compressor"], r["density"]))
-    reached = [r for r in table if r["time_to_target_s"] is not None]
-    winner = reached[0] if reached else None
-    runner_up = reached[1] if len(reached) > 1 else None
-    result: dict[str, Any] = {"rows": table, "winner": winner, "runner_up": runner_up, "margin_s": None,
-                              "margin_ratio": None, "reason": None}
-    if winner is None:
-        result["reason"] = f"no run reached {target_text(target_accuracy, target_loss)}" if table else "no runs"
-    elif runner_up is not None:
-        result["margin_s"] = runner_up["time_to_target_s"] - winner["time_to_target_s"]
-        result["margin_ratio"] = (runner_up["time_to_target_s"] / winner["time_to_target_s"]
-                                  if winner["time_to_target_s"] > 0 else None)
-    else:
-        result["reason"] = "only one run reached the target: no margin"
-    return result
+    return table

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from convergence import RunConfig
+from pipeline.catalog import RunConfig
 from pipeline import converge
 from results.store import Store
-from simulator.units import parse_density, parse_list
+from units import parse_density, parse_list
 
 MAX_STEPS = 20_000
 """Most worker passes (workers × iterations × pairs) the page launches; bigger runs: ``sidco converge``."""

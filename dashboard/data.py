@@ -29,7 +29,7 @@ FILL_COMMANDS = {
     ),
     "validation": (
         "sidco emulate train --workload resnet20 --workers 2 --bandwidth 100Mbit --compressors none,sidco-e "
-        "--density 0.01   (as root; sidco emulate collective + sidco calibrate first for calibrated projections)"
+        "--densities 0.01   (as root; sidco emulate collective + sidco calibrate first for calibrated projections)"
     ),
 }
 
@@ -53,11 +53,6 @@ class StoreReader:
 def traces(store: Store) -> list[dict[str, Any]]:
     """Registered traces (id, path, workload, workers, iterations, numel), newest first."""
     return store.trace_list()
-
-
-def trace_row(store: Store, trace_id: int) -> dict[str, Any] | None:
-    """One registered trace with its parsed manifest, or ``None``."""
-    return store.trace(int(trace_id))
 
 
 def replays(store: Store) -> list[dict[str, Any]]:

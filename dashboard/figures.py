@@ -14,7 +14,7 @@ from typing import Any
 
 import plotly.io as pio
 
-from simulator.units import format_bandwidth
+from units import format_bandwidth
 
 Figure = dict[str, Any]
 
@@ -352,12 +352,22 @@ def validation_scatter(rows: Sequence[dict[str, Any]]) -> Figure:
 def tta_curves(curves: dict[str, list[dict[str, Any]]], x_key: str, metric: str, target: float | None) -> Figure:
     """Held-out ``metric`` (``accuracy``, fraction, or ``eval_loss``, nats) against ``x_key``
     (``time_s``: projected wall-clock seconds, or ``iteration``) per (compressor, density), with
-    the target as a dashed line."""
+    the target as a dashed line. Points are means over the seeds; where a curve has a spread
+    (``<metric>_spread``: several seeds) it is drawn as a band of mean ± spread."""
     data = []
     for i, (name, points) in enumerate(sorted(curves.items())):
-        points = sorted((p for p in points if p.get(metric) is not None), key=lambda p: p["iteration"])
+        points = sorted((p for p in points if p.get(metric) is not None and p.get(x_key) is not None),
+                        key=lambda p: p["iteration"])
+        xs, ys = [p[x_key] for p in points], [p[metric] for p in points]
+        spreads = [p.get(f"{metric}_spread") for p in points]
+        if points and all(s is not None for s in spreads):
+            upper = [y + s for y, s in zip(ys, spreads)]
+            lower = [y - s for y, s in zip(ys, spreads)]
+            data.append({"type": "scatter", "mode": "lines", "name": f"{name} ± spread", "x": xs + xs[::-1],
+                         "y": upper + lower[::-1], "fill": "toself", "line": {"width": 0, "color": color(i)},
+                         "opacity": 0.2, "hoverinfo": "skip", "showlegend": False})
         data.append({"type": "scatter", "mode": "lines+markers", "name": name, "line": {"color": color(i)},
-                     "x": [p[x_key] for p in points], "y": [p[metric] for p in points]})
+                     "x": xs, "y": ys})
     x_title = "projected wall-clock time (s)" if x_key == "time_s" else "iteration"
     y_title = "held-out accuracy (fraction)" if metric == "accuracy" else "held-out loss (nats)"
     return figure(data, x_title, y_title, shapes=[hline(target)] if target is not None else [])

@@ -13,22 +13,18 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import compressors
-import simulator
-import traces
 from pipeline import project as pipeline_project
-from compressors.rules import density_free
+from pipeline.catalog import TOPOLOGIES, chrome_trace, compressor_names as _compressor_names, devices, layout_names as _layout_names
+from pipeline.catalog import takes_density
 from pipeline.verdict import BAND_KEYS, label
 from results.store import Store
-from simulator import devices
-from simulator.scenario import TOPOLOGIES
-from simulator.units import parse_bandwidth, parse_duration
+from units import check_density, parse_bandwidth, parse_duration
 
 from dashboard import data
 
 PAGE_MESSAGE_BUDGET = 50_000_000
 """Link-level messages one page request may simulate (a few seconds on one core); the
-command line allows :data:`simulator.limits.MESSAGE_BUDGET`."""
+command line allows :data:`pipeline.catalog.MESSAGE_BUDGET`."""
 
 RESULT_KEYS = ("iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s",
                "speedup", "iteration_s_low", "iteration_s_high", "speedup_low", "speedup_high")
@@ -45,12 +41,12 @@ def _first_line(exc: BaseException) -> str:
 
 def compressor_names() -> list[str]:
     """The compressors the library offers (:func:`compressors.names`)."""
-    return list(compressors.names())
+    return list(_compressor_names())
 
 
 def layout_names() -> list[str]:
     """The large-model layouts of :mod:`traces.layouts`."""
-    return list(traces.layouts.names())
+    return list(_layout_names())
 
 
 def sources(store: Store) -> list[dict[str, str]]:
@@ -154,8 +150,10 @@ def parse_controls(
         density_value = float(density)
     except (TypeError, ValueError):
         raise ProjectionError(f"density must be a number in (0, 1], got {density!r}") from None
-    if not 0.0 < density_value <= 1.0:
-        raise ProjectionError(f"density must be in (0, 1], got {density_value:g}")
+    try:
+        check_density(density_value)
+    except ValueError as exc:
+        raise ProjectionError(str(exc)) from None
     try:
         nodes_value = int(nodes)
     except (TypeError, ValueError, OverflowError):
@@ -192,7 +190,8 @@ def _run(store: Store, controls: Controls, compressors: list[str], fidelity: str
     try:
         device = controls.device or pipeline_project.default_device(source)
         return pipeline_project.project(store, source, cluster, compressors, controls.density, device=device,
-                                        profile_id=controls.profile_id, calibrated=controls.calibrated,
+                                        profile_id=controls.profile_id,
+                                        calibration_choice="latest" if controls.calibrated else "none",
                                         timeline=timeline,
                                         message_budget=PAGE_MESSAGE_BUDGET)
     except (ValueError, KeyError, OSError) as exc:
@@ -203,8 +202,8 @@ def _row(result: dict[str, Any], fidelity: str, density: float) -> dict[str, Any
     name = result["compressor"]
     return {**{key: result.get(key) for key in RESULT_KEYS}, **{k: result[k] for k in BAND_KEYS if k in result},
             "compressor": name,
-            "density": None if density_free(name) else density, "label": label(name, None if density_free(name)
-                                                                                else density),
+            "density": density if takes_density(name) else None,
+            "label": label(name, density if takes_density(name) else None),
             "fidelity": fidelity, "device": result["device"], "compute_source": result["compute_source"],
             "cost_source": result["cost_source"]}
 
@@ -238,5 +237,5 @@ def timeline(store: Store, controls: Controls, fidelity: str = "des") -> dict[st
     """One simulated iteration of ``controls.compressors[0]`` as Chrome/Perfetto trace JSON."""
     compressor = controls.compressors[0]
     (result,) = _run(store, controls, [compressor], fidelity, timeline=True)
-    return simulator.chrome_trace(result["timeline"], {"compressor": compressor, "nodes": controls.nodes,
+    return chrome_trace(result["timeline"], {"compressor": compressor, "nodes": controls.nodes,
                                                        "fidelity": fidelity, "iteration_s": result["iteration_s"]})

@@ -16,8 +16,8 @@ from pathlib import Path
 import pipeline.project
 import pipeline.sweep
 from results.store import Store
-from simulator.sweep import Grid
-from simulator.units import parse_bandwidth, parse_density, parse_duration, parse_list
+from pipeline.catalog import Grid
+from units import parse_bandwidth, parse_density, parse_duration, parse_list
 
 from dashboard import projection
 

@@ -23,6 +23,7 @@ import compressors
 import traces.workloads
 from emulation.launch import run_workers
 from emulation.network import Network, require_emulation
+from units import check_density
 from emulation.plan import make_plan
 
 SECONDS_PER_ITERATION_GUESS = 2.0  # generous per-iteration compute bound on a busy 2-core machine (s)
@@ -37,8 +38,7 @@ def check_request(workload: str, names: Sequence[str], density: float, iteration
         raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
     if not names:
         raise ValueError("give at least one compressor")
-    if not 0 < density <= 1:
-        raise ValueError(f"density must be in (0, 1], got {density}")
+    check_density(density)
     if iterations < 1 or warmup < 0 or batch_size < 1:
         raise ValueError("iterations and batch size must be >= 1, warm-up >= 0")
 

@@ -14,13 +14,14 @@ projected compute and compression costs come from the same training.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import traces
 from convergence import RunConfig, train
 import pipeline.replay
+from units import check_density
 from results.store import Store
 
 ProgressFn = Callable[[str, int, int], None]
@@ -39,8 +40,10 @@ class ConvergeResult:
 
 
 def pairs(names: Sequence[str], densities: Sequence[float]) -> list[tuple[str, float]]:
-    """(compressor, density) combinations to train: ``none`` once at density 1.0 (first), the rest
-    at every density. ``ValueError`` for an unknown compressor or a density outside (0, 1]."""
+    """(compressor, density) combinations to train: ``none`` first and every compressor that
+    ignores the density (the dense casts fp16/bf16 and low-rank PowerSGD:
+    :func:`compressors.message_kind` not ``sparse``) once at density 1.0, the sparsifiers at every
+    density. ``ValueError`` for an unknown compressor or a density outside (0, 1]."""
     import compressors
 
     known = compressors.names()
@@ -50,13 +53,14 @@ def pairs(names: Sequence[str], densities: Sequence[float]) -> list[tuple[str, f
     if not names:
         raise ValueError("give at least one compressor")
     for density in densities:
-        if not 0 < density <= 1:
-            raise ValueError(f"invalid density {density}: must be in (0, 1]")
+        check_density(density, "invalid density:")
     result = [("none", 1.0)] if "none" in names else []
     others = [n for n in dict.fromkeys(names) if n != "none"]
-    if others and not densities:
+    result += [(n, 1.0) for n in others if compressors.message_kind(n) != "sparse"]
+    sparse = [n for n in others if compressors.message_kind(n) == "sparse"]
+    if sparse and not densities:
         raise ValueError("give at least one density")
-    result += [(n, float(d)) for n in others for d in dict.fromkeys(densities)]
+    result += [(n, float(d)) for n in sparse for d in dict.fromkeys(densities)]
     return result
 
 
@@ -84,6 +88,7 @@ def run(
     *,
     trace_every: int | None = None,
     replay: bool = True,
+    record: bool = True,
     progress: ProgressFn | None = None,
     started: Callable[[int], None] | None = None,
 ) -> ConvergeResult:
@@ -92,6 +97,7 @@ def run(
     ``started(convergence_id)`` is called once the run's row exists. ``trace_every``:
     record every N-th iteration into the run's trace (default :func:`default_trace_every`).
     ``replay``: replay the trace through the run's compressors (costs for projections).
+    ``record``: record a trace at all (the further seeds of :func:`run_seeds` do not).
     """
     convergence_id = open_run(store, config)
     if started is not None:
@@ -105,8 +111,8 @@ def run(
     store.set_status("convergences", convergence_id, "running")
     for compressor, density in todo:
         row = store.convergence(convergence_id)
-        record = row is not None and row["trace_id"] is None
-        recorder_factory = _recorder_factory(store, convergence_id, config, every) if record else None
+        recording = record and row is not None and row["trace_id"] is None
+        recorder_factory = _recorder_factory(store, convergence_id, config, every) if recording else None
         label = compressor if compressor == "none" else f"{compressor}@{density:g}"
 
         def step(iteration: int, loss: float, label: str = label) -> None:
@@ -114,7 +120,7 @@ def run(
                 progress(label, iteration, config.iterations)
 
         rows = list(train(config, compressor, density, recorder_factory=recorder_factory, progress=step))
-        if record:
+        if recording:
             trace = traces.open(trace_dir(store, convergence_id))
             store.set_convergence_trace(convergence_id, store.register_trace(trace.path, trace.manifest))
         store.write_convergence(convergence_id, rows)
@@ -137,14 +143,31 @@ def replay_run(store: Store, convergence_id: int, combinations: Sequence[tuple[s
     compressed = [(c, d) for c, d in combinations if c != "none"]
     if not compressed:
         return None
-    names = list(dict.fromkeys(c for c, _ in compressed))
-    densities = list(dict.fromkeys(d for _, d in compressed))
 
     def step(done: int, total: int) -> None:
         if progress is not None:
             progress("replay", done, total)
 
-    return pipeline.replay.run(store, path, names, densities, progress=step).replay_id
+    replay_id = None
+    for density in dict.fromkeys(d for _, d in compressed):  # one replay; each density with its own compressors
+        names = [c for c, d in compressed if d == density]
+        replay_id = pipeline.replay.run(store, path, names, [density], progress=step).replay_id
+    return replay_id
+
+
+def run_seeds(store: Store, config: RunConfig, combinations: Sequence[tuple[str, float]], seeds: int,
+              **options: Any) -> list[ConvergeResult]:
+    """:func:`run` for ``seeds`` runs of ``config`` with seeds ``config.seed``, ``config.seed + 1``, …
+    (model and data drawn from each); the first records the trace and replays it, the others only
+    train (``sidco tta`` projects every seed's iterations with the first one's trace).
+    ``options``: :func:`run`'s keywords."""
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
+    results = [run(store, config, combinations, **options)]
+    for offset in range(1, seeds):
+        results.append(run(store, replace(config, seed=config.seed + offset), combinations,
+                           **{**options, "record": False, "replay": False}))
+    return results
 
 
 def _recorder_factory(store: Store, convergence_id: int, config: RunConfig, every: int) -> Callable[[Any, int], traces.Recorder]:

@@ -207,12 +207,14 @@ def read_stored_profile(store: Store, profile_id: int, device: str) -> dict[Key,
 def _fill_command(store: Store, trace_id: int | None, device: str, missing: Sequence[Key]) -> str:
     names = ",".join(sorted({c for c, _ in missing}))
     densities = ",".join(f"{d:g}" for d in sorted({d for _, d in missing if d is not None}))
-    profile = f"`sidco profile --device {device}`"
+    run_on = "cpu" if device == "cpu" else "cuda"
+    where = "" if device in ("cpu", "cuda") else f" on a {device}"
+    profile = f"`sidco profile --run-on {run_on}`{where}"
     if trace_id is None:
         return f"run {profile} (layouts have no gradients to replay)"
     row = store.trace(trace_id)
     path = row["path"] if row else "TRACE"
-    return f"run `sidco replay {path} --compressors {names} --densities {densities} --device {device}` or {profile}"
+    return f"run `sidco replay {path} --compressors {names} --densities {densities} --run-on {run_on}`{where} or {profile}"
 
 
 def compression_profile(

@@ -24,8 +24,11 @@ import simulator
 from emulation.collectives import measure_collectives
 from emulation.projection import network_share, project
 from emulation.training import run_training
+from compressors import takes_density
 from pipeline import replay
 from pipeline.costs import compression_profile
+from pipeline.project import calibration as load_calibration
+from pipeline.project import parse_calibration
 from results.store import Store
 
 PROJECTED_KEYS = ("iteration_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "comm_s", "idle_s",
@@ -71,30 +74,15 @@ def collectives(store: Store, workers: Sequence[int], bandwidths: Sequence[float
 def resolve_calibration(store: Store, choice: str | int) -> tuple[int | None, simulator.Calibration | None]:
     """``choice`` ('latest', 'none' or a calibration id) as ``(id, Calibration)`` or ``(None, None)``;
     the calibration carries its per-operation fits (:meth:`simulator.Calibration.from_rows`)."""
-    if choice == "none":
-        return None, None
-    rows = store.calibration_rows(None if choice == "latest" else int(choice))
-    if not rows:
-        if choice == "latest":
-            return None, None
-        raise ValueError(f"no calibration with id {choice} in {store.path}")
-    calibration = simulator.Calibration.from_rows(rows)
-    return calibration.calibration_id, calibration
-
-
-def _uses_density(name: str) -> bool:
-    """Whether compressor ``name`` sends a share of the gradient that the density sets (the
-    sparse ones); ``none``, the 16-bit casts and PowerSGD ignore it."""
-    import compressors
-
-    return name != "none" and compressors.message_kind(name) == "sparse"
+    calibration = load_calibration(store, choice)
+    return (None, None) if calibration is None else (calibration.calibration_id, calibration)
 
 
 def cells(workers: Sequence[int], bandwidths: Sequence[float | None], names: Sequence[str],
           densities: Sequence[float]) -> list[tuple[int, float | None, float, list[str]]]:
     """The emulated networks of a grid: ``(workers, bandwidth, density, compressors)``; the
     compressors that ignore the density run with the first density only."""
-    out = [(p, b, d, [n for n in names if _uses_density(n) or i == 0])
+    out = [(p, b, d, [n for n in names if takes_density(n) or i == 0])
            for p in workers for b in bandwidths for i, d in enumerate(densities)]
     return [c for c in out if c[3]]
 
@@ -126,7 +114,7 @@ def validation_rows(store: Store, emulation_id: int, workload: str, workers: int
                             calibration=constants, fidelity=fidelity, rank_passes=m.get("compute_passes"))[name]
                 rows.append({
                     "emulation_id": emulation_id, "workload": workload, "compressor": name,
-                    "density": density if _uses_density(name) else None, "workers": workers,
+                    "density": density if takes_density(name) else None, "workers": workers,
                     "bandwidth_bps": bandwidth, "measured_s": m["measured_s"], "projected_s": p["iteration_s"],
                     "error_pct": (p["iteration_s"] - m["measured_s"]) / m["measured_s"] * 100.0,
                     "calibrated": calibrated, "fidelity": fidelity, "network_share": network_share(p),
@@ -172,7 +160,7 @@ def train(store: Store, workers: Sequence[int], bandwidths: Sequence[float | Non
                         for r in rows]
             else:
                 out += [{"workers": p, "bandwidth_bps": None, "compressor": m["compressor"],
-                         "density": density if _uses_density(m["compressor"]) else None,
+                         "density": density if takes_density(m["compressor"]) else None,
                          "measured_s": m["measured_s"], "detail": {"measured": m}} for m in measured]
             if step:
                 step()

@@ -37,9 +37,9 @@ def measure(store: Store, device: str, sizes: Sequence[int], names: Sequence[str
             note: Callable[[str], None] = lambda text: None) -> Measured:
     """Measure ``device`` (``cpu``, ``cuda``…): on a CPU first this host's numbers (pinned to
     ``threads``), then every compressor × density × size, then the host's numbers again (the
-    faster figure of the two is kept, for ``--device cpu``); store the profile and write it to
+    faster figure of the two is kept, for ``--run-on cpu``); store the profile and write it to
     ``out``. A run stopped halfway keeps the rows measured as a partial profile."""
-    from simulator import profiling
+    from measuring import host as measure, profiling
 
     unknown = [n for n in names if n not in compressors.names()]
     if unknown:
@@ -49,7 +49,7 @@ def measure(store: Store, device: str, sizes: Sequence[int], names: Sequence[str
     if dev.type == "cpu":
         cpus = profiling.pin_threads(threads)
         note(f"measuring this host ({threads} threads on CPUs {cpus}) ...")
-        host = devices.measure_host(repeats=max(3, repeats))
+        host = measure.measure_host(repeats=max(3, repeats))
         devices.save_host(host)
 
     def keep_partial(partial: dp.DeviceProfile, exc: BaseException) -> None:
@@ -60,7 +60,7 @@ def measure(store: Store, device: str, sizes: Sequence[int], names: Sequence[str
                                 host=host, progress=progress, on_partial=keep_partial)
     if host is not None:
         note("measuring this host again ...")
-        host = devices.fastest(host, devices.measure_host(repeats=max(3, repeats)))
+        host = measure.fastest(host, measure.measure_host(repeats=max(3, repeats)))
         devices.save_host(host)
         profile = replace(profile, device_model=host.to_json())
     profile_id = dp.store_profile(store, profile)

@@ -146,9 +146,12 @@ def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int 
     return Source("trace", ref, found, **_projected(ref, device, precision))
 
 
-def default_device(source: Source) -> str:
-    """The device a projection of ``source`` is for when none is named: a GPU for a layout
-    (:data:`DEFAULT_LAYOUT_DEVICE`), the device a trace was captured on (``cpu``, ``cuda``)."""
+def default_device(source: Source, device: str | None = None) -> str:
+    """The modelled device a projection of ``source`` is for: ``device`` when named, else the
+    one default rule: a GPU for a layout (:data:`DEFAULT_LAYOUT_DEVICE`), the device a trace
+    was captured on (``cpu``, ``cuda``)."""
+    if device:
+        return device
     if source.kind == "layout":
         return DEFAULT_LAYOUT_DEVICE
     return capture_device(source.ref).split(":")[0]
@@ -189,10 +192,34 @@ def workload(source: Source) -> simulator.Workload:
     return _workload(replace(source, trace_id=None))
 
 
-def calibration(store: Store, *, required: bool = False) -> simulator.Calibration | None:
-    """The newest calibration of the store with its per-operation fits; ``None`` when there is
-    none, unless ``required``."""
-    rows = store.calibration_rows()
+def check_options(workload: simulator.Workload, nodes: int, bandwidth_bps: float, latency_s: float, topology: str,
+                  fidelity: str | None, options: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` (one line) if the scenario is outside the simulator's limits: checked
+    before any store is opened or created, so bad input writes nothing."""
+    simulator.Scenario(workload, nodes, bandwidth_bps, latency_s, topology=topology, fidelity=fidelity, **options)
+
+
+def parse_calibration(text: str | int) -> str | int:
+    """``--calibration``: ``latest``, ``none`` or a calibration id (an integer >= 1)."""
+    choice = str(text).strip().lower()
+    if choice in ("latest", "none"):
+        return choice
+    if choice.isdigit() and int(choice) >= 1:
+        return int(choice)
+    raise ValueError(f"invalid --calibration {text!r}: give latest, a calibration id or none")
+
+
+def calibration(store: Store, choice: str | int = "latest", *,
+                required: bool = False) -> simulator.Calibration | None:
+    """The calibration ``choice`` names, with its per-operation fits: ``latest`` (the newest;
+    ``None`` when the store has none, unless ``required``), a calibration id (ValueError if
+    there is no such pooled row) or ``none`` (``None``)."""
+    choice = parse_calibration(choice)
+    if choice == "none":
+        return None
+    rows = store.calibration_rows(None if choice == "latest" else choice)
+    if not rows and choice != "latest":
+        raise ValueError(f"no calibration with id {choice} in {store.path}")
     if not rows:
         if required:
             raise ValueError(f"the results store {store.path} has no calibration (run sidco calibrate)")
@@ -215,25 +242,25 @@ class Cluster:
 
 
 def profile(store: Store, source: Source, compressors: Sequence[str], density: float | None, *,
-            device: str = "cpu", profile_file: str | Path | None = None,
+            device: str | None = None, profile_file: str | Path | None = None,
             profile_id: int | None = None) -> simulator.CompressionProfile | None:
     """Compression costs of ``compressors`` at ``density`` for ``source`` (the policy);
     ``None`` when only ``none`` is asked."""
     pairs = [(c, density) for c in compressors if c != "none"]
     if not pairs:
         return None
-    return compression_profile(store, trace_id=source.trace_id, device=device, pairs=pairs,
+    return compression_profile(store, trace_id=source.trace_id, device=default_device(source, device), pairs=pairs,
                                profile_file=profile_file, profile_id=profile_id)
 
 
 def scenarios(store: Store, source: Source, cluster: Cluster, compressors: Sequence[str], density: float | None,
-              *, device: str = "cpu", profile_file: str | Path | None = None, profile_id: int | None = None,
-              calibrated: bool = False, calibration_required: bool = False,
-              timeline: bool = False) -> list[simulator.Scenario]:
-    """One :class:`simulator.Scenario` per compressor (``density`` ignored for ``none``)."""
+              *, device: str | None = None, profile_file: str | Path | None = None, profile_id: int | None = None,
+              calibration_choice: str | int = "none", timeline: bool = False) -> list[simulator.Scenario]:
+    """One :class:`simulator.Scenario` per compressor (``density`` ignored for ``none``); the
+    calibration ``calibration_choice`` names (``latest``, an id, ``none``) must exist."""
     costs = profile(store, source, compressors, density, device=device, profile_file=profile_file,
                     profile_id=profile_id)
-    constants = calibration(store, required=calibration_required) if calibrated else None
+    constants = calibration(store, calibration_choice, required=True)
     wl = workload(source)
     return [
         simulator.Scenario(
@@ -247,19 +274,20 @@ def scenarios(store: Store, source: Source, cluster: Cluster, compressors: Seque
 
 
 def project(store: Store, source: Source, cluster: Cluster, compressors: Sequence[str], density: float | None,
-            *, device: str = "cpu", profile_file: str | Path | None = None, profile_id: int | None = None,
-            calibrated: bool = False, calibration_required: bool = False, timeline: bool = False,
-            message_budget: int = MESSAGE_BUDGET) -> list[dict[str, Any]]:
+            *, device: str | None = None, profile_file: str | Path | None = None, profile_id: int | None = None,
+            calibration_choice: str | int = "none", timeline: bool = False, message_budget: int = MESSAGE_BUDGET) -> list[dict[str, Any]]:
     """Simulate one iteration per compressor: the :func:`simulator.simulate` result (seconds,
     bytes, samples/s, speed-up over ``none``) plus ``compressor`` and ``cost_source`` (where
     its compression costs came from; ``None`` for ``none``), ``device`` (the device projected
     onto) and ``compute_source`` (where the compute times come from). ``message_budget``: the
     most link-level messages one scenario may take (:func:`simulator.limits.check_scenario`; a
-    dashboard request passes a smaller one than the command line)."""
+    dashboard request passes a smaller one than the command line). ``device`` ``None``: the
+    default rule (:func:`default_device`)."""
+    device = default_device(source, device)
     results = []
     for scenario in scenarios(store, source, cluster, compressors, density, device=device,
-                              profile_file=profile_file, profile_id=profile_id, calibrated=calibrated,
-                              calibration_required=calibration_required, timeline=timeline):
+                              profile_file=profile_file, profile_id=profile_id,
+                              calibration_choice=calibration_choice, timeline=timeline):
         check_scenario(scenario, message_budget=message_budget)
         result = simulator.simulate(scenario)
         cost = None if scenario.profile is None else scenario.profile.cost(scenario.compressor, scenario.density)

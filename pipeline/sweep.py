@@ -18,9 +18,9 @@ from typing import Any
 
 import simulator
 from simulator.limits import MESSAGE_BUDGET, check_scenario
-from compressors.rules import density_free
+from compressors import takes_density
 from pipeline.costs import compression_profile, cost_band
-from pipeline.project import Source, calibration, check_compressors, workload
+from pipeline.project import Source, calibration, check_compressors, default_device, workload
 from pipeline.verdict import label, rank, verdict
 from results.store import Store
 from simulator.scenario import TOPOLOGIES
@@ -93,7 +93,7 @@ def _profile(store: Store, sweep_id: int, source: Source, grid: Grid, device: st
 
 
 def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelity: str = "analytic",
-        options: Mapping[str, Any] | None = None, calibrated: bool = False, device: str = "cpu",
+        options: Mapping[str, Any] | None = None, calibration_choice: str | int = "none", device: str | None = None,
         profile_file: str | Path | None = None, origin: str | None = None, chunk_size: int = 200,
         in_flight: int = 2, started: Callable[[int, int], None] | None = None,
         progress: Callable[[int, int], None] | None = None, message_budget: int = MESSAGE_BUDGET) -> SweepRun:
@@ -103,11 +103,12 @@ def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelit
     messages, :func:`simulator.limits.check_scenario`) before the sweep row is written.
 
     ``started(sweep_id, already_stored)`` once the sweep row exists; ``progress(stored, total)``
-    after each chunk lands. ``calibrated`` requires a calibration in the store.
+    after each chunk lands. The calibration ``calibration_choice`` names (``latest``, an id, ``none``) must exist.
     """
     options = dict(options or {})
+    device = default_device(source, device)
     wl = workload(source)
-    constants = calibration(store, required=True) if calibrated else None
+    constants = calibration(store, calibration_choice, required=True)
     described = description(source, origin)
     if device != "cpu" or profile_file is not None:  # cpu replays were the only costs before devices
         described["costs"] = {"device": device, "profile_file": None if profile_file is None else str(profile_file)}
@@ -157,7 +158,7 @@ def findings(store: Store, sweep_id: int) -> list[dict[str, Any]]:
         key = (row["nodes"], row["bandwidth_bps"], row["latency_s"], row["topology"], row["fidelity"])
         name = row["compressor"]
         if name not in free:
-            free[name] = density_free(name)
+            free[name] = not takes_density(name)
         entry = {**row, "density": None if free[name] else row["density"]}
         tag = label(name, entry["density"])
         best = clusters.setdefault(key, {})

@@ -3,16 +3,20 @@
 The convergence run (``sidco converge``) says how many iterations each (compressor,
 density) needs to reach the target; its trace gives the per-worker compute and its replay
 the compression costs, from which the simulator projects one iteration on the chosen
-cluster. Both the ``sidco tta`` command and the dashboard's Time-to-accuracy page call
-:func:`time_to_accuracy`.
+cluster, as ``sidco simulate --trace … --device`` projects it. The runs of every seed of the
+configuration (``sidco converge --seeds N``) give the mean and spread of the iterations;
+:func:`verdict` says whether the leader's margin is worth naming. Both the ``sidco tta``
+command and the dashboard's Time-to-accuracy page call :func:`time_to_accuracy`;
+:func:`curves_time_to_accuracy` does the same for curves measured elsewhere (``--curves``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from convergence.tta import time_to_target
+from convergence.tta import mean_spread, target_text, time_to_target
 from pipeline import project
 from results.store import Store
 
@@ -39,44 +43,159 @@ def resolve(store: Store, convergence: int | str | None) -> dict[str, Any]:
 
 
 def trace_path(store: Store, run: Mapping[str, Any]) -> str:
-    """Path of the run's trace; ``ValueError`` when the run has none yet."""
+    """Path of the run's trace, or of the trace another seed of its configuration recorded
+    (``sidco converge --seeds N`` records one, with the first seed); ``ValueError`` when there is none yet."""
+    if run["trace_id"] is None and "config" in run:
+        run = next((r for r in seed_runs(store, run) if r["trace_id"] is not None), run)
     if run["trace_id"] is None:
         raise ValueError(f"convergence #{run['id']} has no trace yet (its first pair did not finish); "
                          "rerun the same sidco converge command")
     return store.trace(int(run["trace_id"]))["path"]
 
 
+def seed_runs(store: Store, run: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The convergence runs of ``run``'s configuration with any seed (``sidco converge --seeds N``
+    stores one run per seed), ``run`` first, the others by seed."""
+    import json
+
+    def without_seed(config: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in config.items() if k != "seed"}
+
+    mine = without_seed(run["config"])
+    others = []
+    for row in store.convergences():
+        if row["id"] == run["id"]:
+            continue
+        config = json.loads(row["config_json"])
+        if without_seed(config) == mine:
+            others.append({**row, "config": config})
+    return [dict(run), *sorted(others, key=lambda r: r["config"].get("seed", 0))]
+
+
 def iteration_times(
     store: Store,
-    trace_id: int,
+    source: project.Source,
     pairs: Sequence[tuple[str, float]],
     cluster: project.Cluster,
     *,
-    device: str = "cpu",
-    calibrated: bool = False,
-    precision: str = project.DEFAULT_PRECISION,
-    bands: dict[tuple[str, float], tuple[float, float]] | None = None,
-) -> tuple[dict[tuple[str, float], float], dict[tuple[str, float], str | None]]:
+    device: str,
+    calibration_choice: str | int = "none",
+    profile_file: str | None = None,
+) -> tuple[dict[tuple[str, float], float], dict[tuple[str, float], str | None],
+           dict[tuple[str, float], tuple[float, float]]]:
     """Projected seconds per iteration of each (compressor, density) of ``pairs`` on ``cluster``
-    (:func:`pipeline.project.project`: compute from the trace, projected onto ``device`` in
-    ``precision`` when it was captured on another, compression costs on ``device`` by the one
-    cost policy), and where each pair's costs came from (``None`` for ``none``). ``bands``, when
-    given, receives each pair's ``(iteration_s_low, iteration_s_high)``."""
-    source = project.trace_source(store, trace_id=trace_id, device=device, precision=precision)
+    by :func:`pipeline.project.project`, exactly as ``sidco simulate --trace … --device`` projects
+    (``source`` from :func:`pipeline.project.trace_source` with that ``device``, or a layout;
+    compression costs on ``device`` by the one cost policy, or ``profile_file``); where each pair's costs came from
+    (``None`` for ``none``); and the projection's error band ``(iteration_s_low,
+    iteration_s_high)`` per pair where the projection gives one."""
     times: dict[tuple[str, float], float] = {}
     sources: dict[tuple[str, float], str | None] = {}
+    bands: dict[tuple[str, float], tuple[float, float]] = {}
     densities = list(dict.fromkeys(d for c, d in pairs if c != "none"))
     groups = [(["none"], None)] if any(c == "none" for c, _ in pairs) else []
     groups += [([c for c, d in pairs if c != "none" and d == density], density) for density in densities]
     for names, density in groups:
-        for result in project.project(store, source, cluster, names, density, device=device, calibrated=calibrated,
-                                      calibration_required=calibrated):
+        for result in project.project(store, source, cluster, names, density, device=device,
+                                      calibration_choice=calibration_choice, profile_file=profile_file):
             key = (result["compressor"], 1.0 if density is None else float(density))
             times[key] = float(result["iteration_s"])
             sources[key] = result["cost_source"]
-            if bands is not None:
+            if result.get("iteration_s_low") is not None and result.get("iteration_s_high") is not None:
                 bands[key] = (float(result["iteration_s_low"]), float(result["iteration_s_high"]))
-    return times, sources
+    return times, sources, bands
+
+
+def verdict(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Which pair of a time-to-target table (:func:`convergence.tta.time_to_target`) reaches the
+    target first, and whether that is worth naming.
+
+    The leader is the pair with the shortest mean time to target; it is named ``winner`` only
+    when its margin over the runner-up (seconds) exceeds both the seed spread (the sum of the
+    two pairs' ``time_spread_s``: their mean ± spread intervals do not overlap) and the
+    projection's error band (the leader at its ``iteration_s_high`` still ahead of the
+    runner-up at its ``iteration_s_low``). Otherwise ``winner`` is ``None`` and ``reason``
+    starts with ``too close to call`` and says which of the two the margin is within. With one
+    seed the spread is not measured: the leader is named and ``caveat`` says so.
+
+    Returns ``{"winner", "leader", "runner_up"`` (rows or ``None``), ``"margin_s"``,
+    ``"margin_ratio"`` (runner-up time / leader time), ``"seed_spread_s"``, ``"band_s"``
+    (how far the band can close the margin; ``None`` without a band), ``"within_error"`` (the
+    margin is within the band: their time bands overlap), ``"reason"``, ``"caveat"}``.
+    """
+    reached = [r for r in rows if r.get("time_to_target_s") is not None]
+    reached.sort(key=lambda r: r["time_to_target_s"])
+    leader = reached[0] if reached else None
+    runner = reached[1] if len(reached) > 1 else None
+    result: dict[str, Any] = {"winner": None, "leader": leader, "runner_up": runner, "margin_s": None,
+                              "margin_ratio": None, "seed_spread_s": None, "band_s": None, "within_error": False,
+                              "reason": None, "caveat": None}
+    if leader is None:
+        result["reason"] = "no run reached the target" if rows else "no runs"
+        return result
+    if runner is None:
+        result.update(winner=leader, reason="only one run reached the target: no margin")
+        return result
+    margin = runner["time_to_target_s"] - leader["time_to_target_s"]
+    result["margin_s"] = margin
+    result["margin_ratio"] = (runner["time_to_target_s"] / leader["time_to_target_s"]
+                              if leader["time_to_target_s"] > 0 else None)
+    spreads = [r.get("time_spread_s") for r in (leader, runner)]
+    spread = None if None in spreads else spreads[0] + spreads[1]
+    result["seed_spread_s"] = spread
+    result["within_error"] = False
+    banded = all(r.get(k) is not None for r in (leader, runner) for k in ("iteration_s_low", "iteration_s_high"))
+    if banded:
+        result["band_s"] = (leader["iterations_to_target"] * leader["iteration_s_high"]
+                            - runner["iterations_to_target"] * runner["iteration_s_low"]) + margin
+    why = []
+    if spread is not None and margin <= spread:
+        why.append(f"the margin {margin:.4g} s is within the seed spread ({spread:.4g} s: the two mean ± spread "
+                   "intervals overlap)")
+    if result["band_s"] is not None and margin <= result["band_s"]:
+        result["within_error"] = True
+        why.append(f"the margin {margin:.4g} s is within the projection's error band ({result['band_s']:.4g} s)")
+    if why:
+        result["reason"] = "too close to call: " + "; ".join(why)
+        return result
+    result["winner"] = leader
+    if spread is None:
+        result["caveat"] = "one seed: the spread between seeds is not measured (sidco converge --seeds N)"
+    return result
+
+
+def _table(rows: Sequence[Mapping[str, Any]], times: Mapping[tuple[str, float], float],
+           bands: Mapping[tuple[str, float], tuple[float, float]], target_accuracy: float | None,
+           target_loss: float | None) -> dict[str, Any]:
+    """The table, its verdict and the curves (mean ± spread over seeds at each evaluation)."""
+    table = time_to_target(rows, times, target_accuracy=target_accuracy, target_loss=target_loss, bands=bands)
+    result: dict[str, Any] = {"rows": table, **verdict(table)}
+    if result["leader"] is None and result["reason"] == "no run reached the target":
+        result["reason"] = f"no run reached {target_text(target_accuracy, target_loss)}"
+    points: dict[tuple[str, float], dict[int, list[Mapping[str, Any]]]] = {}
+    for r in rows:
+        if r.get("accuracy") is None and r.get("eval_loss") is None:
+            continue
+        key = (str(r["compressor"]), float(r["density"]))
+        points.setdefault(key, {}).setdefault(int(r["iteration"]), []).append(r)
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for key, by_iteration in points.items():
+        seconds = times.get(key)
+        for iteration, items in sorted(by_iteration.items()):
+            point: dict[str, Any] = {"compressor": key[0], "density": key[1], "iteration": iteration,
+                                     "time_s": None if seconds is None else iteration * seconds, "seeds": len(items)}
+            for metric in ("accuracy", "eval_loss"):
+                values = [float(i[metric]) for i in items if i.get(metric) is not None]
+                mean, spread = mean_spread(values) if values else (None, None)
+                point[metric], point[f"{metric}_spread"] = mean, spread
+            curves.setdefault(label(*key), []).append(point)
+    result["curves"] = curves
+    return result
+
+
+def _cluster_dict(cluster: project.Cluster) -> dict[str, Any]:
+    return {"nodes": cluster.nodes, "bandwidth_bps": cluster.bandwidth_bps, "latency_s": cluster.latency_s,
+            "topology": cluster.topology, "fidelity": cluster.fidelity}
 
 
 def time_to_accuracy(
@@ -86,54 +205,78 @@ def time_to_accuracy(
     target_accuracy: float | None = None,
     target_loss: float | None = None,
     cluster: project.Cluster,
-    device: str = "cpu",
-    calibrated: bool = False,
+    device: str | None = None,
+    calibration_choice: str | int = "none",
+    profile_file: str | None = None,
     precision: str = project.DEFAULT_PRECISION,
 ) -> dict[str, Any]:
-    """The time-to-target table of a convergence run on a cluster.
+    """The time-to-target table of a convergence run (with every seed of its configuration) on a
+    cluster of ``device`` workers (``None``: the device its trace was captured on) computing in
+    ``precision`` (``fp32``, ``tf32``, ``amp``; a trace projected onto another device).
 
-    Returns the fields of :func:`convergence.tta.time_to_target` plus ``convergence_id``,
-    ``trace_id``, ``workers_trained``, ``cluster`` (nodes, bandwidth_bps, latency_s,
-    topology, fidelity), ``device``, ``target`` and ``cost_sources`` (per pair label, where its
-    compression costs came from); and ``curves``: per (compressor,
-    density) the evaluated points ``{iteration, time_s, accuracy, eval_loss}`` (time_s =
-    iteration × projected iteration_s).
+    Returns ``rows`` (:func:`convergence.tta.time_to_target`), the fields of :func:`verdict`,
+    ``convergence_id``, ``convergence_ids`` (one per seed), ``seeds``, ``trace_id``,
+    ``workers_trained``, ``workload``, ``cluster`` (nodes, bandwidth_bps, latency_s, topology,
+    fidelity), ``device``, ``compute_source``, ``target``, ``cost_sources`` (per pair label, where
+    its compression costs came from) and ``curves``: per pair label the evaluated points
+    ``{iteration, time_s, seeds, accuracy, accuracy_spread, eval_loss, eval_loss_spread}`` (means
+    over the seeds; time_s = iteration × projected iteration_s).
     """
     run = resolve(store, convergence)
-    rows = [dict(r) for r in store.convergence_rows(run["id"])]
+    runs = seed_runs(store, run)
+    rows = []
+    for item in runs:
+        seed = int(item["config"].get("seed", 0))
+        rows += [{**r, "seed": seed} for r in store.convergence_rows(item["id"])]
     if not rows:
         raise ValueError(f"convergence #{run['id']} has no finished (compressor, density) yet; "
                          "rerun its sidco converge command")
     pairs = list(dict.fromkeys((r["compressor"], float(r["density"])) for r in rows))
-    trace_path(store, run)
-    bands: dict[tuple[str, float], tuple[float, float]] = {}
-    times, sources = iteration_times(store, int(run["trace_id"]), pairs, cluster, device=device, calibrated=calibrated,
-                                     precision=precision, bands=bands)
-    result = time_to_target(rows, times, target_accuracy=target_accuracy, target_loss=target_loss)
-    for row in result["rows"]:
-        low, high = bands[(row["compressor"], float(row["density"]))]
-        reached = row["iterations_to_target"]
-        row.update(iteration_s_low=low, iteration_s_high=high,
-                   time_to_target_s_low=None if reached is None else reached * low,
-                   time_to_target_s_high=None if reached is None else reached * high)
-    runner = result["runner_up"]
-    result["within_error"] = bool(runner is not None and result["winner"] is not None
-                                  and result["winner"]["time_to_target_s_high"] >= runner["time_to_target_s_low"])
-    curves: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        if r["accuracy"] is None and r["eval_loss"] is None:
-            continue
-        key = (r["compressor"], float(r["density"]))
-        curves.setdefault(label(*key), []).append({
-            "compressor": key[0], "density": key[1], "iteration": r["iteration"],
-            "time_s": r["iteration"] * times[key], "accuracy": r["accuracy"], "eval_loss": r["eval_loss"]})
+    source = project.trace_source(store, path=trace_path(store, run), device=device, precision=precision)
+    device = device or project.default_device(source)
+    if "powersgd_rank" in run["config"] and "rank" not in cluster.options:  # project PowerSGD at the rank trained
+        cluster = replace(cluster, options={**cluster.options, "rank": int(run["config"]["powersgd_rank"])})
+    times, sources, bands = iteration_times(store, source, pairs, cluster, device=device,
+                                           calibration_choice=calibration_choice, profile_file=profile_file)
+    result = _table(rows, times, bands, target_accuracy, target_loss)
     result.update({
-        "convergence_id": run["id"], "trace_id": run["trace_id"], "workers_trained": run["config"]["workers"],
-        "workload": run["config"]["workload"],
-        "cluster": {"nodes": cluster.nodes, "bandwidth_bps": cluster.bandwidth_bps, "latency_s": cluster.latency_s,
-                    "topology": cluster.topology, "fidelity": cluster.fidelity},
-        "device": device, "target": {"accuracy": target_accuracy, "loss": target_loss},
-        "cost_sources": {label(*key): value for key, value in sources.items() if value is not None}, "curves": curves,
+        "convergence_id": run["id"], "convergence_ids": [r["id"] for r in runs], "seeds": len(runs),
+        "trace_id": source.trace_id, "workers_trained": run["config"]["workers"],
+        "workload": run["config"]["workload"], "cluster": _cluster_dict(cluster), "device": device,
+        "precision": source.precision, "compute_source": source.compute, "target": {"accuracy": target_accuracy, "loss": target_loss},
+        "cost_sources": {label(*key): value for key, value in sources.items() if value is not None},
+    })
+    return result
+
+
+def curves_time_to_accuracy(
+    store: Store,
+    curves: Mapping[str, Any],
+    source: project.Source,
+    *,
+    target_accuracy: float | None = None,
+    target_loss: float | None = None,
+    cluster: project.Cluster,
+    device: str,
+    calibration_choice: str | int = "none",
+    profile_file: str | None = None,
+) -> dict[str, Any]:
+    """The time-to-target table of curves measured elsewhere (:func:`convergence.curves.load`:
+    ``{"source", "rows"}``) with iteration times projected from ``source`` (a trace or layout,
+    :mod:`pipeline.project`) on ``cluster`` of ``device`` workers. Same fields as
+    :func:`time_to_accuracy` except the convergence run's: ``curves_source`` (the file's
+    ``source``), ``workload`` (the trace or layout), ``seeds`` (most seeds of a pair)."""
+    rows = list(curves["rows"])
+    pairs = list(dict.fromkeys((r["compressor"], float(r["density"])) for r in rows))
+    times, sources, bands = iteration_times(store, source, pairs, cluster, device=device,
+                                           calibration_choice=calibration_choice, profile_file=profile_file)
+    result = _table(rows, times, bands, target_accuracy, target_loss)
+    result.update({
+        "curves_source": curves["source"], "workload": source.ref if source.kind == "layout" else f"trace {source.ref}",
+        "seeds": max((r["seeds"] for r in result["rows"]), default=0), "cluster": _cluster_dict(cluster),
+        "device": device, "precision": source.precision, "compute_source": source.compute,
+        "target": {"accuracy": target_accuracy, "loss": target_loss},
+        "cost_sources": {label(*key): value for key, value in sources.items() if value is not None},
     })
     return result
 

@@ -100,11 +100,6 @@ class Queries:
             cur.execute("INSERT OR IGNORE INTO meta(key, value) VALUES(?, ?)", (key, value))
             return str(cur.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()[0])
 
-    def set_meta(self, key: str, value: str) -> None:
-        """Store ``value`` under ``key`` in the ``meta`` table (replacing any old value)."""
-        with self.transaction() as cur:
-            cur.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", (key, value))
-
     # -- resumable runs (replays, sweeps, convergences) and status ----------------------------
 
     def get_or_create(self, table: str, config: Mapping[str, Any], **columns: Any) -> tuple[int, bool]:
@@ -471,10 +466,6 @@ class Queries:
     def latest_calibration(self) -> dict[str, Any] | None:
         """The most recent pooled calibration row (``op`` NULL), or ``None``."""
         return self._first("SELECT * FROM calibrations WHERE op IS NULL ORDER BY created DESC, id DESC LIMIT 1")
-
-    def calibration(self, calibration_id: int) -> dict[str, Any] | None:
-        """One calibration row by id, or ``None``."""
-        return self._first("SELECT * FROM calibrations WHERE id=?", (int(calibration_id),))
 
     def calibration_rows(self, calibration_id: int | None = None) -> list[dict[str, Any]]:
         """The rows of one calibration: its pooled row (``op`` NULL; id ``calibration_id``, the

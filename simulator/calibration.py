@@ -17,7 +17,6 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 
 def _check(alpha_s: float, efficiency: float, what: str) -> None:
@@ -105,30 +104,6 @@ class Calibration:
         return cls(float(base["alpha_s"]), float(base["beta_s_per_byte"]), float(base["efficiency"]),
                    ops, int(base["id"]) if _get(base, "id") is not None else None)
 
-    @classmethod
-    def load(cls, store_path: str | Path, calibration_id: int) -> Calibration:
-        """The calibration stored as ``calibration_id`` (a pooled row's id) in the results store
-        at ``store_path``, with its per-operation fits. Raises ``ValueError`` if there is none."""
-        rows = _rows(store_path, int(calibration_id))
-        if not rows:
-            raise ValueError(f"no calibration with id {calibration_id} in {store_path}")
-        return cls.from_rows(rows)
-
-    @classmethod
-    def latest(cls, store_path: str | Path) -> Calibration | None:
-        """The newest calibration in the results store at ``store_path``, or ``None``."""
-        rows = _rows(store_path, None)
-        return cls.from_rows(rows) if rows else None
-
 
 def _get(row: Mapping, key: str):
     return row[key] if key in row.keys() else None
-
-
-def _rows(store_path: str | Path, calibration_id: int | None) -> list:
-    from results.store import Store
-
-    if not Path(store_path).exists():
-        raise ValueError(f"results store {store_path} does not exist")
-    with Store(store_path) as store:
-        return store.calibration_rows(calibration_id)

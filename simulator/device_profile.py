@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.profile import density_key
+from units import check_density
 
 REQUIRED = ("compressor", "density", "numel", "compress_s", "decompress_s")
 
@@ -108,9 +109,7 @@ def from_json(text: str, origin: str = "profile") -> DeviceProfile:
             raise ValueError(f"{where}: missing {', '.join(missing)}")
         if not isinstance(row["compressor"], str) or not row["compressor"]:
             raise ValueError(f"{where}: compressor must be a name")
-        density = _number(row, "density", where)
-        if not 0 < density <= 1:
-            raise ValueError(f"{where}: density must be in (0, 1], got {density!r}")
+        check_density(_number(row, "density", where), f"{where}: density")
         _number(row, "numel", where, integer=True)
         _number(row, "compress_s", where)
         _number(row, "decompress_s", where)

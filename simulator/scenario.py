@@ -11,6 +11,7 @@ from compressors.wire import ALLGATHER, collective
 from simulator.calibration import Calibration
 from simulator.limits import check_scenario
 from simulator.profile import CompressionProfile
+from units import check_density
 from simulator.workload import (
     BUCKET_MODES,
     DEFAULT_BUCKET_CAP_BYTES,
@@ -106,8 +107,7 @@ class Scenario:
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
             raise ValueError(f"rank must be an integer >= 1, got {self.rank!r}")
         if self.compressor != "none":
-            if self.density is None or not 0 < self.density <= 1:
-                raise ValueError(f"density must be in (0, 1] for {self.compressor}, got {self.density!r}")
+            check_density(self.density, f"density for {self.compressor}")
             if self.profile is None:
                 raise ValueError(f"compressor {self.compressor} needs a compression profile (replay results)")
             self.profile.cost(self.compressor, self.density)

@@ -20,6 +20,7 @@ from typing import Any
 
 from simulator.band import band
 from simulator.calibration import Calibration
+from units import check_density
 from simulator.profile import CompressionProfile, density_key
 from simulator.scenario import Scenario
 from simulator.simulate import iteration, simulate
@@ -55,8 +56,8 @@ class Grid:
             raise ValueError(f"nodes must be integers >= 1, got {list(self.nodes)}")
         if any(not b > 0 for b in self.bandwidths_bps):
             raise ValueError("bandwidths must be > 0 bits/s")
-        if any(not d > 0 or d > 1 for d in self.densities):
-            raise ValueError("densities must be in (0, 1]")
+        for d in self.densities:
+            check_density(d, "sweep density")
         if not self.ranks or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in self.ranks):
             raise ValueError(f"ranks must be integers >= 1, got {list(self.ranks)}")
         if any(c != "none" for c in self.compressors) and not self.densities:

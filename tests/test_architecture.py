@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,12 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {
     "profiles": 0,  # data only
     "results": 0,
+    "units": 0,  # parsing and printing sizes, rates, durations, densities: imports nothing of ours
     "compressors": 1,
     "traces": 2,
     "simulator": 3,
     "convergence": 3,  # real training with simulated workers: compressors and traces only
+    "measuring": 4,  # the lab (host timing, profiling children): the model above never imports it
     "emulation": 4,
     "pipeline": 5,
     "dashboard": 6,
@@ -54,6 +57,30 @@ def test_dependencies_point_one_way(package):
             if LAYERS[imported] > LAYERS[package]:
                 wrong.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
     assert not wrong, "\n".join(wrong)
+
+
+# The front doors map input to the orchestration layer and print or plot its result: they import
+# the pipeline, the store and the units only (the dashboard may be started by the command line).
+DOORS = {"sidco": {"pipeline", "results", "units", "dashboard", "sidco"},
+         "dashboard": {"pipeline", "results", "units", "dashboard"}}
+# Edges the layer order allows but the house forbids: the model never reads the store.
+FORBIDDEN = {"simulator": {"results"}}
+
+
+@pytest.mark.parametrize("door", sorted(DOORS))
+def test_doors_import_only_the_pipeline_the_store_and_units(door):
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {imported}"
+             for path in _sources(door) for imported, line in _imported_packages(path)
+             if imported not in DOORS[door]]
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_forbidden_edges(package):
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {imported}"
+             for path in _sources(package) for imported, line in _imported_packages(path)
+             if imported in FORBIDDEN[package]]
+    assert not wrong, "\n".join(sorted(wrong))
 
 
 def test_no_relative_imports_hide_from_the_check():
@@ -98,3 +125,37 @@ def test_every_sidco_subcommand_refuses_abbreviations(capsys):
                            "--device-flop", "1e12"])
     assert exit_.value.code == 2
     assert "unrecognized arguments: --device-flop 1e12" in capsys.readouterr().err
+
+
+def test_the_cluster_model_measures_nothing():
+    """Timing loops and measuring children live in measuring/; the model only reads their results."""
+    clocks = ("perf_counter", "process_time", "monotonic", "subprocess", "synchronize")
+    found = [f"{p.relative_to(ROOT)}:{n.lineno} {n.attr if isinstance(n, ast.Attribute) else n.id}"
+             for p in _sources("simulator") for n in ast.walk(ast.parse(p.read_text()))
+             if (isinstance(n, ast.Attribute) and n.attr in clocks) or (isinstance(n, ast.Name) and n.id in clocks)]
+    imported = [f"{p.relative_to(ROOT)} imports subprocess" for p in _sources("simulator")
+                if any(isinstance(n, ast.Import) and any(a.name == "subprocess" for a in n.names)
+                       for n in ast.walk(ast.parse(p.read_text())))]
+    assert not found + imported, "\n".join(found + imported)
+
+
+DENSITY_RULE = re.compile(r"0(\.0)?\s*<\s*[\w.\[\]()\"']+\s*<=\s*1(\.0)?\b|not\s+\w+\s*>\s*0\s+or\s+\w+\s*>\s*1\b")
+
+
+def test_the_density_rule_has_one_home():
+    """``0 < density <= 1`` is written once, in units.check_density; everything else calls it."""
+    home = ROOT / "units" / "__init__.py"
+    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+             for package in [*LAYERS, "benchmarks", "tools"] for p in _sources(package) if p != home
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if DENSITY_RULE.search(line) and "density" in line.lower()]
+    assert not found, "\n".join(found)
+    assert DENSITY_RULE.search(home.read_text())
+
+
+def test_which_compressors_take_a_density_has_one_home():
+    """``compressors.takes_density`` is the one rule; nobody re-derives it from the message kind."""
+    found = [f"{p.relative_to(ROOT)}:{n}" for package in [*LAYERS, "benchmarks"] for p in _sources(package)
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"message_kind\([^)]*\)\s*[=!]=\s*\"sparse\"", line) and p != ROOT / "compressors" / "__init__.py"]
+    assert not found, found

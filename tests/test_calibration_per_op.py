@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import simulator
 from simulator.collectives import ring_terms
 from emulation.calibration import fit, fit_per_op
+from pipeline import project
 from results.store import Store
 from sidco.cli import main
 from simulator import Calibration, CompressionCost, CompressionProfile, Layer, Scenario, Workload, simulate
@@ -110,7 +111,7 @@ def test_iteration_uses_allreduce_fit_for_dense_and_allgather_fit_for_sparse(fid
 def test_store_round_trip_latest_and_by_id(tmp_path):
     path = tmp_path / "r.sqlite"
     with Store(path) as store:
-        assert Calibration.latest(path) is None
+        assert project.calibration(store) is None
         fit_row = {"alpha_s": 5e-4, "beta_s_per_byte": 8e-8, "efficiency": 0.8, "fit_error_pct": 7.0, "source": {}}
         first = store.insert_calibration(fit_row, {})
         second = store.insert_calibration(
@@ -121,14 +122,13 @@ def test_store_round_trip_latest_and_by_id(tmp_path):
                            "source": {"points": 6}}},
         )
         assert store.latest_calibration()["id"] == second
-    latest = Calibration.latest(path)
+        latest = project.calibration(store)
+        older = Calibration.from_rows(store.calibration_rows(first))
+        assert store.calibration_rows(second + 1) == []  # a per-operation row is not a calibration id
     assert latest.calibration_id == second and latest.alpha_s == 4e-4
     assert latest.ops == {"allreduce": OpFit(AR.alpha_s, AR.efficiency, 1.5, 6),
                           "allgather": OpFit(AG.alpha_s, AG.efficiency, 2.5, 6)}
-    older = Calibration.load(path, first)
     assert older.ops == {} and older.alpha_s == 5e-4
-    with pytest.raises(ValueError, match="no calibration"):
-        Calibration.load(path, second + 1)  # a per-operation row is not a calibration id
 
 
 def test_sidco_calibrate_stores_and_prints_a_fit_per_op(tmp_path, capsys):
@@ -142,7 +142,8 @@ def test_sidco_calibrate_stores_and_prints_a_fit_per_op(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["ops"]["allgather"]["efficiency"] == pytest.approx(AG.efficiency, rel=1e-6)
     assert out["ops"]["allreduce"]["median_abs_error_pct"] == pytest.approx(0, abs=1e-6)
-    cal = Calibration.latest(path)
+    with Store(path) as store:
+        cal = project.calibration(store, required=True)
     assert cal.calibration_id == out["calibration_id"]
     assert cal.ops["allgather"].alpha_s == pytest.approx(AG.alpha_s, rel=1e-5)
     assert main(["calibrate", "--store", str(path)]) == 0

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -168,10 +166,12 @@ def test_sidco_capture_registers_the_trace(tmp_path: Path, capsys: pytest.Captur
     assert code == 2 and "already exists" in err and len(err.strip().splitlines()) == 1
 
 
-def test_sidco_capture_help_states_units() -> None:
-    result = subprocess.run([sys.executable, "-m", "sidco", "capture", "--help"], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0
-    assert "seconds" in result.stdout and "samples per worker" in result.stdout
+def test_sidco_capture_help_states_units(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["capture", "--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0
+    assert "seconds" in out and "samples per worker" in out
 
 
 @pytest.mark.gpu

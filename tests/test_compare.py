@@ -8,7 +8,6 @@ import pytest
 
 import compressors
 from pipeline import verdict as judge
-from compressors.rules import density_free
 from pipeline.compare import ALWAYS, pairs
 from sidco.cli import main
 
@@ -20,7 +19,7 @@ def _row(name: str, density: float | None, seconds: float, **band: float) -> dic
 
 
 def test_baselines_are_the_compressors_that_do_not_sparsify():
-    assert set(judge.BASELINES) == {n for n in compressors.names() if density_free(n)}
+    assert set(judge.BASELINES) == {n for n in compressors.names() if not compressors.takes_density(n)}
 
 
 def test_pairs_add_the_baselines_and_give_density_free_compressors_once():

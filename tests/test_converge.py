@@ -180,3 +180,65 @@ def test_resume_after_sigkill_stores_each_iteration_exactly_once(tmp_path):
     for compressor in ("none", "topk", "sidco-e"):
         losses = [r["loss"] for r in result["rows"] if r["compressor"] == compressor]
         assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4, f"{compressor}: training loss did not fall"
+
+
+def test_density_free_compressors_train_once_per_run():
+    from pipeline.converge import pairs
+
+    assert pairs(["none", "topk", "fp16", "powersgd", "bf16"], [0.01, 0.1]) == [
+        ("none", 1.0), ("fp16", 1.0), ("powersgd", 1.0), ("bf16", 1.0), ("topk", 0.01), ("topk", 0.1)]
+    assert pairs(["powersgd"], []) == [("powersgd", 1.0)]
+    with pytest.raises(ValueError, match="at least one density"):
+        pairs(["topk"], [])
+
+
+def test_powersgd_rank_and_start_iter_reach_pytorchs_hook():
+    base = dict(workload="resnet20", workers=2, iterations=5, eval_every=5, width=0.25, batch_size=8, eval_samples=8)
+    dense = [r["loss"] for r in train(RunConfig(**base), "none", 1.0)]
+    late = [r["loss"] for r in train(RunConfig(**base, powersgd_start_iter=4), "powersgd", 1.0)]
+    early = [r["loss"] for r in train(RunConfig(**base, powersgd_start_iter=2), "powersgd", 1.0)]
+    rank2 = [r["loss"] for r in train(RunConfig(**base, powersgd_start_iter=2, powersgd_rank=2), "powersgd", 1.0)]
+    # the loss of step k is computed before step k's update: steps 1..4 see updates of plain all-reduce only
+    assert late[:4] == pytest.approx(dense[:4], rel=1e-5) and early[3] != pytest.approx(dense[3], rel=1e-5)
+    assert rank2[3:] != pytest.approx(early[3:], rel=1e-6)
+    with pytest.raises(ValueError, match="start-iter must be an integer >= 2"):
+        RunConfig(**base, powersgd_start_iter=1).check()
+    with pytest.raises(ValueError, match="rank must be an integer >= 1"):
+        RunConfig(**base, powersgd_rank=0).check()
+
+
+def test_converge_seeds_store_one_run_per_seed_and_tta_reports_their_spread(tmp_path, capsys):
+    from sidco.cli import main
+
+    store = tmp_path / "r.sqlite"
+    args = ["converge", "--workload", "resnet20", "--width", "0.25", "--batch-size", "8", "--workers", "2",
+            "--iterations", "4", "--eval-every", "2", "--eval-samples", "16", "--compressors", "none,topk",
+            "--densities", "0.1", "--seeds", "2", "--store", str(store), "--json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["convergence_ids"]) == 2 and out["source"].startswith("sidco converge resnet20 on synthetic")
+    assert {(r["compressor"], r["seed"]) for r in out["rows"]} == {("none", 0), ("topk", 0), ("none", 1), ("topk", 1)}
+    assert len(out["rows"]) == 2 * 2 * 4 and set(out["rows"][0]) == {"compressor", "density", "iteration", "loss",
+                                                                     "accuracy", "eval_loss", "seed"}
+    with Store(store) as s:
+        runs = {r["id"]: r for r in s.convergences()}
+        assert runs[out["convergence_ids"][0]]["trace_id"] is not None
+        assert runs[out["convergence_ids"][1]]["trace_id"] is None
+    (tmp_path / "run.json").write_text(json.dumps(out))
+    target = max(r["accuracy"] for r in out["rows"] if r["accuracy"] is not None) / 4
+    tta = ["tta", "--store", str(store), "--nodes", "4", "--bandwidth", "1Gbit", "--target-accuracy", f"{target:.4f}",
+           "--json"]
+    assert main([*tta, "--convergence", str(out["convergence_ids"][1])]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["seeds"] == 2 and all(r["seeds"] == 2 for r in result["rows"])
+    assert all(p["seeds"] == 2 for points in result["curves"].values() for p in points)
+    assert main([*tta, "--convergence", str(out["convergence_ids"][0]), "--curves", str(tmp_path / "run.json")]) == 2
+    capsys.readouterr()
+    with Store(store) as s:
+        trace = s.trace(runs[out["convergence_ids"][0]]["trace_id"])["path"]
+    assert main([*tta, "--curves", str(tmp_path / "run.json"), "--trace", trace]) == 0
+    from_file = json.loads(capsys.readouterr().out)
+    assert from_file["rows"] == result["rows"] and from_file["curves"] == result["curves"]
+    assert traces.open(trace).forward_flops is not None  # the run's trace counts its FLOPs: a GPU projects by them
+    assert main([*tta, "--device", "a100"]) == 0
+    assert json.loads(capsys.readouterr().out)["compute_source"].startswith("per-layer FLOPs of the trace")

@@ -16,7 +16,7 @@ def test_no_shaping_training_measures_and_records(tmp_path, capsys):
     store_path = tmp_path / "r.sqlite"
     code = main([
         "emulate", "--no-shaping", "--workers", "2", "--workload", "resnet20", "--compressors", "topk",
-        "--density", "0.01", "--iterations", "3", "--warmup", "1", "--batch-size", "4",
+        "--densities", "0.01", "--iterations", "3", "--warmup", "1", "--batch-size", "4",
         "--store", str(store_path), "--trace-dir", str(tmp_path / "traces"), "--json",
     ])
     assert code == 0
@@ -54,9 +54,13 @@ def test_bad_training_request_is_one_line(tmp_path, capsys):
     for argv, message in [
         (["--workload", "alexnet"], "unknown workload"),
         (["--compressors", "zip"], "unknown compressor"),
-        (["--density", "1.5"], "density"),
+        (["--densities", "1.5"], "density"),
+        (["--density", "0.1"], "--density is now --densities"),
         (["--calibration", "abc"], "invalid --calibration"),
     ]:
-        code = main(["emulate", "--no-shaping", *argv, "--store", str(tmp_path / "r.sqlite")])
+        try:
+            code = main(["emulate", "--no-shaping", *argv, "--store", str(tmp_path / "r.sqlite")])
+        except SystemExit as exc:  # the parser's own one-line errors
+            code = exc.code
         err = capsys.readouterr().err.strip()
         assert code == 2 and message in err and "\n" not in err, (argv, err)

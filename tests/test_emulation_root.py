@@ -142,7 +142,7 @@ def test_training_end_to_end_two_bandwidths(tmp_path, capsys):
     store_path = tmp_path / "r.sqlite"
     code = main([
         "emulate", "--workers", "2", "--bandwidth", "20Mbit,200Mbit", "--workload", "resnet20",
-        "--compressors", "none,sidco-e", "--density", "0.01", "--iterations", "6", "--warmup", "2",
+        "--compressors", "none,sidco-e", "--densities", "0.01", "--iterations", "6", "--warmup", "2",
         "--batch-size", "8", "--calibration", "none", "--store", str(store_path), "--json",
     ])
     assert code == 0
@@ -181,7 +181,7 @@ def test_median_error_of_a_small_network_heavy_grid(tmp_path, capsys):
     capsys.readouterr()
     code = main([
         "emulate", "--workers", "2", "--bandwidth", "20Mbit", "--workload", "resnet20",
-        "--compressors", "none,topk", "--density", "0.1", "--iterations", "6", "--warmup", "2",
+        "--compressors", "none,topk", "--densities", "0.1", "--iterations", "6", "--warmup", "2",
         "--batch-size", "4", "--calibration", "latest", "--fidelity", "analytic,des", *store, "--json",
     ])
     assert code == 0

@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 from sidco import __version__
 from sidco.cli import main
 from results.store import SCHEMA_VERSION, Store
-from simulator.units import parse_bandwidth, parse_bytes, parse_duration
+from units import parse_bandwidth, parse_bytes, parse_duration
 
 
 def test_version_and_help(capsys):

@@ -20,7 +20,7 @@ import traces
 from compressors.device import resolve as resolve_device
 from results import Store, StoreError
 from sidco.cli import main
-from simulator.units import parse_bandwidth, parse_bytes, parse_density, parse_duration
+from units import parse_bandwidth, parse_bytes, parse_density, parse_duration
 
 FUZZ = settings(max_examples=40, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -77,6 +77,19 @@ def _choice(options):
     return parse
 
 
+def _calibration(text: str):
+    from pipeline.project import parse_calibration
+
+    return parse_calibration(text)
+
+
+def _positive_bytes(text: str) -> int:
+    value = parse_bytes(text)
+    if not value > 0:
+        raise ValueError
+    return value
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -116,21 +129,24 @@ CASES = {
     }),
     "replay": (["replay", "TRACE", "--compressors", "topk", "--densities", "0.1"], True, {
         "--densities": _list_of(parse_density), "--compressors": _list_of(_choice(set(compressors.names()))),
-        "--device": resolve_device, "--bucket-mb": _positive_float, "--threads": _int_at_least(1),
+        "--run-on": resolve_device, "--device": _never, "--bucket-cap": _positive_bytes,
+        "--bucket-mb": _never, "--threads": _int_at_least(1),
     }),
     "capture": (["capture", "--workload", "resnet20", "--out", "OUT", "--iterations", "1", "--every", "1",
                  "--workers", "1"], True, {
         "--workers": _int_at_least(1), "--iterations": _int_at_least(1), "--every": lambda t: int(t) == 1 or _never(t),
-        "--width": _positive_float, "--device": resolve_device, "--lr": _positive_float,
+        "--width": _positive_float, "--run-on": resolve_device, "--device": _never, "--lr": _positive_float,
         "--batch-size": _int_at_least(1), "--threads": _int_at_least(1),
         "--workload": _choice(set(traces.workloads.names())),
     }),
     "emulate": (["emulate", "--no-shaping", "--workers", "2"], True, {
-        "--workers": _list_of(_int_at_least(2)), "--density": _float_in(0, 1, open_low=True),
+        "--workers": _list_of(_int_at_least(2)), "--densities": _list_of(_float_in(0, 1, open_low=True)),
+        "--density": _never, "--calibration": _calibration,
         "--iterations": _int_at_least(1),
     }),
     "bench": (["bench", "--size", "1000", "--densities", "0.1", "--compressors", "topk"], False, {
-        "--size": _int_at_least(1), "--densities": _list_of(parse_density), "--device": resolve_device,
+        "--size": _int_at_least(1), "--densities": _list_of(parse_density), "--run-on": resolve_device,
+        "--device": _never,
         "--repeats": _int_at_least(1), "--compressors": _list_of(_choice(set(compressors.names()))),
     }),
     "dashboard": (["dashboard"], True, {"--port": lambda t: _float_in(1, 65535)(int(t))}),

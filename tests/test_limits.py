@@ -13,7 +13,7 @@ import simulator
 from sidco.cli import main
 from simulator import limits, plans
 from simulator.links import Fabric, Level
-from simulator.units import parse_list
+from units import parse_list
 
 
 @pytest.fixture(scope="module")

@@ -102,8 +102,8 @@ def test_missing_costs_name_the_command_that_measures_them(store, trace_id, tmp_
         compression_profile(store, trace_id=trace_id, device="cuda", pairs=[("topk", 0.01), ("dgc", 0.001)])
     message = str(info.value)
     assert message.startswith("no compression costs for topk@0.01 on cuda: run `sidco replay ")
-    assert f"{tmp_path / 't'} --compressors dgc,topk --densities 0.001,0.01 --device cuda`" in message
-    assert "`sidco profile --device cuda`" in message and "\n" not in message
+    assert f"{tmp_path / 't'} --compressors dgc,topk --densities 0.001,0.01 --run-on cuda`" in message
+    assert "`sidco profile --run-on cuda`" in message and "\n" not in message
     with pytest.raises(MissingCosts, match=r"layouts have no gradients"):
         compression_profile(store, trace_id=None, device="cuda", pairs=[("topk", 0.01)])
 

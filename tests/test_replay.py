@@ -146,7 +146,10 @@ def test_buckets_are_ddp_like(sizes: list[int], cap: int, first: int | None) -> 
 
 def _sidco(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
     """Run the ``sidco`` command line in this process; return (exit code, stdout, stderr)."""
-    code = main(list(args))
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # the parser's own one-line errors
+        code = exc.code
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -154,11 +157,11 @@ def _sidco(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
 def test_sidco_replay_stores_and_resumes(laplace: traces.Trace, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     db = tmp_path / "r.sqlite"
     args = ["replay", str(laplace.path), "--compressors", "topk,sidco-e", "--densities", "0.01,0.001",
-            "--bucket-mb", "0.06", "--store", str(db), "--json"]
+            "--bucket-cap", "60KiB", "--store", str(db), "--json"]
     code, stdout, stderr = _sidco(capsys, *args)
     assert code == 0, stderr
     out = json.loads(stdout)
-    per = calls_per_combination(laplace, int(0.06 * 2**20))  # --bucket-mb counts MiB, as DDP's bucket_cap_mb
+    per = calls_per_combination(laplace, 60 * 2**10)  # 60KiB, as DDP's bucket_cap_mb=60/1024
     assert len(out["rows"]) == 4 * per
     assert {(s["compressor"], s["density"]) for s in out["summary"]} == {
         ("topk", 0.01), ("topk", 0.001), ("sidco-e", 0.01), ("sidco-e", 0.001)
@@ -180,9 +183,12 @@ def test_sidco_replay_stores_and_resumes(laplace: traces.Trace, tmp_path: Path, 
 
 def test_sidco_replay_bad_input(laplace: traces.Trace, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     for extra, message in (
-        (["--bucket-mb", "0"], "bucket-mb"),
-        (["--first-bucket-mb", "1"], "needs --bucket-mb"),
-        (["--bucket-mb", "1", "--first-bucket-mb", "-1"], "first-bucket-mb"),
+        (["--bucket-cap", "0B"], "invalid --bucket-cap"),
+        (["--bucket-cap", "25"], "25"),
+        (["--first-bucket", "1MiB"], "needs --bucket-cap"),
+        (["--bucket-cap", "1MiB", "--first-bucket", "0B"], "invalid --first-bucket"),
+        (["--bucket-mb", "25"], "--bucket-mb is now --bucket-cap"),
+        (["--device", "cpu"], "--device is now --run-on"),
         (["--densities", "0.5,x"], "invalid density"),
         (["--compressors", "nope"], "unknown compressor"),
     ):
@@ -196,7 +202,7 @@ def test_sidco_replay_bad_input(laplace: traces.Trace, tmp_path: Path, capsys: p
 
 @pytest.mark.slow
 def test_replay_killed_halfway_finishes_without_duplicates_or_losses(tmp_path: Path) -> None:
-    trace = traces.synthetic(tmp_path / "t", "gamma", numel=300_000, workers=2, iterations=6, seed=0)
+    trace = traces.synthetic(tmp_path / "t", "gamma", numel=100_000, workers=2, iterations=4, seed=0)
     db = tmp_path / "r.sqlite"
     combos = [(c, d) for c in ("topk", "dgc", "sidco-gp") for d in (0.01, 0.001)]
     per = calls_per_combination(trace)
@@ -279,7 +285,7 @@ def test_replay_table_lists_density_free_compressors_once(laplace: traces.Trace,
                                                           capsys: pytest.CaptureFixture) -> None:
     """fp16 sends every coordinate whatever the density: one row, no achieved/target ratio."""
     code, stdout, stderr = _sidco(capsys, "replay", str(laplace.path), "--compressors", "fp16,topk", "--densities",
-                                  "0.01,0.001", "--bucket-mb", "0.06", "--store", str(tmp_path / "r.sqlite"))
+                                  "0.01,0.001", "--bucket-cap", "60KiB", "--store", str(tmp_path / "r.sqlite"))
     assert code == 0, stderr
     rows = [line.split() for line in stdout.splitlines() if line.split()[:1] in (["fp16"], ["topk"])]
     assert [r[:2] for r in rows] == [["fp16", "-"], ["topk", "0.01"], ["topk", "0.001"]]

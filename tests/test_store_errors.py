@@ -146,19 +146,24 @@ def test_capture_checks_the_store_before_training(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["replay", "TRACE", "--compressors", "topk", "--densities", "0.1", "--device", "xyz"], "unknown device 'xyz'"),
-    (["replay", "TRACE", "--compressors", "topk", "--densities", "0.1", "--device", "cuda:99"], "cuda:99"),
+    (["replay", "TRACE", "--compressors", "topk", "--densities", "0.1", "--run-on", "xyz"], "unknown device 'xyz'"),
+    (["replay", "TRACE", "--compressors", "topk", "--densities", "0.1", "--run-on", "cuda:99"], "cuda:99"),
+    (["replay", "TRACE", "--compressors", "topk", "--densities", "0.1", "--device", "cpu"], "--device is now --run-on"),
     (SIMULATE[:-2] + ["--compressor", "topk", "--density", "0.01", "--device", "cuda:99"], "cuda:99"),
     (SIMULATE[:-2] + ["--compressor", "topk", "--density", "0.01", "--device", "mps"], "unknown device"),
     (["capture", "--workload", "resnet20", "--width", "1e6", "--out", "OUT"], "lower --width"),
-    (["capture", "--workload", "resnet20", "--device", "xyz", "--out", "OUT"], "unknown device"),
+    (["capture", "--workload", "resnet20", "--run-on", "xyz", "--out", "OUT"], "unknown device"),
 ])
 def test_bad_devices_and_sizes_are_one_line(tmp_path, capsys, argv, message):
     import traces
 
     trace = traces.synthetic(tmp_path / "t", "laplace", 1000, workers=1, iterations=1, seed=0)
     argv = [str(trace.path) if a == "TRACE" else str(tmp_path / "out") if a == "OUT" else a for a in argv]
-    assert main(argv + ["--store", str(tmp_path / "r.sqlite")]) == 2
+    try:
+        code = main(argv + ["--store", str(tmp_path / "r.sqlite")])
+    except SystemExit as exc:  # the parser's own one-line errors
+        code = exc.code
+    assert code == 2
     assert message in one_line(capsys.readouterr().err)
     assert not (tmp_path / "out").exists()
 

@@ -7,8 +7,6 @@ import math
 import os
 import shutil
 import struct
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -253,14 +251,12 @@ def test_open_is_lazy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert sum(read_sizes) < 4 * 1000, "opening reads only the headers, never the 16 MB of gradients"
 
 
-def test_cli_reports_bad_trace_in_one_line(tmp_path: Path, small: traces.Trace) -> None:
+def test_cli_reports_bad_trace_in_one_line(tmp_path: Path, small: traces.Trace, capsys) -> None:
+    from sidco.cli import main
+
     (small.path / iteration_file(2)).write_bytes(b"garbage")
-    result = subprocess.run(
-        [sys.executable, "-m", "sidco", "replay", str(small.path), "--store", str(tmp_path / "r.sqlite")],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
+    assert main(["replay", str(small.path), "--store", str(tmp_path / "r.sqlite")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and iteration_file(2) in lines[0] and "truncated" in lines[0]
 
 

@@ -56,7 +56,7 @@ say "$(awk '/^found, per cluster/ {on = 1; getline; next}
 step "6/8 emulation: real gloo training on shaped links (needs root, ip, tc)"
 if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && command -v tc >/dev/null; then
     if "$SIDCO" emulate --workers 2 --bandwidth 50Mbit --workload resnet20 --compressors none,sidco-e \
-        --density 0.01 --iterations 6 --warmup 2 --store "$STORE"; then
+        --densities 0.01 --iterations 6 --warmup 2 --store "$STORE"; then
         say "measured iterations on a real 50 Mbit/s link beside the projection of the same run (error per row above)"
     else
         say "emulation failed (see above); continuing"
@@ -65,9 +65,9 @@ else
     say "skipped: not root or no ip/tc (run 'sudo make demo' for the emulation step)"
 fi
 
-step "7/8 time to accuracy (a toy): ResNet-20 (width 0.25), 2 workers, 40 steps per compressor, projected on 8 nodes at 100 Mbit/s"
+step "7/8 time to accuracy (a toy): ResNet-20 (width 0.25), 2 workers, 40 steps per compressor, 3 seeds, projected on 8 nodes at 100 Mbit/s"
 "$SIDCO" converge --workload resnet20 --width 0.25 --workers 2 --iterations 40 --eval-every 10 \
-    --compressors none,topk,sidco-e --densities 0.01 --threads 1 --store "$STORE" | tee demo-out/converge.txt
+    --compressors none,topk,sidco-e --densities 0.01 --seeds 3 --threads 1 --store "$STORE" | tee demo-out/converge.txt
 RUN=$(sed -n 's/^convergence \([0-9]*\):.*/\1/p' demo-out/converge.txt)
 "$SIDCO" tta --convergence "$RUN" --nodes 8 --bandwidth 100Mbit --target-accuracy 0.25 --store "$STORE" \
     | tee demo-out/tta.txt

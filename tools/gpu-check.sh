@@ -2,8 +2,8 @@
 # GPU check: run on a machine with one CUDA GPU, from the repository root or anywhere.
 #   tools/gpu-check.sh OUTDIR
 # Installs what the machine lacks from .gpu-wheels/ (offline; fill it here first with
-# tools/gpu-wheels.sh), then runs the GPU-marked tests, `sidco bench --device cuda`,
-# `sidco profile --device cuda` and `sidco profile --check`, writing into OUTDIR:
+# tools/gpu-wheels.sh), then runs the GPU-marked tests, `sidco bench --run-on cuda`,
+# `sidco profile --run-on cuda` and `sidco profile --check`, writing into OUTDIR:
 #   gpu-check.log        everything printed, with timings
 #   bench-cuda.json      sidco bench rows
 #   profile-cuda.json    the device profile (the --profile format; ship it as profiles/<device>.json)
@@ -44,9 +44,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv |
 
 mapfile -t GPU_TESTS < <(grep -l "mark.gpu" tests/test_*.py)
 step "GPU-marked tests" 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider -p no:randomly "${GPU_TESTS[@]}"
-step "sidco bench --device cuda" 60 "$PY" -m sidco bench --device cuda --size 26214400 --densities 0.01,0.001 \
+step "sidco bench --run-on cuda" 60 "$PY" -m sidco bench --run-on cuda --size 26214400 --densities 0.01,0.001 \
     --repeats 10 --warmup 5 --json > "$OUT/bench-cuda.json"
-step "sidco profile --device cuda" 180 "$PY" -m sidco profile --device cuda --sizes 2^16..2^26 \
+step "sidco profile --run-on cuda" 180 "$PY" -m sidco profile --run-on cuda --sizes 2^16..2^26 \
     --densities 0.01,0.001 --warmup 5 --repeats 10 --store "$OUT/results.sqlite" --out "$OUT/profile-cuda.json"
 step "sidco profile --check" 30 "$PY" -m sidco profile --check --profile "$OUT/profile-cuda.json" \
     --store "$OUT/results.sqlite" > "$OUT/check.txt"

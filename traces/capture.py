@@ -76,16 +76,18 @@ def capture(
     lr: float | None = None,
     overwrite: bool = False,
     progress: Callable[[int, float], None] | None = None,
+    data: str | None = None,
 ) -> Trace:
     """Train ``workload`` for ``iterations`` steps and record every ``every``-th; return the trace.
 
     ``batch_size`` is per worker (samples); ``progress(iteration, mean_loss)`` is
-    called after each step. Unset knobs take the workload's CPU defaults. The forward FLOPs
+    called after each step. Unset knobs take the workload's CPU defaults; ``data``: what it trains
+    on (:func:`traces.workloads.data_source`; ``None``: the workload's default). The forward FLOPs
     of worker 0's first batch are counted once, untimed (:meth:`Recorder.count_flops`).
     """
     device = check_request(workload, workers=workers, iterations=iterations, every=every, device=device,
                            width=width, batch_size=batch_size, lr=lr)
-    work = workloads.build(workload, width=width, batch_size=batch_size, lr=lr, seed=seed, device=device)
+    work = workloads.build(workload, width=width, batch_size=batch_size, lr=lr, seed=seed, device=device, data=data)
     model, optimizer = work.model, work.optimizer()
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -103,6 +105,7 @@ def capture(
         extra={
             "capture": {
                 "seed": seed,
+                "data": work.data_name,
                 "width": work.width,
                 "lr": work.lr,
                 "optimizer": "SGD(momentum=0.9)",

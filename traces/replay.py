@@ -56,6 +56,7 @@ import compressors as compressor_lib
 from compressors.ddp_buckets import assign
 from compressors.device import resolve as resolve_device
 from traces.reader import Trace, open_trace
+from units import check_density
 
 COLUMNS = (
     "compressor",
@@ -162,8 +163,7 @@ def replay(
     names = list(compressors)
     targets = [float(d) for d in densities]
     for density in targets:
-        if not 0 < density <= 1:
-            raise ValueError(f"density must be in (0, 1], got {density}")
+        check_density(density)
     dev = resolve_device(device)
     layout = buckets(trace, bucket_bytes, first_bucket_bytes)
     options = options or {}

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dash import Dash, Input, Output, dcc, html
 
-import traces
-
 from dashboard import components as ui
-from dashboard import data, figures, fits
+from dashboard import data, figures
 from dashboard.data import StoreReader
+from pipeline import fits
+from pipeline.catalog import open_trace
 
 PATH = "/quality"
 TITLE = "Compressor quality"
@@ -74,7 +74,7 @@ THRESHOLD_NOTE = (
 
 def gradient(path: str, iteration: int, worker: int):
     """The recorded 1-D gradient of (iteration, worker) from the trace at ``path`` (numpy)."""
-    return traces.open(path).gradient(int(iteration), int(worker)).detach().cpu().numpy()
+    return open_trace(path).gradient(int(iteration), int(worker)).detach().cpu().numpy()
 
 
 def register(app: Dash, reader: StoreReader) -> None:
@@ -94,7 +94,7 @@ def register(app: Dash, reader: StoreReader) -> None:
         names = sorted({s["compressor"] for s in data.replay_series(store, replay_id)})
         replay = next((r for r in data.replays(store) if r["id"] == replay_id), None)
         try:
-            trace = traces.open(replay["path"])
+            trace = open_trace(replay["path"])
             iterations, workers = list(trace.iterations), list(range(trace.workers))
         except (ValueError, OSError, TypeError):
             iterations, workers = data.replay_iterations(store, replay_id), [0]

@@ -9,7 +9,7 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from dashboard import components as ui
 from dashboard import data, figures, projection, sweep_runner
 from dashboard.data import StoreReader
-from simulator.units import format_bandwidth, format_seconds
+from units import format_bandwidth, format_seconds
 
 PATH = "/sweeps"
 TITLE = "Sweeps"

@@ -8,17 +8,19 @@ from dashboard import components as ui
 from dashboard import converge_runner, data, figures, projection
 from dashboard.data import StoreReader
 from pipeline import project
+from pipeline.catalog import workload_names
 from pipeline.tta import label, time_to_accuracy
-from simulator.units import format_seconds, parse_bandwidth, parse_duration
-from traces import workloads
+from units import format_seconds, parse_bandwidth, parse_duration
 
 PATH = "/tta"
 TITLE = "Time to accuracy"
 
 COLUMNS = [
-    {"name": "compressor", "id": "compressor"}, {"name": "density", "id": "density"},
-    {"name": "iterations to target", "id": "iterations_to_target"}, {"name": "iteration (ms)", "id": "iteration_ms"},
-    {"name": "time to target (s)", "id": "time_to_target_s"}, {"name": "note", "id": "reason"},
+    {"name": "compressor", "id": "compressor"}, {"name": "density", "id": "density"}, {"name": "seeds", "id": "seeds"},
+    {"name": "iterations to target (mean)", "id": "iterations_to_target"},
+    {"name": "± spread", "id": "iterations_spread"}, {"name": "iteration (ms)", "id": "iteration_ms"},
+    {"name": "time to target (s)", "id": "time_to_target_s"}, {"name": "± spread (s)", "id": "time_spread_s"},
+    {"name": "note", "id": "reason"},
 ]
 
 
@@ -33,15 +35,39 @@ def _run_options(store) -> list[dict[str, object]]:
 
 
 def table_rows(rows: list[dict]) -> list[dict]:
-    """Time-to-target rows formatted for the table (iteration in ms, time in s)."""
+    """Time-to-target rows formatted for the table (iteration in ms, time in s; spreads over the seeds)."""
+    def rounded(value: float | None, digits: int) -> float | str:
+        return "" if value is None else round(value, digits)
+
     return [{
         "compressor": r["compressor"],
         "density": "" if r["compressor"] == "none" else f"{r['density']:g}",
-        "iterations_to_target": "" if r["iterations_to_target"] is None else r["iterations_to_target"],
+        "seeds": r["seeds"],
+        "iterations_to_target": rounded(r["iterations_to_target"], 1),
+        "iterations_spread": rounded(r["iterations_spread"], 1),
         "iteration_ms": "" if r["iteration_s"] is None else round(r["iteration_s"] * 1e3, 3),
-        "time_to_target_s": "" if r["time_to_target_s"] is None else round(r["time_to_target_s"], 4),
+        "time_to_target_s": rounded(r["time_to_target_s"], 4),
+        "time_spread_s": rounded(r["time_spread_s"], 4),
         "reason": r["reason"] or "",
     } for r in rows]
+
+
+def verdict_text(result: dict) -> str:
+    """The verdict in one line: the winner and its margin, or why there is none ("too close to call")."""
+    winner, leader, runner = result["winner"], result["leader"], result["runner_up"]
+    if winner is None:
+        if leader is None:
+            return f"no winner: {result['reason']}"
+        return (f"winner not named, {result['reason']} (leader {label(leader['compressor'], leader['density'])}, "
+                f"runner-up {label(runner['compressor'], runner['density'])})")
+    text = f"winner: {label(winner['compressor'], winner['density'])} in {format_seconds(winner['time_to_target_s'])}"
+    if result["margin_ratio"] is not None:
+        text += f", {result['margin_ratio']:.2f}× ahead of {label(runner['compressor'], runner['density'])}"
+        if result["seed_spread_s"] is not None:
+            text += f", beyond the seed spread ({format_seconds(result['seed_spread_s'])})"
+    if result["caveat"]:
+        text += f" ({result['caveat']})"
+    return text
 
 
 def suggested_target(store, convergence_id: int) -> float:
@@ -55,7 +81,7 @@ def _launch_panel() -> html.Div:
     names = projection.compressor_names()
     return html.Div(className="panel", children=[
         html.H4("Launch a convergence run"),
-        ui.labelled("Workload", dcc.Dropdown(id="tta-launch-workload", options=workloads.names(), value="resnet20",
+        ui.labelled("Workload", dcc.Dropdown(id="tta-launch-workload", options=workload_names(), value="resnet20",
                                              clearable=False)),
         ui.labelled("Workers", dcc.Input(id="tta-launch-workers", value="2"), "simulated data-parallel workers"),
         ui.labelled("Iterations", dcc.Input(id="tta-launch-iterations", value="40"), "per compressor"),
@@ -183,16 +209,8 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
             return blank, blank, blank, [], ui.error(str(exc))
         curves = result["curves"]
         names = [label(r["compressor"], r["density"]) for r in result["rows"]]
-        winner = result["winner"]
-        if winner is None:
-            verdict = f"no winner: {result['reason']}"
-        else:
-            verdict = f"winner: {label(winner['compressor'], winner['density'])} in " \
-                      f"{format_seconds(winner['time_to_target_s'])}"
-            if result["margin_ratio"] is not None:
-                verdict += f", {result['margin_ratio']:.2f}× ahead of " \
-                           f"{label(result['runner_up']['compressor'], result['runner_up']['density'])}"
-        note = (f"{verdict} · trained with {result['workers_trained']} workers, projected on {nodes_value} nodes · "
+        note = (f"{verdict_text(result)} · {result['seeds']} seed(s), mean ± spread · trained with "
+                f"{result['workers_trained']} workers, projected on {nodes_value} × {result['device']} · "
                 "compression costs: " + ("; ".join(f"{k}: {v}" for k, v in sorted(result["cost_sources"].items()))
                                           or "none needed"))
         return (figures.tta_curves(curves, "time_s", metric, target_value),

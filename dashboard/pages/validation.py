@@ -7,7 +7,7 @@ from dash import Dash, Input, Output, dash_table, dcc, html
 from dashboard import components as ui
 from dashboard import data, figures
 from dashboard.data import StoreReader
-from simulator.units import format_bandwidth, format_seconds
+from units import format_bandwidth, format_seconds
 
 PATH = "/validation"
 TITLE = "Validation"

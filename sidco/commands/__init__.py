@@ -29,3 +29,38 @@ def add_store_argument(parser: argparse.ArgumentParser) -> None:
     """Add the ``--store`` option every command that reads or writes results shares."""
     parser.add_argument("--store", default=str(DEFAULT_PATH),
                         help="results store, SQLite file (default: %(default)s)")
+
+
+def add_run_on_argument(parser: argparse.ArgumentParser, what: str = "the code") -> None:
+    """Add ``--run-on cpu|cuda[:N]``: the torch device ``what`` runs on (default cpu). ``--device``
+    names the modelled device of a projection only, so here it is refused, naming ``--run-on``."""
+    parser.add_argument("--run-on", default="cpu", metavar="cpu|cuda",
+                        help=f"torch device {what} runs on: cpu, cuda or cuda:N (default cpu)")
+    add_renamed_argument(parser, "--device", "--run-on")
+
+
+class _Renamed(argparse.Action):
+    """An old spelling: using it is a one-line error naming the new one."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str = "", **kwargs) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.error(f"{option_string} is now {self.new}")
+
+
+def add_renamed_argument(parser: argparse._ActionsContainer, old: str, new: str) -> None:
+    """Refuse the old option spelling ``old`` with a one-line error naming ``new`` (exit 2)."""
+    parser.add_argument(old, action=_Renamed, new=new, dest="renamed_" + old.lstrip("-").replace("-", "_"))
+
+
+def add_calibration_argument(parser: argparse.ArgumentParser, default: str = "none",
+                             group: argparse._ActionsContainer | None = None) -> None:
+    """Add ``--calibration [latest|ID|none]`` (bare: ``latest``), the fitted α, β and efficiency
+    (``sidco calibrate``) applied to the projection; checked by
+    :func:`pipeline.project.parse_calibration`."""
+    (group or parser).add_argument(
+        "--calibration", nargs="?", const="latest", default=default, metavar="latest|ID|none",
+        help=f"apply a calibration of the results store (α, efficiency per collective): latest, its id, or none "
+             f"(bare --calibration: latest; default {default})")

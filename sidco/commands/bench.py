@@ -8,24 +8,22 @@ import sys
 
 from tqdm import tqdm
 
-import compressors
 from benchmarks import compressor_bench as benchmark
-from sidco.commands import COMMANDS
+from pipeline.catalog import compressor_names
+from sidco.commands import COMMANDS, add_run_on_argument
+from units import parse_density, parse_list
 
 
 def _densities(text: str) -> list[float]:
     try:
-        values = [float(item) for item in text.split(",") if item.strip()]
-    except ValueError:
-        raise ValueError(f"--densities must be comma-separated numbers in (0, 1], got {text!r}") from None
-    if not values or not all(0 < v <= 1 for v in values):
-        raise ValueError(f"--densities must be comma-separated numbers in (0, 1], got {text!r}")
-    return values
+        return parse_list(text, parse_density)
+    except ValueError as exc:
+        raise ValueError(f"--densities: {exc}") from None
 
 
 def _names(text: str) -> list[str]:
     if text.strip() == "all":
-        return compressors.names()
+        return compressor_names()
     names = [item.strip() for item in text.split(",") if item.strip()]
     if not names:
         raise ValueError("--compressors is empty")
@@ -53,10 +51,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="vector length in elements (default 26214400 = 100 MB of fp32)")
     parser.add_argument("--densities", default="0.1,0.01,0.001",
                         help="comma-separated target densities in (0, 1] (default 0.1,0.01,0.001)")
-    parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
+    add_run_on_argument(parser, "the compressors")
     parser.add_argument("--dtype", default="fp32", choices=sorted(benchmark.DTYPES), help="element type (default fp32)")
     parser.add_argument("--compressors", default=None,
-                        help=f"'all' or a comma-separated subset of: {','.join(compressors.names())} (default all); "
+                        help=f"'all' or a comma-separated subset of: {','.join(compressor_names())} (default all); "
                              "none, fp16, bf16 and powersgd run once at density 1")
     parser.add_argument("--repeats", type=int, default=10, help="timed calls per row; the median is reported (default 10)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed calls per row before timing (default 10)")
@@ -90,16 +88,16 @@ def format_table(rows: list[dict]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print the table (or JSON)."""
-    names = _names(args.compressors) if args.compressors is not None else compressors.names()
+    names = _names(args.compressors) if args.compressors is not None else compressor_names()
     densities = _densities(args.densities)
-    bound = [n for n in names if n in compressors.names() and benchmark.density_bound(n)]
+    bound = [n for n in names if n in compressor_names() and benchmark.density_bound(n)]
     total = len(names) - len(bound) + len(densities) * len(bound)
     with tqdm(total=total, desc="bench", unit="row", file=sys.stderr, disable=None) as bar:
         def progress(label: str) -> None:
             bar.set_postfix_str(label, refresh=False)
             bar.update(1)
 
-        rows = benchmark.run(args.size, densities, device=args.device, names=names, repeats=args.repeats,
+        rows = benchmark.run(args.size, densities, device=args.run_on, names=names, repeats=args.repeats,
                              warmup=args.warmup, dtype=args.dtype, seed=args.seed, threads=args.threads,
                              progress=progress, clock=args.clock)
     if args.json:

@@ -8,7 +8,7 @@ import json
 from pipeline import calibrate
 from results.store import Store
 from sidco.commands import COMMANDS, add_store_argument
-from simulator.units import format_bandwidth, format_bytes, format_seconds
+from units import format_bandwidth, format_bytes, format_seconds
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

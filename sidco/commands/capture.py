@@ -9,11 +9,10 @@ import sys
 import torch
 from tqdm import tqdm
 
-import traces
 from pipeline import capture
 from results.store import Store
-from sidco.commands import COMMANDS, add_store_argument
-from traces.capture import check_request
+from sidco.commands import COMMANDS, add_run_on_argument, add_store_argument
+from pipeline.catalog import check_capture_request, data_source, workload_names
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,12 +29,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "results store."
         ),
     )
-    parser.add_argument("--workload", required=True, choices=traces.workloads.names(), help="model and data to train")
+    parser.add_argument("--workload", required=True, choices=workload_names(), help="model and data to train")
     parser.add_argument("--workers", type=int, default=4, help="simulated data-parallel workers (default 4)")
     parser.add_argument("--iterations", type=int, default=200, help="training steps to run (default 200)")
     parser.add_argument("--every", type=int, default=10, help="record every N-th step: N, 2N, ... (default 10)")
     parser.add_argument("--out", required=True, help="trace directory to create")
-    parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
+    add_run_on_argument(parser, "training")
     parser.add_argument("--seed", type=int, default=0, help="seed of the model and the data (default 0)")
     parser.add_argument("--width", type=float, help="width multiplier of the model (default: the workload's CPU default)")
     parser.add_argument("--batch-size", type=int, help="samples per worker per step (default: the workload's)")
@@ -43,6 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--threads", type=int, help="torch intra-op CPU threads (default: torch's choice; 1 is steadier on a busy machine)"
     )
+    parser.add_argument("--data", metavar="synthetic|pydoc|PATH",
+                        help="what to train on: synthetic, pydoc (text: the CPython documentation), a CIFAR-10 "
+                             "python directory for resnet20/vgg16, a UTF-8 text file for lstm/transformer "
+                             "(default: synthetic for images, pydoc for text; docs/usage.md)")
     parser.add_argument("--force", action="store_true", help="replace an existing trace at --out")
     add_store_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the trace summary as JSON on stdout")
@@ -55,10 +58,11 @@ def run(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise ValueError(f"invalid --threads {args.threads}: must be >= 1")
         torch.set_num_threads(args.threads)
-    check_request(
-        args.workload, workers=args.workers, iterations=args.iterations, every=args.every, device=args.device,
+    check_capture_request(
+        args.workload, workers=args.workers, iterations=args.iterations, every=args.every, device=args.run_on,
         width=args.width, batch_size=args.batch_size, lr=args.lr,
     )
+    data_source(args.workload, args.data, args.seed)  # a bad --data fails before the store
     store = Store(args.store)  # a bad store fails here, before any training
     bar = tqdm(total=args.iterations, desc=f"capture {args.workload}", unit="it", file=sys.stderr, disable=None)
 
@@ -70,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
         with store:
             trace_id, trace = capture.run(
                 store, args.workload, args.out, workers=args.workers, iterations=args.iterations, every=args.every,
-                device=args.device, seed=args.seed, width=args.width, batch_size=args.batch_size, lr=args.lr,
-                overwrite=args.force, progress=progress,
+                device=args.run_on, seed=args.seed, width=args.width, batch_size=args.batch_size, lr=args.lr,
+                overwrite=args.force, progress=progress, data=args.data,
             )
     finally:
         bar.close()

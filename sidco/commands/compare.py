@@ -14,9 +14,9 @@ from pipeline import compare as comparison
 from pipeline import project as projection
 from pipeline.verdict import BASELINES, TIE_MARGIN, verdict
 from results.store import Store
+from pipeline.catalog import TOPOLOGIES, compressor_names
 from sidco.commands.simulate import add_scenario_args, add_source_args, check_scenario_args, parse_source, positive_int
-from simulator.scenario import TOPOLOGIES
-from simulator.units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
+from units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
 from sidco.commands import COMMANDS
 
 
@@ -77,20 +77,17 @@ def run(args: argparse.Namespace) -> int:
     nodes = positive_int(args.nodes, "--nodes")
     bandwidth = parse_bandwidth(args.bandwidth)
     latency = parse_duration(args.latency)
-    names = None if args.compressors.strip() == "all" else parse_list(args.compressors, str)
-    if names is None:
-        import compressors
-
-        names = compressors.names()
+    names = compressor_names() if args.compressors.strip() == "all" else parse_list(args.compressors, str)
     densities = parse_list(args.densities, parse_density)
     comparison.pairs(names, densities)  # unknown names or missing densities fail before any store is opened
     options = check_scenario_args(args, nodes, bandwidth, latency)
+    calibration = projection.parse_calibration(args.calibration)
     with Store(args.store) as store:
         source, device = parse_source(args, store)
         options = {**options, "rank": positive_int(args.rank, "--rank")}
         cluster = projection.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
         rows = comparison.compare(store, source, cluster, names, densities, device=device,
-                                  profile_file=args.profile, calibrated=args.calibration)
+                                  profile_file=args.profile, calibration_choice=calibration)
     result = verdict(rows)
     if args.json:
         print(json.dumps({"verdict": result, "rows": rows}, sort_keys=True))

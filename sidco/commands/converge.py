@@ -9,12 +9,11 @@ import sys
 import torch
 from tqdm import tqdm
 
-import traces
-from convergence import RunConfig
 from pipeline import converge
+from pipeline.catalog import RunConfig, curves_document, data_source, workload_names
 from results.store import Store
-from sidco.commands import COMMANDS, add_store_argument
-from simulator.units import parse_density, parse_list
+from sidco.commands import COMMANDS, add_run_on_argument, add_store_argument
+from units import parse_density, parse_list
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
         allow_abbrev=False,
     )
-    parser.add_argument("--workload", default="resnet20", choices=traces.workloads.names(),
+    parser.add_argument("--workload", default="resnet20", choices=workload_names(),
                         help="model and data to train (default resnet20)")
     parser.add_argument("--workers", type=int, default=4, help="simulated data-parallel workers (default 4)")
     parser.add_argument("--iterations", type=int, default=300, help="training steps per compressor (default 300)")
@@ -49,6 +48,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, help="samples per worker per step (default: the workload's)")
     parser.add_argument("--lr", type=float, help="SGD learning rate, momentum 0.9 (default: the workload's)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the model and the data (default 0)")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="train every pair N times, with seeds --seed, --seed+1, ... (one stored run per seed; "
+                             "sidco tta reports the mean and spread over them; default 1)")
+    parser.add_argument("--data", metavar="synthetic|pydoc|PATH",
+                        help="what to train on: synthetic (seeded class templates for images, a Markov chain for "
+                             "text), pydoc (text: the CPython documentation shipped with Python, split by topic), a "
+                             "CIFAR-10 python directory (data_batch_1..5, test_batch) for resnet20/vgg16, or a UTF-8 "
+                             "text file for lstm/transformer (last 10%% of lines held out). Default: synthetic for "
+                             "images, pydoc for text")
+    parser.add_argument("--rank", type=int, default=1, help="PowerSGD's rank r (columns of P and Q; default 1)")
+    parser.add_argument("--start-iter", type=int, default=2,
+                        help="PowerSGD: steps of plain all-reduce before it compresses (>= 2; default 2)")
     parser.add_argument("--eval-samples", type=int, default=512, help="held-out samples per evaluation (default 512)")
     parser.add_argument("--trace-every", type=int,
                         help="record every N-th step of the first pair trained into the run's trace "
@@ -56,13 +67,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-replay", action="store_true",
                         help="do not replay the run's trace through the compressors (then run sidco replay on it "
                              "before sidco tta)")
-    parser.add_argument("--device", default="cpu", help="torch device for training: cpu, cuda (default cpu)")
+    add_run_on_argument(parser, "training")
     parser.add_argument("--threads", type=int,
                         help="torch intra-op CPU threads (default: torch's choice; 1 is steadier on a busy machine)")
     add_store_argument(parser)
     parser.add_argument("--json", action="store_true",
-                        help='print {"convergence_id", "trace_id", "replay_id", "rows": [{compressor, density, '
-                             'iteration, loss, eval_loss, accuracy}]} on stdout (losses in nats, accuracy a fraction)')
+                        help='print the curves on stdout, the format sidco tta --curves reads: {"source", '
+                             '"convergence_id", "convergence_ids" (one per seed), "trace_id", "replay_id", "rows": '
+                             '[{compressor, density, iteration, loss, accuracy, eval_loss, seed}]} (losses in nats, '
+                             "accuracy a fraction, null where not evaluated)")
     parser.set_defaults(func=run)
 
 
@@ -70,8 +83,12 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The run configuration of the command line (checked)."""
     config = RunConfig(workload=args.workload, workers=args.workers, iterations=args.iterations,
                        eval_every=args.eval_every, width=args.width, batch_size=args.batch_size, lr=args.lr,
-                       seed=args.seed, eval_samples=args.eval_samples, device=args.device)
+                       seed=args.seed, eval_samples=args.eval_samples, device=args.run_on, data=args.data,
+                       powersgd_rank=args.rank, powersgd_start_iter=args.start_iter)
     config.check()
+    if args.seeds < 1:
+        raise ValueError(f"invalid --seeds {args.seeds}: must be >= 1")
+    data_source(config.workload, config.data, config.seed)  # a bad --data fails before the store
     if args.width is not None and not args.width > 0:
         raise ValueError(f"invalid --width {args.width}: must be > 0")
     if args.batch_size is not None and args.batch_size < 1:
@@ -89,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     config = config_from_args(args)
     combinations = converge.pairs(parse_list(args.compressors, str), parse_list(args.densities, parse_density))
-    bar = tqdm(total=len(combinations) * config.iterations, desc="converge", unit="it", file=sys.stderr, disable=None)
+    bar = tqdm(total=len(combinations) * config.iterations * args.seeds, desc="converge", unit="it", file=sys.stderr,
+               disable=None)
 
     def progress(label: str, done: int, total: int) -> None:
         if label == "replay":
@@ -100,24 +118,37 @@ def run(args: argparse.Namespace) -> int:
 
     with Store(args.store) as store:
         try:
-            result = converge.run(store, config, combinations, trace_every=args.trace_every,
-                                  replay=not args.no_replay, progress=progress)
+            results = converge.run_seeds(store, config, combinations, args.seeds, trace_every=args.trace_every,
+                                         replay=not args.no_replay, progress=progress)
         finally:
             bar.close()
-        if result.skipped:
-            print(f"sidco converge: {len(result.skipped)} pair(s) already stored in convergence "
-                  f"{result.convergence_id}, skipped", file=sys.stderr)
+        result = results[0]
+        skipped = sum(len(r.skipped) for r in results)
+        if skipped:
+            print(f"sidco converge: {skipped} (pair, seed) run(s) already stored in convergence "
+                  f"{', '.join(str(r.convergence_id) for r in results)}, skipped", file=sys.stderr)
         wanted = set(combinations)
-        rows = [dict(r) for r in store.convergence_rows(result.convergence_id)
-                if (r["compressor"], float(r["density"])) in wanted]
-    for row in rows:
-        row.pop("convergence_id", None)
+        rows, all_rows = [], []
+        for offset, item in enumerate(results):
+            for r in store.convergence_rows(item.convergence_id):
+                if (r["compressor"], float(r["density"])) in wanted:
+                    row = {**dict(r), "seed": config.seed + offset}
+                    row.pop("convergence_id", None)
+                    all_rows.append(row)
+                    if offset == 0:
+                        rows.append(row)
     if args.json:
-        print(json.dumps({"convergence_id": result.convergence_id, "trace_id": result.trace_id,
-                          "replay_id": result.replay_id, "rows": rows}, sort_keys=True))
+        source = (f"sidco converge {config.workload} on {config.data_name()}, {config.workers} workers, convergence "
+                  + ",".join(str(r.convergence_id) for r in results))
+        print(json.dumps({**curves_document(source, all_rows), "convergence_id": result.convergence_id,
+                          "convergence_ids": [r.convergence_id for r in results], "trace_id": result.trace_id,
+                          "replay_id": result.replay_id}, sort_keys=True))
         return 0
-    print(f"convergence {result.convergence_id}: {config.workload}, {config.workers} workers, "
+    print(f"convergence {result.convergence_id}: {config.workload} on {config.data_name()}, {config.workers} workers, "
           f"{config.iterations} iterations, held-out evaluation every {config.eval_every}; store {args.store}")
+    if len(results) > 1:
+        print(f"  seeds {config.seed}..{config.seed + len(results) - 1}: convergence "
+              f"{', '.join(str(r.convergence_id) for r in results)} (the table shows seed {config.seed})")
     if result.trace_id is not None:
         print(f"  trace #{result.trace_id} (gradients of this run)"
               + (f", replay #{result.replay_id}" if result.replay_id is not None else

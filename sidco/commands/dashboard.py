@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
 
 from sidco.commands import COMMANDS, add_store_argument
@@ -39,10 +38,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"invalid port {args.port}: must be 1-65535")
     from dashboard import create_app
 
-    try:
-        app = create_app(args.store)
-    except sqlite3.DatabaseError as exc:
-        raise ValueError(f"{args.store}: not a results store ({exc})") from None
+    app = create_app(args.store)
     url = f"http://{args.host}:{args.port}/"
     if args.json:
         print(json.dumps({"url": url, "store": args.store}), flush=True)

@@ -10,13 +10,11 @@ import sys
 
 from tqdm import tqdm
 
-from emulation.collectives import OPS
-from emulation.network import remove_stale, require_emulation
 from pipeline import emulate
-from simulator.limits import JOB_BYTES, max_jobs
+from pipeline.catalog import COLLECTIVES, FIDELITIES, JOB_BYTES, check_training_request, max_jobs, remove_stale, require_emulation
 from results.store import Store
-from sidco.commands import COMMANDS, add_store_argument
-from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration, parse_list
+from sidco.commands import COMMANDS, add_calibration_argument, add_renamed_argument, add_store_argument
+from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_density, parse_duration, parse_list
 
 
 def _positive_int_list(text: str, what: str, minimum: int) -> list[int]:
@@ -38,10 +36,10 @@ validation grid (where the network is the question):
   when the projected network share of its iteration is large (>= 30 %): slow links, large
   messages, more workers. The grid of BENCHMARKS.md (resnet20, batch 8 per worker):
     sidco emulate --workers 2 --bandwidth 10Mbit,20Mbit,50Mbit \\
-        --compressors none,topk,sidco-e,fp16,powersgd --density 0.1 $OPTS
+        --compressors none,topk,sidco-e,fp16,powersgd --densities 0.1 $OPTS
     sidco emulate --workers 4 --bandwidth 20Mbit \\
-        --compressors none,topk,sidco-e,fp16,powersgd --density 0.1,0.05 $OPTS
-    sidco emulate --workers 8 --bandwidth 20Mbit --compressors none,topk --density 0.1 $OPTS
+        --compressors none,topk,sidco-e,fp16,powersgd --densities 0.1,0.05 $OPTS
+    sidco emulate --workers 8 --bandwidth 20Mbit --compressors none,topk --densities 0.1 $OPTS
   with OPTS='--batch-size 8 --iterations 6 --warmup 2 --fidelity analytic,des'. Sparse
   messages at 5-10 % of resnet20's 272,474 gradients are 109-218 kB per rank; dense ones
   1.09 MB (fp16: half). 8 workers is the most tried on 2 cores. Calibrate first:
@@ -105,14 +103,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train = parser.add_argument_group("train mode")
     train.add_argument("--workload", default="resnet20", help="built-in workload (traces.workloads)")
     train.add_argument("--compressors", default="none,topk,dgc,sidco-e", help="compressors, comma-separated")
-    train.add_argument("--density", default="0.01",
+    train.add_argument("--densities", default="0.01",
                        help="target densities, comma-separated (fraction of elements sent); compressors that ignore it "
                             "(none, fp16, bf16, powersgd) run once per network")
     train.add_argument("--iterations", type=int, default=30, help="timed iterations per compressor (after warm-up)")
     train.add_argument("--warmup", type=int, default=5, help="warm-up iterations excluded from the mean")
     train.add_argument("--batch-size", type=int, default=16, help="samples per worker per iteration")
-    train.add_argument("--calibration", default="latest",
-                       help="calibration for the second projection: 'latest', a calibrations id, or 'none'")
+    add_calibration_argument(parser, default="latest", group=train)
+    add_renamed_argument(train, "--density", "--densities (a comma-separated list, as in every other command)")
     train.add_argument("--fidelity", default="analytic,des",
                        help="simulator fidelities that project every cell, comma-separated: analytic "
                             "(closed-form collectives), des (SimPy compute streams, link-level messages); "
@@ -145,8 +143,8 @@ def run(args: argparse.Namespace) -> int:
 def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: list[float | None]) -> int:
     ops = parse_list(args.op, str)
     for op in ops:
-        if op not in OPS:
-            raise ValueError(f"unknown collective {op!r}: choose from {', '.join(OPS)}")
+        if op not in COLLECTIVES:
+            raise ValueError(f"unknown collective {op!r}: choose from {', '.join(COLLECTIVES)}")
     sizes = parse_list(args.bytes, parse_bytes)
     if args.repeats < 1:
         raise ValueError(f"invalid --repeats {args.repeats}: must be >= 1")
@@ -170,42 +168,24 @@ def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: li
 
 
 def _densities(text: str) -> list[float]:
-    def parse(item: str) -> float:
-        try:
-            value = float(item)
-        except ValueError:
-            raise ValueError(f"invalid density {item!r}: give fractions, e.g. 0.05,0.1") from None
-        if not 0 < value <= 1:
-            raise ValueError(f"density must be in (0, 1], got {value:g}")
-        return value
-
-    return parse_list(text, parse)
+    return parse_list(text, parse_density)
 
 
 def _fidelities(text: str) -> list[str]:
-    import simulator
-
     chosen = parse_list(text, str)
-    unknown = [f for f in chosen if f not in simulator.FIDELITIES]
+    unknown = [f for f in chosen if f not in FIDELITIES]
     if unknown or not chosen:
-        raise ValueError(f"invalid --fidelity {text!r}: choose from {', '.join(simulator.FIDELITIES)}")
+        raise ValueError(f"invalid --fidelity {text!r}: choose from {', '.join(FIDELITIES)}")
     return list(dict.fromkeys(chosen))
 
 
 def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[float | None]) -> int:
-    from emulation.training import check_request
-
     names = parse_list(args.compressors, str)
-    densities = _densities(args.density)
+    densities = _densities(args.densities)
     fidelities = _fidelities(args.fidelity)
     for density in densities:
-        check_request(args.workload, names, density, args.iterations, args.warmup, args.batch_size)
-    calibration: str | int = args.calibration
-    if calibration not in ("latest", "none"):
-        try:
-            calibration = int(calibration)
-        except ValueError:
-            raise ValueError(f"invalid --calibration {calibration!r}: give 'latest', 'none' or a calibration id") from None
+        check_training_request(args.workload, names, density, args.iterations, args.warmup, args.batch_size)
+    calibration = emulate.parse_calibration(args.calibration)
     with Store(args.store) as store:
         resolved = emulate.resolve_calibration(store, calibration)
         calibration_id = resolved[0]

@@ -31,15 +31,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Project both eras and print the comparison."""
-    import traces
+    from pipeline.catalog import layout_names
     from pipeline.paper import PAPER, project_paper
     from results.store import Store
-    from simulator.units import format_bandwidth, parse_density, parse_list
+    from units import format_bandwidth, parse_density, parse_list
 
     layouts = parse_list(args.layouts, str)
-    unknown = [name for name in layouts if name not in traces.layouts.names()]
+    unknown = [name for name in layouts if name not in layout_names()]
     if unknown:
-        raise ValueError(f"unknown layout {unknown[0]!r}; choose from {', '.join(traces.layouts.names())}")
+        raise ValueError(f"unknown layout {unknown[0]!r}; choose from {', '.join(layout_names())}")
     densities = parse_list(args.densities, parse_density)
     with Store(args.store) as store:
         result = project_paper(store, layouts=layouts, densities=densities)

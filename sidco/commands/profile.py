@@ -11,11 +11,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-import compressors
 from pipeline import profile as device_profiles
+from pipeline.catalog import compressor_names
 from results.store import Store
-from sidco.commands import COMMANDS, add_store_argument
-from simulator.units import parse_density, parse_list
+from sidco.commands import COMMANDS, add_run_on_argument, add_store_argument
+from units import parse_density, parse_list
 
 DEFAULT_SIZES = {"cpu": "2^16..2^24", "cuda": "2^16..2^26"}
 
@@ -47,21 +47,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "profile",
         help=COMMANDS["profile"],
         description=(
-            "Measure every compressor at each density and size on --device (cpu or cuda) at steady state: "
+            "Measure every compressor at each density and size on --run-on (cpu or cuda) at steady state: "
             "each with the memory training gives it (error feedback; none for none, fp16, bf16), a rotation of "
             "seeded gradient-like vectors and output buffers (enough to fill twice the CPU's cache), "
             "--warmup untimed calls, then --repeats device-synchronised "
             "calls; rows keep the fastest, the median and the slowest (seconds). On cpu each size runs in a "
             "fresh process. "
             "On cpu the threads are pinned (--threads) and this host's numbers for the cost model (bandwidth, "
-            "launch and sync latency, top-k/sort/gather rates) are measured first and kept for --device cpu. "
+            "launch and sync latency, top-k/sort/gather rates) are measured first and kept for --run-on cpu. "
             "The profile goes into the results store (device_profiles) and, with --out, into a JSON file that "
             "--profile of simulate and sweep reads. --check measures nothing: it prints the cost model's error "
             "against every measured profile (shipped, stored, and --profile files)."
         ),
         allow_abbrev=False,
     )
-    parser.add_argument("--device", default="cpu", help="torch device to measure: cpu, cuda, cuda:1 (default cpu)")
+    add_run_on_argument(parser, "the measured compressors")
     parser.add_argument("--sizes", default=None,
                         help="elements per call: 65536,2^20 or 2^A..2^B for every other power of two "
                              f"(default {DEFAULT_SIZES['cpu']} on cpu, {DEFAULT_SIZES['cuda']} on cuda)")
@@ -86,15 +86,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _names(text: str) -> list[str]:
-    names = compressors.names() if text.strip() == "all" else parse_list(text, str)
-    unknown = [n for n in names if n not in compressors.names()]
+    names = compressor_names() if text.strip() == "all" else parse_list(text, str)
+    unknown = [n for n in names if n not in compressor_names()]
     if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
+        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressor_names())}")
     return names
 
 
 def _measure(args: argparse.Namespace) -> int:
-    kind = "cuda" if args.device.startswith("cuda") else "cpu"
+    kind = "cuda" if args.run_on.startswith("cuda") else "cpu"
     sizes = parse_sizes(args.sizes or DEFAULT_SIZES[kind])
     names = _names(args.compressors)
     densities = parse_list(args.densities, parse_density)
@@ -106,7 +106,7 @@ def _measure(args: argparse.Namespace) -> int:
             bar.set_postfix_str(label, refresh=False)
             bar.update(1)
 
-        done = device_profiles.measure(store, args.device, sizes, names, densities, warmup=args.warmup,
+        done = device_profiles.measure(store, args.run_on, sizes, names, densities, warmup=args.warmup,
                                        repeats=args.repeats, sessions=args.sessions, threads=args.threads,
                                        out=args.out, progress=progress,
                                        note=lambda text: print(text, file=sys.stderr))
@@ -131,7 +131,7 @@ def _check(args: argparse.Namespace) -> int:
         print(json.dumps(report, sort_keys=True))
         return 0
     if not report:
-        print("no measured profiles: run sidco profile --device cpu (or cuda) first")
+        print("no measured profiles: run sidco profile --run-on cpu (or cuda) first")
     goal = device_profiles.GOAL
     for item in report:
         print(f"{item['profile']}: {item['device']}" + (f" — skipped ({item['skipped']})" if "skipped" in item else ""))

@@ -10,15 +10,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-import compressors
-from compressors.ddp_buckets import bucket_caps
-from compressors.identity import device_identity
-from compressors.rules import density_free
+from pipeline.catalog import compressor_names, device_identity, takes_density
 from pipeline import replay
 from pipeline.replay import FIRST_CALLS
 from results.store import Store
-from sidco.commands import COMMANDS, add_store_argument
-from simulator.units import parse_density, parse_list
+from sidco.commands import COMMANDS, add_renamed_argument, add_run_on_argument, add_store_argument
+from units import parse_bytes, parse_density, parse_list
 
 DEFAULT_COMPRESSORS = "sidco-e,sidco-p,sidco-gp,topk,dgc"
 DEFAULT_DENSITIES = "0.1,0.01,0.001"
@@ -56,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--densities", default=DEFAULT_DENSITIES, help=f"comma-separated target densities in (0, 1] (default {DEFAULT_DENSITIES})"
     )
-    parser.add_argument("--device", default="cpu", help="torch device for the compressors: cpu, cuda (default cpu)")
+    add_run_on_argument(parser, "the compressors")
     parser.add_argument(
         "--rank", type=int, default=None,
         help="PowerSGD's rank r (columns of P and Q per layer; default 1); layer shapes come from the trace",
@@ -65,17 +62,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--error-feedback", type=_on_off, default=True, metavar="on|off", help="carry the residual across iterations (default on)"
     )
     parser.add_argument(
-        "--bucket-mb",
-        type=float,
-        help="compress DDP buckets of this many MiB (2^20 bytes of fp32 gradient, reverse layer order), "
-        "as DistributedDataParallel(bucket_cap_mb=...); default: the whole model as one vector",
+        "--bucket-cap", metavar="SIZE",
+        help="compress DDP buckets of this size (e.g. 25MiB of gradient, reverse layer order), as "
+        "DistributedDataParallel(bucket_cap_mb=...); default: the whole model as one vector",
     )
     parser.add_argument(
-        "--first-bucket-mb",
-        type=float,
-        help="cap of the first bucket in MiB (default: --bucket-mb, as DDP with an explicit cap; "
-        "DDP's own default is 1 MiB first, 25 MiB after)",
+        "--first-bucket", metavar="SIZE",
+        help="cap of the first bucket, a size (default: --bucket-cap, as DDP with an explicit cap; "
+        "DDP's own default is 1MiB first, 25MiB after)",
     )
+    add_renamed_argument(parser, "--bucket-mb", "--bucket-cap SIZE (e.g. 25MiB)")
+    add_renamed_argument(parser, "--first-bucket-mb", "--first-bucket SIZE (e.g. 1MiB)")
     parser.add_argument(
         "--threads", type=int, help="torch intra-op CPU threads (default: torch's choice; 1 is steadier on a busy machine)"
     )
@@ -87,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def parse_compressors(text: str) -> list[str]:
     """``--compressors``: comma-separated names, or ``all`` (every compressor but ``none``)."""
     if text.strip() == "all":
-        return [n for n in compressors.names() if n != "none"]
+        return [n for n in compressor_names() if n != "none"]
     return parse_list(text, str)
 
 
@@ -101,7 +98,7 @@ def _print_table(summary: list[dict[str, Any]]) -> None:
     print("-" * len(header))
     shown: set[str] = set()
     for s in summary:
-        if density_free(s["compressor"]):  # one row: its message ignores the density
+        if not takes_density(s["compressor"]):  # one row: its message ignores the density
             if s["compressor"] in shown:
                 continue
             shown.add(s["compressor"])
@@ -144,20 +141,20 @@ def run(args: argparse.Namespace) -> int:
     names = parse_compressors(args.compressors)
     densities = parse_list(args.densities, parse_density)
     bucket_bytes = first_bucket_bytes = None
-    if args.first_bucket_mb is not None and args.bucket_mb is None:
-        raise ValueError("--first-bucket-mb needs --bucket-mb")
-    for flag, value in (("--bucket-mb", args.bucket_mb), ("--first-bucket-mb", args.first_bucket_mb)):
-        if value is not None and not value > 0:
-            raise ValueError(f"invalid {flag} {value}: must be > 0 MiB")
-    if args.bucket_mb is not None:
-        bucket_bytes = bucket_caps(args.bucket_mb)[1]
-        first_bucket_bytes = bucket_caps(args.first_bucket_mb or args.bucket_mb)[0]
+    if args.first_bucket is not None and args.bucket_cap is None:
+        raise ValueError("--first-bucket needs --bucket-cap")
+    for flag, value in (("--bucket-cap", args.bucket_cap), ("--first-bucket", args.first_bucket)):
+        if value is not None and not parse_bytes(value) > 0:
+            raise ValueError(f"invalid {flag} {value}: must be > 0 bytes")
+    if args.bucket_cap is not None:
+        bucket_bytes = parse_bytes(args.bucket_cap)
+        first_bucket_bytes = parse_bytes(args.first_bucket or args.bucket_cap)
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"invalid --threads {args.threads}: must be >= 1")
     if args.rank is not None and args.rank < 1:
         raise ValueError(f"invalid --rank {args.rank}: must be >= 1")
     options = {"powersgd": {"rank": args.rank}} if args.rank is not None else {}
-    trace = replay.check(args.trace, names, densities, device=args.device, bucket_bytes=bucket_bytes,
+    trace = replay.check(args.trace, names, densities, device=args.run_on, bucket_bytes=bucket_bytes,
                           first_bucket_bytes=first_bucket_bytes, options=options)
     with Store(args.store) as store, tqdm(desc="replay", unit="call", file=sys.stderr, disable=None) as bar:
 
@@ -165,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
             bar.total = total
             bar.update(done - bar.n)
 
-        done = replay.run(store, trace, names, densities, device=args.device, error_feedback=args.error_feedback,
+        done = replay.run(store, trace, names, densities, device=args.run_on, error_feedback=args.error_feedback,
                           bucket_bytes=bucket_bytes, first_bucket_bytes=first_bucket_bytes,
                           options=options, threads=args.threads, progress=progress)
         rows = replay.stored_rows(store, done.replay_id, args.error_feedback, names, densities) if args.json else []
@@ -178,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"replay {done.replay_id} of {trace.path} ({trace.workers} workers x {len(trace.iterations)} iterations, "
             f"{done.calls // (trace.workers * len(trace.iterations))} bucket(s), error feedback "
-            f"{'on' if args.error_feedback else 'off'}, {device_identity(args.device)}); store {args.store}"
+            f"{'on' if args.error_feedback else 'off'}, {device_identity(args.run_on)}); store {args.store}"
         )
         _print_table(done.summary)
     return 0

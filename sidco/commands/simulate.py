@@ -11,14 +11,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import simulator
-from simulator import devices, throughput
 from pipeline import project as projection
+from pipeline.catalog import (BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES, Workload,
+                              check_output_path, devices, takes_density, write_chrome_trace)
 from results.store import Store
-from sidco.commands import COMMANDS, add_store_argument
-from simulator.scenario import COMPRESS_ON, TOPOLOGIES
-from simulator.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
-from simulator.workload import BUCKET_MODES
+from sidco.commands import COMMANDS, add_calibration_argument, add_store_argument
+from units import check_density, format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
 
 
 def positive_int(text: str, name: str) -> int:
@@ -39,11 +37,12 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
     source.add_argument("--layout", metavar="NAME",
                         help="full-size layout instead of a trace: resnet50, vgg16, vgg19, bert-base, bert-large, gpt2")
     parser.add_argument("--device", metavar="NAME",
-                        help="device each worker has: " + ", ".join(devices.names()) + ". Layouts compute by the "
-                             "rule fitted to published GPU training throughput (default a100; docs/devices.md); a "
-                             "trace captured on another device is projected onto it (default: the trace's own). "
-                             "Compression costs: --profile, else this trace's replays on it, else its measured "
-                             "profile, else the cost model")
+                        help="the modelled device each worker has: " + ", ".join(devices.names()) + " (default: "
+                             "a100 for a layout, the device a trace was captured on for a trace). Layouts compute "
+                             "by the rule fitted to published GPU training throughput (docs/devices.md); a trace "
+                             "captured on another device is projected onto it. Compression costs: --profile, else "
+                             "this trace's replays on it, else its measured profile, else the cost model. The torch "
+                             "device code runs on is --run-on (replay, profile, bench, capture, converge)")
     add_precision_arg(parser)
     parser.add_argument("--profile", metavar="FILE",
                         help="compression costs measured elsewhere: JSON {device, source, rows: [{compressor, "
@@ -56,7 +55,7 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
 
 def add_precision_arg(parser: argparse.ArgumentParser) -> None:
     """``--precision fp32|tf32|amp`` (default amp): what a projection onto a device computes in."""
-    parser.add_argument("--precision", choices=throughput.PRECISIONS, default=throughput.DEFAULT_PRECISION,
+    parser.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
                         help="what the modelled device trains in: fp32, tf32 (fp32 where there are no TF32 units, "
                              "e.g. V100), amp (default: mixed precision, fp16 tensor cores on a V100, bf16 on an "
                              "A100 and later)")
@@ -64,7 +63,7 @@ def add_precision_arg(parser: argparse.ArgumentParser) -> None:
 
 def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     """Options shared by simulate and sweep (everything except the swept axes)."""
-    parser.add_argument("--fidelity", choices=simulator.FIDELITIES,
+    parser.add_argument("--fidelity", choices=FIDELITIES,
                         help="analytic (closed forms) or des (SimPy + link-level messages)")
     parser.add_argument("--bucket-mode", choices=BUCKET_MODES, default="ddp",
                         help="ddp buckets (default), single (whole model, as the SIDCo paper), layer")
@@ -92,13 +91,12 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--straggler-slowdown", type=float, default=1.5,
                         help="compute-time factor of a straggler (default 1.5)")
     parser.add_argument("--seed", type=int, default=0, help="seed of jitter and stragglers (default 0)")
-    parser.add_argument("--calibration", action="store_true",
-                        help="apply the latest calibration (α, efficiency) of the results store")
+    add_calibration_argument(parser)
     add_store_argument(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
 
 
-def parse_jitter(text: str, workload: simulator.Workload) -> float:
+def parse_jitter(text: str, workload: Workload) -> float:
     """``--jitter``: a coefficient of variation ≥ 0, or ``trace`` (the workload's measured one)."""
     if str(text).strip() == "trace":
         return workload.compute_cv
@@ -111,7 +109,7 @@ def parse_jitter(text: str, workload: simulator.Workload) -> float:
     return value
 
 
-def scenario_options(args: argparse.Namespace, workload: simulator.Workload) -> dict[str, Any]:
+def scenario_options(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:
     """Scenario keyword arguments from the shared options (units parsed strictly)."""
     return {
         "bucket_mode": args.bucket_mode,
@@ -143,20 +141,13 @@ def check_scenario_args(args: argparse.Namespace, nodes: int, bandwidth_bps: flo
         source = parse_source(args, None)[0]
     workload = projection.workload(source)
     options = scenario_options(args, workload)
-    simulator.Scenario(workload, nodes, bandwidth_bps, latency_s, topology=args.topology, fidelity=args.fidelity,
-                       **options)
+    projection.check_options(workload, nodes, bandwidth_bps, latency_s, args.topology, args.fidelity, options)
     return options
 
 
 def parse_device(text: str | None) -> str | None:
-    """``--device``: a known device name (lower case), ``cuda``/``cuda:N`` (costs from replays
-    and profiles only), or ``None``."""
-    if text is None:
-        return None
-    name = text.strip().lower()
-    if name.split(":")[0] == "cuda":
-        return name
-    return devices.get(name).name
+    """``--device``: a known device name (lower case), or ``None``."""
+    return None if text is None else devices.get(text).name
 
 
 def parse_source(args: argparse.Namespace, store: Store | None) -> tuple[projection.Source, str]:
@@ -165,10 +156,8 @@ def parse_source(args: argparse.Namespace, store: Store | None) -> tuple[project
     if args.trace:
         if args.device_flops is not None:
             raise ValueError("--device-flops applies to layouts; a trace is projected with --device")
-        if device is not None and device.startswith("cuda"):
-            raise ValueError(f"--device {device}: name the GPU ({', '.join(devices.names()[1:])}) to project onto")
         source = projection.trace_source(store, path=args.trace, device=device, precision=args.precision)
-        return source, device or projection.default_device(source)
+        return source, projection.default_device(source, device)
     flops = None
     if args.device_flops is not None:
         try:
@@ -177,12 +166,10 @@ def parse_source(args: argparse.Namespace, store: Store | None) -> tuple[project
             raise ValueError(f"invalid --device-flops {args.device_flops!r}: give FLOP/s, e.g. 100e12") from None
         if not flops > 0:
             raise ValueError(f"invalid --device-flops {args.device_flops!r}: must be > 0")
-    if device is not None and device.startswith("cuda"):
-        raise ValueError(f"--device {device}: a layout needs a known device ({', '.join(devices.names())})")
     batch = positive_int(args.batch_size, "--batch-size")
     source = projection.layout_source(args.layout, device=device or projection.DEFAULT_LAYOUT_DEVICE,
                                       device_flops_per_s=flops, batch_size=batch, precision=args.precision)
-    return source, device or projection.default_device(source)
+    return source, projection.default_device(source, device)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -241,29 +228,28 @@ def run(args: argparse.Namespace) -> int:
     nodes = positive_int(args.nodes, "--nodes")
     bandwidth = parse_bandwidth(args.bandwidth)
     latency = parse_duration(args.latency)
-    if args.density is not None and not 0 < args.density <= 1:
-        raise ValueError(f"invalid --density {args.density}: must be in (0, 1]")
+    if args.density is not None:
+        check_density(args.density, "invalid --density:")
     projection.check_compressors([args.compressor])
     if args.density is None and args.compressor != "none":
-        import compressors
-
-        if compressors.message_kind(args.compressor) == "sparse":
+        if takes_density(args.compressor):
             raise ValueError(f"--density is needed with --compressor {args.compressor}")
         args.density = 1.0  # dense casts and PowerSGD send what their dtype or rank sets
     if args.timeline:
-        simulator.check_output_path(args.timeline)
+        check_output_path(args.timeline)
     options = check_scenario_args(args, nodes, bandwidth, latency)
+    projection.parse_calibration(args.calibration)
     with Store(args.store) as store:
         source, device = parse_source(args, store)
         options = {**options, "rank": positive_int(args.rank, "--rank")}
         cluster = projection.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
         (result,) = projection.project(
             store, source, cluster, [args.compressor], args.density, device=device, profile_file=args.profile,
-            calibrated=args.calibration, calibration_required=True, timeline=bool(args.timeline),
+            calibration_choice=projection.parse_calibration(args.calibration), timeline=bool(args.timeline),
         )
     if args.timeline:
         meta = {"compressor": args.compressor, "nodes": nodes, "fidelity": args.fidelity}
-        simulator.write_chrome_trace(args.timeline, result["timeline"], meta)
+        write_chrome_trace(args.timeline, result["timeline"], meta)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:

@@ -19,18 +19,14 @@ from typing import Any
 from tqdm import tqdm
 
 import pipeline.sweep
+from pipeline.catalog import TOPOLOGIES, Grid, check_jobs, check_target, compressor_names, local_pool, target_text
+from pipeline.project import parse_calibration, workload
 from pipeline.verdict import names_text
-from pipeline.project import workload
-from convergence.tta import check_target, target_text
 from pipeline.tta import label, resolve, sweep_time_to_target, trace_path
 from results.store import Store
 from sidco.commands.tta import add_target_args
 from sidco.commands.simulate import add_scenario_args, add_source_args, parse_source, positive_int, scenario_options
-from simulator.limits import check_jobs
-from simulator.pool import local_pool
-from simulator.scenario import TOPOLOGIES
-from simulator.sweep import Grid
-from simulator.units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
+from units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
 from sidco.commands import COMMANDS
 
 MAX_CHUNK_SIZE = 100_000
@@ -78,9 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def parse_grid(args: argparse.Namespace) -> Grid:
     """The sweep axes from the command line (strict units)."""
-    import compressors
-
-    names = compressors.names() if args.compressors.strip() == "all" else parse_list(args.compressors, str)
+    names = compressor_names() if args.compressors.strip() == "all" else parse_list(args.compressors, str)
     return pipeline.sweep.grid(
         nodes=parse_list(args.nodes, lambda t: positive_int(t, "--nodes")),
         bandwidths_bps=parse_list(args.bandwidth, parse_bandwidth),
@@ -163,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
     chunk_size = positive_int(args.chunk_size, "--chunk-size")
     if chunk_size > MAX_CHUNK_SIZE:
         raise ValueError(f"--chunk-size {chunk_size} is too large (at most {MAX_CHUNK_SIZE:,} scenarios per task)")
+    calibration = parse_calibration(args.calibration)
     with Store(args.store) as store:
         source, device = parse_source(args, store)
         options = scenario_options(args, workload(source))
@@ -179,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
             with make_executor(args.dask, jobs) as (executor, slots):
                 done = pipeline.sweep.run(
                     store, source, grid, executor, fidelity=args.fidelity, options=options,
-                    calibrated=args.calibration, device=device, profile_file=args.profile,
+                    calibration_choice=calibration, device=device, profile_file=args.profile,
                     chunk_size=chunk_size,
                     in_flight=2 * slots, started=started, progress=progress,
                 )

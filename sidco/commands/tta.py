@@ -6,13 +6,13 @@ import argparse
 import json
 from typing import Any
 
-from convergence.tta import check_target, target_text
 from pipeline import project
-from pipeline.tta import label, resolve, time_to_accuracy, trace_path
+from pipeline.catalog import TOPOLOGIES, check_target, load_curves, target_text
+from pipeline.project import check_compressors
+from pipeline.tta import curves_time_to_accuracy, label, resolve, time_to_accuracy, trace_path
 from results.store import Store
-from sidco.commands.simulate import add_precision_arg, add_scenario_args, positive_int, scenario_options
-from simulator.scenario import TOPOLOGIES
-from simulator.units import format_bandwidth, format_seconds, parse_bandwidth, parse_duration
+from sidco.commands.simulate import add_scenario_args, add_source_args, parse_source, positive_int, scenario_options
+from units import format_bandwidth, format_seconds, parse_bandwidth, parse_duration
 from sidco.commands import COMMANDS
 
 
@@ -31,26 +31,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tta",
         help=COMMANDS["tta"],
         description=(
-            "For every (compressor, density) of a convergence run (sidco converge): the iterations it needed "
-            "to reach the target (first held-out evaluation at or past it), the projected time of one "
-            "iteration on --nodes machines with --bandwidth links (the simulator, with compute from the "
-            "run's trace and compression costs from its replay), and their product, the time to target "
-            "(seconds). A run that never reaches the target gets null and the reason. Prints the winner "
-            "and its margin over the runner-up."
+            "For every (compressor, density) of a convergence run (sidco converge; every seed of its "
+            "configuration) or of curves measured elsewhere (--curves): the iterations it needed to reach the "
+            "target (first held-out evaluation at or past it; mean and spread over the seeds), the projected "
+            "time of one iteration on --nodes machines of --device with --bandwidth links (the projection of "
+            "sidco simulate --trace ... --device: compute of the trace projected onto the device, compression "
+            "costs by the one cost policy), and their product, the time to target (seconds). A run that never "
+            "reaches the target gets null and the reason. Names the winner only when its margin over the "
+            "runner-up exceeds both the seed spread and the projection's error band; otherwise says 'too close "
+            "to call' and why."
         ),
         allow_abbrev=False,
     )
     parser.add_argument("--convergence", default="latest", metavar="ID|latest",
-                        help="convergence run id, or latest (default)")
+                        help="convergence run id, or latest (default); its trace is the workload")
+    parser.add_argument("--curves", metavar="FILE",
+                        help='curves from your own training instead of a convergence run: JSON {"source", "rows": '
+                             '[{compressor, density, iteration, loss, accuracy[, eval_loss, seed]}]} or the same '
+                             "columns as CSV (sidco converge --json writes it); the workload whose iteration is "
+                             "projected is --trace or --layout")
     parser.add_argument("--nodes", required=True, help="machines (an integer >= 1)")
     parser.add_argument("--bandwidth", required=True, help="NIC bandwidth per direction, e.g. 1Gbit or 1.25GB/s")
     parser.add_argument("--latency", default="50us", help="per-message latency, e.g. 50us (default 50us)")
     parser.add_argument("--topology", choices=TOPOLOGIES, default="ring",
                         help="ring (default), halving-doubling, tree, ps, hierarchical")
-    parser.add_argument("--device", default="cpu", metavar="NAME",
-                        help="device whose compression costs the projection uses: the run's replay on it, else its "
-                             "stored profile (default cpu)")
-    add_precision_arg(parser)
+    add_source_args(parser, required=False)
     add_target_args(parser)
     add_scenario_args(parser)
     parser.set_defaults(func=run, fidelity="analytic")
@@ -60,40 +65,65 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else format_seconds(value)
 
 
+def _iterations(row: dict[str, Any]) -> str:
+    if row["iterations_to_target"] is None:
+        return "-"
+    if row["iterations_spread"] is None:
+        return f"{row['iterations_to_target']:g}"
+    return f"{row['iterations_to_target']:.4g} ± {row['iterations_spread']:.2g}"
+
+
+def _time(row: dict[str, Any]) -> str:
+    if row["time_to_target_s"] is None:
+        return "-"
+    text = _seconds(row["time_to_target_s"])
+    return text if row["time_spread_s"] is None else f"{text} ± {_seconds(row['time_spread_s'])}"
+
+
 def print_result(result: dict[str, Any]) -> None:
-    """The time-to-target table, the winner and its margin, in text."""
+    """The time-to-target table, the verdict and its margin, in text."""
     cluster = result["cluster"]
     target = target_text(result["target"]["accuracy"], result["target"]["loss"])
-    print(f"convergence {result['convergence_id']} ({result['workload']}, trained with {result['workers_trained']} "
-          f"workers) on {cluster['nodes']} nodes, {format_bandwidth(cluster['bandwidth_bps'])}, "
-          f"{format_seconds(cluster['latency_s'])} latency, {cluster['topology']}, {cluster['fidelity']}; "
-          f"target: {target}")
-    header = f"{'compressor':<10} {'density':>8} {'iterations':>10} {'iteration':>11} {'time to target':>15}  note"
+    what = (f"curves {result['curves_source']} ({result['workload']})" if "curves_source" in result else
+            f"convergence {result['convergence_id']} ({result['workload']}, trained with {result['workers_trained']} "
+            f"workers)")
+    print(f"{what}, {result['seeds']} seed(s), on {cluster['nodes']} x {result['device']} ({result['precision']}), "
+          f"{format_bandwidth(cluster['bandwidth_bps'])}, {format_seconds(cluster['latency_s'])} latency, "
+          f"{cluster['topology']}, {cluster['fidelity']}; target: {target}")
+    header = f"{'compressor':<10} {'density':>8} {'iterations':>14} {'iteration':>11} {'time to target':>22}  note"
     print(header)
     print("-" * len(header))
     for row in result["rows"]:
-        iterations = "-" if row["iterations_to_target"] is None else str(row["iterations_to_target"])
-        print(f"{row['compressor']:<10} {row['density']:>8g} {iterations:>10} {_seconds(row['iteration_s']):>11} "
-              f"{_seconds(row['time_to_target_s']):>15}  {row['reason'] or ''}")
+        print(f"{row['compressor']:<10} {row['density']:>8g} {_iterations(row):>14} {_seconds(row['iteration_s']):>11} "
+              f"{_time(row):>22}  {row['reason'] or ''}")
     sources = "; ".join(f"{name}: {source}" for name, source in sorted(result["cost_sources"].items()))
-    print(f"iterations = to the first evaluation at the target; iteration = projected seconds per iteration "
-          f"(device {result['device']}); compression costs: {sources or 'none needed'}")
-    if result["workers_trained"] != cluster["nodes"]:
+    print("iterations = to the first evaluation at the target (mean ± sample standard deviation over the seeds); "
+          f"iteration = projected seconds per iteration on {result['device']}; compute: {result['compute_source']}; "
+          f"compression costs: {sources or 'none needed'}")
+    if result.get("workers_trained") not in (None, cluster["nodes"]):
         print(f"note: the run trained with {result['workers_trained']} workers (global batch "
               f"{result['workers_trained']} x per-worker batch); the projection assumes the same iterations "
               f"on {cluster['nodes']} nodes")
-    winner = result["winner"]
+    winner, leader, runner = result["winner"], result["leader"], result["runner_up"]
     if winner is None:
-        print(f"winner: none ({result['reason']})")
+        if leader is None:
+            print(f"winner: none ({result['reason']})")
+        else:
+            print(f"winner: not named, {result['reason']} (leader {label(leader['compressor'], leader['density'])} "
+                  f"{_seconds(leader['time_to_target_s'])}, runner-up {label(runner['compressor'], runner['density'])} "
+                  f"{_seconds(runner['time_to_target_s'])})")
         return
     line = f"winner: {label(winner['compressor'], winner['density'])} reaches {target} in {_seconds(winner['time_to_target_s'])}"
-    runner = result["runner_up"]
     if runner is not None:
         line += (f", {_seconds(result['margin_s'])} ({result['margin_ratio']:.2f}x) ahead of "
                  f"{label(runner['compressor'], runner['density'])}")
-        if result.get("within_error"):
-            line += ": within the model's error (their time bands overlap)"
+        if result["seed_spread_s"] is not None:
+            line += f", beyond the seed spread ({_seconds(result['seed_spread_s'])})"
+        if result["band_s"] is not None:
+            line += f" and the projection's error band ({_seconds(result['band_s'])})"
     print(line)
+    if result["caveat"]:
+        print(f"caveat: {result['caveat']}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,17 +132,30 @@ def run(args: argparse.Namespace) -> int:
     nodes = positive_int(args.nodes, "--nodes")
     bandwidth = parse_bandwidth(args.bandwidth)
     latency = parse_duration(args.latency)
+    if args.curves is None and (args.trace or args.layout):
+        raise ValueError("--trace/--layout name the workload of --curves; a convergence run's trace is its own")
+    if args.curves is not None and not (args.trace or args.layout):
+        raise ValueError("--curves needs the workload to project: --trace DIR or --layout NAME")
+    curves = load_curves(args.curves) if args.curves is not None else None
+    if curves is not None:
+        check_compressors(list(dict.fromkeys(r["compressor"] for r in curves["rows"])))
+    calibration = project.parse_calibration(args.calibration)
     with Store(args.store) as store:
-        run_row = resolve(store, args.convergence)
-        source = project.trace_source(store, path=trace_path(store, run_row))
+        if curves is None:
+            args.trace = trace_path(store, resolve(store, args.convergence))
+        source, device = parse_source(args, store)
         options = scenario_options(args, project.workload(source))
         cluster = project.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
-        result = time_to_accuracy(store, run_row["id"], target_accuracy=args.target_accuracy,
-                                  target_loss=args.target_loss, cluster=cluster, device=args.device,
-                                  calibrated=args.calibration, precision=args.precision)
+        targets = {"target_accuracy": args.target_accuracy, "target_loss": args.target_loss}
+        if curves is None:
+            result = time_to_accuracy(store, args.convergence, cluster=cluster, device=device,
+                                      calibration_choice=calibration, profile_file=args.profile,
+                                      precision=args.precision, **targets)
+        else:
+            result = curves_time_to_accuracy(store, curves, source, cluster=cluster, device=device,
+                                             calibration_choice=calibration, profile_file=args.profile, **targets)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
         print_result(result)
     return 0
-

@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from dashboard import data, figures, fits, projection, sweep_runner
+from dashboard import data, figures, projection, sweep_runner
+from pipeline import fits
 from benchmarks.dashboard_bench import fill, time_page
 from dashboard.export import figure_csv, figure_html
 from results.store import Store

@@ -19,7 +19,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from traces.workloads.data import ImageData, TextData, heldout, shard
+import functools
+from pathlib import Path
+
+from traces.workloads.data import DataSource, ImageData, TextData, heldout, shard
 from traces.workloads.models import GPTDecoder, LSTMLanguageModel, ResNetCifar, VGGCifar
 
 NAMES = ("resnet20", "vgg16", "lstm", "transformer")
@@ -27,21 +30,69 @@ NAMES = ("resnet20", "vgg16", "lstm", "transformer")
 
 @dataclass(frozen=True)
 class Spec:
-    """Defaults of one workload (sizes chosen to train quickly on a 2-core CPU)."""
+    """Defaults of one workload (sizes chosen to train quickly on a 2-core CPU); ``data``: its
+    default data (:func:`data_source`)."""
 
     kind: str  # "image" or "text"
     width: float
     batch_size: int  # samples per worker per step
     lr: float  # SGD learning rate
     options: dict[str, Any] = field(default_factory=dict)
+    data: str = "synthetic"
 
 
 SPECS: dict[str, Spec] = {
     "resnet20": Spec("image", 1.0, 32, 0.05),
     "vgg16": Spec("image", 0.25, 32, 0.02),
-    "lstm": Spec("text", 1.0, 20, 1.0, {"vocab": 2000, "seq_len": 35}),
-    "transformer": Spec("text", 1.0, 16, 0.1, {"vocab": 2000, "seq_len": 64}),
+    "lstm": Spec("text", 1.0, 20, 1.0, {"vocab": 2000, "seq_len": 35}, "pydoc"),
+    "transformer": Spec("text", 1.0, 16, 0.1, {"vocab": 2000, "seq_len": 64}, "pydoc"),
 }
+
+DATA_CHOICES = ("synthetic", "pydoc")
+"""Built-in data names; anything else given as ``data`` is a path."""
+
+
+@functools.lru_cache(maxsize=8)
+def _text_corpus(data: str, vocab: int, seq_len: int, seed: int) -> DataSource:
+    from traces.workloads import corpus
+
+    if data == "pydoc":
+        train, held = corpus.pydoc_texts()
+        return corpus.TextCorpus(train, held, vocab=vocab, seq_len=seq_len, seed=seed, name="pydoc_data.topics")
+    train, held = corpus.file_texts(data)
+    return corpus.TextCorpus(train, held, vocab=vocab, seq_len=seq_len, seed=seed, name=data)
+
+
+@functools.lru_cache(maxsize=2)
+def _cifar(directory: str, seed: int) -> DataSource:
+    from traces.workloads.cifar import CifarData
+
+    return CifarData(directory, seed=seed)
+
+
+def data_source(name: str, data: str | None = None, seed: int = 0) -> DataSource:
+    """The data workload ``name`` trains on: ``data`` ``None`` (the workload's default:
+    ``synthetic`` for images, ``pydoc`` for text), ``synthetic`` (seeded class templates / Markov
+    chain, :mod:`traces.workloads.data`), ``pydoc`` (text: the CPython documentation,
+    :mod:`traces.workloads.corpus`) or a path: a CIFAR-10 python directory for image workloads
+    (:mod:`traces.workloads.cifar`), a UTF-8 text file for text workloads. ``ValueError`` (one
+    line) for a path that does not fit the workload or a file that does not fit its format."""
+    spec = SPECS[name]
+    data = spec.data if data is None else str(data)
+    if data == "synthetic":
+        if spec.kind == "image":
+            return ImageData(seed=seed)
+        return TextData(vocab=spec.options["vocab"], seq_len=spec.options["seq_len"], seed=seed)
+    if spec.kind == "image":
+        if data == "pydoc":
+            raise ValueError(f"--data pydoc is text; {name} is an image workload (synthetic or a CIFAR-10 directory)")
+        if not Path(data).is_dir():
+            raise ValueError(f"--data {data}: {name} needs a CIFAR-10 python directory (data_batch_1..5, test_batch)")
+        return _cifar(str(Path(data).resolve()), seed)
+    if data != "pydoc" and Path(data).is_dir():
+        raise ValueError(f"--data {data}: {name} is a text workload; give a UTF-8 text file")
+    path = data if data == "pydoc" else str(Path(data).resolve())
+    return _text_corpus(path, spec.options["vocab"], spec.options["seq_len"], seed)
 
 
 def _text_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -57,10 +108,11 @@ class Workload:
 
     Attributes: ``name``, ``model`` (``nn.Module`` on ``device``), ``batch_size``
     (samples per worker per step), ``lr`` (suggested SGD learning rate), ``seed``,
-    ``width``, ``device``.
+    ``width``, ``device``, ``data`` (:func:`data_source`) and ``data_name`` (what it was built from).
     """
 
-    def __init__(self, name: str, *, width: float, batch_size: int, lr: float, seed: int, device: str | torch.device) -> None:
+    def __init__(self, name: str, *, width: float, batch_size: int, lr: float, seed: int, device: str | torch.device,
+                 data: str | None = None) -> None:
         spec = SPECS[name]
         self.name = name
         self.width = width
@@ -68,13 +120,10 @@ class Workload:
         self.lr = lr
         self.seed = seed
         self.device = torch.device(device)
+        self.data: DataSource = data_source(name, data, seed)
+        self.data_name = spec.data if data is None else str(data)
         self.model = self.build_model()
-        if spec.kind == "image":
-            self.data: ImageData | TextData = ImageData(seed=seed)
-            self.loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = _image_loss
-        else:
-            self.data = TextData(vocab=spec.options["vocab"], seq_len=spec.options["seq_len"], seed=seed)
-            self.loss = _text_loss
+        self.loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = _image_loss if spec.kind == "image" else _text_loss
 
     def build_model(self, device: str | torch.device | None = None) -> nn.Module:
         """A fresh model with parameters drawn from ``seed`` (same on every call and every rank)."""
@@ -132,8 +181,10 @@ def build(
     lr: float | None = None,
     seed: int = 0,
     device: str | torch.device = "cpu",
+    data: str | None = None,
 ) -> Workload:
-    """Build workload ``name`` (one of :data:`NAMES`); unspecified knobs take the CPU-friendly defaults."""
+    """Build workload ``name`` (one of :data:`NAMES`) on ``data`` (:func:`data_source`);
+    unspecified knobs take the CPU-friendly defaults."""
     if name not in SPECS:
         raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(NAMES)}")
     spec = SPECS[name]
@@ -146,4 +197,4 @@ def build(
     lr = spec.lr if lr is None else float(lr)
     if not lr > 0:
         raise ValueError(f"learning rate must be > 0, got {lr}")
-    return Workload(name, width=width, batch_size=batch_size, lr=lr, seed=seed, device=device)
+    return Workload(name, width=width, batch_size=batch_size, lr=lr, seed=seed, device=device, data=data)

@@ -5,7 +5,7 @@ Each (compressor, density, size) runs with the memory training gives it
 thresholds and residuals move as they do between iterations, and each call finds its gradient and
 its output evicted, as after a backward pass), after ``warmup`` untimed calls (adaptive SIDCo settles its stage
 count), timing ``repeats`` calls device-synchronised (on a CPU with one thread by the process's
-CPU time, :func:`simulator.devices.host_clock`, so that other work on a shared machine does not
+CPU time, :func:`measuring.host.host_clock`, so that other work on a shared machine does not
 inflate them). Rows keep the median call as ``compress_s``/``decompress_s`` (a call that ran:
 the typical cost, fresh-page faults and data-dependent loops included as often as they occur;
 the fastest call skips them when it is lucky) and add the fastest and the slowest. Every call is
@@ -37,6 +37,7 @@ import compressors
 from compressors import work as declared
 from compressors.ddp import trains_with_error_feedback
 from compressors.samples import gradient_like
+from measuring.host import MMAP_THRESHOLD_BYTES, host_cache_bytes, host_clock
 from simulator import devices
 from simulator.costmodel import backend_on
 from simulator.device_profile import DeviceProfile
@@ -98,7 +99,7 @@ def rotation(numel: int, dev: torch.device) -> int:
     one bucket), at every size."""
     if dev.type != "cpu":
         return 3
-    return max(3, math.ceil(2 * devices.host_cache_bytes() / (4 * numel)))
+    return max(3, math.ceil(2 * host_cache_bytes() / (4 * numel)))
 
 
 def settle_heap() -> None:
@@ -108,7 +109,7 @@ def settle_heap() -> None:
     process, where even a 2 MiB buffer takes fresh pages on every call). From then on a fresh
     buffer under 32 MiB is reused from the heap and one of 32 MiB or more is mapped anew each
     time: the rule of the cost model (``alloc_threshold_bytes``)."""
-    block = torch.empty((devices.MMAP_THRESHOLD_BYTES - (1 << 16)) // 4)
+    block = torch.empty((MMAP_THRESHOLD_BYTES - (1 << 16)) // 4)
     del block
 
 
@@ -224,7 +225,7 @@ def measure_size(device: str, numel: int, plan: Sequence[tuple[str, float]], war
     memory training gives it, ``warmup`` untimed calls then ``repeats`` timed ones."""
     dev = torch_device(device)
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
-    clock = time.perf_counter if dev.type == "cuda" else devices.host_clock()
+    clock = time.perf_counter if dev.type == "cuda" else host_clock()
     if dev.type == "cpu":
         settle_heap()
     count = rotation(numel, dev)
@@ -272,14 +273,14 @@ CHILD_LINE = "sidco-profile "
 
 def _size_in_child(device: str, numel: int, plan: Sequence[tuple[str, float]], warmup: int, repeats: int,
                    progress: Callable[[str], None] | None, on_row: Callable[[dict[str, Any]], None]) -> None:
-    """:func:`measure_size` in a fresh Python process (``python -m simulator.profiling``, this
+    """:func:`measure_size` in a fresh Python process (``python -m measuring.profiling``, this
     process's thread count; the CPUs it may use are inherited), passing its progress and rows on as
     they come, one JSON line each; ChildProcessError (an OSError: the CLI's one-line error) when it
     fails or dies (the rows it sent before are kept)."""
     job = {"device": device, "numel": numel, "plan": list(plan), "warmup": warmup, "repeats": repeats,
            "threads": torch.get_num_threads()}
     errors = tempfile.TemporaryFile(mode="w+")
-    child = subprocess.Popen([sys.executable, "-m", "simulator.profiling", json.dumps(job)],
+    child = subprocess.Popen([sys.executable, "-m", "measuring.profiling", json.dumps(job)],
                              stdout=subprocess.PIPE, stderr=errors, text=True)
     failure = None
     try:

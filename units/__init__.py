@@ -14,6 +14,7 @@ in durations, where ``ms`` is milliseconds):
 
 from __future__ import annotations
 
+import numbers
 import re
 
 _NUMBER = r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
@@ -103,12 +104,20 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds * 1e9:.3g} ns"
 
 
+def check_density(value: object, what: str = "density") -> float:
+    """The one density rule: a target density (the fraction of elements sent) is a real number in
+    (0, 1]. Returns it as a float; ``ValueError`` naming ``what`` otherwise (NaN and ±inf fail)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{what} must be a number in (0, 1], got {value!r}")
+    if not 0 < float(value) <= 1:
+        raise ValueError(f"{what} must be in (0, 1], got {value!r}")
+    return float(value)
+
+
 def parse_density(text: str) -> float:
     """Parse a target density: the fraction of elements sent, a number in (0, 1]."""
     try:
         value = float(text)
     except ValueError:
         raise ValueError(f"invalid density {text!r}: give a fraction in (0, 1], e.g. 0.01") from None
-    if not 0 < value <= 1:
-        raise ValueError(f"invalid density {text!r}: must be in (0, 1]")
-    return value
+    return check_density(value, f"invalid density {text!r}:")

@@ -1,0 +1,69 @@
+"""What the layers below offer the front doors: names to choose from, their checks and readers.
+
+The doors (``sidco``, the dashboard) import the pipeline, the store and :mod:`units` only
+(``tests/test_architecture.py``); the names here are the library's own, re-exported once.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_FROM: dict[str, tuple[str, str]] = {
+    "takes_density": ("compressors", "takes_density"),
+    "compressor_names": ("compressors", "names"),
+    "device_identity": ("compressors.machine", "device_identity"),
+    "RunConfig": ("convergence", "RunConfig"),
+    "curves_document": ("convergence.curves", "document"),
+    "load_curves": ("convergence.curves", "load"),
+    "check_target": ("convergence.tta", "check_target"),
+    "target_text": ("convergence.tta", "target_text"),
+    "COLLECTIVES": ("emulation.collectives", "OPS"),
+    "remove_stale": ("emulation.network", "remove_stale"),
+    "require_emulation": ("emulation.network", "require_emulation"),
+    "check_training_request": ("emulation.training", "check_request"),
+    "FIDELITIES": ("simulator", "FIDELITIES"),
+    "Workload": ("simulator", "Workload"),
+    "check_output_path": ("simulator", "check_output_path"),
+    "chrome_trace": ("simulator", "chrome_trace"),
+    "devices": ("simulator", "devices"),
+    "write_chrome_trace": ("simulator", "write_chrome_trace"),
+    "JOB_BYTES": ("simulator.limits", "JOB_BYTES"),
+    "MESSAGE_BUDGET": ("simulator.limits", "MESSAGE_BUDGET"),
+    "check_jobs": ("simulator.limits", "check_jobs"),
+    "max_jobs": ("simulator.limits", "max_jobs"),
+    "local_pool": ("simulator.pool", "local_pool"),
+    "COMPRESS_ON": ("simulator.scenario", "COMPRESS_ON"),
+    "TOPOLOGIES": ("simulator.scenario", "TOPOLOGIES"),
+    "Grid": ("simulator.sweep", "Grid"),
+    "DEFAULT_PRECISION": ("simulator.throughput", "DEFAULT_PRECISION"),
+    "PRECISIONS": ("simulator.throughput", "PRECISIONS"),
+    "BUCKET_MODES": ("simulator.workload", "BUCKET_MODES"),
+    "open_trace": ("traces", "open"),
+    "check_capture_request": ("traces.capture", "check_request"),
+    "layout_names": ("traces.layouts", "names"),
+    "data_source": ("traces.workloads", "data_source"),
+    "workload_names": ("traces.workloads", "names"),
+}
+"""Where each name comes from, imported on first use: the doors ask for a few of them per
+command, and most of the modules behind the others import torch (``sidco --help`` and a layout
+projection need none of it)."""
+
+__all__ = [
+    "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",
+    "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "check_capture_request", "check_jobs",
+    "check_output_path", "check_target", "curves_document", "data_source", "load_curves", "check_training_request", "chrome_trace", "compressor_names",
+    "device_identity", "devices", "Grid", "layout_names", "local_pool", "max_jobs", "takes_density",
+    "open_trace", "remove_stale", "require_emulation", "RunConfig", "target_text", "Workload",
+    "workload_names", "write_chrome_trace",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM:
+        module, attr = _FROM[name]
+        loaded = importlib.import_module(module)
+        value = getattr(loaded, attr) if hasattr(loaded, attr) else importlib.import_module(f"{module}.{attr}")
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'pipeline.catalog' has no attribute {name!r}")
