@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from units import check_density
+
 COLUMNS = ("compressor", "density", "iteration", "loss", "accuracy")
 """The columns every row has."""
 OPTIONAL = ("eval_loss", "seed")
@@ -61,9 +63,7 @@ def check_row(row: Any, where: str) -> dict[str, Any]:
     compressor = row.get("compressor")
     if not isinstance(compressor, str) or not compressor:
         raise ValueError(f"{where}: compressor must be a name, got {compressor!r}")
-    density = _number(row, "density", where)
-    if not 0 < density <= 1:
-        raise ValueError(f"{where}: density must be in (0, 1], got {density:g}")
+    density = check_density(_number(row, "density", where), f"{where}: density")
     iteration = _integer(row, "iteration", where)
     if iteration < 1:
         raise ValueError(f"{where}: iteration must be >= 1, got {iteration}")

@@ -138,7 +138,7 @@ def train(
     model.train()
     optimizer = work.optimizer(model)
     params = [p for p in model.parameters() if p.requires_grad]
-    sent_density = float(density) if compressor != "none" and compressors.message_kind(compressor) == "sparse" else 1.0
+    sent_density = float(density) if compressors.takes_density(compressor) else 1.0
     options = {"rank": config.powersgd_rank, "start_iter": config.powersgd_start_iter} if compressor == "powersgd" else {}
     exchange = SimulatedWorkers(params, compressor, sent_density, config.workers,
                                 bucket_cap_bytes=config.bucket_cap_bytes, first_bucket_bytes=config.first_bucket_bytes,

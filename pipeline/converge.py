@@ -56,8 +56,8 @@ def pairs(names: Sequence[str], densities: Sequence[float]) -> list[tuple[str, f
         check_density(density, "invalid density:")
     result = [("none", 1.0)] if "none" in names else []
     others = [n for n in dict.fromkeys(names) if n != "none"]
-    result += [(n, 1.0) for n in others if compressors.message_kind(n) != "sparse"]
-    sparse = [n for n in others if compressors.message_kind(n) == "sparse"]
+    result += [(n, 1.0) for n in others if not compressors.takes_density(n)]
+    sparse = [n for n in others if compressors.takes_density(n)]
     if sparse and not densities:
         raise ValueError("give at least one density")
     result += [(n, float(d)) for n in sparse for d in dict.fromkeys(densities)]

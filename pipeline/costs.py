@@ -186,7 +186,7 @@ def read_profile_file(path: str | Path, device: str) -> dict[Key, CompressionCos
         detail = str(exc).splitlines()[0].removeprefix(f"{path}: ")
         raise ValueError(f"{path}: not a compression profile file ({detail})") from None
     file_device = given.device
-    costs = _fit(_profile_rows(given.rows), f"file {path.name}: {given.source}")
+    costs = _fit(_profile_rows(given.rows), f"file {path.name}: {given.source}") if given.rows else {}
     if not same_device(file_device, device):
         raise ValueError(f"{path}: profile is for device {file_device!r}, the projection is for {device!r}")
     return costs
@@ -267,10 +267,11 @@ UNMEASURED_COST_BAND = (0.5, 2.0)
 @functools.lru_cache(maxsize=8)
 def model_band(device: str) -> tuple[float, float]:
     """Factors on modelled compression costs on ``device`` spanning the model's measured error:
-    the range of measured ÷ modelled seconds (compress and decompress) over the rows of at
-    least 2²⁰ elements of the shipped profiles of this device (``published-<gpu>.json`` for a
-    GPU, this host's measured profile for ``cpu``); :data:`UNMEASURED_COST_BAND` where none is
-    shipped."""
+    the range of measured ÷ modelled seconds (compress and decompress) over the compressor rows
+    of at least 2²⁰ elements of the shipped profiles of this device (this host's measured profile
+    for ``cpu``; a GPU's ``published-<gpu>.json`` holds kernel rows only, which check bandwidth
+    and latencies, not the compressors' kernels, and do not narrow the band);
+    :data:`UNMEASURED_COST_BAND` where no compressor row is shipped."""
     import profiles
 
     from pipeline.profile import CHECK_MIN_NUMEL, check_rows, model_device

@@ -4,6 +4,7 @@ compressors."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +21,9 @@ CHECK_MIN_NUMEL = 1 << 20
 dominated by launch and dispatch latency)."""
 GOAL = 0.30
 """The model's target: within 30 % of every measured profile at ≥ :data:`CHECK_MIN_NUMEL`."""
+KERNEL_FACTOR = 2.0
+"""Published kernel rows (``profiles/published-<gpu>.json``): the model's target is a median
+|error| within :data:`GOAL` and every row within this factor either way."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,8 @@ def profiles_to_check(store: Store, files: Sequence[str | Path] = ()) -> list[tu
     seen, unique = set(), []
     for where, profile in found:
         key = (profile.device, tuple((r["compressor"], float(r["density"]), int(r["numel"]), float(r["compress_s"]))
-                                     for r in profile.rows))
+                                     for r in profile.rows),
+               tuple((r["kernel"], int(r["numel"]), float(r["seconds"])) for r in profile.kernels))
         if key not in seen:
             seen.add(key)
             unique.append((where, profile))
@@ -122,6 +127,31 @@ def check_rows(profile: dp.DeviceProfile, device: devices.Device) -> list[dict[s
     return out
 
 
+def check_kernels(profile: dp.DeviceProfile, device: devices.Device) -> list[dict[str, Any]]:
+    """Model vs published, kernel row by kernel row (:func:`simulator.costmodel.kernel_seconds`):
+    seconds, the relative error ``model / published − 1`` and the row's source."""
+    out = []
+    for r in profile.kernels:
+        model = costmodel.kernel_seconds(r["kernel"], int(r["numel"]), device, element_bytes=float(r["element_bytes"]),
+                                         launches=int(r["launches"]), syncs=int(r["syncs"]))
+        out.append({"kernel": r["kernel"], "numel": r["numel"], "element_bytes": r["element_bytes"],
+                    "launches": r["launches"], "syncs": r["syncs"], "seconds": r["seconds"], "model_s": model,
+                    "error": model / r["seconds"] - 1, "source": r["source"]})
+    return out
+
+
+def kernel_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and worst |error| of kernel rows, the worst factor either way (model ÷ published
+    or its inverse) and whether they meet the goals (:data:`GOAL`, :data:`KERNEL_FACTOR`)."""
+    if not rows:
+        return {}
+    errors = sorted(abs(r["error"]) for r in rows)
+    factor = max(max(1 + r["error"], 1 / (1 + r["error"])) for r in rows)
+    median = statistics.median(errors)
+    return {"rows": len(rows), "median": median, "worst": errors[-1], "worst_factor": factor,
+            "ok": median <= GOAL and factor <= KERNEL_FACTOR}
+
+
 def worst(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Per compressor, the largest |error| of compress and decompress over rows of at least
     :data:`CHECK_MIN_NUMEL` elements."""
@@ -144,7 +174,8 @@ def check(store: Store, files: Sequence[str | Path] = ()) -> list[dict[str, Any]
         if device is None:
             report.append({"profile": where, "device": profile.device, "skipped": "unknown device, no host numbers"})
             continue
-        rows = check_rows(profile, device)
+        rows, kernels = check_rows(profile, device), check_kernels(profile, device)
         report.append({"profile": where, "device": profile.device, "source": profile.source,
-                       "model": costmodel.source_label(device), "rows": rows, "worst": worst(rows)})
+                       "model": costmodel.source_label(device), "rows": rows, "worst": worst(rows),
+                       "kernels": kernels, "kernel_summary": kernel_summary(kernels)})
     return report

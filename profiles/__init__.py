@@ -4,6 +4,9 @@
 A shipped CPU profile is named after the CPU it was measured on (``cpu-<model>.json``) and is
 used for ``--device cpu`` only on a host with the same CPU model and SIMD flags.
 
+``published-<gpu>.json`` hold published kernel timings of a GPU (kernel rows, each citing its
+source); the GPU rules' bandwidth, launch and sync are fitted to them (:mod:`simulator.published`).
+
 ``throughput.json`` is not a device profile: it holds published training throughput, the
 anchors of the compute rule (:mod:`simulator.throughput`).
 """

@@ -67,6 +67,22 @@ def seconds(work: declared.Work, device: Device) -> float:
             + work.syncs * device.sync_s)
 
 
+def kernel_seconds(kernel: str, numel: int, device: Device, *, element_bytes: float = 4.0, launches: int = 0,
+                   syncs: int = 0) -> float:
+    """Modelled seconds of one published kernel timing (a kernel row of
+    :mod:`simulator.device_profile`) on ``device``: ``copy`` reads and writes ``numel``
+    elements of ``element_bytes`` bytes, ``read`` reads them, ``fill`` writes them (at the read
+    and write bandwidths), ``launch`` has no device time; plus the ``launches`` and ``syncs``
+    the timing included, at ``launch_s`` and ``sync_s`` each."""
+    size = numel * element_bytes
+    device_s = {"copy": size / device.memory_bandwidth_Bps + size / device.write_bandwidth_Bps,
+                "read": size / device.memory_bandwidth_Bps, "fill": size / device.write_bandwidth_Bps,
+                "launch": 0.0}
+    if kernel not in device_s:
+        raise ValueError(f"unknown kernel {kernel!r}; choose from {', '.join(device_s)}")
+    return device_s[kernel] + launches * device.launch_s + syncs * device.sync_s
+
+
 def backend_on(kind: str, compressor: str) -> str:
     """The code path ``compressor`` takes on a device of ``kind`` (``cpu``/``gpu``) for float32:
     the fused native kernels on a CPU where they build (SIDCo, and the selection of Top-k, DGC,

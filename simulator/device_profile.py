@@ -15,6 +15,20 @@ rows may add ``compress_min_s``, ``compress_max_s``, ``decompress_min_s`` (``com
 ``decompress_s`` are then the median call's), ``stages``, ``backend`` and the loop counts of the
 call reported (``rounds``, ``trim``, ``raised``, ``steps``, ``pool``, ``collects``, and ``hits``: the
 elements each native selecting pass kept, a list).
+
+Any row may carry ``source`` (where it was published or how it was measured). A row may also
+be a *kernel row*, the timing of one kernel rather than of a compressor (how the
+``profiles/published-<gpu>.json`` files hold published GPU measurements)::
+
+    {"kernel": "copy", "numel": 40000000, "element_bytes": 4, "seconds": 0.000128,
+     "launches": 0, "syncs": 0, "source": "where it was published, device, software"}
+
+``kernel``: one of :data:`KERNELS`; ``numel`` elements of ``element_bytes`` bytes each
+(default 4); ``seconds``: one call as published; ``launches``/``syncs`` (default 0): the
+kernel launches and device→host synchronisations the published timing included (a timing
+by CUDA events around queued work includes none; ``time.time()`` around one call and a
+``synchronize`` includes one of each); ``source`` is required. Kernel rows are kept apart
+(:attr:`DeviceProfile.kernels`): they are no compressor's costs.
 """
 
 from __future__ import annotations
@@ -26,10 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator.profile import density_key
 from units import check_density
 
 REQUIRED = ("compressor", "density", "numel", "compress_s", "decompress_s")
+KERNELS = ("copy", "read", "fill", "launch")
+"""Kernel rows' kinds: ``copy`` reads and writes ``numel`` elements (a ``copy_``, or a streaming
+``A = c·B``), ``read`` reads them (a reduction), ``fill`` writes them, ``launch`` is the host
+cost of issuing one eager operation (``numel`` 1)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +60,7 @@ class DeviceProfile:
     identity: Mapping[str, Any] = field(default_factory=dict)
     method: Mapping[str, Any] = field(default_factory=dict)
     device_model: Mapping[str, Any] | None = None
+    kernels: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def label(self) -> str:
@@ -51,7 +69,8 @@ class DeviceProfile:
 
     def to_json(self) -> str:
         """The profile in the file format."""
-        data: dict[str, Any] = {"device": self.device, "source": self.source, "rows": [dict(r) for r in self.rows]}
+        data: dict[str, Any] = {"device": self.device, "source": self.source,
+                                "rows": [dict(r) for r in (*self.rows, *self.kernels)]}
         if self.created:
             data["created"] = self.created
         if self.identity:
@@ -73,6 +92,8 @@ class DeviceProfile:
 
     def pairs(self) -> list[tuple[str, float]]:
         """The (compressor, density) pairs measured."""
+        from simulator.profile import density_key
+
         return sorted({(str(r["compressor"]), density_key(r["density"])) for r in self.rows})
 
 
@@ -99,11 +120,16 @@ def from_json(text: str, origin: str = "profile") -> DeviceProfile:
     rows = data.get("rows")
     if not isinstance(rows, list) or not rows:
         raise ValueError(f"{origin}: 'rows' must be a non-empty list")
-    checked = []
+    checked, kernels = [], []
     for i, row in enumerate(rows):
         where = f"{origin}: row {i}"
         if not isinstance(row, dict):
             raise ValueError(f"{where}: expected an object")
+        if row.get("source") is not None and not isinstance(row["source"], str):
+            raise ValueError(f"{where}: source must be a string")
+        if "kernel" in row:
+            kernels.append(_kernel_row(row, where))
+            continue
         missing = [k for k in REQUIRED if k not in row]
         if missing:
             raise ValueError(f"{where}: missing {', '.join(missing)}")
@@ -121,8 +147,26 @@ def from_json(text: str, origin: str = "profile") -> DeviceProfile:
             raise ValueError(f"{origin}: {key!r} must be an object")
     return DeviceProfile(
         data["device"].strip().lower(), data["source"], tuple(checked), str(data.get("created", "")),
-        data.get("identity") or {}, data.get("method") or {}, data.get("device_model"),
+        data.get("identity") or {}, data.get("method") or {}, data.get("device_model"), tuple(kernels),
     )
+
+
+def _kernel_row(row: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A checked kernel row (the module docstring), defaults filled in."""
+    if row["kernel"] not in KERNELS:
+        raise ValueError(f"{where}: kernel must be one of {', '.join(KERNELS)}, got {row['kernel']!r}")
+    if not isinstance(row.get("source"), str) or not row["source"].strip():
+        raise ValueError(f"{where}: a kernel row needs a source (where it was published)")
+    out = {**row, "element_bytes": row.get("element_bytes", 4), "launches": row.get("launches", 0),
+           "syncs": row.get("syncs", 0)}
+    _number(out, "numel", where, integer=True)
+    _number(out, "seconds", where)
+    if not out["seconds"] > 0 or not _number(out, "element_bytes", where) > 0:
+        raise ValueError(f"{where}: seconds and element_bytes must be > 0")
+    for key in ("launches", "syncs"):
+        if int(_number(out, key, where)) != out[key]:
+            raise ValueError(f"{where}: {key} must be a whole number, got {out[key]!r}")
+    return out
 
 
 def load(path: str | Path) -> DeviceProfile:

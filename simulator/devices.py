@@ -7,8 +7,10 @@
 4300000000000.0
 
 Every number carries its source (``Device.sources``; docs/devices.md cites them). GPU figures
-come from the vendors' spec sheets, except where a measurement on such a device exists
-(sustained copy bandwidth of the H200); the per-operation rates a GPU needs for top-k, sorting,
+come from the vendors' spec sheets, except where measurements exist: the sustained bandwidth,
+launch and sync latency are fitted to published kernel timings on such GPUs
+(``profiles/published-<gpu>.json``, :mod:`simulator.published`; the H200's bandwidth from a copy
+measured on one); the per-operation rates a GPU needs for top-k, sorting,
 compaction and gathers are derived from its memory bandwidth by the rules written next to
 them (:data:`GPU_RULES`). ``cpu`` is this host: its numbers are measured by an explicit job
 (``sidco profile --run-on cpu``, :func:`measuring.host.measure_host`) and stored; until then :func:`get`
@@ -27,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from simulator import published
 
 LAYOUT_UTILISATION = 0.3
 """Fraction of a CPU's measured peak that a layout's FLOPs are assumed to run at (stated, not
@@ -234,19 +238,36 @@ GPU_RULES = {
     "ops": "streaming kernels are bound by memory on a GPU (no per-element compute charged), except "
            "logarithms: one special-function unit per 8 fp32 lanes, fp32 FLOP/s ÷ 16 elements/s",
     "alloc": "the caching allocator reuses device memory: fresh buffers cost nothing per call",
-    "launch": "7 µs per eager operation: the launch overhead of meta-pytorch/autoparallel's compute cost model "
+    "launch": "per eager operation, the median of the published launch rows of profiles/published-<gpu>.json "
+              "(simulator.published): 7 µs, the launch overhead of meta-pytorch/autoparallel's compute cost model "
               "(PR #146, 2025), fitted to runtimes measured on H100s (every operator costs at least 7 µs); taken "
               "for every GPU, measured on none here",
-    "sync": "rule of thumb: a device→host synchronisation costs about 20 µs (unmeasured here)",
+    "sync": "fitted with the bandwidth to the device's published copy rows that include a synchronisation "
+            "(torch copy_ then torch.cuda.synchronize(), timed from Python: what they take beyond one launch and "
+            "their bytes at the bandwidth); a GPU without such rows takes the median of the others (simulator.published)",
 }
 
 
-def _gpu(name: str, label: str, bandwidth: float, bandwidth_source: str, fp32: float, bf16: float,
+def _gpu(name: str, label: str, bandwidth: float | None, bandwidth_source: str, fp32: float, bf16: float,
          bf16_source: str, pcie: float, pcie_source: str, spec: str, fp16: float, tf32: float) -> Device:
+    """A GPU from its spec sheet and its published rows (:mod:`simulator.published`): launch and
+    sync always from them; the bandwidth from them when ``bandwidth`` is ``None`` (``bandwidth_source``
+    then names the peak it is a fraction of), else as given."""
+    found, launch = published.numbers(name), published.launch_s()
+    if launch is None or (bandwidth is None and (found is None or found.bandwidth_Bps is None)):
+        raise RuntimeError(f"no published rows for {name} in profiles/ (published-<gpu>.json): reinstall the testbed")
+    if bandwidth is None:
+        bandwidth = found.bandwidth_Bps
+        bandwidth_source = (f"published: fitted to the {found.copy_rows} copy rows of profiles/{found.file} "
+                            f"({bandwidth / 1e9:.0f} GB/s read + write, {bandwidth_source}; docs/devices.md cites them)")
+    own_sync = found is not None and found.sync_s is not None
+    sync = found.sync_s if own_sync else published.sync_s()
+    sync_source = (f"{GPU_RULES['sync']}: fitted to profiles/{found.file}" if own_sync
+                   else f"{GPU_RULES['sync']}: none here, the median of the other GPUs'")
     return Device(
         name=name, kind="gpu", label=label, fp16_flops=fp16, tf32_flops=tf32,
         memory_bandwidth_Bps=bandwidth, write_bandwidth_Bps=bandwidth,
-        fp32_flops=fp32, bf16_flops=bf16, launch_s=7e-6, sync_s=20e-6, pcie_Bps=pcie,
+        fp32_flops=fp32, bf16_flops=bf16, launch_s=launch, sync_s=sync, pcie_Bps=pcie,
         topk_s_per_element=((1.0, 20.0 / bandwidth),), topk_cache_s_per_element=((1.0, 20.0 / bandwidth),),
         sort_s_per_element=128.0 / bandwidth,
         gather_s_per_element=40.0 / bandwidth, compact_s_per_element=2.0 / bandwidth,
@@ -257,7 +278,7 @@ def _gpu(name: str, label: str, bandwidth: float, bandwidth_source: str, fp32: f
             "fp32_flops": spec, "bf16_flops": bf16_source, "pcie_Bps": pcie_source,
             "fp16_flops": f"{spec}: dense fp16 tensor-core peak", "tf32_flops": f"{spec}: dense TF32 tensor-core peak "
                           "(the datasheet's figure with sparsity halved)" if tf32 else f"{spec}: no TF32 units",
-            "launch_s": GPU_RULES["launch"], "sync_s": GPU_RULES["sync"],
+            "launch_s": GPU_RULES["launch"], "sync_s": sync_source,
             "topk_s_per_element": GPU_RULES["topk"], "topk_cache_s_per_element": GPU_RULES["topk"],
             "sort_s_per_element": GPU_RULES["sort"],
             "gather_s_per_element": GPU_RULES["gather"], "compact_s_per_element": GPU_RULES["compact"],
@@ -278,13 +299,13 @@ _H100 = "NVIDIA H100 SXM datasheet"
 _H200 = "NVIDIA H200 SXM datasheet"
 GPUS: dict[str, Device] = {
     d.name: d for d in (
-        _gpu("v100", "NVIDIA V100 SXM2", 900e9 * 0.9, f"{_V100}: 900 GB/s peak × 0.9 (H200 ratio, below)",
+        _gpu("v100", "NVIDIA V100 SXM2", None, f"{_V100}: 900 GB/s peak",
              15.7e12, 15.7e12, f"{_V100}: no bf16 units, fp32 rate (fp16 tensor cores: 125 TFLOP/s)",
              15.75e9, "PCIe 3.0 ×16: 15.75 GB/s per direction", _V100, fp16=125e12, tf32=0.0),
-        _gpu("a100", "NVIDIA A100 80GB SXM", 2.039e12 * 0.9, f"{_A100}: 2.039 TB/s peak × 0.9 (H200 ratio, below)",
+        _gpu("a100", "NVIDIA A100 80GB SXM", None, f"{_A100}: 2.039 TB/s peak",
              19.5e12, 312e12, f"{_A100}: 312 TFLOP/s dense bf16", 31.5e9,
              "PCIe 4.0 ×16: 31.5 GB/s per direction", _A100, fp16=312e12, tf32=156e12),
-        _gpu("h100", "NVIDIA H100 SXM", 3.35e12 * 0.9, f"{_H100}: 3.35 TB/s peak × 0.9 (H200 ratio, below)",
+        _gpu("h100", "NVIDIA H100 SXM", None, f"{_H100}: 3.35 TB/s peak",
              67e12, 989e12, f"{_H100}: 989 TFLOP/s dense bf16", 63e9,
              "PCIe 5.0 ×16: 63 GB/s per direction", _H100, fp16=989e12, tf32=494.5e12),
         _gpu("h200", "NVIDIA H200 SXM", 4.3e12,

@@ -31,7 +31,8 @@ def test_known_devices_and_one_line_error_for_others():
 def test_gpu_numbers_are_the_spec_sheets_and_every_field_has_a_source():
     h200, a100, v100 = devices.get("h200"), devices.get("a100"), devices.get("v100")
     assert h200.memory_bandwidth_Bps == 4.3e12 and h200.bf16_flops == 989e12 and h200.fp32_flops == 67e12
-    assert a100.memory_bandwidth_Bps == pytest.approx(0.9 * 2.039e12) and a100.bf16_flops == 312e12
+    # sustained bandwidth: published copies (tests/test_published_profiles.py), between 0.7 and 0.9 of the peak
+    assert 0.7 * 2.039e12 < a100.memory_bandwidth_Bps < 0.9 * 2.039e12 and a100.bf16_flops == 312e12
     assert v100.bf16_flops == v100.fp32_flops == 15.7e12
     numeric = [f for f in devices.Device.__dataclass_fields__
                if f not in ("name", "kind", "label", "sources", "measured", "identity")]
@@ -221,7 +222,7 @@ def test_the_profiles_untimed_rerun_makes_the_calls_it_timed(name):
     assert [loops_of_call(name, 0.01, grads, call, out) for call in range(6)] == seen
 
 
-@pytest.mark.parametrize("path", __import__("profiles").paths(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [p for p in __import__("profiles").paths() if dp.load(p).rows], ids=lambda p: p.name)
 def test_the_cost_model_follows_every_shipped_profile(path):
     """Every shipped profile against the model on the numbers measured with it (its
     ``device_model``), each row with the loop counts of the call it reports: compress and

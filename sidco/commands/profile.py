@@ -57,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "launch and sync latency, top-k/sort/gather rates) are measured first and kept for --run-on cpu. "
             "The profile goes into the results store (device_profiles) and, with --out, into a JSON file that "
             "--profile of simulate and sweep reads. --check measures nothing: it prints the cost model's error "
-            "against every measured profile (shipped, stored, and --profile files)."
+            "against every measured profile (shipped, stored, and --profile files) and against every row of the "
+            "published GPU timings shipped in profiles/published-<gpu>.json (median and worst error per GPU)."
         ),
         allow_abbrev=False,
     )
@@ -137,17 +138,34 @@ def _check(args: argparse.Namespace) -> int:
         print(f"{item['profile']}: {item['device']}" + (f" — skipped ({item['skipped']})" if "skipped" in item else ""))
         if "skipped" in item:
             continue
-        print(f"  measured: {item['source']}\n  against:  {item['model']}")
-        print(f"  {'compressor':<10} {'density':>8} {'elements':>10} {'measured ms':>12} {'model ms':>10} {'error':>8}"
-              f" {'decomp. error':>13}")
+        print(f"  {'published' if item['kernels'] and not item['rows'] else 'measured'}: {item['source']}\n"
+              f"  against:  {item['model']}")
+        if item["rows"]:
+            print(f"  {'compressor':<10} {'density':>8} {'elements':>10} {'measured ms':>12} {'model ms':>10} "
+                  f"{'error':>8} {'decomp. error':>13}")
         for r in item["rows"]:
             print(f"  {r['compressor']:<10} {r['density']:>8g} {r['numel']:>10} {r['compress_s'] * 1e3:>12.3f} "
                   f"{r['model_compress_s'] * 1e3:>10.3f} {r['compress_error']:>+8.0%} {r['decompress_error']:>+13.0%}")
+        if item["kernels"]:
+            _print_kernels(item["kernels"], item["kernel_summary"])
         for name, worst in sorted(item["worst"].items()):
             flag = "ok" if worst["compress"] <= goal and worst["decompress"] <= goal else f"over {goal:.0%}"
             print(f"  worst at >= 2^20 elements: {name:<10} compress {worst['compress']:.0%}, "
                   f"decompress {worst['decompress']:.0%} ({flag})")
     return 0
+
+
+def _print_kernels(rows: list[dict], summary: dict) -> None:
+    """The model against a profile's published kernel rows, one line each, then the goals."""
+    print(f"  {'kernel':<7} {'elements':>11} {'bytes':>5} {'launches':>8} {'syncs':>5} {'published ms':>12} "
+          f"{'model ms':>10} {'error':>7}")
+    for r in rows:
+        print(f"  {r['kernel']:<7} {r['numel']:>11} {r['element_bytes']:>5g} {r['launches']:>8} {r['syncs']:>5} "
+              f"{r['seconds'] * 1e3:>12.4f} {r['model_s'] * 1e3:>10.4f} {r['error']:>+7.1%}")
+    verdict = "ok" if summary["ok"] else (f"goal missed: median within {device_profiles.GOAL:.0%}, "
+                                          f"every row within {device_profiles.KERNEL_FACTOR:g}x")
+    print(f"  published kernel rows: {summary['rows']}, median |error| {summary['median']:.1%}, worst "
+          f"{summary['worst']:.1%} (factor {summary['worst_factor']:.2f}) ({verdict})")
 
 
 def run(args: argparse.Namespace) -> int:
