@@ -187,7 +187,7 @@ def time_page(app, client, path: str) -> dict[str, Any]:
         "output": "..page.children...nav.children..",
         "outputs": [{"id": "page", "property": "children"}, {"id": "nav", "property": "children"}],
         "inputs": [{"id": "url", "property": "pathname", "value": path}],
-        "changedPropIds": ["url.pathname"], "state": [],
+        "changedPropIds": ["url.pathname"], "state": [{"id": "url", "property": "search", "value": ""}],
     })
     _check(response, "layout")
     timings.append(("layout", time.perf_counter() - t0))

@@ -14,27 +14,25 @@ keeps per-key state around any compressor.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from compressors.base import Compressor
-from compressors.casts import BF16, FP16
-from compressors.dgc import DGC
-from compressors.reference import NoCompression, TopK
-from compressors.gaussiank import GaussianK
-from compressors.memory import DGCMemory, ErrorFeedback, Memory
-from compressors.messages import Dense, LowRank, Message
-from compressors.powersgd import PowerSGD
-from compressors.randomk import RandomK
-from compressors.redsync import RedSync
-from compressors.sidco import SIDCo, SIDCoE, SIDCoGP, SIDCoP
-from compressors.sparse import Sparse
 from compressors import wire
+from compressors.rules import CATALOG
 
-_REGISTRY: dict[str, type[Compressor]] = {
-    cls.name: cls
-    for cls in (NoCompression, TopK, RandomK, DGC, GaussianK, RedSync, SIDCoE, SIDCoP, SIDCoGP, FP16, BF16,
-                PowerSGD)
+if TYPE_CHECKING:
+    from compressors.base import Compressor
+
+_LAZY: dict[str, str] = {
+    "Compressor": "compressors.base", "NoCompression": "compressors.reference", "TopK": "compressors.reference",
+    "RandomK": "compressors.randomk", "DGC": "compressors.dgc", "GaussianK": "compressors.gaussiank",
+    "RedSync": "compressors.redsync", "SIDCo": "compressors.sidco", "SIDCoE": "compressors.sidco",
+    "SIDCoP": "compressors.sidco", "SIDCoGP": "compressors.sidco", "FP16": "compressors.casts",
+    "BF16": "compressors.casts", "PowerSGD": "compressors.powersgd", "Sparse": "compressors.sparse",
+    "Dense": "compressors.messages", "LowRank": "compressors.messages", "Message": "compressors.messages",
+    "Memory": "compressors.memory", "ErrorFeedback": "compressors.memory", "DGCMemory": "compressors.memory",
 }
+"""Classes exported here, imported (with torch) on first use: ``names()``, ``message_kind()``
+and ``exchange()`` need none of them, so the simulator can ask without loading torch."""
 
 MESSAGES: tuple[str, ...] = ("sparse", "dense", "lowrank")
 """Kinds of message a compressor returns (``Compressor.message``)."""
@@ -51,14 +49,14 @@ def names(message: str | None = None) -> list[str]:
     (``"sparse"``, ``"dense"`` or ``"lowrank"``) when it is given."""
     if message is not None and message not in MESSAGES:
         raise ValueError(f"unknown message kind {message!r}; choose from {', '.join(MESSAGES)}")
-    return [name for name, cls in _REGISTRY.items() if message is None or cls.message == message]
+    return [name for name, (_, _, kind) in CATALOG.items() if message is None or kind == message]
 
 
 def message_kind(name: str) -> str:
     """The kind of message compressor ``name`` returns: ``"sparse"``, ``"dense"`` or ``"lowrank"``."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown compressor {name!r}; choose from {', '.join(_REGISTRY)}")
-    return _REGISTRY[name].message
+    if name not in CATALOG:
+        raise ValueError(f"unknown compressor {name!r}; choose from {', '.join(CATALOG)}")
+    return CATALOG[name][2]
 
 
 def takes_density(name: str) -> bool:
@@ -74,14 +72,20 @@ def exchange(name: str, **options: Any) -> str:
     return wire.collective(name, options)
 
 
+def compressor_class(name: str) -> type[Compressor]:
+    """The class implementing compressor ``name`` (imports it, and torch)."""
+    if name not in CATALOG:
+        raise ValueError(f"unknown compressor {name!r}; choose from {', '.join(CATALOG)}")
+    module, cls, _ = CATALOG[name]
+    return getattr(importlib.import_module(module), cls)
+
+
 def create(name: str, density: float = 1.0, **options: Any) -> Compressor:
     """A new compressor ``name`` with target ``density`` in (0, 1] and its ``options``.
 
     Raises ``ValueError`` for an unknown name, a bad density or an unknown/bad option.
     """
-    cls = _REGISTRY.get(name)
-    if cls is None:
-        raise ValueError(f"unknown compressor {name!r}; choose from {', '.join(_REGISTRY)}")
+    cls = compressor_class(name)
     try:
         return cls(density, **options)
     except TypeError as exc:
@@ -89,6 +93,8 @@ def create(name: str, density: float = 1.0, **options: Any) -> Compressor:
 
 
 def __getattr__(attr: str) -> Any:
+    if attr in _LAZY:
+        return getattr(importlib.import_module(_LAZY[attr]), attr)
     if attr == "ddp":
         return importlib.import_module("compressors.ddp")
     raise AttributeError(f"module 'compressors' has no attribute {attr!r}")

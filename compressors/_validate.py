@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from compressors.rules import target_count  # noqa: F401  (re-exported: the compressors count with it)
 import units
 
 FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -30,11 +31,6 @@ def check_gradient(grad: object) -> torch.Tensor:
     if grad.dtype not in FLOATING:
         raise ValueError(f"gradient must be floating point (fp16/bf16/fp32/fp64), got {grad.dtype}")
     return grad.detach() if grad.requires_grad else grad
-
-
-def target_count(density: float, numel: int) -> int:
-    """Number of elements a compressor aims to send: ``max(1, round(density * numel))``."""
-    return max(1, round(density * numel)) if numel else 0
 
 
 def raise_if_not_finite(grad: torch.Tensor, statistic: torch.Tensor | None = None) -> None:

@@ -73,6 +73,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_p
 
 import compressors
 from compressors._validate import target_count
+from compressors.rules import WITHOUT_MEMORY, trains_with_error_feedback
 from compressors.base import Compressor
 from compressors.ddp_exchange import resolve_gather, sparse_allgather_sum
 from compressors.ddp_memory import BucketMemory, layout_of
@@ -88,18 +89,6 @@ MEMORIES: tuple[str, ...] = ("residual", "dgc-momentum", "none")
 
 TORCH_HOOKS: tuple[str, ...] = ("fp16", "bf16", "powersgd")
 """Compressors whose DDP hook is PyTorch's own (see the module docstring)."""
-
-WITHOUT_MEMORY: tuple[str, ...] = ("none", "fp16", "bf16")
-"""Compressors that train without a memory through :func:`hook` (``none`` sends everything;
-PyTorch's fp16/bf16 hooks keep no residual); every other one carries error feedback by default
-(PowerSGD through PyTorch's ``use_error_feedback``)."""
-
-
-def trains_with_error_feedback(name: str) -> bool:
-    """Whether training through :func:`hook` with its default memory keeps a residual for
-    compressor ``name``: what profiles and the cost model assume of a compressor's calls."""
-    return name not in WITHOUT_MEMORY
-
 
 SEED_STRIDE = 1_000_003
 """Per-bucket seed offset for shared-seed Random-k (buckets draw different indices)."""

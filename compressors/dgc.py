@@ -21,19 +21,9 @@ import torch
 
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.base import Compressor
+from compressors.rules import sample_stride
 from compressors.selection import Workspace, argmax_fallback, select_above
 from compressors.sparse import Sparse
-
-
-def sample_stride(numel: int, density: float, sample_ratio: float) -> int:
-    """Stride of DGC's strided sample: odd multiple-of-32-plus-one, leaving enough samples."""
-    wanted = max(math.ceil(numel * sample_ratio), math.ceil(2.0 / density))
-    if numel <= wanted:
-        return 1
-    stride = math.ceil(numel / wanted / 32) * 32 + 1
-    while stride > 1 and numel // stride < wanted:
-        stride = max(1, stride - 8)
-    return stride
 
 
 class DGC(Compressor):

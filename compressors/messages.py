@@ -26,6 +26,8 @@ from typing import ClassVar, Union
 
 import torch
 
+from compressors.rules import Block
+
 from compressors.sparse import Sparse
 
 
@@ -66,17 +68,6 @@ class Dense:
     def phase_bytes(self) -> tuple[int, ...]:
         """One all-reduce of the cast vector (bytes)."""
         return (self.wire_bytes(),)
-
-
-@dataclass(frozen=True)
-class Block:
-    """One matrix of a low-rank message: the layer at ``offset`` of ``rows × cols`` elements,
-    approximated with ``rank`` columns (P is ``rows × rank``, Q is ``cols × rank``)."""
-
-    offset: int
-    rows: int
-    cols: int
-    rank: int
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,6 @@ the sums. Wire: the rest, P and Q, all in the gradient's dtype (:class:`LowRank`
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -43,38 +42,10 @@ from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogona
 from compressors._validate import raise_if_not_finite
 from compressors.base import Compressor
 from compressors.messages import Block, LowRank
+from compressors.rules import plan
 
 SEED_RANGE = 1_000_000_000
 """Torch seeds for Q are drawn in ``[0, SEED_RANGE)``, as PyTorch's hook draws them."""
-
-
-def plan(shapes: Sequence[Sequence[int]] | None, numel: int, rank: int, min_compression_rate: float
-         ) -> tuple[tuple[Block, ...], tuple[tuple[int, int], ...], int]:
-    """Split a flat vector of ``numel`` elements holding ``shapes`` into compressed blocks (grouped
-    by shape, first-seen order) and uncompressed ``(offset, numel)`` slices; also return the padded
-    length (``numel`` unless ``shapes`` is ``None``: then the square side², see module docstring)."""
-    if shapes is None:
-        side = math.isqrt(max(numel - 1, 0)) + 1 if numel else 0
-        r = min(side, rank)
-        return ((Block(0, side, side, r),) if side else ()), (), side * side
-    blocks: dict[tuple[int, int], list[Block]] = {}
-    rest: list[tuple[int, int]] = []
-    offset = 0
-    for shape in shapes:
-        size = math.prod(shape)
-        if len(shape) >= 1 and size > 0:
-            rows, cols = shape[0], size // shape[0]
-            r = min(rows, cols, rank)
-            if (rows + cols) * r * min_compression_rate < rows * cols:
-                blocks.setdefault((rows, cols), []).append(Block(offset, rows, cols, r))
-                offset += size
-                continue
-        if size:
-            rest.append((offset, size))
-        offset += size
-    if offset != numel:
-        raise ValueError(f"layer shapes hold {offset} elements, the gradient has {numel}")
-    return tuple(b for group in blocks.values() for b in group), tuple(rest), numel
 
 
 class PowerSGD(Compressor):

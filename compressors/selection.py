@@ -23,6 +23,7 @@ from typing import NamedTuple
 import torch
 
 from compressors import native
+from compressors.rules import TOPK_SAMPLE
 
 def _native_ok(x: torch.Tensor, allow_native: bool) -> bool:
     """Whether the fused kernel serves ``x`` (a library that could not be built is reported once
@@ -135,10 +136,6 @@ def count_above(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Wor
     mask = workspace.get("mask", x.numel(), torch.bool, x.device)
     torch.gt(a, threshold, out=mask)
     return int(torch.count_nonzero(mask)), torch_backend(x)
-
-
-TOPK_SAMPLE = 4096
-"""Minimum sample size (elements) of :func:`exact_topk`'s threshold guess."""
 
 
 def exact_topk(x: torch.Tensor, k: int, workspace: Workspace) -> Above:

@@ -65,6 +65,7 @@ from compressors import estimators, native
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.adaptive import StageController
 from compressors.base import Compressor
+from compressors.rules import stage_probabilities
 from compressors.selection import Workspace, argmax_fallback
 from compressors.sparse import Sparse
 
@@ -117,17 +118,6 @@ class Guess(NamedTuple):
     chosen: float
     pool: int
     low: float
-
-
-def stage_probabilities(density: float, stages: int, first_ratio: float) -> list[float]:
-    """Tail mass per stage under the paper's split: ``[p₁, p₂, …]`` with product ``density``.
-
-    One stage (``[density]``) when ``stages == 1`` or ``density >= first_ratio``.
-    """
-    if stages == 1 or density >= first_ratio:
-        return [density]
-    rest = (density / first_ratio) ** (1.0 / (stages - 1))
-    return [first_ratio] + [rest] * (stages - 1)
 
 
 class _Overflow(Exception):

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from compressors._validate import target_count
+from compressors.rules import target_count
 
 COUNT_BYTES = 8
 """Bytes of one rank's selection count in phase 1 of the padded all-gather (one int64)."""

@@ -28,10 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compressors._validate import target_count
-from compressors.dgc import sample_stride
-from compressors.selection import TOPK_SAMPLE
-from compressors.sidco import stage_probabilities
+from compressors.rules import TOPK_SAMPLE, sample_stride, stage_probabilities, target_count
 from compressors.wire import DENSE_ALLREDUCE, sparse_bytes
 
 DEFAULT_STAGES = 2

@@ -11,7 +11,33 @@ fp16, bf16 and PowerSGD hooks); :mod:`convergence.train` runs the training;
 
 from __future__ import annotations
 
-from convergence.train import RunConfig, evaluate, train
-from convergence.workers import SimulatedWorkers
+import importlib
+import sys
+import types
+from typing import Any
 
 __all__ = ["RunConfig", "SimulatedWorkers", "evaluate", "train"]
+
+_LAZY = {"RunConfig": "convergence.train", "evaluate": "convergence.train", "train": "convergence.train",
+         "SimulatedWorkers": "convergence.workers"}
+"""Exports imported (with torch) on first use: :mod:`convergence.tta`, which time-to-target
+projections and ``sidco sweep`` need, is arithmetic on stored rows and loads no torch."""
+
+
+class _Package(types.ModuleType):
+    """This package, whose ``train`` stays the function even after :mod:`convergence.train` is
+    imported (importing a submodule would otherwise rebind the name to the module)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "train" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(attr: str) -> Any:
+    if attr in _LAZY:
+        return getattr(importlib.import_module(_LAZY[attr]), attr)
+    raise AttributeError(f"module 'convergence' has no attribute {attr!r}")

@@ -9,12 +9,14 @@ the next visit (the sweeps page also refreshes while a sweep it launched runs).
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import tempfile
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import diskcache
-from dash import Dash, DiskcacheManager, Input, Output, dcc, html
+from dash import Dash, DiskcacheManager, Input, Output, State, dcc, html
 
 from dashboard import components as ui
 from dashboard import projection
@@ -74,12 +76,16 @@ def create_app(store_path: str | Path, cache_dir: str | Path | None = None) -> D
     ])
     routes = {page.PATH: page for page in PAGES}
 
-    @app.callback(Output("page", "children"), Output("nav", "children"), Input("url", "pathname"))
-    def _route(pathname):
+    @app.callback(Output("page", "children"), Output("nav", "children"), Input("url", "pathname"),
+                  State("url", "search"))
+    def _route(pathname, search):
         page = routes.get(pathname or "/")
         if page is None:
             return html.Div(className="page", children=[html.H2("Not found"), html.P(f"No page at {pathname}.")]), \
                 _nav(pathname)
+        if "query" in inspect.signature(page.layout).parameters:  # e.g. /tta?run=3&nodes=8 (the demo's links)
+            query = {k: v[-1] for k, v in parse_qs((search or "").lstrip("?")).items()}
+            return page.layout(reader, query=query), _nav(page.PATH)
         return page.layout(reader), _nav(page.PATH)
 
     ui.register_downloads(app)

@@ -79,13 +79,14 @@ def loading(children, delay_ms: int = 400) -> dcc.Loading:
                        overlay_style={"visibility": "visible", "opacity": 0.55})
 
 
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.~])/(?:[^\s/:'\"]+/)*([^\s/:'\"]*)")
+_ABSOLUTE_PATH = re.compile(r"(?P<url>\b[a-z][\w+.-]*://\S*)|(?<![\w.~])/(?:[^\s/:'\"]+/)*([^\s/:'\"]*)")
+"""An absolute path (its last component in group 2), or a URL (``chrome://tracing``, kept whole)."""
 
 
 def public_message(message: str) -> str:
     """``message`` with every absolute server path cut to its last component (``…/name``):
     pages never show where the server keeps its files."""
-    return _ABSOLUTE_PATH.sub(lambda m: f"…/{m[1]}" if m[1] else "…/", str(message))
+    return _ABSOLUTE_PATH.sub(lambda m: m["url"] or (f"…/{m[2]}" if m[2] else "…/"), str(message))
 
 
 def error(message: str) -> html.Div:

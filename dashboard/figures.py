@@ -96,7 +96,7 @@ def whatif_breakdown(results: Sequence[dict[str, Any]], title: str = "") -> Figu
     Compute is ``iteration_s − compress_s − exposed_comm_s − idle_s``, so a bar's
     height is the projected iteration time; the speed-up over ``none`` is written on top.
     """
-    names = [r["compressor"] for r in results]
+    names = [r.get("label") or r["compressor"] for r in results]
     parts: dict[str, list[float]] = {key: [] for key, _, _ in PARTS}
     for r in results:
         compress, exposed, idle = (_ms(r.get(k)) for k in ("compress_s", "exposed_comm_s", "idle_s"))
@@ -118,6 +118,11 @@ def whatif_breakdown(results: Sequence[dict[str, Any]], title: str = "") -> Figu
                   yaxis={"range": [0, top * 1.2]}, title={"text": title, "font": {"size": 13}, "x": 0.01})
 
 
+SPEEDUP_TEXT = {"textposition": "outside", "textfont": {"size": 13, "color": "#111827"}, "cliponaxis": False}
+"""Speed-up labels outside their bars at a readable size (with ``uniformtext`` mode ``show``:
+otherwise plotly shrinks them to the bar's thickness)."""
+
+
 def whatif_speedup(results: Sequence[dict[str, Any]]) -> Figure:
     """Horizontal bars: speed-up over ``none`` (×, dimensionless) per compressor, with the 1× line
     and, where the results carry them, error bars spanning ``speedup_low`` to ``speedup_high``;
@@ -125,23 +130,29 @@ def whatif_speedup(results: Sequence[dict[str, Any]]) -> Figure:
     fp16 dense baseline (its iteration time ÷ this one's), the strongest plain alternative."""
     values = [float(r["speedup"]) if r.get("speedup") is not None else 0.0 for r in results]
     colours = ["#16a34a" if v > 1.005 else "#dc2626" if v < 0.995 else "#6b7280" for v in values]
-    names = [r["compressor"] for r in results]
+    names = [r.get("label") or r["compressor"] for r in results]
     dense16 = next((r for r in results if r["compressor"] == "fp16" and r.get("iteration_s")), None)
     data = [{"type": "bar", "orientation": "h", "x": values, "y": names, "marker": {"color": colours},
              "name": "speed-up" if dense16 is None else "vs none (fp32)", "text": [f"×{v:.2f}" for v in values],
-             "textposition": "auto"}]
+             **SPEEDUP_TEXT}]
     if all(r.get("speedup_low") is not None and r.get("speedup_high") is not None for r in results):
         data[0]["error_x"] = {"type": "data", "symmetric": False,  # the error band of each projection
                               "array": [float(r["speedup_high"]) - v for r, v in zip(results, values)],
                               "arrayminus": [v - float(r["speedup_low"]) for r, v in zip(results, values)]}
+        data[0].update(textposition="inside", insidetextanchor="start")  # outside, the error bar would cross it
     if dense16 is not None:
         versus = [float(dense16["iteration_s"]) / float(r["iteration_s"]) if r.get("iteration_s") else 0.0
                   for r in results]
         data.append({"type": "bar", "orientation": "h", "x": versus, "y": names, "marker": {"color": "#93c5fd"},
-                     "name": "vs fp16", "text": [f"×{v:.2f}" for v in versus], "textposition": "auto"})
+                     "name": "vs fp16", "text": [f"×{v:.2f}" for v in versus], **SPEEDUP_TEXT})
     title = "speed-up over none" + (" and over fp16" if dense16 is not None else "") + " in the same scenario (×)"
     return figure(data, title, "compressor", shapes=[vline(1.0)], showlegend=dense16 is not None,
-                  yaxis={"autorange": "reversed"}, barmode="group")
+                  yaxis={"autorange": "reversed"}, barmode="group", margin={"l": 64, "r": 64, "t": 30, "b": 56},
+                  uniformtext={"mode": "show", "minsize": 12})
+
+
+BANDWIDTH_AXIS = "NIC bandwidth per worker and direction (bits/s)"
+"""The x axis of every sweep plot; its ticks are formatted bandwidths (``10 Gbit/s``) on all of them."""
 
 
 def sweep_vs_bandwidth(rows: Sequence[dict[str, Any]], metric: str) -> Figure:
@@ -156,9 +167,9 @@ def sweep_vs_bandwidth(rows: Sequence[dict[str, Any]], metric: str) -> Figure:
     ticks = sorted({r["bandwidth_bps"] for r in rows})
     xaxis = {"tickvals": [b / 1e9 for b in ticks], "ticktext": [format_bandwidth(b) for b in ticks]}
     if metric == "iteration_s":
-        return figure(data, "bandwidth per worker (Gbit/s)", "iteration time (ms)", x_type="log", y_type="log",
+        return figure(data, BANDWIDTH_AXIS, "iteration time (ms)", x_type="log", y_type="log",
                       xaxis=xaxis)
-    return figure(data, "bandwidth per worker (Gbit/s)", "speed-up over none (×)", x_type="log", y_type="log",
+    return figure(data, BANDWIDTH_AXIS, "speed-up over none (×)", x_type="log", y_type="log",
                   shapes=[hline(1.0)], xaxis=xaxis)
 
 
@@ -187,14 +198,20 @@ def best_grid(best_rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return grid
 
 
+def _cell(name: str | None, margin: float, speedup: float | None) -> str:
+    """A heatmap cell: the fastest configuration, its margin over the runner-up (%) and speed-up over none (×)."""
+    if name is None:
+        return ""
+    return f"{name}<br>+{margin * 100:.0f}%" + ("" if speedup is None else f" · ×{speedup:.2f}")
+
+
 def best_heatmap(best_rows: Sequence[dict[str, Any]]) -> Figure:
     """Nodes × bandwidth heatmap: colour = fastest configuration, text = margin and speed-up over none."""
     grid = best_grid(best_rows)
     names = sorted({name for row in grid["best"] for name in row if name is not None})
     index = {name: i for i, name in enumerate(names)}
     z = [[index[name] if name is not None else None for name in row] for row in grid["best"]]
-    text = [[("" if name is None else f"{name}<br>+{m * 100:.0f}%" + (f" ×{s:.2f}" if s is not None else ""))
-             for name, m, s in zip(row, mrow, srow)]
+    text = [[_cell(name, m, s) for name, m, s in zip(row, mrow, srow)]
             for row, mrow, srow in zip(grid["best"], grid["margin"], grid["speedup"])]
     steps = max(len(names), 1)
     scale = []
@@ -203,12 +220,13 @@ def best_heatmap(best_rows: Sequence[dict[str, Any]]) -> Figure:
     data = [{
         "type": "heatmap", "x": [format_bandwidth(b) for b in grid["bandwidths"]],
         "y": [str(n) for n in grid["nodes"]], "z": z, "text": text, "texttemplate": "%{text}",
-        "textfont": {"size": 10, "color": "white"}, "colorscale": scale, "zmin": -0.5, "zmax": steps - 0.5,
+        "textfont": {"size": 12, "color": "white"}, "colorscale": scale, "zmin": -0.5, "zmax": steps - 0.5,
         "name": "fastest configuration", "xgap": 2, "ygap": 2,
         "colorbar": {"tickvals": list(range(steps)), "ticktext": names, "title": {"text": "fastest"}},
         "hovertemplate": "%{y} nodes, %{x}<br>%{text}<extra></extra>",
     }]
-    return figure(data, "bandwidth per worker (bit/s)", "nodes (workers)", x_type="category", y_type="category")
+    return figure(data, BANDWIDTH_AXIS, "nodes (workers)", x_type="category", y_type="category",
+                  margin={"l": 64, "r": 20, "t": 30, "b": 56})
 
 
 def crossover(points: Sequence[dict[str, Any]], nodes_axis: Sequence[int]) -> Figure:

@@ -15,6 +15,8 @@ from typing import Any
 
 from pipeline import project as pipeline_project
 from pipeline.catalog import TOPOLOGIES, chrome_trace, compressor_names as _compressor_names, devices, layout_names as _layout_names
+from pipeline.catalog import takes_density
+from pipeline.verdict import BAND_KEYS, label
 from results.store import Store
 from units import check_density, parse_bandwidth, parse_duration
 
@@ -199,16 +201,20 @@ def _run(store: Store, controls: Controls, compressors: list[str], fidelity: str
         raise ProjectionError(_first_line(exc)) from exc
 
 
-def _row(result: dict[str, Any], fidelity: str) -> dict[str, Any]:
-    return {**{key: result.get(key) for key in RESULT_KEYS}, "compressor": result["compressor"],
+def _row(result: dict[str, Any], fidelity: str, density: float) -> dict[str, Any]:
+    name = result["compressor"]
+    return {**{key: result.get(key) for key in RESULT_KEYS}, **{k: result[k] for k in BAND_KEYS if k in result},
+            "compressor": name,
+            "density": density if takes_density(name) else None,
+            "label": label(name, density if takes_density(name) else None),
             "fidelity": fidelity, "device": result["device"], "compute_source": result["compute_source"],
             "cost_source": result["cost_source"]}
 
 
 def project(store: Store, controls: Controls, fidelity: str = "analytic") -> list[dict[str, Any]]:
-    """Simulate every chosen compressor; one dict of :data:`RESULT_KEYS` (+ compressor, fidelity,
-    device, compute_source, cost_source) each. ProjectionError when any of them cannot be projected."""
-    return [_row(result, fidelity) for result in _run(store, controls, list(controls.compressors), fidelity)]
+    """Simulate every chosen compressor; one dict of :data:`RESULT_KEYS` (+ compressor, density
+    (``None`` where the message ignores it), label, fidelity, device, compute_source, cost_source) each. ProjectionError when any of them cannot be projected."""
+    return [_row(result, fidelity, controls.density) for result in _run(store, controls, list(controls.compressors), fidelity)]
 
 
 def project_each(store: Store, controls: Controls,
@@ -224,7 +230,7 @@ def project_each(store: Store, controls: Controls,
         except ProjectionError as exc:
             problems.append(str(exc))
             continue
-        rows.append(_row(result, fidelity))
+        rows.append(_row(result, fidelity, controls.density))
     if not rows:
         raise ProjectionError(problems[0])
     return rows, problems

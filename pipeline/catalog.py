@@ -6,30 +6,50 @@ The doors (``sidco``, the dashboard) import the pipeline, the store and :mod:`un
 
 from __future__ import annotations
 
-from compressors import takes_density
-from compressors import names as compressor_names
-from compressors.machine import device_identity
-from convergence import RunConfig
-from convergence.curves import document as curves_document
-from convergence.curves import load as load_curves
-from convergence.tta import check_target, target_text
-from emulation.collectives import OPS as COLLECTIVES
-from emulation.network import remove_stale, require_emulation
-from emulation.plan import check_shaping
-from emulation.training import check_request as check_training_request
-from simulator import FIDELITIES, Workload, check_output_path, chrome_trace, devices, write_chrome_trace
-from simulator.limits import JOB_BYTES, MESSAGE_BUDGET, check_jobs, max_jobs
-from simulator.children import adopt
-from simulator.pool import local_pool
-from simulator.scenario import COMPRESS_ON, TOPOLOGIES
-from simulator.sweep import Grid
-from simulator.throughput import DEFAULT_PRECISION, PRECISIONS
-from simulator.workload import BUCKET_MODES
-from traces import open as open_trace
-from traces.capture import check_request as check_capture_request
-from traces.layouts import names as layout_names
-from traces.workloads import data_source
-from traces.workloads import names as workload_names
+import importlib
+from typing import Any
+
+_FROM: dict[str, tuple[str, str]] = {
+    "takes_density": ("compressors", "takes_density"),
+    "compressor_names": ("compressors", "names"),
+    "device_identity": ("compressors.machine", "device_identity"),
+    "RunConfig": ("convergence", "RunConfig"),
+    "curves_document": ("convergence.curves", "document"),
+    "load_curves": ("convergence.curves", "load"),
+    "check_target": ("convergence.tta", "check_target"),
+    "target_text": ("convergence.tta", "target_text"),
+    "COLLECTIVES": ("emulation.collectives", "OPS"),
+    "remove_stale": ("emulation.network", "remove_stale"),
+    "require_emulation": ("emulation.network", "require_emulation"),
+    "check_training_request": ("emulation.training", "check_request"),
+    "FIDELITIES": ("simulator", "FIDELITIES"),
+    "Workload": ("simulator", "Workload"),
+    "check_output_path": ("simulator", "check_output_path"),
+    "chrome_trace": ("simulator", "chrome_trace"),
+    "devices": ("simulator", "devices"),
+    "write_chrome_trace": ("simulator", "write_chrome_trace"),
+    "JOB_BYTES": ("simulator.limits", "JOB_BYTES"),
+    "MESSAGE_BUDGET": ("simulator.limits", "MESSAGE_BUDGET"),
+    "check_jobs": ("simulator.limits", "check_jobs"),
+    "max_jobs": ("simulator.limits", "max_jobs"),
+    "local_pool": ("simulator.pool", "local_pool"),
+    "COMPRESS_ON": ("simulator.scenario", "COMPRESS_ON"),
+    "TOPOLOGIES": ("simulator.scenario", "TOPOLOGIES"),
+    "Grid": ("simulator.sweep", "Grid"),
+    "DEFAULT_PRECISION": ("simulator.throughput", "DEFAULT_PRECISION"),
+    "PRECISIONS": ("simulator.throughput", "PRECISIONS"),
+    "BUCKET_MODES": ("simulator.workload", "BUCKET_MODES"),
+    "open_trace": ("traces", "open"),
+    "check_capture_request": ("traces.capture", "check_request"),
+    "layout_names": ("traces.layouts", "names"),
+    "data_source": ("traces.workloads", "data_source"),
+    "workload_names": ("traces.workloads", "names"),
+    "adopt": ("simulator.children", "adopt"),
+    "check_shaping": ("emulation.plan", "check_shaping"),
+}
+"""Where each name comes from, imported on first use: the doors ask for a few of them per
+command, and most of the modules behind the others import torch (``sidco --help`` and a layout
+projection need none of it)."""
 
 __all__ = [
     "adopt", "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",
@@ -39,3 +59,13 @@ __all__ = [
     "open_trace", "remove_stale", "require_emulation", "RunConfig", "target_text", "Workload",
     "workload_names", "write_chrome_trace",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM:
+        module, attr = _FROM[name]
+        loaded = importlib.import_module(module)
+        value = getattr(loaded, attr) if hasattr(loaded, attr) else importlib.import_module(f"{module}.{attr}")
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'pipeline.catalog' has no attribute {name!r}")

@@ -18,8 +18,10 @@ from typing import Any
 
 import simulator
 from simulator.limits import MESSAGE_BUDGET, check_scenario
+from compressors import takes_density
 from pipeline.costs import compression_profile, cost_band
 from pipeline.project import Source, calibration, check_compressors, default_device, workload
+from pipeline.verdict import label, rank, verdict
 from results.store import Store
 from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid, SweepContext, describe, run_sweep
@@ -143,3 +145,31 @@ def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelit
     store.set_status("sweeps", sweep_id, "done")
     sources = {} if profile is None else {f"{c}@{d:g}": cost.source for (c, d), cost in profile.costs.items()}
     return SweepRun(sweep_id, total, store.scenario_count(sweep_id), computed, not created, sources)
+
+
+def findings(store: Store, sweep_id: int) -> list[dict[str, Any]]:
+    """What a sweep found, per cluster (nodes, bandwidth, latency, topology; fidelity): the
+    verdict of :func:`pipeline.verdict.verdict` on its stored rows, the best configuration and
+    its speed-up over ``none`` and over the best dense baseline (×). Compressors whose message
+    ignores the density count once (the grid simulates them at every density, to the same time)."""
+    clusters: dict[tuple, dict[str, dict[str, Any]]] = {}
+    free: dict[str, bool] = {}
+    for row in store.scenarios(sweep_id):
+        key = (row["nodes"], row["bandwidth_bps"], row["latency_s"], row["topology"], row["fidelity"])
+        name = row["compressor"]
+        if name not in free:
+            free[name] = not takes_density(name)
+        entry = {**row, "density": None if free[name] else row["density"]}
+        tag = label(name, entry["density"])
+        best = clusters.setdefault(key, {})
+        if tag not in best or entry["iteration_s"] < best[tag]["iteration_s"]:
+            best[tag] = entry
+    out = []
+    for (nodes, bandwidth, latency, topology, fidelity), rows in sorted(clusters.items()):
+        judged = verdict(list(rows.values()))
+        top = rank(list(rows.values()))[0]
+        out.append({"nodes": nodes, "bandwidth_bps": bandwidth, "latency_s": latency, "topology": topology,
+                    "fidelity": fidelity, "best": top["label"], "iteration_s": top["iteration_s"],
+                    "speedup": top["speedup"], "speedup_over_baseline": top["speedup_over_baseline"],
+                    "verdict": judged})
+    return out

@@ -8,7 +8,8 @@ used for ``--device cpu`` only on a host with the same CPU model and SIMD flags.
 source); the GPU rules' bandwidth, launch and sync are fitted to them (:mod:`simulator.published`).
 
 ``throughput.json`` is not a device profile: it holds published training throughput, the
-anchors of the compute rule (:mod:`simulator.throughput`).
+anchors of the compute rule (:mod:`simulator.throughput`); ``throughput-fit.json`` holds that
+rule's solved constants, keyed by its inputs (``python -m simulator.throughput`` writes it).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 THROUGHPUT = HERE / "throughput.json"
+THROUGHPUT_FIT = HERE / "throughput-fit.json"
 
 
 def paths() -> list[Path]:
-    """Every shipped profile file, sorted by name (the throughput table is none)."""
-    return sorted(p for p in HERE.glob("*.json") if p != THROUGHPUT)
+    """Every shipped profile file, sorted by name (the throughput table and its fit are none)."""
+    return sorted(p for p in HERE.glob("*.json") if p not in (THROUGHPUT, THROUGHPUT_FIT))

@@ -18,21 +18,7 @@ import threading
 from typing import NoReturn
 
 from sidco import __version__
-
-COMMANDS = (
-    "bench",
-    "profile",
-    "capture",
-    "replay",
-    "simulate",
-    "sweep",
-    "converge",
-    "tta",
-    "emulate",
-    "calibrate",
-    "dashboard",
-    "paper",
-)
+from sidco.commands import COMMANDS
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -49,8 +35,10 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the top-level parser with every available subcommand registered."""
+def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.ArgumentParser:
+    """Return the top-level parser. Every subcommand is registered by its module, unless
+    ``lazy``: then only ``command``'s module is imported and the others are listed by their
+    summary alone (what ``sidco --help`` needs; their modules, and torch, stay unloaded)."""
     parser = OneLineParser(
         prog="sidco",
         description=(
@@ -62,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sidco {__version__}")
     # every subcommand's parser refuses abbreviated options (--device is never taken as --device-flops)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    for name in COMMANDS:
+    for name, summary in COMMANDS.items():
+        if lazy and name != command:
+            sub.add_parser(name, help=summary)
+            continue
         module_name = f"sidco.commands.{name}"
         try:
             module = importlib.import_module(module_name)
@@ -97,8 +88,9 @@ def _is_termination(exc: BaseException) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``sidco`` console script; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(words[0] if words else None, lazy=True)
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

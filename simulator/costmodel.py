@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from compressors import work as declared
-from compressors.ddp import trains_with_error_feedback
+from compressors.rules import trains_with_error_feedback
 from simulator.devices import Device
 from simulator.profile import CompressionCost, CompressionProfile, density_key
 

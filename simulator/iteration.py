@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from compressors.rules import plan
 from compressors.wire import COUNT_BYTES, allreduce_bytes
 from simulator import plans
 from simulator.collectives import analytic_time
@@ -163,8 +164,6 @@ def _sparse_phases(sc: Scenario, dense: float, wire: np.ndarray, flat: Level, in
 def lowrank_elements(workload: Workload, bucket: Bucket, rank: int) -> tuple[int, int, int]:
     """Elements PowerSGD sends for ``bucket`` at ``rank``: ``(rest, P, Q)``, with PyTorch's rule of
     which layers are compressed (:func:`compressors.powersgd.plan`); layers without a shape are 1-D."""
-    from compressors.powersgd import plan
-
     layers = [workload.layers[i] for i in bucket.layers]
     shapes = [layer.shape if layer.shape is not None else (layer.nbytes // workload.itemsize,) for layer in layers]
     blocks, rest, _ = plan(shapes, bucket.numel, rank, MIN_COMPRESSION_RATE)

@@ -179,46 +179,128 @@ def optimizer_s(layout: str, device: Device) -> float:
     return optimizer_from_bandwidth(layout_numel(layout), device.memory_bandwidth_Bps)
 
 
-def fit(rows: Sequence[Row]) -> Fit:
-    """The constants minimising Σ log²(predicted / published samples/s) over ``rows`` (SciPy's
-    least squares on the logarithms of the constants, so that every one stays > 0; the
-    residuals are :meth:`Fit.samples_per_s`'s formula, vectorised over the rows)."""
-    import numpy as np
-    from scipy.optimize import least_squares
+# The shipped solution of the fit (``profiles/throughput-fit.json``): the constants and the
+# leave-one-out errors, keyed by a digest of the fit's inputs (rows, layout FLOPs, device peaks
+# and bandwidths). A projection uses it while the key matches and solves afresh otherwise, so it
+# never goes stale; it saves each process importing SciPy's optimiser (about 1 s). Written by
+# ``python -m simulator.throughput``; a test holds it equal to a fresh solution.
 
+
+@dataclass(frozen=True)
+class _Problem:
+    """The least-squares problem of :func:`fit`: parameter ``names`` and per-row arrays."""
+
+    rows: tuple[Row, ...]
+    names: tuple[str, ...]
+    layouts: tuple[str, ...]
+    gpus: tuple[str, ...]
+    arrays: dict[str, Any]
+
+    def key(self) -> str:
+        """A digest of every input of the fit (12 significant digits per number)."""
+        import hashlib
+
+        text = repr((self.names, [(r.device, r.layout, r.precision, r.batch_size, f"{r.samples_per_s:.12e}", r.tokens)
+                                  for r in self.rows],
+                     {k: [f"{float(x):.12e}" for x in v] for k, v in sorted(self.arrays.items())}))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def fit_from(self, values: Sequence[float]) -> Fit:
+        """The :class:`Fit` of parameter ``values`` (in the order of ``names``)."""
+        v = dict(zip(self.names, values))
+        return Fit(float(v["simt"]), {n: float(v[f"tensor:{n}"]) for n in self.layouts},
+                   {"a100": 1.0, **{n: float(v[f"device:{n}"]) for n in self.gpus}},
+                   {k: float(v.get(f"m:{k}", 0.0)) for k in KINDS}, self.rows)
+
+
+def _problem(rows: Sequence[Row]) -> _Problem:
+    import numpy as np
+
+    rows = tuple(rows)
     simt = [get(r.device).dtype(r.precision) == "fp32" for r in rows]
     layouts = sorted({r.layout for r, fp32 in zip(rows, simt) if not fp32})
     gpus = sorted({r.device for r in rows} - {"a100"})
     kinds = sorted({layout_kind(r.layout) for r in rows})
     names = ["simt", *(f"tensor:{n}" for n in layouts), *(f"device:{n}" for n in gpus), *(f"m:{k}" for k in kinds)]
     index = {name: i for i, name in enumerate(names)}
-    eta_of = np.array([index["simt"] if fp32 else index[f"tensor:{r.layout}"] for r, fp32 in zip(rows, simt)])
-    e_of = np.array([index.get(f"device:{r.device}", -1) for r in rows])
-    m_of = np.array([index[f"m:{layout_kind(r.layout)}"] for r in rows])
-    flops = np.array([layout_flops(r.layout, r.tokens) for r in rows])
-    peak = np.array([get(r.device).peak_flops(r.precision) for r in rows])
-    bandwidth = np.array([get(r.device).memory_bandwidth_Bps for r in rows])
-    batch = np.array([float(r.batch_size) for r in rows])
-    optimizer = np.array([optimizer_s(r.layout, get(r.device)) for r in rows])
-    published = np.log([r.samples_per_s for r in rows])
+    arrays = {
+        "eta_of": np.array([index["simt"] if fp32 else index[f"tensor:{r.layout}"] for r, fp32 in zip(rows, simt)]),
+        "e_of": np.array([index.get(f"device:{r.device}", -1) for r in rows]),
+        "m_of": np.array([index[f"m:{layout_kind(r.layout)}"] for r in rows]),
+        "flops": np.array([layout_flops(r.layout, r.tokens) for r in rows]),
+        "peak": np.array([get(r.device).peak_flops(r.precision) for r in rows]),
+        "bandwidth": np.array([get(r.device).memory_bandwidth_Bps for r in rows]),
+        "batch": np.array([float(r.batch_size) for r in rows]),
+        "optimizer": np.array([optimizer_s(r.layout, get(r.device)) for r in rows]),
+        "published": np.log([r.samples_per_s for r in rows]),
+    }
+    return _Problem(rows, tuple(names), tuple(layouts), tuple(gpus), arrays)
+
+
+def _solve(problem: _Problem) -> Fit:
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    a = problem.arrays
 
     def residuals(theta: Any) -> Any:
         v = np.exp(theta)
-        e = np.where(e_of >= 0, v[np.maximum(e_of, 0)], 1.0)
-        per_sample = flops * (1.0 / (v[eta_of] * e * peak) + v[m_of] / bandwidth)
-        return np.log(batch / (batch * per_sample + optimizer)) - published
+        e = np.where(a["e_of"] >= 0, v[np.maximum(a["e_of"], 0)], 1.0)
+        per_sample = a["flops"] * (1.0 / (v[a["eta_of"]] * e * a["peak"]) + v[a["m_of"]] / a["bandwidth"])
+        return np.log(a["batch"] / (a["batch"] * per_sample + a["optimizer"])) - a["published"]
 
-    start = np.log([0.5] * (1 + len(layouts) + len(gpus)) + [0.01] * len(kinds))
-    v = dict(zip(names, np.exp(least_squares(residuals, start).x)))
-    return Fit(float(v["simt"]), {n: float(v[f"tensor:{n}"]) for n in layouts},
-               {"a100": 1.0, **{n: float(v[f"device:{n}"]) for n in gpus}},
-               {k: float(v.get(f"m:{k}", 0.0)) for k in KINDS}, tuple(rows))
+    kinds = sum(name.startswith("m:") for name in problem.names)
+    start = np.log([0.5] * (len(problem.names) - kinds) + [0.01] * kinds)
+    return problem.fit_from(np.exp(least_squares(residuals, start).x))
+
+
+def fit(rows: Sequence[Row]) -> Fit:
+    """The constants minimising Σ log²(predicted / published samples/s) over ``rows`` (SciPy's
+    least squares on the logarithms of the constants, so that every one stays > 0; the
+    residuals are :meth:`Fit.samples_per_s`'s formula, vectorised over the rows)."""
+    return _solve(_problem(rows))
+
+
+def _cache_path() -> Path:
+    import profiles
+
+    return profiles.THROUGHPUT_FIT
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped() -> tuple[_Problem, dict[str, Any] | None]:
+    """The problem of the shipped table and the shipped solution when its key matches, else ``None``."""
+    problem = _problem(load())
+    try:
+        cache = json.loads(_cache_path().read_text())
+    except (OSError, ValueError):
+        return problem, None
+    if not isinstance(cache, dict) or cache.get("key") != problem.key():
+        return problem, None
+    return problem, cache
 
 
 @functools.lru_cache(maxsize=1)
 def fitted() -> Fit:
-    """The rule fitted to the shipped table (cached)."""
-    return fit(load())
+    """The rule fitted to the shipped table (the shipped solution while current; cached)."""
+    problem, cache = _shipped()
+    if cache is not None:
+        return problem.fit_from([cache["constants"][name] for name in problem.names])
+    return _solve(problem)
+
+
+def write_cache() -> Path:
+    """Solve the fit and its leave-one-out afresh and write them to ``profiles/throughput-fit.json``."""
+    problem = _problem(load())
+    f = _solve(problem)
+    constants = {"simt": f.simt, **{f"tensor:{n}": v for n, v in f.tensor.items()},
+                 **{f"device:{n}": v for n, v in f.device.items() if n != "a100"},
+                 **{f"m:{k}": v for k, v in f.bytes_per_flop.items() if f"m:{k}" in problem.names}}
+    errors = [err for _, _, err in _solve_leave_one_out(problem.rows)]
+    path = _cache_path()
+    path.write_text(json.dumps({"key": problem.key(), "constants": constants, "leave_one_out": errors},
+                               indent=1, sort_keys=True) + "\n")
+    return path
 
 
 def reproduction(rows: Sequence[Row] | None = None) -> list[tuple[Row, float, float]]:
@@ -229,14 +311,21 @@ def reproduction(rows: Sequence[Row] | None = None) -> list[tuple[Row, float, fl
     return [(r, f.samples_per_s(r), f.samples_per_s(r) / r.samples_per_s - 1) for r in rows]
 
 
-@functools.lru_cache(maxsize=1)
-def _leave_one_out() -> tuple[tuple[Row, float, float], ...]:
-    rows = load()
+def _solve_leave_one_out(rows: tuple[Row, ...]) -> tuple[tuple[Row, float, float], ...]:
     out = []
     for i, r in enumerate(rows):
         predicted = fit(rows[:i] + rows[i + 1:]).samples_per_s(r)
         out.append((r, predicted, predicted / r.samples_per_s - 1))
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=1)
+def _leave_one_out() -> tuple[tuple[Row, float, float], ...]:
+    problem, cache = _shipped()
+    if cache is not None:
+        return tuple((r, r.samples_per_s * (1 + float(err)), float(err))
+                     for r, err in zip(problem.rows, cache["leave_one_out"]))
+    return _solve_leave_one_out(problem.rows)
 
 
 def leave_one_out() -> list[tuple[Row, float, float]]:
@@ -300,3 +389,7 @@ def compute(device: Device, precision: str, kind: str, layout: str | None = None
             f"{device.peak_flops(precision) / 1e12:.3g} TFLOP/s, rule fitted to {len(rows)} published rows, "
             f"{kind}; {where}; time band x{low:.2f}-{high:.2f})")
     return Compute(flops, low, high, tuple(unmeasured), note)
+
+
+if __name__ == "__main__":
+    print(f"wrote {write_cache()}")

@@ -139,3 +139,14 @@ def test_the_same_projection_on_a_quiet_and_on_a_busy_machine_is_the_same(tmp_pa
             burner.wait()
     assert busy == quiet
     assert json.loads(quiet[0])["cost_source"] == "model h200"
+
+
+
+def test_a_v100_is_never_said_to_train_in_bf16():
+    """A V100 has no bf16 units: whatever the precision, its layout note names fp32 or fp16, never bf16."""
+    from pipeline import project
+
+    for precision in ("fp32", "tf32", "amp"):
+        note = project.layout_source("resnet50", device="v100", precision=precision).compute
+        assert "bf16" not in note and ("fp16 peak" in note or "fp32 peak" in note), note
+    assert "bf16 peak" in project.layout_source("resnet50", device="a100", precision="amp").compute

@@ -279,3 +279,14 @@ def test_replay_rows_record_backend_and_call_index(laplace: traces.Trace) -> Non
         assert [r["call_index"] for r in mine] == list(range(len(mine)))
         assert {r["backend"] for r in mine} <= {"native", "torch"}
     assert all(r["wire_bytes"] == 2 * r["numel"] for r in rows if r["compressor"] == "fp16")
+
+
+def test_replay_table_lists_density_free_compressors_once(laplace: traces.Trace, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    """fp16 sends every coordinate whatever the density: one row, no achieved/target ratio."""
+    code, stdout, stderr = _sidco(capsys, "replay", str(laplace.path), "--compressors", "fp16,topk", "--densities",
+                                  "0.01,0.001", "--bucket-cap", "60KiB", "--store", str(tmp_path / "r.sqlite"))
+    assert code == 0, stderr
+    rows = [line.split() for line in stdout.splitlines() if line.split()[:1] in (["fp16"], ["topk"])]
+    assert [r[:2] for r in rows] == [["fp16", "-"], ["topk", "0.01"], ["topk", "0.001"]]
+    assert rows[0][4] == "-" and float(rows[1][4]) == pytest.approx(1.0, abs=0.01)

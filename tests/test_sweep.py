@@ -86,6 +86,19 @@ def test_sweep_stores_every_scenario_once_and_resumes(tmp_path, trace_dir, capsy
     assert main(argv) == 0
     first = json.loads(capsys.readouterr().out)
     sources = first.pop("cost_sources")
+    found, stored_rows = first.pop("findings"), first.pop("rows")
+    assert len(stored_rows) == 30 and len(found) == 6  # 3 node counts x 2 bandwidths
+    for cluster in found:
+        mine = [r for r in stored_rows if (r["nodes"], r["bandwidth_bps"]) == (cluster["nodes"], cluster["bandwidth_bps"])]
+        fastest = min(mine, key=lambda r: r["iteration_s"])
+        none = next(r for r in mine if r["compressor"] == "none")
+        assert cluster["iteration_s"] == fastest["iteration_s"]
+        assert cluster["best"] == (fastest["compressor"] if fastest["compressor"] == "none"
+                                   else f"{fastest['compressor']}@{fastest['density']:g}")
+        assert cluster["speedup"] == pytest.approx(none["iteration_s"] / fastest["iteration_s"])
+        # none is the only dense baseline of this grid
+        assert cluster["speedup_over_baseline"] == pytest.approx(none["iteration_s"] / fastest["iteration_s"])
+        assert cluster["verdict"]["winner"] == cluster["best"]
     assert first == {"computed": 30, "fidelity": "analytic", "resumed": False, "store": str(store),
                      "stored": 30, "sweep_id": first["sweep_id"], "total": 30, "device": "cpu",
                      "compute_source": "trace timings (cpu)"}

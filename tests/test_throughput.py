@@ -118,3 +118,25 @@ def test_precision_is_checked_in_one_line(capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2 and "fp8" in capsys.readouterr().err
+
+
+def test_the_shipped_solution_is_current_and_equals_a_fresh_fit():
+    """profiles/throughput-fit.json answers for the table and devices as they are (its key
+    matches), and holds what SciPy's least squares solves now: every constant and every
+    leave-one-out error. A stale file is not used (``python -m simulator.throughput`` rewrites it)."""
+    problem, cache = throughput._shipped()
+    assert cache is not None, "profiles/throughput-fit.json is stale: run python -m simulator.throughput"
+    fresh = throughput._solve(problem)
+    shipped = throughput.fitted()
+    assert shipped.simt == pytest.approx(fresh.simt, rel=1e-6)
+    for name in ("tensor", "device", "bytes_per_flop"):
+        assert getattr(shipped, name) == pytest.approx(getattr(fresh, name), rel=1e-6), name
+    solved = throughput._solve_leave_one_out(problem.rows)
+    assert [err for _, _, err in throughput.leave_one_out()] == pytest.approx([err for _, _, err in solved],
+                                                                                rel=1e-5, abs=1e-9)
+
+
+def test_a_changed_input_is_solved_afresh_not_read_from_the_shipped_file():
+    problem = throughput._problem(throughput.load())
+    changed = dataclasses.replace(problem.rows[0], samples_per_s=problem.rows[0].samples_per_s * 1.5)
+    assert throughput._problem((changed, *problem.rows[1:])).key() != problem.key()

@@ -14,15 +14,46 @@ The format is documented in ``traces/FORMAT.md``.
 
 from __future__ import annotations
 
-from traces import layouts, workloads
-from traces.capture import capture
-from traces.errors import TraceError
-from traces.format import SCHEMA_VERSION
-from traces.reader import Trace
-from traces.reader import open_trace as open
-from traces.recorder import Recorder
-from traces.synthetic import KINDS as SYNTHETIC_KINDS
-from traces.synthetic import synthetic
+import importlib
+import sys
+import types
+from typing import Any
+
+_LAZY: dict[str, tuple[str, str]] = {
+    "capture": ("traces.capture", "capture"),
+    "TraceError": ("traces.errors", "TraceError"),
+    "SCHEMA_VERSION": ("traces.format", "SCHEMA_VERSION"),
+    "Trace": ("traces.reader", "Trace"),
+    "open": ("traces.reader", "open_trace"),
+    "Recorder": ("traces.recorder", "Recorder"),
+    "SYNTHETIC_KINDS": ("traces.synthetic", "KINDS"),
+    "synthetic": ("traces.synthetic", "synthetic"),
+}
+"""Names exported here, imported on first use (most of them need torch; :mod:`traces.layouts`
+does not, so a layout is projected without loading it)."""
+
+
+class _Package(types.ModuleType):
+    """This package, whose ``capture`` and ``synthetic`` stay the functions of those names even
+    after their submodules are imported (importing a submodule would otherwise rebind them)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("capture", "synthetic") and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(attr: str) -> Any:
+    if attr in _LAZY:
+        module, name = _LAZY[attr]
+        return getattr(importlib.import_module(module), name)
+    if attr in ("layouts", "workloads", "replay", "layout_models"):
+        return importlib.import_module(f"traces.{attr}")
+    raise AttributeError(f"module 'traces' has no attribute {attr!r}")
+
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -55,10 +55,21 @@ def layout(reader: StoreReader) -> html.Div:
                     id="quality-density", options=[0.1, 0.01, 0.001], value=0.01, clearable=False)),
             ]),
             html.Div(id="quality-hist-message"),
+            ui.note(THRESHOLD_NOTE),
             ui.figure_card("quality-hist", "Histogram of |g| with fitted exponential, gamma and generalized Pareto",
                            height=420),
         ]),
     ])
+
+
+THRESHOLD_NOTE = (
+    "Two thresholds, two inputs: the dotted line is the exact top-δ threshold of |g| of this recorded "
+    "gradient (one worker, the whole vector, before error feedback); 'Threshold over iterations' plots "
+    "each compressor's own threshold on what it compressed: gradient + residual (error feedback), per "
+    "bucket, averaged over workers and buckets, at each replayed density. Residuals add magnitude, so "
+    "those thresholds sit higher than this line from the second iteration on."
+)
+"""Why the histogram's threshold line and the thresholds over iterations differ (issue 24)."""
 
 
 def gradient(path: str, iteration: int, worker: int):

@@ -94,24 +94,31 @@ def _launch_panel() -> html.Div:
     ])
 
 
-def layout(reader: StoreReader) -> html.Div:
-    """The page: run and cluster controls, the two accuracy figures, the time-to-target bars and table."""
+def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div:
+    """The page: run and cluster controls, the two accuracy figures, the time-to-target bars and
+    table; ``query`` (the address's ``?run=3&nodes=8&bandwidth=100Mbit&latency=50us&target=0.25``)
+    sets the starting run, cluster and accuracy target (the demo links here)."""
+    query = query or {}
     store = reader.store()
     options = _run_options(store)
-    target = suggested_target(store, options[0]["value"]) if options else 0.5
+    run = next((o["value"] for o in options if str(o["value"]) == query.get("run")),
+               options[0]["value"] if options else None)
+    target = query.get("target") or (suggested_target(store, run) if options else 0.5)
     body = [
         html.Div(className="row", children=[
             ui.labelled("Convergence run", dcc.Dropdown(id="tta-run", options=options, clearable=False,
-                                                        value=options[0]["value"] if options else None), wide=True),
-            ui.labelled("Nodes", dcc.Input(id="tta-nodes", value="8", debounce=True)),
-            ui.labelled("Bandwidth", dcc.Input(id="tta-bandwidth", value="1Gbit", debounce=True), "per direction"),
-            ui.labelled("Latency", dcc.Input(id="tta-latency", value="50us", debounce=True)),
+                                                        value=run), wide=True),
+            ui.labelled("Nodes", dcc.Input(id="tta-nodes", value=query.get("nodes", "8"), debounce=True)),
+            ui.labelled("Bandwidth", dcc.Input(id="tta-bandwidth", value=query.get("bandwidth", "1Gbit"),
+                                               debounce=True), "per direction"),
+            ui.labelled("Latency", dcc.Input(id="tta-latency", value=query.get("latency", "50us"), debounce=True)),
             ui.labelled("Topology", dcc.Dropdown(id="tta-topology", options=list(projection.TOPOLOGIES), value="ring",
                                                  clearable=False)),
             ui.labelled("Target", dcc.Dropdown(id="tta-metric", clearable=False, value="accuracy", options=[
                 {"label": "held-out accuracy ≥", "value": "accuracy"},
                 {"label": "held-out loss ≤", "value": "eval_loss"}])),
-            ui.labelled("Target value", dcc.Input(id="tta-target", value=f"{target:g}", debounce=True),
+            ui.labelled("Target value", dcc.Input(id="tta-target", value=target if isinstance(target, str) else f"{target:g}",
+                                                   debounce=True),
                         "fraction (accuracy) or nats (loss)"),
         ]),
         html.Div(id="tta-message"),

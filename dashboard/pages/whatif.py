@@ -9,38 +9,63 @@ from dash import Dash, Input, Output, ctx, dcc, html
 from dashboard import components as ui
 from dashboard import data, figures, projection
 from dashboard.data import StoreReader
+from pipeline.verdict import verdict
 
 PATH = "/"
 TITLE = "What-if"
 
-DEFAULTS = {"density": "0.01", "nodes": "8", "bandwidth": "10Gbit", "latency": "50us", "topology": "ring"}
+DEFAULTS = {"source": "layout:bert-base", "density": "0.01", "nodes": "8", "bandwidth": "10Gbit", "latency": "50us",
+            "topology": "ring"}
+"""BERT-base on 8 A100s (the default device of layouts) at 10 Gbit/s: a cluster where the choice
+matters (PowerSGD, the sparsifiers and no compression differ by more than 2x)."""
 
 
-def controls(prefix: str, options: list[dict[str, str]], multi: bool) -> list:
-    """The shared scenario controls (also used by the timeline page); ids start with ``prefix``."""
+def default_source(options: list[dict[str, str]], wanted: str = DEFAULTS["source"]) -> str | None:
+    """The source the page opens on: ``wanted`` when offered, else :data:`DEFAULTS`' layout, else the first option."""
+    values = [o["value"] for o in options]
+    for value in (wanted, DEFAULTS["source"]):
+        if value in values:
+            return value
+    return values[0] if values else None
+
+
+def controls(prefix: str, options: list[dict[str, str]], multi: bool, query: dict[str, str] | None = None) -> list:
+    """The shared scenario controls (also used by the timeline page); ids start with ``prefix``.
+    ``query``: starting values from the page's address (``source``, ``density``, ``nodes``,
+    ``bandwidth``, ``latency``); a bad one shows as the usual inline error."""
+    start = {**DEFAULTS, **{k: v for k, v in (query or {}).items() if k in DEFAULTS}}
     names = projection.compressor_names()
     chosen = [n for n in ("none", "fp16", "powersgd", "topk", "dgc", "sidco-e", "sidco-p", "sidco-gp") if n in names]
     return [
         ui.labelled("Trace or model layout", dcc.Dropdown(
-            id=f"{prefix}-source", options=options, value=options[0]["value"] if options else None, clearable=False)),
+            id=f"{prefix}-source", options=options, value=default_source(options, start["source"]), clearable=False)),
         ui.labelled("Compressors" if multi else "Compressor", dcc.Dropdown(
             id=f"{prefix}-compressors", options=names, value=chosen if multi else "sidco-e", multi=multi,
             clearable=False)),
-        ui.labelled("Density δ", dcc.Input(id=f"{prefix}-density", value=DEFAULTS["density"], debounce=True),
+        ui.labelled("Density δ", dcc.Input(id=f"{prefix}-density", value=start["density"], debounce=True),
                     "fraction of elements sent, in (0, 1]"),
-        ui.labelled("Nodes", dcc.Input(id=f"{prefix}-nodes", value=DEFAULTS["nodes"], debounce=True),
+        ui.labelled("Nodes", dcc.Input(id=f"{prefix}-nodes", value=start["nodes"], debounce=True),
                     "workers, one GPU each"),
-        ui.labelled("Bandwidth per worker", dcc.Input(id=f"{prefix}-bandwidth", value=DEFAULTS["bandwidth"],
+        ui.labelled("Bandwidth per worker", dcc.Input(id=f"{prefix}-bandwidth", value=start["bandwidth"],
                                                       debounce=True), "with unit: 10Gbit, 100Mbit/s, 1.25GB/s"),
-        ui.labelled("Latency per message", dcc.Input(id=f"{prefix}-latency", value=DEFAULTS["latency"],
+        ui.labelled("Latency per message", dcc.Input(id=f"{prefix}-latency", value=start["latency"],
                                                      debounce=True), "with unit: 50us, 1ms"),
         ui.labelled("Topology", dcc.Dropdown(id=f"{prefix}-topology", options=list(projection.TOPOLOGIES),
-                                             value=DEFAULTS["topology"], clearable=False)),
+                                             value=start["topology"], clearable=False)),
     ]
 
 
-def layout(reader: StoreReader) -> html.Div:
-    """The page: controls on the left, stacked bars and speed-ups on the right."""
+def _device(name: str | None) -> str:
+    """The device control's starting value: ``name`` when it is one of the dropdown's, else the default."""
+    values = [o["value"] for o in projection.device_options()]
+    return name if name in values else ""
+
+
+def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div:
+    """The page: controls on the left, stacked bars and speed-ups on the right; ``query`` (the
+    address's ``?source=trace:3&nodes=8&bandwidth=10Gbit&density=0.001&device=a100``) sets the
+    starting scenario."""
+    query = query or {}
     store = reader.store()
     options = projection.sources(store)
     calibration = data.latest_calibration(store)
@@ -52,9 +77,9 @@ def layout(reader: StoreReader) -> html.Div:
     )
     side = html.Div(className="panel", children=[
         html.H4("Scenario"),
-        *controls("whatif", options, multi=True),
+        *controls("whatif", options, multi=True, query=query),
         ui.labelled("Device per worker", dcc.Dropdown(id="whatif-device", options=projection.device_options(),
-                                                      value="", clearable=False),
+                                                      value=_device(query.get("device")), clearable=False),
                     "compute of layouts and compression costs are this device's"),
         ui.labelled("Compression costs", dcc.Dropdown(id="whatif-costs", options=projection.cost_options(store),
                                                       value="", clearable=False),
@@ -81,9 +106,10 @@ def layout(reader: StoreReader) -> html.Div:
         html.Div(className="layout", children=[
             side,
             ui.loading(html.Div(className="stack", children=[
+                html.Div(id="whatif-verdict", className="verdict"),
                 html.Div(id="whatif-message"),
                 ui.figure_card("whatif-breakdown", "Projected iteration time per compressor", height=420),
-                ui.figure_card("whatif-speedup", "Speed-up over no compression (fp32) and over fp16", height=300),
+                ui.figure_card("whatif-speedup", "Speed-up over no compression (fp32) and over fp16", height=420),
             ])),
         ]),
     ])
@@ -96,6 +122,7 @@ def register(app: Dash, reader: StoreReader) -> None:
         Output(ui.graph_id("whatif-breakdown"), "figure"),
         Output(ui.graph_id("whatif-speedup"), "figure"),
         Output("whatif-message", "children"),
+        Output("whatif-verdict", "children"),
         Input("whatif-source", "value"),
         Input("whatif-compressors", "value"),
         Input("whatif-density", "value"),
@@ -119,7 +146,7 @@ def register(app: Dash, reader: StoreReader) -> None:
             results, problems = projection.project_each(reader.store(), chosen, fidelity)
         except ValueError as exc:
             blank = ui.empty_figure("fix the highlighted control")
-            return blank, blank, ui.error(str(exc))
+            return blank, blank, ui.error(str(exc)), ""
         elapsed = time.perf_counter() - started
         title = (f"{chosen.nodes} nodes · {bandwidth} · {latency} · {topology} · δ={chosen.density:g} · "
                  f"{fidelity} fidelity")
@@ -128,4 +155,5 @@ def register(app: Dash, reader: StoreReader) -> None:
                        f"{results[0]['device']} (compute from {results[0]['compute_source']})"
                        + (f"; compression costs: {sources}" if sources else ""))
         message = html.Div([note, *(ui.error(problem) for problem in problems)])
-        return figures.whatif_breakdown(results, title), figures.whatif_speedup(results), message
+        line = html.P([html.Strong("Verdict: "), verdict(results)["text"]])
+        return figures.whatif_breakdown(results, title), figures.whatif_speedup(results), message, line

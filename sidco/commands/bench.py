@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from benchmarks import compressor_bench as benchmark
 from pipeline.catalog import compressor_names
-from sidco.commands import add_run_on_argument
+from sidco.commands import COMMANDS, add_run_on_argument
 from units import parse_density, parse_list
 
 
@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bench`` subcommand."""
     parser = subparsers.add_parser(
         "bench",
-        help="time each compressor's compress/decompress against a one-pass floor (torch.sum)",
+        help=COMMANDS["bench"],
         description=(
             "Compress one seeded gradient-like vector (Laplace/Student-t mix) with every compressor "
             "at each density, in one process, at steady state: buffers reused, --warmup calls first, "

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from pipeline import calibrate
 from results.store import Store
-from sidco.commands import add_store_argument
+from sidco.commands import COMMANDS, add_store_argument, dump_json
 from units import format_bandwidth, format_bytes, format_seconds
 
 
@@ -15,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``calibrate`` subcommand."""
     parser = subparsers.add_parser(
         "calibrate",
-        help="fit α (s), β (s/byte) and link efficiency to measured collectives",
+        help=COMMANDS["calibrate"],
         description=(
             "Least-squares fit of the ring α–β forms (docs/model.md) to the collective times stored "
             "by 'sidco emulate collective': alpha_s is the per-message latency in seconds, "
@@ -52,9 +51,8 @@ def run(args: argparse.Namespace) -> int:
         result = calibrate.run(store, args.emulation, args.check or ())
     pooled, per_op, check = result.pooled, result.per_op, result.check
     if args.json:
-        print(json.dumps({"calibration_id": result.calibration_id, "emulation_ids": result.emulation_ids,
-                          **pooled.as_dict(), "ops": {op: f.as_dict() for op, f in per_op.items()}, "check": check},
-                         sort_keys=True))
+        print(dump_json({"calibration_id": result.calibration_id, "emulation_ids": result.emulation_ids,
+                          **pooled.as_dict(), "ops": {op: f.as_dict() for op, f in per_op.items()}, "check": check}))
         return 0
     print(f"calibration {result.calibration_id} (collective measurements of emulations "
           f"{', '.join(map(str, result.emulation_ids))}):")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import torch
@@ -11,7 +10,7 @@ from tqdm import tqdm
 
 from pipeline import capture
 from results.store import Store
-from sidco.commands import add_run_on_argument, add_store_argument
+from sidco.commands import COMMANDS, add_run_on_argument, add_store_argument, dump_json
 from pipeline.catalog import check_capture_request, data_source, workload_names
 
 
@@ -19,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``capture`` subcommand."""
     parser = subparsers.add_parser(
         "capture",
-        help="train a built-in workload with simulated data parallelism and record a gradient trace",
+        help=COMMANDS["capture"],
         description=(
             "Train a built-in workload (no download) for --iterations steps; each of --workers "
             "workers computes its gradient on its own data shard, the averaged gradient updates "
@@ -96,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         "loss_last": trace.manifest["loss"]["last"],
     }
     if args.json:
-        print(json.dumps(summary, sort_keys=True))
+        print(dump_json(summary))
     else:
         print(
             f"trace {trace_id}: {summary['path']}\n"

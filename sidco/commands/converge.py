@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import torch
@@ -12,7 +11,7 @@ from tqdm import tqdm
 from pipeline import converge
 from pipeline.catalog import RunConfig, curves_document, data_source, workload_names
 from results.store import Store
-from sidco.commands import add_run_on_argument, add_store_argument
+from sidco.commands import COMMANDS, add_run_on_argument, add_store_argument, dump_json
 from units import parse_density, parse_list
 
 
@@ -20,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``converge`` subcommand."""
     parser = subparsers.add_parser(
         "converge",
-        help="train a built-in workload with compressed gradients; loss and held-out accuracy per iteration",
+        help=COMMANDS["converge"],
         description=(
             "Real training of a built-in workload with --workers data-parallel workers simulated in one "
             "process: each worker computes its gradient on its own data shard and compresses it with its own "
@@ -140,9 +139,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         source = (f"sidco converge {config.workload} on {config.data_name()}, {config.workers} workers, convergence "
                   + ",".join(str(r.convergence_id) for r in results))
-        print(json.dumps({**curves_document(source, all_rows), "convergence_id": result.convergence_id,
+        print(dump_json({**curves_document(source, all_rows), "convergence_id": result.convergence_id,
                           "convergence_ids": [r.convergence_id for r in results], "trace_id": result.trace_id,
-                          "replay_id": result.replay_id}, sort_keys=True))
+                          "replay_id": result.replay_id}))
         return 0
     print(f"convergence {result.convergence_id}: {config.workload} on {config.data_name()}, {config.workers} workers, "
           f"{config.iterations} iterations, held-out evaluation every {config.eval_every}; store {args.store}")

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -14,7 +13,7 @@ from pipeline import emulate
 from pipeline.catalog import (COLLECTIVES, FIDELITIES, JOB_BYTES, check_shaping, check_training_request, max_jobs,
                               remove_stale, require_emulation)
 from results.store import Store
-from sidco.commands import add_calibration_argument, add_renamed_argument, add_store_argument
+from sidco.commands import COMMANDS, add_calibration_argument, add_renamed_argument, add_store_argument, dump_json
 from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_density, parse_duration, parse_list
 
 
@@ -68,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``emulate`` subcommand."""
     parser = subparsers.add_parser(
         "emulate",
-        help="real torch.distributed runs in network namespaces with shaped links",
+        help=COMMANDS["emulate"],
         description=(
             "Run real gloo worker processes, one per network namespace, joined by a bridge, with "
             "every worker's uplink and downlink shaped (tc tbf) to --bandwidth. Needs root and "
@@ -159,7 +158,7 @@ def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: li
                                                     compute_load_s=load_s, shaping=not args.no_shaping,
                                                     step=lambda: bar.update(1))
     if args.json:
-        print(json.dumps({"emulation_id": emulation_id, "cores": os.cpu_count(), "measurements": results}))
+        print(dump_json({"emulation_id": emulation_id, "cores": os.cpu_count(), "measurements": results}))
     else:
         print(f"emulation {emulation_id} ({os.cpu_count()} cores):")
         print(f"{'op':<10} {'workers':>7} {'bandwidth':>14} {'size':>10} {'time':>10} {'algbw':>14}")
@@ -202,7 +201,7 @@ def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
             )
     summary = emulate.summarize(out)
     if args.json:
-        print(json.dumps({"emulation_id": emulation_id, "cores": os.cpu_count(), "calibration_id": calibration_id,
+        print(dump_json({"emulation_id": emulation_id, "cores": os.cpu_count(), "calibration_id": calibration_id,
                           "summary": summary, "results": out}))
         return 0
     print(f"emulation {emulation_id}: {args.workload}, {os.cpu_count()} cores, 1 thread per worker; "

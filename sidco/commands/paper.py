@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from sidco.commands import add_store_argument
+from sidco.commands import COMMANDS, add_store_argument, dump_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``paper`` subcommand."""
     parser = subparsers.add_parser(
         "paper",
-        help="the SIDCo paper's setting, projected with PyTorch 1.3's kernel costs and with today's",
+        help=COMMANDS["paper"],
         description=(
             "Project the SIDCo paper's setting (8 V100 nodes, 1 and 10 Gbit/s, ResNet-50 and VGG-16 as one "
             "bucket, Top-k, DGC, SIDCo-E/-P/-GP and no compression; analytic fidelity) twice: with the kernel "
@@ -44,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     with Store(args.store) as store:
         result = project_paper(store, layouts=layouts, densities=densities)
     if args.json:
-        print(json.dumps(result, sort_keys=True))
+        print(dump_json(result))
         return 0
     print(f"SIDCo paper setting: {PAPER['nodes']} x {PAPER['device']}, {PAPER['bucket_mode']} bucket, batch "
           f"{PAPER['batch_size']} per worker, {PAPER['precision']}, analytic fidelity; 'then' = {PAPER['era']} kernels "

@@ -4,7 +4,6 @@ the cost model against every measured profile."""
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ from tqdm import tqdm
 from pipeline import profile as device_profiles
 from pipeline.catalog import compressor_names
 from results.store import Store
-from sidco.commands import add_run_on_argument, add_store_argument, dump_json
+from sidco.commands import COMMANDS, add_run_on_argument, add_store_argument, dump_json
 from units import parse_density, parse_list
 
 DEFAULT_SIZES = {"cpu": "2^16..2^24", "cuda": "2^16..2^26"}
@@ -45,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``profile`` subcommand."""
     parser = subparsers.add_parser(
         "profile",
-        help="measure compress/decompress times on a device (a device profile), or check the cost model",
+        help=COMMANDS["profile"],
         description=(
             "Measure every compressor at each density and size on --run-on (cpu or cuda) at steady state: "
             "each with the memory training gives it (error feedback; none for none, fp16, bf16), a rotation of "
@@ -113,8 +112,8 @@ def _measure(args: argparse.Namespace) -> int:
                                        note=lambda text: print(text, file=sys.stderr))
     profile = done.profile
     if args.json:
-        print(json.dumps({"profile_id": done.profile_id, "device": profile.device, "source": profile.source,
-                          "rows": list(profile.rows), "out": args.out}, sort_keys=True))
+        print(dump_json({"profile_id": done.profile_id, "device": profile.device, "source": profile.source,
+                          "rows": list(profile.rows), "out": args.out}))
         return 0
     print(f"device profile #{done.profile_id} of {profile.device}: {profile.source}")
     print(f"{'compressor':<10} {'density':>8} {'elements':>10} {'compress min/med/max ms':>26} {'decompress ms':>14}")

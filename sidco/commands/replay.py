@@ -4,17 +4,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from tqdm import tqdm
 
-from pipeline.catalog import compressor_names, device_identity
+from pipeline.catalog import compressor_names, device_identity, takes_density
 from pipeline import replay
 from pipeline.replay import FIRST_CALLS
 from results.store import Store
-from sidco.commands import add_renamed_argument, add_run_on_argument, add_store_argument
+from sidco.commands import COMMANDS, add_renamed_argument, add_run_on_argument, add_store_argument, dump_json
 from units import parse_bytes, parse_density, parse_list
 
 DEFAULT_COMPRESSORS = "sidco-e,sidco-p,sidco-gp,topk,dgc"
@@ -31,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``replay`` subcommand."""
     parser = subparsers.add_parser(
         "replay",
-        help="replay a gradient trace through compressors and store per-call quality and overhead",
+        help=COMMANDS["replay"],
         description=(
             "Run each compressor at each target density over every recorded (iteration, worker) "
             "of TRACE, in order, carrying error feedback across iterations per (worker, bucket). "
@@ -96,12 +95,19 @@ def _print_table(summary: list[dict[str, Any]]) -> None:
     )
     print(header)
     print("-" * len(header))
+    shown: set[str] = set()
     for s in summary:
+        if not takes_density(s["compressor"]):  # one row: its message ignores the density
+            if s["compressor"] in shown:
+                continue
+            shown.add(s["compressor"])
+            s = {**s, "density": None, "achieved_over_target": None, "min_over_target": None,
+                 "first_mean_over_target": None, "steady_mean_over_target": None, "steady_low_over_target": None}
         stages = "-" if s["mean_stages"] is None else f"{s['mean_stages']:.2f}"
         gbps = "-" if s["throughput_gb_per_s"] is None else f"{s['throughput_gb_per_s']:.3f}"
         print(
-            f"{s['compressor']:<10} {s['density']:>8g} {s['calls']:>6} {s['achieved_density']:>9.5f} "
-            f"{s['achieved_over_target']:>8.3f} {s['min_over_target']:>6.2f}-{s['max_over_target']:<6.2f} {stages:>6} "
+            f"{s['compressor']:<10} {_density(s['density']):>8} {s['calls']:>6} {s['achieved_density']:>9.5f} "
+            f"{_ratio(s['achieved_over_target']):>8} {_range(s['min_over_target'], s['max_over_target']):>13} {stages:>6} "
             f"{s['compress_s'] * 1e3:>8.3f} {s['decompress_s'] * 1e3:>9.3f} {gbps:>7} "
             f"{s['wire_bytes'] / 1e3:>9.1f} {s['wire_over_dense']:>10.4f} {s['rel_error']:>8.4f} "
             f"{s['backend'] or '-':<8} {_ratio(s['first_mean_over_target']):>6} {_ratio(s['steady_mean_over_target']):>6} "
@@ -112,8 +118,13 @@ def _print_table(summary: list[dict[str, Any]]) -> None:
         "milliseconds per call; GB/s = fp32 gradient GB compressed per second; wire kB = mean bytes "
         "on the wire per call / 1000; rel err = mean ||g - g_hat|| / ||g||; backend = what ran the calls "
         "(native = fused C kernels, torch, cuda); first = mean ach/tgt of each compressor instance's first "
-        f"{FIRST_CALLS} calls, steady = mean (range) of its later calls"
+        f"{FIRST_CALLS} calls, steady = mean (range) of its later calls; compressors whose message ignores "
+        "the density (none, fp16, bf16, powersgd) get one row, density -"
     )
+
+
+def _density(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
 
 
 def _ratio(value: float | None) -> str:
@@ -158,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"sidco replay: {done.skipped} combination(s) already stored in replay {done.replay_id}, skipped",
               file=sys.stderr)
     if args.json:
-        print(json.dumps({"replay_id": done.replay_id, "summary": done.summary, "rows": rows}, sort_keys=True))
+        print(dump_json({"replay_id": done.replay_id, "summary": done.summary, "rows": rows}))
     else:
         print(
             f"replay {done.replay_id} of {trace.path} ({trace.workers} workers x {len(trace.iterations)} iterations, "

@@ -14,7 +14,7 @@ from pipeline import project as projection
 from pipeline.catalog import (BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES, Workload,
                               check_output_path, devices, takes_density, write_chrome_trace)
 from results.store import Store
-from sidco.commands import add_calibration_argument, add_store_argument, dump_json
+from sidco.commands import COMMANDS, add_calibration_argument, add_store_argument, dump_json
 from units import check_density, format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
 
 
@@ -175,7 +175,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``simulate`` subcommand."""
     parser = subparsers.add_parser(
         "simulate",
-        help="project one training iteration on a simulated cluster",
+        help=COMMANDS["simulate"],
         description=(
             "Simulate one data-parallel iteration of a trace (or a full-size layout) on NODES machines "
             "with per-direction NIC links of BANDWIDTH (bits/s: 10Gbit, 1.25GB/s) and LATENCY (50us) "

@@ -20,12 +20,14 @@ from tqdm import tqdm
 import pipeline.sweep
 from pipeline.catalog import TOPOLOGIES, Grid, check_jobs, check_target, compressor_names, local_pool, target_text
 from pipeline.project import parse_calibration, workload
+from pipeline.verdict import names_text
 from pipeline.tta import label, resolve, sweep_time_to_target, trace_path
 from results.store import Store
 from sidco.commands import dump_json
 from sidco.commands.tta import add_target_args
 from sidco.commands.simulate import add_scenario_args, add_source_args, parse_source, positive_int, scenario_options
 from units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
+from sidco.commands import COMMANDS
 
 MAX_CHUNK_SIZE = 100_000
 """Scenarios per task at most (a chunk's rows are held in memory until they land)."""
@@ -35,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``sweep`` subcommand."""
     parser = subparsers.add_parser(
         "sweep",
-        help="simulate a grid of scenarios into the results store (resumable, local or Dask)",
+        help=COMMANDS["sweep"],
         description=(
             "Simulate every combination of --nodes, --bandwidth (bits/s, e.g. 1Gbit,10Gbit), --latency "
             "(e.g. 50us), --topology and compressor × density (plus 'none' once per cluster) and store "
@@ -128,6 +130,23 @@ def _print_time_to_target(result: dict[str, Any]) -> None:
         print(f"  {unreached} scenario(s) without a time to target (never reached it, or not trained): see --json")
 
 
+def _print_findings(found: list[dict[str, Any]]) -> None:
+    """One line per cluster: the best configuration, its speed-ups and whether the call is clear."""
+    print("found, per cluster (speed-up of the best configuration over none and over the best dense baseline):")
+    print(f"  {'nodes':>5} {'bandwidth':>12} {'latency':>9} {'topology':<16} {'best':<16} {'vs none':>8} "
+          f"{'vs dense':>8}  verdict")
+    for f in found:
+        v = f["verdict"]
+        if v["call"] == "winner":
+            call = ("clear" if v["runner_up"] is None
+                    else f"clear, {v['margin_over_runner_up']:.2f}x over the runner-up {v['runner_up']}")
+        else:
+            call = f"too close to call with {names_text(v['tied'][1:], 3)} ({v['basis']})"
+        vs_dense = "" if f["speedup_over_baseline"] is None else f"{f['speedup_over_baseline']:.3f}x"
+        print(f"  {f['nodes']:>5} {format_bandwidth(f['bandwidth_bps']):>12} {format_seconds(f['latency_s']):>9} "
+              f"{f['topology']:<16} {f['best']:<16} {f['speedup']:>7.3f}x {vs_dense:>8}  {call}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the sweep; print a summary (JSON with --json)."""
     _convergence_source(args)
@@ -162,13 +181,15 @@ def run(args: argparse.Namespace) -> int:
         finally:
             for bar in bars:
                 bar.close()
+        found = pipeline.sweep.findings(store, done.sweep_id)
+        rows = store.scenarios(done.sweep_id) if args.json else []
         tta = None
         if args.convergence is not None:
             tta = sweep_time_to_target(store, done.sweep_id, args.convergence, target_accuracy=args.target_accuracy,
                                        target_loss=args.target_loss)
     summary = {"sweep_id": done.sweep_id, "total": done.total, "stored": done.stored, "computed": done.computed,
                "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity, "device": device,
-               "compute_source": source.compute, "cost_sources": done.cost_sources}
+               "compute_source": source.compute, "cost_sources": done.cost_sources, "findings": found, "rows": rows}
     if tta is not None:
         summary["time_to_target"] = tta
     if args.json:
@@ -177,8 +198,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"sweep {done.sweep_id}: {done.stored}/{done.total} scenarios stored in {args.store} "
               f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity})")
         print(f"device {device}: compute from {source.compute}")
+        by_source: dict[str, list[str]] = {}
         for pair, where in sorted(done.cost_sources.items()):
-            print(f"  costs of {pair}: {where}")
+            by_source.setdefault(where, []).append(pair)
+        for where, pairs in by_source.items():
+            print(f"  costs from {where}: {len(pairs)} pair(s) ({', '.join(pairs)})")
+        _print_findings(found)
         if tta is not None:
             _print_time_to_target(tta)
     return 0

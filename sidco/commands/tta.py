@@ -13,6 +13,7 @@ from results.store import Store
 from sidco.commands import dump_json
 from sidco.commands.simulate import add_scenario_args, add_source_args, parse_source, positive_int, scenario_options
 from units import format_bandwidth, format_seconds, parse_bandwidth, parse_duration
+from sidco.commands import COMMANDS
 
 
 def add_target_args(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``tta`` subcommand."""
     parser = subparsers.add_parser(
         "tta",
-        help="time to accuracy: which compressor reaches the target first on a cluster",
+        help=COMMANDS["tta"],
         description=(
             "For every (compressor, density) of a convergence run (sidco converge; every seed of its "
             "configuration) or of curves measured elsewhere (--curves): the iterations it needed to reach the "

@@ -125,6 +125,10 @@ def test_every_page_loads_without_console_errors_and_is_screenshotted(dash_duo, 
         assert not dash_duo.find_elements(".inline-error"), f"{name}: {dash_duo.find_element('.inline-error').text}"
         assert dash_duo.find_elements(".js-plotly-plot"), f"{name}: no figure drawn"
         assert _severe(dash_duo) == [], f"{name}: console errors"
+        if name == "quality":  # the two thresholds are explained on the page
+            assert "Two thresholds, two inputs" in dash_duo.find_element(".page").text
+        if name == "timeline":
+            assert "chrome://tracing" in dash_duo.find_element(".page").text
         _screenshot(dash_duo, SCREENSHOTS / f"{name}.png")
         assert elapsed < 15, f"{name} took {elapsed:.1f} s in the browser"
 
@@ -135,6 +139,7 @@ def test_changing_a_control_updates_the_projection_and_bad_input_is_inline(dash_
     _wait_idle(dash_duo)
     before = _figure_data(dash_duo, "whatif-breakdown")
     assert before and before[0]["x"], "the what-if figure is empty"
+    dash_duo.wait_for_contains_text("#whatif-verdict", "Verdict:", timeout=10)
     _set_input(dash_duo, "#whatif-nodes", "64")
     dash_duo.wait_for_contains_text(".js-plotly-plot .gtitle", "64 nodes", timeout=10)
     _wait_idle(dash_duo)

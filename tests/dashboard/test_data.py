@@ -218,7 +218,7 @@ def test_empty_store_pages_name_the_command_that_fills_them(tmp_path):
             "output": "..page.children...nav.children..",
             "outputs": [{"id": "page", "property": "children"}, {"id": "nav", "property": "children"}],
             "inputs": [{"id": "url", "property": "pathname", "value": page.PATH}],
-            "changedPropIds": ["url.pathname"], "state": []})
+            "changedPropIds": ["url.pathname"], "state": [{"id": "url", "property": "search", "value": ""}]})
         assert response.status_code == 200
         texts[page.PATH] = json.dumps(response.get_json())
     assert "sidco sweep" in texts["/sweeps"]

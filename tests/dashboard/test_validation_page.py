@@ -52,7 +52,7 @@ def test_page_callback_filters(tmp_path):
         "output": "..page.children...nav.children..",
         "outputs": [{"id": "page", "property": "children"}, {"id": "nav", "property": "children"}],
         "inputs": [{"id": "url", "property": "pathname", "value": validation.PATH}],
-        "changedPropIds": ["url.pathname"], "state": []})
+        "changedPropIds": ["url.pathname"], "state": [{"id": "url", "property": "search", "value": ""}]})
     text = json.dumps(page.get_json())
     assert "validation-fidelity" in text and "validation-share" in text and "network share" in text
     graph = {"fig": "validation-scatter", "type": "graph"}

@@ -1,0 +1,112 @@
+"""The compressors' torch-free facts: their names and messages, and the few counting rules the
+cost model (:mod:`compressors.work`, :mod:`simulator.costmodel`) shares with the tensor code.
+
+This module imports nothing but the standard library, so projecting an iteration (``sidco
+simulate``/``compare`` on a layout) never loads torch; the tensor modules import these rules
+from here (one copy each).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+CATALOG: dict[str, tuple[str, str, str]] = {
+    "none": ("compressors.reference", "NoCompression", "sparse"),
+    "topk": ("compressors.reference", "TopK", "sparse"),
+    "randomk": ("compressors.randomk", "RandomK", "sparse"),
+    "dgc": ("compressors.dgc", "DGC", "sparse"),
+    "gaussiank": ("compressors.gaussiank", "GaussianK", "sparse"),
+    "redsync": ("compressors.redsync", "RedSync", "sparse"),
+    "sidco-e": ("compressors.sidco", "SIDCoE", "sparse"),
+    "sidco-p": ("compressors.sidco", "SIDCoP", "sparse"),
+    "sidco-gp": ("compressors.sidco", "SIDCoGP", "sparse"),
+    "fp16": ("compressors.casts", "FP16", "dense"),
+    "bf16": ("compressors.casts", "BF16", "dense"),
+    "powersgd": ("compressors.powersgd", "PowerSGD", "lowrank"),
+}
+"""Every compressor by name, in the stable order of :func:`compressors.names`: the module and
+class that implement it and the kind of message it returns (the class's ``message``; a test
+checks the two agree)."""
+
+WITHOUT_MEMORY: tuple[str, ...] = ("none", "fp16", "bf16")
+"""Compressors that train without a memory through :func:`compressors.ddp.hook` (``none`` sends
+everything; PyTorch's fp16/bf16 hooks keep no residual); every other one carries error feedback
+by default (PowerSGD through PyTorch's ``use_error_feedback``)."""
+
+TOPK_SAMPLE = 4096
+"""Minimum sample size (elements) of :func:`compressors.selection.exact_topk`'s threshold guess."""
+
+
+def trains_with_error_feedback(name: str) -> bool:
+    """Whether training through :func:`compressors.ddp.hook` with its default memory keeps a
+    residual for compressor ``name``: what profiles and the cost model assume of a compressor's calls."""
+    return name not in WITHOUT_MEMORY
+
+
+def target_count(density: float, numel: int) -> int:
+    """Number of elements a compressor aims to send: ``max(1, round(density * numel))``."""
+    return max(1, round(density * numel)) if numel else 0
+
+
+def sample_stride(numel: int, density: float, sample_ratio: float) -> int:
+    """Stride of DGC's strided sample: odd multiple-of-32-plus-one, leaving enough samples."""
+    wanted = max(math.ceil(numel * sample_ratio), math.ceil(2.0 / density))
+    if numel <= wanted:
+        return 1
+    stride = math.ceil(numel / wanted / 32) * 32 + 1
+    while stride > 1 and numel // stride < wanted:
+        stride = max(1, stride - 8)
+    return stride
+
+
+def stage_probabilities(density: float, stages: int, first_ratio: float) -> list[float]:
+    """Tail mass per stage under the paper's split: ``[p₁, p₂, …]`` with product ``density``.
+
+    One stage (``[density]``) when ``stages == 1`` or ``density >= first_ratio``.
+    """
+    if stages == 1 or density >= first_ratio:
+        return [density]
+    rest = (density / first_ratio) ** (1.0 / (stages - 1))
+    return [first_ratio] + [rest] * (stages - 1)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One matrix of a low-rank message: the layer at ``offset`` of ``rows × cols`` elements,
+    approximated with ``rank`` columns (P is ``rows × rank``, Q is ``cols × rank``)."""
+
+    offset: int
+    rows: int
+    cols: int
+    rank: int
+
+
+def plan(shapes: Sequence[Sequence[int]] | None, numel: int, rank: int, min_compression_rate: float
+         ) -> tuple[tuple[Block, ...], tuple[tuple[int, int], ...], int]:
+    """Split a flat vector of ``numel`` elements holding ``shapes`` into compressed blocks (grouped
+    by shape, first-seen order) and uncompressed ``(offset, numel)`` slices; also return the padded
+    length (``numel`` unless ``shapes`` is ``None``: then the square side², see module docstring)."""
+    if shapes is None:
+        side = math.isqrt(max(numel - 1, 0)) + 1 if numel else 0
+        r = min(side, rank)
+        return ((Block(0, side, side, r),) if side else ()), (), side * side
+    blocks: dict[tuple[int, int], list[Block]] = {}
+    rest: list[tuple[int, int]] = []
+    offset = 0
+    for shape in shapes:
+        size = math.prod(shape)
+        if len(shape) >= 1 and size > 0:
+            rows, cols = shape[0], size // shape[0]
+            r = min(rows, cols, rank)
+            if (rows + cols) * r * min_compression_rate < rows * cols:
+                blocks.setdefault((rows, cols), []).append(Block(offset, rows, cols, r))
+                offset += size
+                continue
+        if size:
+            rest.append((offset, size))
+        offset += size
+    if offset != numel:
+        raise ValueError(f"layer shapes hold {offset} elements, the gradient has {numel}")
+    return tuple(b for group in blocks.values() for b in group), tuple(rest), numel

@@ -1,0 +1,98 @@
+"""``sidco compare``: every (compressor, density) of one scenario, ranked, with a verdict.
+
+Parses the arguments and calls :func:`pipeline.compare.compare` (the projection of ``sidco
+simulate``, once per pair, in one process) and :func:`pipeline.verdict.verdict`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pipeline import compare as comparison
+from pipeline import project as projection
+from pipeline.verdict import BASELINES, TIE_MARGIN, verdict
+from results.store import Store
+from pipeline.catalog import TOPOLOGIES, compressor_names
+from sidco.commands.simulate import add_scenario_args, add_source_args, check_scenario_args, parse_source, positive_int
+from units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
+from sidco.commands import COMMANDS, dump_json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``compare`` subcommand."""
+    parser = subparsers.add_parser(
+        "compare",
+        help=COMMANDS["compare"],
+        description=(
+            "Project one data-parallel iteration of a trace (or full-size layout) on NODES machines with "
+            "per-direction NIC links of BANDWIDTH (bits/s) for every compressor at every density, in one "
+            "process, and rank them by iteration time. none, fp16 and powersgd are always compared; "
+            "compressors whose message ignores the density (none, fp16, bf16, powersgd) appear once. Each "
+            "row: iteration time and its breakdown (ms), speed-up over none and over the best dense "
+            f"baseline ({', '.join(BASELINES)}), where its compression costs come from. The verdict names "
+            "the winner and its margins, or says 'too close to call' when the runner-up is inside the "
+            f"projection's error band (without one: less than {TIE_MARGIN:.0%} slower). "
+            "--json prints {\"verdict\": {...}, \"rows\": [...]}."
+        ),
+    )
+    add_source_args(parser)
+    parser.add_argument("--nodes", required=True, help="machines (an integer >= 1)")
+    parser.add_argument("--bandwidth", required=True, help="NIC bandwidth per direction, e.g. 25Gbit or 1.25GB/s")
+    parser.add_argument("--latency", default="50us", help="per-message latency, e.g. 50us (default 50us)")
+    parser.add_argument("--compressors", default="all",
+                        help="comma-separated compressor names, or all (default); none, fp16 and powersgd are "
+                             "always added")
+    parser.add_argument("--densities", default="0.1,0.01,0.001",
+                        help="comma-separated densities for the sparsifiers (default 0.1,0.01,0.001)")
+    parser.add_argument("--rank", default="1", help="PowerSGD's rank r, columns of P and Q per layer (default 1)")
+    parser.add_argument("--topology", choices=TOPOLOGIES, default="ring",
+                        help="ring (default), halving-doubling, tree, ps, hierarchical")
+    add_scenario_args(parser)
+    parser.set_defaults(func=run, fidelity="analytic")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:9.2f}"
+
+
+def print_table(rows: list[dict[str, Any]], result: dict[str, Any]) -> None:
+    """The ranked rows (times in ms) and the verdict line."""
+    print(f"{'#':>2} {'config':<16} {'iter ms':>9} {'fwd ms':>9} {'bwd ms':>9} {'compr ms':>9} {'comm ms':>9} "
+          f"{'idle ms':>9} {'opt ms':>9} {'vs none':>8} {'vs dense':>8}  costs from")
+    for r in rows:
+        vs_dense = "" if r["speedup_over_baseline"] is None else f"{r['speedup_over_baseline']:.3f}x"
+        print(f"{r['rank']:>2} {r['label']:<16} {_ms(r['iteration_s'])} {_ms(r['forward_s'])} {_ms(r['backward_s'])} "
+              f"{_ms(r['compress_s'])} {_ms(r['exposed_comm_s'])} {_ms(r['idle_s'])} {_ms(r['optimizer_s'])} "
+              f"{r['speedup']:>7.3f}x {vs_dense:>8}  {r['cost_source'] or '-'}")
+    print("ms per iteration: fwd/bwd compute, compr = compression on the critical path, comm = communication "
+          "not hidden behind backward, idle, opt = optimizer; vs none / vs dense = speed-up (x) over none and over "
+          "the best dense baseline")
+    print(f"verdict: {result['text']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Project every pair, rank, print the table and the verdict (JSON with --json)."""
+    nodes = positive_int(args.nodes, "--nodes")
+    bandwidth = parse_bandwidth(args.bandwidth)
+    latency = parse_duration(args.latency)
+    names = compressor_names() if args.compressors.strip() == "all" else parse_list(args.compressors, str)
+    densities = parse_list(args.densities, parse_density)
+    comparison.pairs(names, densities)  # unknown names or missing densities fail before any store is opened
+    options = check_scenario_args(args, nodes, bandwidth, latency)
+    calibration = projection.parse_calibration(args.calibration)
+    with Store(args.store) as store:
+        source, device = parse_source(args, store)
+        options = {**options, "rank": positive_int(args.rank, "--rank")}
+        cluster = projection.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
+        rows = comparison.compare(store, source, cluster, names, densities, device=device,
+                                  profile_file=args.profile, calibration_choice=calibration)
+    result = verdict(rows)
+    if args.json:
+        print(dump_json({"verdict": result, "rows": rows}))
+        return 0
+    print(f"{len(rows)} configurations on {nodes} nodes ({rows[0]['workers']} workers), {args.topology}, "
+          f"{format_bandwidth(bandwidth)}, {format_seconds(latency)} latency, fidelity {args.fidelity}; "
+          f"device {device}: compute from {source.compute}")
+    print_table(rows, result)
+    return 0

@@ -1,0 +1,99 @@
+"""``sidco compare`` and the verdict: every pair ranked beside the dense baselines, ties not called."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import compressors
+from pipeline import verdict as judge
+from pipeline.compare import ALWAYS, pairs
+from sidco.cli import main
+
+SCENARIO = ["--layout", "resnet50", "--device", "a100", "--nodes", "8", "--bandwidth", "10Gbit"]
+
+
+def _row(name: str, density: float | None, seconds: float, **band: float) -> dict:
+    return {"compressor": name, "density": density, "iteration_s": seconds, **band}
+
+
+def test_baselines_are_the_compressors_that_do_not_sparsify():
+    assert set(judge.BASELINES) == {n for n in compressors.names() if not compressors.takes_density(n)}
+
+
+def test_pairs_add_the_baselines_and_give_density_free_compressors_once():
+    got = pairs(["topk", "fp16", "sidco-e"], [0.01, 0.001])
+    assert got == [("none", None), ("fp16", None), ("powersgd", None), ("topk", 0.01), ("sidco-e", 0.01),
+                   ("topk", 0.001), ("sidco-e", 0.001)]
+    with pytest.raises(ValueError, match="unknown compressor"):
+        pairs(["nope"], [0.01])
+
+
+def test_margin_without_band_calls_a_winner_at_5_percent_or_more():
+    rows = [_row("none", None, 0.300), _row("fp16", None, 0.200), _row("topk", 0.01, 0.100),
+            _row("dgc", 0.01, 0.106)]
+    v = judge.verdict(rows)
+    assert v["call"] == "winner" and v["winner"] == "topk@0.01" and v["runner_up"] == "dgc@0.01"
+    assert v["margin_over_runner_up"] == pytest.approx(1.06)
+    assert v["best_baseline"] == "fp16" and v["margin_over_baseline"] == pytest.approx(2.0)
+    assert v["basis"] == "5% margin" and "no error band" in v["text"]
+
+
+def test_near_tie_is_too_close_to_call():
+    """8 V100s at 1 Gbit/s, as reported: four configurations within 1 % of each other."""
+    rows = [_row("none", None, 2.0), _row("randomk", 0.001, 0.1000), _row("dgc", 0.001, 0.1004),
+            _row("topk", 0.001, 0.1006), _row("powersgd", None, 0.1009)]
+    v = judge.verdict(rows)
+    assert v["call"] == "too close to call"
+    assert v["tied"] == ["randomk@0.001", "dgc@0.001", "topk@0.001", "powersgd"]
+    assert v["text"].startswith("too close to call: randomk@0.001, dgc@0.001, topk@0.001, powersgd")
+
+
+def test_error_band_decides_when_present():
+    """A 2 % margin is called when the bands do not overlap; a 20 % one is not when they do."""
+    tight = [_row("topk", 0.01, 1.00, iteration_s_low=0.99, iteration_s_high=1.005),
+             _row("none", None, 1.02, iteration_s_low=1.01, iteration_s_high=1.03)]
+    v = judge.verdict(tight)
+    assert v["call"] == "winner" and v["basis"] == "error band"
+    wide = [_row("topk", 0.01, 1.00, iteration_s_low=0.7, iteration_s_high=1.3),
+            _row("none", None, 1.20, iteration_s_low=0.9, iteration_s_high=1.5)]
+    assert judge.verdict(wide)["call"] == "too close to call"
+
+
+def test_compare_json_has_the_verdict_and_a_row_per_pair(capsys, tmp_path):
+    store = str(tmp_path / "r.sqlite")
+    assert main(["compare", *SCENARIO, "--compressors", "topk,sidco-e", "--densities", "0.01,0.001",
+                 "--store", store, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["rows"]
+    assert sorted(r["label"] for r in rows) == sorted(
+        ["none", "fp16", "powersgd", "topk@0.01", "topk@0.001", "sidco-e@0.01", "sidco-e@0.001"])
+    assert [r["rank"] for r in rows] == list(range(1, 8))
+    assert [r["iteration_s"] for r in rows] == sorted(r["iteration_s"] for r in rows)
+    best_dense = min(r["iteration_s"] for r in rows if r["compressor"] in ALWAYS)
+    for r in rows:
+        assert r["speedup_over_baseline"] == pytest.approx(best_dense / r["iteration_s"])
+        assert (r["cost_source"] is None) == (r["compressor"] == "none")
+    assert out["verdict"] == judge.verdict(rows)
+    # each row is the projection `sidco simulate` makes of that pair alone
+    topk = next(r for r in rows if r["label"] == "topk@0.001")
+    assert main(["simulate", *SCENARIO, "--compressor", "topk", "--density", "0.001", "--fidelity", "analytic",
+                 "--store", store, "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["iteration_s"] == topk["iteration_s"] and alone["speedup"] == topk["speedup"]
+
+
+def test_compare_prints_ranked_table_and_verdict(capsys, tmp_path):
+    assert main(["compare", *SCENARIO, "--compressors", "topk", "--densities", "0.01",
+                 "--store", str(tmp_path / "r.sqlite")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith("verdict: ")
+    assert "iter ms" in lines[1] and "vs dense" in lines[1] and "costs from" in lines[1]
+    assert len(lines) == 2 + 4 + 2 and "model a100" in lines[2] + lines[3] and lines[-2].startswith("ms per iteration")
+
+
+def test_compare_bad_input_is_one_line(capsys, tmp_path):
+    assert main(["compare", *SCENARIO, "--densities", "2", "--store", str(tmp_path / "r.sqlite")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "density" in err and not (tmp_path / "r.sqlite").exists()
