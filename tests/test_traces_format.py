@@ -152,8 +152,8 @@ def _expect(path: Path, pattern: str, *, on_gradient: bool = False) -> None:
 
 
 def test_missing_file(small: traces.Trace) -> None:
-    (small.path / iteration_file(2)).unlink()
-    _expect(small.path, "missing safetensors file")
+    (small.path / iteration_file(2)).unlink()  # caught when the trace opens: fewer files than iterations
+    _expect(small.path, "manifest lists 3 iterations but the trace directory holds 2 gradient files")
 
 
 def test_truncated_file(small: traces.Trace) -> None:
