@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from traces.files import read_regular
 from units import check_density
 
 COLUMNS = ("compressor", "density", "iteration", "loss", "accuracy")
@@ -121,14 +122,7 @@ def load(path: str | Path) -> dict[str, Any]:
     it is missing, too large, not UTF-8 or malformed."""
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise ValueError(f"{path}: {size} bytes, more than the {MAX_BYTES} a curves file may have")
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such curves file") from None
-    except IsADirectoryError:
-        raise ValueError(f"{path}: a directory, not a curves file") from None
+        text = read_regular(path, MAX_BYTES, "curves file").decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not UTF-8 text (JSON or CSV)") from None
     return parse(text, str(path))

@@ -33,16 +33,14 @@ by CUDA events around queued work includes none; ``time.time()`` around one call
 
 from __future__ import annotations
 
-import errno
 import json
 import math
-import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from traces.files import read_regular
 from units import check_density
 
 REQUIRED = ("compressor", "density", "numel", "compress_s", "decompress_s")
@@ -184,47 +182,11 @@ def _kernel_row(row: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def _file_kind(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
-
-
 def load(path: str | Path) -> DeviceProfile:
     """Read the profile file at ``path``: a regular file (never a FIFO, device or directory, so
-    reading cannot block or run without end) of at most :data:`MAX_PROFILE_BYTES` bytes.
-    ValueError (one line, naming ``path``) on any problem."""
-    path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ENXIO:  # a socket
-            raise ValueError(f"cannot read profile {path}: a socket; a profile must be a regular file") from None
-        raise ValueError(f"cannot read profile {path}: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"cannot read profile {path}: {_file_kind(info.st_mode)}; a profile must be a regular file")
-        if info.st_size > MAX_PROFILE_BYTES:
-            raise ValueError(f"cannot read profile {path}: {info.st_size} bytes, more than the "
-                             f"{MAX_PROFILE_BYTES} bytes a profile may hold")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_PROFILE_BYTES:  # the file may grow after fstat: read one byte past the limit at most
-            chunk = os.read(fd, MAX_PROFILE_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise ValueError(f"cannot read profile {path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    return from_json(b"".join(chunks), str(path))
+    reading cannot block or run without end) of at most :data:`MAX_PROFILE_BYTES` bytes
+    (:func:`traces.files.read_regular`). ValueError (one line, naming ``path``) on any problem."""
+    return from_json(read_regular(path, MAX_PROFILE_BYTES, "profile"), str(Path(path)))
 
 
 def store_profile(store: Any, profile: DeviceProfile) -> int:

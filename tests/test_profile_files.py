@@ -129,3 +129,26 @@ def test_the_cli_refuses_bad_profile_files_in_one_line(tmp_path, capsys, argv, b
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and path in lines[0], err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("reader", ["curves", "text"])
+def test_curves_and_text_files_are_read_as_bounded_regular_files_too(tmp_path, reader):
+    """The one bounded reader (traces.files.read_regular) serves --curves and --data text files:
+    a FIFO is refused at once (it would block a plain read), a directory and a file over the limit
+    in one line naming the file."""
+    from convergence import curves
+    from traces.workloads import corpus
+
+    read = curves.load if reader == "curves" else corpus.file_texts
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="a FIFO"):
+        read(fifo)
+    with pytest.raises(ValueError, match="a directory"):
+        read(tmp_path)
+    limit = curves.MAX_BYTES if reader == "curves" else corpus.MAX_TEXT_BYTES
+    big = tmp_path / "big"
+    with open(big, "wb") as f:
+        f.truncate(limit + 1)
+    with pytest.raises(ValueError, match=f"more than the {limit} bytes"):
+        read(big)

@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from traces.workloads.data import seeded_generator
+
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_FILE = "test_batch"
 MAX_FILE_BYTES = 256 * 1024 * 1024
@@ -76,13 +78,6 @@ def _load_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
 
 
-def _generator(*parts: int) -> torch.Generator:
-    seed = 0
-    for part in parts:
-        seed = (seed * 1_000_003 + int(part) + 1) % (2**63 - 1)
-    return torch.Generator().manual_seed(seed)
-
-
 class CifarData:
     """CIFAR-10 from a python-format directory (module docstring): float32 images (B,3,32,32), labels (B,)."""
 
@@ -102,14 +97,14 @@ class CifarData:
         self.labels = torch.from_numpy(np.concatenate([p[1] for p in parts]))
         self.test_images = (torch.from_numpy(test_images).float().div_(255) - self.mean) / self.std
         self.test_labels = torch.from_numpy(test_labels)
-        self.order = torch.randperm(len(self.labels), generator=_generator(seed, 41))
+        self.order = torch.randperm(len(self.labels), generator=seeded_generator(seed, 41))
         self.seed = seed
 
     def batch(self, worker: int, workers: int, index: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Batch ``index`` of ``worker``'s shard: images (B,3,32,32) float32 and labels (B,) int64."""
         size = len(self.order) // workers
         shard = self.order[worker * size:(worker + 1) * size] if size else self.order
-        gen = _generator(self.seed, workers, worker, index)
+        gen = seeded_generator(self.seed, workers, worker, index)
         picks = shard[torch.randint(0, len(shard), (batch_size,), generator=gen)]
         images = self.images[picks].clone()
         flip = torch.rand(batch_size, generator=gen) < 0.5

@@ -32,6 +32,9 @@ from pathlib import Path
 
 import torch
 
+from traces.files import read_regular
+from traces.workloads.data import seeded_generator
+
 HELDOUT_FRACTION = 0.1
 """About this fraction of the text is held out: whole pydoc topics, the last lines of a file."""
 MAX_TEXT_BYTES = 256 * 1024 * 1024
@@ -65,12 +68,7 @@ def file_texts(path: str | Path) -> tuple[list[str], list[str]]:
     held out); ``ValueError`` (one line) for a missing, huge, non-UTF-8 or too short file."""
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_TEXT_BYTES:
-            raise ValueError(f"{path}: {size} bytes, more than the {MAX_TEXT_BYTES} a text file may have")
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise ValueError(f"--data {path}: no such file or directory") from None
+        text = read_regular(path, MAX_TEXT_BYTES, "--data text file").decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"--data {path}: not UTF-8 text (byte {exc.start})") from None
     lines = text.splitlines()
@@ -90,13 +88,6 @@ def vocabulary(tokens: Sequence[str], size: int) -> dict[str, int]:
 def encode(texts: Sequence[str], vocab: dict[str, int]) -> torch.Tensor:
     """The token ids (int64) of ``texts`` one after the other."""
     return torch.tensor([vocab.get(t, 0) for text in texts for t in tokenize(text)], dtype=torch.int64)
-
-
-def _generator(*parts: int) -> torch.Generator:
-    seed = 0
-    for part in parts:
-        seed = (seed * 1_000_003 + int(part) + 1) % (2**63 - 1)
-    return torch.Generator().manual_seed(seed)
 
 
 class TextCorpus:
@@ -125,7 +116,7 @@ class TextCorpus:
         span = size - window + 1
         if size < window:  # a shard shorter than a window: windows from the whole stream
             start, span = 0, self.train.numel() - window + 1
-        gen = _generator(self.seed, workers, worker, index)
+        gen = seeded_generator(self.seed, workers, worker, index)
         offsets = start + torch.randint(0, span, (batch_size,), generator=gen)
         tokens = self.train[offsets.unsqueeze(1) + torch.arange(window)]
         return tokens[:, :-1], tokens[:, 1:]

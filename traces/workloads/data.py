@@ -34,7 +34,9 @@ IMAGE_SHAPE = (3, 32, 32)
 CLASSES = 10
 
 
-def _generator(*parts: int) -> torch.Generator:
+def seeded_generator(*parts: int) -> torch.Generator:
+    """A torch generator seeded by the integers ``parts`` (e.g. seed, workers, worker, batch index):
+    every data source draws each batch from its own, so a batch depends on nothing else."""
     seed = 0
     for part in parts:
         seed = (seed * 1_000_003 + int(part) + 1) % (2**63 - 1)
@@ -54,7 +56,7 @@ class ImageData:
     """
 
     def __init__(self, seed: int = 0, noise: float = 1.0, blend: float = 0.6, shift: int = 8) -> None:
-        gen = _generator(seed, 17)
+        gen = seeded_generator(seed, 17)
         coarse = torch.randn(CLASSES, 3, 8, 8, generator=gen)
         self.templates = torch.nn.functional.interpolate(coarse, size=IMAGE_SHAPE[1:], mode="bilinear", align_corners=False)
         self.seed = seed
@@ -64,7 +66,7 @@ class ImageData:
 
     def batch(self, worker: int, workers: int, index: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Batch ``index`` of ``worker``'s shard: images (B,3,32,32) float32 and labels (B,) int64."""
-        gen = _generator(self.seed, workers, worker, index)
+        gen = seeded_generator(self.seed, workers, worker, index)
         labels = torch.randint(0, CLASSES, (batch_size,), generator=gen)
         others = (labels + torch.randint(1, CLASSES, (batch_size,), generator=gen)) % CLASSES
         weight = self.blend * torch.rand(batch_size, 1, 1, 1, generator=gen)
@@ -90,7 +92,7 @@ class TextData:
     """
 
     def __init__(self, vocab: int = 2000, seq_len: int = 35, successors: int = 8, clusters: int = 40, seed: int = 0) -> None:
-        gen = _generator(seed, 29)
+        gen = seeded_generator(seed, 29)
         self.vocab = vocab
         self.seq_len = seq_len
         class_next = torch.randint(0, vocab, (clusters, successors), generator=gen)
@@ -105,7 +107,7 @@ class TextData:
 
     def batch(self, worker: int, workers: int, index: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Batch ``index`` of ``worker``'s shard: inputs and next-word targets, both (B, seq_len) int64."""
-        gen = _generator(self.seed, workers, worker, index)
+        gen = seeded_generator(self.seed, workers, worker, index)
         tokens = torch.empty(batch_size, self.seq_len + 1, dtype=torch.int64)
         tokens[:, 0] = torch.randint(0, self.vocab, (batch_size,), generator=gen)
         for t in range(self.seq_len):
