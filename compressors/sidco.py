@@ -22,6 +22,9 @@ Two ways to split the tail mass and to choose ``M`` (option ``adapt``):
   ``|ln(c/k)|``) is kept. The stage controller starts at one stage and sees the ratios *after*
   the correction, so a stage is added only where the corrections alone do not reach the band:
   every extra stage costs a pass over the whole vector, a correction only a pass over the pool.
+  With adaptive stages, a call whose corrected threshold still selects more than ``(1 + band)·k``
+  adds up to :data:`EXTRA_STAGES` stages itself (:meth:`SIDCo._deepen`): a Pareto fit with a
+  bounded tail cannot reach a tiny tail mass by its quantile alone.
 
 Tie rule: an element is sent when ``|g| > η`` (strictly greater), where every ``η`` is first
 rounded to the gradient's dtype; ``Sparse.threshold`` reports that rounded ``η``.
@@ -85,6 +88,10 @@ is collected again at the same level, sized by the device: two more transfers)."
 
 SLOPE_RANGE = (0.1, 10.0)
 """Clamp of the secant slope ``d ln c / d ln p`` used by the in-call correction."""
+
+EXTRA_STAGES = 3
+"""Stages :meth:`SIDCo._deepen` may add within one call when the corrected threshold still
+selects too many."""
 
 
 class Moments(NamedTuple):
@@ -545,8 +552,37 @@ class SIDCo(Compressor):
                 t, count, fit, log_p, used = previous
         if self.corrections:
             t, count = self._correct(ops, fit, t, count, exact, log_p, k)
+            t, count, used = self._deepen(ops, t, count, used, k, dtype)
         self._low = min(self._low, t)
         return t, used, count, eta1
+
+    def _deepen(self, ops: _Ops, t: float, count: int, used: int, k: int,
+                dtype: torch.dtype) -> tuple[float, int, int]:
+        """Stages added within the call while the corrected threshold still selects more than
+        ``(1 + band)·k``: a fit whose tail is bounded (the generalized Pareto law with ξ < 0, as
+        on light-tailed data at a tiny density) cannot reach a small enough tail mass by moving
+        its quantile, but the fit of its own exceedances (one more peak-over-threshold stage) can.
+        Only with adaptive stages (a fixed ``stages`` is a promise), at most :data:`EXTRA_STAGES`
+        and never past the controller's stage limit; each reads the exceedances of ``t`` (from the
+        pool when it holds them) and is corrected like the last stage. Returns (η, its count,
+        stages used)."""
+        if self.controller is None:
+            return t, count, used
+        for _ in range(EXTRA_STAGES):
+            if count <= k * (1.0 + self.band) or used >= self.controller.upper:
+                break
+            tail = ops.tail(t, None)
+            if tail.count < 2:
+                break
+            fit = self._stage_fit(t, tail, dtype)
+            p = min(1.0, k / tail.count)
+            candidate = fit(p)
+            found, exact = ops.probe(candidate, k * (1.0 + self.band))
+            candidate, found = self._correct(ops, fit, candidate, found, exact, math.log(p), k)
+            if found == 0 or found >= count:
+                break
+            t, count, used = candidate, found, used + 1
+        return t, count, used
 
     def _stage_fit(self, base: float, tail: Tail, dtype: torch.dtype) -> Callable[[float], float]:
         moments = tail.moments()
