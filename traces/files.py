@@ -14,7 +14,9 @@ import stat
 from pathlib import Path
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words (``a FIFO``, ``a device``, ...), from
+    its ``st_mode``."""
     if stat.S_ISFIFO(mode):
         return "a FIFO"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
@@ -38,7 +40,7 @@ def read_regular(path: str | Path, max_bytes: int, what: str) -> bytes:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"cannot read {what} {path}: {_kind(info.st_mode)}; a {what} must be a regular file")
+            raise ValueError(f"cannot read {what} {path}: {file_kind(info.st_mode)}; a {what} must be a regular file")
         if info.st_size > max_bytes:
             raise ValueError(f"cannot read {what} {path}: {info.st_size} bytes, more than the "
                              f"{max_bytes} bytes a {what} may hold")

@@ -22,6 +22,7 @@ import torch
 from safetensors import safe_open
 
 from traces.errors import TraceError
+from traces.files import file_kind
 from traces.format import FORMAT_NAME, MANIFEST, SCHEMA_VERSION, worker_key
 
 _TIMING_KEYS = ("forward_s", "backward_s", "optimizer_s", "batch_size", "device")
@@ -46,9 +47,7 @@ def _open_regular(path: Path, what: str) -> BinaryIO:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
-            else "a directory" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file"
-        raise _fail(path, f"{what} is {kind}; trace files must be regular files inside the trace directory")
+        raise _fail(path, f"{what} is {file_kind(mode)}; trace files must be regular files inside the trace directory")
     return os.fdopen(fd, "rb")
 
 
