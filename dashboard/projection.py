@@ -16,7 +16,7 @@ from typing import Any
 from pipeline import project as pipeline_project
 from pipeline.catalog import TOPOLOGIES, chrome_trace, compressor_names as _compressor_names, devices, layout_names as _layout_names
 from pipeline.catalog import takes_density
-from pipeline.verdict import BAND_KEYS, label
+from pipeline.verdict import label
 from results.store import Store
 from units import check_density, parse_bandwidth, parse_duration
 
@@ -203,7 +203,7 @@ def _run(store: Store, controls: Controls, compressors: list[str], fidelity: str
 
 def _row(result: dict[str, Any], fidelity: str, density: float) -> dict[str, Any]:
     name = result["compressor"]
-    return {**{key: result.get(key) for key in RESULT_KEYS}, **{k: result[k] for k in BAND_KEYS if k in result},
+    return {**{key: result.get(key) for key in RESULT_KEYS},
             "compressor": name,
             "density": density if takes_density(name) else None,
             "label": label(name, density if takes_density(name) else None),

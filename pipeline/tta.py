@@ -18,6 +18,7 @@ from typing import Any
 
 from convergence.tta import mean_spread, target_text, time_to_target
 from pipeline import project
+from pipeline.verdict import iteration_band
 from results.store import Store
 
 
@@ -144,7 +145,7 @@ def verdict(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     spread = None if None in spreads else spreads[0] + spreads[1]
     result["seed_spread_s"] = spread
     result["within_error"] = False
-    banded = all(r.get(k) is not None for r in (leader, runner) for k in ("iteration_s_low", "iteration_s_high"))
+    banded = all(iteration_band(r) is not None for r in (leader, runner))
     if banded:
         result["band_s"] = (leader["iterations_to_target"] * leader["iteration_s_high"]
                             - runner["iterations_to_target"] * runner["iteration_s_low"]) + margin

@@ -26,9 +26,6 @@ BASELINES: tuple[str, ...] = ("none", "fp16", "bf16", "powersgd")
 """Compressors that send every coordinate (no compression, the dense casts) or a low-rank
 approximation (PowerSGD): the plain alternatives a sparsifier must beat."""
 
-BAND_KEYS: tuple[str, ...] = ("iteration_s_low", "iteration_s_high")
-"""The keys of a projection's error band on ``iteration_s`` (seconds), when it has one."""
-
 TIE_MARGIN = 0.05
 """Without an error band, a winner less than this fraction faster than the runner-up is not called."""
 
@@ -41,7 +38,9 @@ def label(compressor: str, density: float | None) -> str:
     return f"{compressor}@{density:g}"
 
 
-def _band(row: Mapping[str, Any]) -> tuple[float, float] | None:
+def iteration_band(row: Mapping[str, Any]) -> tuple[float, float] | None:
+    """A row's error band on ``iteration_s`` (``iteration_s_low``, ``iteration_s_high``, seconds),
+    or ``None`` when the projection gave none."""
     low, high = row.get("iteration_s_low"), row.get("iteration_s_high")
     if low is None or high is None:
         return None
@@ -50,13 +49,13 @@ def _band(row: Mapping[str, Any]) -> tuple[float, float] | None:
 
 def has_band(rows: Sequence[Mapping[str, Any]]) -> bool:
     """Whether every row carries an error band (``iteration_s_low`` and ``iteration_s_high``)."""
-    return bool(rows) and all(_band(r) is not None for r in rows)
+    return bool(rows) and all(iteration_band(r) is not None for r in rows)
 
 
 def _indistinguishable(winner: Mapping[str, Any], other: Mapping[str, Any], banded: bool) -> bool:
     """Whether ``other`` cannot be told apart from ``winner`` (the fastest row)."""
     if banded:
-        return _band(other)[0] <= _band(winner)[1]  # the bands overlap
+        return iteration_band(other)[0] <= iteration_band(winner)[1]  # the bands overlap
     return float(other["iteration_s"]) < float(winner["iteration_s"]) * (1.0 + TIE_MARGIN)
 
 
