@@ -238,6 +238,11 @@ def _problem(rows: Sequence[Row]) -> _Problem:
 
 
 def _solve(problem: _Problem) -> Fit:
+    return problem.fit_from(_solve_values(problem))
+
+
+def _solve_values(problem: _Problem) -> list[float]:
+    """The fitted constants in the order of ``problem.names``."""
     import numpy as np
     from scipy.optimize import least_squares
 
@@ -251,7 +256,7 @@ def _solve(problem: _Problem) -> Fit:
 
     kinds = sum(name.startswith("m:") for name in problem.names)
     start = np.log([0.5] * (len(problem.names) - kinds) + [0.01] * kinds)
-    return problem.fit_from(np.exp(least_squares(residuals, start).x))
+    return [float(v) for v in np.exp(least_squares(residuals, start).x)]
 
 
 def fit(rows: Sequence[Row]) -> Fit:
@@ -292,10 +297,7 @@ def fitted() -> Fit:
 def write_cache() -> Path:
     """Solve the fit and its leave-one-out afresh and write them to ``profiles/throughput-fit.json``."""
     problem = _problem(load())
-    f = _solve(problem)
-    constants = {"simt": f.simt, **{f"tensor:{n}": v for n, v in f.tensor.items()},
-                 **{f"device:{n}": v for n, v in f.device.items() if n != "a100"},
-                 **{f"m:{k}": v for k, v in f.bytes_per_flop.items() if f"m:{k}" in problem.names}}
+    constants = dict(zip(problem.names, _solve_values(problem)))
     errors = [err for _, _, err in _solve_leave_one_out(problem.rows)]
     path = _cache_path()
     path.write_text(json.dumps({"key": problem.key(), "constants": constants, "leave_one_out": errors},
