@@ -4,7 +4,7 @@
     the same training loop with and without a recorder, alternated block by block in one run;
     ratio of step times.
 ``python -m benchmarks.trace_bench replay``   replay throughput: GB of float32 gradient compressed per
-    second of compress time, per compressor and density, on this machine's CPU (or --device).
+    second of compress time, per compressor and density, on this machine's CPU (or --run-on).
 ``python -m benchmarks.trace_bench open``     seconds to open a ≈1 GB trace (written to a temporary
     directory, deleted afterwards) and to read one gradient of it.
 ``python -m benchmarks.trace_bench all``      all three.
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.trace_bench", description=__doc__.splitlines()[0],
                                      allow_abbrev=False)
     parser.add_argument("which", choices=["capture", "replay", "open", "all"])
-    parser.add_argument("--device", default="cpu", help="device for the replay benchmark (cpu, cuda)")
+    parser.add_argument("--run-on", default="cpu", help="torch device the replay benchmark runs on (cpu, cuda)")
     parser.add_argument("--numel", type=int, default=2_621_440, help="elements per replayed gradient (default 10 MB fp32)")
     parser.add_argument("--workload", default="resnet20", help="workload of the capture benchmark")
     parser.add_argument("--gigabytes", type=float, default=1.0, help="size of the trace for the open benchmark (10^9 bytes)")
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.which in ("capture", "all"):
         _emit(capture_overhead(args.workload))
     if args.which in ("replay", "all"):
-        for record in replay_throughput(args.numel, device=args.device):
+        for record in replay_throughput(args.numel, device=args.run_on):
             _emit(record)
     if args.which in ("open", "all"):
         _emit(open_time(args.gigabytes))
