@@ -11,7 +11,7 @@ The declarations mirror the code path by path (``backend="torch"``: the eager to
 device; ``"cuda"``: the same where a GPU runs other code (exact Top-k); ``"native"``: the fused C
 kernels on CPU float32, SIDCo's and the selection primitive's) and are checked against what the
 code does, op by op and kernel by kernel (tests/test_compressors_work.py, with the op recorder
-:func:`record_ops` and :func:`loop_counts`). Work that depends on the data is declared as a
+:func:`compressors.counting.record_ops` and :func:`compressors.counting.loop_counts`). Work that depends on the data is declared as a
 function of counts the call reveals, with defaults seen on gradient-like data: ``rounds``
 (:data:`DEFAULT_ROUNDS`: selection loops; SIDCo's native full passes),
 DGC's ``trim``, SIDCo's ``stages`` (:data:`DEFAULT_STAGES`) and its native correction ``steps``
@@ -24,9 +24,8 @@ them) the residual update is part of compress. Units: elements, bytes.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from compressors.rules import TOPK_SAMPLE, sample_stride, stage_probabilities, target_count
 from compressors.wire import DENSE_ALLREDUCE, sparse_bytes
@@ -582,79 +581,3 @@ def wire_bytes(name: str, numel: int, density: float, itemsize: int = 4) -> floa
         rows, cols, r = _powersgd_factors(numel)
         return float((rows + cols) * r * itemsize)
     return float(sparse_bytes(target_count(density, numel), itemsize))
-
-
-HITS_MARKER = "native.hits:"
-"""Prefix of :func:`record_ops`'s marker after each native selection: the elements it kept."""
-
-
-def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
-    """Run ``call`` and return its result and the names of the torch operations it dispatched,
-    in order (``torch.utils._python_dispatch.TorchDispatchMode``; untimed, for counting), with
-    each native selection as ``native.select_above`` followed by the marker ``native.hits:<kept
-    elements>`` (not an operation) and each ``native.scan`` kernel as
-``native.scan:full`` (over as many elements as the call's first kernel; followed by
-``native.scan:collect`` when it also selected) or ``native.scan:pool:<elements>``."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from compressors import native
-
-    names: list[str] = []
-    select, scan = native.select_above, native.scan
-    first: list[int] = []
-
-    def counted_select(*args, **kwargs):
-        names.append("native.select_above")
-        found = select(*args, **kwargs)
-        names.append(f"{HITS_MARKER}{(found[0] if kwargs.get('with_stats') else found).indices.numel()}")
-        return found
-
-    def counted_scan(x, **kwargs):
-        first.append(x.numel())
-        names.append("native.scan:full" if x.numel() >= first[0] else f"native.scan:pool:{x.numel()}")
-        if x.numel() >= first[0] and kwargs.get("select") is not None:
-            names.append("native.scan:collect")
-        return scan(x, **kwargs)
-
-    class Recorder(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            names.append(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
-
-    native.select_above, native.scan = counted_select, counted_scan
-    try:
-        with torch.no_grad(), Recorder():
-            result = call()
-    finally:
-        native.select_above, native.scan = select, scan
-    return result, names
-
-
-def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
-    """The data-dependent loop counts of one call of ``name`` from the operations it dispatched
-    (:func:`record_ops`), as :func:`work` takes them (``rounds``, DGC's ``trim``,
-    the ``hits`` of each native selection; for SIDCo's native path its full passes
-    and, given the ``stages`` it used, its correction ``steps``)."""
-    pools = [int(op.rsplit(":", 1)[1]) for op in ops if op.startswith("native.scan:pool:")]
-    kernels = ops.count("native.scan:full") + len(pools)
-    if name.startswith("sidco") and kernels:
-        counts = {"rounds": ops.count("native.scan:full"), "pool": sum(pools) / len(pools) if pools else 0,
-                  "collects": ops.count("native.scan:collect")}
-        if stages is not None:
-            counts["steps"] = kernels - 2 - stages
-        return counts
-    selections = ops.count("nonzero") + ops.count("native.select_above")
-    hits = [int(op[len(HITS_MARKER):]) for op in ops if op.startswith(HITS_MARKER)]
-    kept = {"hits": hits} if hits else {}
-    if name == "gaussiank":
-        return {"rounds": selections - 1, **kept}
-    if name == "redsync":
-        return {"rounds": ops.count("count_nonzero") + selections - 1, **kept}
-    if name == "topk":
-        return {"rounds": max(0, selections - 1), **kept}
-    if name == "dgc":
-        return {"rounds": selections - 1, "trim": ops.count("topk") == 2, **kept}
-    if name == "randomk":
-        return {"rounds": ops.count("_unique2")}
-    return {}

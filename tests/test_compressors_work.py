@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import compressors
-from compressors import native
+from compressors import counting, native
 from compressors import work as declared
 from compressors.samples import gradient_like
 from opcount import OpCounter
@@ -47,7 +47,7 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
     # a native kernel is a launch; SIDCo's also carry the host work of its stage loop around them
     counts["launches"] += len(kernels) * (1 + declared.NATIVE_HOST_LAUNCHES if name.startswith("sidco") else 1)
     full_native = sum(1 for size in kernels if size >= n)
-    loops = declared.loop_counts(name, seen.ops)
+    loops = counting.loop_counts(name, seen.ops)
     rounds = loops.pop("rounds", None)
     if backend == "native":  # loops counted by their kernels: SIDCo's full passes, the others' selections
         rounds = full_native if name.startswith("sidco") else full_native - 1
