@@ -53,7 +53,7 @@ class Device:
     ``torch.sort``; ``gather_s_per_element``: per element moved by ``index_select`` /
     ``index_add_`` / ``index_copy_``; ``compact_s_per_element``: per input element of
     ``nonzero``; ``op_s_per_element``: the compute time per element of each kind of streaming
-    kernel (:data:`compressors.work.KINDS`; a kernel takes the longer of its memory traffic and
+    kernel (:data:`compressors.declare.KINDS`; a kernel takes the longer of its memory traffic and
     this); ``alloc_threshold_bytes`` / ``fault_s_per_byte``: a fresh buffer at least this large
     is mapped anew by the allocator and costs this per byte in page faults (GPU caching
     allocators reuse memory: no threshold); ``cache_bytes``: last-level cache; ``cache_speedup``: how much faster
