@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import compressors
-from compressors import counting, native
+from compressors import counting, native, sidco_work
 from compressors import work as declared
 from compressors.samples import gradient_like
 from opcount import OpCounter
@@ -45,7 +45,7 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
     dcounts = dict(seen_decompress.counts, fresh=sum(seen_decompress.fresh))
     counts["passes"] += sum(1 for size in kernels if size >= n)
     # a native kernel is a launch; SIDCo's also carry the host work of its stage loop around them
-    counts["launches"] += len(kernels) * (1 + declared.NATIVE_HOST_LAUNCHES if name.startswith("sidco") else 1)
+    counts["launches"] += len(kernels) * (1 + sidco_work.NATIVE_HOST_LAUNCHES if name.startswith("sidco") else 1)
     full_native = sum(1 for size in kernels if size >= n)
     loops = counting.loop_counts(name, seen.ops)
     rounds = loops.pop("rounds", None)
