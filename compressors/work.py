@@ -68,7 +68,16 @@ def _ef_out(name: str, n: int, density: float, itemsize: int, decompress: Work, 
 def _declaration(name: str, module: str) -> Declaration:
     """Compressor ``name``'s declared work: ``DECLARES[name]`` of the companion ``<module>_work``
     of the module that implements it."""
-    return importlib.import_module(f"{module}_work").DECLARES[name]
+    companion = f"{module}_work"
+    try:
+        return importlib.import_module(companion).DECLARES[name]
+    except ModuleNotFoundError as exc:
+        if exc.name != companion:
+            raise
+    except KeyError:
+        pass
+    raise ImportError(f"compressor {name!r} declares no work: add DECLARES[{name!r}] to {companion} "
+                      "and bind it to the class as its work (docs/extending.md)")
 
 
 DECLARATIONS: dict[str, Declaration] = {name: _declaration(name, module) for name, (module, _, _) in CATALOG.items()}
