@@ -25,7 +25,6 @@ issues them (counted with a dispatch mode when the code was written)."""
 ISFINITE_OPS = 4
 """Launches of 0-d tensor arithmetic in a finiteness check of a float threshold (likewise)."""
 
-
 KINDS = ("map", "reduce", "minmax", "compare", "count", "log", "outer", "native", "native_select", "native_log")
 """Streaming kernels by what they compute per element (a device may be slower per element than
 its memory for some): ``map`` (abs, add, clamp, copy, fill), ``reduce`` (sum, amax, norm),
