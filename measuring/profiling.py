@@ -26,7 +26,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
