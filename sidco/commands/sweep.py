@@ -32,6 +32,9 @@ from sidco.commands import COMMANDS
 MAX_CHUNK_SIZE = 100_000
 """Scenarios per task at most (a chunk's rows are held in memory until they land)."""
 
+DASK_CONNECT_TIMEOUT_S = 10.0
+"""How long ``--dask`` waits for the scheduler before the one-line error (seconds)."""
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``sweep`` subcommand."""
@@ -92,7 +95,7 @@ def make_executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]
     if dask:
         from distributed import Client
 
-        with Client(dask, timeout="10s") as client:
+        with Client(dask, timeout=DASK_CONNECT_TIMEOUT_S) as client:
             slots = max(1, sum(client.nthreads().values()))
             yield client.get_executor(pure=False), slots
     else:
