@@ -123,8 +123,8 @@ def test_sigkilled_profile_leaves_no_measuring_child_and_a_live_one_blocks_the_n
         assert "another measuring process" in line and "PID " in line  # kids[0], or another checkout's
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-        time.sleep(2)
-        assert not any(running(k) for k in kids), [Path(f"/proc/{k}/cmdline").read_bytes() for k in kids]
+        assert wait_for(lambda: not any(running(k) for k in kids), timeout_s=2), \
+            [Path(f"/proc/{k}/cmdline").read_bytes() for k in kids if running(k)]
     finally:
         if proc.poll() is None:
             proc.kill()
