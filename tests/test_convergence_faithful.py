@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 from torch.nn.parallel import DistributedDataParallel
 
 import compressors.ddp
+import ranks
 from convergence import RunConfig, train
 
 DENSITY = 0.05
@@ -78,7 +78,7 @@ def _ddp_rank(rank: int, world: int, rdv: str, out_dir: str) -> None:
 @pytest.mark.timeout(300)
 def test_simulated_workers_match_two_gloo_ddp_ranks(tmp_path):
     torch.set_num_threads(1)
-    mp.spawn(_ddp_rank, args=(2, str(tmp_path / "rdv"), str(tmp_path)), nprocs=2, join=True)
+    ranks.spawn(_ddp_rank, (2, str(tmp_path / "rdv"), str(tmp_path)), 2)
     for case in CASES:
         buckets = int((tmp_path / f"{case}-buckets").read_text())
         if case == "powersgd":

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 import compressors.ddp
+import ranks
 
 STEPS = 40
 DENSITY = 0.05
@@ -115,7 +115,7 @@ def _train_worker(rank: int, world: int, rdv: str, out_dir: str, names: list[str
 
 
 def _run(tmp_path: Path, world: int, names: list[str], backend: str = "gloo") -> list[dict]:
-    mp.spawn(_train_worker, args=(world, str(tmp_path / "rdv"), str(tmp_path), names, backend), nprocs=world, join=True)
+    ranks.spawn(_train_worker, (world, str(tmp_path / "rdv"), str(tmp_path), names, backend), world)
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
 
 

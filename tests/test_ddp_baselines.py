@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_powersgd
 from torch.nn.parallel import DistributedDataParallel
 
 import compressors
 import compressors.ddp
+import ranks
 
 WORLD = 2
 DENSITY = 0.05
@@ -185,7 +185,7 @@ def _worker(rank: int, rdv: str, out_dir: str) -> None:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     tmp = tmp_path_factory.mktemp("ddp-baselines")
-    mp.spawn(_worker, args=(str(tmp / "rdv"), str(tmp)), nprocs=WORLD, join=True)
+    ranks.spawn(_worker, (str(tmp / "rdv"), str(tmp)), WORLD)
     return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(WORLD)]
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compressors
+import ranks
 from compressors.ddp_exchange import pack, resolve_gather, sparse_allgather_sum, unpack_rank
 from compressors.ddp_memory import BucketMemory
 
@@ -178,7 +178,7 @@ def _exchange_worker(rank: int, world: int, rdv: str, out_dir: str, counts: list
 
 def _run_exchange(tmp_path: Path, counts: list[int], backend: str) -> list[dict]:
     world = len(counts)
-    mp.spawn(_exchange_worker, args=(world, str(tmp_path / "rdv"), str(tmp_path), counts, backend), nprocs=world, join=True)
+    ranks.spawn(_exchange_worker, (world, str(tmp_path / "rdv"), str(tmp_path), counts, backend), world)
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
 
 
