@@ -15,6 +15,7 @@ import argparse
 import datetime
 import gc
 import json
+import multiprocessing
 import os
 import statistics
 import sys
@@ -110,8 +111,10 @@ def run(names: list[str], density: float, workers: int, steps: int, numel: int) 
         raise ValueError("need --workers >= 2, --steps >= 3 and --numel >= 1000")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp, "rows.json")
-        mp.spawn(_worker, args=(workers, str(Path(tmp, "rdv")), str(out), names, density, steps, numel),
-                 nprocs=workers, join=True)
+        # ranks fork from a server that imported torch once (each spawned rank would import it, ~2 s of CPU)
+        multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", "torch.distributed", "compressors"])
+        mp.start_processes(_worker, args=(workers, str(Path(tmp, "rdv")), str(out), names, density, steps, numel),
+                           nprocs=workers, join=True, start_method="forkserver")
         rows = json.loads(out.read_text())
     base = {row["compressor"]: row["step_s"] for row in rows}.get("none")
     for row in rows:
