@@ -78,23 +78,29 @@ def test_no_child_imports_decoy_packages_from_the_working_directory(tmp_path):
     work = tmp_path / "w"
     marker = _decoy_folder(work)
     store = str(work / "r.sqlite")
-    # the measuring child of sidco profile (without the host measurement around it): it imports the
-    # whole measuring module, then refuses the device, which proves it ran the project's code
-    script = ("from measuring import profiling\n"
+    sweep = ["sweep", "--layout", "resnet50", "--nodes", "2,4", "--bandwidth", "1Gbit,10Gbit",
+             "--compressors", "none,topk", "--densities", "0.01", "--fidelity", "analytic", "--jobs", "2",
+             "--chunk-size", "1", "--store", store]
+    emulate = ["emulate", "--no-shaping", "--workers", "2", "--workload", "resnet20", "--compressors", "none",
+               "--iterations", "2", "--warmup", "1", "--batch-size", "2", "--fidelity", "analytic",
+               "--store", store, "--trace-dir", str(tmp_path / "traces")]
+    # one isolated parent starts the three kinds of children in turn, as the commands do: a local
+    # sweep's pool workers, an emulation's ranks (each command as main() runs it, the sweep first, on
+    # a parent that has imported no more than the sweep command's), then the measuring child of sidco
+    # profile (without the host measurement around it: it imports the whole measuring module, then
+    # refuses the device, which proves it ran the project's code)
+    script = ("import json\n"
+              "from sidco.cli import main\n"
+              f"for argv in json.loads({json.dumps([sweep, emulate])!r}):\n"
+              "    print('exit', argv[0], main(argv), flush=True)\n"
+              "from measuring import profiling\n"
               "try:\n"
               "    profiling._size_in_child('no-such-device', 4096, [('topk', 0.01)], 1, 1, None, print)\n"
               "except ChildProcessError as exc:\n"
-              "    print(exc)\n")
-    done = subprocess.run(isolated(script), cwd=work, capture_output=True, text=True, timeout=120)
+              "    print(exc, flush=True)\n")
+    done = subprocess.run(isolated(script), cwd=work, capture_output=True, text=True, timeout=360)
     assert "ValueError: bad device 'no-such-device'" in done.stdout, (done.stdout, done.stderr)
-    done = _sidco(["sweep", "--layout", "resnet50", "--nodes", "2,4", "--bandwidth", "1Gbit,10Gbit",
-                   "--compressors", "none,topk", "--densities", "0.01", "--fidelity", "analytic", "--jobs", "2",
-                   "--chunk-size", "1", "--store", store], work)
-    assert done.returncode == 0, done.stderr
-    done = _sidco(["emulate", "--no-shaping", "--workers", "2", "--workload", "resnet20", "--compressors", "none",
-                   "--iterations", "2", "--warmup", "1", "--batch-size", "2", "--fidelity", "analytic",
-                   "--store", store, "--trace-dir", str(tmp_path / "traces")], work)
-    assert done.returncode == 0, done.stderr
+    assert "exit sweep 0" in done.stdout and "exit emulate 0" in done.stdout, (done.stdout[-2000:], done.stderr[-2000:])
     assert not marker.exists(), marker.read_text()
 
 
