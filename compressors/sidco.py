@@ -82,7 +82,7 @@ WILD_TRY = 0.5
 secant step after a stage-1 fit that selected a hundredth of ``k``) is counted by a full pass that
 collects nothing."""
 
-POOL_ROOM = 2
+POOL_ROOM = 1.5
 """Torch path: the pool's slots, ``2 × max(previous pool, k) + 1024`` (a pool that fills them
 is collected again at the same level, sized by the device: two more transfers)."""
 
@@ -264,8 +264,9 @@ class _TorchOps(_Ops):
     (``nonzero_static`` of it into ``pool_capacity`` slots, the spare slots pointing at that 0,
     the gathered values made magnitudes in place) stays on the device; what travels to the host
     with the statistics of the stage it is taken with is its histogram over :data:`WINDOW`
-    lattice steps from its level (the float32 bits of the magnitudes, widened exactly to float64,
-    binned by ``histc`` at bin edges the bits cannot fall on), from which the count above any
+    lattice steps from its level (the float32 bits of the magnitudes, capped at the window's top
+    and widened exactly to float64 by one ``minimum``, binned by ``histc`` at bin edges the bits
+    cannot fall on), from which the count above any
     lattice point in the window is exact on the host (float64 data ship the pool's values
     instead). A later stage's statistics from the pool, and a count the histogram cannot answer,
     are reductions of the pool read in one more transfer. The selection is a ``nonzero_static``
@@ -274,6 +275,7 @@ class _TorchOps(_Ops):
     def __init__(self, owner: SIDCo, grad: torch.Tensor, logs: bool, variance: bool, capacity: int | None):
         self.grad, self.logs, self.variance, self.n = grad, logs, variance, grad.numel()
         self.ws = owner._workspace
+        self.owner_top, self.top_tensor = owner._top
         self.padded = owner._shrink_buffer(grad)
         self.shrunk = self.padded[:self.n]
         self.pool_capacity = capacity
@@ -305,13 +307,11 @@ class _TorchOps(_Ops):
             return self.pool_values
         self.lowest = struct.unpack("<I", struct.pack("<f", pool_at))[0] >> LATTICE_SHIFT
         top_bits = min((self.lowest + WINDOW) << LATTICE_SHIFT, 0x7F7F0000)
-        top = struct.unpack("<f", struct.pack("<I", top_bits))[0]
-        narrow = self.ws.at_least("pool-f32", size, torch.float32, kept.device)
-        if self.pool_values.dtype == torch.float32:
-            torch.clamp(self.pool_values, max=top, out=narrow)
-        else:
-            narrow.copy_(self.pool_values).clamp_(max=top)
-        wide = self.ws.at_least("pool-bits", size, torch.float64, kept.device).copy_(narrow.view(torch.int32))
+        narrow = self.pool_values if self.pool_values.dtype == torch.float32 else \
+            self.ws.at_least("pool-f32", size, torch.float32, kept.device).copy_(self.pool_values)
+        self.owner_top[...] = top_bits  # a host scalar the device reads at launch (no transfer, no kernel)
+        wide = torch.minimum(narrow.view(torch.int32), self.top_tensor,
+                             out=self.ws.at_least("pool-bits", size, torch.float64, kept.device))
         low = (self.lowest << LATTICE_SHIFT) + 0.5
         torch.histc(wide, bins=WINDOW, min=low, max=low + float(WINDOW << LATTICE_SHIFT), out=packet)
         return None
@@ -524,6 +524,8 @@ class SIDCo(Compressor):
         self._workspace = Workspace()
         self._guesses: dict[int, Guess] = {}
         self._padded: dict[tuple, torch.Tensor] = {}
+        top = np.zeros((), dtype=np.int32)
+        self._top = (top, torch.from_numpy(top))  # the torch path's histogram cap, a 0-d host int32
 
     @property
     def stages(self) -> int:
@@ -557,7 +559,7 @@ class SIDCo(Compressor):
             self.backend = "native"
         else:
             k = target_count(self.density, n)
-            capacity = None if guess is None else min(n, POOL_ROOM * max(guess.pool, k) + 1024)
+            capacity = None if guess is None else min(n, int(POOL_ROOM * max(guess.pool, k)) + 1024)
             ops = _TorchOps(self, grad, self.first_needs_log, self.first_needs_var, capacity)
             ops.variance_tail = self.tail_needs_var
             self.backend = "cuda" if grad.device.type == "cuda" else "torch"

@@ -336,7 +336,7 @@ def _redsync(n, density, itemsize, stages, rounds, backend, hits=()):
     return c.gather(sent), _sparse_decompress(n, sent, itemsize)
 
 
-POOL_ROOM = 2
+POOL_ROOM = 1.5
 """SIDCo's torch path: its pool's slots are ``2 × max(previous pool, k) + 1024`` (as
 :data:`compressors.sidco.POOL_ROOM`)."""
 
@@ -365,8 +365,8 @@ def _sidco(name):
 def _sidco_pool(w: Work, n: int, capacity: int, itemsize: int) -> float:
     """SIDCo's pool on the torch path: ``hardshrink`` of ``g`` at ``pool_at`` into the kept
     buffer, ``nonzero_static`` of it into ``capacity`` slots (a pass over it), the values gathered
-    and made magnitudes in place; then its histogram (the magnitudes clamped into a float32
-    scratch, their bits widened to float64, ``histc``), or for float64 data nothing more. Returns
+    and made magnitudes in place; then its histogram (their float32 bits capped and widened to
+    float64 by one ``minimum``, ``histc``), or for float64 data nothing more. Returns
     the bytes of what travels to the host (the histogram, or the pool's values)."""
     whole = capacity >= n
     w.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 8 * capacity / n, full=True)
@@ -375,8 +375,7 @@ def _sidco_pool(w: Work, n: int, capacity: int, itemsize: int) -> float:
         return capacity * itemsize
     if itemsize != 4:
         w.stream(capacity, itemsize, 4, full=whole)
-    w.stream(capacity, 4, 4, full=whole).stream(capacity, 4, 8, full=whole)
-    w.stream(capacity, 8, 8 * POOL_BINS / capacity, "count", full=whole)
+    w.stream(capacity, 4, 8, full=whole).stream(capacity, 8, 8 * POOL_BINS / capacity, "count", full=whole)
     return 8.0 * POOL_BINS
 
 
@@ -394,7 +393,7 @@ def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, pool: f
     ``adapt="paper"`` or ``corrections=0``) the count at the final threshold, the pool's
     ``hardshrink`` and its ``‖·‖₀`` (one transfer); the selection is a ``nonzero_static`` over
     the pool sized by the count the host already has, two gathers. No 0-d arithmetic on the device."""
-    capacity = min(n, POOL_ROOM * max(pool, k) + 1024)
+    capacity = min(n, int(POOL_ROOM * max(pool, k)) + 1024)
     whole = capacity >= n
     c = Work()
     stats = 1
