@@ -82,8 +82,8 @@ WILD_TRY = 0.5
 secant step after a stage-1 fit that selected a hundredth of ``k``) is counted by a full pass that
 collects nothing."""
 
-POOL_ROOM = 1.5
-"""Torch path: the pool's slots, ``2 × max(previous pool, k) + 1024`` (a pool that fills them
+POOL_ROOM = 1.75
+"""Torch path: the pool's slots, ``⌊1.75 × max(previous pool, k)⌋ + 1024`` (a pool that fills them
 is collected again at the same level, sized by the device: two more transfers)."""
 
 SLOPE_RANGE = (0.1, 10.0)

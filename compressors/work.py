@@ -336,8 +336,8 @@ def _redsync(n, density, itemsize, stages, rounds, backend, hits=()):
     return c.gather(sent), _sparse_decompress(n, sent, itemsize)
 
 
-POOL_ROOM = 1.5
-"""SIDCo's torch path: its pool's slots are ``2 × max(previous pool, k) + 1024`` (as
+POOL_ROOM = 1.75
+"""SIDCo's torch path: its pool's slots are ``⌊1.75 × max(previous pool, k)⌋ + 1024`` (as
 :data:`compressors.sidco.POOL_ROOM`)."""
 
 POOL_BINS = 256
