@@ -46,10 +46,13 @@ without being counted. A try the pool cannot answer is counted by a full pass (t
 new pool just below it). What differs is how a backend reads the data: fused C kernels
 (:mod:`compressors.native`) for contiguous float32 CPU tensors (one read pass per stage's
 statistics, collecting the pool in the same pass), and torch operations for anything else (CUDA,
-fp16/bf16/fp64): per stage a few reductions whose results (with the pool, gathered by
-``nonzero_static`` into a fixed number of slots) travel to the host in one transfer, so a call of
-``M`` stages reads the host ``M`` times once a call of the same size has been made (plus two when
-the pool missed), issues a few dozen kernels and no scalar arithmetic on the device.
+fp16/bf16/fp64): per stage a few reductions of ``g`` or of one ``hardshrink`` of it written into
+one float64 buffer that travels to the host in one transfer, with the pool's histogram when the
+pool (gathered by ``nonzero_static`` into a fixed number of slots) is taken; the pool itself stays
+on the device. With corrections every count the loop asks for is at a lattice point
+(:data:`LATTICE_SHIFT`, :func:`_snap`), which that histogram answers exactly. So a call of ``M``
+stages reads the host ``M`` times once a call of the same size has been made (plus two when the
+pool missed), issues a few dozen kernels and no scalar arithmetic on the device.
 Native and torch agree up to the summation order of the statistics (relative differences of ~1e-7
 or less): thresholds agree to that precision and, when equal, so do the selections.
 """
@@ -93,7 +96,8 @@ LATTICE_SHIFT = 16
 """With corrections (``adapt="count"``) every threshold whose count is tried is first moved to the
 nearest point of a lattice: the float32 values whose low 16 bits are zero (7 mantissa bits, so
 also exact in bfloat16 and float16; steps of 0.4–0.8 %). A count at a lattice point is what the
-torch path's pool histogram (:data:`WINDOW` bins) answers exactly without reading the pool."""
+torch path's pool histogram (:data:`WINDOW` bins) answers exactly without reading the pool; the
+native path counts the same tries in its pool, so both backends take the same steps."""
 
 WINDOW = 256
 """Bins of the torch path's pool histogram: lattice steps from the pool's level upward (two
