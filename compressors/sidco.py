@@ -51,8 +51,8 @@ one float64 buffer that travels to the host in one transfer, with the pool's his
 pool (gathered by ``nonzero_static`` into a fixed number of slots) is taken; the pool itself stays
 on the device. With corrections every count the loop asks for is at a lattice point
 (:data:`LATTICE_SHIFT`, :func:`_snap`), which that histogram answers exactly. So a call of ``M``
-stages reads the host ``M`` times once a call of the same size has been made (plus two when the
-pool missed), issues a few dozen kernels and no scalar arithmetic on the device.
+stages reads the host ``M`` times once a call of the same size has been made (plus one when the
+pool overflowed its slots, two when a try fell below it), issues a few dozen kernels and no scalar arithmetic on the device.
 Native and torch agree up to the summation order of the statistics (relative differences of ~1e-7
 or less): thresholds agree to that precision and, when equal, so do the selections.
 """
@@ -67,7 +67,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from compressors import estimators, native
+from compressors import estimators, native, sidco_work
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.adaptive import StageController
 from compressors.base import Compressor
@@ -87,7 +87,11 @@ collects nothing."""
 
 POOL_ROOM = 1.75
 """Torch path: the pool's slots, ``⌊1.75 × max(previous pool, k)⌋ + 1024`` (a pool that fills them
-is collected again at the same level, sized by the device: two more transfers)."""
+is collected again at the same level into :data:`POOL_REGROW` times as many: one more transfer)."""
+
+POOL_REGROW = 4
+"""Torch path: a pool that filled its slots is collected again into this many times as many (at
+most ``n``, which cannot fill)."""
 
 SLOPE_RANGE = (0.1, 10.0)
 """Clamp of the secant slope ``d ln c / d ln p`` used by the in-call correction."""
@@ -338,8 +342,8 @@ class _TorchOps(_Ops):
         if pool_at is not None:
             summary = host[count:]
             size = int(summary.sum()) if self.histogram else int(np.count_nonzero(summary))
-            if capacity is not None and size == capacity:  # full: more lie above pool_at than it holds
-                self.collect(pool_at)
+            if capacity is not None and size == capacity < self.n:  # full: more lie above pool_at than it holds
+                self._fetch(lambda out: None, 0, pool_at, min(self.n, POOL_REGROW * capacity))
             else:
                 self.pool_at, self.pool_size = pool_at, size
                 if self.histogram:
@@ -740,6 +744,7 @@ class SIDCoE(SIDCo):
 
     name = "sidco-e"
     tail_needs_var = False
+    work = staticmethod(sidco_work.DECLARES["sidco-e"])
 
     def first_threshold(self, moments, p):
         return estimators.exponential_threshold(moments.mean, p)
@@ -753,6 +758,7 @@ class SIDCoP(SIDCo):
 
     name = "sidco-p"
     first_needs_var = True
+    work = staticmethod(sidco_work.DECLARES["sidco-p"])
 
     def first_threshold(self, moments, p):
         return estimators.gpareto_threshold(moments.mean, moments.var, p)
@@ -764,6 +770,7 @@ class SIDCoGP(SIDCo):
 
     name = "sidco-gp"
     first_needs_log = True
+    work = staticmethod(sidco_work.DECLARES["sidco-gp"])
 
     def first_threshold(self, moments, p):
         return estimators.gamma_threshold(moments.mean, moments.mean_log, p)

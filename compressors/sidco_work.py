@@ -1,0 +1,150 @@
+"""The declared work of SIDCo-E, -P and -GP (:mod:`compressors.sidco`), torch-free for the cost
+model (:mod:`compressors.declare`); tests/test_compressors_work.py holds it to the code.
+
+Two code paths: the torch path (any device) and the native path (the fused C kernels on CPU
+float32). Work that depends on the data is a function of counts the call reveals: the planned
+stage count, the pool, and on the native path its full passes and correction ``steps``
+(:data:`NATIVE_STEPS`).
+"""
+
+from __future__ import annotations
+
+from compressors.declare import Declaration, Work
+from compressors.declare import sparse_decompress as _sparse_decompress
+from compressors.rules import stage_probabilities, target_count
+
+NATIVE_STEPS = 5
+"""Correction steps SIDCo's native path takes by default (seen on gradient-like data at
+δ = 0.01 and 0.001: 4 to 6)."""
+
+
+NATIVE_POOL = 5
+"""Elements in SIDCo's native pool per selected element by default (the pool holds ``|g|`` above
+0.9 × the previous call's threshold: about 5·k seen on gradient-like data at δ = 0.01, more
+while error feedback's residual is still growing)."""
+
+
+POOL_ROOM = 1.75
+"""SIDCo's torch path: its pool's slots are ``⌊1.75 × max(previous pool, k)⌋ + 1024`` (as
+:data:`compressors.sidco.POOL_ROOM`)."""
+
+POOL_BINS = 256
+"""Bins of the histogram of SIDCo's pool that its torch path reads to the host (as
+:data:`compressors.sidco.WINDOW`)."""
+
+
+def _sidco(name):
+    def declare(n, density, itemsize, stages, rounds, backend, corrections=8, adapt="count", steps=None, pool=None,
+                collects=1):
+        planned = len(stage_probabilities(density, stages, 0.25))
+        k = target_count(density, n)
+        pool = min(n, NATIVE_POOL * k) if pool is None else pool
+        if backend == "native":
+            steps = (NATIVE_STEPS if steps is None else steps) if corrections and adapt == "count" else 0
+            full = min(planned, 2) if rounds is None else rounds
+            return (_sidco_native(name, n, itemsize, planned, k, pool, full, steps, collects),
+                    _sparse_decompress(n, k, itemsize))
+        return (_sidco_torch(name, n, k, itemsize, planned, pool, exact=bool(corrections) and adapt == "count"),
+                _sparse_decompress(n, k, itemsize))
+
+    return declare
+
+
+def _sidco_pool(w: Work, n: int, capacity: int, itemsize: int) -> float:
+    """SIDCo's pool on the torch path: ``hardshrink`` of ``g`` at ``pool_at`` into the kept
+    buffer, ``nonzero_static`` of it into ``capacity`` slots (a pass over it), the values gathered
+    and made magnitudes in place; then its histogram (their float32 bits capped and widened to
+    float64 by one ``minimum``, ``histc``), or for float64 data nothing more. Returns
+    the bytes of what travels to the host (the histogram, or the pool's values)."""
+    whole = capacity >= n
+    w.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 8 * capacity / n, full=True)
+    w.gather(capacity).stream(capacity, itemsize, itemsize, full=whole)
+    if itemsize == 8:
+        return capacity * itemsize
+    if itemsize != 4:
+        w.stream(capacity, itemsize, 4, full=whole)
+    w.stream(capacity, 4, 8, full=whole).stream(capacity, 8, 8 * POOL_BINS / capacity, "count", full=whole)
+    return 8.0 * POOL_BINS
+
+
+def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, pool: float, exact: bool = True) -> Work:
+    """SIDCo's torch path (any device; :class:`compressors.sidco._TorchOps`), a call after one of
+    the same size (its pool guess held: every try inside the pool's histogram or known to select
+    too many). No ``|g|`` is materialised, and every statistic is a float64 reduction written
+    (``out=``) into one buffer that travels to the host with the pool's histogram (one transfer
+    per stage read, nothing concatenated). Stage 1's reductions of ``g`` (``‖g‖₁``; ``‖g‖₂`` for
+    SIDCo-P; for SIDCo-GP ``|g|`` into a float32 scratch, clamped and its logarithms taken in
+    place, their sum, and ``‖g‖₀``), read with the pool's histogram when there is one stage; with
+    more, stage 2's ``hardshrink`` of ``g`` at ``η₁`` and its ``‖·‖₀``, ``‖·‖₁`` (and ``‖·‖₂``
+    but for SIDCo-E), read with the pool's histogram; each later stage the same reductions of the
+    pool's ``hardshrink`` (one transfer each); without count corrections (``exact`` false:
+    ``adapt="paper"`` or ``corrections=0``) the count at the final threshold, the pool's
+    ``hardshrink`` and its ``‖·‖₀`` (one transfer); the selection is a ``nonzero_static`` over
+    the pool sized by the count the host already has, two gathers. No 0-d arithmetic on the device."""
+    capacity = min(n, int(POOL_ROOM * max(pool, k)) + 1024)
+    whole = capacity >= n
+    c = Work()
+    stats = 1
+    c.stream(n, itemsize, 0, "reduce", full=True)
+    if name == "sidco-p":
+        c.stream(n, itemsize, 0, "reduce", full=True)
+        stats += 1
+    if name == "sidco-gp":
+        c.stream(n, itemsize, 4, full=True).stream(n, 4, 4, full=True).stream(n, 4, 4, "log", full=True)
+        c.stream(n, 4, 0, "reduce", full=True).stream(n, itemsize, 0, "count", full=True)
+        stats += 2
+    for m in range(1, planned + 1):
+        if m > 1:
+            size = capacity if m > 2 else n
+            c.stream(size, itemsize, itemsize, full=size >= n)
+            c.stream(size, itemsize, 0, "count", full=size >= n).stream(size, itemsize, 0, "reduce", full=size >= n)
+            stats = 2
+            if name != "sidco-e":
+                c.stream(size, itemsize, 0, "reduce", full=size >= n)
+                stats += 1
+        sent = 8.0 * stats
+        if m == min(planned, 2):
+            pool_bytes = _sidco_pool(c, n, capacity, itemsize)
+            if itemsize == 8:  # the statistics and the pool's values concatenated
+                c.stream(stats + capacity, 8, 8, full=stats + capacity >= n)
+            sent += pool_bytes
+        c.to_host(sent)
+    if not exact:
+        c.stream(capacity, itemsize, itemsize, full=whole).stream(capacity, itemsize, 0, "count", full=whole).to_host(8)
+    c.stream(capacity, itemsize, 1, "compare", full=whole).stream(capacity, 1, 8 * k / capacity, full=whole).gather(k)
+    return c.gather(k)
+
+
+NATIVE_HOST_LAUNCHES = 3
+"""Host time of one of SIDCo's native kernels beyond the kernel, in eager operations: its ctypes
+call and the stage loop's float algebra around it (measured: SIDCo-E, -P and -GP at one stage on
+4,096 gradient-like elements, 8–10 kernels and 2 torch operations per call, 103–143 µs of process
+CPU time per call against 3.9 µs per operation of Gaussian-k's compress, 2026-12-02, loaded
+machine: 3.0–3.4 operations per kernel)."""
+
+
+def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps, collects=1):
+    """SIDCo's native path (``native.scan``: one read pass per kernel, 8 bytes written per
+    selected element). Its kernels: stage 1's statistics, one tail per later stage, the count at
+    the last stage's threshold, one per correction step the pool answered or that fell below a
+    small pool (``steps``: how many, between 0 and ``corrections``; a try below a pool of more
+    than (1 + band)·k elements takes no kernel), and the final selection. ``full_passes`` of them
+    read the whole vector (by default stage 1's and stage 2's, one of which, ``collects``, also
+    collects the pool of ``pool`` candidates above a guess from the previous call; then any try
+    that fell below the pool); the others (later stages' statistics too) read only the pool. Host floats throughout: no 0-d operations,
+    no synchronisations; each kernel's host time is :data:`NATIVE_HOST_LAUNCHES` launches more."""
+    kernels = stages + 2 + steps
+    c = Work()
+    for i in range(kernels):
+        last = i == kernels - 1
+        if i < full_passes:
+            selecting = i < collects or last
+            kind = "native_log" if i == 0 and name == "sidco-gp" else "native_select" if selecting else "native"
+            c.stream(n, itemsize, 8 * (k if last else pool if selecting else 0) / n, kind, full=True)
+        else:
+            c.stream(pool, 8, 8 * k / max(pool, 1) if last else 0, "native_select" if last else "native")
+    return c.scalars(NATIVE_HOST_LAUNCHES * kernels).stream(k, 4, 8).gather(k)
+
+
+DECLARES: dict[str, Declaration] = {name: _sidco(name) for name in ("sidco-e", "sidco-p", "sidco-gp")}
+"""Each SIDCo variant by name."""
