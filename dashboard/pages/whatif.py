@@ -148,7 +148,7 @@ def register(app: Dash, reader: StoreReader) -> None:
             blank = ui.empty_figure("fix the highlighted control")
             return blank, blank, ui.error(str(exc)), ""
         elapsed = time.perf_counter() - started
-        title = (f"{chosen.nodes} nodes · {bandwidth} · {latency} · {topology} · δ={chosen.density:g} · "
+        title = (f"{chosen.cluster.nodes} nodes · {bandwidth} · {latency} · {topology} · δ={chosen.densities[0]:g} · "
                  f"{fidelity} fidelity")
         sources = "; ".join(f"{r['compressor']}: {r['cost_source']}" for r in results if r["cost_source"])
         note = ui.note(f"{fidelity} projection of {len(results)} compressors in {elapsed * 1e3:.0f} ms on "
