@@ -298,8 +298,8 @@ def model_band(device: str) -> tuple[float, float]:
     ratios = []
     for path in profiles.paths():
         shipped = device_profile.load(path)
-        if shipped.device != device or not _this_host(shipped.device, shipped.identity):
-            continue
+        if shipped.device != device or not shipped.rows or not _this_host(shipped.device, shipped.identity):
+            continue  # kernel rows alone (a GPU's published profile) check no compressor
         model = model_device(shipped)
         if model is None:
             continue
