@@ -22,7 +22,6 @@ from pipeline.verdict import label
 from results.store import Store
 from units import parse_bandwidth, parse_duration
 
-from dashboard import data
 
 PAGE_MESSAGE_BUDGET = 50_000_000
 """Link-level messages one page request may simulate (a few seconds on one core); the
@@ -55,7 +54,7 @@ def sources(store: Store) -> list[dict[str, str]]:
     """Dropdown options: registered traces first, then the large-model layouts."""
     options = [
         {"label": f"trace #{t['id']}: {t['workload'] or 'trace'} ({t['workers']} workers)", "value": f"trace:{t['id']}"}
-        for t in data.traces(store)
+        for t in store.trace_list()
     ]
     options += [{"label": f"layout: {name}", "value": f"layout:{name}"} for name in layout_names()]
     return options

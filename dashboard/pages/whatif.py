@@ -68,7 +68,7 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
     query = query or {}
     store = reader.store()
     options = projection.sources(store)
-    calibration = data.latest_calibration(store)
+    calibration = store.latest_calibration()
     calibration_control = dcc.Checklist(
         id="whatif-calibrated",
         options=[{"label": " use the latest calibration (α, β, efficiency)", "value": "on",
@@ -92,7 +92,7 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
                 "replays on the device, its measured profile, or the cost model; nothing is timed here."),
     ])
     notes = []
-    if not data.traces(store):
+    if not store.trace_list():
         notes.append(ui.note("No traces registered yet: the large-model layouts work without one. "
                              f"To project your own model: {data.FILL_COMMANDS['traces']}"))
     return html.Div(className="page", children=[
