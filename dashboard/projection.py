@@ -16,8 +16,8 @@ from dataclasses import replace
 from typing import Any
 
 from pipeline import project as pipeline_project
-from pipeline.catalog import TOPOLOGIES, chrome_trace, compressor_names as _compressor_names, devices, layout_names as _layout_names
-from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, takes_density
+from pipeline.catalog import TOPOLOGIES, chrome_trace, compressor_names as _compressor_names, layout_names as _layout_names
+from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, takes_density
 from pipeline.verdict import label
 from results.store import Store
 from units import parse_bandwidth, parse_duration
@@ -63,7 +63,7 @@ def sources(store: Store) -> list[dict[str, str]]:
 def device_options() -> list[dict[str, str]]:
     """Device dropdown: the default (a GPU for layouts, a trace's own device) and every known device."""
     return [{"label": f"default ({DEFAULT_LAYOUT_DEVICE} for layouts, a trace's own device)",
-             "value": ""}] + [{"label": devices.get(name).label, "value": name} for name in devices.names()]
+             "value": ""}] + [{"label": label, "value": name} for name, label in device_choices()]
 
 
 def cost_options(store: Store) -> list[dict[str, str]]:

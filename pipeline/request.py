@@ -47,6 +47,16 @@ def resolve_device(asked: str | None, *, layout: bool, captured: str = "cpu") ->
     return devices.get(kind) if kind == "cpu" else None
 
 
+def device_names() -> list[str]:
+    """The modelled devices' names (``cpu``, ``v100``, ``a100``, ``h100``, ``h200``)."""
+    return devices.names()
+
+
+def device_choices() -> list[tuple[str, str]]:
+    """Every modelled device a door may offer: ``(name, label)``, e.g. ``("h100", "NVIDIA H100 SXM")``."""
+    return [(name, devices.get(name).label) for name in devices.names()]
+
+
 def _positive(value: Any, what: str, *, zero: bool = False) -> float:
     """``value`` as a finite float > 0 (≥ 0 with ``zero``); ValueError naming ``what`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \

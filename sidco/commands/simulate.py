@@ -12,8 +12,8 @@ from typing import Any
 
 from pipeline import project as projection
 from pipeline.catalog import (BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES,
-                              check_output_path, devices, write_chrome_trace)
-from pipeline.request import DEVICE_RULE, Cluster, Request
+                              check_output_path, write_chrome_trace)
+from pipeline.request import DEVICE_RULE, Cluster, Request, device_names
 from results.store import Store
 from sidco.commands import COMMANDS, add_calibration_argument, add_store_argument, dump_json
 from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
@@ -37,7 +37,7 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
     source.add_argument("--layout", metavar="NAME",
                         help="full-size layout instead of a trace: resnet50, vgg16, vgg19, bert-base, bert-large, gpt2")
     parser.add_argument("--device", metavar="NAME",
-                        help="the modelled device each worker has: " + ", ".join(devices.names()) + f" ({DEVICE_RULE}). "
+                        help="the modelled device each worker has: " + ", ".join(device_names()) + f" ({DEVICE_RULE}). "
                              "Layouts compute "
                              "by the rule fitted to published GPU training throughput (docs/devices.md); a trace "
                              "captured on another device is projected onto it. Compression costs: --profile, else "
