@@ -26,8 +26,8 @@ from units import check_density
 DEFAULT_LAYOUT_DEVICE = "a100"
 """Layouts are GPU models by construction: without ``--device`` they run on this device."""
 
-DEVICE_RULE = (f"default: {DEFAULT_LAYOUT_DEVICE} for a layout, the device a trace was captured on for a trace "
-               "(cpu; a trace captured on a GPU keeps its own timings, its GPU model unrecorded)")
+DEVICE_RULE = (f"default: {DEFAULT_LAYOUT_DEVICE} for a layout, the device a trace was captured on for a trace; "
+               "a trace captured on a GPU keeps its own timings, its GPU model unrecorded")
 """The one default rule of the modelled device, as ``--help`` and the dashboard state it."""
 
 
