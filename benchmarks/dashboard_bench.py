@@ -239,39 +239,45 @@ def _decode(item: dict[str, Any]) -> dict[str, Any]:
     return item
 
 
-def time_whatif_updates(client, source: str, nodes: Sequence[int], fidelity_button: bool = False) -> list[float]:
-    """Seconds per what-if update as the node count changes (the live control path)."""
+def _whatif_values(client) -> dict[str, dict[str, Any]]:
+    """The What-if page's components and their initial props, as its routing request returns them."""
+    response = client.post("/_dash-update-component", json={
+        "output": "..page.children...nav.children..",
+        "outputs": [{"id": "page", "property": "children"}, {"id": "nav", "property": "children"}],
+        "inputs": [{"id": "url", "property": "pathname", "value": "/"}],
+        "changedPropIds": ["url.pathname"], "state": [{"id": "url", "property": "search", "value": ""}],
+    })
+    _check(response, "what-if layout")
+    return _component_values(response.get_json()["response"]["page"]["children"])
+
+
+def time_whatif_updates(app, client, source: str, nodes: Sequence[int], fidelity_button: bool = False) -> list[float]:
+    """Seconds per what-if update as the node count changes (the live control path): the page's
+    own projection callback (found in the app's callback map), its inputs at the page's initial
+    values but for the source, six compressors at δ = 0.01 and the node count."""
+    key = next(k for k in app.callback_map if "whatif-breakdown" in k)
+    spec = app.callback_map[key]
+    values = _whatif_values(client)
+    chosen = {"whatif-source": source, "whatif-compressors": ["none", "topk", "dgc", "sidco-e", "sidco-p", "sidco-gp"],
+              "whatif-density": "0.01", "whatif-des": 1 if fidelity_button else None}
     seconds = []
     for n in nodes:
-        inputs = [
-            {"id": "whatif-source", "property": "value", "value": source},
-            {"id": "whatif-compressors", "property": "value",
-             "value": ["none", "topk", "dgc", "sidco-e", "sidco-p", "sidco-gp"]},
-            {"id": "whatif-density", "property": "value", "value": "0.01"},
-            {"id": "whatif-nodes", "property": "value", "value": str(n)},
-            {"id": "whatif-bandwidth", "property": "value", "value": "10Gbit"},
-            {"id": "whatif-latency", "property": "value", "value": "50us"},
-            {"id": "whatif-topology", "property": "value", "value": "ring"},
-            {"id": "whatif-calibrated", "property": "value", "value": []},
-            {"id": "whatif-des", "property": "n_clicks", "value": 1 if fidelity_button else None},
-        ]
+        chosen["whatif-nodes"] = str(n)
+
+        def value(item: dict[str, Any]) -> dict[str, Any]:
+            ident = item["id"]
+            given = chosen.get(ident, values.get(ident, {}).get(item["property"]))
+            return _decode({**item, "value": given})
+
         started = time.perf_counter()
-        response = client.post("/_dash-update-component", json={
-            "output": WHATIF_OUTPUT,
-            "outputs": [{"id": {"fig": "whatif-breakdown", "type": "graph"}, "property": "figure"},
-                        {"id": {"fig": "whatif-speedup", "type": "graph"}, "property": "figure"},
-                        {"id": "whatif-message", "property": "children"}],
-            "inputs": inputs, "state": [],
-            "changedPropIds": ["whatif-des.n_clicks" if fidelity_button else "whatif-nodes.value"]})
+        response = client.post("/_dash-update-component", json=_callback_request(
+            app, key, [value(i) for i in spec["inputs"]], [value(s) for s in spec["state"]],
+            ["whatif-des.n_clicks" if fidelity_button else "whatif-nodes.value"]))
         seconds.append(time.perf_counter() - started)
         _check(response, "what-if update")
         if "inline-error" in response.get_data(as_text=True):
             raise RuntimeError(f"what-if update at {n} nodes: {response.get_data(as_text=True)[-400:]}")
     return seconds
-
-
-WHATIF_OUTPUT = ('..{"fig":"whatif-breakdown","type":"graph"}.figure...{"fig":"whatif-speedup","type":"graph"}.figure'
-                 '...whatif-message.children..')
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,10 +307,10 @@ def main(argv: list[str] | None = None) -> int:
                             "max_s": max(r["total_s"] for r in runs), "requests": runs[0]["requests"],
                             "slowest_request": runs[0]["slowest"][0], "slowest_request_s": runs[0]["slowest"][1],
                             "errors": runs[0]["errors"]})
-        first = time_whatif_updates(client, "layout:resnet50", [8])[0]
-        live = time_whatif_updates(client, "layout:resnet50", [2, 4, 16, 32, 64, 128, 256, 8])
-        large = time_whatif_updates(client, "layout:resnet50", [512, 1024])
-        des = time_whatif_updates(client, "layout:resnet50", [64], fidelity_button=True)[0]
+        first = time_whatif_updates(app, client, "layout:resnet50", [8])[0]
+        live = time_whatif_updates(app, client, "layout:resnet50", [2, 4, 16, 32, 64, 128, 256, 8])
+        large = time_whatif_updates(app, client, "layout:resnet50", [512, 1024])
+        des = time_whatif_updates(app, client, "layout:resnet50", [64], fidelity_button=True)[0]
     whatif = {"first_s": first, "median_s": statistics.median(live), "max_s": max(live), "des_64_nodes_s": des,
               "first_512_nodes_s": large[0], "first_1024_nodes_s": large[1]}
     report = {"rows": written, "total_rows": sum(written.values()), "fill_s": fill_s, "pages": results,

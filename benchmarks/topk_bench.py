@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[1])
     parser.add_argument("--sizes", default="1048576,26214400", help="comma-separated vector lengths (elements)")
     parser.add_argument("--densities", default="0.01,0.001", help="comma-separated densities in (0, 1]")
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--run-on", default="cpu", help="torch device to run on (default cpu)")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per method; the minimum is reported")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("sizes >= 1, repeats >= 1")
         if args.threads is not None:
             torch.set_num_threads(args.threads)
-        rows = run(sizes, densities, args.device, args.repeats)
+        rows = run(sizes, densities, args.run_on, args.repeats)
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

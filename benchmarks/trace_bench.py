@@ -4,7 +4,7 @@
     the same training loop with and without a recorder, alternated block by block in one run;
     ratio of step times.
 ``python -m benchmarks.trace_bench replay``   replay throughput: GB of float32 gradient compressed per
-    second of compress time, per compressor and density, on this machine's CPU (or --device).
+    second of compress time, per compressor and density, on this machine's CPU (or --run-on).
 ``python -m benchmarks.trace_bench open``     seconds to open a ≈1 GB trace (written to a temporary
     directory, deleted afterwards) and to read one gradient of it.
 ``python -m benchmarks.trace_bench all``      all three.
@@ -103,19 +103,20 @@ def capture_overhead(workload: str = "resnet20", steps: int = 120, every: int = 
 
 def replay_throughput(numel: int = 2_621_440, densities: tuple[float, ...] = (0.01, 0.001), device: str = "cpu",
                       names: list[str] | None = None) -> list[dict[str, Any]]:
-    """GB/s of float32 gradient per second of compress time, per compressor and density."""
+    """GB/s of float32 gradient per second of compress time, per compressor and density (once for
+    a compressor that takes no density), with the code path (backend) each row ran."""
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         trace = traces.synthetic(Path(tmp) / "t", "gamma", numel=numel, workers=2, iterations=3, seed=0)
         for name in names or compressors.names():
-            for density in densities:
+            for density in densities if compressors.takes_density(name) else densities[:1]:
                 rows = list(replay(trace, [name], [density], device=device))
                 compress_s = sum(r["compress_s"] for r in rows)
                 decompress_s = sum(r["decompress_s"] for r in rows)
                 gbytes = 4 * sum(r["numel"] for r in rows) / 1e9
                 results.append({
                     "bench": "replay_throughput", "compressor": name, "density": density, "numel": numel,
-                    "calls": len(rows), "device": device,
+                    "calls": len(rows), "device": device, "backend": rows[0]["backend"],
                     "compress_gb_per_s": gbytes / compress_s,
                     "decompress_gb_per_s": gbytes / decompress_s if decompress_s else None,
                     "mean_achieved_over_target": statistics.mean(r["achieved_over_target"] for r in rows),
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.trace_bench", description=__doc__.splitlines()[0],
                                      allow_abbrev=False)
     parser.add_argument("which", choices=["capture", "replay", "open", "all"])
-    parser.add_argument("--device", default="cpu", help="device for the replay benchmark (cpu, cuda)")
+    parser.add_argument("--run-on", default="cpu", help="torch device the replay benchmark runs on (cpu, cuda)")
     parser.add_argument("--numel", type=int, default=2_621_440, help="elements per replayed gradient (default 10 MB fp32)")
     parser.add_argument("--workload", default="resnet20", help="workload of the capture benchmark")
     parser.add_argument("--gigabytes", type=float, default=1.0, help="size of the trace for the open benchmark (10^9 bytes)")
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.which in ("capture", "all"):
         _emit(capture_overhead(args.workload))
     if args.which in ("replay", "all"):
-        for record in replay_throughput(args.numel, device=args.device):
+        for record in replay_throughput(args.numel, device=args.run_on):
             _emit(record)
     if args.which in ("open", "all"):
         _emit(open_time(args.gigabytes))

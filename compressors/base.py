@@ -18,8 +18,12 @@ class Compressor:
     Subclasses implement :meth:`_compress` for a validated, non-empty 1-D floating tensor.
     ``density`` is the target fraction of elements sent, in (0, 1].
 
-    Class attributes: ``name`` (the registry name) and ``message`` (the kind of message it
-    returns: ``"sparse"``, ``"dense"`` or ``"lowrank"``). Instance attribute ``backend``: what ran
+    Class attributes: ``name`` (the registry name), ``message`` (the kind of message it
+    returns: ``"sparse"``, ``"dense"`` or ``"lowrank"``) and ``work``, its declared work: the
+    work of one compress and one decompress call as a function of size, density and loop counts
+    (:mod:`compressors.declare`), a torch-free function of the companion module
+    ``compressors/<module>_work.py`` that the cost model reads and tests/test_compressors_work.py
+    holds to what ``_compress`` does. Instance attribute ``backend``: what ran
     the last call, ``"native"`` (the fused C kernels), ``"torch"`` (torch on the CPU) or
     ``"cuda"`` (torch on a GPU); before the first call, ``"torch"``.
     """

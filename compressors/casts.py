@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from compressors import casts_work
 from compressors._validate import raise_if_not_finite
 from compressors.base import Compressor
 from compressors.messages import Dense
@@ -51,6 +52,8 @@ class DenseCast(Compressor):
             raise ValueError(f"gradient has finite values beyond the range of {self.wire_dtype} "
                              f"(largest |g| = {float(grad.abs().max()):.4g}); refusing to send Inf")
         return Dense(values, grad.dtype)
+
+    work = staticmethod(casts_work.cast)
 
     def decompress(self, message: Dense, out: torch.Tensor | None = None) -> torch.Tensor:
         """The values cast back to the gradient's dtype (into ``out`` when given)."""

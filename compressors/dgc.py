@@ -19,6 +19,7 @@ import random
 
 import torch
 
+from compressors import dgc_work
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.base import Compressor
 from compressors.rules import sample_stride
@@ -77,3 +78,5 @@ class DGC(Compressor):
         if indices.numel() == 0:
             indices = argmax_fallback(grad.abs())
         return Sparse(grad.index_select(0, indices), indices, n, threshold)
+
+    work = staticmethod(dgc_work.dgc)

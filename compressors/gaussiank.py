@@ -15,7 +15,7 @@ from statistics import NormalDist
 
 import torch
 
-from compressors import estimators
+from compressors import estimators, gaussiank_work
 from compressors._validate import power_of_two_above, raise_if_not_finite, target_count
 from compressors.base import Compressor
 from compressors.selection import Workspace, argmax_fallback, select_above
@@ -63,3 +63,5 @@ class GaussianK(Compressor):
         indices = found.indices if found.count else argmax_fallback(grad.abs())
         return Sparse(grad.index_select(0, indices), indices, n,
                       torch.clamp(threshold, max=torch.finfo(grad.dtype).max))
+
+    work = staticmethod(gaussiank_work.gaussiank)

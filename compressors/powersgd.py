@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogonalize
 
+from compressors import powersgd_work
 from compressors._validate import raise_if_not_finite
 from compressors.base import Compressor
 from compressors.messages import Block, LowRank
@@ -112,6 +113,8 @@ class PowerSGD(Compressor):
             self._q = {key: q}
         rest = gather_rest(grad, rest_slices)
         return LowRank(blocks, p, q.clone() if self.warm_start else q, rest, rest_slices, n)
+
+    work = staticmethod(powersgd_work.powersgd)
 
     def decompress(self, message: LowRank, out: torch.Tensor | None = None) -> torch.Tensor:
         """``P·Qᵀ`` in each matrix's place, the rest as sent (into ``out`` when given)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from compressors import randomk_work
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.base import Compressor
 from compressors.sparse import Sparse
@@ -69,3 +70,5 @@ class RandomK(Compressor):
         indices = self._draw(n, target_count(self.density, n), grad.device)
         raise_if_not_finite(grad, grad.sum(dtype=torch.float32 if grad.dtype != torch.float64 else None))
         return Sparse(grad.index_select(0, indices), indices, n, shared_indices=self.seed is not None)
+
+    work = staticmethod(randomk_work.randomk)

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from compressors import estimators
+from compressors import estimators, redsync_work
 from compressors._validate import power_of_two_above, raise_if_not_finite, target_count
 from compressors.base import Compressor
 from compressors.selection import Workspace, argmax_fallback, count_above, magnitude, select_above
@@ -67,3 +67,5 @@ class RedSync(Compressor):
             found = select_above(grad, best, self._workspace)
             indices, self.backend = found.indices, found.backend
         return Sparse(grad.index_select(0, indices), indices, n, best)
+
+    work = staticmethod(redsync_work.redsync)

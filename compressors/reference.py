@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from compressors import reference_work
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.base import Compressor
 from compressors.selection import Workspace, exact_topk
@@ -32,6 +33,8 @@ class NoCompression(Compressor):
             self._positions = {key: indices}
         return Sparse(grad, indices, grad.numel(), dense=True)
 
+    work = staticmethod(reference_work.none)
+
 
 class TopK(Compressor):
     """Exact Top-k: the ``k = max(1, round(density * n))`` largest ``|g|``.
@@ -56,3 +59,5 @@ class TopK(Compressor):
         raise_if_not_finite(grad, top.total)
         self.backend = top.backend
         return Sparse(grad.index_select(0, top.indices), top.indices, grad.numel(), torch.min(top.magnitudes))
+
+    work = staticmethod(reference_work.topk)

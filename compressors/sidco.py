@@ -64,7 +64,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from compressors import estimators, native
+from compressors import estimators, native, sidco_work
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.adaptive import StageController
 from compressors.base import Compressor
@@ -664,6 +664,7 @@ class SIDCoE(SIDCo):
 
     name = "sidco-e"
     tail_needs_var = False
+    work = staticmethod(sidco_work.DECLARES["sidco-e"])
 
     def first_threshold(self, moments, p):
         return estimators.exponential_threshold(moments.mean, p)
@@ -677,6 +678,7 @@ class SIDCoP(SIDCo):
 
     name = "sidco-p"
     first_needs_var = True
+    work = staticmethod(sidco_work.DECLARES["sidco-p"])
 
     def first_threshold(self, moments, p):
         return estimators.gpareto_threshold(moments.mean, moments.var, p)
@@ -688,6 +690,7 @@ class SIDCoGP(SIDCo):
 
     name = "sidco-gp"
     first_needs_log = True
+    work = staticmethod(sidco_work.DECLARES["sidco-gp"])
 
     def first_threshold(self, moments, p):
         return estimators.gamma_threshold(moments.mean, moments.mean_log, p)

@@ -202,8 +202,8 @@ def _launch_s(torch, repeats: int) -> float:
     generalized-Pareto formula alone, a tight loop of float64 0-d operations, at 1.24 µs per
     operation against the 2.0 µs the compressors pay on this testbed's CPU)."""
     import compressors
+    from compressors.counting import HITS_MARKER, record_ops
     from compressors.samples import gradient_like
-    from compressors.work import HITS_MARKER, record_ops
 
     name, numel, density = LAUNCH_PROBE
     grad = gradient_like(numel, 0, torch.device("cpu"))

@@ -10,7 +10,7 @@ inflate them). Rows keep the median call as ``compress_s``/``decompress_s`` (a c
 the typical cost, fresh-page faults and data-dependent loops included as often as they occur;
 the fastest call skips them when it is lucky) and add the fastest and the slowest. Every call is
 reseeded (``reseed(call)``), so a second, untimed run of the same sequence with the op recorder
-(:func:`compressors.work.record_ops`) makes the same calls: for the compressors whose work depends
+(:func:`compressors.counting.record_ops`) makes the same calls: for the compressors whose work depends
 on the data (Gaussian-k's corrections, RedSync's probes, DGC's lowerings and trim, Top-k's
 halvings, Random-k's draws, SIDCo's stages, pool, passes and correction steps) a row carries the
 loop counts of the very call it reports, so the cost model is checked with the loops that ran. Nothing else in the testbed times compressors
@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 import compressors
-from compressors import work as declared
+from compressors import counting
 from compressors.ddp import trains_with_error_feedback
 from compressors.samples import gradient_like
 from measuring.host import MMAP_THRESHOLD_BYTES, host_cache_bytes, host_clock
@@ -151,7 +151,7 @@ DATA_DEPENDENT = ("gaussiank", "redsync", "dgc", "randomk", "topk", "sidco-e", "
 
 def loops_of_call(name: str, density: float, grads: Sequence[torch.Tensor], call: int, out: torch.Tensor
                   ) -> dict[str, Any]:
-    """The loop counts (:func:`compressors.work.loop_counts`) of call number ``call`` (0-based,
+    """The loop counts (:func:`compressors.counting.loop_counts`) of call number ``call`` (0-based,
     warm-up included) of the sequence :func:`measure` times: the same calls, reseeded alike, run
     again untimed, the last one under the op recorder."""
     comp = compressors.create(name, density=density)
@@ -160,8 +160,8 @@ def loops_of_call(name: str, density: float, grads: Sequence[torch.Tensor], call
         comp.reseed(i)
         comp.decompress(ef.compress(grads[i % len(grads)]), out=out)
     comp.reseed(call)
-    message, ops = declared.record_ops(lambda: ef.compress(grads[call % len(grads)]))
-    return declared.loop_counts(name, ops, message.stages)
+    message, ops = counting.record_ops(lambda: ef.compress(grads[call % len(grads)]))
+    return counting.loop_counts(name, ops, message.stages)
 
 
 def measure(device: str, sizes: Sequence[int], names: Sequence[str], densities: Sequence[float], *,

@@ -136,7 +136,8 @@ def check_kernels(profile: dp.DeviceProfile, device: devices.Device) -> list[dic
     out = []
     for r in profile.kernels:
         model = costmodel.kernel_seconds(r["kernel"], int(r["numel"]), device, element_bytes=float(r["element_bytes"]),
-                                         launches=int(r["launches"]), syncs=int(r["syncs"]))
+                                         launches=int(r["launches"]), syncs=int(r["syncs"]),
+                                         out_bytes=float(r["out_bytes"]), value_bytes=float(r["value_bytes"]))
         out.append({"kernel": r["kernel"], "numel": r["numel"], "element_bytes": r["element_bytes"],
                     "launches": r["launches"], "syncs": r["syncs"], "seconds": r["seconds"], "model_s": model,
                     "error": model / r["seconds"] - 1, "source": r["source"]})

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 
 from compressors import work as declared
 from compressors.rules import trains_with_error_feedback
-from simulator.devices import Device
+from simulator.devices import Device, radix_sort_bytes
 from simulator.profile import CompressionCost, CompressionProfile, density_key
 
 NOT_OVERLAPPED = ("native_select",)
@@ -75,15 +75,21 @@ def seconds(work: declared.Work, device: Device) -> float:
 
 
 def kernel_seconds(kernel: str, numel: int, device: Device, *, element_bytes: float = 4.0, launches: int = 0,
-                   syncs: int = 0) -> float:
+                   syncs: int = 0, out_bytes: float | None = None, value_bytes: float = 0.0) -> float:
     """Modelled seconds of one published kernel timing (a kernel row of
-    :mod:`simulator.device_profile`) on ``device``: ``copy`` reads and writes ``numel``
-    elements of ``element_bytes`` bytes, ``read`` reads them, ``fill`` writes them (at the read
-    and write bandwidths), ``launch`` has no device time; plus the ``launches`` and ``syncs``
-    the timing included, at ``launch_s`` and ``sync_s`` each."""
+    :mod:`simulator.device_profile`) on ``device``: ``copy`` and ``cast`` read ``numel``
+    elements of ``element_bytes`` bytes and write ``out_bytes`` each (default ``element_bytes``),
+    ``read`` reads them, ``fill`` writes them (at the read and write bandwidths), ``sort`` sorts
+    ``numel`` keys of ``element_bytes`` with ``value_bytes`` of payload each (the device's rate
+    per int64 key, :meth:`~simulator.devices.Device.sort_s`, scaled by the bytes a radix sort
+    moves, :func:`~simulator.devices.radix_sort_bytes`), ``launch`` has no device time; plus the
+    ``launches`` and ``syncs`` the timing included, at ``launch_s`` and ``sync_s`` each."""
     size = numel * element_bytes
-    device_s = {"copy": size / device.memory_bandwidth_Bps + size / device.write_bandwidth_Bps,
+    written = numel * (element_bytes if out_bytes is None else out_bytes)
+    streamed = size / device.memory_bandwidth_Bps + written / device.write_bandwidth_Bps
+    device_s = {"copy": streamed, "cast": streamed,
                 "read": size / device.memory_bandwidth_Bps, "fill": size / device.write_bandwidth_Bps,
+                "sort": numel * device.sort_s(numel) * radix_sort_bytes(element_bytes, value_bytes) / radix_sort_bytes(8),
                 "launch": 0.0}
     if kernel not in device_s:
         raise ValueError(f"unknown kernel {kernel!r}; choose from {', '.join(device_s)}")

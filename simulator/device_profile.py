@@ -24,11 +24,13 @@ be a *kernel row*, the timing of one kernel rather than of a compressor (how the
      "launches": 0, "syncs": 0, "source": "where it was published, device, software"}
 
 ``kernel``: one of :data:`KERNELS`; ``numel`` elements of ``element_bytes`` bytes each
-(default 4); ``seconds``: one call as published; ``launches``/``syncs`` (default 0): the
-kernel launches and device→host synchronisations the published timing included (a timing
-by CUDA events around queued work includes none; ``time.time()`` around one call and a
-``synchronize`` includes one of each); ``source`` is required. Kernel rows are kept apart
-(:attr:`DeviceProfile.kernels`): they are no compressor's costs.
+(default 4; a ``sort``'s keys); ``out_bytes`` (``copy`` and ``cast``, default
+``element_bytes``): the bytes written per element; ``value_bytes`` (``sort``, default 0): the
+payload sorted with each key; ``seconds``: one call as published; ``launches``/``syncs``
+(default 0): the kernel launches and device→host synchronisations the published timing
+included (a timing by CUDA events around queued work includes none; ``time.time()`` around one
+call and a ``synchronize`` includes one of each); ``source`` is required. Kernel rows are kept
+apart (:attr:`DeviceProfile.kernels`): they are no compressor's costs.
 """
 
 from __future__ import annotations
@@ -44,10 +46,12 @@ from traces.files import read_regular
 from units import check_density
 
 REQUIRED = ("compressor", "density", "numel", "compress_s", "decompress_s")
-KERNELS = ("copy", "read", "fill", "launch")
+KERNELS = ("copy", "read", "fill", "launch", "cast", "sort")
 """Kernel rows' kinds: ``copy`` reads and writes ``numel`` elements (a ``copy_``, or a streaming
 ``A = c·B``), ``read`` reads them (a reduction), ``fill`` writes them, ``launch`` is the host
-cost of issuing one eager operation (``numel`` 1)."""
+cost of issuing one eager operation (``numel`` 1), ``cast`` converts ``numel`` elements of
+``element_bytes`` into ``out_bytes`` each (``x.to(dtype)``), ``sort`` is a radix sort of
+``numel`` keys of ``element_bytes`` (with ``value_bytes`` of payload each)."""
 
 MAX_PROFILE_BYTES = 4 * 2**20
 """Largest profile file read (bytes): 4 MiB; a measured profile is tens of kilobytes."""
@@ -172,10 +176,13 @@ def _kernel_row(row: Mapping[str, Any], where: str) -> dict[str, Any]:
         raise ValueError(f"{where}: a kernel row needs a source (where it was published)")
     out = {**row, "element_bytes": row.get("element_bytes", 4), "launches": row.get("launches", 0),
            "syncs": row.get("syncs", 0)}
+    out["out_bytes"] = row.get("out_bytes", out["element_bytes"])
+    out["value_bytes"] = row.get("value_bytes", 0)
     _number(out, "numel", where, integer=True)
     _number(out, "seconds", where)
-    if not out["seconds"] > 0 or not _number(out, "element_bytes", where) > 0:
-        raise ValueError(f"{where}: seconds and element_bytes must be > 0")
+    _number(out, "value_bytes", where)
+    if not out["seconds"] > 0 or not _number(out, "element_bytes", where) > 0 or not _number(out, "out_bytes", where) > 0:
+        raise ValueError(f"{where}: seconds, element_bytes and out_bytes must be > 0")
     for key in ("launches", "syncs"):
         if int(_number(out, key, where)) != out[key]:
             raise ValueError(f"{where}: {key} must be a whole number, got {out[key]!r}")

@@ -53,7 +53,7 @@ class Device:
     ``torch.sort``; ``gather_s_per_element``: per element moved by ``index_select`` /
     ``index_add_`` / ``index_copy_``; ``compact_s_per_element``: per input element of
     ``nonzero``; ``op_s_per_element``: the compute time per element of each kind of streaming
-    kernel (:data:`compressors.work.KINDS`; a kernel takes the longer of its memory traffic and
+    kernel (:data:`compressors.declare.KINDS`; a kernel takes the longer of its memory traffic and
     this); ``alloc_threshold_bytes`` / ``fault_s_per_byte``: a fresh buffer at least this large
     is mapped anew by the allocator and costs this per byte in page faults (GPU caching
     allocators reuse memory: no threshold); ``cache_bytes``: last-level cache; ``cache_speedup``: how much faster
@@ -229,8 +229,10 @@ def from_json(data: Mapping[str, Any]) -> Device:
 GPU_RULES = {
     "topk": "PyTorch's multi-block radix select on fp32: 4 digit passes of 8 bits plus one gather "
             "pass, each reading 4 bytes per element: 20 bytes per element at the read bandwidth",
-    "sort": "CUB radix sort of int64 keys: 8 passes of 8 bits, each reading and writing 8 bytes: "
-            "128 bytes per element",
+    "sort": "CUB radix sort (Onesweep): one pass per 8-bit digit of the key, each reading and writing every key and "
+            "its payload once (the ~2n global accesses per digit pass of Adinets & Merrill, arXiv:2206.01784): "
+            "radix_sort_bytes(8) = 128 bytes per int64 key at the bandwidth; checked against the published A100 "
+            "rate of 32-bit keys (profiles/published-a100.json), which it prices 39 % fast",
     "gather": "an uncoalesced 4-byte access moves a 32-byte sector; plus the 8-byte index: 40 bytes "
               "per element",
     "compact": "nonzero over a bool mask: a counting pass and a writing pass over 1 byte per element "
@@ -246,6 +248,12 @@ GPU_RULES = {
             "(torch copy_ then torch.cuda.synchronize(), timed from Python: what they take beyond one launch and "
             "their bytes at the bandwidth); a GPU without such rows takes the median of the others (simulator.published)",
 }
+
+
+def radix_sort_bytes(key_bytes: float, value_bytes: float = 0.0) -> float:
+    """Bytes a GPU radix sort moves per key (:data:`GPU_RULES` ``sort``): ``key_bytes`` passes
+    of one 8-bit digit, each reading and writing the key and its ``value_bytes`` of payload."""
+    return key_bytes * 2.0 * (key_bytes + value_bytes)
 
 
 def _gpu(name: str, label: str, bandwidth: float | None, bandwidth_source: str, fp32: float, bf16: float,
@@ -269,7 +277,7 @@ def _gpu(name: str, label: str, bandwidth: float | None, bandwidth_source: str, 
         memory_bandwidth_Bps=bandwidth, write_bandwidth_Bps=bandwidth,
         fp32_flops=fp32, bf16_flops=bf16, launch_s=launch, sync_s=sync, pcie_Bps=pcie,
         topk_s_per_element=((1.0, 20.0 / bandwidth),), topk_cache_s_per_element=((1.0, 20.0 / bandwidth),),
-        sort_s_per_element=128.0 / bandwidth,
+        sort_s_per_element=radix_sort_bytes(8) / bandwidth,
         gather_s_per_element=40.0 / bandwidth, compact_s_per_element=2.0 / bandwidth,
         op_s_per_element={"log": 16.0 / fp32}, alloc_threshold_bytes=math.inf, fault_s_per_byte=0.0,
         cache_bytes=0.0, cache_speedup=1.0,

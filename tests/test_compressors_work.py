@@ -1,13 +1,17 @@
-"""The declared work of every compressor (compressors/work.py) against what its code does,
-counted op by op on the torch path and kernel by kernel on SIDCo's native path."""
+"""The declared work of every compressor (its class's ``work``, in compressors/<module>_work.py)
+against what its code does, counted op by op on the torch path and kernel by kernel on the
+native path."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import compressors
-from compressors import native
+from compressors import counting, native, sidco_work
 from compressors import work as declared
 from compressors.samples import gradient_like
 from opcount import OpCounter
@@ -45,9 +49,9 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
     dcounts = dict(seen_decompress.counts, fresh=sum(seen_decompress.fresh))
     counts["passes"] += sum(1 for size in kernels if size >= n)
     # a native kernel is a launch; SIDCo's also carry the host work of its stage loop around them
-    counts["launches"] += len(kernels) * (1 + declared.NATIVE_HOST_LAUNCHES if name.startswith("sidco") else 1)
+    counts["launches"] += len(kernels) * (1 + sidco_work.NATIVE_HOST_LAUNCHES if name.startswith("sidco") else 1)
     full_native = sum(1 for size in kernels if size >= n)
-    loops = declared.loop_counts(name, seen.ops)
+    loops = counting.loop_counts(name, seen.ops)
     rounds = loops.pop("rounds", None)
     if backend == "native":  # loops counted by their kernels: SIDCo's full passes, the others' selections
         rounds = full_native if name.startswith("sidco") else full_native - 1
@@ -101,11 +105,20 @@ def test_declared_work_matches_a_vector_that_is_no_square(name: str, monkeypatch
     _check(name, (1 << 16) + 5, 0.01, "torch", monkeypatch)
 
 
-def test_every_compressor_and_the_coming_baselines_are_declared() -> None:
-    assert set(compressors.names()) <= set(declared.DECLARATIONS)
-    assert {"fp16", "bf16", "powersgd"} <= set(declared.DECLARATIONS)
+def test_every_compressor_class_declares_its_work_beside_its_code() -> None:
+    """Each registered class binds its own ``work`` (none is inherited from the base class), a
+    function of the torch-free companion of the module that implements it, and that is the
+    declaration the cost model reads; compressors.work loads without torch."""
+    assert not hasattr(compressors.Compressor, "work")
+    for name in compressors.names():
+        cls = compressors.compressor_class(name)
+        assert cls.work is declared.DECLARATIONS[name], name
+        assert cls.work.__module__ == f"{cls.__module__}_work", name
+    assert list(declared.DECLARATIONS) == compressors.names()
     with pytest.raises(ValueError, match="no work declared"):
         declared.work("nope", 10, 0.1)
+    code = "import sys, compressors.work; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 
 def test_wire_bytes_follow_the_message_format() -> None:

@@ -204,7 +204,7 @@ def test_the_profiles_untimed_rerun_makes_the_calls_it_timed(name):
     """A profile row carries the loop counts of the call it timed fastest, taken from an untimed
     rerun of the same reseeded sequence: the rerun must make the same calls."""
     import compressors
-    from compressors import work as declared
+    from compressors import counting
     from compressors.samples import gradient_like
     from measuring.profiling import loops_of_call
 
@@ -216,9 +216,9 @@ def test_the_profiles_untimed_rerun_makes_the_calls_it_timed(name):
     seen = []
     for call in range(6):
         comp.reseed(call)
-        message, ops = declared.record_ops(lambda: ef.compress(grads[call % 3]))
+        message, ops = counting.record_ops(lambda: ef.compress(grads[call % 3]))
         comp.decompress(message, out=out)
-        seen.append(declared.loop_counts(name, ops, message.stages))
+        seen.append(counting.loop_counts(name, ops, message.stages))
     assert [loops_of_call(name, 0.01, grads, call, out) for call in range(6)] == seen
 
 
@@ -321,12 +321,13 @@ def test_selecting_passes_are_charged_for_what_each_kept():
     selection's hits, the declaration charges each pass for them, and a pass that keeps almost
     nothing costs less than one that keeps 2·k (the default without a count)."""
     import compressors
+    from compressors import counting
     from compressors.samples import gradient_like
 
     grad = gradient_like(1 << 16, 0)
     comp = compressors.create("redsync", 0.01)
-    _, ops = declared.record_ops(lambda: comp.compress(grad))
-    counts = declared.loop_counts("redsync", ops)
+    _, ops = counting.record_ops(lambda: comp.compress(grad))
+    counts = counting.loop_counts("redsync", ops)
     assert len(counts["hits"]) == counts["rounds"] + 1 and min(counts["hits"]) < max(counts["hits"])
     n, k = 1 << 24, 167772
     selects = [s for s in declared.work("redsync", n, 0.01, rounds=2, hits=[10, 1000, 200000],

@@ -156,7 +156,9 @@ def test_hook_trains_two_gloo_ranks(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_hook_trains_four_gloo_ranks(tmp_path):
-    names = ["none", "topk", "sidco-e", "dgc"]
+    """Four ranks: the dense all-reduce and the sparse all-gather of uneven selections (Top-k and
+    DGC run the same all-gather at two ranks above)."""
+    names = ["none", "sidco-e"]
     _check(_run(tmp_path, 4, names), names, 4)
 
 

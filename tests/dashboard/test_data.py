@@ -17,7 +17,7 @@ from hypothesis.extra.numpy import arrays
 
 from dashboard import data, figures, projection, sweep_runner
 from pipeline import fits
-from benchmarks.dashboard_bench import fill, time_page
+from benchmarks.dashboard_bench import fill, time_page, time_whatif_updates
 from dashboard.export import figure_csv, figure_html
 from results.store import Store
 
@@ -205,6 +205,8 @@ def test_every_page_answers_over_http_on_a_filled_store(tmp_path):
     for page in PAGES:
         result = time_page(app, client, page.PATH)
         assert result["requests"] >= 2, page.PATH
+    # the bench's live What-if update is the page's own callback (it raises on an HTTP or inline error)
+    assert len(time_whatif_updates(app, client, "layout:resnet50", [8, 16])) == 2
 
 
 def test_empty_store_pages_name_the_command_that_fills_them(tmp_path):

@@ -1,0 +1,25 @@
+"""The declared work of the 16-bit casts ``fp16`` and ``bf16`` (:mod:`compressors.casts`),
+torch-free for the cost model (:mod:`compressors.declare`); tests/test_compressors_work.py holds it
+to the code."""
+
+from __future__ import annotations
+
+from compressors.declare import FINITE_OPS, ISFINITE_OPS, Declaration, Work
+
+
+def cast(n: int, density: float, itemsize: int, stages: int, rounds: int | None, backend: str,
+         half: int = 2) -> tuple[Work, Work]:
+    """fp16/bf16: the cast into a fresh buffer; off the GPU then ``aminmax`` of the half-width
+    values (the finiteness check, and a second check that nothing overflowed the narrower range:
+    one sync each); on a GPU (``backend="cuda"``) the cast alone, as PyTorch's hook."""
+    c = Work().stream(n, itemsize, half, full=True).allocate(n * half)
+    if backend == "cuda":
+        return c, Work().stream(n, half, itemsize, full=True)
+    c.stream(n, half, 0, "minmax", full=True)
+    c.scalars(5)  # max/2 − min/2 in fp32: two widenings, two halvings and the subtraction
+    c.scalars(FINITE_OPS).sync().scalars(ISFINITE_OPS).sync()
+    return c, Work().stream(n, half, itemsize, full=True)
+
+
+DECLARES: dict[str, Declaration] = {"fp16": cast, "bf16": cast}
+"""Each cast by name (the same work: both send 2 bytes per element)."""

@@ -1,0 +1,88 @@
+"""Counting what a compressor's call did, op by op: the measuring side of the declared work.
+
+:func:`record_ops` runs a call under a ``TorchDispatchMode`` and lists the torch operations it
+dispatched (and each native kernel); :func:`loop_counts` reads from that list the data-dependent
+loop counts :func:`compressors.work.work` takes (``rounds``, ``trim``, ``hits``, SIDCo's native
+``steps``/``pool``/``collects``). Profiles record them beside their timings and the drift test
+(tests/test_compressors_work.py) checks declarations against them. Imports torch when called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+HITS_MARKER = "native.hits:"
+"""Prefix of :func:`record_ops`'s marker after each native selection: the elements it kept."""
+
+
+def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
+    """Run ``call`` and return its result and the names of the torch operations it dispatched,
+    in order (``torch.utils._python_dispatch.TorchDispatchMode``; untimed, for counting), with
+    each native selection as ``native.select_above`` followed by the marker ``native.hits:<kept
+    elements>`` (not an operation) and each ``native.scan`` kernel as
+``native.scan:full`` (over as many elements as the call's first kernel; followed by
+``native.scan:collect`` when it also selected) or ``native.scan:pool:<elements>``."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from compressors import native
+
+    names: list[str] = []
+    select, scan = native.select_above, native.scan
+    first: list[int] = []
+
+    def counted_select(*args, **kwargs):
+        names.append("native.select_above")
+        found = select(*args, **kwargs)
+        names.append(f"{HITS_MARKER}{(found[0] if kwargs.get('with_stats') else found).indices.numel()}")
+        return found
+
+    def counted_scan(x, **kwargs):
+        first.append(x.numel())
+        names.append("native.scan:full" if x.numel() >= first[0] else f"native.scan:pool:{x.numel()}")
+        if x.numel() >= first[0] and kwargs.get("select") is not None:
+            names.append("native.scan:collect")
+        return scan(x, **kwargs)
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    native.select_above, native.scan = counted_select, counted_scan
+    try:
+        with torch.no_grad(), Recorder():
+            result = call()
+    finally:
+        native.select_above, native.scan = select, scan
+    return result, names
+
+
+def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
+    """The data-dependent loop counts of one call of ``name`` from the operations it dispatched
+    (:func:`record_ops`), as :func:`compressors.work.work` takes them (``rounds``, DGC's ``trim``,
+    the ``hits`` of each native selection; for SIDCo's native path its full passes
+    and, given the ``stages`` it used, its correction ``steps``)."""
+    pools = [int(op.rsplit(":", 1)[1]) for op in ops if op.startswith("native.scan:pool:")]
+    kernels = ops.count("native.scan:full") + len(pools)
+    if name.startswith("sidco") and kernels:
+        counts = {"rounds": ops.count("native.scan:full"), "pool": sum(pools) / len(pools) if pools else 0,
+                  "collects": ops.count("native.scan:collect")}
+        if stages is not None:
+            counts["steps"] = kernels - 2 - stages
+        return counts
+    selections = ops.count("nonzero") + ops.count("native.select_above")
+    hits = [int(op[len(HITS_MARKER):]) for op in ops if op.startswith(HITS_MARKER)]
+    kept = {"hits": hits} if hits else {}
+    if name == "gaussiank":
+        return {"rounds": selections - 1, **kept}
+    if name == "redsync":
+        return {"rounds": ops.count("count_nonzero") + selections - 1, **kept}
+    if name == "topk":
+        return {"rounds": max(0, selections - 1), **kept}
+    if name == "dgc":
+        return {"rounds": selections - 1, "trim": ops.count("topk") == 2, **kept}
+    if name == "randomk":
+        return {"rounds": ops.count("_unique2")}
+    return {}

@@ -1,0 +1,34 @@
+"""The declared work of Random-k (:mod:`compressors.randomk`), torch-free for the cost model
+(:mod:`compressors.declare`); tests/test_compressors_work.py holds it to the code."""
+
+from __future__ import annotations
+
+from compressors.declare import Declaration, Work, finite, sparse_decompress
+from compressors.rules import target_count
+
+ROUNDS = 1
+"""Random-k's draw rounds seen on the benchmark's gradient-like vector at δ = 0.01."""
+
+
+def randomk(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
+            backend: str) -> tuple[Work, Work]:
+    """Random-k: for ``k ≥ n/4`` a random permutation's first ``k``, sorted; else ``rounds`` draws
+    of a few more indices than are missing, each made unique with what was drawn before (a sort,
+    a sync to size it), a random ``k`` of them kept and sorted; the finiteness check; the values
+    gathered."""
+    rounds = ROUNDS if rounds is None else rounds
+    k = target_count(density, n)
+    c = Work()
+    if 4 * k >= n:
+        c.stream(n, 0, 8).sort(k)
+    else:
+        draw = k + k // 16 + 16
+        for _ in range(rounds):
+            c.stream(draw, 0, 8).stream(draw, 8, 8).sort(draw).sync()
+        c.stream(draw, 0, 8).gather(k).sort(k)
+    finite(c, n, itemsize)
+    return c.gather(k), sparse_decompress(n, k, itemsize)
+
+
+DECLARES: dict[str, Declaration] = {"randomk": randomk}
+"""Random-k by name."""
