@@ -21,7 +21,7 @@ from simulator import devices
 from simulator.limits import MESSAGE_BUDGET
 from simulator.scenario import FIDELITIES, TOPOLOGIES
 from simulator.throughput import DEFAULT_PRECISION, check_precision
-from units import check_density
+from units import check_bandwidth, check_density, check_latency
 
 DEFAULT_LAYOUT_DEVICE = "a100"
 """Layouts are GPU models by construction: without ``--device`` they run on this device."""
@@ -57,11 +57,10 @@ def device_choices() -> list[tuple[str, str]]:
     return [(name, devices.get(name).label) for name in devices.names()]
 
 
-def _positive(value: Any, what: str, *, zero: bool = False) -> float:
-    """``value`` as a finite float > 0 (≥ 0 with ``zero``); ValueError naming ``what`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0 or (value == 0 and not zero):
-        raise ValueError(f"{what} must be a finite number {'>= 0' if zero else '> 0'}, got {value!r}")
+def _positive(value: Any, what: str) -> float:
+    """``value`` as a finite float > 0; ValueError naming ``what`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"{what} must be a finite number > 0, got {value!r}")
     return float(value)
 
 
@@ -82,8 +81,10 @@ class Cluster:
     def __post_init__(self) -> None:
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
             raise ValueError(f"nodes must be a whole number >= 1, got {self.nodes!r}")
-        _positive(self.bandwidth_bps, "bandwidth (bits/s)")
-        _positive(self.latency_s, "latency (s)", zero=True)
+        for value, check in ((self.bandwidth_bps, check_bandwidth), (self.latency_s, check_latency)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{check.__name__.removeprefix('check_')} must be a number, got {value!r}")
+            check(value)
         if self.topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {self.topology!r}; choose from {', '.join(TOPOLOGIES)}")
         if self.fidelity not in FIDELITIES:

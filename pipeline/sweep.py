@@ -20,8 +20,9 @@ import simulator
 from simulator.limits import MESSAGE_BUDGET, check_scenario
 from compressors import takes_density
 from pipeline.costs import compression_profile, cost_band
-from pipeline.project import Source, calibration, check_compressors, workload
+from pipeline.project import Source, calibration, workload
 from pipeline.project import options as scenario_options
+from pipeline.request import check_compressors
 from pipeline.verdict import label, rank, verdict
 from results.store import Store
 from simulator.scenario import TOPOLOGIES

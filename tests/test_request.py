@@ -117,6 +117,7 @@ def test_the_request_checks_every_rule_once(fields, message):
     ((0, 1e9, 0.0), "nodes must be a whole number"),
     ((2, 0.0, 0.0), "bandwidth"),
     ((2, float("inf"), 0.0), "bandwidth"),
+    ((2, "10Gbit", 0.0), "bandwidth must be a number"),
     ((2, 1e9, -1e-6), "latency"),
 ])
 def test_the_cluster_checks_its_numbers(args, message):

@@ -8,7 +8,7 @@ from typing import Any
 from pipeline import project
 from pipeline.catalog import TOPOLOGIES, check_target, load_curves, target_text
 from pipeline.request import Request, check_compressors, parse_calibration
-from pipeline.tta import curves_time_to_accuracy, label, resolve, time_to_accuracy, trace_path
+from pipeline.tta import curves_time_to_accuracy, label, time_to_accuracy
 from results.store import Store
 from sidco.commands import dump_json
 from sidco.commands.simulate import add_scenario_args, add_source_args, cluster, workload_fields
