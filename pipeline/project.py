@@ -27,7 +27,7 @@ from simulator import devices, throughput
 from simulator.throughput import DEFAULT_PRECISION
 from simulator.workload import scaled, workload_by_flops
 
-__all__ = ["Cluster", "DEFAULT_LAYOUT_DEVICE", "Request", "Source", "calibration", "check_options", "layout_source",
+__all__ = ["Cluster", "DEFAULT_LAYOUT_DEVICE", "Request", "Source", "calibration", "check", "check_options", "layout_source",
            "options", "project", "project_request", "register", "scenarios", "source", "trace_source", "workload"]
 
 
@@ -213,6 +213,16 @@ def options(given: Mapping[str, Any], workload: simulator.Workload) -> dict[str,
     if chosen.get("jitter") == "trace":
         chosen["jitter"] = workload.compute_cv
     return chosen
+
+
+def check(request: Request) -> Source:
+    """The source of ``request`` (its device resolved, :func:`source`) with its cluster checked
+    against the simulator's limits (:func:`check_options`), before any store is opened or
+    created: bad input writes nothing. Pass it on to :func:`project_request` or
+    :func:`pipeline.compare.compare`."""
+    resolved = source(request)
+    check_options(resolved, request.cluster)
+    return resolved
 
 
 def check_options(source: Source, cluster: Cluster) -> None:

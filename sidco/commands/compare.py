@@ -78,8 +78,7 @@ def run(args: argparse.Namespace) -> int:
     names = compressor_names() if args.compressors.strip() == "all" else parse_list(args.compressors, str)
     request = comparison.with_baselines(
         Request(cluster(args), tuple(names), tuple(parse_list(args.densities, parse_density)), **workload_fields(args)))
-    source = projection.source(request)  # the device is resolved here, once
-    projection.check_options(source, request.cluster)  # before any store is opened: bad input writes nothing
+    source = projection.check(request)  # the device resolved once; bad input stops before any store is opened
     with Store(args.store) as store:
         source, rows = comparison.compare(store, request, projection.register(store, source))
     result = verdict(rows)

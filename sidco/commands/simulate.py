@@ -214,8 +214,7 @@ def run(args: argparse.Namespace) -> int:
                       **workload_fields(args))
     if args.timeline:
         check_output_path(args.timeline)
-    source = projection.source(request)  # the device is resolved here, once
-    projection.check_options(source, request.cluster)  # before any store is opened: bad input writes nothing
+    source = projection.check(request)  # the device resolved once; bad input stops before any store is opened
     with Store(args.store) as store:
         (result,) = projection.project_request(store, request, projection.register(store, source))
     if args.timeline:
