@@ -209,10 +209,13 @@ def time_to_accuracy(
     calibration_choice: str | int = "none",
     profile_file: str | None = None,
     precision: str = project.DEFAULT_PRECISION,
+    device_flops_per_s: float | None = None,
 ) -> dict[str, Any]:
     """The time-to-target table of a convergence run (with every seed of its configuration) on a
     cluster of ``device`` workers (``None``: the device its trace was captured on) computing in
-    ``precision`` (``fp32``, ``tf32``, ``amp``; a trace projected onto another device).
+    ``precision`` (``fp32``, ``tf32``, ``amp``; a trace projected onto another device), checked
+    as the request of its trace (:class:`pipeline.request.Request`: ``device_flops_per_s``
+    applies to layouts only, so it is refused here).
 
     Returns ``rows`` (:func:`convergence.tta.time_to_target`), the fields of :func:`verdict`,
     ``convergence_id``, ``convergence_ids`` (one per seed), ``seeds``, ``trace_id``,
@@ -232,7 +235,9 @@ def time_to_accuracy(
         raise ValueError(f"convergence #{run['id']} has no finished (compressor, density) yet; "
                          "rerun its sidco converge command")
     pairs = list(dict.fromkeys((r["compressor"], float(r["density"])) for r in rows))
-    source = project.trace_source(store, path=trace_path(store, run), device=device, precision=precision)
+    request = project.Request(None, trace=str(trace_path(store, run)), device=device, precision=precision,
+                              device_flops_per_s=device_flops_per_s)
+    source = project.register(store, project.source(request))
     if "powersgd_rank" in run["config"] and "rank" not in cluster.options:  # project PowerSGD at the rank trained
         cluster = replace(cluster, options={**cluster.options, "rank": int(run["config"]["powersgd_rank"])})
     times, sources, bands = iteration_times(store, source, pairs, cluster,

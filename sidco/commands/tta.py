@@ -137,17 +137,16 @@ def run(args: argparse.Namespace) -> int:
     curves = load_curves(args.curves) if args.curves is not None else None
     if curves is not None:
         check_compressors(list(dict.fromkeys(r["compressor"] for r in curves["rows"])))
-    if curves is None and args.device_flops is not None:
-        raise ValueError("--device-flops applies to layouts; a trace is projected with --device")
-    request = None if curves is None else Request(None, **workload_fields(args))
-    source = None if request is None else project.source(request)  # the device is resolved here, once
+    fields = workload_fields(args)
+    source = None if curves is None else project.source(Request(None, **fields))  # the device resolved once
     calibration = parse_calibration(args.calibration)
     with Store(args.store) as store:
         targets = {"target_accuracy": args.target_accuracy, "target_loss": args.target_loss}
         if curves is None:  # the run's own trace: time_to_accuracy resolves it and the device, once
-            result = time_to_accuracy(store, args.convergence, cluster=chosen, device=args.device,
+            result = time_to_accuracy(store, args.convergence, cluster=chosen, device=fields["device"],
                                       calibration_choice=calibration, profile_file=args.profile,
-                                      precision=args.precision, **targets)
+                                      precision=fields["precision"], device_flops_per_s=fields["device_flops_per_s"],
+                                      **targets)
         else:
             result = curves_time_to_accuracy(store, curves, project.register(store, source), cluster=chosen,
                                              calibration_choice=calibration, profile_file=args.profile, **targets)
