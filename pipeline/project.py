@@ -21,13 +21,13 @@ from simulator.band import band
 from simulator.limits import MESSAGE_BUDGET, check_scenario
 import traces
 from pipeline.costs import compression_profile, cost_band
-from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, parse_calibration, resolve_device
+from pipeline.request import Cluster, Request, parse_calibration, resolve_device
 from results.store import Store
 from simulator import devices, throughput
 from simulator.throughput import DEFAULT_PRECISION
 from simulator.workload import scaled, workload_by_flops
 
-__all__ = ["Cluster", "DEFAULT_LAYOUT_DEVICE", "Request", "Source", "calibration", "check", "check_options", "layout_source",
+__all__ = ["Cluster", "Request", "Source", "calibration", "check", "check_options", "layout_source",
            "options", "project", "project_request", "register", "scenarios", "source", "trace_source", "workload"]
 
 

@@ -1,7 +1,7 @@
 """The request: one projection as either front door asks for it, checked once.
 
-``sidco simulate``/``compare`` map their flags, the dashboard's What-if and Timeline pages
-their controls, to a :class:`Request`; constructing it checks every rule a projection has
+``sidco simulate``, ``compare``, ``sweep`` and ``tta`` map their flags, the dashboard's What-if,
+Timeline and Sweeps pages their controls, to a :class:`Request`; constructing it checks every rule a projection has
 (the workload named once, compressors that exist, densities in (0, 1] where the compressor
 takes one, the cluster's numbers, the precision, the calibration choice), so the doors carry
 none of them. The modelled device is looked up in one place, :func:`resolve_device`, by one
