@@ -73,7 +73,6 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_p
 
 import compressors
 from compressors._validate import target_count
-from compressors.rules import WITHOUT_MEMORY, trains_with_error_feedback
 from compressors.base import Compressor
 from compressors.ddp_exchange import resolve_gather, sparse_allgather_sum
 from compressors.ddp_memory import BucketMemory, layout_of

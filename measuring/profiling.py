@@ -26,7 +26,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,7 +34,7 @@ import torch
 
 import compressors
 from compressors import counting
-from compressors.ddp import trains_with_error_feedback
+from compressors.rules import trains_with_error_feedback
 from compressors.samples import gradient_like
 from measuring.host import MMAP_THRESHOLD_BYTES, host_cache_bytes, host_clock
 from simulator import children, devices
@@ -88,7 +87,7 @@ def device_identity(device: torch.device) -> tuple[str, dict[str, Any]]:
 
 def as_trained(compressor: compressors.Compressor) -> compressors.Compressor | compressors.ErrorFeedback:
     """``compressor`` with the memory training gives it by default: error feedback around it, or
-    nothing for ``none``, fp16 and bf16 (:func:`compressors.ddp.trains_with_error_feedback`)."""
+    nothing for ``none``, fp16 and bf16 (:func:`compressors.rules.trains_with_error_feedback`)."""
     return compressors.ErrorFeedback(compressor) if trains_with_error_feedback(compressor.name) else compressor
 
 

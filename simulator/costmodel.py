@@ -121,7 +121,7 @@ def call_seconds(compressor: str, numel: int, density: float, device: Device, *,
     elements (``backend``: the code path, default :func:`backend_on` the device; ``stages``,
     ``rounds``, ``trim``, ``steps``, ``pool``, ``collects``, ``hits``: the data-dependent counts of
     :func:`compressors.work.work`; ``error_feedback``: default as training runs ``compressor``,
-    :func:`compressors.ddp.trains_with_error_feedback`)."""
+    :func:`compressors.rules.trains_with_error_feedback`)."""
     call = declared.work(compressor, numel, density, stages=stages, rounds=rounds, trim=trim, steps=steps,
                          pool=pool, collects=collects, hits=hits, backend=backend or backend_on(device.kind, compressor),
                          error_feedback=trains_with_error_feedback(compressor) if error_feedback is None

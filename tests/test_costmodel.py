@@ -292,7 +292,7 @@ def test_profiles_measure_each_compressor_with_the_memory_it_trains_with():
     """Error feedback around the sparsifiers and PowerSGD; none, fp16 and bf16 train without a
     memory (PyTorch's hooks keep none), so their profile rows and modelled costs carry none."""
     import compressors
-    from compressors.ddp import trains_with_error_feedback
+    from compressors.rules import trains_with_error_feedback
     from measuring.profiling import as_trained
 
     assert [n for n in compressors.names() if not trains_with_error_feedback(n)] == ["none", "fp16", "bf16"]

@@ -8,7 +8,6 @@ import json
 import os
 import socket
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings

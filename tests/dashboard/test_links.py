@@ -62,8 +62,6 @@ def test_sweep_plots_share_one_bandwidth_axis_with_units():
 
 
 def test_the_route_passes_the_address_query_to_the_page(tmp_path):
-    import json
-
     from dashboard.app import create_app
 
     app = create_app(tmp_path / "r.sqlite", cache_dir=tmp_path / "cache")
