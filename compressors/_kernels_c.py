@@ -11,9 +11,11 @@ what a SIDCo stage needs (``y = |x|`` or ``y = x``):
   partial sums are float32 over chunks of 1024 elements, accumulated in float64;
 - optionally, compaction of ``{(i, y_i) : y_i > thr}`` (strict), ascending ``i`` (int32, or
   ``src[i]`` when positions are given), into caller-provided buffers of capacity ``n``. Blocks of 64 elements with nothing above
-  ``thr`` are skipped after a vectorised test; the rest are compacted with AVX-512 compress
-  stores, AVX2 permutes from a 256-entry lookup table, or (neither available) a branch-free
-  scalar loop that stores every element and advances the output by ``y > thr``.
+  ``thr`` are skipped after a test (with AVX-512 four compares of the whole block: the
+  per-element loop the other builds keep cost a quarter more at a 0.5 % pool there); the rest are
+  compacted with AVX-512 compress stores, AVX2 permutes from a 256-entry lookup table, or
+  (neither available) a branch-free scalar loop that stores every element and advances the output
+  by ``y > thr``.
 """
 
 SOURCE = r"""
@@ -126,13 +128,18 @@ static inline __attribute__((always_inline)) void chunk_select(
     int64_t cnt = *cnt_io;
     for (int64_t s = b; s < e; s += SCAN) {
         int64_t t = s + SCAN < e ? s + SCAN : e;
-        int32_t any = 0;
-        for (int64_t i = s; i < t; i++) any |= (absolute ? fabsf(x[i]) : x[i]) > thr;
-        if (!any) continue;
         int64_t i = s;
 #if defined(__AVX512F__)
         const __m512 vthr = _mm512_set1_ps(thr);
         const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        if (t - s == SCAN) {  /* a whole block: one vectorised test before any compaction */
+            __m512 a0 = _mm512_loadu_ps(x + s), a1 = _mm512_loadu_ps(x + s + 16);
+            __m512 a2 = _mm512_loadu_ps(x + s + 32), a3 = _mm512_loadu_ps(x + s + 48);
+            if (absolute) { a0 = _mm512_abs_ps(a0); a1 = _mm512_abs_ps(a1); a2 = _mm512_abs_ps(a2); a3 = _mm512_abs_ps(a3); }
+            if (!(_mm512_cmp_ps_mask(a0, vthr, _CMP_GT_OQ) | _mm512_cmp_ps_mask(a1, vthr, _CMP_GT_OQ)
+                  | _mm512_cmp_ps_mask(a2, vthr, _CMP_GT_OQ) | _mm512_cmp_ps_mask(a3, vthr, _CMP_GT_OQ)))
+                continue;
+        }
         for (; i + 16 <= t; i += 16) {
             __m512 v = _mm512_loadu_ps(x + i);
             if (absolute) v = _mm512_abs_ps(v);
@@ -147,6 +154,9 @@ static inline __attribute__((always_inline)) void chunk_select(
         const __m256 vthr = _mm256_set1_ps(thr);
         const __m256 sign = _mm256_set1_ps(-0.0f);
         const __m256i step = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+        int32_t any = 0;
+        for (int64_t j = s; j < t; j++) any |= (absolute ? fabsf(x[j]) : x[j]) > thr;
+        if (!any) continue;
         for (; i + 8 <= t; i += 8) {
             __m256 v = _mm256_loadu_ps(x + i);
             if (absolute) v = _mm256_andnot_ps(sign, v);
@@ -158,6 +168,10 @@ static inline __attribute__((always_inline)) void chunk_select(
             _mm256_storeu_si256((__m256i*)(io + cnt), _mm256_permutevar8x32_epi32(p, perm));
             cnt += __builtin_popcount(m);
         }
+#else
+        int32_t any = 0;
+        for (int64_t j = s; j < t; j++) any |= (absolute ? fabsf(x[j]) : x[j]) > thr;
+        if (!any) continue;
 #endif
         for (; i < t; i++) {
             float y = absolute ? fabsf(x[i]) : x[i];

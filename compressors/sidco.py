@@ -46,10 +46,13 @@ without being counted. A try the pool cannot answer is counted by a full pass (t
 new pool just below it). What differs is how a backend reads the data: fused C kernels
 (:mod:`compressors.native`) for contiguous float32 CPU tensors (one read pass per stage's
 statistics, collecting the pool in the same pass), and torch operations for anything else (CUDA,
-fp16/bf16/fp64): per stage a few reductions whose results (with the pool, gathered by
-``nonzero_static`` into a fixed number of slots) travel to the host in one transfer, so a call of
-``M`` stages reads the host ``M`` times once a call of the same size has been made (plus two when
-the pool missed), issues a few dozen kernels and no scalar arithmetic on the device.
+fp16/bf16/fp64): per stage a few reductions of ``g`` or of one ``hardshrink`` of it written into
+one float64 buffer that travels to the host in one transfer, with the pool's histogram when the
+pool (gathered by ``nonzero_static`` into a fixed number of slots) is taken; the pool itself stays
+on the device. With corrections every count the loop asks for is at a lattice point
+(:data:`LATTICE_SHIFT`, :func:`_snap`), which that histogram answers exactly. So a call of ``M``
+stages reads the host ``M`` times once a call of the same size has been made (plus one when the
+pool overflowed its slots, two when a try fell below it), issues a few dozen kernels and no scalar arithmetic on the device.
 Native and torch agree up to the summation order of the statistics (relative differences of ~1e-7
 or less): thresholds agree to that precision and, when equal, so do the selections.
 """
@@ -82,12 +85,27 @@ WILD_TRY = 0.5
 secant step after a stage-1 fit that selected a hundredth of ``k``) is counted by a full pass that
 collects nothing."""
 
-POOL_ROOM = 2
-"""Torch path: the pool's slots, ``2 × max(previous pool, k) + 1024`` (a pool that fills them
-is collected again at the same level, sized by the device: two more transfers)."""
+POOL_ROOM = 1.75
+"""Torch path: the pool's slots, ``⌊1.75 × max(previous pool, k)⌋ + 1024`` (a pool that fills them
+is collected again at the same level into :data:`POOL_REGROW` times as many: one more transfer)."""
+
+POOL_REGROW = 4
+"""Torch path: a pool that filled its slots is collected again into this many times as many (at
+most ``n``, which cannot fill)."""
 
 SLOPE_RANGE = (0.1, 10.0)
 """Clamp of the secant slope ``d ln c / d ln p`` used by the in-call correction."""
+
+LATTICE_SHIFT = 16
+"""With corrections (``adapt="count"``) every threshold whose count is tried is first moved to the
+nearest point of a lattice: the float32 values whose low 16 bits are zero (7 mantissa bits, so
+also exact in bfloat16 and float16; steps of 0.4–0.8 %). A count at a lattice point is what the
+torch path's pool histogram (:data:`WINDOW` bins) answers exactly without reading the pool; the
+native path counts the same tries in its pool, so both backends take the same steps."""
+
+WINDOW = 256
+"""Bins of the torch path's pool histogram: lattice steps from the pool's level upward (two
+octaves; the last bin also holds everything above). A try outside it is counted on the device."""
 
 EXTRA_STAGES = 3
 """Stages :meth:`SIDCo._deepen` may add within one call when the corrected threshold still
@@ -247,69 +265,115 @@ class _NativeOps(_Ops):
 class _TorchOps(_Ops):
     """Torch operations on any device, with every statistic a stage needs read to the host in one
     transfer (:meth:`_fetch`): no scalar arithmetic on the device, no data-dependent shapes before
-    the host knows them. ``a = |g|`` lives in a reused buffer of ``n + 1`` elements whose last one
-    is −1: the pool (``nonzero_static`` of ``a > pool_at`` into ``pool_capacity`` slots, the spare
-    slots pointing at that −1) travels to the host with the statistics of the stage it is taken
-    with, and the selection is a ``nonzero_static`` over the pool sized by the count the host
-    already has."""
+    the host knows them. No ``|g|`` is materialised: stage 1 reduces ``g`` itself (``‖g‖₁``,
+    ``‖g‖₂``), and every thresholded pass is one ``hardshrink`` (``g`` where ``|g| > η``, else 0,
+    the strict comparison of the tie rule) into a reused buffer of ``n + 1`` elements whose last
+    one stays 0: a later stage's count, ``Σ|g|`` and ``‖·‖₂`` are reductions of it. The pool
+    (``nonzero_static`` of it into ``pool_capacity`` slots, the spare slots pointing at that 0,
+    the gathered values made magnitudes in place) stays on the device; what travels to the host
+    with the statistics of the stage it is taken with is its histogram over :data:`WINDOW`
+    lattice steps from its level (the float32 bits of the magnitudes, capped at the window's top
+    and widened exactly to float64 by one ``minimum``, binned by ``histc`` at bin edges the bits
+    cannot fall on), from which the count above any
+    lattice point in the window is exact on the host (float64 data ship the pool's values
+    instead). A later stage's statistics from the pool, and a count the histogram cannot answer,
+    are reductions of the pool read in one more transfer. The selection is a ``nonzero_static``
+    over the pool sized by the count the host already has."""
 
     def __init__(self, owner: SIDCo, grad: torch.Tensor, logs: bool, variance: bool, capacity: int | None):
         self.grad, self.logs, self.variance, self.n = grad, logs, variance, grad.numel()
         self.ws = owner._workspace
-        self.padded = owner._magnitudes(grad)
-        self.a = self.padded[:self.n]
-        self.mask = self.ws.get("mask", self.n, torch.bool, grad.device)
+        self.owner_top, self.top_tensor = owner._top
+        self.padded = owner._shrink_buffer(grad)
+        self.shrunk = self.padded[:self.n]
         self.pool_capacity = capacity
         self.pool_positions: torch.Tensor | None = None
         self.pool_values: torch.Tensor | None = None
-        self.host_pool: np.ndarray | None = None
+        self.histogram = grad.dtype != torch.float64
+        self.host_pool: np.ndarray | None = None  # float64 data: the pool's values on the host
+        self.above: np.ndarray | None = None  # the pool's count above lattice point lowest + i
+        self.lowest = 0
 
-    def _gather_pool(self, pool_at: float, capacity: int | None) -> torch.Tensor:
-        torch.gt(self.a, pool_at, out=self.mask)
+    def _shrink(self, threshold: float) -> torch.Tensor:
+        """``g`` where ``|g| > threshold``, else 0, in the kept buffer."""
+        return torch.ops.aten.hardshrink.out(self.grad, threshold, out=self.shrunk)
+
+    def _gather_pool(self, pool_at: float, capacity: int | None, packet: torch.Tensor | None) -> torch.Tensor | None:
+        """The pool on the device, and what of it travels to the host: its histogram, written into
+        ``packet`` (or, for float64 data, its values, returned)."""
+        kept = self._shrink(pool_at)
         if capacity is None:  # sized by the device: its own transfer
-            self.pool_positions = torch.nonzero(self.mask).squeeze(1)
+            self.pool_positions = torch.nonzero(kept).squeeze(1)
         else:
-            slots = self.ws.at_least("pool-positions", capacity, torch.int64, self.a.device).view(-1, 1)
-            self.pool_positions = torch.nonzero_static(self.mask, size=capacity, fill_value=self.n,
+            slots = self.ws.at_least("pool-positions", capacity, torch.int64, kept.device).view(-1, 1)
+            self.pool_positions = torch.nonzero_static(kept, size=capacity, fill_value=self.n,
                                                        out=slots).squeeze(1)
-        values = self.ws.at_least("pool-values", self.pool_positions.numel(), self.a.dtype, self.a.device)
-        self.pool_values = torch.index_select(self.padded, 0, self.pool_positions, out=values)
-        return self.pool_values
+        size = self.pool_positions.numel()
+        values = self.ws.at_least("pool-values", size, kept.dtype, kept.device)
+        self.pool_values = torch.abs_(torch.index_select(self.padded, 0, self.pool_positions, out=values))
+        if not self.histogram:
+            return self.pool_values
+        self.lowest = struct.unpack("<I", struct.pack("<f", pool_at))[0] >> LATTICE_SHIFT
+        top_bits = min((self.lowest + WINDOW) << LATTICE_SHIFT, 0x7F7F0000)
+        narrow = self.pool_values if self.pool_values.dtype == torch.float32 else \
+            self.ws.at_least("pool-f32", size, torch.float32, kept.device).copy_(self.pool_values)
+        self.owner_top[...] = top_bits  # a host scalar the device reads at launch (no transfer, no kernel)
+        wide = torch.minimum(narrow.view(torch.int32), self.top_tensor,
+                             out=self.ws.at_least("pool-bits", size, torch.float64, kept.device))
+        low = (self.lowest << LATTICE_SHIFT) + 0.5
+        torch.histc(wide, bins=WINDOW, min=low, max=low + float(WINDOW << LATTICE_SHIFT), out=packet)
+        return None
 
-    def _fetch(self, stats: list[torch.Tensor], pool_at: float | None, capacity: int | None = None) -> list:
-        """Host values of ``stats`` (and of the pool above ``pool_at``) in one device→host transfer."""
-        parts = list(stats)
+    def _fetch(self, stats: Callable[[torch.Tensor], None], count: int, pool_at: float | None,
+               capacity: int | None = None) -> np.ndarray:
+        """One device→host transfer: ``stats`` writes ``count`` float64 statistics into the slots
+        it is given (reductions with ``out=``), followed by the histogram of the pool above
+        ``pool_at`` (float64 data: the pool's values, concatenated); returns the statistics."""
+        device = self.grad.device
+        extra = WINDOW if pool_at is not None and self.histogram else 0
+        packet = self.ws.at_least("to-host", count + extra, torch.float64, device)
+        stats(packet)
+        pool = self._gather_pool(pool_at, capacity, packet[count:]) if pool_at is not None else None
+        if pool is not None:  # float64 data: the pool's values follow the statistics
+            both = self.ws.at_least("to-host-pool", count + pool.numel(), torch.float64, device)
+            packet = torch.cat([packet[:count], pool], out=both)
+        host = packet.cpu().numpy()  # on a CPU the packet itself: read it before another transfer reuses it
+        values = host[:count].copy()
         if pool_at is not None:
-            parts.append(self._gather_pool(pool_at, capacity))
-        values, host = _to_host(parts, self.ws)
-        if pool_at is not None:
-            pool = host[-1]
-            size = int(np.count_nonzero(pool >= 0))
-            if capacity is not None and size == capacity:  # full: more lie above pool_at than it holds
-                self.collect(pool_at)
+            summary = host[count:]
+            size = int(summary.sum()) if self.histogram else int(np.count_nonzero(summary))
+            if capacity is not None and size == capacity < self.n:  # full: more lie above pool_at than it holds
+                self._fetch(lambda out: None, 0, pool_at, min(self.n, POOL_REGROW * capacity))
             else:
-                self.pool_at, self.pool_size, self.host_pool = pool_at, size, pool
+                self.pool_at, self.pool_size = pool_at, size
+                if self.histogram:
+                    self.above = np.cumsum(summary[::-1])[::-1]
+                else:
+                    self.host_pool = summary.copy()
         return values
 
     def first(self, pool_at):
-        a, acc = self.a, torch.float64
-        stats = [torch.sum(a, dtype=acc)]
-        if self.variance:
-            stats.append(torch.linalg.vector_norm(a, 2, dtype=acc))
-        if self.logs:
-            work = torch.float64 if a.dtype == torch.float64 else torch.float32
-            scratch = self.ws.get("log", self.n, work, a.device)
-            logs = torch.clamp(a, min=estimators.LOG_FLOOR, out=scratch) if a.dtype == work \
-                else scratch.copy_(a).clamp_(min=estimators.LOG_FLOOR)
-            stats += [torch.sum(torch.log_(logs), dtype=acc), torch.count_nonzero(a)]
-        values = self._fetch(stats, pool_at, self.pool_capacity)
-        total = values[0]
+        g, acc = self.grad, torch.float64
+
+        def stats(out: torch.Tensor) -> None:
+            torch.linalg.vector_norm(g, 1, dtype=acc, out=out[0])
+            if self.variance:
+                torch.linalg.vector_norm(g, 2, dtype=acc, out=out[1])
+            if self.logs:
+                work = torch.float64 if g.dtype == torch.float64 else torch.float32
+                scratch = self.ws.get("log", self.n, work, g.device)
+                logs = torch.abs(g, out=scratch) if g.dtype == work else scratch.copy_(g).abs_()
+                torch.sum(logs.clamp_(min=estimators.LOG_FLOOR).log_(), 0, dtype=acc, out=out[1 + self.variance])
+                torch.linalg.vector_norm(g, 0, dtype=acc, out=out[2 + self.variance])
+
+        values = self._fetch(stats, 1 + self.variance + 2 * self.logs, pool_at, self.pool_capacity)
+        total = float(values[0])
         if not math.isfinite(total) or (self.variance and not math.isfinite(values[1])):
             raise _Overflow
         n = self.n
         mean = total / n
-        var = max(values[1] ** 2 / n - mean * mean, 0.0) if self.variance else 0.0
-        mean_log = estimators.mean_log_from_sums(values[-2], int(values[-1]), n) if self.logs else 0.0
+        var = max(float(values[1]) ** 2 / n - mean * mean, 0.0) if self.variance else 0.0
+        mean_log = estimators.mean_log_from_sums(float(values[-2]), int(values[-1]), n) if self.logs else 0.0
         return Moments(mean, var, mean_log)
 
     def tail(self, threshold, pool_at):
@@ -318,61 +382,51 @@ class _TorchOps(_Ops):
             above = self.host_pool[self.host_pool > t]
             excess = above.astype(np.float64) - float(t)
             return Tail(int(above.size), float(excess.sum()), float(np.dot(excess, excess)))
-        # a where a > threshold, else 0: the count, Σ and Σ² of the kept are those of the excess, shifted
-        kept = torch.threshold(self.a, threshold, 0.0, out=self.ws.get("excess", self.n, self.a.dtype, self.a.device))
-        stats = [torch.count_nonzero(kept), torch.sum(kept, dtype=torch.float64)]
-        if self.variance_tail:
-            stats.append(torch.linalg.vector_norm(kept, 2, dtype=torch.float64))
-        values = self._fetch(stats, pool_at, self.pool_capacity)
-        count, total = int(values[0]), values[1]
+        if self.above is not None and threshold >= self.pool_at:  # reductions of the pool's kept
+            kept = torch.ops.aten.hardshrink.out(self.pool_values, threshold, out=self.ws.at_least(
+                "pool-kept", self.pool_values.numel(), self.pool_values.dtype, self.grad.device))
+            pool_at = None
+        else:  # g where |g| > threshold, else 0: the count, Σ|·| and ‖·‖₂ of the kept are those of the excess, shifted
+            kept = self._shrink(threshold)
+        orders = (0, 1, 2) if self.variance_tail else (0, 1)
+
+        def stats(out: torch.Tensor) -> None:
+            for i, order in enumerate(orders):
+                torch.linalg.vector_norm(kept, order, dtype=torch.float64, out=out[i])
+
+        values = self._fetch(stats, len(orders), pool_at, self.pool_capacity)
+        count, total = int(values[0]), float(values[1])
         excess = max(total - count * threshold, 0.0)
-        square = max(values[2] ** 2 - 2.0 * threshold * total + count * threshold * threshold, 0.0) \
+        square = max(float(values[2]) ** 2 - 2.0 * threshold * total + count * threshold * threshold, 0.0) \
             if self.variance_tail else 0.0
         return Tail(count, excess, square)
 
     def pool_count(self, threshold):
-        return int(np.count_nonzero(self.host_pool > self.host_pool.dtype.type(threshold)))
+        if self.host_pool is not None:
+            return int(np.count_nonzero(self.host_pool > self.host_pool.dtype.type(threshold)))
+        j = _lattice_index(threshold)
+        if j is not None and 0 <= j - self.lowest < WINDOW and j << LATTICE_SHIFT < 0x7F7F0000:
+            return int(self.above[j - self.lowest])
+        kept = torch.ops.aten.hardshrink.out(self.pool_values, threshold, out=self.ws.at_least(
+            "pool-kept", self.pool_values.numel(), self.pool_values.dtype, self.grad.device))
+        return int(self._fetch(lambda out: torch.linalg.vector_norm(kept, 0, dtype=torch.float64, out=out[0]), 1,
+                               None)[0])
 
     def collect(self, pool_at):
-        self._fetch([], pool_at)
+        self._fetch(lambda out: None, 0, pool_at)
 
     def full_count(self, threshold):
-        torch.gt(self.a, threshold, out=self.mask)
-        return int(self._fetch([torch.count_nonzero(self.mask)], None)[0])
+        kept = self._shrink(threshold)
+        return int(self._fetch(lambda out: torch.linalg.vector_norm(kept, 0, dtype=torch.float64, out=out[0]), 1,
+                               None)[0])
 
     def select(self, threshold, count):
-        if self.host_pool is not None and threshold >= self.pool_at:
-            above = self.ws.at_least("pool-mask", self.pool_values.numel(), torch.bool, self.a.device)
+        if self.pool_values is not None and threshold >= self.pool_at:
+            above = self.ws.at_least("pool-mask", self.pool_values.numel(), torch.bool, self.grad.device)
             chosen = torch.nonzero_static(torch.gt(self.pool_values, threshold, out=above), size=count).squeeze(1)
             return self.pool_positions.index_select(0, chosen)
-        torch.gt(self.a, threshold, out=self.mask)
-        return torch.nonzero_static(self.mask, size=count).squeeze(1)
+        return torch.nonzero_static(self._shrink(threshold), size=count).squeeze(1)
 
-
-_HOST_TYPES = {torch.float64: np.float64, torch.float32: np.float32, torch.float16: np.float16,
-               torch.bfloat16: np.uint16, torch.int64: np.int64}
-
-
-def _to_host(parts: list[torch.Tensor], workspace: Workspace) -> tuple[list, list[np.ndarray]]:
-    """``parts`` (0-d statistics, then optionally one vector) read to the host in one transfer:
-    their bytes concatenated on the device (into a reused buffer), copied once. Returns the 0-d
-    ones as Python numbers and every part as a NumPy array (bfloat16 widened to float32, exactly)."""
-    flat = [t.reshape(-1).view(torch.uint8) for t in parts]
-    if len(flat) > 1:
-        packed = workspace.at_least("to-host", sum(f.numel() for f in flat), torch.uint8, flat[0].device)
-        flat = [torch.cat(flat, out=packed)]
-    raw = flat[0].cpu().numpy()
-    arrays, offset = [], 0
-    for t in parts:
-        size = t.numel() * t.element_size()
-        arr = raw[offset:offset + size].view(_HOST_TYPES[t.dtype])
-        if t.dtype == torch.bfloat16:
-            arr = (arr.astype(np.uint32) << 16).view(np.float32)
-        elif t.dtype == torch.float16:
-            arr = arr.astype(np.float32)
-        arrays.append(arr)
-        offset += size
-    return [arr[0].item() for t, arr in zip(parts, arrays) if t.dim() == 0], arrays
 
 
 def _finite(threshold: float, dtype: torch.dtype) -> float:
@@ -405,6 +459,25 @@ def _round(value: float, dtype: torch.dtype) -> float:
                 bits &= 0xFFFF0000
             return float(np.array([bits], dtype=np.uint32).view(np.float32)[0]) + 0.0
         return float({torch.float32: np.float32, torch.float16: np.float16}[dtype](value)) + 0.0
+
+
+def _snap(threshold: float, dtype: torch.dtype) -> float:
+    """``threshold`` moved to the nearest lattice point (:data:`LATTICE_SHIFT`), rounded to
+    ``dtype``; one beyond float32's finite range (or not positive) is left as it is."""
+    if not 0 < threshold < 3.0e38:
+        return threshold
+    bits = struct.unpack("<I", struct.pack("<f", threshold))[0]
+    bits = ((bits + (1 << (LATTICE_SHIFT - 1))) >> LATTICE_SHIFT) << LATTICE_SHIFT
+    return _round(struct.unpack("<f", struct.pack("<I", bits))[0], dtype)
+
+
+def _lattice_index(threshold: float) -> int | None:
+    """``j`` when ``threshold`` is the lattice point with float32 bits ``j << LATTICE_SHIFT``."""
+    if not 0 <= threshold < 3.0e38:
+        return None
+    bits = struct.unpack("<I", struct.pack("<f", threshold))[0]
+    exact = struct.unpack("<f", struct.pack("<I", bits))[0] == threshold
+    return bits >> LATTICE_SHIFT if exact and not bits & ((1 << LATTICE_SHIFT) - 1) else None
 
 
 class SIDCo(Compressor):
@@ -459,6 +532,8 @@ class SIDCo(Compressor):
         self._workspace = Workspace()
         self._guesses: dict[int, Guess] = {}
         self._padded: dict[tuple, torch.Tensor] = {}
+        top = np.zeros((), dtype=np.int32)
+        self._top = (top, torch.from_numpy(top))  # the torch path's histogram cap, a 0-d host int32
 
     @property
     def stages(self) -> int:
@@ -492,7 +567,7 @@ class SIDCo(Compressor):
             self.backend = "native"
         else:
             k = target_count(self.density, n)
-            capacity = None if guess is None else min(n, POOL_ROOM * max(guess.pool, k) + 1024)
+            capacity = None if guess is None else min(n, int(POOL_ROOM * max(guess.pool, k)) + 1024)
             ops = _TorchOps(self, grad, self.first_needs_log, self.first_needs_var, capacity)
             ops.variance_tail = self.tail_needs_var
             self.backend = "cuda" if grad.device.type == "cuda" else "torch"
@@ -547,11 +622,15 @@ class SIDCo(Compressor):
             t, log_p, used = fit(p), math.log(p), used + (p < 1)
             count = None
         if count is None:
-            count, exact = ops.probe(t, k * (1.0 + self.band)) if self.corrections else (ops.count(t), True)
+            if self.corrections:
+                t = _snap(t, dtype)
+                count, exact = ops.probe(t, k * (1.0 + self.band))
+            else:
+                count, exact = ops.count(t), True
             if count == 0 and previous is not None:
                 t, count, fit, log_p, used = previous
         if self.corrections:
-            t, count = self._correct(ops, fit, t, count, exact, log_p, k)
+            t, count = self._correct(ops, fit, t, count, exact, log_p, k, dtype)
             t, count, used = self._deepen(ops, t, count, used, k, dtype)
         self._low = min(self._low, t)
         return t, used, count, eta1
@@ -576,9 +655,9 @@ class SIDCo(Compressor):
                 break
             fit = self._stage_fit(t, tail, dtype)
             p = min(1.0, k / tail.count)
-            candidate = fit(p)
+            candidate = _snap(fit(p), dtype)
             found, exact = ops.probe(candidate, k * (1.0 + self.band))
-            candidate, found = self._correct(ops, fit, candidate, found, exact, math.log(p), k)
+            candidate, found = self._correct(ops, fit, candidate, found, exact, math.log(p), k, dtype)
             if found == 0 or found >= count:
                 break
             t, count, used = candidate, found, used + 1
@@ -588,13 +667,15 @@ class SIDCo(Compressor):
         moments = tail.moments()
         return lambda p: _finite(base + self.tail_threshold(moments, p), dtype)
 
-    def _correct(self, ops: _Ops, fit, t: float, count: int, exact: bool, log_p: float, k: int) -> tuple[float, int]:
+    def _correct(self, ops: _Ops, fit, t: float, count: int, exact: bool, log_p: float, k: int,
+                 dtype: torch.dtype) -> tuple[float, int]:
         """Safeguarded secant steps on ``ln p`` of the last stage until its count is within the band.
 
         Each step moves ``ln p`` by ``ln(k/c)/r`` (``r`` the slope: 1, then the secant of the last
         two tries); a step leaving the bracket of tries known to under- and over-select bisects it
         instead. The try closest to ``k`` among those counted exactly is kept (``exact``: whether
         ``count`` is ``t``'s, or a lower bound of a ``t`` below the pool that selects too many).
+        Every try is a lattice point (:func:`_snap`).
         """
         limit = math.log1p(self.band)
         log_k = math.log(k)
@@ -615,7 +696,7 @@ class SIDCo(Compressor):
             new_log_p = min(log_p - err / slope, 0.0)
             if math.isfinite(under) and math.isfinite(over) and (new_log_p <= under or new_log_p >= over):
                 new_log_p = 0.5 * (under + over)
-            candidate = fit(math.exp(new_log_p))
+            candidate = _snap(fit(math.exp(new_log_p)), dtype)
             cand_count, exact = ops.probe(candidate, k * (1.0 + self.band))
             counted += exact
             cand_err = math.log(max(cand_count, 0.5)) - log_k  # a lower bound when not exact
@@ -636,17 +717,16 @@ class SIDCo(Compressor):
         return (self._workspace.at_least(name + "-idx", numel, torch.int32, torch.device("cpu")),
                 self._workspace.at_least(name + "-mag", numel, torch.float32, torch.device("cpu")))
 
-    def _magnitudes(self, grad: torch.Tensor) -> torch.Tensor:
-        """``|grad|`` in a reused buffer of ``n + 1`` elements whose last one is −1 (set once)."""
+    def _shrink_buffer(self, grad: torch.Tensor) -> torch.Tensor:
+        """A reused buffer of ``n + 1`` elements of ``grad``'s dtype whose last one is 0 (set once):
+        the torch path's thresholded copies of ``grad`` go into its first ``n``."""
         key = (grad.numel(), grad.dtype, grad.device)
         buf = self._padded.get(key)
         if buf is None:
             if len(self._padded) >= 4:
                 del self._padded[next(iter(self._padded))]
-            buf = torch.empty(grad.numel() + 1, dtype=grad.dtype, device=grad.device)
-            buf[-1] = -1.0
+            buf = torch.zeros(grad.numel() + 1, dtype=grad.dtype, device=grad.device)
             self._padded[key] = buf
-        torch.abs(grad, out=buf[:-1])
         return buf
 
     def _rescaled(self, grad: torch.Tensor) -> tuple[Sparse, int]:

@@ -9,8 +9,6 @@ stage count, the pool, and on the native path its full passes and correction ``s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from compressors.declare import Declaration, Work
 from compressors.declare import sparse_decompress as _sparse_decompress
 from compressors.rules import stage_probabilities, target_count
@@ -26,9 +24,13 @@ NATIVE_POOL = 5
 while error feedback's residual is still growing)."""
 
 
-POOL_ROOM = 2
-"""SIDCo's torch path: its pool's slots are ``2 × max(previous pool, k) + 1024`` (as
+POOL_ROOM = 1.75
+"""SIDCo's torch path: its pool's slots are ``⌊1.75 × max(previous pool, k)⌋ + 1024`` (as
 :data:`compressors.sidco.POOL_ROOM`)."""
+
+POOL_BINS = 256
+"""Bins of the histogram of SIDCo's pool that its torch path reads to the host (as
+:data:`compressors.sidco.WINDOW`)."""
 
 
 def _sidco(name):
@@ -42,60 +44,73 @@ def _sidco(name):
             full = min(planned, 2) if rounds is None else rounds
             return (_sidco_native(name, n, itemsize, planned, k, pool, full, steps, collects),
                     _sparse_decompress(n, k, itemsize))
-        return _sidco_torch(name, n, k, itemsize, planned, pool), _sparse_decompress(n, k, itemsize)
+        return (_sidco_torch(name, n, k, itemsize, planned, pool, exact=bool(corrections) and adapt == "count"),
+                _sparse_decompress(n, k, itemsize))
 
     return declare
 
 
-def _sidco_pool(w: Work, n: int, capacity: int, itemsize: int) -> None:
-    """SIDCo's pool on the torch path: ``|g| > pool_at`` into the kept mask, ``nonzero_static``
-    into ``capacity`` slots (a pass over the mask), the magnitudes gathered."""
-    w.stream(n, itemsize, 1, "compare", full=True).stream(n, 1, 8 * capacity / n, full=True).gather(capacity)
+def _sidco_pool(w: Work, n: int, capacity: int, itemsize: int) -> float:
+    """SIDCo's pool on the torch path: ``hardshrink`` of ``g`` at ``pool_at`` into the kept
+    buffer, ``nonzero_static`` of it into ``capacity`` slots (a pass over it), the values gathered
+    and made magnitudes in place; then its histogram (their float32 bits capped and widened to
+    float64 by one ``minimum``, ``histc``), or for float64 data nothing more. Returns
+    the bytes of what travels to the host (the histogram, or the pool's values)."""
+    whole = capacity >= n
+    w.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 8 * capacity / n, full=True)
+    w.gather(capacity).stream(capacity, itemsize, itemsize, full=whole)
+    if itemsize == 8:
+        return capacity * itemsize
+    if itemsize != 4:
+        w.stream(capacity, itemsize, 4, full=whole)
+    w.stream(capacity, 4, 8, full=whole).stream(capacity, 8, 8 * POOL_BINS / capacity, "count", full=whole)
+    return 8.0 * POOL_BINS
 
 
-def _sidco_fetch(w: Work, n: int, parts: Sequence[float]) -> None:
-    """One read of a stage's results on the host: the parts (bytes) concatenated on the device
-    as bytes when there are several, one device→host transfer."""
-    total = sum(parts)
-    if len(parts) > 1:
-        w.stream(total, 1, 1, full=total >= n)
-    w.to_host(total)
-
-
-def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, pool: float) -> Work:
+def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, pool: float, exact: bool = True) -> Work:
     """SIDCo's torch path (any device; :class:`compressors.sidco._TorchOps`), a call after one of
-    the same size (its pool guess held: every try inside the pool or known to select too many):
-    ``|g|`` into a kept buffer; stage 1's reductions (Σ|g|; Σ|g|² for SIDCo-P; for SIDCo-GP the
-    clamped logarithms, their sum and the count of non-zeros), read to the host with the pool
-    when there is one stage; stage 2's kept magnitudes (``threshold``), their count, sum (and norm
-    but for SIDCo-E), read to the host with the pool (later stages' statistics come from the pool
-    on the host); the selection is a
-    ``nonzero_static`` over the pool sized by the count the host already has, two gathers.
-    ``min(M, 2)`` transfers, no 0-d arithmetic on the device."""
-    capacity = min(n, POOL_ROOM * max(pool, k) + 1024)
-    c = Work().stream(n, itemsize, itemsize, full=True)
-    parts = [8.0]
+    the same size (its pool guess held: every try inside the pool's histogram or known to select
+    too many). No ``|g|`` is materialised, and every statistic is a float64 reduction written
+    (``out=``) into one buffer that travels to the host with the pool's histogram (one transfer
+    per stage read, nothing concatenated). Stage 1's reductions of ``g`` (``‖g‖₁``; ``‖g‖₂`` for
+    SIDCo-P; for SIDCo-GP ``|g|`` into a float32 scratch, clamped and its logarithms taken in
+    place, their sum, and ``‖g‖₀``), read with the pool's histogram when there is one stage; with
+    more, stage 2's ``hardshrink`` of ``g`` at ``η₁`` and its ``‖·‖₀``, ``‖·‖₁`` (and ``‖·‖₂``
+    but for SIDCo-E), read with the pool's histogram; each later stage the same reductions of the
+    pool's ``hardshrink`` (one transfer each); without count corrections (``exact`` false:
+    ``adapt="paper"`` or ``corrections=0``) the count at the final threshold, the pool's
+    ``hardshrink`` and its ``‖·‖₀`` (one transfer); the selection is a ``nonzero_static`` over
+    the pool sized by the count the host already has, two gathers. No 0-d arithmetic on the device."""
+    capacity = min(n, int(POOL_ROOM * max(pool, k)) + 1024)
+    whole = capacity >= n
+    c = Work()
+    stats = 1
     c.stream(n, itemsize, 0, "reduce", full=True)
     if name == "sidco-p":
         c.stream(n, itemsize, 0, "reduce", full=True)
-        parts.append(8.0)
+        stats += 1
     if name == "sidco-gp":
-        c.stream(n, itemsize, 4, full=True).stream(n, 4, 4, "log", full=True).stream(n, 4, 0, "reduce", full=True)
-        c.stream(n, itemsize, 0, "count", full=True)
-        parts += [8.0, 8.0]
-    for m in range(1, min(planned, 2) + 1):
+        c.stream(n, itemsize, 4, full=True).stream(n, 4, 4, full=True).stream(n, 4, 4, "log", full=True)
+        c.stream(n, 4, 0, "reduce", full=True).stream(n, itemsize, 0, "count", full=True)
+        stats += 2
+    for m in range(1, planned + 1):
         if m > 1:
-            c.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 0, "count", full=True)
-            c.stream(n, itemsize, 0, "reduce", full=True)
-            parts = [8.0, 8.0]
+            size = capacity if m > 2 else n
+            c.stream(size, itemsize, itemsize, full=size >= n)
+            c.stream(size, itemsize, 0, "count", full=size >= n).stream(size, itemsize, 0, "reduce", full=size >= n)
+            stats = 2
             if name != "sidco-e":
-                c.stream(n, itemsize, 0, "reduce", full=True)
-                parts.append(8.0)
+                c.stream(size, itemsize, 0, "reduce", full=size >= n)
+                stats += 1
+        sent = 8.0 * stats
         if m == min(planned, 2):
-            _sidco_pool(c, n, capacity, itemsize)
-            parts.append(capacity * itemsize)
-        _sidco_fetch(c, n, parts)
-    whole = capacity >= n
+            pool_bytes = _sidco_pool(c, n, capacity, itemsize)
+            if itemsize == 8:  # the statistics and the pool's values concatenated
+                c.stream(stats + capacity, 8, 8, full=stats + capacity >= n)
+            sent += pool_bytes
+        c.to_host(sent)
+    if not exact:
+        c.stream(capacity, itemsize, itemsize, full=whole).stream(capacity, itemsize, 0, "count", full=whole).to_host(8)
     c.stream(capacity, itemsize, 1, "compare", full=whole).stream(capacity, 1, 8 * k / capacity, full=whole).gather(k)
     return c.gather(k)
 

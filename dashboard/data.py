@@ -1,10 +1,10 @@
-"""Read-only queries of the results store for the dashboard pages.
+"""What the dashboard pages add to the results store's queries: a per-thread store reader,
+the commands that fill an empty page, sweep queries memoized until the sweep gains rows, and
+convergence runs with their configuration parsed.
 
-Every function takes a :class:`results.store.Store` and returns plain Python
-lists/dicts (JSON-ready) from the store's named queries (aggregated in SQL, so a
-page stays small and fast on a store with hundreds of thousands of rows); sweep
-queries are memoized here until the sweep gains rows. Units follow the store:
-seconds, bytes, bits/s.
+Pages call the store's named queries directly (aggregated in SQL, so a page stays small and
+fast on a store with hundreds of thousands of rows); only what adds something lives here.
+Units follow the store: seconds, bytes, bits/s.
 """
 
 from __future__ import annotations
@@ -50,45 +50,8 @@ class StoreReader:
         return current
 
 
-def traces(store: Store) -> list[dict[str, Any]]:
-    """Registered traces (id, path, workload, workers, iterations, numel), newest first."""
-    return store.trace_list()
-
-
-def replays(store: Store) -> list[dict[str, Any]]:
-    """Replays with their trace's workload and path, newest first."""
-    return store.replay_list()
-
-
-def replay_series(store: Store, replay_id: int) -> list[dict[str, Any]]:
-    """Distinct (compressor, density, error_feedback) series of a replay."""
-    return store.replay_series(int(replay_id))
-
-
-def replay_iterations(store: Store, replay_id: int) -> list[int]:
-    """Recorded iteration numbers present in a replay."""
-    return store.replay_iterations(int(replay_id))
-
-
-def quality_by_iteration(store: Store, replay_id: int) -> list[dict[str, Any]]:
-    """Per (compressor, density, error_feedback, iteration): element-weighted achieved/target,
-    its per-call range, mean threshold, stages and relative error (:meth:`Store.quality_by_iteration`)."""
-    return store.quality_by_iteration(int(replay_id))
-
-
-def compress_time_by_size(store: Store, replay_id: int) -> list[dict[str, Any]]:
-    """Per (compressor, density, bucket size): mean compress/decompress seconds; ``nbytes`` is
-    the dense fp32 size of the compressed vector."""
-    return store.compress_time_by_size(int(replay_id))
-
-
 _SWEEP_CACHE: dict[tuple, Any] = {}
 _SWEEP_CACHE_SIZE = 64
-
-
-def landed(store: Store, sweep_id: int) -> int:
-    """Scenario rows of a sweep in the store so far (an index-only count)."""
-    return store.scenario_count(int(sweep_id))
 
 
 def _per_sweep(function):
@@ -99,7 +62,7 @@ def _per_sweep(function):
     """
 
     def cached(store: Store, sweep_id: int, *args: Any) -> Any:
-        key = (function.__name__, str(store.path), int(sweep_id), landed(store, sweep_id), args)
+        key = (function.__name__, str(store.path), int(sweep_id), store.scenario_count(int(sweep_id)), args)
         if key not in _SWEEP_CACHE:
             if len(_SWEEP_CACHE) >= _SWEEP_CACHE_SIZE:
                 _SWEEP_CACHE.pop(next(iter(_SWEEP_CACHE)))
@@ -111,31 +74,10 @@ def _per_sweep(function):
     return cached
 
 
-def sweeps(store: Store) -> list[dict[str, Any]]:
-    """Sweeps with their landed scenario count, newest first."""
-    return store.sweep_list()
-
-
 @_per_sweep
 def sweep_axes(store: Store, sweep_id: int) -> dict[str, list]:
     """The distinct values of each sweep dimension (for the page's filters)."""
     return store.sweep_axes(int(sweep_id))
-
-
-def scenarios(store: Store, sweep_id: int, **equal: Any) -> list[dict[str, Any]]:
-    """Scenario rows of a sweep, optionally filtered by ``column=value`` equalities (``None``: no filter)."""
-    return store.scenarios(int(sweep_id), **equal)
-
-
-def validation(store: Store) -> list[dict[str, Any]]:
-    """Validation rows (measured vs projected iteration time, seconds; error in %; the projection's
-    ``fidelity`` and ``network_share``, transfer time ÷ iteration, 0..1; both NULL in older rows)."""
-    return store.validation()
-
-
-def latest_calibration(store: Store) -> dict[str, Any] | None:
-    """The newest calibration (alpha_s, beta_s_per_byte, efficiency) or ``None``."""
-    return store.latest_calibration()
 
 
 @_per_sweep

@@ -1,7 +1,9 @@
-"""Projections for the dashboard: read the controls, call :func:`pipeline.project.project`.
+"""Projections for the dashboard: map the controls to a :class:`pipeline.request.Request`,
+call :func:`pipeline.project.project_request`.
 
 A *source* control is either a trace registered in the store (``"trace:<id>"``) or a
-large-model layout from :mod:`traces.layouts` (``"layout:<name>"``). The workload, the
+large-model layout from :mod:`traces.layouts` (``"layout:<name>"``). The checks (densities,
+compressors, cluster, device) are the request's, the same as ``sidco simulate``'s. The workload, the
 compression costs (the one policy: stored replay rows or device profiles; nothing is timed
 inside a request) and the calibration come from the orchestration layer, so the What-if
 page shows what ``sidco simulate`` prints for the same scenario.
@@ -10,17 +12,16 @@ page shows what ``sidco simulate`` prints for the same scenario.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 from pipeline import project as pipeline_project
-from pipeline.catalog import TOPOLOGIES, chrome_trace, compressor_names as _compressor_names, devices, layout_names as _layout_names
-from pipeline.catalog import takes_density
+from pipeline.catalog import TOPOLOGIES, chrome_trace, compressor_names as _compressor_names, layout_names as _layout_names
+from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, takes_density
 from pipeline.verdict import label
 from results.store import Store
-from units import check_density, parse_bandwidth, parse_duration
+from units import parse_bandwidth, parse_duration
 
-from dashboard import data
 
 PAGE_MESSAGE_BUDGET = 50_000_000
 """Link-level messages one page request may simulate (a few seconds on one core); the
@@ -53,7 +54,7 @@ def sources(store: Store) -> list[dict[str, str]]:
     """Dropdown options: registered traces first, then the large-model layouts."""
     options = [
         {"label": f"trace #{t['id']}: {t['workload'] or 'trace'} ({t['workers']} workers)", "value": f"trace:{t['id']}"}
-        for t in data.traces(store)
+        for t in store.trace_list()
     ]
     options += [{"label": f"layout: {name}", "value": f"layout:{name}"} for name in layout_names()]
     return options
@@ -61,8 +62,8 @@ def sources(store: Store) -> list[dict[str, str]]:
 
 def device_options() -> list[dict[str, str]]:
     """Device dropdown: the default (a GPU for layouts, a trace's own device) and every known device."""
-    return [{"label": f"default ({pipeline_project.DEFAULT_LAYOUT_DEVICE} for layouts, a trace's own device)",
-             "value": ""}] + [{"label": devices.get(name).label, "value": name} for name in devices.names()]
+    return [{"label": f"default ({DEFAULT_LAYOUT_DEVICE} for layouts, a trace's own device)",
+             "value": ""}] + [{"label": label, "value": name} for name, label in device_choices()]
 
 
 def cost_options(store: Store) -> list[dict[str, str]]:
@@ -76,52 +77,17 @@ def cost_options(store: Store) -> list[dict[str, str]]:
     return options
 
 
-@dataclass(frozen=True)
-class Source:
-    """A parsed source value."""
-
-    kind: str  # "trace" or "layout"
-    ref: str  # trace id (as text) or layout name
-
-    @classmethod
-    def parse(cls, value: str | None) -> Source:
-        """Parse ``"trace:<id>"`` / ``"layout:<name>"``; raise ProjectionError otherwise."""
-        if not value or ":" not in str(value):
-            raise ProjectionError("choose a trace or a model layout")
-        kind, ref = str(value).split(":", 1)
-        if kind not in ("trace", "layout") or not ref:
-            raise ProjectionError(f"unknown source {value!r}")
-        if kind == "trace" and not ref.isdigit():
-            raise ProjectionError(f"unknown trace {ref!r}")
-        return cls(kind, ref)
-
-    def resolve(self, store: Store, device: str | None = None) -> pipeline_project.Source:
-        """The orchestration layer's source for this control value on ``device`` (default: a GPU
-        for layouts, the trace's own device); ProjectionError if unknown."""
-        try:
-            if self.kind == "layout":
-                if self.ref not in layout_names():
-                    raise ValueError(f"unknown layout {self.ref!r}")
-                return pipeline_project.layout_source(self.ref, device=device or pipeline_project.DEFAULT_LAYOUT_DEVICE)
-            return pipeline_project.trace_source(store, trace_id=int(self.ref), device=device)
-        except ValueError as exc:
-            raise ProjectionError(_first_line(exc)) from exc
-
-
-@dataclass(frozen=True)
-class Controls:
-    """Validated what-if controls (units: bits/s, seconds)."""
-
-    source: Source
-    compressors: tuple[str, ...]
-    density: float
-    nodes: int
-    bandwidth_bps: float
-    latency_s: float
-    topology: str
-    calibrated: bool = False
-    device: str | None = None
-    profile_id: int | None = None
+def workload_fields(value: str | None) -> dict[str, Any]:
+    """The request's workload of a source control value: ``"trace:<id>"`` (``trace_id``) or
+    ``"layout:<name>"`` (``layout``); ProjectionError otherwise."""
+    if not value or ":" not in str(value):
+        raise ProjectionError("choose a trace or a model layout")
+    kind, ref = str(value).split(":", 1)
+    if kind not in ("trace", "layout") or not ref:
+        raise ProjectionError(f"unknown source {value!r}")
+    if kind == "trace" and not ref.isdigit():
+        raise ProjectionError(f"unknown trace {ref!r}")
+    return {"trace_id": int(ref)} if kind == "trace" else {"layout": ref}
 
 
 def parse_controls(
@@ -135,9 +101,10 @@ def parse_controls(
     calibrated: bool = False,
     device: str | None = None,
     profile_id: str | int | None = None,
-) -> Controls:
-    """Validate raw control values; raise ProjectionError naming the first bad one."""
-    parsed_source = Source.parse(source)
+) -> Request:
+    """The request of raw control values (text parsed here, checked by the request:
+    :class:`pipeline.request.Request`); ProjectionError naming the first bad one."""
+    fields = workload_fields(source)
     if not compressors:
         raise ProjectionError("choose at least one compressor")
     if not isinstance(compressors, (list, tuple)) or not all(isinstance(c, str) for c in compressors):
@@ -146,62 +113,39 @@ def parse_controls(
         repeated = next(c for i, c in enumerate(compressors) if c in compressors[:i])
         raise ProjectionError(f"compressor {repeated[:40]!r} is chosen twice; choose each at most once")
     try:
-        pipeline_project.check_compressors(compressors)
-    except ValueError as exc:
-        raise ProjectionError(str(exc)) from None
-    try:
         density_value = float(density)
     except (TypeError, ValueError):
         raise ProjectionError(f"density must be a number in (0, 1], got {density!r}") from None
     try:
-        check_density(density_value)
-    except ValueError as exc:
-        raise ProjectionError(str(exc)) from None
-    try:
         nodes_value = int(nodes)
     except (TypeError, ValueError, OverflowError):
         raise ProjectionError(f"nodes must be a whole number ≥ 1, got {nodes!r}") from None
-    if nodes_value < 1 or nodes_value != float(nodes):
+    if nodes_value != float(nodes):
         raise ProjectionError(f"nodes must be a whole number ≥ 1, got {nodes!r}")
-    if topology not in TOPOLOGIES:
-        raise ProjectionError(f"unknown topology {topology!r}")
+    if profile_id not in (None, "") and not str(profile_id).isdigit():
+        raise ProjectionError(f"unknown device profile {profile_id!r}")
     try:
-        bandwidth_bps = parse_bandwidth(bandwidth or "")
-        latency_s = parse_duration(latency or "")
+        cluster = Cluster(nodes_value, parse_bandwidth(bandwidth or ""), parse_duration(latency or ""), topology)
+        return Request(cluster, tuple(compressors), (density_value,), device=device or None,
+                       calibration="latest" if calibrated else "none",
+                       profile_id=None if profile_id in (None, "") else int(profile_id),
+                       message_budget=PAGE_MESSAGE_BUDGET, **fields)
     except ValueError as exc:
-        raise ProjectionError(str(exc)) from None
-    try:
-        device_name = devices.get(device).name if device else None
-    except ValueError as exc:
-        raise ProjectionError(str(exc)) from None
-    chosen_profile = None
-    if profile_id not in (None, ""):
-        if not str(profile_id).isdigit():
-            raise ProjectionError(f"unknown device profile {profile_id!r}")
-        chosen_profile = int(profile_id)
-    return Controls(
-        parsed_source, tuple(compressors), density_value, nodes_value, bandwidth_bps, latency_s, topology, calibrated,
-        device_name, chosen_profile,
-    )
+        raise ProjectionError(_first_line(exc)) from None
 
 
-def _run(store: Store, controls: Controls, compressors: list[str], fidelity: str,
+def _run(store: Store, request: Request, compressors: list[str], fidelity: str,
          timeline: bool = False) -> list[dict[str, Any]]:
-    cluster = pipeline_project.Cluster(controls.nodes, controls.bandwidth_bps, controls.latency_s, controls.topology,
-                                       fidelity)
-    source = controls.source.resolve(store, controls.device)
+    asked = replace(request, compressors=tuple(compressors), timeline=timeline,
+                    cluster=replace(request.cluster, fidelity=fidelity))
     try:
-        device = controls.device or pipeline_project.default_device(source)
-        return pipeline_project.project(store, source, cluster, compressors, controls.density, device=device,
-                                        profile_id=controls.profile_id,
-                                        calibration_choice="latest" if controls.calibrated else "none",
-                                        timeline=timeline,
-                                        message_budget=PAGE_MESSAGE_BUDGET)
+        return pipeline_project.project_request(store, asked)
     except (ValueError, KeyError, OSError) as exc:
         raise ProjectionError(_first_line(exc)) from exc
 
 
 def _row(result: dict[str, Any], fidelity: str, density: float) -> dict[str, Any]:
+    """One page row of a projection result (``density`` ``None`` where the message ignores it)."""
     name = result["compressor"]
     return {**{key: result.get(key) for key in RESULT_KEYS},
             "compressor": name,
@@ -211,34 +155,34 @@ def _row(result: dict[str, Any], fidelity: str, density: float) -> dict[str, Any
             "cost_source": result["cost_source"]}
 
 
-def project(store: Store, controls: Controls, fidelity: str = "analytic") -> list[dict[str, Any]]:
+def project(store: Store, request: Request, fidelity: str = "analytic") -> list[dict[str, Any]]:
     """Simulate every chosen compressor; one dict of :data:`RESULT_KEYS` (+ compressor, density
     (``None`` where the message ignores it), label, fidelity, device, compute_source, cost_source) each. ProjectionError when any of them cannot be projected."""
-    return [_row(result, fidelity, controls.density) for result in _run(store, controls, list(controls.compressors), fidelity)]
+    return [_row(result, fidelity, request.densities[0]) for result in _run(store, request, list(request.compressors), fidelity)]
 
 
-def project_each(store: Store, controls: Controls,
+def project_each(store: Store, request: Request,
                  fidelity: str = "analytic") -> tuple[list[dict[str, Any]], list[str]]:
     """Like :func:`project`, compressor by compressor: the rows of those that could be projected
     and one message per compressor that could not (e.g. its compression costs were never
     measured: the message names the command that measures them). Each row equals the row
     :func:`project` gives for it alone. ProjectionError when none could be projected."""
     rows, problems = [], []
-    for name in controls.compressors:
+    for name in request.compressors:
         try:
-            (result,) = _run(store, controls, [name], fidelity)
+            (result,) = _run(store, request, [name], fidelity)
         except ProjectionError as exc:
             problems.append(str(exc))
             continue
-        rows.append(_row(result, fidelity, controls.density))
+        rows.append(_row(result, fidelity, request.densities[0]))
     if not rows:
         raise ProjectionError(problems[0])
     return rows, problems
 
 
-def timeline(store: Store, controls: Controls, fidelity: str = "des") -> dict[str, Any]:
-    """One simulated iteration of ``controls.compressors[0]`` as Chrome/Perfetto trace JSON."""
-    compressor = controls.compressors[0]
-    (result,) = _run(store, controls, [compressor], fidelity, timeline=True)
-    return chrome_trace(result["timeline"], {"compressor": compressor, "nodes": controls.nodes,
+def timeline(store: Store, request: Request, fidelity: str = "des") -> dict[str, Any]:
+    """One simulated iteration of ``request.compressors[0]`` as Chrome/Perfetto trace JSON."""
+    compressor = request.compressors[0]
+    (result,) = _run(store, request, [compressor], fidelity, timeline=True)
+    return chrome_trace(result["timeline"], {"compressor": compressor, "nodes": request.cluster.nodes,
                                                        "fidelity": fidelity, "iteration_s": result["iteration_s"]})

@@ -17,6 +17,7 @@ import pipeline.project
 import pipeline.sweep
 from results.store import Store
 from pipeline.catalog import Grid
+from pipeline.request import Request
 from units import parse_bandwidth, parse_density, parse_duration, parse_list
 
 from dashboard import projection
@@ -43,7 +44,7 @@ def parse_spec(source: str | None, compressors: list[str] | None, densities: str
                bandwidths: str | None, latency: str | None, topology: str | None,
                max_scenarios: int = 5000) -> SweepSpec:
     """Validate the launch form; raise ValueError naming the first bad field. ``none`` is always added."""
-    projection.Source.parse(source)
+    projection.workload_fields(source)
     if not compressors:
         raise ValueError("choose at least one compressor")
     grid = pipeline.sweep.grid(
@@ -68,7 +69,8 @@ def run(store_path: str | Path, spec: SweepSpec, progress: ProgressFn | None = N
     """
     store = Store(store_path)
     try:
-        source = projection.Source.parse(spec.source).resolve(store)
+        request = Request(None, **projection.workload_fields(spec.source))  # the workload and its device
+        source = pipeline.project.source(request, store)
 
         def on_start(sweep_id: int, stored: int) -> None:
             if started:
@@ -78,7 +80,6 @@ def run(store_path: str | Path, spec: SweepSpec, progress: ProgressFn | None = N
 
         with ThreadPoolExecutor(max_workers=1) as executor:
             done = pipeline.sweep.run(store, source, spec.grid, executor, fidelity=spec.fidelity, origin="dashboard",
-                                      device=pipeline.project.default_device(source),
                                       chunk_size=chunk_size, in_flight=1, started=on_start, progress=progress,
                                       message_budget=projection.PAGE_MESSAGE_BUDGET)
         return done.sweep_id

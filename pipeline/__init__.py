@@ -2,6 +2,8 @@
 and the dashboard) call.
 
 ==========================  ===================================================================
+:mod:`pipeline.request`     the request both doors fill: every rule of a projection, checked once;
+                            the modelled device looked up once (``resolve_device``)
 :mod:`pipeline.capture`     capture a trace from a built-in workload and register it
 :mod:`pipeline.replay`      replay a trace through compressors into the store (measures costs)
 :mod:`pipeline.costs`       the one compression-profile policy (replay rows, device profiles, ...)

@@ -26,7 +26,6 @@ _FROM: dict[str, tuple[str, str]] = {
     "Workload": ("simulator", "Workload"),
     "check_output_path": ("simulator", "check_output_path"),
     "chrome_trace": ("simulator", "chrome_trace"),
-    "devices": ("simulator", "devices"),
     "write_chrome_trace": ("simulator", "write_chrome_trace"),
     "JOB_BYTES": ("simulator.limits", "JOB_BYTES"),
     "MESSAGE_BUDGET": ("simulator.limits", "MESSAGE_BUDGET"),
@@ -55,7 +54,7 @@ __all__ = [
     "adopt", "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",
     "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "check_capture_request", "check_jobs", "check_shaping",
     "check_output_path", "check_target", "curves_document", "data_source", "load_curves", "check_training_request", "chrome_trace", "compressor_names",
-    "device_identity", "devices", "Grid", "layout_names", "local_pool", "max_jobs", "takes_density",
+    "device_identity", "Grid", "layout_names", "local_pool", "max_jobs", "takes_density",
     "open_trace", "remove_stale", "require_emulation", "RunConfig", "target_text", "Workload",
     "workload_names", "write_chrome_trace",
 ]

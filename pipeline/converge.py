@@ -24,6 +24,7 @@ from typing import Any
 import traces
 from convergence import RunConfig, train
 import pipeline.replay
+from pipeline.request import check_compressors, takes_density
 from units import check_density
 from results.store import Store
 
@@ -45,22 +46,17 @@ class ConvergeResult:
 def pairs(names: Sequence[str], densities: Sequence[float]) -> list[tuple[str, float]]:
     """(compressor, density) combinations to train: ``none`` first and every compressor that
     ignores the density (the dense casts fp16/bf16 and low-rank PowerSGD:
-    :func:`compressors.message_kind` not ``sparse``) once at density 1.0, the sparsifiers at every
+    :func:`pipeline.request.takes_density`) once at density 1.0, the sparsifiers at every
     density. ``ValueError`` for an unknown compressor or a density outside (0, 1]."""
-    import compressors
-
-    known = compressors.names()
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(known)}")
+    check_compressors(names)
     if not names:
         raise ValueError("give at least one compressor")
     for density in densities:
         check_density(density, "invalid density:")
     result = [("none", 1.0)] if "none" in names else []
     others = [n for n in dict.fromkeys(names) if n != "none"]
-    result += [(n, 1.0) for n in others if not compressors.takes_density(n)]
-    sparse = [n for n in others if compressors.takes_density(n)]
+    result += [(n, 1.0) for n in others if not takes_density(n)]
+    sparse = [n for n in others if takes_density(n)]
     if sparse and not densities:
         raise ValueError("give at least one density")
     result += [(n, float(d)) for n in sparse for d in dict.fromkeys(densities)]

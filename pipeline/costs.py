@@ -11,7 +11,8 @@ places, in order, and takes each pair from the first place that has it:
 3. the newest stored device profile of this device that holds the pair (``sidco profile``);
 4. a device profile shipped with the testbed (``profiles/<device>.json``);
 5. the cost model (:mod:`simulator.costmodel`: the compressor's declared work on the device's
-   numbers, :mod:`simulator.devices`) when the device is a known one;
+   numbers) when the projection's device is a modelled one (a :class:`simulator.devices.Device`,
+   resolved once by the request, :func:`pipeline.request.resolve_device`; never looked up here);
 6. otherwise a one-line :class:`MissingCosts` error naming the command that fills the gap.
 
 A stored or shipped ``cpu`` profile is used only on a host with the same CPU model and SIMD
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,13 +52,15 @@ class MissingCosts(ValueError):
 
 @dataclass(frozen=True)
 class CostRequest:
-    """What a tier is asked: costs on ``device`` for a trace (``trace_id``, ``None`` for a
-    layout), for buckets of about ``numel`` elements when known."""
+    """What a tier is asked: costs on the device named ``device`` for a trace (``trace_id``,
+    ``None`` for a layout), for buckets of about ``numel`` elements when known; ``model``: that
+    device as the cost model sees it (``None`` for a device it does not model, e.g. ``cuda``)."""
 
     store: Store
     trace_id: int | None
     device: str
     numel: int | None
+    model: devices.Device | None = None
 
 
 Tier = Callable[[CostRequest, Sequence[Key]], dict[Key, CompressionCost]]
@@ -64,12 +68,16 @@ Tier = Callable[[CostRequest, Sequence[Key]], dict[Key, CompressionCost]]
 
 def same_device(stored: str | None, wanted: str) -> bool:
     """Whether a stored device string (``"cpu"``, or an identity such as ``"cpu: AMD EPYC
-    (avx512)"``, ``"cuda: NVIDIA H200"``) is the device ``wanted`` (``"cpu"``, ``"cuda"``,
-    ``"h200"``): equal, equal to its kind before ``:``, or named in it (case-insensitive)."""
+    (avx512)"``, ``"cuda: NVIDIA H200 SXM"``) is the device ``wanted`` (``"cpu"``, ``"cuda"``,
+    ``"h200"``), case-insensitive: equal, equal to its kind before ``:``, or, for a GPU, one
+    whole word of the name after it (``h200`` is a word of ``NVIDIA H200 SXM``, not of
+    ``NVIDIA GH200``: no substring matching)."""
     if not stored:
         return False
     stored_l, wanted_l = stored.strip().lower(), wanted.strip().lower()
-    return stored_l == wanted_l or stored_l.split(":", 1)[0].strip() == wanted_l or wanted_l in stored_l
+    kind, _, name = stored_l.partition(":")
+    return stored_l == wanted_l or kind.strip() == wanted_l or (
+        kind.strip() == "cuda" and wanted_l in re.split(r"[^a-z0-9@.]+", name))
 
 
 def _day(created: float) -> str:
@@ -158,13 +166,11 @@ def from_shipped_profiles(request: CostRequest, missing: Sequence[Key]) -> dict[
 
 
 def from_cost_model(request: CostRequest, missing: Sequence[Key]) -> dict[Key, CompressionCost]:
-    """Tier: the cost model on the device's numbers (``model a100``); nothing for an unknown device."""
-    try:
-        device = devices.get(request.device)
-    except ValueError:
+    """Tier: the cost model on the request's device (``model a100``); nothing for a device it does not model."""
+    if request.model is None:
         return {}
     names = set(declared_work.DECLARATIONS)
-    return {key: costmodel.cost(key[0], key[1], device) for key in missing if key[0] in names}
+    return {key: costmodel.cost(key[0], key[1], request.model) for key in missing if key[0] in names}
 
 
 TIERS: list[tuple[str, Tier]] = [
@@ -217,11 +223,19 @@ def _fill_command(store: Store, trace_id: int | None, device: str, missing: Sequ
     return f"run `sidco replay {path} --compressors {names} --densities {densities} --run-on {run_on}`{where} or {profile}"
 
 
+def _modelled(name: str) -> devices.Device | None:
+    """The device ``name`` names exactly, ``None`` when the cost model does not model it."""
+    try:
+        return devices.get(name)
+    except ValueError:
+        return None
+
+
 def compression_profile(
     store: Store,
     *,
     trace_id: int | None,
-    device: str,
+    device: devices.Device | str,
     pairs: Sequence[tuple[str, float | None]],
     profile_file: str | Path | None = None,
     numel: int | None = None,
@@ -229,12 +243,17 @@ def compression_profile(
 ) -> CompressionProfile:
     """The compression costs of ``pairs`` ((compressor, density) list; ``none`` needs none) on
     ``device`` for the trace ``trace_id`` (``None`` for a layout), by the policy of this module.
+    ``device``: the modelled device a projection resolved (:func:`pipeline.request.resolve_device`;
+    it reaches the cost model as it is), or a name, looked up here once (a name the cost model
+    does not model, ``cuda`` for a GPU whose model is not recorded, gets stored costs only).
 
     ``numel``: the bucket size (elements) the costs will mostly be asked for, for tiers that
     model rather than measure. ``profile_id``: a stored device profile chosen by hand (the
     dashboard's choice among stored profiles), taken first like ``profile_file``. Raises :class:`MissingCosts` naming the first uncovered pair and
     the command that measures it.
     """
+    model = device if isinstance(device, devices.Device) else _modelled(str(device))
+    device = device.name if isinstance(device, devices.Device) else str(device)
     wanted = list(dict.fromkeys((c, density_key(d)) for c, d in pairs if c != "none"))
     costs: dict[Key, CompressionCost] = {}
     if profile_file is not None:
@@ -243,7 +262,7 @@ def compression_profile(
     if profile_id is not None:
         chosen = read_stored_profile(store, profile_id, device)
         costs.update({k: v for k, v in chosen.items() if k in wanted and k not in costs})
-    request = CostRequest(store, trace_id, device, numel)
+    request = CostRequest(store, trace_id, device, numel, model)
     for _, tier in TIERS:
         missing = [k for k in wanted if k not in costs]
         if not missing:
@@ -279,8 +298,8 @@ def model_band(device: str) -> tuple[float, float]:
     ratios = []
     for path in profiles.paths():
         shipped = device_profile.load(path)
-        if shipped.device != device or not _this_host(shipped.device, shipped.identity):
-            continue
+        if shipped.device != device or not shipped.rows or not _this_host(shipped.device, shipped.identity):
+            continue  # kernel rows alone (a GPU's published profile) check no compressor
         model = model_device(shipped)
         if model is None:
             continue

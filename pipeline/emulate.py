@@ -28,7 +28,7 @@ from compressors import takes_density
 from pipeline import replay
 from pipeline.costs import compression_profile
 from pipeline.project import calibration as load_calibration
-from pipeline.project import parse_calibration
+from pipeline.request import parse_calibration, resolve_device
 from results.store import Store
 
 PROJECTED_KEYS = ("iteration_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "comm_s", "idle_s",
@@ -92,7 +92,8 @@ def _profile(store: Store, trace_path: str, name: str, density: float) -> simula
         return None
     run = replay.run(store, trace_path, [name], [density], device=REPLAY_DEVICE, threads=1)
     trace_id = store.register_trace(run.trace.path, run.trace.manifest)
-    return compression_profile(store, trace_id=trace_id, device=REPLAY_DEVICE, pairs=[(name, density)])
+    return compression_profile(store, trace_id=trace_id, device=resolve_device(REPLAY_DEVICE, layout=False),
+                               pairs=[(name, density)])
 
 
 def validation_rows(store: Store, emulation_id: int, workload: str, workers: int, bandwidth: float | None,

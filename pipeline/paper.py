@@ -57,10 +57,10 @@ def project_paper(store: Store, *, layouts: Sequence[str] = PAPER["layouts"],
                                       options={"bucket_mode": PAPER["bucket_mode"]})
             for density in densities:
                 for era, device in eras.items():
-                    source = project.layout_source(layout, device=device, batch_size=PAPER["batch_size"],
-                                                   precision=PAPER["precision"])
-                    results = {r["compressor"]: r for r in project.project(
-                        store, source, cluster, PAPER["compressors"], density, device=device)}
+                    request = project.Request(cluster, tuple(PAPER["compressors"]), (density,), layout=layout,
+                                              device=device, batch_size=PAPER["batch_size"],
+                                              precision=PAPER["precision"])
+                    results = {r["compressor"]: r for r in project.project_request(store, request)}
                     best = min(SIDCO, key=lambda name: results[name]["iteration_s"])
                     rows.append({"layout": layout, "bandwidth_bps": bandwidth, "density": density, "era": era,
                                  "device": device, "sidco": best,

@@ -1,10 +1,11 @@
 """Projections: one simulated iteration of a trace or layout on a cluster, per compressor.
 
-``sidco simulate`` and the dashboard's What-if and Timeline pages call :func:`project`
-(and :func:`timeline`) with the same arguments for the same scenario, so they show the
-same numbers: the workload comes from :func:`workload`, the compression costs from the
-one policy (:func:`pipeline.costs.compression_profile`), the calibration from the store.
-Units: seconds, bits/s, bytes.
+``sidco simulate`` and the dashboard's What-if and Timeline pages fill one
+:class:`pipeline.request.Request` and call :func:`project_request`, so they show the same
+numbers: :func:`source` resolves the request's workload and modelled device (looked up once,
+:func:`pipeline.request.resolve_device`), the workload comes from :func:`workload`, the
+compression costs from the one policy (:func:`pipeline.costs.compression_profile`, on the
+source's device), the calibration from the store. Units: seconds, bits/s, bytes.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from simulator.band import band
 from simulator.limits import MESSAGE_BUDGET, check_scenario
 import traces
 from pipeline.costs import compression_profile, cost_band
+from pipeline.request import Cluster, Request, parse_calibration, resolve_device
 from results.store import Store
 from simulator import devices, throughput
 from simulator.throughput import DEFAULT_PRECISION
 from simulator.workload import scaled, workload_by_flops
 
-DEFAULT_LAYOUT_DEVICE = "a100"
-"""Layouts are GPU models by construction: without ``--device`` they run on this device."""
+__all__ = ["Cluster", "Request", "Source", "calibration", "check", "check_options", "layout_source",
+           "options", "project", "project_request", "register", "scenarios", "source", "trace_source", "workload"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,11 @@ class Source:
     ``compute`` says where the compute times come from (every result repeats it);
     ``precision`` what it was projected for (``fp32``, ``tf32``, ``amp``); ``compute_low`` /
     ``compute_high``: factors on every compute time spanning the compute rule's measured error
-    (:func:`simulator.throughput.compute`; 1 for the trace's own timings)."""
+    (:func:`simulator.throughput.compute`; 1 for the trace's own timings). ``device``: the
+    modelled device (:func:`pipeline.request.resolve_device`, looked up once), the one channel
+    on which it reaches the compute rule and the compression costs; ``None`` for a trace kept
+    on the GPU it was captured on (``device_name`` ``cuda``). Neither takes part in equality:
+    the workload depends on the device only through the numbers above."""
 
     kind: str
     ref: str
@@ -54,18 +60,8 @@ class Source:
     precision: str = DEFAULT_PRECISION
     compute_low: float = 1.0
     compute_high: float = 1.0
-
-
-def check_compressors(names: Sequence[str]) -> list[str]:
-    """``names`` if every one is a compressor of :func:`compressors.names`; ValueError naming
-    the first unknown one (and the choices) otherwise."""
-    import compressors
-
-    known = compressors.names()
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(known)}")
-    return list(names)
+    device: devices.Device | None = field(default=None, compare=False)
+    device_name: str = field(default="cpu", compare=False)
 
 
 def capture_device(trace_path: str | Path) -> str:
@@ -94,23 +90,24 @@ def _ratio(captured: str, target: devices.Device, precision: str) -> tuple[float
                    f"{target.peak_flops(precision) / 1e12:.3g} TFLOP/s")
 
 
-def _projected(path: str, device: str | None, precision: str) -> dict[str, Any]:
-    """The :class:`Source` fields projecting the trace at ``path`` onto ``device`` in
+def _projected(path: str, target: devices.Device | None, precision: str) -> dict[str, Any]:
+    """The :class:`Source` fields projecting the trace at ``path`` onto ``target`` in
     ``precision``. The rule: the trace's own timings on the device it was captured on;
     elsewhere its per-layer FLOPs at the compute rule's FLOP/s (:func:`simulator.throughput.compute`,
     the kind of model from the trace's shapes) when the trace carries them (layers without
     FLOPs by the ratio rule), else every time × the ratio rule (:func:`_ratio`, with the
     unfitted CPU band)."""
     captured = capture_device(path)
-    if device is None or device == captured or device == captured.split(":")[0]:
-        return {"compute": f"trace timings ({captured})", "precision": precision}
-    target = devices.get(device)
+    kept = {"compute": f"trace timings ({captured})", "precision": precision, "device": target,
+            "device_name": captured.split(":")[0] if target is None else target.name}
+    if target is None or target.name == captured.split(":")[0]:
+        return kept
     ratio, ratio_note = _ratio(captured, target, precision)
     trace = traces.open(path)
     if trace.forward_flops is None:
         low, high = throughput.UNMEASURED_CPU_BAND
         return {"compute_scale": ratio, "compute": f"{ratio_note} (band x{low:g}-{high:g})", "precision": precision,
-                "compute_low": low, "compute_high": high}
+                "compute_low": low, "compute_high": high, "device": target, "device_name": target.name}
     kind = throughput.kind_of([tuple(shape) for _, shape in trace.layers], trace.forward_flops)
     rule = throughput.compute(target, precision, kind)
     per_sample = sum(trace.forward_flops) / trace.flops_batch_size
@@ -121,50 +118,52 @@ def _projected(path: str, device: str | None, precision: str) -> dict[str, Any]:
         note += f"; {without} of {len(trace.forward_flops)} layers without FLOPs: {ratio_note}"
     return {"compute_scale": ratio, "compute": note, "by_flops": True, "device_flops_per_s": rule.flops_per_s,
             "memory_bandwidth_Bps": target.memory_bandwidth_Bps, "precision": precision,
-            "compute_low": rule.low, "compute_high": rule.high}
+            "compute_low": rule.low, "compute_high": rule.high, "device": target, "device_name": target.name}
+
+
+def _trace(ref: str, trace_id: int | None, device: str | None, precision: str) -> Source:
+    throughput.check_precision(precision)
+    target = resolve_device(device, layout=False, captured=capture_device(ref))
+    return Source("trace", ref, trace_id, **_projected(ref, target, precision))
+
+
+def register(store: Store, source: Source) -> Source:
+    """``source`` with its trace's id in the store, the trace registered now if it is not yet
+    (so its replays, and the commands that make them, have a name); a layout as it is."""
+    if source.kind != "trace" or source.trace_id is not None:
+        return source
+    found = store.trace_id_for_path(source.ref)
+    if found is None:
+        trace = traces.open(source.ref)
+        found = store.register_trace(trace.path, trace.manifest)
+    return replace(source, trace_id=found)
 
 
 def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int | None = None,
                  device: str | None = None, precision: str = DEFAULT_PRECISION) -> Source:
     """The source of a trace given by directory ``path`` (registered in the store if it is not
-    yet) or by its id in the store, projected onto ``device`` in ``precision`` when it was
+    yet) or by its id in the store, projected onto the modelled ``device`` (a name; ``None``:
+    the default rule of :func:`pipeline.request.resolve_device`) in ``precision`` when it was
     captured on another (rule: :func:`_projected`)."""
-    throughput.check_precision(precision)
     if trace_id is not None:
         row = store.trace(int(trace_id))
         if row is None:
             raise ValueError(f"trace #{trace_id} is not registered in {store.path}")
-        ref, found = row["path"], int(trace_id)
-    elif path is None:
+        return _trace(row["path"], int(trace_id), device, precision)
+    if path is None:
         raise ValueError("give a trace path or a trace id")
-    else:
-        ref = str(Path(path).resolve())
-        found = store.trace_id_for_path(ref)
-        if found is None:  # registered now, so its replays (and the commands that make them) have a name
-            trace = traces.open(ref)
-            found = store.register_trace(trace.path, trace.manifest)
-    return Source("trace", ref, found, **_projected(ref, device, precision))
+    return register(store, _trace(str(Path(path).resolve()), None, device, precision))
 
 
-def default_device(source: Source, device: str | None = None) -> str:
-    """The modelled device a projection of ``source`` is for: ``device`` when named, else the
-    one default rule: a GPU for a layout (:data:`DEFAULT_LAYOUT_DEVICE`), the device a trace
-    was captured on (``cpu``, ``cuda``)."""
-    if device:
-        return device
-    if source.kind == "layout":
-        return DEFAULT_LAYOUT_DEVICE
-    return capture_device(source.ref).split(":")[0]
-
-
-def layout_source(name: str, *, device: str = DEFAULT_LAYOUT_DEVICE, device_flops_per_s: float | None = None,
+def layout_source(name: str, *, device: str | None = None, device_flops_per_s: float | None = None,
                   batch_size: int = 32, precision: str = DEFAULT_PRECISION) -> Source:
-    """The source of a full-size layout (:mod:`traces.layouts`) on ``device`` in ``precision``:
+    """The source of a full-size layout (:mod:`traces.layouts`) on the modelled ``device`` (a
+    name; ``None``: the default rule of :func:`pipeline.request.resolve_device`) in ``precision``:
     its FLOPs at the compute rule's FLOP/s (:func:`simulator.throughput.compute`, fitted to
     published training throughput; or at ``device_flops_per_s`` as given, without a band), its
     optimizer at the device's memory bandwidth."""
     throughput.check_precision(precision)
-    target = devices.get(device)
+    target = resolve_device(device, layout=True)
     if device_flops_per_s is None:
         rule = throughput.compute(target, precision, throughput.layout_kind(name), name)
         flops, note, low, high = rule.flops_per_s, f"layout FLOPs at {rule.note}", rule.low, rule.high
@@ -172,7 +171,22 @@ def layout_source(name: str, *, device: str = DEFAULT_LAYOUT_DEVICE, device_flop
         flops, low, high = float(device_flops_per_s), 1.0, 1.0
         note = f"layout FLOPs at {flops / 1e12:.3g} TFLOP/s (--device-flops, as given: no band)"
     return Source("layout", str(name), None, flops, int(batch_size), target.memory_bandwidth_Bps, 1.0, note,
-                  precision=precision, compute_low=low, compute_high=high)
+                  precision=precision, compute_low=low, compute_high=high, device=target, device_name=target.name)
+
+
+def source(request: Request, store: Store | None = None) -> Source:
+    """The workload of ``request`` on its modelled device, the device resolved here, once
+    (:func:`pipeline.request.resolve_device`). A trace directory is not registered yet
+    (:func:`register` does, once a store is open), so bad input is found before any store is
+    opened; a trace given by its id needs the ``store``."""
+    if request.layout is not None:
+        return layout_source(request.layout, device=request.device, device_flops_per_s=request.device_flops_per_s,
+                             batch_size=request.batch_size, precision=request.precision)
+    if request.trace_id is not None:
+        if store is None:
+            raise ValueError("a trace given by its id needs the results store")
+        return trace_source(store, trace_id=request.trace_id, device=request.device, precision=request.precision)
+    return _trace(str(Path(request.trace).resolve()), None, request.device, request.precision)
 
 
 @functools.lru_cache(maxsize=16)
@@ -192,21 +206,31 @@ def workload(source: Source) -> simulator.Workload:
     return _workload(replace(source, trace_id=None))
 
 
-def check_options(workload: simulator.Workload, nodes: int, bandwidth_bps: float, latency_s: float, topology: str,
-                  fidelity: str | None, options: Mapping[str, Any]) -> None:
-    """Raise ``ValueError`` (one line) if the scenario is outside the simulator's limits: checked
-    before any store is opened or created, so bad input writes nothing."""
-    simulator.Scenario(workload, nodes, bandwidth_bps, latency_s, topology=topology, fidelity=fidelity, **options)
+def options(given: Mapping[str, Any], workload: simulator.Workload) -> dict[str, Any]:
+    """The :class:`simulator.Scenario` keyword options ``given`` (a cluster's) on ``workload``:
+    ``jitter`` ``"trace"`` is the coefficient of variation measured in the workload's trace."""
+    chosen = dict(given)
+    if chosen.get("jitter") == "trace":
+        chosen["jitter"] = workload.compute_cv
+    return chosen
 
 
-def parse_calibration(text: str | int) -> str | int:
-    """``--calibration``: ``latest``, ``none`` or a calibration id (an integer >= 1)."""
-    choice = str(text).strip().lower()
-    if choice in ("latest", "none"):
-        return choice
-    if choice.isdigit() and int(choice) >= 1:
-        return int(choice)
-    raise ValueError(f"invalid --calibration {text!r}: give latest, a calibration id or none")
+def check(request: Request) -> Source:
+    """The source of ``request`` (its device resolved, :func:`source`) with its cluster checked
+    against the simulator's limits (:func:`check_options`), before any store is opened or
+    created: bad input writes nothing. Pass it on to :func:`project_request` or
+    :func:`pipeline.compare.compare`."""
+    resolved = source(request)
+    check_options(resolved, request.cluster)
+    return resolved
+
+
+def check_options(source: Source, cluster: Cluster) -> None:
+    """Raise ``ValueError`` (one line) if ``cluster`` on ``source``'s workload is outside the
+    simulator's limits: checked before any store is opened or created, so bad input writes nothing."""
+    wl = workload(source)
+    simulator.Scenario(wl, cluster.nodes, cluster.bandwidth_bps, cluster.latency_s, topology=cluster.topology,
+                       fidelity=cluster.fidelity, **options(cluster.options, wl))
 
 
 def calibration(store: Store, choice: str | int = "latest", *,
@@ -227,39 +251,24 @@ def calibration(store: Store, choice: str | int = "latest", *,
     return simulator.Calibration.from_rows(rows)
 
 
-@dataclass(frozen=True)
-class Cluster:
-    """The scenario without the compressor: ``nodes`` machines, NIC ``bandwidth_bps`` (bits/s)
-    and per-message ``latency_s`` (s), a topology, a fidelity and further
-    :class:`simulator.Scenario` keyword ``options``."""
-
-    nodes: int
-    bandwidth_bps: float
-    latency_s: float
-    topology: str = "ring"
-    fidelity: str = "analytic"
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-
 def profile(store: Store, source: Source, compressors: Sequence[str], density: float | None, *,
-            device: str | None = None, profile_file: str | Path | None = None,
+            profile_file: str | Path | None = None,
             profile_id: int | None = None) -> simulator.CompressionProfile | None:
-    """Compression costs of ``compressors`` at ``density`` for ``source`` (the policy);
-    ``None`` when only ``none`` is asked."""
+    """Compression costs of ``compressors`` at ``density`` for ``source`` on its device (the
+    policy); ``None`` when only ``none`` is asked."""
     pairs = [(c, density) for c in compressors if c != "none"]
     if not pairs:
         return None
-    return compression_profile(store, trace_id=source.trace_id, device=default_device(source, device), pairs=pairs,
-                               profile_file=profile_file, profile_id=profile_id)
+    return compression_profile(store, trace_id=source.trace_id, device=source.device or source.device_name,
+                               pairs=pairs, profile_file=profile_file, profile_id=profile_id)
 
 
 def scenarios(store: Store, source: Source, cluster: Cluster, compressors: Sequence[str], density: float | None,
-              *, device: str | None = None, profile_file: str | Path | None = None, profile_id: int | None = None,
+              *, profile_file: str | Path | None = None, profile_id: int | None = None,
               calibration_choice: str | int = "none", timeline: bool = False) -> list[simulator.Scenario]:
     """One :class:`simulator.Scenario` per compressor (``density`` ignored for ``none``); the
     calibration ``calibration_choice`` names (``latest``, an id, ``none``) must exist."""
-    costs = profile(store, source, compressors, density, device=device, profile_file=profile_file,
-                    profile_id=profile_id)
+    costs = profile(store, source, compressors, density, profile_file=profile_file, profile_id=profile_id)
     constants = calibration(store, calibration_choice, required=True)
     wl = workload(source)
     return [
@@ -267,26 +276,24 @@ def scenarios(store: Store, source: Source, cluster: Cluster, compressors: Seque
             wl, cluster.nodes, cluster.bandwidth_bps, cluster.latency_s, name,
             None if name == "none" else density, topology=cluster.topology, fidelity=cluster.fidelity,
             profile=None if name == "none" else costs, calibration=constants, timeline=timeline,
-            **dict(cluster.options),
+            **options(cluster.options, wl),
         )
         for name in compressors
     ]
 
 
 def project(store: Store, source: Source, cluster: Cluster, compressors: Sequence[str], density: float | None,
-            *, device: str | None = None, profile_file: str | Path | None = None, profile_id: int | None = None,
+            *, profile_file: str | Path | None = None, profile_id: int | None = None,
             calibration_choice: str | int = "none", timeline: bool = False, message_budget: int = MESSAGE_BUDGET) -> list[dict[str, Any]]:
     """Simulate one iteration per compressor: the :func:`simulator.simulate` result (seconds,
     bytes, samples/s, speed-up over ``none``) plus ``compressor`` and ``cost_source`` (where
-    its compression costs came from; ``None`` for ``none``), ``device`` (the device projected
-    onto) and ``compute_source`` (where the compute times come from). ``message_budget``: the
+    its compression costs came from; ``None`` for ``none``), ``device`` (the source's modelled
+    device) and ``compute_source`` (where the compute times come from). ``message_budget``: the
     most link-level messages one scenario may take (:func:`simulator.limits.check_scenario`; a
-    dashboard request passes a smaller one than the command line). ``device`` ``None``: the
-    default rule (:func:`default_device`)."""
-    device = default_device(source, device)
+    dashboard request passes a smaller one than the command line)."""
+    device = source.device_name
     results = []
-    for scenario in scenarios(store, source, cluster, compressors, density, device=device,
-                              profile_file=profile_file, profile_id=profile_id,
+    for scenario in scenarios(store, source, cluster, compressors, density, profile_file=profile_file, profile_id=profile_id,
                               calibration_choice=calibration_choice, timeline=timeline):
         check_scenario(scenario, message_budget=message_budget)
         result = simulator.simulate(scenario)
@@ -296,3 +303,19 @@ def project(store: Store, source: Source, cluster: Cluster, compressors: Sequenc
                         **band(scenario, result, (source.compute_low, source.compute_high),
                                (1.0, 1.0) if cost is None else cost_band(cost, device))})
     return results
+
+
+def project_request(store: Store, request: Request, resolved: Source | None = None) -> list[dict[str, Any]]:
+    """:func:`project` of a checked ``request`` of at most one density: its workload on its
+    modelled device (``resolved``, the request's :func:`source` when a door has made it already,
+    else made here), every compressor at that density (1 where none is given: the casts and
+    PowerSGD send what their dtype or rank sets); :func:`pipeline.compare.compare` takes several."""
+    if len(request.densities) > 1:
+        raise ValueError("one density per projection; pipeline.compare.compare ranks several")
+    if request.cluster is None:
+        raise ValueError("a projection needs a cluster")
+    density = (request.densities[0] if request.densities else None if request.compressors == ("none",) else 1.0)
+    return project(store, register(store, resolved or source(request, store)), request.cluster, request.compressors, density,
+                   profile_file=request.profile_file, profile_id=request.profile_id,
+                   calibration_choice=request.calibration, timeline=request.timeline,
+                   message_budget=request.message_budget)

@@ -20,7 +20,9 @@ import simulator
 from simulator.limits import MESSAGE_BUDGET, check_scenario
 from compressors import takes_density
 from pipeline.costs import compression_profile, cost_band
-from pipeline.project import Source, calibration, check_compressors, default_device, workload
+from pipeline.project import Source, calibration, workload
+from pipeline.project import options as scenario_options
+from pipeline.request import check_compressors
 from pipeline.verdict import label, rank, verdict
 from results.store import Store
 from simulator.scenario import TOPOLOGIES
@@ -78,7 +80,7 @@ def description(source: Source, origin: str | None = None) -> dict[str, Any]:
     return out
 
 
-def _profile(store: Store, sweep_id: int, source: Source, grid: Grid, device: str,
+def _profile(store: Store, sweep_id: int, source: Source, grid: Grid,
              profile_file: str | Path | None) -> simulator.CompressionProfile | None:
     """The sweep's compression profile, pinned once in the store: a resumed sweep, or a
     concurrent run of the same configuration, uses exactly the costs stored first."""
@@ -86,14 +88,15 @@ def _profile(store: Store, sweep_id: int, source: Source, grid: Grid, device: st
     text = store.get_meta(key)
     if text is None:
         pairs = [(c, d) for c in grid.compressors if c != "none" for d in grid.densities]
-        profile = (compression_profile(store, trace_id=source.trace_id, device=device, pairs=pairs,
+        profile = (compression_profile(store, trace_id=source.trace_id, device=source.device or source.device_name,
+                                       pairs=pairs,
                                        profile_file=profile_file) if pairs else None)
         text = store.pin_meta(key, "null" if profile is None else profile.to_json())
     return None if text == "null" else simulator.CompressionProfile.from_json(text)
 
 
 def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelity: str = "analytic",
-        options: Mapping[str, Any] | None = None, calibration_choice: str | int = "none", device: str | None = None,
+        options: Mapping[str, Any] | None = None, calibration_choice: str | int = "none",
         profile_file: str | Path | None = None, origin: str | None = None, chunk_size: int = 200,
         in_flight: int = 2, started: Callable[[int, int], None] | None = None,
         progress: Callable[[int, int], None] | None = None, message_budget: int = MESSAGE_BUDGET) -> SweepRun:
@@ -104,10 +107,11 @@ def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelit
 
     ``started(sweep_id, already_stored)`` once the sweep row exists; ``progress(stored, total)``
     after each chunk lands. The calibration ``calibration_choice`` names (``latest``, an id, ``none``) must exist.
+    Costs and rows are for ``source``'s modelled device (resolved with it, :func:`pipeline.project.source`).
     """
-    options = dict(options or {})
-    device = default_device(source, device)
+    device = source.device_name  # resolved once, with the source
     wl = workload(source)
+    options = scenario_options(options or {}, wl)
     constants = calibration(store, calibration_choice, required=True)
     described = description(source, origin)
     if device != "cpu" or profile_file is not None:  # cpu replays were the only costs before devices
@@ -120,7 +124,7 @@ def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelit
                            message_budget=message_budget)
     config = describe(probe, grid, described)
     sweep_id, created = store.get_or_create("sweeps", config, trace_id=source.trace_id, total=len(grid))
-    profile = _profile(store, sweep_id, source, grid, device, profile_file)
+    profile = _profile(store, sweep_id, source, grid, profile_file)
     bands = {} if profile is None else {key: cost_band(cost, device) for key, cost in profile.costs.items()}
     context = SweepContext(wl, profile, fidelity, constants, options, (source.compute_low, source.compute_high), bands)
     for point in grid.points():  # every scenario checked before anything is simulated

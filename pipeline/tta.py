@@ -79,15 +79,14 @@ def iteration_times(
     pairs: Sequence[tuple[str, float]],
     cluster: project.Cluster,
     *,
-    device: str,
     calibration_choice: str | int = "none",
     profile_file: str | None = None,
 ) -> tuple[dict[tuple[str, float], float], dict[tuple[str, float], str | None],
            dict[tuple[str, float], tuple[float, float]]]:
     """Projected seconds per iteration of each (compressor, density) of ``pairs`` on ``cluster``
     by :func:`pipeline.project.project`, exactly as ``sidco simulate --trace … --device`` projects
-    (``source`` from :func:`pipeline.project.trace_source` with that ``device``, or a layout;
-    compression costs on ``device`` by the one cost policy, or ``profile_file``); where each pair's costs came from
+    (``source`` from :func:`pipeline.project.trace_source` on its modelled device, or a layout;
+    compression costs on that device by the one cost policy, or ``profile_file``); where each pair's costs came from
     (``None`` for ``none``); and the projection's error band ``(iteration_s_low,
     iteration_s_high)`` per pair where the projection gives one."""
     times: dict[tuple[str, float], float] = {}
@@ -97,7 +96,7 @@ def iteration_times(
     groups = [(["none"], None)] if any(c == "none" for c, _ in pairs) else []
     groups += [([c for c, d in pairs if c != "none" and d == density], density) for density in densities]
     for names, density in groups:
-        for result in project.project(store, source, cluster, names, density, device=device,
+        for result in project.project(store, source, cluster, names, density,
                                       calibration_choice=calibration_choice, profile_file=profile_file):
             key = (result["compressor"], 1.0 if density is None else float(density))
             times[key] = float(result["iteration_s"])
@@ -210,10 +209,13 @@ def time_to_accuracy(
     calibration_choice: str | int = "none",
     profile_file: str | None = None,
     precision: str = project.DEFAULT_PRECISION,
+    device_flops_per_s: float | None = None,
 ) -> dict[str, Any]:
     """The time-to-target table of a convergence run (with every seed of its configuration) on a
     cluster of ``device`` workers (``None``: the device its trace was captured on) computing in
-    ``precision`` (``fp32``, ``tf32``, ``amp``; a trace projected onto another device).
+    ``precision`` (``fp32``, ``tf32``, ``amp``; a trace projected onto another device), checked
+    as the request of its trace (:class:`pipeline.request.Request`: ``device_flops_per_s``
+    applies to layouts only, so it is refused here).
 
     Returns ``rows`` (:func:`convergence.tta.time_to_target`), the fields of :func:`verdict`,
     ``convergence_id``, ``convergence_ids`` (one per seed), ``seeds``, ``trace_id``,
@@ -233,17 +235,18 @@ def time_to_accuracy(
         raise ValueError(f"convergence #{run['id']} has no finished (compressor, density) yet; "
                          "rerun its sidco converge command")
     pairs = list(dict.fromkeys((r["compressor"], float(r["density"])) for r in rows))
-    source = project.trace_source(store, path=trace_path(store, run), device=device, precision=precision)
-    device = device or project.default_device(source)
+    request = project.Request(None, trace=str(trace_path(store, run)), device=device, precision=precision,
+                              device_flops_per_s=device_flops_per_s)
+    source = project.register(store, project.source(request))
     if "powersgd_rank" in run["config"] and "rank" not in cluster.options:  # project PowerSGD at the rank trained
         cluster = replace(cluster, options={**cluster.options, "rank": int(run["config"]["powersgd_rank"])})
-    times, sources, bands = iteration_times(store, source, pairs, cluster, device=device,
+    times, sources, bands = iteration_times(store, source, pairs, cluster,
                                            calibration_choice=calibration_choice, profile_file=profile_file)
     result = _table(rows, times, bands, target_accuracy, target_loss)
     result.update({
         "convergence_id": run["id"], "convergence_ids": [r["id"] for r in runs], "seeds": len(runs),
         "trace_id": source.trace_id, "workers_trained": run["config"]["workers"],
-        "workload": run["config"]["workload"], "cluster": _cluster_dict(cluster), "device": device,
+        "workload": run["config"]["workload"], "cluster": _cluster_dict(cluster), "device": source.device_name,
         "precision": source.precision, "compute_source": source.compute, "target": {"accuracy": target_accuracy, "loss": target_loss},
         "cost_sources": {label(*key): value for key, value in sources.items() if value is not None},
     })
@@ -258,24 +261,23 @@ def curves_time_to_accuracy(
     target_accuracy: float | None = None,
     target_loss: float | None = None,
     cluster: project.Cluster,
-    device: str,
     calibration_choice: str | int = "none",
     profile_file: str | None = None,
 ) -> dict[str, Any]:
     """The time-to-target table of curves measured elsewhere (:func:`convergence.curves.load`:
     ``{"source", "rows"}``) with iteration times projected from ``source`` (a trace or layout,
-    :mod:`pipeline.project`) on ``cluster`` of ``device`` workers. Same fields as
+    :mod:`pipeline.project`, on its modelled device) on ``cluster``. Same fields as
     :func:`time_to_accuracy` except the convergence run's: ``curves_source`` (the file's
     ``source``), ``workload`` (the trace or layout), ``seeds`` (most seeds of a pair)."""
     rows = list(curves["rows"])
     pairs = list(dict.fromkeys((r["compressor"], float(r["density"])) for r in rows))
-    times, sources, bands = iteration_times(store, source, pairs, cluster, device=device,
+    times, sources, bands = iteration_times(store, source, pairs, cluster,
                                            calibration_choice=calibration_choice, profile_file=profile_file)
     result = _table(rows, times, bands, target_accuracy, target_loss)
     result.update({
         "curves_source": curves["source"], "workload": source.ref if source.kind == "layout" else f"trace {source.ref}",
         "seeds": max((r["seeds"] for r in result["rows"]), default=0), "cluster": _cluster_dict(cluster),
-        "device": device, "precision": source.precision, "compute_source": source.compute,
+        "device": source.device_name, "precision": source.precision, "compute_source": source.compute,
         "target": {"accuracy": target_accuracy, "loss": target_loss},
         "cost_sources": {label(*key): value for key, value in sources.items() if value is not None},
     })

@@ -83,6 +83,24 @@ def test_forbidden_edges(package):
     assert not wrong, "\n".join(sorted(wrong))
 
 
+# The doors map input to a request; resolving it is the pipeline's: they never look a device up,
+# build a workload source or compression costs themselves (pipeline.request, pipeline.project).
+RESOLVING = {"devices", "costmodel", "resolve_device", "layout_source", "trace_source", "compression_profile",
+             "CompressionProfile", "CostRequest", "Source", "Device"}
+
+
+@pytest.mark.parametrize("door", sorted(DOORS))
+def test_doors_neither_look_devices_up_nor_build_sources_or_costs(door):
+    wrong = [f"{p.relative_to(ROOT)}:{n.lineno} uses {name}"
+             for p in _sources(door) for n in ast.walk(ast.parse(p.read_text()))
+             for name in [n.attr if isinstance(n, ast.Attribute) else getattr(n, "id", None)]
+             if isinstance(n, (ast.Attribute, ast.Name)) and name in RESOLVING]
+    wrong += [f"{p.relative_to(ROOT)}:{n.lineno} imports {a.name}"
+              for p in _sources(door) for n in ast.walk(ast.parse(p.read_text()))
+              if isinstance(n, ast.ImportFrom) for a in n.names if a.name in RESOLVING]
+    assert not wrong, "\n".join(sorted(wrong))
+
+
 def test_no_relative_imports_hide_from_the_check():
     relative = [f"{p.relative_to(ROOT)}:{n.lineno}" for package in LAYERS for p in _sources(package)
                 for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.ImportFrom) and n.level > 0]

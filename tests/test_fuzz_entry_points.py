@@ -78,7 +78,7 @@ def _choice(options):
 
 
 def _calibration(text: str):
-    from pipeline.project import parse_calibration
+    from pipeline.request import parse_calibration
 
     return parse_calibration(text)
 

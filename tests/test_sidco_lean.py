@@ -45,7 +45,7 @@ def test_torch_path_is_lean_and_selects_what_the_reference_path_selects(name, st
         assert torch.equal(got.indices, torch.nonzero(corrected.abs() > got.threshold).squeeze(1)), call
     planned = len(compressors.sidco.stage_probabilities(density, stages, 0.25))
     assert seen.counts["launches"] <= LAUNCHES and seen.counts["syncs"] <= planned + 1, seen.ops
-    assert seen.counts["syncs"] == min(planned, 2)  # the pool guess held: stage 1, stage 2 with the pool
+    assert seen.counts["syncs"] == planned  # the pool guess held: one read per stage (the pool with stage min(M, 2))
     work = declared.work(name, n, density, stages=stages, pool=lean.compressor._guesses[n].pool)
     assert work.compress.launches == seen.counts["launches"] and work.compress.syncs == seen.counts["syncs"]
 
@@ -59,12 +59,45 @@ def test_declared_torch_path_stays_within_the_budget(name, stages, density):
         assert c.launches <= LAUNCHES and c.syncs <= stages + 1
 
 
-@pytest.mark.parametrize("device", ["v100", "a100", "h100", "h200"])
-@pytest.mark.parametrize("numel", [1 << 20, 1 << 24])
-def test_modelled_sidco_e_compress_is_no_dearer_than_topk_and_dgc(device, numel):
-    """Read through the cost model as it prices the devices now (launch and sync costs included):
-    one-stage SIDCo-E at δ = 0.001 costs no more than Top-k or DGC."""
-    gpu = devices.get(device)
-    sidco = costmodel.call_seconds("sidco-e", numel, 0.001, gpu, stages=1)[0]
-    for peer in ("topk", "dgc"):
-        assert sidco <= costmodel.call_seconds(peer, numel, 0.001, gpu)[0], peer
+GOAL = {"sidco-e": 1.0, "sidco-p": 1.0, "sidco-gp": 1.5}
+"""Issue 21's modelled goal: SIDCo-E's and SIDCo-P's compress no dearer than the cheaper of Top-k
+and DGC, SIDCo-GP within 1.5×."""
+
+SHORT = {("sidco-e", 2): 1.40, ("sidco-p", 2): 1.62, ("sidco-gp", 2): 2.32,
+         ("sidco-e", 3): 1.47, ("sidco-p", 3): 1.70, ("sidco-gp", 3): 2.40}
+"""Where the goal is out of reach, the ceiling the model holds the ratio under (as priced on
+2026-12-02; the ratios are in BENCHMARKS.md). Every stage after the first adds what no reordering
+of torch operations avoids: the exceedances of ``η₁`` (a quarter of the vector) are known only
+after stage 1's transfer, so their count, sum (and sum of squares) take a ``hardshrink`` and two
+(three) more full reads, three (four) launches and a transfer: at 2²⁴ elements on a v100 ≈ 0.37 ms
+against DGC's 0.90 ms for the whole compress, at 2²⁰ ≈ 28 µs against Top-k's 0.11–0.17 ms, which
+is mostly its 14 launches."""
+
+SHORT_AT_ONE_STAGE = {("sidco-p", "v100", 1 << 24, 0.01): 1.10, ("sidco-p", "a100", 1 << 24, 0.01): 1.05,
+                      ("sidco-gp", "v100", 1 << 24, 0.001): 1.75, ("sidco-gp", "v100", 1 << 24, 0.01): 1.80,
+                      ("sidco-gp", "a100", 1 << 24, 0.001): 1.62, ("sidco-gp", "a100", 1 << 24, 0.01): 1.68,
+                      ("sidco-gp", "h100", 1 << 24, 0.01): 1.55}
+"""The one-stage cells out of reach and their ceilings: SIDCo-P's ``‖g‖₂`` is a second full read
+(no torch reduction returns ``Σ|g|`` and ``Σg²`` together), 1.08× and 1.03×; SIDCo-GP's stage 1
+takes the logarithms of ``max(|g|, floor)`` (three read-write passes), 1.52–1.78× on the
+devices whose memory is slowest against their launch cost."""
+
+
+@pytest.mark.parametrize("name", ["sidco-e", "sidco-p", "sidco-gp"])
+@pytest.mark.parametrize("stages", [None, 1, 2, 3])
+def test_modelled_sidco_compress_against_topk_and_dgc(name, stages):
+    """Read through the cost model as it prices the devices now (launch and sync costs included),
+    on v100, a100, h100 and h200 at 2²⁰ and 2²⁴ elements, δ = 0.001 and 0.01, at the declared
+    default stage count (``None``) and M = 1, 2, 3: SIDCo's compress over the cheaper of Top-k's
+    and DGC's is within :data:`GOAL` (with one stage: SIDCo-E everywhere, SIDCo-P and SIDCo-GP
+    but at the cells of :data:`SHORT_AT_ONE_STAGE`), else under the ceiling recorded for it."""
+    planned = declared.DEFAULT_STAGES if stages is None else stages
+    for device in ("v100", "a100", "h100", "h200"):
+        gpu = devices.get(device)
+        for numel in (1 << 20, 1 << 24):
+            for density in (0.001, 0.01):
+                peers = min(costmodel.call_seconds(peer, numel, density, gpu)[0] for peer in ("topk", "dgc"))
+                ratio = costmodel.call_seconds(name, numel, density, gpu, stages=stages)[0] / peers
+                bound = SHORT.get((name, planned)) if planned > 1 else \
+                    SHORT_AT_ONE_STAGE.get((name, device, numel, density), GOAL[name])
+                assert ratio <= bound, (device, numel, density, ratio)

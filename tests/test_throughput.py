@@ -55,8 +55,7 @@ def test_published_rows_come_out_of_simulate_as_the_rule_predicts(tmp_path):
         source = projection.layout_source(row.layout, device=row.device, batch_size=row.batch_size,
                                           precision=row.precision)
         with Store(tmp_path / "r.sqlite") as store:
-            [result] = projection.project(store, source, projection.Cluster(1, 10e9, 50e-6), ["none"], None,
-                                          device=row.device)
+            [result] = projection.project(store, source, projection.Cluster(1, 10e9, 50e-6), ["none"], None)
         assert result["samples_per_s"] == pytest.approx(throughput.fitted().samples_per_s(row), rel=1e-6)
         assert result["samples_per_s"] == pytest.approx(row.samples_per_s, rel=0.15)
 
@@ -95,8 +94,7 @@ def test_bands_contain_the_point_and_widen_with_unmeasured_inputs(tmp_path):
     with Store(tmp_path / "r.sqlite") as store:
         def one(device: str, layout: str, flops: float | None = None) -> dict:
             source = projection.layout_source(layout, device=device, device_flops_per_s=flops)
-            return projection.project(store, source, projection.Cluster(8, 10e9, 50e-6), ["none", "topk"], 0.01,
-                                      device=device)
+            return projection.project(store, source, projection.Cluster(8, 10e9, 50e-6), ["none", "topk"], 0.01)
 
         for none, topk in (one("h100", "bert-base"), one("h200", "gpt2")):
             for result in (none, topk):

@@ -16,7 +16,7 @@ TITLE = "Compressor quality"
 
 def _replay_options(store) -> list[dict[str, object]]:
     return [{"label": f"replay #{r['id']} of trace #{r['trace_id']} ({r['workload'] or 'trace'}) · {r['status']}",
-             "value": r["id"]} for r in data.replays(store)]
+             "value": r["id"]} for r in store.replay_list()]
 
 
 def layout(reader: StoreReader) -> html.Div:
@@ -91,13 +91,13 @@ def register(app: Dash, reader: StoreReader) -> None:
     )
     def _pickers(replay_id):
         store = reader.store()
-        names = sorted({s["compressor"] for s in data.replay_series(store, replay_id)})
-        replay = next((r for r in data.replays(store) if r["id"] == replay_id), None)
+        names = sorted({s["compressor"] for s in store.replay_series(int(replay_id))})
+        replay = next((r for r in store.replay_list() if r["id"] == replay_id), None)
         try:
             trace = open_trace(replay["path"])
             iterations, workers = list(trace.iterations), list(range(trace.workers))
         except (ValueError, OSError, TypeError):
-            iterations, workers = data.replay_iterations(store, replay_id), [0]
+            iterations, workers = store.replay_iterations(int(replay_id)), [0]
         return (names, names, iterations, iterations[-1] if iterations else None,
                 [{"label": f"worker {w}", "value": w} for w in workers], 0)
 
@@ -112,8 +112,8 @@ def register(app: Dash, reader: StoreReader) -> None:
     def _figures(replay_id, compressors):
         store = reader.store()
         chosen = set(compressors or [])
-        rows = [r for r in data.quality_by_iteration(store, replay_id) if r["compressor"] in chosen]
-        timing = [r for r in data.compress_time_by_size(store, replay_id) if r["compressor"] in chosen]
+        rows = [r for r in store.quality_by_iteration(int(replay_id)) if r["compressor"] in chosen]
+        timing = [r for r in store.compress_time_by_size(int(replay_id)) if r["compressor"] in chosen]
         if not rows:
             blank = ui.empty_figure("choose at least one compressor")
             return blank, blank, blank, blank
@@ -136,7 +136,7 @@ def register(app: Dash, reader: StoreReader) -> None:
     )
     def _histogram(replay_id, iteration, worker, density):
         store = reader.store()
-        replay = next((r for r in data.replays(store) if r["id"] == replay_id), None)
+        replay = next((r for r in store.replay_list() if r["id"] == replay_id), None)
         if replay is None or iteration is None or worker is None:
             return ui.empty_figure("choose an iteration"), None
         try:

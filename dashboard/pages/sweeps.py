@@ -27,7 +27,7 @@ def _origin(sweep: dict) -> str:
 
 def _sweep_options(store) -> list[dict[str, object]]:
     options = []
-    for s in data.sweeps(store):
+    for s in store.sweep_list():
         options.append({"label": f"#{s['id']} · {_origin(s)} · {s['landed']}/{s['total']} scenarios · {s['status']}",
                         "value": s["id"]})
     return options
@@ -159,7 +159,7 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
             return blank, blank, blank, blank, None
         store = reader.store()
         axes = data.sweep_axes(store, sweep_id)
-        at_nodes = data.scenarios(store, sweep_id, nodes=nodes, latency_s=latency, topology=topology)
+        at_nodes = store.scenarios(int(sweep_id), nodes=nodes, latency_s=latency, topology=topology)
         points = [] if bandwidth is None else data.crossover_points(store, sweep_id, bandwidth, latency, topology)
         message = ui.note(
             f"{', '.join(axes['fidelity'])} fidelity · latency {format_seconds(latency)} · {topology} · bandwidth "

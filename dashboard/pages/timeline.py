@@ -89,7 +89,7 @@ def register(app: Dash, reader: StoreReader) -> None:
         if not spans:
             return ui.empty_figure("the simulator returned an empty timeline"), None, None
         end_ms = max(e["ts"] + e["dur"] for e in spans) / 1e3
-        message = ui.note(f"{compressor} · {chosen.nodes} nodes · {bandwidth} · {fidelity} fidelity · "
+        message = ui.note(f"{compressor} · {chosen.cluster.nodes} nodes · {bandwidth} · {fidelity} fidelity · "
                           f"iteration ends at {end_ms:.3g} ms · {len(spans)} spans")
         return figures.gantt(spans, process_names, thread_names), message, {"traceEvents": chrome_events(timeline)}
 

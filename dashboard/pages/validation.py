@@ -64,7 +64,7 @@ COLUMNS = [
 def layout(reader: StoreReader) -> html.Div:
     """The page: summary numbers, the scatter with y = x, and the error table."""
     store = reader.store()
-    rows = data.validation(store)
+    rows = store.validation()
     header = [
         html.H2("Validation: projections against real runs"),
         html.P("Real torch.distributed runs on shaped links (emulation) against the simulator's projection of the "
@@ -78,7 +78,7 @@ def layout(reader: StoreReader) -> html.Div:
                                                                              data.FILL_COMMANDS["validation"])])
     errors = [abs(r["error_pct"]) for r in rows]
     heavy = [abs(r["error_pct"]) for r in filter_rows(rows, min_share=0.3)]
-    calibration = data.latest_calibration(store)
+    calibration = store.latest_calibration()
     kpis = [
         html.Div(className="kpi", children=[html.B(f"{len(rows)}"), html.Span("validated scenarios")]),
         html.Div(className="kpi", children=[html.B(f"{sum(errors) / len(errors):.1f} %"),
@@ -129,7 +129,7 @@ def register(app: Dash, reader: StoreReader) -> None:
         Input("validation-share", "value"),
     )
     def _update(calibrated_only, fidelity, min_share):
-        rows = filter_rows(data.validation(reader.store()), fidelity or "all", bool(calibrated_only),
+        rows = filter_rows(reader.store().validation(), fidelity or "all", bool(calibrated_only),
                            float(min_share or 0.0))
         if not rows:
             return ui.empty_figure("no validation rows match the filters"), []

@@ -68,7 +68,7 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
     query = query or {}
     store = reader.store()
     options = projection.sources(store)
-    calibration = data.latest_calibration(store)
+    calibration = store.latest_calibration()
     calibration_control = dcc.Checklist(
         id="whatif-calibrated",
         options=[{"label": " use the latest calibration (α, β, efficiency)", "value": "on",
@@ -92,7 +92,7 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
                 "replays on the device, its measured profile, or the cost model; nothing is timed here."),
     ])
     notes = []
-    if not data.traces(store):
+    if not store.trace_list():
         notes.append(ui.note("No traces registered yet: the large-model layouts work without one. "
                              f"To project your own model: {data.FILL_COMMANDS['traces']}"))
     return html.Div(className="page", children=[
@@ -148,7 +148,7 @@ def register(app: Dash, reader: StoreReader) -> None:
             blank = ui.empty_figure("fix the highlighted control")
             return blank, blank, ui.error(str(exc)), ""
         elapsed = time.perf_counter() - started
-        title = (f"{chosen.nodes} nodes · {bandwidth} · {latency} · {topology} · δ={chosen.density:g} · "
+        title = (f"{chosen.cluster.nodes} nodes · {bandwidth} · {latency} · {topology} · δ={chosen.densities[0]:g} · "
                  f"{fidelity} fidelity")
         sources = "; ".join(f"{r['compressor']}: {r['cost_source']}" for r in results if r["cost_source"])
         note = ui.note(f"{fidelity} projection of {len(results)} compressors in {elapsed * 1e3:.0f} ms on "

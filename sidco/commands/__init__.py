@@ -62,7 +62,7 @@ def add_calibration_argument(parser: argparse.ArgumentParser, default: str = "no
                              group: argparse._ActionsContainer | None = None) -> None:
     """Add ``--calibration [latest|ID|none]`` (bare: ``latest``), the fitted α, β and efficiency
     (``sidco calibrate``) applied to the projection; checked by
-    :func:`pipeline.project.parse_calibration`."""
+    :func:`pipeline.request.parse_calibration`."""
     (group or parser).add_argument(
         "--calibration", nargs="?", const="latest", default=default, metavar="latest|ID|none",
         help=f"apply a calibration of the results store (α, efficiency per collective): latest, its id, or none "

@@ -1,7 +1,8 @@
 """``sidco compare``: every (compressor, density) of one scenario, ranked, with a verdict.
 
-Parses the arguments and calls :func:`pipeline.compare.compare` (the projection of ``sidco
-simulate``, once per pair, in one process) and :func:`pipeline.verdict.verdict`.
+Maps the arguments to one :class:`pipeline.request.Request` and calls
+:func:`pipeline.compare.compare` (the projection of ``sidco simulate``, once per pair, in one
+process) and :func:`pipeline.verdict.verdict`.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from typing import Any
 
 from pipeline import compare as comparison
 from pipeline import project as projection
+from pipeline.catalog import TOPOLOGIES, compressor_names
+from pipeline.request import Request
 from pipeline.verdict import BASELINES, TIE_MARGIN, verdict
 from results.store import Store
-from pipeline.catalog import TOPOLOGIES, compressor_names
-from sidco.commands.simulate import add_scenario_args, add_source_args, check_scenario_args, parse_source, positive_int
-from units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
+from sidco.commands.simulate import add_scenario_args, add_source_args, cluster, workload_fields
+from units import format_bandwidth, format_seconds, parse_density, parse_list
 from sidco.commands import COMMANDS, dump_json
 
 
@@ -73,26 +75,19 @@ def print_table(rows: list[dict[str, Any]], result: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Project every pair, rank, print the table and the verdict (JSON with --json)."""
-    nodes = positive_int(args.nodes, "--nodes")
-    bandwidth = parse_bandwidth(args.bandwidth)
-    latency = parse_duration(args.latency)
     names = compressor_names() if args.compressors.strip() == "all" else parse_list(args.compressors, str)
-    densities = parse_list(args.densities, parse_density)
-    comparison.pairs(names, densities)  # unknown names or missing densities fail before any store is opened
-    options = check_scenario_args(args, nodes, bandwidth, latency)
-    calibration = projection.parse_calibration(args.calibration)
+    request = comparison.with_baselines(
+        Request(cluster(args), tuple(names), tuple(parse_list(args.densities, parse_density)), **workload_fields(args)))
+    source = projection.check(request)  # the device resolved once; bad input stops before any store is opened
     with Store(args.store) as store:
-        source, device = parse_source(args, store)
-        options = {**options, "rank": positive_int(args.rank, "--rank")}
-        cluster = projection.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
-        rows = comparison.compare(store, source, cluster, names, densities, device=device,
-                                  profile_file=args.profile, calibration_choice=calibration)
+        source, rows = comparison.compare(store, request, projection.register(store, source))
     result = verdict(rows)
     if args.json:
         print(dump_json({"verdict": result, "rows": rows}))
         return 0
-    print(f"{len(rows)} configurations on {nodes} nodes ({rows[0]['workers']} workers), {args.topology}, "
-          f"{format_bandwidth(bandwidth)}, {format_seconds(latency)} latency, fidelity {args.fidelity}; "
-          f"device {device}: compute from {source.compute}")
+    c = request.cluster
+    print(f"{len(rows)} configurations on {c.nodes} nodes ({rows[0]['workers']} workers), {c.topology}, "
+          f"{format_bandwidth(c.bandwidth_bps)}, {format_seconds(c.latency_s)} latency, fidelity {c.fidelity}; "
+          f"device {source.device_name}: compute from {source.compute}")
     print_table(rows, result)
     return 0

@@ -1,21 +1,22 @@
 """``sidco simulate``: project one iteration of a trace or layout on a cluster you don't have.
 
-Parses the arguments and calls :func:`pipeline.project.project`. Also holds the argument
-helpers that ``sidco sweep`` shares (workload source, scenario options).
+Maps the arguments to one :class:`pipeline.request.Request` (which checks them) and calls
+:func:`pipeline.project.project_request`. Also holds the argument helpers that ``compare``,
+``sweep`` and ``tta`` share (workload and device, scenario options, cluster).
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from pipeline import project as projection
-from pipeline.catalog import (BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES, Workload,
-                              check_output_path, devices, takes_density, write_chrome_trace)
+from pipeline.catalog import (BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES,
+                              check_output_path, write_chrome_trace)
+from pipeline.request import DEVICE_RULE, Cluster, Request, device_names
 from results.store import Store
 from sidco.commands import COMMANDS, add_calibration_argument, add_store_argument, dump_json
-from units import check_density, format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
+from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
 
 
 def positive_int(text: str, name: str) -> int:
@@ -36,8 +37,8 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
     source.add_argument("--layout", metavar="NAME",
                         help="full-size layout instead of a trace: resnet50, vgg16, vgg19, bert-base, bert-large, gpt2")
     parser.add_argument("--device", metavar="NAME",
-                        help="the modelled device each worker has: " + ", ".join(devices.names()) + " (default: "
-                             "a100 for a layout, the device a trace was captured on for a trace). Layouts compute "
+                        help="the modelled device each worker has: " + ", ".join(device_names()) + f" ({DEVICE_RULE}). "
+                             "Layouts compute "
                              "by the rule fitted to published GPU training throughput (docs/devices.md); a trace "
                              "captured on another device is projected onto it. Compression costs: --profile, else "
                              "this trace's replays on it, else its measured profile, else the cost model. The torch "
@@ -95,10 +96,10 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
 
 
-def parse_jitter(text: str, workload: Workload) -> float:
+def parse_jitter(text: str) -> float | str:
     """``--jitter``: a coefficient of variation ≥ 0, or ``trace`` (the workload's measured one)."""
     if str(text).strip() == "trace":
-        return workload.compute_cv
+        return "trace"
     try:
         value = float(text)
     except ValueError:
@@ -108,7 +109,7 @@ def parse_jitter(text: str, workload: Workload) -> float:
     return value
 
 
-def scenario_options(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:
+def scenario_options(args: argparse.Namespace) -> dict[str, Any]:
     """Scenario keyword arguments from the shared options (units parsed strictly)."""
     return {
         "bucket_mode": args.bucket_mode,
@@ -121,7 +122,7 @@ def scenario_options(args: argparse.Namespace, workload: Workload) -> dict[str, 
         "ps_servers": args.ps_servers,
         "padded": not args.unpadded,
         "compress_on": args.compress_on,
-        "jitter": parse_jitter(args.jitter, workload),
+        "jitter": parse_jitter(args.jitter),
         "interference": args.interference,
         "stragglers": args.stragglers,
         "straggler_slowdown": args.straggler_slowdown,
@@ -129,46 +130,29 @@ def scenario_options(args: argparse.Namespace, workload: Workload) -> dict[str, 
     }
 
 
-def check_scenario_args(args: argparse.Namespace, nodes: int, bandwidth_bps: float,
-                        latency_s: float) -> dict[str, Any]:
-    """The scenario options, checked with the workload and the cluster against the simulator's
-    limits before any store is opened or created (bad input writes nothing)."""
-    if args.trace:
-        parse_device(args.device)
-        source = projection.Source("trace", str(Path(args.trace).resolve()), None)
-    else:
-        source = parse_source(args, None)[0]
-    workload = projection.workload(source)
-    options = scenario_options(args, workload)
-    projection.check_options(workload, nodes, bandwidth_bps, latency_s, args.topology, args.fidelity, options)
-    return options
-
-
-def parse_device(text: str | None) -> str | None:
-    """``--device``: a known device name (lower case), or ``None``."""
-    return None if text is None else devices.get(text).name
-
-
-def parse_source(args: argparse.Namespace, store: Store | None) -> tuple[projection.Source, str]:
-    """The workload source of ``--trace`` / ``--layout`` (on ``--device``) and the device name."""
-    device = parse_device(args.device)
-    if args.trace:
-        if args.device_flops is not None:
-            raise ValueError("--device-flops applies to layouts; a trace is projected with --device")
-        source = projection.trace_source(store, path=args.trace, device=device, precision=args.precision)
-        return source, projection.default_device(source, device)
+def workload_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The request's workload and device fields from ``--trace``/``--layout``, ``--device``,
+    ``--precision``, ``--device-flops``, ``--batch-size`` and ``--profile`` (text parsed here;
+    the rules are the request's, :class:`pipeline.request.Request`)."""
     flops = None
     if args.device_flops is not None:
         try:
             flops = float(args.device_flops)
         except ValueError:
             raise ValueError(f"invalid --device-flops {args.device_flops!r}: give FLOP/s, e.g. 100e12") from None
-        if not flops > 0:
-            raise ValueError(f"invalid --device-flops {args.device_flops!r}: must be > 0")
-    batch = positive_int(args.batch_size, "--batch-size")
-    source = projection.layout_source(args.layout, device=device or projection.DEFAULT_LAYOUT_DEVICE,
-                                      device_flops_per_s=flops, batch_size=batch, precision=args.precision)
-    return source, projection.default_device(source, device)
+    return {"trace": args.trace, "layout": args.layout, "device": args.device, "precision": args.precision,
+            "device_flops_per_s": flops, "batch_size": positive_int(args.batch_size, "--batch-size"),
+            "profile_file": args.profile, "calibration": args.calibration}
+
+
+def cluster(args: argparse.Namespace) -> Cluster:
+    """The cluster of ``--nodes``, ``--bandwidth``, ``--latency``, ``--topology``, ``--fidelity``,
+    ``--rank`` (where the command has it) and the shared scenario options."""
+    options = scenario_options(args)
+    if getattr(args, "rank", None) is not None:
+        options["rank"] = positive_int(args.rank, "--rank")
+    return Cluster(positive_int(args.nodes, "--nodes"), parse_bandwidth(args.bandwidth), parse_duration(args.latency),
+                   args.topology, args.fidelity, options)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -200,9 +184,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run, fidelity="des")
 
 
-def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: projection.Cluster) -> None:
+def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: Cluster) -> None:
+    density = 1.0 if args.density is None else args.density  # the casts and PowerSGD: what they send
     print(f"{args.compressor}"
-          + (f" @ density {args.density:g}" if args.compressor != "none" else "")
+          + (f" @ density {density:g}" if args.compressor != "none" else "")
           + f" on {cluster.nodes} nodes ({result['workers']} workers), {cluster.topology}, "
             f"{format_bandwidth(cluster.bandwidth_bps)}, {format_seconds(cluster.latency_s)} latency, "
             f"fidelity {cluster.fidelity}")
@@ -224,35 +209,21 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: pro
 
 def run(args: argparse.Namespace) -> int:
     """Simulate one scenario and print it."""
-    nodes = positive_int(args.nodes, "--nodes")
-    bandwidth = parse_bandwidth(args.bandwidth)
-    latency = parse_duration(args.latency)
-    if args.density is not None:
-        check_density(args.density, "invalid --density:")
-    projection.check_compressors([args.compressor])
-    if args.density is None and args.compressor != "none":
-        if takes_density(args.compressor):
-            raise ValueError(f"--density is needed with --compressor {args.compressor}")
-        args.density = 1.0  # dense casts and PowerSGD send what their dtype or rank sets
+    densities = () if args.density is None else (args.density,)
+    request = Request(cluster(args), (args.compressor,), densities, timeline=bool(args.timeline),
+                      **workload_fields(args))
     if args.timeline:
         check_output_path(args.timeline)
-    options = check_scenario_args(args, nodes, bandwidth, latency)
-    projection.parse_calibration(args.calibration)
+    source = projection.check(request)  # the device resolved once; bad input stops before any store is opened
     with Store(args.store) as store:
-        source, device = parse_source(args, store)
-        options = {**options, "rank": positive_int(args.rank, "--rank")}
-        cluster = projection.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
-        (result,) = projection.project(
-            store, source, cluster, [args.compressor], args.density, device=device, profile_file=args.profile,
-            calibration_choice=projection.parse_calibration(args.calibration), timeline=bool(args.timeline),
-        )
+        (result,) = projection.project_request(store, request, projection.register(store, source))
     if args.timeline:
-        meta = {"compressor": args.compressor, "nodes": nodes, "fidelity": args.fidelity}
+        meta = {"compressor": args.compressor, "nodes": request.cluster.nodes, "fidelity": args.fidelity}
         write_chrome_trace(args.timeline, result["timeline"], meta)
     if args.json:
         print(dump_json(result))
     else:
-        _print_result(result, args, cluster)
+        _print_result(result, args, request.cluster)
         if args.timeline:
             print(f"  timeline       {args.timeline}")
     return 0

@@ -19,13 +19,14 @@ from tqdm import tqdm
 
 import pipeline.sweep
 from pipeline.catalog import TOPOLOGIES, Grid, check_jobs, check_target, compressor_names, local_pool, target_text
-from pipeline.project import parse_calibration, workload
+from pipeline import project as projection
+from pipeline.request import Request
 from pipeline.verdict import names_text
 from pipeline.tta import label, resolve, sweep_time_to_target, trace_path
 from results.store import Store
 from sidco.commands import dump_json
 from sidco.commands.tta import add_target_args
-from sidco.commands.simulate import add_scenario_args, add_source_args, parse_source, positive_int, scenario_options
+from sidco.commands.simulate import add_scenario_args, add_source_args, positive_int, scenario_options, workload_fields
 from units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
 from sidco.commands import COMMANDS
 
@@ -160,10 +161,11 @@ def run(args: argparse.Namespace) -> int:
     chunk_size = positive_int(args.chunk_size, "--chunk-size")
     if chunk_size > MAX_CHUNK_SIZE:
         raise ValueError(f"--chunk-size {chunk_size} is too large (at most {MAX_CHUNK_SIZE:,} scenarios per task)")
-    calibration = parse_calibration(args.calibration)
+    request = Request(None, **workload_fields(args))  # the workload and its device; the grid varies the rest
+    source = projection.source(request)  # the device is resolved here, once
+    options = scenario_options(args)
     with Store(args.store) as store:
-        source, device = parse_source(args, store)
-        options = scenario_options(args, workload(source))
+        source = projection.register(store, source)
         bars: list[tqdm] = []  # opened once the sweep is checked and its row exists
 
         def started(sweep_id: int, stored: int) -> None:
@@ -177,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
             with make_executor(args.dask, jobs) as (executor, slots):
                 done = pipeline.sweep.run(
                     store, source, grid, executor, fidelity=args.fidelity, options=options,
-                    calibration_choice=calibration, device=device, profile_file=args.profile,
+                    calibration_choice=request.calibration, profile_file=request.profile_file,
                     chunk_size=chunk_size,
                     in_flight=2 * slots, started=started, progress=progress,
                 )
@@ -191,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
             tta = sweep_time_to_target(store, done.sweep_id, args.convergence, target_accuracy=args.target_accuracy,
                                        target_loss=args.target_loss)
     summary = {"sweep_id": done.sweep_id, "total": done.total, "stored": done.stored, "computed": done.computed,
-               "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity, "device": device,
+               "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity, "device": source.device_name,
                "compute_source": source.compute, "cost_sources": done.cost_sources, "findings": found, "rows": rows}
     if tta is not None:
         summary["time_to_target"] = tta
@@ -200,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"sweep {done.sweep_id}: {done.stored}/{done.total} scenarios stored in {args.store} "
               f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity})")
-        print(f"device {device}: compute from {source.compute}")
+        print(f"device {source.device_name}: compute from {source.compute}")
         by_source: dict[str, list[str]] = {}
         for pair, where in sorted(done.cost_sources.items()):
             by_source.setdefault(where, []).append(pair)

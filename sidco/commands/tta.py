@@ -7,12 +7,12 @@ from typing import Any
 
 from pipeline import project
 from pipeline.catalog import TOPOLOGIES, check_target, load_curves, target_text
-from pipeline.project import check_compressors
-from pipeline.tta import curves_time_to_accuracy, label, resolve, time_to_accuracy, trace_path
+from pipeline.request import Request, check_compressors, parse_calibration
+from pipeline.tta import curves_time_to_accuracy, label, time_to_accuracy
 from results.store import Store
 from sidco.commands import dump_json
-from sidco.commands.simulate import add_scenario_args, add_source_args, parse_source, positive_int, scenario_options
-from units import format_bandwidth, format_seconds, parse_bandwidth, parse_duration
+from sidco.commands.simulate import add_scenario_args, add_source_args, cluster, workload_fields
+from units import format_bandwidth, format_seconds
 from sidco.commands import COMMANDS
 
 
@@ -129,9 +129,7 @@ def print_result(result: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Compute and print the time-to-target table."""
     check_target(args.target_accuracy, args.target_loss)
-    nodes = positive_int(args.nodes, "--nodes")
-    bandwidth = parse_bandwidth(args.bandwidth)
-    latency = parse_duration(args.latency)
+    chosen = cluster(args)
     if args.curves is None and (args.trace or args.layout):
         raise ValueError("--trace/--layout name the workload of --curves; a convergence run's trace is its own")
     if args.curves is not None and not (args.trace or args.layout):
@@ -139,20 +137,18 @@ def run(args: argparse.Namespace) -> int:
     curves = load_curves(args.curves) if args.curves is not None else None
     if curves is not None:
         check_compressors(list(dict.fromkeys(r["compressor"] for r in curves["rows"])))
-    calibration = project.parse_calibration(args.calibration)
+    fields = workload_fields(args)
+    source = None if curves is None else project.source(Request(None, **fields))  # the device resolved once
+    calibration = parse_calibration(args.calibration)
     with Store(args.store) as store:
-        if curves is None:
-            args.trace = trace_path(store, resolve(store, args.convergence))
-        source, device = parse_source(args, store)
-        options = scenario_options(args, project.workload(source))
-        cluster = project.Cluster(nodes, bandwidth, latency, args.topology, args.fidelity, options)
         targets = {"target_accuracy": args.target_accuracy, "target_loss": args.target_loss}
-        if curves is None:
-            result = time_to_accuracy(store, args.convergence, cluster=cluster, device=device,
+        if curves is None:  # the run's own trace: time_to_accuracy resolves it and the device, once
+            result = time_to_accuracy(store, args.convergence, cluster=chosen, device=fields["device"],
                                       calibration_choice=calibration, profile_file=args.profile,
-                                      precision=args.precision, **targets)
+                                      precision=fields["precision"], device_flops_per_s=fields["device_flops_per_s"],
+                                      **targets)
         else:
-            result = curves_time_to_accuracy(store, curves, source, cluster=cluster, device=device,
+            result = curves_time_to_accuracy(store, curves, project.register(store, source), cluster=chosen,
                                              calibration_choice=calibration, profile_file=args.profile, **targets)
     if args.json:
         print(dump_json(result))

@@ -172,7 +172,7 @@ def test_queries_on_a_filled_store(tmp_path):
     store = Store(tmp_path / "r.sqlite")
     written = fill(store, rows=3000)
     assert sum(written.values()) >= 3000
-    sweep = data.sweeps(store)[0]
+    sweep = store.sweep_list()[0]
     assert sweep["landed"] == written["scenarios"]
     axes = data.sweep_axes(store, sweep["id"])
     assert "none" in axes["compressor"] and axes["nodes"] == sorted(axes["nodes"])
@@ -188,8 +188,8 @@ def test_queries_on_a_filled_store(tmp_path):
                             " AND bandwidth_bps=? AND speedup > 1",
                             (sweep["id"], p["compressor"], p["nodes"], axes["bandwidth_bps"][0]))[0][0]
         assert p["density"] == beats
-    replay = data.replays(store)[0]
-    quality = data.quality_by_iteration(store, replay["id"])
+    replay = store.replay_list()[0]
+    quality = store.quality_by_iteration(replay["id"])
     assert all(r["aot_min"] <= r["achieved_over_target"] <= r["aot_max"] for r in quality)
     store.close()
 
@@ -454,7 +454,7 @@ def test_sweep_queries_keep_latencies_and_topologies_apart(tmp_path):
     for latency, topology, winner in ((1e-6, "ring", "topk"), (1e-3, "ring", "sidco-e"), (1e-6, "tree", "sidco-e")):
         best = data.best_two(store, sweep_id, latency, topology)
         assert [(r["rank"], r["compressor"]) for r in best][0] == (1, winner) and len(best) == 2
-        assert len(data.scenarios(store, sweep_id, nodes=8, latency_s=latency, topology=topology)) == 2
+        assert len(store.scenarios(int(sweep_id), nodes=8, latency_s=latency, topology=topology)) == 2
     axes = data.sweep_axes(store, sweep_id)
     assert axes["latency_s"] == [1e-6, 1e-3] and axes["topology"] == ["ring", "tree"]
     store.close()
@@ -473,7 +473,7 @@ def test_achieved_over_target_is_weighted_by_elements(tmp_path):
         dict(base, bucket=1, numel=10, selected=1, achieved_density=0.1,
              achieved_over_target=10.0, wire_bytes=8),
     ])
-    (row,) = data.quality_by_iteration(store, replay_id)
+    (row,) = store.quality_by_iteration(int(replay_id))
     assert row["achieved_over_target"] == pytest.approx(1001 / 100_010 / 0.01)
     assert (row["aot_min"], row["aot_max"]) == (1.0, 10.0)
     store.close()

@@ -1,0 +1,195 @@
+"""The request: one projection as either front door asks for it, checked once.
+
+``sidco simulate``, ``compare``, ``sweep`` and ``tta`` map their flags, the dashboard's What-if,
+Timeline and Sweeps pages their controls, to a :class:`Request`; constructing it checks every rule a projection has
+(the workload named once, compressors that exist, densities in (0, 1] where the compressor
+takes one, the cluster's numbers, the precision, the calibration choice), so the doors carry
+none of them. The modelled device is looked up in one place, :func:`resolve_device`, by one
+default rule; :func:`pipeline.project.source` calls it once per request and the resolved
+:class:`simulator.devices.Device` travels on the request's source to the compute rule and the
+compression-cost policy. Units: bits/s, seconds, bytes, FLOP/s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator import devices
+from simulator.limits import MESSAGE_BUDGET
+from simulator.scenario import FIDELITIES, TOPOLOGIES
+from simulator.throughput import DEFAULT_PRECISION, check_precision
+from units import check_bandwidth, check_density, check_latency
+
+DEFAULT_LAYOUT_DEVICE = "a100"
+"""Layouts are GPU models by construction: without ``--device`` they run on this device."""
+
+DEVICE_RULE = (f"default: {DEFAULT_LAYOUT_DEVICE} for a layout, the device a trace was captured on for a trace; "
+               "a trace captured on a GPU keeps its own timings, its GPU model unrecorded")
+"""The one default rule of the modelled device, as ``--help`` and the dashboard state it."""
+
+
+def resolve_device(asked: str | None, *, layout: bool, captured: str = "cpu") -> devices.Device | None:
+    """The modelled device of a projection: the device ``asked`` names exactly (case-insensitive,
+    ``NAME@ERA`` for a GPU with an earlier PyTorch's kernels; ValueError listing the known names
+    otherwise), else the one default rule (:data:`DEVICE_RULE`): :data:`DEFAULT_LAYOUT_DEVICE`
+    for a ``layout``, the device a trace was ``captured`` on (``cpu``, ``cuda:0``…). ``None``
+    for a trace captured on a GPU whose model is not recorded (its timings are kept; its costs
+    come from stored replays and profiles of ``cuda``). The only place a projection looks a
+    device up."""
+    if asked:
+        return devices.get(asked)
+    if layout:
+        return devices.get(DEFAULT_LAYOUT_DEVICE)
+    kind = captured.split(":")[0]
+    return devices.get(kind) if kind == "cpu" else None
+
+
+def device_names() -> list[str]:
+    """The modelled devices' names (``cpu``, ``v100``, ``a100``, ``h100``, ``h200``)."""
+    return devices.names()
+
+
+def device_choices() -> list[tuple[str, str]]:
+    """Every modelled device a door may offer: ``(name, label)``, e.g. ``("h100", "NVIDIA H100 SXM")``."""
+    return [(name, devices.get(name).label) for name in devices.names()]
+
+
+def _positive(value: Any, what: str) -> float:
+    """``value`` as a finite float > 0; ValueError naming ``what`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"{what} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The scenario without the compressor: ``nodes`` machines, NIC ``bandwidth_bps`` (bits/s)
+    and per-message ``latency_s`` (s), a topology, a fidelity and further
+    :class:`simulator.Scenario` keyword ``options`` (bucket sizes in bytes, jitter, …; their
+    limits are the scenario's own, :func:`pipeline.project.check_options`)."""
+
+    nodes: int
+    bandwidth_bps: float
+    latency_s: float
+    topology: str = "ring"
+    fidelity: str = "analytic"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
+            raise ValueError(f"nodes must be a whole number >= 1, got {self.nodes!r}")
+        for value, check in ((self.bandwidth_bps, check_bandwidth), (self.latency_s, check_latency)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{check.__name__.removeprefix('check_')} must be a number, got {value!r}")
+            check(value)
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"unknown topology {self.topology!r}; choose from {', '.join(TOPOLOGIES)}")
+        if self.fidelity not in FIDELITIES:
+            raise ValueError(f"unknown fidelity {self.fidelity!r}; choose from {', '.join(FIDELITIES)}")
+
+
+def check_compressors(names: Sequence[str]) -> list[str]:
+    """``names`` if every one is a compressor of :func:`compressors.names`; ValueError naming
+    the first unknown one (and the choices) otherwise."""
+    import compressors
+
+    known = compressors.names()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(known)}")
+    return list(names)
+
+
+def takes_density(name: str) -> bool:
+    """Whether compressor ``name`` sends the share a density sets (:func:`compressors.takes_density`)."""
+    import compressors
+
+    return compressors.takes_density(name)
+
+
+def pairs(names: Sequence[str], densities: Sequence[float]) -> list[tuple[str, float | None]]:
+    """The (compressor, density) pairs of ``names`` (known compressors, repeats dropped) at
+    ``densities`` (each in (0, 1]): a compressor that takes no density once with ``None``, every
+    one that takes one at each density (ValueError when there is none)."""
+    chosen = check_compressors(list(dict.fromkeys(names)))
+    checked = [check_density(d) for d in dict.fromkeys(densities)]
+    sparse = [n for n in chosen if takes_density(n)]
+    if sparse and not checked:
+        raise ValueError(f"--density is needed with --compressor {sparse[0]}")
+    return [(n, None) for n in chosen if not takes_density(n)] + [(n, d) for d in checked for n in sparse]
+
+
+def parse_calibration(text: str | int) -> str | int:
+    """``--calibration``: ``latest``, ``none`` or a calibration id (an integer >= 1)."""
+    choice = str(text).strip().lower()
+    if choice in ("latest", "none"):
+        return choice
+    if choice.isdigit() and int(choice) >= 1:
+        return int(choice)
+    raise ValueError(f"invalid --calibration {text!r}: give latest, a calibration id or none")
+
+
+@dataclass(frozen=True)
+class Request:
+    """One projection, checked on construction (ValueError, one line, naming the first bad field).
+
+    ``cluster``: where it runs (``None`` for the workload alone: a sweep varies the cluster).
+    The workload: exactly one of ``trace`` (a trace directory), ``trace_id`` (a trace registered
+    in the store) or ``layout`` (a full-size layout of :mod:`traces.layouts`, computed with
+    ``batch_size`` samples per worker, at ``device_flops_per_s`` FLOP/s when given). ``device``:
+    the modelled device's name, ``None`` for the default rule (:func:`resolve_device`);
+    ``precision``: ``fp32``, ``tf32`` or ``amp``. ``compressors`` at ``densities`` (each in
+    (0, 1]; at least one when a compressor takes a density: :func:`pairs`). ``calibration``:
+    ``latest``, an id or ``none``. Compression costs by the policy
+    (:func:`pipeline.costs.compression_profile`), taking ``profile_file`` (a JSON profile) or
+    the stored profile ``profile_id`` first. ``timeline``: keep the iteration's events;
+    ``message_budget``: the most link-level messages one scenario may take."""
+
+    cluster: Cluster | None
+    compressors: tuple[str, ...] = ("none",)
+    densities: tuple[float, ...] = ()
+    trace: str | None = None
+    trace_id: int | None = None
+    layout: str | None = None
+    device: str | None = None
+    precision: str = DEFAULT_PRECISION
+    device_flops_per_s: float | None = None
+    batch_size: int = 32
+    calibration: str | int = "none"
+    profile_file: str | None = None
+    profile_id: int | None = None
+    timeline: bool = False
+    message_budget: int = MESSAGE_BUDGET
+
+    def __post_init__(self) -> None:
+        given = [name for name in ("trace", "trace_id", "layout") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError("give one workload: a trace directory, a registered trace or a layout")
+        if self.layout is not None:
+            from traces.layouts import names as layout_names
+
+            if self.layout not in layout_names():
+                raise ValueError(f"unknown layout {self.layout!r}; choose from {', '.join(layout_names())}")
+        elif self.device_flops_per_s is not None:
+            raise ValueError("--device-flops applies to layouts; a trace is projected with --device")
+        if self.device_flops_per_s is not None:
+            _positive(self.device_flops_per_s, "device FLOP/s")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch size must be an integer >= 1, got {self.batch_size!r}")
+        check_precision(self.precision)
+        if not self.compressors:
+            raise ValueError("choose at least one compressor")
+        pairs(self.compressors, self.densities)
+        object.__setattr__(self, "compressors", tuple(self.compressors))
+        object.__setattr__(self, "densities", tuple(check_density(d) for d in self.densities))
+        object.__setattr__(self, "calibration", parse_calibration(self.calibration))
+        if self.profile_id is not None and (isinstance(self.profile_id, bool) or not isinstance(self.profile_id, int)
+                                            or self.profile_id < 1):
+            raise ValueError(f"unknown device profile {self.profile_id!r}")
+
+    def pairs(self) -> list[tuple[str, float | None]]:
+        """The request's (compressor, density) pairs (:func:`pairs`)."""
+        return pairs(self.compressors, self.densities)
