@@ -38,7 +38,7 @@ def test_benchmarks_hold_current_figures_only():
     """BENCHMARKS.md is a page of current figures (history is in git): short, nothing marked
     superseded, every section naming the commit that recorded it."""
     text = (USAGE.parent.parent / "BENCHMARKS.md").read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= 650 and "superseded" not in text.lower()
+    assert len(text.splitlines()) <= 520 and "superseded" not in text.lower()
     sections = re.findall(r"<!-- section:(\w+) -->(.*?)<!-- /section:\1 -->", text, flags=re.S)
     assert len(sections) >= 6
     assert all("**Commit:**" in body for _, body in sections), [name for name, body in sections if "**Commit:**" not in body]
