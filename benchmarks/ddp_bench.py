@@ -15,7 +15,6 @@ import argparse
 import datetime
 import gc
 import json
-import multiprocessing
 import os
 import statistics
 import sys
@@ -25,11 +24,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 import compressors
 import compressors.ddp
+from measuring import ranks
 
 WIDTH_IN = 256
 """Input features of the synthetic model."""
@@ -111,10 +110,7 @@ def run(names: list[str], density: float, workers: int, steps: int, numel: int) 
         raise ValueError("need --workers >= 2, --steps >= 3 and --numel >= 1000")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp, "rows.json")
-        # ranks fork from a server that imported torch once (each spawned rank would import it, ~2 s of CPU)
-        multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", "torch.distributed", "compressors"])
-        mp.start_processes(_worker, args=(workers, str(Path(tmp, "rdv")), str(out), names, density, steps, numel),
-                           nprocs=workers, join=True, start_method="forkserver")
+        ranks.spawn(_worker, (workers, str(Path(tmp, "rdv")), str(out), names, density, steps, numel), workers)
         rows = json.loads(out.read_text())
     base = {row["compressor"]: row["step_s"] for row in rows}.get("none")
     for row in rows:

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import compressors.ddp
-import ranks
+from measuring import ranks
 
 STEPS = 40
 DENSITY = 0.05

@@ -23,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import compressors
 import compressors.ddp
-import ranks
+from measuring import ranks
 
 WORLD = 2
 DENSITY = 0.05
