@@ -1,13 +1,16 @@
 """Which machine ran a measurement: the device identity string recorded with every benchmark and
-replay (``"cpu: AMD EPYC 7B13 (avx2, avx512f)"``, ``"cuda: NVIDIA H200"``)."""
+replay (``"cpu: AMD EPYC 7B13 (avx2, avx512f)"``, ``"cuda: NVIDIA H200"``). Reading the CPU's
+identity imports no torch (a projection onto this CPU reads it)."""
 
 from __future__ import annotations
 
 import functools
 import platform
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 SIMD_FLAGS: tuple[str, ...] = ("avx2", "avx512f", "avx512bw", "avx512vl", "fma", "neon", "asimd", "sve")
 """CPU feature flags worth naming: the ones the native kernels' speed depends on."""
@@ -48,6 +51,8 @@ def cpu_identity() -> str:
 
 def device_identity(device: str | torch.device) -> str:
     """The identity of ``device``: the CPU model and SIMD flags, or the GPU's name."""
+    import torch
+
     dev = torch.device(device)
     if dev.type == "cuda":
         return f"cuda: {torch.cuda.get_device_name(dev)}"

@@ -395,16 +395,22 @@ NO_TENSOR_UNITS = "a CPU has no fp16 or TF32 matrix units: 0 (fp16 runs at bf16_
 
 
 def host_identity() -> dict[str, Any]:
-    """This host: CPU model, the SIMD flags that matter here, core count, torch version."""
-    import torch
+    """This host: CPU model, the SIMD flags that matter here, core count, torch version (read from
+    the installed package's metadata: a projection never imports torch)."""
+    from importlib.metadata import PackageNotFoundError, version
 
     from compressors.machine import cpuinfo
+
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        torch_version = "not installed"
 
     info = cpuinfo()
     model = info.get("model name") or platform.processor() or platform.machine()
     flags = set(info.get("flags", "").split())
     simd = [f for f in ("avx512f", "avx512_bf16", "avx2", "fma", "neon", "asimd") if f in flags]
-    return {"cpu": model, "flags": simd, "cores": os.cpu_count() or 1, "torch": torch.__version__}
+    return {"cpu": model, "flags": simd, "cores": os.cpu_count() or 1, "torch": torch_version}
 
 
 def host_key(identity: Mapping[str, Any]) -> str:
