@@ -591,9 +591,11 @@ class SIDCo(Compressor):
         chosen one or a later stage's shift) scaled by how ``η₁`` moved: every later stage's
         statistics then come from the pool.
         """
+        # Step 1: split the density into one exceedance probability per stage.
         k = target_count(self.density, n)
         probs = stage_probabilities(self.density, stages, self.first_ratio)
         last = len(probs) - 1
+        # Step 2: stage 1 fits the whole |g| (one read; the pool too when there is one stage).
         pool_at = _round(GUESS_MARGIN * guess.chosen, dtype) if guess is not None and not last else None
         moments = ops.first(pool_at)
         fit: Callable[[float], float] = lambda p: _finite(self.first_threshold(moments, p), dtype)  # noqa: E731
@@ -601,6 +603,8 @@ class SIDCo(Compressor):
         log_p, used, count, exact = math.log(probs[0]), 1, None, True
         previous = None  # the accepted stage before t's: (t, its count, its fit, ln p, stages used)
         self._low = math.inf
+        # Step 3: each later stage fits the exceedances over the previous stage's threshold
+        # (peak over threshold), adapting its probability to what that threshold kept.
         for m in range(1, len(probs)):
             pool_at = None
             if m == 1 and guess is not None and guess.eta1 > 0:
@@ -621,6 +625,7 @@ class SIDCo(Compressor):
             fit = self._stage_fit(t, tail, dtype)
             t, log_p, used = fit(p), math.log(p), used + (p < 1)
             count = None
+        # Step 4: count what the last threshold selects (from the pool where it answers).
         if count is None:
             if self.corrections:
                 t = _snap(t, dtype)
@@ -629,6 +634,7 @@ class SIDCo(Compressor):
                 count, exact = ops.count(t), True
             if count == 0 and previous is not None:
                 t, count, fit, log_p, used = previous
+        # Step 5: correct the threshold toward k within the band; add stages if it still overshoots.
         if self.corrections:
             t, count = self._correct(ops, fit, t, count, exact, log_p, k, dtype)
             t, count, used = self._deepen(ops, t, count, used, k, dtype)
