@@ -73,6 +73,7 @@ from compressors.adaptive import StageController
 from compressors.base import Compressor
 from compressors.rules import stage_probabilities
 from compressors.selection import Workspace, argmax_fallback
+from compressors.sidco_work import CORRECTIONS, POOL_BINS, POOL_ROOM
 from compressors.sparse import Sparse
 
 GUESS_MARGIN = 0.9
@@ -85,10 +86,6 @@ WILD_TRY = 0.5
 secant step after a stage-1 fit that selected a hundredth of ``k``) is counted by a full pass that
 collects nothing."""
 
-POOL_ROOM = 1.75
-"""Torch path: the pool's slots, ``⌊1.75 × max(previous pool, k)⌋ + 1024`` (a pool that fills them
-is collected again at the same level into :data:`POOL_REGROW` times as many: one more transfer)."""
-
 POOL_REGROW = 4
 """Torch path: a pool that filled its slots is collected again into this many times as many (at
 most ``n``, which cannot fill)."""
@@ -100,12 +97,8 @@ LATTICE_SHIFT = 16
 """With corrections (``adapt="count"``) every threshold whose count is tried is first moved to the
 nearest point of a lattice: the float32 values whose low 16 bits are zero (7 mantissa bits, so
 also exact in bfloat16 and float16; steps of 0.4–0.8 %). A count at a lattice point is what the
-torch path's pool histogram (:data:`WINDOW` bins) answers exactly without reading the pool; the
-native path counts the same tries in its pool, so both backends take the same steps."""
-
-WINDOW = 256
-"""Bins of the torch path's pool histogram: lattice steps from the pool's level upward (two
-octaves; the last bin also holds everything above). A try outside it is counted on the device."""
+torch path's pool histogram (:data:`POOL_BINS` bins) answers exactly without reading the pool;
+the native path counts the same tries in its pool, so both backends take the same steps."""
 
 EXTRA_STAGES = 3
 """Stages :meth:`SIDCo._deepen` may add within one call when the corrected threshold still
@@ -271,7 +264,7 @@ class _TorchOps(_Ops):
     one stays 0: a later stage's count, ``Σ|g|`` and ``‖·‖₂`` are reductions of it. The pool
     (``nonzero_static`` of it into ``pool_capacity`` slots, the spare slots pointing at that 0,
     the gathered values made magnitudes in place) stays on the device; what travels to the host
-    with the statistics of the stage it is taken with is its histogram over :data:`WINDOW`
+    with the statistics of the stage it is taken with is its histogram over :data:`POOL_BINS`
     lattice steps from its level (the float32 bits of the magnitudes, capped at the window's top
     and widened exactly to float64 by one ``minimum``, binned by ``histc`` at bin edges the bits
     cannot fall on), from which the count above any
@@ -314,14 +307,14 @@ class _TorchOps(_Ops):
         if not self.histogram:
             return self.pool_values
         self.lowest = struct.unpack("<I", struct.pack("<f", pool_at))[0] >> LATTICE_SHIFT
-        top_bits = min((self.lowest + WINDOW) << LATTICE_SHIFT, 0x7F7F0000)
+        top_bits = min((self.lowest + POOL_BINS) << LATTICE_SHIFT, 0x7F7F0000)
         narrow = self.pool_values if self.pool_values.dtype == torch.float32 else \
             self.ws.at_least("pool-f32", size, torch.float32, kept.device).copy_(self.pool_values)
         self.owner_top[...] = top_bits  # a host scalar the device reads at launch (no transfer, no kernel)
         wide = torch.minimum(narrow.view(torch.int32), self.top_tensor,
                              out=self.ws.at_least("pool-bits", size, torch.float64, kept.device))
         low = (self.lowest << LATTICE_SHIFT) + 0.5
-        torch.histc(wide, bins=WINDOW, min=low, max=low + float(WINDOW << LATTICE_SHIFT), out=packet)
+        torch.histc(wide, bins=POOL_BINS, min=low, max=low + float(POOL_BINS << LATTICE_SHIFT), out=packet)
         return None
 
     def _fetch(self, stats: Callable[[torch.Tensor], None], count: int, pool_at: float | None,
@@ -330,7 +323,7 @@ class _TorchOps(_Ops):
         it is given (reductions with ``out=``), followed by the histogram of the pool above
         ``pool_at`` (float64 data: the pool's values, concatenated); returns the statistics."""
         device = self.grad.device
-        extra = WINDOW if pool_at is not None and self.histogram else 0
+        extra = POOL_BINS if pool_at is not None and self.histogram else 0
         packet = self.ws.at_least("to-host", count + extra, torch.float64, device)
         stats(packet)
         pool = self._gather_pool(pool_at, capacity, packet[count:]) if pool_at is not None else None
@@ -405,7 +398,7 @@ class _TorchOps(_Ops):
         if self.host_pool is not None:
             return int(np.count_nonzero(self.host_pool > self.host_pool.dtype.type(threshold)))
         j = _lattice_index(threshold)
-        if j is not None and 0 <= j - self.lowest < WINDOW and j << LATTICE_SHIFT < 0x7F7F0000:
+        if j is not None and 0 <= j - self.lowest < POOL_BINS and j << LATTICE_SHIFT < 0x7F7F0000:
             return int(self.above[j - self.lowest])
         kept = torch.ops.aten.hardshrink.out(self.pool_values, threshold, out=self.ws.at_least(
             "pool-kept", self.pool_values.numel(), self.pool_values.dtype, self.grad.device))
@@ -501,7 +494,7 @@ class SIDCo(Compressor):
 
     def __init__(self, density: float, stages: int | str = "adaptive", first_ratio: float = 0.25,
                  window: int = 5, band: float = 0.2, backend: str = "auto", adapt: str = "count",
-                 corrections: int = 8):
+                 corrections: int = CORRECTIONS):
         super().__init__(density)
         if backend not in ("auto", "torch"):
             raise ValueError(f"backend must be 'auto' or 'torch', got {backend!r}")

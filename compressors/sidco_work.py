@@ -25,17 +25,22 @@ while error feedback's residual is still growing)."""
 
 
 POOL_ROOM = 1.75
-"""SIDCo's torch path: its pool's slots are ``⌊1.75 × max(previous pool, k)⌋ + 1024`` (as
-:data:`compressors.sidco.POOL_ROOM`)."""
+"""SIDCo's torch path: the pool's slots, ``⌊1.75 × max(previous pool, k)⌋ + 1024`` (a pool that
+fills them is collected again at the same level into :data:`compressors.sidco.POOL_REGROW` times as
+many: one more transfer)."""
 
 POOL_BINS = 256
-"""Bins of the histogram of SIDCo's pool that its torch path reads to the host (as
-:data:`compressors.sidco.WINDOW`)."""
+"""Bins of SIDCo's torch-path pool histogram, the part of the pool read to the host: lattice steps
+from the pool's level upward (two octaves; the last bin also holds everything above). A try
+outside it is counted on the device."""
+
+CORRECTIONS = 8
+"""SIDCo's in-call correction steps by default (its ``corrections``)."""
 
 
 def _sidco(name):
-    def declare(n, density, itemsize, stages, rounds, backend, corrections=8, adapt="count", steps=None, pool=None,
-                collects=1):
+    def declare(n, density, itemsize, stages, rounds, backend, corrections=CORRECTIONS, adapt="count", steps=None,
+                pool=None, collects=1):
         planned = len(stage_probabilities(density, stages, 0.25))
         k = target_count(density, n)
         pool = min(n, NATIVE_POOL * k) if pool is None else pool

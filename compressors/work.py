@@ -36,15 +36,12 @@ from compressors import message_kind
 from compressors.declare import CallWork, Declaration, Work
 from compressors.powersgd_work import factors as powersgd_factors
 from compressors.rules import CATALOG, target_count
+from compressors.sidco_work import CORRECTIONS as SIDCO_CORRECTIONS
 from compressors.wire import DENSE_ALLREDUCE, sparse_bytes
 
 DEFAULT_STAGES = 2
 """SIDCo stages assumed when ``stages`` is not given (adaptive SIDCo settles at 1–3 on
 gradient-like data below δ = 0.25)."""
-
-SIDCO_CORRECTIONS = 8
-"""SIDCo's in-call correction steps (its default ``corrections``)."""
-
 
 def _ef_in(n: int, itemsize: int) -> Work:
     """Error feedback before compressing: ``grad + residual`` into a kept spare buffer (the
@@ -132,7 +129,7 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
                                        **{key: value for key, value in counts.items() if key in taken})
     if not error_feedback:  # the compressor reads the caller's gradient, written long before the call
         _read_input_cold(compress, n)
-    if error_feedback:
+    else:
         sent = float(hits[-1]) if hits and name in ("gaussiank", "redsync") else None
         ef_out = _ef_out(name, n, density, itemsize, decompress, sent)
         compress = _merge(_merge(_ef_in(n, itemsize), compress), ef_out)
