@@ -9,8 +9,7 @@ stage count, the pool, and on the native path its full passes and correction ``s
 
 from __future__ import annotations
 
-from compressors.declare import Declaration, Work
-from compressors.declare import sparse_decompress as _sparse_decompress
+from compressors.declare import Declaration, Work, sparse_decompress
 from compressors.rules import stage_probabilities, target_count
 
 NATIVE_STEPS = 5
@@ -48,9 +47,9 @@ def _sidco(name):
             steps = (NATIVE_STEPS if steps is None else steps) if corrections and adapt == "count" else 0
             full = min(planned, 2) if rounds is None else rounds
             return (_sidco_native(name, n, itemsize, planned, k, pool, full, steps, collects),
-                    _sparse_decompress(n, k, itemsize))
+                    sparse_decompress(n, k, itemsize))
         return (_sidco_torch(name, n, k, itemsize, planned, pool, exact=bool(corrections) and adapt == "count"),
-                _sparse_decompress(n, k, itemsize))
+                sparse_decompress(n, k, itemsize))
 
     return declare
 
