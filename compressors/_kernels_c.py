@@ -3,19 +3,24 @@
 One kernel, ``sidco_scan``, OpenMP-parallel over contiguous float32 input, does in one read pass
 what a SIDCo stage needs (``y = |x|`` or ``y = x``):
 
-- statistics of the exceedances of ``shift``: ``#(y > shift)``, ``Σ(y − shift)`` and
-  ``Σ(y − shift)²`` over them (``shift = 0`` gives the plain sums of ``|x|``), and on request
-  ``Σ ln max(y, FLT_MIN)`` over all elements with ``#(y > 0)`` (summed exponents plus one
-  logarithm per product of 64 mantissas, not one per element). These loops are branch-free, so
-  the compiler vectorises them for whatever instruction set it targets (SSE2, AVX2, AVX-512);
-  partial sums are float32 over chunks of 1024 elements, accumulated in float64;
+- statistics of the exceedances of ``shift``: ``#(y > shift)``, ``Σ(y − shift)`` and, on
+  request, ``Σ(y − shift)²`` over them (``shift = 0`` gives the plain sums of ``|x|``), and on
+  request ``Σ ln max(y, FLT_MIN)`` over all elements with ``#(y > 0)`` (summed exponents plus one
+  logarithm per chunk: each vector lane multiplies the mantissas in [1, 2) of 64 elements, a
+  product below 2^64, then the lanes' products are split into exponent and mantissa and
+  multiplied; float32 rounding adds < 6e-8 per element to the sum of logarithms);
 - optionally, compaction of ``{(i, y_i) : y_i > thr}`` (strict), ascending ``i`` (int32, or
-  ``src[i]`` when positions are given), into caller-provided buffers of capacity ``n``. Blocks of 64 elements with nothing above
-  ``thr`` are skipped after a test (with AVX-512 four compares of the whole block: the
-  per-element loop the other builds keep cost a quarter more at a 0.5 % pool there); the rest are
-  compacted with AVX-512 compress stores, AVX2 permutes from a 256-entry lookup table, or
-  (neither available) a branch-free scalar loop that stores every element and advances the output
-  by ``y > thr``.
+  ``src[i]`` when positions are given), into caller-provided buffers of capacity ``n``.
+
+Each combination of what a pass computes (``|x|`` or ``x``, ``shift`` zero or not, squares, logarithms,
+selection) is its own branch-free loop (compile-time flags of one always-inlined function). The
+input is swept once in blocks of 64 elements: every block is loaded once, added to the sums (four
+independent vector accumulators per sum, so that the adds do not wait on each other; float32
+within a chunk of 1024 elements, float64 across chunks), and with a selection tested against
+``thr``; only blocks with a hit are compacted (re-read from L1), with AVX-512 compress
+instructions, AVX2 permutes from a 256-entry lookup table, or (neither available: the vector
+layer is then plain scalar C) a branch-free loop that stores every element and advances the
+output by ``y > thr``. The < 64 elements left at the end of a part take a scalar loop.
 """
 
 SOURCE = r"""
@@ -29,8 +34,9 @@ SOURCE = r"""
 #endif
 
 #define CHUNK 1024
-#define SCAN 64
-#define FLOOR 1.17549435e-38f
+#define BLOCK 64
+#define UNROLL 4
+#define LN2 0.6931471805599453
 
 static inline float fast_logf(float x) {
     /* Cephes logf for normal positive x (|error| < 2e-7 relative); branch-free so it vectorises. */
@@ -52,61 +58,111 @@ static inline float fast_logf(float x) {
     return m + y + 0.693359375f * e;
 }
 
-typedef struct { double cnt, s1, s2, sl, pos; } sums_t;
-
-/* Σ ln max(|x|, FLT_MIN) over [b, e) without a logarithm per element: ln y = e·ln 2 + ln m with
-   y = m·2^e, m in [1, 2); the exponents are summed as integers and the mantissas multiplied in
-   groups of 64 (a product below 2^64, one logarithm per group; float32 rounding of 64 products
-   adds < 4e-6 relative to it, i.e. < 1e-7 per element to the sum of logarithms). */
-static inline float mantissa_product(const float* x, int count, int32_t* exps_out) {
-    float prod = 1.0f;
-    int32_t exps = 0;
-    for (int i = 0; i < count; i++) {
-        int32_t bits;
-        memcpy(&bits, x + i, sizeof bits);
-        bits &= 0x7fffffff;                            /* |x| */
-        bits = bits > 0x00800000 ? bits : 0x00800000;  /* max(|x|, FLT_MIN) */
-        exps += (bits >> 23) - 127;
-        bits = (bits & 0x007fffff) | 0x3f800000;
-        float m;
-        memcpy(&m, &bits, sizeof m);
-        prod *= m;
-    }
-    *exps_out = exps;
-    return prod;
+/* The vector layer: vf holds VL floats, vi VL int32, vm a comparison's result. */
+#if defined(__AVX512F__)
+#define VL 16
+typedef __m512 vf; typedef __m512i vi; typedef __mmask16 vm;
+static inline vf v_load(const float* p) { return _mm512_loadu_ps(p); }
+static inline vf v_set(float a) { return _mm512_set1_ps(a); }
+static inline vi vi_set(int32_t a) { return _mm512_set1_epi32(a); }
+static inline vf v_abs(vf a) { return _mm512_abs_ps(a); }
+static inline vf v_add(vf a, vf b) { return _mm512_add_ps(a, b); }
+static inline vf v_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+static inline vf v_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vi vi_add(vi a, vi b) { return _mm512_add_epi32(a, b); }
+/* y <= s ? 0 : y - s (a NaN y gives NaN) */
+static inline vf v_excess(vf y, vf s) { return _mm512_maskz_sub_ps(_mm512_cmp_ps_mask(y, s, _CMP_NLE_UQ), y, s); }
+static inline vm v_gt(vf y, vf t) { return _mm512_cmp_ps_mask(y, t, _CMP_GT_OQ); }
+static inline vm m_none(void) { return 0; }
+static inline vm m_or(vm a, vm b) { return a | b; }
+static inline int m_any(vm a) { return a != 0; }
+static inline vi v_count(vi c, vf y, vf s) { return _mm512_mask_sub_epi32(c, v_gt(y, s), c, _mm512_set1_epi32(-1)); }
+static inline vi v_bits(vf a) { return _mm512_castps_si512(a); }
+static inline vf v_float(vi a) { return _mm512_castsi512_ps(a); }
+static inline vi vi_max(vi a, vi b) { return _mm512_max_epi32(a, b); }
+static inline vi vi_and(vi a, vi b) { return _mm512_and_si512(a, b); }
+static inline vi vi_or(vi a, vi b) { return _mm512_or_si512(a, b); }
+static inline vi vi_shr23(vi a) { return _mm512_srli_epi32(a, 23); }
+static inline double v_sum(vf a) {
+    return _mm512_reduce_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)))
+         + _mm512_reduce_add_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
 }
-
-static inline double chunk_logs(const float* x, int64_t b, int64_t e) {
-    double total = 0.0;
-    for (int64_t s = b; s < e; s += 64) {
-        int32_t exps;
-        float prod = mantissa_product(x + s, (int)(s + 64 < e ? 64 : e - s), &exps);
-        total += exps * 0.6931471805599453 + fast_logf(prod);
-    }
-    return total;
+static inline int64_t vi_sum(vi a) { return _mm512_reduce_add_epi32(a); }
+static inline float v_hprod(vf a) { return _mm512_reduce_mul_ps(a); }
+#elif defined(__AVX2__)
+#define VL 8
+typedef __m256 vf; typedef __m256i vi; typedef __m256 vm;
+static inline vf v_load(const float* p) { return _mm256_loadu_ps(p); }
+static inline vf v_set(float a) { return _mm256_set1_ps(a); }
+static inline vi vi_set(int32_t a) { return _mm256_set1_epi32(a); }
+static inline vf v_abs(vf a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+static inline vf v_add(vf a, vf b) { return _mm256_add_ps(a, b); }
+static inline vf v_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+#if defined(__FMA__)
+static inline vf v_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+#else
+static inline vf v_fma(vf a, vf b, vf c) { return _mm256_add_ps(_mm256_mul_ps(a, b), c); }
+#endif
+static inline vi vi_add(vi a, vi b) { return _mm256_add_epi32(a, b); }
+static inline vf v_excess(vf y, vf s) { return _mm256_andnot_ps(_mm256_cmp_ps(y, s, _CMP_LE_OQ), _mm256_sub_ps(y, s)); }
+static inline vm v_gt(vf y, vf t) { return _mm256_cmp_ps(y, t, _CMP_GT_OQ); }
+static inline vm m_none(void) { return _mm256_setzero_ps(); }
+static inline vm m_or(vm a, vm b) { return _mm256_or_ps(a, b); }
+static inline int m_any(vm a) { return _mm256_movemask_ps(a) != 0; }
+static inline vi v_count(vi c, vf y, vf s) { return _mm256_sub_epi32(c, _mm256_castps_si256(v_gt(y, s))); }
+static inline vi v_bits(vf a) { return _mm256_castps_si256(a); }
+static inline vf v_float(vi a) { return _mm256_castsi256_ps(a); }
+static inline vi vi_max(vi a, vi b) { return _mm256_max_epi32(a, b); }
+static inline vi vi_and(vi a, vi b) { return _mm256_and_si256(a, b); }
+static inline vi vi_or(vi a, vi b) { return _mm256_or_si256(a, b); }
+static inline vi vi_shr23(vi a) { return _mm256_srli_epi32(a, 23); }
+static inline double v_sum(vf a) {
+    __m256d d = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)), _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)));
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
+    return _mm_cvtsd_f64(h) + _mm_cvtsd_f64(_mm_unpackhi_pd(h, h));
 }
-
-/* Statistics of one chunk; `absolute` and `want_log` are compile-time constants at each call
-   site (always_inline), so every variant is a separate branch-free, vectorisable loop. Returns
-   whether anything in the chunk is above `thr`. */
-static inline __attribute__((always_inline)) int32_t chunk_stats(
-        const float* x, int64_t b, int64_t e, int absolute, int want_log, float shift, float thr, sums_t* acc) {
-    float s1 = 0.0f, s2 = 0.0f;
-    int32_t cnt = 0, pos = 0, any = 0;
-    for (int64_t i = b; i < e; i++) {
-        float y = absolute ? fabsf(x[i]) : x[i];
-        int32_t hit = y > shift;
-        float d = y <= shift ? 0.0f : y - shift;  /* NaN propagates into the sums */
-        s1 += d;
-        s2 += d * d;
-        cnt += hit;
-        any |= y > thr;
-        if (want_log) pos += y > 0.0f;
-    }
-    if (want_log) acc->sl += chunk_logs(x, b, e);
-    acc->cnt += cnt; acc->s1 += s1; acc->s2 += s2; acc->pos += pos;
-    return any;
+static inline int64_t vi_sum(vi a) {
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+    return _mm_cvtsi128_si32(h);
 }
+static inline float v_hprod(vf a) {
+    __m128 h = _mm_mul_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_mul_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_mul_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+#else
+#define VL 1
+typedef float vf; typedef int32_t vi; typedef int32_t vm;
+static inline vf v_load(const float* p) { return *p; }
+static inline vf v_set(float a) { return a; }
+static inline vi vi_set(int32_t a) { return a; }
+static inline vf v_abs(vf a) { return fabsf(a); }
+static inline vf v_add(vf a, vf b) { return a + b; }
+static inline vf v_mul(vf a, vf b) { return a * b; }
+static inline vf v_fma(vf a, vf b, vf c) { return a * b + c; }
+static inline vi vi_add(vi a, vi b) { return a + b; }
+static inline vf v_excess(vf y, vf s) { return y <= s ? 0.0f : y - s; }
+static inline vm v_gt(vf y, vf t) { return y > t; }
+static inline vm m_none(void) { return 0; }
+static inline vm m_or(vm a, vm b) { return a | b; }
+static inline int m_any(vm a) { return a != 0; }
+static inline vi v_count(vi c, vf y, vf s) { return c + (y > s); }
+static inline vi v_bits(vf a) { int32_t b; memcpy(&b, &a, sizeof b); return b; }
+static inline vf v_float(vi a) { float f; memcpy(&f, &a, sizeof f); return f; }
+static inline vi vi_max(vi a, vi b) { return a > b ? a : b; }
+static inline vi vi_and(vi a, vi b) { return a & b; }
+static inline vi vi_or(vi a, vi b) { return a | b; }
+static inline vi vi_shr23(vi a) { return (vi)((uint32_t)a >> 23); }
+static inline double v_sum(vf a) { return a; }
+static inline int64_t vi_sum(vi a) { return a; }
+static inline float v_hprod(vf a) { return a; }
+#endif
+
+/* Blocks between flushes of the mantissa products: VL blocks give every lane of each of the
+   UNROLL product accumulators 16 factors, 64 once the UNROLL are multiplied (< 2^64). */
+#define LOG_BLOCKS VL
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
 static int32_t lut[256][8] __attribute__((aligned(32)));
@@ -119,115 +175,198 @@ __attribute__((constructor)) static void init_lut(void) {
 }
 #endif
 
-/* Compaction of y > thr over [b, e) appending at io/mo + *cnt. Safe to store whole vectors:
-   hits never outnumber the elements before them, so a store at *cnt of up to 16 lanes stays
-   below the current element's own slot + 16, inside this part's region of the buffers. */
-static inline __attribute__((always_inline)) void chunk_select(
-        const float* x, const int32_t* src, int64_t b, int64_t e, int absolute, float thr,
-        int32_t* io, float* mo, int64_t* cnt_io) {
-    int64_t cnt = *cnt_io;
-    for (int64_t s = b; s < e; s += SCAN) {
-        int64_t t = s + SCAN < e ? s + SCAN : e;
-        int64_t i = s;
+/* Compaction of the block [b, b + BLOCK) (y > thr) appending at io/mo + hits. Safe to store whole
+   vectors: hits never outnumber the elements before them, so a store at hits of up to VL lanes
+   stays below the current element's own slot + VL, inside this part's region of the buffers. */
+static inline __attribute__((always_inline)) int64_t block_select(
+        const float* x, const int32_t* src, int64_t b, int absolute, float thr, int32_t* io, float* mo,
+        int64_t hits) {
 #if defined(__AVX512F__)
-        const __m512 vthr = _mm512_set1_ps(thr);
-        const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-        if (t - s == SCAN) {  /* a whole block: one vectorised test before any compaction */
-            __m512 a0 = _mm512_loadu_ps(x + s), a1 = _mm512_loadu_ps(x + s + 16);
-            __m512 a2 = _mm512_loadu_ps(x + s + 32), a3 = _mm512_loadu_ps(x + s + 48);
-            if (absolute) { a0 = _mm512_abs_ps(a0); a1 = _mm512_abs_ps(a1); a2 = _mm512_abs_ps(a2); a3 = _mm512_abs_ps(a3); }
-            if (!(_mm512_cmp_ps_mask(a0, vthr, _CMP_GT_OQ) | _mm512_cmp_ps_mask(a1, vthr, _CMP_GT_OQ)
-                  | _mm512_cmp_ps_mask(a2, vthr, _CMP_GT_OQ) | _mm512_cmp_ps_mask(a3, vthr, _CMP_GT_OQ)))
-                continue;
-        }
-        for (; i + 16 <= t; i += 16) {
-            __m512 v = _mm512_loadu_ps(x + i);
-            if (absolute) v = _mm512_abs_ps(v);
-            __mmask16 m = _mm512_cmp_ps_mask(v, vthr, _CMP_GT_OQ);
-            _mm512_storeu_ps(mo + cnt, _mm512_maskz_compress_ps(m, v));
-            __m512i p = src ? _mm512_loadu_si512((const void*)(src + i))
-                            : _mm512_add_epi32(_mm512_set1_epi32((int32_t)i), step);
-            _mm512_storeu_si512((void*)(io + cnt), _mm512_maskz_compress_epi32(m, p));
-            cnt += __builtin_popcount(m);
-        }
-#elif defined(__AVX2__)
-        const __m256 vthr = _mm256_set1_ps(thr);
-        const __m256 sign = _mm256_set1_ps(-0.0f);
-        const __m256i step = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
-        int32_t any = 0;
-        for (int64_t j = s; j < t; j++) any |= (absolute ? fabsf(x[j]) : x[j]) > thr;
-        if (!any) continue;
-        for (; i + 8 <= t; i += 8) {
-            __m256 v = _mm256_loadu_ps(x + i);
-            if (absolute) v = _mm256_andnot_ps(sign, v);
-            int m = _mm256_movemask_ps(_mm256_cmp_ps(v, vthr, _CMP_GT_OQ));
-            __m256i perm = _mm256_load_si256((const __m256i*)lut[m]);
-            _mm256_storeu_ps(mo + cnt, _mm256_permutevar8x32_ps(v, perm));
-            __m256i p = src ? _mm256_loadu_si256((const __m256i*)(src + i))
-                            : _mm256_add_epi32(_mm256_set1_epi32((int32_t)i), step);
-            _mm256_storeu_si256((__m256i*)(io + cnt), _mm256_permutevar8x32_epi32(p, perm));
-            cnt += __builtin_popcount(m);
-        }
-#else
-        int32_t any = 0;
-        for (int64_t j = s; j < t; j++) any |= (absolute ? fabsf(x[j]) : x[j]) > thr;
-        if (!any) continue;
-#endif
-        for (; i < t; i++) {
-            float y = absolute ? fabsf(x[i]) : x[i];
-            io[cnt] = src ? src[i] : (int32_t)i;
-            mo[cnt] = y;
-            cnt += y > thr;
-        }
+    const __m512 vthr = _mm512_set1_ps(thr);
+    const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int j = 0; j < BLOCK; j += 16) {
+        int64_t i = b + j;
+        __m512 v = _mm512_loadu_ps(x + i);
+        if (absolute) v = _mm512_abs_ps(v);
+        __mmask16 m = _mm512_cmp_ps_mask(v, vthr, _CMP_GT_OQ);
+        _mm512_storeu_ps(mo + hits, _mm512_maskz_compress_ps(m, v));
+        __m512i p = src ? _mm512_loadu_si512((const void*)(src + i))
+                        : _mm512_add_epi32(_mm512_set1_epi32((int32_t)i), step);
+        _mm512_storeu_si512((void*)(io + hits), _mm512_maskz_compress_epi32(m, p));
+        hits += __builtin_popcount(m);
     }
-    *cnt_io = cnt;
+#elif defined(__AVX2__)
+    const __m256 vthr = _mm256_set1_ps(thr);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i step = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+    for (int j = 0; j < BLOCK; j += 8) {
+        int64_t i = b + j;
+        __m256 v = _mm256_loadu_ps(x + i);
+        if (absolute) v = _mm256_andnot_ps(sign, v);
+        int m = _mm256_movemask_ps(_mm256_cmp_ps(v, vthr, _CMP_GT_OQ));
+        __m256i perm = _mm256_load_si256((const __m256i*)lut[m]);
+        _mm256_storeu_ps(mo + hits, _mm256_permutevar8x32_ps(v, perm));
+        __m256i p = src ? _mm256_loadu_si256((const __m256i*)(src + i))
+                        : _mm256_add_epi32(_mm256_set1_epi32((int32_t)i), step);
+        _mm256_storeu_si256((__m256i*)(io + hits), _mm256_permutevar8x32_epi32(p, perm));
+        hits += __builtin_popcount(m);
+    }
+#else
+    for (int64_t i = b; i < b + BLOCK; i++) {
+        float y = absolute ? fabsf(x[i]) : x[i];
+        io[hits] = src ? src[i] : (int32_t)i;
+        mo[hits] = y;
+        hits += y > thr;
+    }
+#endif
+    return hits;
 }
 
-#define PART_LOOP(ABS, LOG)                                                                     \
-    for (int64_t b = lo; b < hi; b += CHUNK) {                                                  \
-        int64_t e = b + CHUNK < hi ? b + CHUNK : hi;                                            \
-        int32_t any = chunk_stats(x, b, e, ABS, LOG, shift, thr, &acc);                         \
-        if (select && any) chunk_select(x, src, b, e, ABS, thr, io, mo, &cnt);             \
-    }
+typedef struct { double cnt, s1, s2, sl, pos; int64_t hits; } sums_t;
 
-/* out[0..4]: #(y > shift), Σ(y − shift), Σ(y − shift)² over them, Σ ln max(y, FLT_MIN) and
-   #(y > 0) (want_log only).
+/* One part [lo, hi): whole blocks of BLOCK elements with UNROLL independent vector accumulators
+   per sum (float32 within a chunk of CHUNK elements, float64 across), then the < BLOCK elements
+   left element by element. ABS: y = |x|; SH: shift != 0 (else y > 0 counts and y itself is the
+   excess: no comparison); SQ: Σ excess²; LOG: Σ ln max(y, FLT_MIN) and #(y > 0); SEL: compact
+   y > thr. Each is a compile-time constant at each instantiation (always_inline). */
+static inline __attribute__((always_inline)) void scan_part(
+        const float* x, const int32_t* src, int64_t lo, int64_t hi, float shift, float thr,
+        int32_t* io, float* mo, sums_t* out, const int ABS, const int SH, const int SQ, const int LOG,
+        const int SEL) {
+    const vf vs = v_set(shift), vt = v_set(thr), zero = v_set(0.0f), one = v_set(1.0f);
+    const vi floor_bits = vi_set(0x00800000), mant_mask = vi_set(0x007fffff), one_bits = vi_set(0x3f800000);
+    double s1 = 0.0, s2 = 0.0, sl = 0.0;
+    int64_t cnt = 0, pos = 0, hits = 0, exps = 0;
+    const int64_t end = lo + (hi - lo) / BLOCK * BLOCK;
+    for (int64_t c = lo; c < end; c += CHUNK) {
+        const int64_t ce = c + CHUNK < end ? c + CHUNK : end;
+        vf a1[UNROLL], a2[UNROLL], pr[UNROLL];
+        vi ac[UNROLL], ap[UNROLL], ex[UNROLL];
+        for (int u = 0; u < UNROLL; u++) {
+            a1[u] = zero; a2[u] = zero; pr[u] = one;
+            ac[u] = vi_set(0); ap[u] = vi_set(0); ex[u] = vi_set(0);
+        }
+        int logged = 0;
+        for (int64_t b = c; b < ce; b += BLOCK) {
+            vm any = m_none();
+            for (int j = 0; j < BLOCK; j += UNROLL * VL) {
+                for (int u = 0; u < UNROLL; u++) {
+                    vf y = v_load(x + b + j + u * VL);
+                    if (ABS) y = v_abs(y);
+                    vf d = SH ? v_excess(y, vs) : y;
+                    a1[u] = v_add(a1[u], d);
+                    if (SQ) a2[u] = v_fma(d, d, a2[u]);
+                    ac[u] = v_count(ac[u], y, SH ? vs : zero);
+                    if (LOG) {
+                        if (SH) ap[u] = v_count(ap[u], y, zero);
+                        vi bits = vi_max(v_bits(y), floor_bits);  /* max(y, FLT_MIN); y >= 0 */
+                        ex[u] = vi_add(ex[u], vi_shr23(bits));
+                        pr[u] = v_mul(pr[u], v_float(vi_or(vi_and(bits, mant_mask), one_bits)));
+                    }
+                    if (SEL) any = m_or(any, v_gt(y, vt));
+                }
+            }
+            if (LOG && (++logged == LOG_BLOCKS || b + BLOCK == ce)) {
+                /* each lane's product of 64 mantissas (< 2^64) split into exponent and mantissa,
+                   the VL mantissas multiplied (< 2^VL), one logarithm */
+                vi q = v_bits(v_mul(v_mul(pr[0], pr[1]), v_mul(pr[2], pr[3])));
+                ex[0] = vi_add(ex[0], vi_shr23(q));
+                exps -= 127 * VL;
+                sl += fast_logf(v_hprod(v_float(vi_or(vi_and(q, mant_mask), one_bits))));
+                for (int u = 0; u < UNROLL; u++) pr[u] = one;
+                logged = 0;
+            }
+            if (SEL && m_any(any)) hits = block_select(x, src, b, ABS, thr, io, mo, hits);
+        }
+        s1 += v_sum(v_add(v_add(a1[0], a1[1]), v_add(a1[2], a1[3])));
+        if (SQ) s2 += v_sum(v_add(v_add(a2[0], a2[1]), v_add(a2[2], a2[3])));
+        cnt += vi_sum(vi_add(vi_add(ac[0], ac[1]), vi_add(ac[2], ac[3])));
+        if (LOG) {
+            exps += vi_sum(vi_add(vi_add(ex[0], ex[1]), vi_add(ex[2], ex[3])));
+            if (SH) pos += vi_sum(vi_add(vi_add(ap[0], ap[1]), vi_add(ap[2], ap[3])));
+        }
+    }
+    /* the last < BLOCK elements */
+    float t1 = 0.0f, t2 = 0.0f, prod = 1.0f;
+    for (int64_t i = end; i < hi; i++) {
+        float y = ABS ? fabsf(x[i]) : x[i];
+        float d = SH ? (y <= shift ? 0.0f : y - shift) : y;
+        t1 += d;
+        if (SQ) t2 += d * d;
+        cnt += SH ? y > shift : y > 0.0f;
+        if (LOG) {
+            if (SH) pos += y > 0.0f;
+            int32_t bits;
+            memcpy(&bits, &y, sizeof bits);
+            bits = bits > 0x00800000 ? bits : 0x00800000;
+            exps += bits >> 23;
+            bits = (bits & 0x007fffff) | 0x3f800000;
+            float m;
+            memcpy(&m, &bits, sizeof m);
+            prod *= m;
+        }
+        if (SEL) {
+            io[hits] = src ? src[i] : (int32_t)i;
+            mo[hits] = y;
+            hits += y > thr;
+        }
+    }
+    if (LOG) {
+        sl += fast_logf(prod) + (double)(exps - 127 * (hi - lo)) * LN2;
+        if (!SH) pos = cnt;
+    }
+    out->cnt = (double)cnt; out->s1 = s1 + t1; out->s2 = s2 + t2; out->sl = sl; out->pos = (double)pos;
+    out->hits = hits;
+}
+
+typedef void (*part_fn)(const float*, const int32_t*, int64_t, int64_t, float, float, int32_t*, float*, sums_t*);
+#define PART(A, S, Q, L, E)                                                                         \
+    static void part_##A##S##Q##L##E(const float* x, const int32_t* src, int64_t lo, int64_t hi,   \
+                                     float shift, float thr, int32_t* io, float* mo, sums_t* out) { \
+        scan_part(x, src, lo, hi, shift, thr, io, mo, out, A, S, Q, L, E);                          \
+    }
+#define PARTS2(A, S, Q, L) PART(A, S, Q, L, 0) PART(A, S, Q, L, 1)
+#define PARTS4(A, S, Q) PARTS2(A, S, Q, 0) PARTS2(A, S, Q, 1)
+PARTS4(1, 0, 0) PARTS4(1, 0, 1) PARTS4(1, 1, 0) PARTS4(1, 1, 1)
+PARTS2(0, 1, 0, 0) PARTS2(0, 1, 1, 0)
+#define ROW(A, S, Q) {part_##A##S##Q##00, part_##A##S##Q##01, part_##A##S##Q##10, part_##A##S##Q##11}
+static const part_fn absolute_parts[2][2][4] = {{ROW(1, 0, 0), ROW(1, 0, 1)}, {ROW(1, 1, 0), ROW(1, 1, 1)}};
+static const part_fn plain_parts[2][2] = {{part_01000, part_01001}, {part_01100, part_01101}};
+
+/* out[0..4]: #(y > shift), Σ(y − shift), Σ(y − shift)² over them (want_sq only, else 0),
+   Σ ln max(y, FLT_MIN) and #(y > 0) (want_log only, with absolute only; else 0).
    Part p of a static partition into `parts` ranges compacts into idx_buf/mag_buf[lo_p ...]; the
    parts are then moved together. Returns the number of hits (0 without select). */
-int64_t sidco_scan(const float* x, const int32_t* src, int64_t n, int absolute, float shift, int want_log,
-                   int select, float thr, int parts, int32_t* idx_buf, float* mag_buf, double* out) {
-    int64_t counts[256];
+int64_t sidco_scan(const float* x, const int32_t* src, int64_t n, int absolute, float shift, int want_sq,
+                   int want_log, int select, float thr, int parts, int32_t* idx_buf, float* mag_buf,
+                   double* out) {
     sums_t part_sums[256];
     if (parts > 256) parts = 256;
     if (parts < 1) parts = 1;
-    #pragma omp parallel for num_threads(parts) schedule(static, 1)
+    select = select != 0; want_sq = want_sq != 0; want_log = want_log != 0;
+    part_fn fn = absolute ? absolute_parts[shift != 0.0f][want_sq][2 * want_log + select]
+                          : plain_parts[want_sq][select];
+    #pragma omp parallel for num_threads(parts) schedule(static, 1) if(parts > 1)
     for (int part = 0; part < parts; part++) {
         int64_t lo = n * part / parts, hi = n * (part + 1) / parts;
-        int32_t* io = select ? idx_buf + lo : NULL;
-        float* mo = select ? mag_buf + lo : NULL;
-        int64_t cnt = 0;
-        sums_t acc = {0, 0, 0, 0, 0};
-        if (absolute && want_log) { PART_LOOP(1, 1) }
-        else if (absolute) { PART_LOOP(1, 0) }
-        else { PART_LOOP(0, 0) }
-        counts[part] = cnt;
-        part_sums[part] = acc;
+        fn(x, src, lo, hi, shift, thr, select ? idx_buf + lo : NULL, select ? mag_buf + lo : NULL,
+           &part_sums[part]);
     }
-    sums_t t = {0, 0, 0, 0, 0};
+    sums_t t = {0, 0, 0, 0, 0, 0};
     for (int part = 0; part < parts; part++) {
         t.cnt += part_sums[part].cnt; t.s1 += part_sums[part].s1; t.s2 += part_sums[part].s2;
         t.sl += part_sums[part].sl; t.pos += part_sums[part].pos;
     }
     out[0] = t.cnt; out[1] = t.s1; out[2] = t.s2; out[3] = t.sl; out[4] = t.pos;
     if (!select) return 0;
-    int64_t total = counts[0];
+    int64_t total = part_sums[0].hits;
     for (int part = 1; part < parts; part++) {
-        int64_t lo = n * part / parts;
-        if (counts[part] && total != lo) {
-            memmove(idx_buf + total, idx_buf + lo, (size_t)counts[part] * sizeof(int32_t));
-            memmove(mag_buf + total, mag_buf + lo, (size_t)counts[part] * sizeof(float));
+        int64_t lo = n * part / parts, count = part_sums[part].hits;
+        if (count && total != lo) {
+            memmove(idx_buf + total, idx_buf + lo, (size_t)count * sizeof(int32_t));
+            memmove(mag_buf + total, mag_buf + lo, (size_t)count * sizeof(float));
         }
-        total += counts[part];
+        total += count;
     }
     return total;
 }

@@ -125,8 +125,8 @@ def _build() -> ctypes.CDLL | None:
             os.replace(out, target)
     lib = ctypes.CDLL(str(target))
     lib.sidco_scan.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float,
-                               ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_void_p,
-                               ctypes.c_void_p, ctypes.POINTER(ctypes.c_double)]
+                               ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_int,
+                               ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_double)]
     lib.sidco_scan.restype = ctypes.c_int64
     return lib
 
@@ -157,7 +157,8 @@ def usable(x: torch.Tensor) -> bool:
 class Scan(NamedTuple):
     """One pass of :func:`scan`: statistics of the exceedances of ``shift`` and, when asked, a selection.
 
-    ``count`` = #(y > shift); ``excess``, ``excess_sq`` = Σ(y − shift), Σ(y − shift)² over them;
+    ``count`` = #(y > shift); ``excess``, ``excess_sq`` = Σ(y − shift), Σ(y − shift)² over them
+    (``excess_sq`` 0 when not asked for: ``squares=False``);
     ``total_log`` = Σ ln max(y, FLT_MIN) over all elements and ``positive`` = #(y > 0) (``logs``
     only, else 0); ``selection`` = the hits of ``select`` (or ``None``).
     """
@@ -174,10 +175,12 @@ def _parts(n: int) -> int:
     return max(1, torch.get_num_threads()) if n >= PARALLEL_MIN else 1
 
 
-def scan(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, logs: bool = False, select: float | None = None,
-         positions: torch.Tensor | None = None, buffers: tuple[torch.Tensor, torch.Tensor] | None = None) -> Scan:
+def scan(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool = True, logs: bool = False,
+         select: float | None = None, positions: torch.Tensor | None = None,
+         buffers: tuple[torch.Tensor, torch.Tensor] | None = None) -> Scan:
     """One read pass over ``y = |x|`` (``absolute``) or ``y = x``: the count and the sums of
-    ``y − shift`` and its square over the elements with ``y > shift`` (strict), optionally
+    ``y − shift`` and (``squares``; else ``excess_sq`` is 0 and the pass does less) its square
+    over the elements with ``y > shift`` (strict), optionally
     ``Σ ln max(y, FLT_MIN)`` with ``#(y > 0)`` (``logs``, with ``absolute`` only), and optionally
     the selection ``y > select`` (see :func:`select_above` for ``positions`` and ``buffers``) in
     the same pass. Sums: float32 over chunks of 1024 elements, float64 across chunks.
@@ -187,8 +190,8 @@ def scan(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, logs: bool = Fa
     n = x.numel()
     out = (ctypes.c_double * 5)()
     if select is None:
-        library().sidco_scan(x.data_ptr(), None, n, int(absolute), shift, int(logs), 0, math.inf, _parts(n),
-                             None, None, out)
+        library().sidco_scan(x.data_ptr(), None, n, int(absolute), shift, int(squares), int(logs), 0, math.inf,
+                             _parts(n), None, None, out)
         return Scan(int(out[0]), out[1], out[2], out[3], int(out[4]), None)
     if buffers is None:
         buffers = (torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.float32))
@@ -198,7 +201,7 @@ def scan(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, logs: bool = Fa
     if positions is not None and positions.numel() < n:
         raise ValueError(f"positions hold {positions.numel()} elements, need {n}")
     total = library().sidco_scan(x.data_ptr(), positions.data_ptr() if positions is not None else None, n,
-                                 int(absolute), shift, int(logs), 1, select, _parts(n), idx_buf.data_ptr(),
+                                 int(absolute), shift, int(squares), int(logs), 1, select, _parts(n), idx_buf.data_ptr(),
                                  mag_buf.data_ptr(), out)
     hits = Selection(idx_buf[:total], mag_buf[:total], math.nan, math.nan)
     return Scan(int(out[0]), out[1], out[2], out[3], int(out[4]), hits)
