@@ -214,14 +214,15 @@ class _NativeOps(_Ops):
         if pool_at is not None and scan.selection is not None:
             self.pool, self.pool_at, self.pool_size = scan.selection, pool_at, int(scan.selection.indices.numel())
 
-    def _scan(self, shift: float, pool_at: float | None, logs: bool = False) -> native.Scan:
+    def _scan(self, shift: float, pool_at: float | None, logs: bool = False, squares: bool = False) -> native.Scan:
         buffers = self.owner._buffers("pool", self.n) if pool_at is not None else None
-        r = native.scan(self.grad, absolute=True, shift=shift, logs=logs, select=pool_at, buffers=buffers)
+        r = native.scan(self.grad, absolute=True, shift=shift, squares=squares, logs=logs, select=pool_at,
+                        buffers=buffers)
         self._keep(r, pool_at)
         return r
 
     def first(self, pool_at):
-        r = self._scan(0.0, pool_at, self.logs)
+        r = self._scan(0.0, pool_at, self.logs, self.owner.first_needs_var)
         if not (math.isfinite(r.excess) and math.isfinite(r.excess_sq)):
             raise _Overflow
         n = self.n
@@ -231,26 +232,26 @@ class _NativeOps(_Ops):
 
     def tail(self, threshold, pool_at):
         if self.pool is not None and threshold >= self.pool_at:
-            r = native.scan(self.pool.magnitudes, absolute=False, shift=threshold)
+            r = native.scan(self.pool.magnitudes, absolute=False, shift=threshold, squares=self.owner.tail_needs_var)
         else:
-            r = self._scan(threshold, pool_at)
+            r = self._scan(threshold, pool_at, squares=self.owner.tail_needs_var)
         return Tail(r.count, r.excess, r.excess_sq)
 
     def pool_count(self, threshold):
-        return native.scan(self.pool.magnitudes, absolute=False, shift=threshold).count
+        return native.scan(self.pool.magnitudes, absolute=False, shift=threshold, squares=False).count
 
     def collect(self, pool_at):
         self._scan(pool_at, pool_at)
 
     def full_count(self, threshold):
-        return native.scan(self.grad, absolute=True, shift=threshold).count
+        return native.scan(self.grad, absolute=True, shift=threshold, squares=False).count
 
     def select(self, threshold, count):
         if self.pool is not None and threshold >= self.pool_at:
-            found = native.scan(self.pool.magnitudes, absolute=False, shift=threshold, select=threshold,
+            found = native.scan(self.pool.magnitudes, absolute=False, shift=threshold, squares=False, select=threshold,
                                 positions=self.pool.indices, buffers=self.owner._buffers("final", self.pool_size))
         else:
-            found = native.scan(self.grad, absolute=True, shift=threshold, select=threshold,
+            found = native.scan(self.grad, absolute=True, shift=threshold, squares=False, select=threshold,
                                 buffers=self.owner._buffers("final", self.n))
         return found.selection.indices.long()
 
