@@ -190,8 +190,8 @@ def scan(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool =
     n = x.numel()
     out = (ctypes.c_double * 5)()
     if select is None:
-        library().sidco_scan(x.data_ptr(), None, n, int(absolute), shift, int(squares), int(logs), 0, math.inf,
-                             _parts(n), None, None, out)
+        (_lib or library()).sidco_scan(x.data_ptr(), None, n, int(absolute), shift, int(squares), int(logs), 0,
+                                       math.inf, _parts(n), None, None, out)
         return Scan(int(out[0]), out[1], out[2], out[3], int(out[4]), None)
     if buffers is None:
         buffers = (torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.float32))
@@ -200,9 +200,9 @@ def scan(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool =
         raise ValueError(f"selection buffers hold {min(idx_buf.numel(), mag_buf.numel())} elements, need {n}")
     if positions is not None and positions.numel() < n:
         raise ValueError(f"positions hold {positions.numel()} elements, need {n}")
-    total = library().sidco_scan(x.data_ptr(), positions.data_ptr() if positions is not None else None, n,
-                                 int(absolute), shift, int(squares), int(logs), 1, select, _parts(n), idx_buf.data_ptr(),
-                                 mag_buf.data_ptr(), out)
+    total = (_lib or library()).sidco_scan(x.data_ptr(), positions.data_ptr() if positions is not None else None, n,
+                                           int(absolute), shift, int(squares), int(logs), 1, select, _parts(n),
+                                           idx_buf.data_ptr(), mag_buf.data_ptr(), out)
     hits = Selection(idx_buf[:total], mag_buf[:total], math.nan, math.nan)
     return Scan(int(out[0]), out[1], out[2], out[3], int(out[4]), hits)
 
