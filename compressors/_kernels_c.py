@@ -13,14 +13,16 @@ what a SIDCo stage needs (``y = |x|`` or ``y = x``):
   ``src[i]`` when positions are given), into caller-provided buffers of capacity ``n``.
 
 Each combination of what a pass computes (``|x|`` or ``x``, ``shift`` zero or not, squares, logarithms,
-selection) is its own branch-free loop (compile-time flags of one always-inlined function). The
-input is swept once in blocks of 64 elements: every block is loaded once, added to the sums (four
-independent vector accumulators per sum, so that the adds do not wait on each other; float32
-within a chunk of 1024 elements, float64 across chunks), and with a selection tested against
-``thr``; only blocks with a hit are compacted (re-read from L1), with AVX-512 compress
-instructions, AVX2 permutes from a 256-entry lookup table, or (neither available: the vector
-layer is then plain scalar C) a branch-free loop that stores every element and advances the
-output by ``y > thr``. The < 64 elements left at the end of a part take a scalar loop.
+selection, and whether the selection's threshold is ``shift``) is its own branch-free loop
+(compile-time flags of one always-inlined function). The input is swept once in groups of four
+vectors (64 elements with AVX-512, 32 with AVX2): every group is loaded once and each of its
+vectors feeds its own accumulator of every sum (so that the adds do not wait on each other;
+float32 within a chunk of 1024 elements, float64 across chunks; counts are popcounts of the
+comparison masks on the scalar ports); with a selection the group's vectors are tested against
+``thr`` and, where one has a hit, compacted from registers with AVX-512 compress instructions,
+AVX2 permutes from a 256-entry lookup table, or (neither available: the vector layer is then
+plain scalar C) a branch-free store of every element that advances the output by ``y > thr``.
+The elements left after the last whole group take a scalar loop.
 """
 
 SOURCE = r"""
@@ -34,7 +36,6 @@ SOURCE = r"""
 #endif
 
 #define CHUNK 1024
-#define BLOCK 64
 #define UNROLL 4
 #define LN2 0.6931471805599453
 
@@ -70,13 +71,17 @@ static inline vf v_add(vf a, vf b) { return _mm512_add_ps(a, b); }
 static inline vf v_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 static inline vf v_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline vi vi_add(vi a, vi b) { return _mm512_add_epi32(a, b); }
-/* y <= s ? 0 : y - s (a NaN y gives NaN) */
-static inline vf v_excess(vf y, vf s) { return _mm512_maskz_sub_ps(_mm512_cmp_ps_mask(y, s, _CMP_NLE_UQ), y, s); }
+/* y <= s ? 0 : y - s, as max(0, y - s): y > s exactly when y - s > 0 (gradual underflow), and
+   max returns its second operand when either is NaN, so a NaN y gives NaN */
+static inline vf v_excess(vf y, vf s) { return _mm512_max_ps(_mm512_setzero_ps(), _mm512_sub_ps(y, s)); }
 static inline vm v_gt(vf y, vf t) { return _mm512_cmp_ps_mask(y, t, _CMP_GT_OQ); }
-static inline vm m_none(void) { return 0; }
 static inline vm m_or(vm a, vm b) { return a | b; }
 static inline int m_any(vm a) { return a != 0; }
-static inline vi v_count(vi c, vf y, vf s) { return _mm512_mask_sub_epi32(c, v_gt(y, s), c, _mm512_set1_epi32(-1)); }
+typedef int64_t vc;  /* counts: popcounts of comparison masks, on the scalar ports */
+static inline vc c_zero(void) { return 0; }
+static inline vc c_add(vc c, vm m) { return c + __builtin_popcount(m); }
+static inline vc c_plus(vc a, vc b) { return a + b; }
+static inline int64_t c_sum(vc c) { return c; }
 static inline vi v_bits(vf a) { return _mm512_castps_si512(a); }
 static inline vf v_float(vi a) { return _mm512_castsi512_ps(a); }
 static inline vi vi_max(vi a, vi b) { return _mm512_max_epi32(a, b); }
@@ -104,12 +109,15 @@ static inline vf v_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline vf v_fma(vf a, vf b, vf c) { return _mm256_add_ps(_mm256_mul_ps(a, b), c); }
 #endif
 static inline vi vi_add(vi a, vi b) { return _mm256_add_epi32(a, b); }
-static inline vf v_excess(vf y, vf s) { return _mm256_andnot_ps(_mm256_cmp_ps(y, s, _CMP_LE_OQ), _mm256_sub_ps(y, s)); }
+static inline vf v_excess(vf y, vf s) { return _mm256_max_ps(_mm256_setzero_ps(), _mm256_sub_ps(y, s)); }
 static inline vm v_gt(vf y, vf t) { return _mm256_cmp_ps(y, t, _CMP_GT_OQ); }
-static inline vm m_none(void) { return _mm256_setzero_ps(); }
 static inline vm m_or(vm a, vm b) { return _mm256_or_ps(a, b); }
 static inline int m_any(vm a) { return _mm256_movemask_ps(a) != 0; }
-static inline vi v_count(vi c, vf y, vf s) { return _mm256_sub_epi32(c, _mm256_castps_si256(v_gt(y, s))); }
+typedef int64_t vc;  /* counts: popcounts of comparison masks, on the scalar ports (16 registers) */
+static inline vc c_zero(void) { return 0; }
+static inline vc c_add(vc c, vm m) { return c + __builtin_popcount(_mm256_movemask_ps(m)); }
+static inline vc c_plus(vc a, vc b) { return a + b; }
+static inline int64_t c_sum(vc c) { return c; }
 static inline vi v_bits(vf a) { return _mm256_castps_si256(a); }
 static inline vf v_float(vi a) { return _mm256_castsi256_ps(a); }
 static inline vi vi_max(vi a, vi b) { return _mm256_max_epi32(a, b); }
@@ -145,10 +153,13 @@ static inline vf v_fma(vf a, vf b, vf c) { return a * b + c; }
 static inline vi vi_add(vi a, vi b) { return a + b; }
 static inline vf v_excess(vf y, vf s) { return y <= s ? 0.0f : y - s; }
 static inline vm v_gt(vf y, vf t) { return y > t; }
-static inline vm m_none(void) { return 0; }
 static inline vm m_or(vm a, vm b) { return a | b; }
 static inline int m_any(vm a) { return a != 0; }
-static inline vi v_count(vi c, vf y, vf s) { return c + (y > s); }
+typedef int64_t vc;
+static inline vc c_zero(void) { return 0; }
+static inline vc c_add(vc c, vm m) { return c + m; }
+static inline vc c_plus(vc a, vc b) { return a + b; }
+static inline int64_t c_sum(vc c) { return c; }
 static inline vi v_bits(vf a) { int32_t b; memcpy(&b, &a, sizeof b); return b; }
 static inline vf v_float(vi a) { float f; memcpy(&f, &a, sizeof f); return f; }
 static inline vi vi_max(vi a, vi b) { return a > b ? a : b; }
@@ -160,9 +171,6 @@ static inline int64_t vi_sum(vi a) { return a; }
 static inline float v_hprod(vf a) { return a; }
 #endif
 
-/* Blocks between flushes of the mantissa products: VL blocks give every lane of each of the
-   UNROLL product accumulators 16 factors, 64 once the UNROLL are multiplied (< 2^64). */
-#define LOG_BLOCKS VL
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
 static int32_t lut[256][8] __attribute__((aligned(32)));
@@ -175,99 +183,84 @@ __attribute__((constructor)) static void init_lut(void) {
 }
 #endif
 
-/* Compaction of the block [b, b + BLOCK) (y > thr) appending at io/mo + hits. Safe to store whole
-   vectors: hits never outnumber the elements before them, so a store at hits of up to VL lanes
-   stays below the current element's own slot + VL, inside this part's region of the buffers. */
-static inline __attribute__((always_inline)) int64_t block_select(
-        const float* x, const int32_t* src, int64_t b, int absolute, float thr, int32_t* io, float* mo,
-        int64_t hits) {
+/* Compaction of one vector y (element i onwards) by its mask m = y > thr, appending at io/mo + hits.
+   Safe to store whole vectors: hits never outnumber the elements before them, so a store at hits
+   of up to VL lanes stays below the current element's own slot + VL, inside this part's region of
+   the buffers. */
+static inline __attribute__((always_inline)) int64_t vec_select(
+        vf y, vm m, int64_t i, const int32_t* restrict src, int32_t* restrict io, float* restrict mo, int64_t hits) {
 #if defined(__AVX512F__)
-    const __m512 vthr = _mm512_set1_ps(thr);
     const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    for (int j = 0; j < BLOCK; j += 16) {
-        int64_t i = b + j;
-        __m512 v = _mm512_loadu_ps(x + i);
-        if (absolute) v = _mm512_abs_ps(v);
-        __mmask16 m = _mm512_cmp_ps_mask(v, vthr, _CMP_GT_OQ);
-        _mm512_storeu_ps(mo + hits, _mm512_maskz_compress_ps(m, v));
-        __m512i p = src ? _mm512_loadu_si512((const void*)(src + i))
-                        : _mm512_add_epi32(_mm512_set1_epi32((int32_t)i), step);
-        _mm512_storeu_si512((void*)(io + hits), _mm512_maskz_compress_epi32(m, p));
-        hits += __builtin_popcount(m);
-    }
+    _mm512_storeu_ps(mo + hits, _mm512_maskz_compress_ps(m, y));
+    __m512i p = src ? _mm512_loadu_si512((const void*)(src + i)) : _mm512_add_epi32(_mm512_set1_epi32((int32_t)i), step);
+    _mm512_storeu_si512((void*)(io + hits), _mm512_maskz_compress_epi32(m, p));
+    return hits + __builtin_popcount(m);
 #elif defined(__AVX2__)
-    const __m256 vthr = _mm256_set1_ps(thr);
-    const __m256 sign = _mm256_set1_ps(-0.0f);
     const __m256i step = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
-    for (int j = 0; j < BLOCK; j += 8) {
-        int64_t i = b + j;
-        __m256 v = _mm256_loadu_ps(x + i);
-        if (absolute) v = _mm256_andnot_ps(sign, v);
-        int m = _mm256_movemask_ps(_mm256_cmp_ps(v, vthr, _CMP_GT_OQ));
-        __m256i perm = _mm256_load_si256((const __m256i*)lut[m]);
-        _mm256_storeu_ps(mo + hits, _mm256_permutevar8x32_ps(v, perm));
-        __m256i p = src ? _mm256_loadu_si256((const __m256i*)(src + i))
-                        : _mm256_add_epi32(_mm256_set1_epi32((int32_t)i), step);
-        _mm256_storeu_si256((__m256i*)(io + hits), _mm256_permutevar8x32_epi32(p, perm));
-        hits += __builtin_popcount(m);
-    }
+    int bits = _mm256_movemask_ps(m);
+    __m256i perm = _mm256_load_si256((const __m256i*)lut[bits]);
+    _mm256_storeu_ps(mo + hits, _mm256_permutevar8x32_ps(y, perm));
+    __m256i p = src ? _mm256_loadu_si256((const __m256i*)(src + i)) : _mm256_add_epi32(_mm256_set1_epi32((int32_t)i), step);
+    _mm256_storeu_si256((__m256i*)(io + hits), _mm256_permutevar8x32_epi32(p, perm));
+    return hits + __builtin_popcount(bits);
 #else
-    for (int64_t i = b; i < b + BLOCK; i++) {
-        float y = absolute ? fabsf(x[i]) : x[i];
-        io[hits] = src ? src[i] : (int32_t)i;
-        mo[hits] = y;
-        hits += y > thr;
-    }
+    io[hits] = src ? src[i] : (int32_t)i;
+    mo[hits] = y;
+    return hits + m;
 #endif
-    return hits;
 }
 
 typedef struct { double cnt, s1, s2, sl, pos; int64_t hits; } sums_t;
 
-/* One part [lo, hi): whole blocks of BLOCK elements with UNROLL independent vector accumulators
-   per sum (float32 within a chunk of CHUNK elements, float64 across), then the < BLOCK elements
-   left element by element. ABS: y = |x|; SH: shift != 0 (else y > 0 counts and y itself is the
-   excess: no comparison); SQ: Σ excess²; LOG: Σ ln max(y, FLT_MIN) and #(y > 0); SEL: compact
-   y > thr. Each is a compile-time constant at each instantiation (always_inline). */
+/* One part [lo, hi): groups of GROUP = UNROLL·VL elements, each vector of a group feeding its own
+   accumulator of every sum (so the adds do not wait on each other; float32 within a chunk of
+   CHUNK elements, float64 across), then the < GROUP elements left element by element. A group is
+   loaded once: its sums are updated and, with a selection, its vectors tested against thr and,
+   where one has a hit, all of them compacted from registers. ABS: y = |x|; SH: shift != 0 (else
+   y itself is the excess: no comparison); SQ: Σ excess²; LOG: Σ ln max(y, FLT_MIN) and #(y > 0);
+   SEL: compact y > thr (2: thr == shift, the count's comparison serves). Each is a compile-time
+   constant at each instantiation (always_inline). */
+#define GROUP (UNROLL * VL)
 static inline __attribute__((always_inline)) void scan_part(
-        const float* x, const int32_t* src, int64_t lo, int64_t hi, float shift, float thr,
-        int32_t* io, float* mo, sums_t* out, const int ABS, const int SH, const int SQ, const int LOG,
-        const int SEL) {
+        const float* restrict x, const int32_t* restrict src, int64_t lo, int64_t hi, float shift, float thr,
+        int32_t* restrict io, float* restrict mo, sums_t* out, const int ABS, const int SH, const int SQ,
+        const int LOG, const int SEL) {
     const vf vs = v_set(shift), vt = v_set(thr), zero = v_set(0.0f), one = v_set(1.0f);
     const vi floor_bits = vi_set(0x00800000), mant_mask = vi_set(0x007fffff), one_bits = vi_set(0x3f800000);
     double s1 = 0.0, s2 = 0.0, sl = 0.0;
     int64_t cnt = 0, pos = 0, hits = 0, exps = 0;
-    const int64_t end = lo + (hi - lo) / BLOCK * BLOCK;
+    const int64_t end = lo + (hi - lo) / GROUP * GROUP;
     for (int64_t c = lo; c < end; c += CHUNK) {
         const int64_t ce = c + CHUNK < end ? c + CHUNK : end;
         vf a1[UNROLL], a2[UNROLL], pr[UNROLL];
-        vi ac[UNROLL], ap[UNROLL], ex[UNROLL];
+        vc ac[UNROLL], ap[UNROLL];
+        vi ex[UNROLL];
         for (int u = 0; u < UNROLL; u++) {
             a1[u] = zero; a2[u] = zero; pr[u] = one;
-            ac[u] = vi_set(0); ap[u] = vi_set(0); ex[u] = vi_set(0);
+            ac[u] = c_zero(); ap[u] = c_zero(); ex[u] = vi_set(0);
         }
         int logged = 0;
-        for (int64_t b = c; b < ce; b += BLOCK) {
-            vm any = m_none();
-            for (int j = 0; j < BLOCK; j += UNROLL * VL) {
-                for (int u = 0; u < UNROLL; u++) {
-                    vf y = v_load(x + b + j + u * VL);
-                    if (ABS) y = v_abs(y);
-                    vf d = SH ? v_excess(y, vs) : y;
-                    a1[u] = v_add(a1[u], d);
-                    if (SQ) a2[u] = v_fma(d, d, a2[u]);
-                    ac[u] = v_count(ac[u], y, SH ? vs : zero);
-                    if (LOG) {
-                        if (SH) ap[u] = v_count(ap[u], y, zero);
-                        vi bits = vi_max(v_bits(y), floor_bits);  /* max(y, FLT_MIN); y >= 0 */
-                        ex[u] = vi_add(ex[u], vi_shr23(bits));
-                        pr[u] = v_mul(pr[u], v_float(vi_or(vi_and(bits, mant_mask), one_bits)));
-                    }
-                    if (SEL) any = m_or(any, v_gt(y, vt));
+        for (int64_t g = c; g < ce; g += GROUP) {
+            vf y[UNROLL];
+            vm hit[UNROLL];
+            for (int u = 0; u < UNROLL; u++) {
+                y[u] = v_load(x + g + u * VL);
+                if (ABS) y[u] = v_abs(y[u]);
+                vf d = SH ? v_excess(y[u], vs) : y[u];
+                a1[u] = v_add(a1[u], d);
+                if (SQ) a2[u] = v_fma(d, d, a2[u]);
+                vm above = v_gt(y[u], SH ? vs : zero);
+                ac[u] = c_add(ac[u], above);
+                if (LOG) {
+                    if (SH) ap[u] = c_add(ap[u], v_gt(y[u], zero));
+                    vi bits = vi_max(v_bits(y[u]), floor_bits);  /* max(y, FLT_MIN); y >= 0 */
+                    ex[u] = vi_add(ex[u], vi_shr23(bits));
+                    pr[u] = v_mul(pr[u], v_float(vi_or(vi_and(bits, mant_mask), one_bits)));
                 }
+                if (SEL) hit[u] = SEL == 2 ? above : v_gt(y[u], vt);
             }
-            if (LOG && (++logged == LOG_BLOCKS || b + BLOCK == ce)) {
-                /* each lane's product of 64 mantissas (< 2^64) split into exponent and mantissa,
+            if (LOG && (++logged == 16 || g + GROUP == ce)) {
+                /* each lane's product of <= 64 mantissas (< 2^64) split into exponent and mantissa,
                    the VL mantissas multiplied (< 2^VL), one logarithm */
                 vi q = v_bits(v_mul(v_mul(pr[0], pr[1]), v_mul(pr[2], pr[3])));
                 ex[0] = vi_add(ex[0], vi_shr23(q));
@@ -276,17 +269,18 @@ static inline __attribute__((always_inline)) void scan_part(
                 for (int u = 0; u < UNROLL; u++) pr[u] = one;
                 logged = 0;
             }
-            if (SEL && m_any(any)) hits = block_select(x, src, b, ABS, thr, io, mo, hits);
+            if (SEL && m_any(m_or(m_or(hit[0], hit[1]), m_or(hit[2], hit[3]))))
+                for (int u = 0; u < UNROLL; u++) hits = vec_select(y[u], hit[u], g + u * VL, src, io, mo, hits);
         }
         s1 += v_sum(v_add(v_add(a1[0], a1[1]), v_add(a1[2], a1[3])));
         if (SQ) s2 += v_sum(v_add(v_add(a2[0], a2[1]), v_add(a2[2], a2[3])));
-        cnt += vi_sum(vi_add(vi_add(ac[0], ac[1]), vi_add(ac[2], ac[3])));
+        cnt += c_sum(c_plus(c_plus(ac[0], ac[1]), c_plus(ac[2], ac[3])));
         if (LOG) {
             exps += vi_sum(vi_add(vi_add(ex[0], ex[1]), vi_add(ex[2], ex[3])));
-            if (SH) pos += vi_sum(vi_add(vi_add(ap[0], ap[1]), vi_add(ap[2], ap[3])));
+            if (SH) pos += c_sum(c_plus(c_plus(ap[0], ap[1]), c_plus(ap[2], ap[3])));
         }
     }
-    /* the last < BLOCK elements */
+    /* the last < GROUP elements */
     float t1 = 0.0f, t2 = 0.0f, prod = 1.0f;
     for (int64_t i = end; i < hi; i++) {
         float y = ABS ? fabsf(x[i]) : x[i];
@@ -325,13 +319,18 @@ typedef void (*part_fn)(const float*, const int32_t*, int64_t, int64_t, float, f
                                      float shift, float thr, int32_t* io, float* mo, sums_t* out) { \
         scan_part(x, src, lo, hi, shift, thr, io, mo, out, A, S, Q, L, E);                          \
     }
-#define PARTS2(A, S, Q, L) PART(A, S, Q, L, 0) PART(A, S, Q, L, 1)
-#define PARTS4(A, S, Q) PARTS2(A, S, Q, 0) PARTS2(A, S, Q, 1)
-PARTS4(1, 0, 0) PARTS4(1, 0, 1) PARTS4(1, 1, 0) PARTS4(1, 1, 1)
-PARTS2(0, 1, 0, 0) PARTS2(0, 1, 1, 0)
-#define ROW(A, S, Q) {part_##A##S##Q##00, part_##A##S##Q##01, part_##A##S##Q##10, part_##A##S##Q##11}
-static const part_fn absolute_parts[2][2][4] = {{ROW(1, 0, 0), ROW(1, 0, 1)}, {ROW(1, 1, 0), ROW(1, 1, 1)}};
-static const part_fn plain_parts[2][2] = {{part_01000, part_01001}, {part_01100, part_01101}};
+#define PARTS3(A, S, Q, L) PART(A, S, Q, L, 0) PART(A, S, Q, L, 1) PART(A, S, Q, L, 2)
+#define PARTS6(A, S, Q) PARTS3(A, S, Q, 0) PARTS3(A, S, Q, 1)
+PARTS6(1, 0, 0) PARTS6(1, 0, 1) PARTS6(1, 1, 0) PARTS6(1, 1, 1)
+PARTS3(0, 1, 0, 0) PARTS3(0, 1, 1, 0)
+#define ROW(A, S, Q, L) {part_##A##S##Q##L##0, part_##A##S##Q##L##1, part_##A##S##Q##L##2}
+/* [absolute][shift != 0][squares][logs][select: none, at thr, at shift]; |x| is never below a zero
+   shift, x can be: x always takes the shifted loops, and no logarithms */
+static const part_fn parts_table[2][2][2][2][3] = {
+    {{{ROW(0, 1, 0, 0), ROW(0, 1, 0, 0)}, {ROW(0, 1, 1, 0), ROW(0, 1, 1, 0)}},
+     {{ROW(0, 1, 0, 0), ROW(0, 1, 0, 0)}, {ROW(0, 1, 1, 0), ROW(0, 1, 1, 0)}}},
+    {{{ROW(1, 0, 0, 0), ROW(1, 0, 0, 1)}, {ROW(1, 0, 1, 0), ROW(1, 0, 1, 1)}},
+     {{ROW(1, 1, 0, 0), ROW(1, 1, 0, 1)}, {ROW(1, 1, 1, 0), ROW(1, 1, 1, 1)}}}};
 
 /* out[0..4]: #(y > shift), Σ(y − shift), Σ(y − shift)² over them (want_sq only, else 0),
    Σ ln max(y, FLT_MIN) and #(y > 0) (want_log only, with absolute only; else 0).
@@ -343,9 +342,10 @@ int64_t sidco_scan(const float* x, const int32_t* src, int64_t n, int absolute, 
     sums_t part_sums[256];
     if (parts > 256) parts = 256;
     if (parts < 1) parts = 1;
-    select = select != 0; want_sq = want_sq != 0; want_log = want_log != 0;
-    part_fn fn = absolute ? absolute_parts[shift != 0.0f][want_sq][2 * want_log + select]
-                          : plain_parts[want_sq][select];
+    absolute = absolute != 0;
+    int shifted = !absolute || shift != 0.0f;
+    int mode = !select ? 0 : thr == (shifted ? shift : 0.0f) ? 2 : 1;
+    part_fn fn = parts_table[absolute][shifted][want_sq != 0][absolute && want_log][mode];
     #pragma omp parallel for num_threads(parts) schedule(static, 1) if(parts > 1)
     for (int part = 0; part < parts; part++) {
         int64_t lo = n * part / parts, hi = n * (part + 1) / parts;
