@@ -18,11 +18,13 @@ selection, and whether the selection's threshold is ``shift``) is its own branch
 vectors (64 elements with AVX-512, 32 with AVX2): every group is loaded once and each of its
 vectors feeds its own accumulator of every sum (so that the adds do not wait on each other;
 float32 within a chunk of 1024 elements, float64 across chunks; counts are popcounts of the
-comparison masks on the scalar ports); with a selection the group's vectors are tested against
-``thr`` and, where one has a hit, compacted from registers with AVX-512 compress instructions,
-AVX2 permutes from a 256-entry lookup table, or (neither available: the vector layer is then
-plain scalar C) a branch-free store of every element that advances the output by ``y > thr``.
-The elements left after the last whole group take a scalar loop.
+comparison masks on the scalar ports); with a selection each block of 64 elements is tested
+against ``thr`` (one branch per block: fewer mispredictions than one per AVX2 group at a few
+percent kept) and a block with a hit is compacted, from registers where the block is one group
+(AVX-512) and from L1 otherwise, with AVX-512 compress instructions, AVX2 permutes from a
+256-entry lookup table, or (neither available: the vector layer is then plain scalar C) a
+branch-free store of every element that advances the output by ``y > thr``. The < 64 elements
+left at the end of a part take a scalar loop.
 """
 
 SOURCE = r"""
@@ -221,6 +223,7 @@ typedef struct { double cnt, s1, s2, sl, pos; int64_t hits; } sums_t;
    SEL: compact y > thr (2: thr == shift, the count's comparison serves). Each is a compile-time
    constant at each instantiation (always_inline). */
 #define GROUP (UNROLL * VL)
+#define BLOCK 64  /* elements per test for a hit: one group with AVX-512, two with AVX2 */
 static inline __attribute__((always_inline)) void scan_part(
         const float* restrict x, const int32_t* restrict src, int64_t lo, int64_t hi, float shift, float thr,
         int32_t* restrict io, float* restrict mo, sums_t* out, const int ABS, const int SH, const int SQ,
@@ -229,7 +232,7 @@ static inline __attribute__((always_inline)) void scan_part(
     const vi floor_bits = vi_set(0x00800000), mant_mask = vi_set(0x007fffff), one_bits = vi_set(0x3f800000);
     double s1 = 0.0, s2 = 0.0, sl = 0.0;
     int64_t cnt = 0, pos = 0, hits = 0, exps = 0;
-    const int64_t end = lo + (hi - lo) / GROUP * GROUP;
+    const int64_t end = lo + (hi - lo) / BLOCK * BLOCK;
     for (int64_t c = lo; c < end; c += CHUNK) {
         const int64_t ce = c + CHUNK < end ? c + CHUNK : end;
         vf a1[UNROLL], a2[UNROLL], pr[UNROLL];
@@ -240,7 +243,9 @@ static inline __attribute__((always_inline)) void scan_part(
             ac[u] = c_zero(); ap[u] = c_zero(); ex[u] = vi_set(0);
         }
         int logged = 0;
-        for (int64_t g = c; g < ce; g += GROUP) {
+        for (int64_t b = c; b < ce; b += BLOCK) {
+          vm any = v_gt(zero, one);  /* no hit yet */
+          for (int64_t g = b; g < b + BLOCK; g += GROUP) {
             vf y[UNROLL];
             vm hit[UNROLL];
             for (int u = 0; u < UNROLL; u++) {
@@ -269,8 +274,22 @@ static inline __attribute__((always_inline)) void scan_part(
                 for (int u = 0; u < UNROLL; u++) pr[u] = one;
                 logged = 0;
             }
-            if (SEL && m_any(m_or(m_or(hit[0], hit[1]), m_or(hit[2], hit[3]))))
-                for (int u = 0; u < UNROLL; u++) hits = vec_select(y[u], hit[u], g + u * VL, src, io, mo, hits);
+            if (SEL) {
+                vm group_hit = m_or(m_or(hit[0], hit[1]), m_or(hit[2], hit[3]));
+                if (GROUP == BLOCK) {  /* the block is this group: compact from registers */
+                    if (m_any(group_hit))
+                        for (int u = 0; u < UNROLL; u++) hits = vec_select(y[u], hit[u], g + u * VL, src, io, mo, hits);
+                } else {
+                    any = m_or(any, group_hit);
+                }
+            }
+          }
+          if (SEL && GROUP < BLOCK && m_any(any))  /* one test per block, then its vectors again (from L1) */
+              for (int64_t i = b; i < b + BLOCK; i += VL) {
+                  vf y = v_load(x + i);
+                  if (ABS) y = v_abs(y);
+                  hits = vec_select(y, v_gt(y, SEL == 2 ? (SH ? vs : zero) : vt), i, src, io, mo, hits);
+              }
         }
         s1 += v_sum(v_add(v_add(a1[0], a1[1]), v_add(a1[2], a1[3])));
         if (SQ) s2 += v_sum(v_add(v_add(a2[0], a2[1]), v_add(a2[2], a2[3])));
@@ -280,7 +299,7 @@ static inline __attribute__((always_inline)) void scan_part(
             if (SH) pos += c_sum(c_plus(c_plus(ap[0], ap[1]), c_plus(ap[2], ap[3])));
         }
     }
-    /* the last < GROUP elements */
+    /* the last < BLOCK elements */
     float t1 = 0.0f, t2 = 0.0f, prod = 1.0f;
     for (int64_t i = end; i < hi; i++) {
         float y = ABS ? fabsf(x[i]) : x[i];
