@@ -171,10 +171,6 @@ class Scan(NamedTuple):
     selection: Selection | None
 
 
-def _parts(n: int) -> int:
-    return max(1, torch.get_num_threads()) if n >= PARALLEL_MIN else 1
-
-
 def scan(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool = True, logs: bool = False,
          select: float | None = None, positions: torch.Tensor | None = None,
          buffers: tuple[torch.Tensor, torch.Tensor] | None = None) -> Scan:
@@ -189,9 +185,10 @@ def scan(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool =
         raise ValueError("logs needs absolute=True")
     n = x.numel()
     out = (ctypes.c_double * 5)()
+    kernel = (_lib or library()).sidco_scan
+    parts = max(1, torch.get_num_threads()) if n >= PARALLEL_MIN else 1
     if select is None:
-        (_lib or library()).sidco_scan(x.data_ptr(), None, n, int(absolute), shift, int(squares), int(logs), 0,
-                                       math.inf, _parts(n), None, None, out)
+        kernel(x.data_ptr(), None, n, absolute, shift, squares, logs, 0, math.inf, parts, None, None, out)
         return Scan(int(out[0]), out[1], out[2], out[3], int(out[4]), None)
     if buffers is None:
         buffers = (torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.float32))
@@ -200,9 +197,8 @@ def scan(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool =
         raise ValueError(f"selection buffers hold {min(idx_buf.numel(), mag_buf.numel())} elements, need {n}")
     if positions is not None and positions.numel() < n:
         raise ValueError(f"positions hold {positions.numel()} elements, need {n}")
-    total = (_lib or library()).sidco_scan(x.data_ptr(), positions.data_ptr() if positions is not None else None, n,
-                                           int(absolute), shift, int(squares), int(logs), 1, select, _parts(n),
-                                           idx_buf.data_ptr(), mag_buf.data_ptr(), out)
+    total = kernel(x.data_ptr(), None if positions is None else positions.data_ptr(), n, absolute, shift, squares,
+                   logs, 1, select, parts, idx_buf.data_ptr(), mag_buf.data_ptr(), out)
     hits = Selection(idx_buf[:total], mag_buf[:total], math.nan, math.nan)
     return Scan(int(out[0]), out[1], out[2], out[3], int(out[4]), hits)
 
