@@ -5,18 +5,20 @@ what a SIDCo stage needs (``y = |x|`` or ``y = x``):
 
 - statistics of the exceedances of ``shift``: ``#(y > shift)``, ``Σ(y − shift)`` and, on
   request, ``Σ(y − shift)²`` over them (``shift = 0`` gives the plain sums of ``|x|``), and on
-  request ``Σ ln max(y, FLT_MIN)`` over all elements with ``#(y > 0)`` (summed exponents plus one
-  logarithm per chunk: each vector lane multiplies the mantissas in [1, 2) of 64 elements, a
-  product below 2^64, then the lanes' products are split into exponent and mantissa and
-  multiplied; float32 rounding adds < 6e-8 per element to the sum of logarithms);
+  request ``Σ ln max(y, FLT_MIN)`` over all elements with ``#(y > 0)`` (summed exponents plus a
+  few logarithms per part: each vector lane multiplies the mantissas in [1, 2) of at most 64
+  elements, a product below 2^64, which is split into exponent and mantissa and that mantissa
+  multiplied into the lane's running product, itself split again; float32 rounding adds < 6e-8
+  per element to the sum of logarithms);
 - optionally, compaction of ``{(i, y_i) : y_i > thr}`` (strict), ascending ``i`` (int32, or
   ``src[i]`` when positions are given), into caller-provided buffers of capacity ``n``.
 
 Each combination of what a pass computes (``|x|`` or ``x``, ``shift`` zero or not, squares, logarithms,
 selection, and whether the selection's threshold is ``shift``) is its own branch-free loop
 (compile-time flags of one always-inlined function). The input is swept once in groups of four
-vectors (64 elements with AVX-512, 32 with AVX2): every group is loaded once and each of its
-vectors feeds its own accumulator of every sum (so that the adds do not wait on each other;
+vectors (64 elements with AVX-512, 32 with AVX2; two vectors for AVX2's logarithms, whose
+accumulators would not fit its 16 registers): every group is loaded once and each of its vectors
+feeds its own accumulator of every sum (so that the adds do not wait on each other;
 float32 within a chunk of 1024 elements, float64 across chunks; counts are popcounts of the
 comparison masks on the scalar ports); with a selection each block of 64 elements is tested
 against ``thr`` (one branch per block: fewer mispredictions than one per AVX2 group at a few
@@ -214,41 +216,44 @@ static inline __attribute__((always_inline)) int64_t vec_select(
 
 typedef struct { double cnt, s1, s2, sl, pos; int64_t hits; } sums_t;
 
-/* One part [lo, hi): groups of GROUP = UNROLL·VL elements, each vector of a group feeding its own
+/* One part [lo, hi): groups of G = U·VL elements, each vector of a group feeding its own
    accumulator of every sum (so the adds do not wait on each other; float32 within a chunk of
-   CHUNK elements, float64 across), then the < GROUP elements left element by element. A group is
-   loaded once: its sums are updated and, with a selection, its vectors tested against thr and,
-   where one has a hit, all of them compacted from registers. ABS: y = |x|; SH: shift != 0 (else
-   y itself is the excess: no comparison); SQ: Σ excess²; LOG: Σ ln max(y, FLT_MIN) and #(y > 0);
-   SEL: compact y > thr (2: thr == shift, the count's comparison serves). Each is a compile-time
-   constant at each instantiation (always_inline). */
-#define GROUP (UNROLL * VL)
-#define BLOCK 64  /* elements per test for a hit: one group with AVX-512, two with AVX2 */
+   CHUNK elements, float64 across), in blocks of BLOCK elements, then the < BLOCK elements left
+   element by element. A group is loaded once: its sums are updated and, with a selection, its
+   vectors tested against thr; a block with a hit is compacted, from registers when it is one
+   group, else from L1. ABS: y = |x|; SH: shift != 0 (else y itself is the excess: no
+   comparison); SQ: Σ excess²; LOG: Σ ln max(y, FLT_MIN) and #(y > 0); SEL: compact y > thr (2:
+   thr == shift, the count's comparison serves). Each is a compile-time constant at each
+   instantiation (always_inline). */
+#define BLOCK 64  /* elements per test for a hit: one group with AVX-512, two or four with AVX2 */
 static inline __attribute__((always_inline)) void scan_part(
         const float* restrict x, const int32_t* restrict src, int64_t lo, int64_t hi, float shift, float thr,
         int32_t* restrict io, float* restrict mo, sums_t* out, const int ABS, const int SH, const int SQ,
         const int LOG, const int SEL) {
+    /* accumulators per sum: four, but two for AVX2's logarithms (its 16 registers would spill) */
+    const int U = LOG && VL == 8 ? 2 : UNROLL, G = U * VL;
     const vf vs = v_set(shift), vt = v_set(thr), zero = v_set(0.0f), one = v_set(1.0f);
     const vi floor_bits = vi_set(0x00800000), mant_mask = vi_set(0x007fffff), one_bits = vi_set(0x3f800000);
     double s1 = 0.0, s2 = 0.0, sl = 0.0;
     int64_t cnt = 0, pos = 0, hits = 0, exps = 0;
+    vf run = one;  /* per lane: the running product of mantissas, in [1, 2) */
     const int64_t end = lo + (hi - lo) / BLOCK * BLOCK;
     for (int64_t c = lo; c < end; c += CHUNK) {
         const int64_t ce = c + CHUNK < end ? c + CHUNK : end;
         vf a1[UNROLL], a2[UNROLL], pr[UNROLL];
         vc ac[UNROLL], ap[UNROLL];
-        vi ex[UNROLL];
-        for (int u = 0; u < UNROLL; u++) {
+        vi ex = vi_set(0);  /* one accumulator: integer adds take one cycle */
+        for (int u = 0; u < U; u++) {
             a1[u] = zero; a2[u] = zero; pr[u] = one;
-            ac[u] = c_zero(); ap[u] = c_zero(); ex[u] = vi_set(0);
+            ac[u] = c_zero(); ap[u] = c_zero();
         }
         int logged = 0;
         for (int64_t b = c; b < ce; b += BLOCK) {
           vm any = v_gt(zero, one);  /* no hit yet */
-          for (int64_t g = b; g < b + BLOCK; g += GROUP) {
+          for (int64_t g = b; g < b + BLOCK; g += G) {
             vf y[UNROLL];
             vm hit[UNROLL];
-            for (int u = 0; u < UNROLL; u++) {
+            for (int u = 0; u < U; u++) {
                 y[u] = v_load(x + g + u * VL);
                 if (ABS) y[u] = v_abs(y[u]);
                 vf d = SH ? v_excess(y[u], vs) : y[u];
@@ -259,44 +264,54 @@ static inline __attribute__((always_inline)) void scan_part(
                 if (LOG) {
                     if (SH) ap[u] = c_add(ap[u], v_gt(y[u], zero));
                     vi bits = vi_max(v_bits(y[u]), floor_bits);  /* max(y, FLT_MIN); y >= 0 */
-                    ex[u] = vi_add(ex[u], vi_shr23(bits));
+                    ex = vi_add(ex, vi_shr23(bits));
                     pr[u] = v_mul(pr[u], v_float(vi_or(vi_and(bits, mant_mask), one_bits)));
                 }
                 if (SEL) hit[u] = SEL == 2 ? above : v_gt(y[u], vt);
             }
-            if (LOG && (++logged == 16 || g + GROUP == ce)) {
-                /* each lane's product of <= 64 mantissas (< 2^64) split into exponent and mantissa,
-                   the VL mantissas multiplied (< 2^VL), one logarithm */
-                vi q = v_bits(v_mul(v_mul(pr[0], pr[1]), v_mul(pr[2], pr[3])));
-                ex[0] = vi_add(ex[0], vi_shr23(q));
-                exps -= 127 * VL;
-                sl += fast_logf(v_hprod(v_float(vi_or(vi_and(q, mant_mask), one_bits))));
-                for (int u = 0; u < UNROLL; u++) pr[u] = one;
+            if (LOG && (++logged == 16 || g + G == ce)) {
+                /* each lane's product of <= 16·U mantissas (< 2^64) split into exponent and
+                   mantissa; the mantissa multiplied into the lane's running one (< 4), split again */
+                vf p = pr[0];
+                for (int u = 1; u < U; u++) p = v_mul(p, pr[u]);
+                vi q = v_bits(p);
+                vi r = v_bits(v_mul(run, v_float(vi_or(vi_and(q, mant_mask), one_bits))));
+                ex = vi_add(ex, vi_add(vi_shr23(q), vi_shr23(r)));
+                exps -= 2 * 127 * VL;
+                run = v_float(vi_or(vi_and(r, mant_mask), one_bits));
+                for (int u = 0; u < U; u++) pr[u] = one;
                 logged = 0;
             }
             if (SEL) {
-                vm group_hit = m_or(m_or(hit[0], hit[1]), m_or(hit[2], hit[3]));
-                if (GROUP == BLOCK) {  /* the block is this group: compact from registers */
+                vm group_hit = hit[0];
+                for (int u = 1; u < U; u++) group_hit = m_or(group_hit, hit[u]);
+                if (G == BLOCK) {  /* the block is this group: compact from registers */
                     if (m_any(group_hit))
-                        for (int u = 0; u < UNROLL; u++) hits = vec_select(y[u], hit[u], g + u * VL, src, io, mo, hits);
+                        for (int u = 0; u < U; u++) hits = vec_select(y[u], hit[u], g + u * VL, src, io, mo, hits);
                 } else {
                     any = m_or(any, group_hit);
                 }
             }
           }
-          if (SEL && GROUP < BLOCK && m_any(any))  /* one test per block, then its vectors again (from L1) */
+          if (SEL && G < BLOCK && m_any(any))  /* one test per block, then its vectors again (from L1) */
               for (int64_t i = b; i < b + BLOCK; i += VL) {
                   vf y = v_load(x + i);
                   if (ABS) y = v_abs(y);
                   hits = vec_select(y, v_gt(y, SEL == 2 ? (SH ? vs : zero) : vt), i, src, io, mo, hits);
               }
         }
-        s1 += v_sum(v_add(v_add(a1[0], a1[1]), v_add(a1[2], a1[3])));
-        if (SQ) s2 += v_sum(v_add(v_add(a2[0], a2[1]), v_add(a2[2], a2[3])));
-        cnt += c_sum(c_plus(c_plus(ac[0], ac[1]), c_plus(ac[2], ac[3])));
+        vf t1 = a1[0], t2 = a2[0];
+        vc tc = ac[0], tp = ap[0];
+        for (int u = 1; u < U; u++) {
+            t1 = v_add(t1, a1[u]); t2 = v_add(t2, a2[u]);
+            tc = c_plus(tc, ac[u]); tp = c_plus(tp, ap[u]);
+        }
+        s1 += v_sum(t1);
+        if (SQ) s2 += v_sum(t2);
+        cnt += c_sum(tc);
         if (LOG) {
-            exps += vi_sum(vi_add(vi_add(ex[0], ex[1]), vi_add(ex[2], ex[3])));
-            if (SH) pos += c_sum(c_plus(c_plus(ap[0], ap[1]), c_plus(ap[2], ap[3])));
+            exps += vi_sum(ex);
+            if (SH) pos += c_sum(tp);
         }
     }
     /* the last < BLOCK elements */
@@ -325,7 +340,7 @@ static inline __attribute__((always_inline)) void scan_part(
         }
     }
     if (LOG) {
-        sl += fast_logf(prod) + (double)(exps - 127 * (hi - lo)) * LN2;
+        sl += (double)fast_logf(prod) + fast_logf(v_hprod(run)) + (double)(exps - 127 * (hi - lo)) * LN2;
         if (!SH) pos = cnt;
     }
     out->cnt = (double)cnt; out->s1 = s1 + t1; out->s2 = s2 + t2; out->sl = sl; out->pos = (double)pos;
