@@ -33,6 +33,13 @@ POOL_BINS = 256
 from the pool's level upward (two octaves; the last bin also holds everything above). A try
 outside it is counted on the device."""
 
+SHIP_SLOTS = 16384
+"""SIDCo's torch path: a pool of at most this many slots travels to the host as its values (widened
+to float64: at most 128 KiB, ≈ 8 µs over a 16 GB/s PCIe link) instead of as its histogram when the
+previous call of the same size added a stage within itself; that stage's statistics and every
+count are then read on the host, instead of the pool's ``hardshrink``, two or three reductions and
+a transfer on the device (≥ 4 launches: ≈ 30 µs)."""
+
 CORRECTIONS = 8
 """SIDCo's in-call correction steps by default (its ``corrections``)."""
 
@@ -69,17 +76,18 @@ def _sidco(name):
     return declare
 
 
-def _sidco_pool(w: Work, n: int, capacity: int, itemsize: int) -> float:
+def _sidco_pool(w: Work, n: int, capacity: int, itemsize: int, ship: bool = False) -> float:
     """SIDCo's pool on the torch path: ``hardshrink`` of ``g`` at ``pool_at`` into the kept
     buffer, ``nonzero_static`` of it into ``capacity`` slots (a pass over it), the values gathered
     and made magnitudes in place; then its histogram (their float32 bits capped and widened to
-    float64 by one ``minimum``, ``histc``), or for float64 data nothing more. Returns
-    the bytes of what travels to the host (the histogram, or the pool's values)."""
+    float64 by one ``minimum``, ``histc``), or when its values travel (float64 data, ``ship``)
+    nothing more. Returns the bytes of what travels to the host (the histogram, or the pool's
+    values as float64)."""
     whole = capacity >= n
     w.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 8 * capacity / n, full=True)
     w.gather(capacity).stream(capacity, itemsize, itemsize, full=whole)
-    if itemsize == 8:
-        return capacity * itemsize
+    if itemsize == 8 or ship:
+        return capacity * 8.0
     if itemsize != 4:
         w.stream(capacity, itemsize, 4, full=whole)
     w.stream(capacity, 4, 8, full=whole).stream(capacity, 8, 8 * POOL_BINS / capacity, "count", full=whole)
@@ -101,10 +109,13 @@ def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, pool: f
     ``adapt="paper"`` or ``corrections=0``) the count at the final threshold, the pool's
     ``hardshrink`` and its ``‖·‖₀`` (one transfer); each stage added within the call
     (``deepened``) the same reductions of the pool's ``hardshrink`` (one transfer), its tries
-    answered by the pool's histogram; the selection is a ``nonzero_static`` over the pool sized by
+    answered by the pool's histogram, unless the pool has at most :data:`SHIP_SLOTS` slots: then
+    (the call before it having added one too) the pool's values travel with the statistics,
+    concatenated, and the added stages are read on the host; the selection is a ``nonzero_static`` over the pool sized by
     the count the host already has, two gathers. No 0-d arithmetic on the device."""
     capacity = min(n, int(POOL_ROOM * max(pool, k)) + 1024)
     whole = capacity >= n
+    ship = deepened > 0 and capacity <= SHIP_SLOTS
     c = Work()
     stats = 1
     c.stream(n, itemsize, 0, "reduce", full=True)
@@ -126,12 +137,12 @@ def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, pool: f
                 stats += 1
         sent = 8.0 * stats
         if m == min(planned, 2):
-            pool_bytes = _sidco_pool(c, n, capacity, itemsize)
-            if itemsize == 8:  # the statistics and the pool's values concatenated
-                c.stream(stats + capacity, 8, 8, full=stats + capacity >= n)
+            pool_bytes = _sidco_pool(c, n, capacity, itemsize, ship)
+            if itemsize == 8 or ship:  # the statistics and the pool's values concatenated, as float64
+                c.stream(stats + capacity, itemsize, 8, full=stats + capacity >= n)
             sent += pool_bytes
         c.to_host(sent)
-    for _ in range(deepened):
+    for _ in range(0 if ship else deepened):
         c.stream(capacity, itemsize, itemsize, full=whole)
         c.stream(capacity, itemsize, 0, "count", full=whole).stream(capacity, itemsize, 0, "reduce", full=whole)
         if name != "sidco-e":

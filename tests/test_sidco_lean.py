@@ -83,13 +83,12 @@ SHORT_AT_ONE_STAGE = {("sidco-p", "v100", 1 << 24, 0.01): 1.10, ("sidco-p", "a10
 takes the logarithms of ``max(|g|, floor)`` (three read-write passes), 1.52–1.78× on the
 devices whose memory is slowest against their launch cost."""
 
-SHORT_BY_DEFAULT = {("sidco-p", device, 1 << 20, 0.001): ceiling
-                    for device, ceiling in (("v100", 1.14), ("a100", 1.19), ("h100", 1.25), ("h200", 1.28))}
-SHORT_BY_DEFAULT[("sidco-p", "v100", 1 << 24, 0.001)] = 1.03
+SHORT_BY_DEFAULT = {("sidco-p", "v100", 1 << 24, 0.001): 1.02}
 """With its default options SIDCo-P adds a stage from the pool below δ = 0.002
-(:func:`compressors.sidco_work.default_deepened`): the pool's ``hardshrink``, three reductions
-and a transfer, ≈ 30 µs, which at 2²⁰ elements is 12–26 % of the compress (1.12–1.26×), at
-2²⁴ on a v100 1 % over (1.01×)."""
+(:func:`compressors.sidco_work.default_deepened`). A small pool's values travel with stage 1's
+statistics and the stage is read on the host (:data:`compressors.sidco_work.SHIP_SLOTS`: at 2²⁰
+elements, 0.90–0.93×); a pool too large to ship (2²⁴ elements: 148 k slots) costs its
+``hardshrink``, three reductions and a transfer on the device, ≈ 35 µs, 1.01× on a v100."""
 
 
 @pytest.mark.parametrize("name", ["sidco-e", "sidco-p", "sidco-gp"])
@@ -122,7 +121,10 @@ def test_default_options_plan_one_stage_and_match_the_declared_default(name, den
     one stage on every call, on light and heavy tails and on gradient-like data (what
     :data:`compressors.work.DEFAULT_STAGES` declares), adding stages within a call only where the
     declared default says (:func:`compressors.sidco_work.default_deepened`); on the torch path
-    each call's launches and host reads are those declared for the stages it added."""
+    each call selects what the reference path selects, and its launches and host reads are those
+    declared for the stages it added (where the call
+    before it added as many: a small pool's values then travel with stage 1's statistics and the
+    added stage is read on the host, :data:`compressors.sidco_work.SHIP_SLOTS`)."""
     n = 1 << 16
     gen = torch.Generator().manual_seed(3)
     draws = {"gaussian": lambda: torch.randn(n, generator=gen),
@@ -130,19 +132,28 @@ def test_default_options_plan_one_stage_and_match_the_declared_default(name, den
              "student-t3": lambda: torch.randn(n, generator=gen) / torch.sqrt(
                  torch.distributions.Chi2(3.0).sample((n,)) / 3.0),
              "gradient-like": iter(gradient_like(n, seed=s) for s in range(10, 100)).__next__}
-    added = []
+    added, checked = [], 0
     for kind, draw in draws.items():
         torch.manual_seed(3)
         c = compressors.create(name, density, backend="torch")
         lean = compressors.ErrorFeedback(c)
+        reference = compressors.ErrorFeedback(compressors.create(name, density))
+        before = None
         for call in range(8):
             g = draw()
             assert c.stages == 1, (kind, call)
             with OpCounter(n) as seen:
                 sent = lean.compress(g)
+            want = reference.compress(g)
+            assert math.isclose(sent.threshold, want.threshold, rel_tol=1e-5), (kind, call)
+            assert sent.stages == want.stages and (sent.threshold != want.threshold
+                                                    or torch.equal(sent.indices, want.indices)), (kind, call)
             deepened = sent.stages - 1
             if kind == "gradient-like" and call >= 3:
                 added.append(deepened)
-                work = declared.work(name, n, density, deepened=deepened, pool=c._guesses[n].pool).compress
-                assert (work.launches, work.syncs) == (seen.counts["launches"], seen.counts["syncs"]), seen.ops
-    assert len(added) == 5 and max(set(added), key=added.count) == sidco_work.default_deepened(name, density), added
+                if bool(before) == bool(deepened):  # the steady state the declaration describes
+                    checked += 1
+                    work = declared.work(name, n, density, deepened=deepened, pool=c._guesses[n].pool).compress
+                    assert (work.launches, work.syncs) == (seen.counts["launches"], seen.counts["syncs"]), seen.ops
+            before = deepened
+    assert checked >= 3 and max(set(added), key=added.count) == sidco_work.default_deepened(name, density), added
