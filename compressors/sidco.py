@@ -73,7 +73,7 @@ from compressors.adaptive import StageController
 from compressors.base import Compressor
 from compressors.rules import stage_probabilities
 from compressors.selection import Workspace, argmax_fallback
-from compressors.sidco_work import CORRECTIONS, POOL_BINS, POOL_ROOM
+from compressors.sidco_work import CORRECTIONS, POOL_BINS, POOL_ROOM, SHIP_SLOTS
 from compressors.sparse import Sparse
 
 GUESS_MARGIN = 0.9
@@ -129,13 +129,15 @@ class Tail(NamedTuple):
 
 class Guess(NamedTuple):
     """What the previous call of the same size left for the next: its stage-1 threshold, the
-    threshold it selected at, its pool's size (elements), and the lowest threshold it needed after
-    stage 2's statistics (the chosen one, or a later stage's shift)."""
+    threshold it selected at, its pool's size (elements), the lowest threshold it needed after
+    stage 2's statistics (the chosen one, or a later stage's shift), and whether it added a stage
+    within itself (:meth:`SIDCo._deepen` read a tail)."""
 
     eta1: float
     chosen: float
     pool: int
     low: float
+    deepened: bool = False
 
 
 class _Overflow(Exception):
@@ -269,12 +271,15 @@ class _TorchOps(_Ops):
     lattice steps from its level (the float32 bits of the magnitudes, capped at the window's top
     and widened exactly to float64 by one ``minimum``, binned by ``histc`` at bin edges the bits
     cannot fall on), from which the count above any
-    lattice point in the window is exact on the host (float64 data ship the pool's values
-    instead). A later stage's statistics from the pool, and a count the histogram cannot answer,
+    lattice point in the window is exact on the host. Float64 data ship the pool's values instead,
+    and so does a pool of at most :data:`~compressors.sidco_work.SHIP_SLOTS` slots after a call of
+    the same size that added a stage within itself: that stage's statistics and every count are
+    then read on the host. A later stage's statistics from the pool, and a count the histogram cannot answer,
     are reductions of the pool read in one more transfer. The selection is a ``nonzero_static``
     over the pool sized by the count the host already has."""
 
-    def __init__(self, owner: SIDCo, grad: torch.Tensor, logs: bool, variance: bool, capacity: int | None):
+    def __init__(self, owner: SIDCo, grad: torch.Tensor, logs: bool, variance: bool, capacity: int | None,
+                 ship: bool = False):
         self.grad, self.logs, self.variance, self.n = grad, logs, variance, grad.numel()
         self.ws = owner._workspace
         self.owner_top, self.top_tensor = owner._top
@@ -283,8 +288,8 @@ class _TorchOps(_Ops):
         self.pool_capacity = capacity
         self.pool_positions: torch.Tensor | None = None
         self.pool_values: torch.Tensor | None = None
-        self.histogram = grad.dtype != torch.float64
-        self.host_pool: np.ndarray | None = None  # float64 data: the pool's values on the host
+        self.histogram = grad.dtype != torch.float64 and not ship
+        self.host_pool: np.ndarray | None = None  # the pool's values on the host, when they travel
         self.above: np.ndarray | None = None  # the pool's count above lattice point lowest + i
         self.lowest = 0
 
@@ -294,7 +299,7 @@ class _TorchOps(_Ops):
 
     def _gather_pool(self, pool_at: float, capacity: int | None, packet: torch.Tensor | None) -> torch.Tensor | None:
         """The pool on the device, and what of it travels to the host: its histogram, written into
-        ``packet`` (or, for float64 data, its values, returned)."""
+        ``packet`` (or, when values travel, its values, returned)."""
         kept = self._shrink(pool_at)
         if capacity is None:  # sized by the device: its own transfer
             self.pool_positions = torch.nonzero(kept).squeeze(1)
@@ -322,13 +327,13 @@ class _TorchOps(_Ops):
                capacity: int | None = None) -> np.ndarray:
         """One device→host transfer: ``stats`` writes ``count`` float64 statistics into the slots
         it is given (reductions with ``out=``), followed by the histogram of the pool above
-        ``pool_at`` (float64 data: the pool's values, concatenated); returns the statistics."""
+        ``pool_at`` (or the pool's values, concatenated, widened to float64); returns the statistics."""
         device = self.grad.device
         extra = POOL_BINS if pool_at is not None and self.histogram else 0
         packet = self.ws.at_least("to-host", count + extra, torch.float64, device)
         stats(packet)
         pool = self._gather_pool(pool_at, capacity, packet[count:]) if pool_at is not None else None
-        if pool is not None:  # float64 data: the pool's values follow the statistics
+        if pool is not None:  # the pool's values follow the statistics
             both = self.ws.at_least("to-host-pool", count + pool.numel(), torch.float64, device)
             packet = torch.cat([packet[:count], pool], out=both)
         host = packet.cpu().numpy()  # on a CPU the packet itself: read it before another transfer reuses it
@@ -562,13 +567,14 @@ class SIDCo(Compressor):
         else:
             k = target_count(self.density, n)
             capacity = None if guess is None else min(n, int(POOL_ROOM * max(guess.pool, k)) + 1024)
-            ops = _TorchOps(self, grad, self.first_needs_log, self.first_needs_var, capacity)
+            ship = guess is not None and guess.deepened and capacity <= SHIP_SLOTS
+            ops = _TorchOps(self, grad, self.first_needs_log, self.first_needs_var, capacity, ship)
             ops.variance_tail = self.tail_needs_var
             self.backend = "cuda" if grad.device.type == "cuda" else "torch"
         threshold, used, count, eta1 = self._chain(ops, n, self.stages, grad.dtype, guess)
         if remember and threshold > 0 and eta1 > 0 and math.isfinite(eta1):
             self._guesses = {**dict(list(self._guesses.items())[-7:]), n: Guess(eta1, threshold, ops.pool_size,
-                                                                                    self._low)}
+                                                                                    self._low, self._deepened)}
         if count == 0:
             indices = argmax_fallback(grad.abs())
         else:
@@ -585,6 +591,7 @@ class SIDCo(Compressor):
         chosen one or a later stage's shift) scaled by how ``η₁`` moved: every later stage's
         statistics then come from the pool.
         """
+        self._deepened = False
         # Step 1: split the density into one exceedance probability per stage.
         k = target_count(self.density, n)
         probs = stage_probabilities(self.density, stages, self.first_ratio)
@@ -651,6 +658,7 @@ class SIDCo(Compressor):
             if count <= k * (1.0 + self.band) or used >= self.controller.upper:
                 break
             tail = ops.tail(t, None)
+            self._deepened = True
             if tail.count < 2:
                 break
             fit = self._stage_fit(t, tail, dtype)

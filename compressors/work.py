@@ -19,7 +19,8 @@ with the op recorder :func:`compressors.counting.record_ops` and
 :func:`compressors.counting.loop_counts`). Work that depends on the data is declared as a function
 of counts the call reveals, with defaults seen on gradient-like data: ``rounds`` (selection
 loops, each declaration's own default; SIDCo's native full passes), DGC's ``trim``, SIDCo's
-``stages`` (:data:`DEFAULT_STAGES`) and its native correction ``steps``. SIDCo's torch path is
+``stages`` (:data:`DEFAULT_STAGES`), the stages it adds within a call (``deepened``) and its
+native correction ``steps``. SIDCo's torch path is
 declared for a call whose pool guess held (every call after the first on a steady stream): its
 work follows the planned stage count and the pool size. With ``error_feedback`` (the default, as
 training runs them) the residual update is part of compress. Units: elements, bytes.
@@ -39,9 +40,14 @@ from compressors.rules import CATALOG, target_count
 from compressors.sidco_work import CORRECTIONS as SIDCO_CORRECTIONS
 from compressors.wire import DENSE_ALLREDUCE, sparse_bytes
 
-DEFAULT_STAGES = 2
-"""SIDCo stages assumed when ``stages`` is not given (adaptive SIDCo settles at 1–3 on
-gradient-like data below δ = 0.25)."""
+DEFAULT_STAGES = 1
+"""SIDCo stages planned when ``stages`` is not given: what SIDCo with its default options
+(adaptive stage count, count corrections) plans. Its controller starts at one stage and the
+in-call corrections keep every call's count within the band, so it stays there: seen in every
+call on Gaussian, Student-t (3 d.o.f.), Laplace and gradient-like data at δ = 0.01 and 0.001,
+with and without error feedback (tests/test_sidco_lean.py). Where one stage's fit cannot reach
+the density, the call adds stages from the pool (``deepened``,
+:func:`compressors.sidco_work.default_deepened`)."""
 
 def _ef_in(n: int, itemsize: int) -> Work:
     """Error feedback before compressing: ``grad + residual`` into a kept spare buffer (the
@@ -91,7 +97,7 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
          backend: str = "torch", error_feedback: bool = True, itemsize: int = 4, trim: bool = True,
          corrections: int = SIDCO_CORRECTIONS, adapt: str = "count",
          steps: int | None = None, pool: float | None = None, collects: int = 1,
-         hits: Sequence[float] | None = None) -> CallWork:
+         hits: Sequence[float] | None = None, deepened: int | None = None) -> CallWork:
     """The declared work of one compress and one decompress call of compressor ``name``.
 
     ``numel`` elements of ``itemsize`` bytes at target ``density``; ``backend``: ``torch`` (eager
@@ -99,7 +105,9 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     ``native`` (the fused CPU kernels: SIDCo's, and the selection of Top-k, DGC, Gaussian-k
     and RedSync; other compressors ignore it). Data-dependent counts:
     ``stages``: SIDCo's stage count (default :data:`DEFAULT_STAGES`; on the torch/CUDA path the
-    planned count, on the native path the stages used); ``rounds``: the loop count of Gaussian-k,
+    planned count, on the native path the stages used); ``deepened``: the stages SIDCo added within
+    the call from its pool (adaptive stages only; default, when ``stages`` is not given either,
+    :func:`compressors.sidco_work.default_deepened`; else 0); ``rounds``: the loop count of Gaussian-k,
     RedSync, DGC, Top-k and Random-k, and for SIDCo's native path its full passes (default: the
     count each declaration states, seen on gradient-like data);
     ``trim``: DGC ends with an exact top-k among its selection (it does when the selection exceeds
@@ -120,10 +128,12 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
         raise ValueError(f"backend must be torch, cuda or native, got {backend!r}")
     declaration = DECLARATIONS[name]
     n = int(numel)
+    if deepened is None and stages is not None:
+        deepened = 0  # a given stage count: a fixed one, or one a call reported (the stages it used)
     stages = DEFAULT_STAGES if stages is None else int(stages)
     rounds = None if rounds is None else int(rounds)
     counts = {"trim": trim, "hits": list(hits or ()), "corrections": corrections, "adapt": adapt, "steps": steps,
-              "pool": pool, "collects": collects}
+              "pool": pool, "collects": collects, "deepened": deepened}
     taken = _keywords(declaration)
     compress, decompress = declaration(n, float(density), itemsize, stages, rounds, backend,
                                        **{key: value for key, value in counts.items() if key in taken})
