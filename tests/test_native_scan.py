@@ -93,11 +93,12 @@ def scans(draw):
     level = lambda q: float(a.quantile(q)) if n else 0.0  # noqa: E731
     shift = draw(st.sampled_from(["zero", "median", "high", "negative"]))
     shift = {"zero": 0.0, "median": level(0.5), "high": level(0.999), "negative": -1.5}[shift]
-    select = draw(st.sampled_from([None, "all-below", "all-above", "some", "rare"]))
-    if select is not None:
+    shift = float(torch.tensor(shift, dtype=torch.float32))
+    select = draw(st.sampled_from([None, "all-below", "all-above", "some", "rare", "at-shift"]))
+    if select is not None:  # at the shift, the loop reuses the count's comparison
         select = {"all-below": math.inf, "all-above": -math.inf if not absolute else -1.0,
-                  "some": level(0.9), "rare": level(0.995)}[select]
-    return x, absolute, float(torch.tensor(shift, dtype=torch.float32)), draw(st.booleans()), logs, select
+                  "some": level(0.9), "rare": level(0.995), "at-shift": shift}[select]
+    return x, absolute, shift, draw(st.booleans()), logs, select
 
 
 def _check(x: torch.Tensor, r: native.Scan, absolute: bool, shift: float, squares: bool, logs: bool, select):
