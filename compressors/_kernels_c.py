@@ -22,7 +22,8 @@ feeds its own accumulator of every sum (so that the adds do not wait on each oth
 float32 within a chunk of 1024 elements, float64 across chunks; counts are popcounts of the
 comparison masks on the scalar ports); with a selection each block of 64 elements is tested
 against ``thr`` (one branch per block: fewer mispredictions than one per AVX2 group at a few
-percent kept) and a block with a hit is compacted, from registers where the block is one group
+percent kept; one comparison of the block's running maximum, or the count's comparisons when
+``thr`` is ``shift``) and a block with a hit is compacted, from registers where the block is one group
 (AVX-512) and from L1 otherwise, with AVX-512 compress instructions, AVX2 permutes from a
 256-entry lookup table, or (neither available: the vector layer is then plain scalar C) a
 branch-free store of every element that advances the output by ``y > thr``. The < 64 elements
@@ -73,6 +74,8 @@ static inline vi vi_set(int32_t a) { return _mm512_set1_epi32(a); }
 static inline vf v_abs(vf a) { return _mm512_abs_ps(a); }
 static inline vf v_add(vf a, vf b) { return _mm512_add_ps(a, b); }
 static inline vf v_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+/* a > b ? a : b, and b when either is NaN */
+static inline vf v_max(vf a, vf b) { return _mm512_max_ps(a, b); }
 static inline vf v_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline vi vi_add(vi a, vi b) { return _mm512_add_epi32(a, b); }
 /* y <= s ? 0 : y - s, as max(0, y - s): y > s exactly when y - s > 0 (gradual underflow), and
@@ -107,6 +110,7 @@ static inline vi vi_set(int32_t a) { return _mm256_set1_epi32(a); }
 static inline vf v_abs(vf a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
 static inline vf v_add(vf a, vf b) { return _mm256_add_ps(a, b); }
 static inline vf v_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+static inline vf v_max(vf a, vf b) { return _mm256_max_ps(a, b); }
 #if defined(__FMA__)
 static inline vf v_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 #else
@@ -153,6 +157,7 @@ static inline vi vi_set(int32_t a) { return a; }
 static inline vf v_abs(vf a) { return fabsf(a); }
 static inline vf v_add(vf a, vf b) { return a + b; }
 static inline vf v_mul(vf a, vf b) { return a * b; }
+static inline vf v_max(vf a, vf b) { return a > b ? a : b; }
 static inline vf v_fma(vf a, vf b, vf c) { return a * b + c; }
 static inline vi vi_add(vi a, vi b) { return a + b; }
 static inline vf v_excess(vf y, vf s) { return y <= s ? 0.0f : y - s; }
@@ -250,6 +255,7 @@ static inline __attribute__((always_inline)) void scan_part(
         int logged = 0;
         for (int64_t b = c; b < ce; b += BLOCK) {
           vm any = v_gt(zero, one);  /* no hit yet */
+          vf top = zero;  /* the block's largest y (a NaN y leaves it: never above thr) */
           for (int64_t g = b; g < b + BLOCK; g += G) {
             vf y[UNROLL];
             vm hit[UNROLL];
@@ -267,7 +273,8 @@ static inline __attribute__((always_inline)) void scan_part(
                     ex = vi_add(ex, vi_shr23(bits));
                     pr[u] = v_mul(pr[u], v_float(vi_or(vi_and(bits, mant_mask), one_bits)));
                 }
-                if (SEL) hit[u] = SEL == 2 ? above : v_gt(y[u], vt);
+                if (SEL == 2) hit[u] = above;
+                if (SEL == 1) top = v_max(y[u], top);
             }
             if (LOG && (++logged == 16 || g + G == ce)) {
                 /* each lane's product of <= 16·U mantissas (< 2^64) split into exponent and
@@ -283,16 +290,19 @@ static inline __attribute__((always_inline)) void scan_part(
                 logged = 0;
             }
             if (SEL) {
-                vm group_hit = hit[0];
-                for (int u = 1; u < U; u++) group_hit = m_or(group_hit, hit[u]);
+                /* at thr != shift one comparison of the group's largest y tests it */
+                vm group_hit = SEL == 1 ? v_gt(top, vt) : hit[0];
+                for (int u = 1; SEL == 2 && u < U; u++) group_hit = m_or(group_hit, hit[u]);
                 if (G == BLOCK) {  /* the block is this group: compact from registers */
                     if (m_any(group_hit))
-                        for (int u = 0; u < U; u++) hits = vec_select(y[u], hit[u], g + u * VL, src, io, mo, hits);
-                } else {
+                        for (int u = 0; u < U; u++)
+                            hits = vec_select(y[u], SEL == 2 ? hit[u] : v_gt(y[u], vt), g + u * VL, src, io, mo, hits);
+                } else if (SEL == 2) {
                     any = m_or(any, group_hit);
                 }
             }
           }
+          if (SEL == 1 && G < BLOCK) any = v_gt(top, vt);
           if (SEL && G < BLOCK && m_any(any))  /* one test per block, then its vectors again (from L1) */
               for (int64_t i = b; i < b + BLOCK; i += VL) {
                   vf y = v_load(x + i);
