@@ -166,3 +166,19 @@ def test_nan_and_inf_as_before(case, bad, data):
     if select is not None:
         want = torch.nonzero(y > select).squeeze(1)
         assert torch.equal(r.selection.indices.long(), want)
+
+
+@pytest.mark.parametrize("absolute", [True, False])
+def test_a_nan_beside_a_hit_hides_nothing(absolute):
+    """A block's hit test takes the block's running maximum, which a NaN must not swallow: a
+    NaN before or after a hit, in the same or another vector of its 64-element block."""
+    for nan_at in (0, 5, 16, 17, 40, 63):
+        for hit_at in (1, 15, 16, 33, 62):
+            if nan_at == hit_at:
+                continue
+            x = torch.zeros(64 * 3 + 7)
+            x[64 + nan_at] = math.nan
+            x[64 + hit_at] = 5.0
+            r = native.scan(x, absolute=absolute, shift=0.5, select=1.0)
+            assert r.selection.indices.tolist() == [64 + hit_at]
+            assert r.count == 1 and math.isnan(r.excess)
