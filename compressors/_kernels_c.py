@@ -25,7 +25,7 @@ against ``thr`` (one branch per block: fewer mispredictions than one per AVX2 gr
 percent kept; one comparison of the block's running maximum, or the count's comparisons when
 ``thr`` is ``shift``) and a block with a hit is compacted, from registers where the block is one group
 (AVX-512) and from L1 otherwise, with AVX-512 compress instructions, AVX2 permutes from a
-256-entry lookup table, or (neither available: the vector layer is then plain scalar C) a
+256-entry lookup table (only the block's vectors with a hit, found from its 64-bit hit mask), or (neither available: the vector layer is then plain scalar C) a
 branch-free store of every element that advances the output by ``y > thr``. The < 64 elements
 left at the end of a part take a scalar loop.
 """
@@ -87,7 +87,6 @@ static inline int m_any(vm a) { return a != 0; }
 typedef int64_t vc;  /* counts: popcounts of comparison masks, on the scalar ports */
 static inline vc c_zero(void) { return 0; }
 static inline vc c_add(vc c, vm m) { return c + __builtin_popcount(m); }
-static inline vc c_plus(vc a, vc b) { return a + b; }
 static inline int64_t c_sum(vc c) { return c; }
 static inline vi v_bits(vf a) { return _mm512_castps_si512(a); }
 static inline vf v_float(vi a) { return _mm512_castsi512_ps(a); }
@@ -124,7 +123,6 @@ static inline int m_any(vm a) { return _mm256_movemask_ps(a) != 0; }
 typedef int64_t vc;  /* counts: popcounts of comparison masks, on the scalar ports (16 registers) */
 static inline vc c_zero(void) { return 0; }
 static inline vc c_add(vc c, vm m) { return c + __builtin_popcount(_mm256_movemask_ps(m)); }
-static inline vc c_plus(vc a, vc b) { return a + b; }
 static inline int64_t c_sum(vc c) { return c; }
 static inline vi v_bits(vf a) { return _mm256_castps_si256(a); }
 static inline vf v_float(vi a) { return _mm256_castsi256_ps(a); }
@@ -167,7 +165,6 @@ static inline int m_any(vm a) { return a != 0; }
 typedef int64_t vc;
 static inline vc c_zero(void) { return 0; }
 static inline vc c_add(vc c, vm m) { return c + m; }
-static inline vc c_plus(vc a, vc b) { return a + b; }
 static inline int64_t c_sum(vc c) { return c; }
 static inline vi v_bits(vf a) { int32_t b; memcpy(&b, &a, sizeof b); return b; }
 static inline vf v_float(vi a) { float f; memcpy(&f, &a, sizeof f); return f; }
@@ -246,11 +243,11 @@ static inline __attribute__((always_inline)) void scan_part(
     for (int64_t c = lo; c < end; c += CHUNK) {
         const int64_t ce = c + CHUNK < end ? c + CHUNK : end;
         vf a1[UNROLL], a2[UNROLL], pr[UNROLL];
-        vc ac[UNROLL], ap[UNROLL];
-        vi ex = vi_set(0);  /* one accumulator: integer adds take one cycle */
+        /* one accumulator each for the counts and the exponents: integer adds take one cycle */
+        vc ac = c_zero(), ap = c_zero();
+        vi ex = vi_set(0);
         for (int u = 0; u < U; u++) {
             a1[u] = zero; a2[u] = zero; pr[u] = one;
-            ac[u] = c_zero(); ap[u] = c_zero();
         }
         int logged = 0;
         for (int64_t b = c; b < ce; b += BLOCK) {
@@ -266,9 +263,9 @@ static inline __attribute__((always_inline)) void scan_part(
                 a1[u] = v_add(a1[u], d);
                 if (SQ) a2[u] = v_fma(d, d, a2[u]);
                 vm above = v_gt(y[u], SH ? vs : zero);
-                ac[u] = c_add(ac[u], above);
+                ac = c_add(ac, above);
                 if (LOG) {
-                    if (SH) ap[u] = c_add(ap[u], v_gt(y[u], zero));
+                    if (SH) ap = c_add(ap, v_gt(y[u], zero));
                     vi bits = vi_max(v_bits(y[u]), floor_bits);  /* max(y, FLT_MIN); y >= 0 */
                     ex = vi_add(ex, vi_shr23(bits));
                     pr[u] = v_mul(pr[u], v_float(vi_or(vi_and(bits, mant_mask), one_bits)));
@@ -303,25 +300,42 @@ static inline __attribute__((always_inline)) void scan_part(
             }
           }
           if (SEL == 1 && G < BLOCK) any = v_gt(top, vt);
-          if (SEL && G < BLOCK && m_any(any))  /* one test per block, then its vectors again (from L1) */
+          if (SEL && G < BLOCK && m_any(any)) {  /* one test per block, then its vectors again (from L1) */
+#if defined(__AVX2__) && !defined(__AVX512F__)
+              /* the block's 64-bit hit mask, then only its vectors with a hit */
+              const vf t = SEL == 2 ? (SH ? vs : zero) : vt;
+              uint64_t m = 0;
+              for (int j = 0; j < BLOCK; j += VL) {
+                  vf y = v_load(x + b + j);
+                  if (ABS) y = v_abs(y);
+                  m |= (uint64_t)(uint32_t)_mm256_movemask_ps(v_gt(y, t)) << j;
+              }
+              while (m) {
+                  int j = __builtin_ctzll(m) & ~(VL - 1);
+                  m &= ~(0xffULL << j);
+                  vf y = v_load(x + b + j);
+                  if (ABS) y = v_abs(y);
+                  hits = vec_select(y, v_gt(y, t), b + j, src, io, mo, hits);
+              }
+#else
               for (int64_t i = b; i < b + BLOCK; i += VL) {
                   vf y = v_load(x + i);
                   if (ABS) y = v_abs(y);
                   hits = vec_select(y, v_gt(y, SEL == 2 ? (SH ? vs : zero) : vt), i, src, io, mo, hits);
               }
+#endif
+          }
         }
         vf t1 = a1[0], t2 = a2[0];
-        vc tc = ac[0], tp = ap[0];
         for (int u = 1; u < U; u++) {
             t1 = v_add(t1, a1[u]); t2 = v_add(t2, a2[u]);
-            tc = c_plus(tc, ac[u]); tp = c_plus(tp, ap[u]);
         }
         s1 += v_sum(t1);
         if (SQ) s2 += v_sum(t2);
-        cnt += c_sum(tc);
+        cnt += c_sum(ac);
         if (LOG) {
             exps += vi_sum(ex);
-            if (SH) pos += c_sum(tp);
+            if (SH) pos += c_sum(ap);
         }
     }
     /* the last < BLOCK elements */
