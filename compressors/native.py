@@ -136,22 +136,28 @@ def library() -> ctypes.CDLL | None:
     global _lib, _tried
     if os.environ.get("SIDCO_NATIVE", "1") == "0":
         return None
+    if _tried:  # built (or refused) already: no lock on the per-call path
+        return _lib
     with _lock:
         if not _tried:
-            _tried = True
             try:
                 _lib = _build()
             except OSError as exc:
                 _unavailable(f"cannot build or load the library: {exc}")
                 _lib = None
+            _tried = True
         return _lib
 
 
 def usable(x: torch.Tensor) -> bool:
     """Whether the kernels can serve ``x``: contiguous float32 on the CPU, fewer than 2³¹ elements
     (positions are int32), library available."""
-    return (x.device.type == "cpu" and x.dtype == torch.float32 and x.is_contiguous() and x.numel() < 2**31
+    return (x.dtype == torch.float32 and x.is_cpu and x.is_contiguous() and x.numel() < 2**31
             and library() is not None)
+
+
+_Out = ctypes.c_double * 5
+"""The kernel's five float64 results (count, Σ excess, Σ excess², Σ ln, positives)."""
 
 
 class Scan(NamedTuple):
@@ -186,12 +192,13 @@ def scan(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool =
     if logs and not absolute:
         raise ValueError("logs needs absolute=True")
     n = x.numel()
-    out = (ctypes.c_double * 5)()
+    out = _Out()
     kernel = (_lib or library()).sidco_scan
     parts = max(1, torch.get_num_threads()) if n >= PARALLEL_MIN else 1
     if select is None:
         kernel(x.data_ptr(), None, n, absolute, shift, squares, logs, 0, math.inf, parts, None, None, out)
-        return Scan(int(out[0]), out[1], out[2], out[3], int(out[4]), None)
+        count, excess, excess_sq, total_log, positive = out
+        return Scan(int(count), excess, excess_sq, total_log, int(positive), None)
     if buffers is None:
         buffers = (torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.float32))
     idx_buf, mag_buf = buffers
@@ -202,7 +209,8 @@ def scan(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool =
     total = kernel(x.data_ptr(), None if positions is None else positions.data_ptr(), n, absolute, shift, squares,
                    logs, 1, select, parts, idx_buf.data_ptr(), mag_buf.data_ptr(), out)
     hits = Selection(idx_buf[:total], mag_buf[:total], math.nan, math.nan)
-    return Scan(int(out[0]), out[1], out[2], out[3], int(out[4]), hits)
+    count, excess, excess_sq, total_log, positive = out
+    return Scan(int(count), excess, excess_sq, total_log, int(positive), hits)
 
 
 def stats(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool = False,

@@ -59,12 +59,17 @@ class Workspace:
         For outputs whose size changes from call to call (selections): the buffer grows by a
         quarter more than needed and is otherwise reused, so steady state allocates nothing.
         """
+        return self.grown(name, numel, dtype, device)[:numel]
+
+    def grown(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """The whole growing buffer behind :meth:`at_least` (at least ``numel`` elements), not a
+        view: for kernels that take a capacity and write a prefix (no slicing on the call path)."""
         key = (name, "grow", dtype, device)
         buf = self._buffers.get(key)
         if buf is None or buf.numel() < numel:
             buf = torch.empty(numel + numel // 4, dtype=dtype, device=device)
             self._buffers[key] = buf
-        return buf[:numel]
+        return buf
 
 
 class Above(NamedTuple):

@@ -100,6 +100,9 @@ also exact in bfloat16 and float16; steps of 0.4–0.8 %). A count at a lattice 
 torch path's pool histogram (:data:`POOL_BINS` bins) answers exactly without reading the pool;
 the native path counts the same tries in its pool, so both backends take the same steps."""
 
+GUESSES = 8
+"""Tensor sizes whose last :class:`Guess` a compressor keeps (the oldest size is forgotten first)."""
+
 EXTRA_STAGES = 3
 """Stages :meth:`SIDCo._deepen` may add within one call when the corrected threshold still
 selects too many."""
@@ -312,7 +315,7 @@ class _TorchOps(_Ops):
         self.pool_values = torch.abs_(torch.index_select(self.padded, 0, self.pool_positions, out=values))
         if not self.histogram:
             return self.pool_values
-        self.lowest = struct.unpack("<I", struct.pack("<f", pool_at))[0] >> LATTICE_SHIFT
+        self.lowest = _U32.unpack(_F32.pack(pool_at))[0] >> LATTICE_SHIFT
         top_bits = min((self.lowest + POOL_BINS) << LATTICE_SHIFT, 0x7F7F0000)
         narrow = self.pool_values if self.pool_values.dtype == torch.float32 else \
             self.ws.at_least("pool-f32", size, torch.float32, kept.device).copy_(self.pool_values)
@@ -437,7 +440,9 @@ def _finite(threshold: float, dtype: torch.dtype) -> float:
     return rounded
 
 
-_PACK = {torch.float32: "f", torch.float16: "e"}
+_CPU = torch.device("cpu")
+_PACK = {torch.float32: struct.Struct("<f"), torch.float16: struct.Struct("<e")}
+_F32, _U32 = _PACK[torch.float32], struct.Struct("<I")
 
 
 def _round(value: float, dtype: torch.dtype) -> float:
@@ -446,7 +451,8 @@ def _round(value: float, dtype: torch.dtype) -> float:
         return float(value) + 0.0
     if dtype in _PACK:  # round to nearest even through the C type, as a cast does
         try:
-            return struct.unpack(_PACK[dtype], struct.pack(_PACK[dtype], value))[0] + 0.0
+            packer = _PACK[dtype]
+            return packer.unpack(packer.pack(value))[0] + 0.0
         except OverflowError:
             return math.copysign(math.inf, value)
     with np.errstate(over="ignore"):
@@ -465,17 +471,17 @@ def _snap(threshold: float, dtype: torch.dtype) -> float:
     ``dtype``; one beyond float32's finite range (or not positive) is left as it is."""
     if not 0 < threshold < 3.0e38:
         return threshold
-    bits = struct.unpack("<I", struct.pack("<f", threshold))[0]
+    bits = _U32.unpack(_F32.pack(threshold))[0]
     bits = ((bits + (1 << (LATTICE_SHIFT - 1))) >> LATTICE_SHIFT) << LATTICE_SHIFT
-    return _round(struct.unpack("<f", struct.pack("<I", bits))[0], dtype)
+    return _round(_F32.unpack(_U32.pack(bits))[0], dtype)
 
 
 def _lattice_index(threshold: float) -> int | None:
     """``j`` when ``threshold`` is the lattice point with float32 bits ``j << LATTICE_SHIFT``."""
     if not 0 <= threshold < 3.0e38:
         return None
-    bits = struct.unpack("<I", struct.pack("<f", threshold))[0]
-    exact = struct.unpack("<f", struct.pack("<I", bits))[0] == threshold
+    bits = _U32.unpack(_F32.pack(threshold))[0]
+    exact = _F32.unpack(_U32.pack(bits))[0] == threshold
     return bits >> LATTICE_SHIFT if exact and not bits & ((1 << LATTICE_SHIFT) - 1) else None
 
 
@@ -573,8 +579,10 @@ class SIDCo(Compressor):
             self.backend = "cuda" if grad.device.type == "cuda" else "torch"
         threshold, used, count, eta1 = self._chain(ops, n, self.stages, grad.dtype, guess)
         if remember and threshold > 0 and eta1 > 0 and math.isfinite(eta1):
-            self._guesses = {**dict(list(self._guesses.items())[-7:]), n: Guess(eta1, threshold, ops.pool_size,
-                                                                                    self._low, self._deepened)}
+            guesses = self._guesses
+            if n not in guesses and len(guesses) >= GUESSES:  # forget the oldest size
+                del guesses[next(iter(guesses))]
+            guesses[n] = Guess(eta1, threshold, ops.pool_size, self._low, self._deepened)
         if count == 0:
             indices = argmax_fallback(grad.abs())
         else:
@@ -721,9 +729,9 @@ class SIDCo(Compressor):
         return best_t, best_count
 
     def _buffers(self, name: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reused (int32, float32) selection buffers of capacity ``numel`` for the native path."""
-        return (self._workspace.at_least(name + "-idx", numel, torch.int32, torch.device("cpu")),
-                self._workspace.at_least(name + "-mag", numel, torch.float32, torch.device("cpu")))
+        """Reused (int32, float32) selection buffers of at least ``numel`` elements for the native path."""
+        return (self._workspace.grown(name + "-idx", numel, torch.int32, _CPU),
+                self._workspace.grown(name + "-mag", numel, torch.float32, _CPU))
 
     def _shrink_buffer(self, grad: torch.Tensor) -> torch.Tensor:
         """A reused buffer of ``n + 1`` elements of ``grad``'s dtype whose last one is 0 (set once):
