@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from scipy.special import gammainccinv
+from scipy.special.cython_special import gammainccinv
 
 XI_EPS = 1e-8
 """``|ξ|`` below this uses the exponential limit ``σ·ln(1/p)`` of the generalized Pareto threshold."""
@@ -129,5 +129,12 @@ def mean_log_from_sums(total_log: float, positive: int, numel: int) -> float:
 def gamma_threshold(mu: float, mean_log: float, p: float) -> float:
     """Gamma threshold ``η = β·Q⁻¹(α, p)`` with ``β = μ/α`` (the true inverse,
     ``scipy.special.gammainccinv``; no closed-form shortcut)."""
-    alpha = gamma_shape(mu, mean_log)
-    return float(mu) / alpha * float(gammainccinv(alpha, p))
+    return gamma_quantile(mu, gamma_shape(mu, mean_log), p)
+
+
+def gamma_quantile(mu: float, alpha: float, p: float) -> float:
+    """The threshold of :func:`gamma_threshold` for a shape ``alpha`` already estimated
+    (:func:`gamma_shape`): ``(μ/α)·Q⁻¹(α, p)``, several tail masses of one fit paying for the
+    shape once. ``Q⁻¹`` is SciPy's ``gammainccinv`` called on floats (its scalar entry point in
+    ``scipy.special.cython_special``: the same function without the ufunc's dispatch)."""
+    return float(mu) / alpha * gammainccinv(alpha, float(p))

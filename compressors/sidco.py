@@ -551,6 +551,11 @@ class SIDCo(Compressor):
         """Stage-1 threshold for tail mass ``p`` from the moments of all magnitudes."""
         raise NotImplementedError
 
+    def first_quantile(self, moments: Moments) -> Callable[[float], float]:
+        """:meth:`first_threshold` of ``moments`` as a function of the tail mass alone (the
+        correction tries several of one fit)."""
+        return lambda p: self.first_threshold(moments, p)
+
     def tail_threshold(self, moments: Moments, p: float) -> float:
         """Later-stage threshold (above the shift) from the moments of the shifted exceedances."""
         return estimators.gpareto_threshold(moments.mean, moments.var, p)
@@ -607,7 +612,8 @@ class SIDCo(Compressor):
         # Step 2: stage 1 fits the whole |g| (one read; the pool too when there is one stage).
         pool_at = _round(GUESS_MARGIN * guess.chosen, dtype) if guess is not None and not last else None
         moments = ops.first(pool_at)
-        fit: Callable[[float], float] = lambda p: _finite(self.first_threshold(moments, p), dtype)  # noqa: E731
+        quantile = self.first_quantile(moments)
+        fit: Callable[[float], float] = lambda p: _finite(quantile(p), dtype)  # noqa: E731
         t = eta1 = fit(probs[0])
         log_p, used, count, exact = math.log(probs[0]), 1, None, True
         previous = None  # the accepted stage before t's: (t, its count, its fit, ln p, stages used)
@@ -790,3 +796,7 @@ class SIDCoGP(SIDCo):
 
     def first_threshold(self, moments, p):
         return estimators.gamma_threshold(moments.mean, moments.mean_log, p)
+
+    def first_quantile(self, moments):
+        alpha = estimators.gamma_shape(moments.mean, moments.mean_log)  # once per fit, not per try
+        return lambda p: estimators.gamma_quantile(moments.mean, alpha, p)
