@@ -31,6 +31,7 @@ import warnings
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from compressors._kernels_c import SOURCE
@@ -211,6 +212,15 @@ def scan(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool =
     hits = Selection(idx_buf[:total], mag_buf[:total], math.nan, math.nan)
     count, excess, excess_sq, total_log, positive = out
     return Scan(int(count), excess, excess_sq, total_log, int(positive), hits)
+
+
+def count_above(x: torch.Tensor, threshold: float) -> int:
+    """``#(x > threshold)`` (strict) over a contiguous float32 CPU tensor, ``threshold`` converted
+    to float32 as :func:`scan`'s argument is: what a count-only :func:`scan` returns, but computed
+    on the host by numpy, without a kernel. For a pool of a few thousand elements a kernel's
+    ctypes call costs more than the count (SIDCo's correction tries: 1.3 vs 3.4 µs at 1,800
+    elements, 2.5 vs 3.7 at 8,000, 5.3 vs 8.6 at 50,000, one thread, Zen 4)."""
+    return int(np.count_nonzero(x.numpy() > np.float32(ctypes.c_float(threshold).value)))
 
 
 def stats(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool = False,

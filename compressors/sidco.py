@@ -243,7 +243,7 @@ class _NativeOps(_Ops):
         return Tail(r.count, r.excess, r.excess_sq)
 
     def pool_count(self, threshold):
-        return native.scan(self.pool.magnitudes, absolute=False, shift=threshold, squares=False).count
+        return native.count_above(self.pool.magnitudes, threshold)
 
     def collect(self, pool_at):
         self._scan(pool_at, pool_at)
