@@ -191,7 +191,9 @@ class _Ops:
         """``(count, exact)`` for a correction's try: below a pool of more than ``enough``
         elements the try certainly selects too many, and ``(pool size, False)`` says so without a
         pass; otherwise the exact :meth:`count`."""
-        if threshold < self.pool_at and self.pool_at != math.inf and self.pool_size > enough and self.bounds_left:
+        if threshold >= self.pool_at:  # the common case: the pool answers
+            return self.pool_count(threshold), True
+        if self.pool_at != math.inf and self.pool_size > enough and self.bounds_left:
             self.bounds_left -= 1
             return self.pool_size, False
         return self.count(threshold), True
@@ -214,10 +216,12 @@ class _NativeOps(_Ops):
     def __init__(self, owner: SIDCo, grad: torch.Tensor, logs: bool):
         self.owner, self.grad, self.n, self.logs = owner, grad, grad.numel(), logs
         self.pool: native.Selection | None = None
+        self.pool_host: np.ndarray | None = None  # the pool's magnitudes as numpy sees them (no copy)
 
     def _keep(self, scan: native.Scan, pool_at: float | None) -> None:
         if pool_at is not None and scan.selection is not None:
             self.pool, self.pool_at, self.pool_size = scan.selection, pool_at, int(scan.selection.indices.numel())
+            self.pool_host = scan.selection.magnitudes.numpy()
 
     def _scan(self, shift: float, pool_at: float | None, logs: bool = False, squares: bool = False) -> native.Scan:
         buffers = self.owner._buffers("pool", self.n) if pool_at is not None else None
@@ -243,7 +247,7 @@ class _NativeOps(_Ops):
         return Tail(r.count, r.excess, r.excess_sq)
 
     def pool_count(self, threshold):
-        return native.count_above(self.pool.magnitudes, threshold)
+        return native.count_above(self.pool_host, threshold)
 
     def collect(self, pool_at):
         self._scan(pool_at, pool_at)
@@ -447,6 +451,11 @@ _F32, _U32 = _PACK[torch.float32], struct.Struct("<I")
 
 def _round(value: float, dtype: torch.dtype) -> float:
     """``value`` rounded to ``dtype`` (as the comparison ``|g| > value`` in that dtype sees it), −0 made +0."""
+    if dtype is torch.float32:  # the common case first
+        try:
+            return _F32.unpack(_F32.pack(value))[0] + 0.0
+        except OverflowError:
+            return math.copysign(math.inf, value)
     if dtype == torch.float64:
         return float(value) + 0.0
     if dtype in _PACK:  # round to nearest even through the C type, as a cast does
@@ -473,7 +482,8 @@ def _snap(threshold: float, dtype: torch.dtype) -> float:
         return threshold
     bits = _U32.unpack(_F32.pack(threshold))[0]
     bits = ((bits + (1 << (LATTICE_SHIFT - 1))) >> LATTICE_SHIFT) << LATTICE_SHIFT
-    return _round(_F32.unpack(_U32.pack(bits))[0], dtype)
+    point = _F32.unpack(_U32.pack(bits))[0]
+    return point if dtype is torch.float32 else _round(point, dtype)  # a lattice point is a float32
 
 
 def _lattice_index(threshold: float) -> int | None:
@@ -700,6 +710,7 @@ class SIDCo(Compressor):
         Every try is a lattice point (:func:`_snap`).
         """
         limit = math.log1p(self.band)
+        enough = k * (1.0 + self.band)
         log_k = math.log(k)
         err = math.log(max(count, 0.5)) - log_k
         best_t, best_count, best_err = (t, count, abs(err)) if exact else (t, None, math.inf)
@@ -719,7 +730,7 @@ class SIDCo(Compressor):
             if math.isfinite(under) and math.isfinite(over) and (new_log_p <= under or new_log_p >= over):
                 new_log_p = 0.5 * (under + over)
             candidate = _snap(fit(math.exp(new_log_p)), dtype)
-            cand_count, exact = ops.probe(candidate, k * (1.0 + self.band))
+            cand_count, exact = ops.probe(candidate, enough)
             counted += exact
             cand_err = math.log(max(cand_count, 0.5)) - log_k  # a lower bound when not exact
             prev_log_p, prev_err, prev_exact, cur_exact = log_p, err, cur_exact, exact
