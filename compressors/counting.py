@@ -20,17 +20,22 @@ def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
     """Run ``call`` and return its result and the names of the torch operations it dispatched,
     in order (``torch.utils._python_dispatch.TorchDispatchMode``; untimed, for counting), with
     each native selection as ``native.select_above`` followed by the marker ``native.hits:<kept
-    elements>`` (not an operation) and each ``native.scan`` kernel as
-``native.scan:full`` (over as many elements as the call's first kernel; followed by
-``native.scan:collect`` when it also selected) or ``native.scan:pool:<elements>``."""
+    elements>`` (not an operation), each ``native.scan`` kernel as
+    ``native.scan:full`` (over as many elements as the call's first kernel; followed by
+    ``native.scan:collect`` when it also selected) or ``native.scan:pool:<elements>``, and each
+    host count over a pool (``native.count_above``, no kernel) as ``native.count:<elements>``."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from compressors import native
 
     names: list[str] = []
-    select, scan = native.select_above, native.scan
+    select, scan, count = native.select_above, native.scan, native.count_above
     first: list[int] = []
+
+    def counted_count(x, threshold):
+        names.append(f"native.count:{x.size}")
+        return count(x, threshold)
 
     def counted_select(*args, **kwargs):
         names.append("native.select_above")
@@ -50,27 +55,30 @@ def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
             names.append(func.overloadpacket.__name__)
             return func(*args, **(kwargs or {}))
 
-    native.select_above, native.scan = counted_select, counted_scan
+    native.select_above, native.scan, native.count_above = counted_select, counted_scan, counted_count
     try:
         with torch.no_grad(), Recorder():
             result = call()
     finally:
-        native.select_above, native.scan = select, scan
+        native.select_above, native.scan, native.count_above = select, scan, count
     return result, names
 
 
 def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
     """The data-dependent loop counts of one call of ``name`` from the operations it dispatched
     (:func:`record_ops`), as :func:`compressors.work.work` takes them (``rounds``, DGC's ``trim``,
-    the ``hits`` of each native selection; for SIDCo's native path its full passes
-    and, given the ``stages`` it used, its correction ``steps``)."""
+    the ``hits`` of each native selection; for SIDCo's native path its full passes, its pool (the
+    mean size of what its pool kernels and host counts read) and its correction ``steps``: its
+    host counts but the one at the last stage's threshold)."""
     pools = [int(op.rsplit(":", 1)[1]) for op in ops if op.startswith("native.scan:pool:")]
+    host_counts = [int(op.rsplit(":", 1)[1]) for op in ops if op.startswith("native.count:")]
     kernels = ops.count("native.scan:full") + len(pools)
     if name.startswith("sidco") and kernels:
-        counts = {"rounds": ops.count("native.scan:full"), "pool": sum(pools) / len(pools) if pools else 0,
+        read = pools + host_counts
+        counts = {"rounds": ops.count("native.scan:full"), "pool": sum(read) / len(read) if read else 0,
                   "collects": ops.count("native.scan:collect")}
         if stages is not None:
-            counts["steps"] = kernels - 2 - stages
+            counts["steps"] = max(0, len(host_counts) - 1)
         return counts
     selections = ops.count("nonzero") + ops.count("native.select_above")
     hits = [int(op[len(HITS_MARKER):]) for op in ops if op.startswith(HITS_MARKER)]

@@ -218,16 +218,13 @@ class _NativeOps(_Ops):
         self.pool: native.Selection | None = None
         self.pool_host: np.ndarray | None = None  # the pool's magnitudes as numpy sees them (no copy)
 
-    def _keep(self, scan: native.Scan, pool_at: float | None) -> None:
-        if pool_at is not None and scan.selection is not None:
-            self.pool, self.pool_at, self.pool_size = scan.selection, pool_at, int(scan.selection.indices.numel())
-            self.pool_host = scan.selection.magnitudes.numpy()
-
     def _scan(self, shift: float, pool_at: float | None, logs: bool = False, squares: bool = False) -> native.Scan:
         buffers = self.owner._buffers("pool", self.n) if pool_at is not None else None
         r = native.scan(self.grad, absolute=True, shift=shift, squares=squares, logs=logs, select=pool_at,
                         buffers=buffers)
-        self._keep(r, pool_at)
+        if buffers is not None:  # keep the pool
+            self.pool, self.pool_at, self.pool_size = r.selection, pool_at, int(r.selection.indices.numel())
+            self.pool_host = self.owner._host_view(buffers[1])[:self.pool_size]
         return r
 
     def first(self, pool_at):
@@ -547,6 +544,8 @@ class SIDCo(Compressor):
         self._workspace = Workspace()
         self._guesses: dict[int, Guess] = {}
         self._padded: dict[tuple, torch.Tensor] = {}
+        self._viewed: torch.Tensor | None = None  # the buffer whose numpy view _view is
+        self._view: np.ndarray | None = None
         top = np.zeros((), dtype=np.int32)
         self._top = (top, torch.from_numpy(top))  # the torch path's histogram cap, a 0-d host int32
 
@@ -749,6 +748,13 @@ class SIDCo(Compressor):
         """Reused (int32, float32) selection buffers of at least ``numel`` elements for the native path."""
         return (self._workspace.grown(name + "-idx", numel, torch.int32, _CPU),
                 self._workspace.grown(name + "-mag", numel, torch.float32, _CPU))
+
+    def _host_view(self, buf: torch.Tensor) -> np.ndarray:
+        """``buf.numpy()`` (a CPU buffer's memory as numpy sees it, no copy), made once per reused
+        buffer of :meth:`_buffers` and kept."""
+        if self._viewed is not buf:
+            self._viewed, self._view = buf, buf.numpy()
+        return self._view
 
     def _shrink_buffer(self, grad: torch.Tensor) -> torch.Tensor:
         """A reused buffer of ``n + 1`` elements of ``grad``'s dtype whose last one is 0 (set once):

@@ -164,15 +164,18 @@ machine: 3.0–3.4 operations per kernel)."""
 
 def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps, collects=1):
     """SIDCo's native path (``native.scan``: one read pass per kernel, 8 bytes written per
-    selected element). Its kernels: stage 1's statistics, one tail per later stage, the count at
-    the last stage's threshold, one per correction step the pool answered or that fell below a
-    small pool (``steps``: how many, between 0 and ``corrections``; a try below a pool of more
-    than (1 + band)·k elements takes no kernel), and the final selection. ``full_passes`` of them
-    read the whole vector (by default stage 1's and stage 2's, one of which, ``collects``, also
-    collects the pool of ``pool`` candidates above a guess from the previous call; then any try
-    that fell below the pool); the others (later stages' statistics too) read only the pool. Host floats throughout: no 0-d operations,
-    no synchronisations; each kernel's host time is :data:`NATIVE_HOST_LAUNCHES` launches more."""
-    kernels = stages + 2 + steps
+    selected element). Its kernels: stage 1's statistics, one tail per later stage, any full pass
+    a try below the pool took, and the final selection. ``full_passes`` of them read the whole
+    vector (by default stage 1's and stage 2's, one of which, ``collects``, also collects the pool
+    of ``pool`` candidates above a guess from the previous call; then any try that fell below the
+    pool); the others (later stages' statistics too) read only the pool. Its counts take no
+    kernel: the count at the last stage's threshold and one per correction step (``steps``: how
+    many, between 0 and ``corrections``; a try below a pool of more than (1 + band)·k elements is
+    not counted) are numpy passes over the pool's magnitudes on the host
+    (:func:`compressors.native.count_above`), each one launch of host time with the correction's
+    float algebra around it. Host floats throughout: no 0-d operations, no synchronisations; each
+    kernel's host time is :data:`NATIVE_HOST_LAUNCHES` launches more."""
+    kernels = stages + 1 + max(0, full_passes - min(stages, 2))
     c = Work()
     for i in range(kernels):
         last = i == kernels - 1
@@ -182,6 +185,8 @@ def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps, collec
             c.stream(n, itemsize, 8 * (k if last else pool if selecting else 0) / n, kind, full=True)
         else:
             c.stream(pool, 8, 8 * k / max(pool, 1) if last else 0, "native_select" if last else "native")
+    for _ in range(1 + steps):
+        c.stream(pool, 4, 0, "count")
     return c.scalars(NATIVE_HOST_LAUNCHES * kernels).stream(k, 4, 8).gather(k)
 
 

@@ -32,14 +32,20 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
     kernels = []
     planned = comp.stages if name.startswith("sidco") else None
     guess = getattr(comp, "_guesses", {}).get(n)  # SIDCo's torch path sizes its pool from the last call's
+    host_counts = []  # SIDCo's counts over its pool on the host (numpy, no kernel)
     if backend == "native":
-        scan = native.scan
+        scan, count = native.scan, native.count_above
 
         def counted_scan(x, **kw):
             kernels.append(x.numel())
             return scan(x, **kw)
 
+        def counted_count(x, threshold):
+            host_counts.append(x.size)
+            return count(x, threshold)
+
         monkeypatch.setattr(native, "scan", counted_scan)
+        monkeypatch.setattr(native, "count_above", counted_count)
     with OpCounter(n) as seen:
         sparse = ef.compress(grad)
     out = torch.empty_like(grad)  # decompress into a kept buffer, as replays, profiles and hooks do
@@ -50,14 +56,16 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
     counts["passes"] += sum(1 for size in kernels if size >= n)
     # a native kernel is a launch; SIDCo's also carry the host work of its stage loop around them
     counts["launches"] += len(kernels) * (1 + sidco_work.NATIVE_HOST_LAUNCHES if name.startswith("sidco") else 1)
+    counts["launches"] += len(host_counts)  # each one launch of host time
     full_native = sum(1 for size in kernels if size >= n)
     loops = counting.loop_counts(name, seen.ops)
     rounds = loops.pop("rounds", None)
     if backend == "native":  # loops counted by their kernels: SIDCo's full passes, the others' selections
         rounds = full_native if name.startswith("sidco") else full_native - 1
     stages = planned if backend == "torch" else getattr(sparse, "stages", None)
-    if backend == "native" and name.startswith("sidco"):  # stage 1, a tail per stage, each step, the selection
-        loops["steps"] = len(kernels) - 2 - stages
+    if backend == "native" and name.startswith("sidco"):  # the count at the last threshold, then one per step
+        assert host_counts, "SIDCo's native path counts its last threshold on the host"
+        loops["steps"] = len(host_counts) - 1
     if backend == "torch" and guess is not None:
         loops["pool"] = guess.pool
     return counts, dcounts, stages, rounds, loops
