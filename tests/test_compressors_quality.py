@@ -7,9 +7,11 @@ import pytest
 import scipy.special
 import scipy.stats
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import compressors
-from compressors import estimators
+from compressors import estimators, sidco
 from compressors.sidco import stage_probabilities
 
 RNG_SEED = 20210125
@@ -63,6 +65,21 @@ def test_gamma_threshold_is_the_fitted_gammas_upper_quantile():
         for p in (0.25, 1e-2, 1e-3, 1e-5):
             want = scipy.stats.gamma.isf(p, alpha, scale=mu / alpha)
             assert estimators.gamma_threshold(mu, mean_log, p) == pytest.approx(want, rel=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(1e-30, 1e30), st.floats(-60.0, 60.0), st.floats(1e-300, 1.0))
+def test_gamma_quantile_is_the_threshold_of_its_shape(mu, mean_log, p):
+    """The shape computed once per fit and the quantile of each try give, bit for bit, the
+    threshold computed whole, and SciPy's ufunc ``gammainccinv`` gives the same ``Q⁻¹``;
+    SIDCo-GP's per-fit quantile is its threshold at every tail mass."""
+    alpha = estimators.gamma_shape(mu, mean_log)
+    want = float(mu) / alpha * float(scipy.special.gammainccinv(alpha, p))
+    got = estimators.gamma_quantile(mu, alpha, p)
+    assert got == want or (np.isnan(got) and np.isnan(want))
+    assert estimators.gamma_threshold(mu, mean_log, p) == got or np.isnan(got)
+    gp, moments = compressors.create("sidco-gp", 0.01), sidco.Moments(mu, 0.0, mean_log)
+    assert gp.first_quantile(moments)(p) == gp.first_threshold(moments, p) or np.isnan(got)
 
 
 def reference_threshold(name: str, g: torch.Tensor, density: float, stages: int, adapt: str = "paper") -> float:

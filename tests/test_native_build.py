@@ -73,3 +73,21 @@ def test_build_lands_at_this_cpus_cache_path(fresh: Path):
         warnings.simplefilter("error")
         assert native.library() is not None
     assert native.cache_path().exists()
+
+
+def test_disabling_at_runtime_wins_over_a_built_library(monkeypatch: pytest.MonkeyPatch):
+    """``SIDCO_NATIVE=0`` set after the library was built (its per-call path takes no lock)
+    still turns the kernels off, and SIDCo takes the torch path."""
+    import torch
+
+    import compressors
+
+    if native.library() is None:
+        pytest.skip("no C compiler for the native kernels")
+    x = torch.randn(4096)
+    assert native.usable(x)
+    monkeypatch.setenv("SIDCO_NATIVE", "0")
+    assert native.library() is None and not native.usable(x)
+    comp = compressors.create("sidco-e", 0.01)
+    comp.compress(x)
+    assert comp.backend == "torch"

@@ -182,3 +182,19 @@ def test_a_nan_beside_a_hit_hides_nothing(absolute):
             r = native.scan(x, absolute=absolute, shift=0.5, select=1.0)
             assert r.selection.indices.tolist() == [64 + hit_at]
             assert r.count == 1 and math.isnan(r.excess)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.0, 1e6, width=32), min_size=0, max_size=300), st.data())
+def test_host_count_is_the_kernels_count(values, data):
+    """``native.count_above`` (numpy on the host, what SIDCo's tries use over its pool) counts
+    exactly what a count-only ``scan`` counts: strictly above the threshold as float32 sees it,
+    at values of the pool itself (ties), between them, and at thresholds float32 cannot hold."""
+    x = torch.tensor(values, dtype=torch.float32)
+    picks = [0.0, 1e39, 3.5e38, math.nextafter(1.0, 2.0)] + values[:3]
+    threshold = data.draw(st.one_of(st.sampled_from(picks), st.floats(0.0, 2e6)))
+    want = int((x.double() > float(torch.tensor(threshold, dtype=torch.float32))).sum())
+    assert native.count_above(x.numpy(), threshold) == want
+    if values:
+        assert native.count_above(x.numpy(), threshold) == native.scan(x, absolute=False, shift=threshold,
+                                                                      squares=False).count
