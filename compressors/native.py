@@ -24,6 +24,7 @@ import math
 import os
 import shlex
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
@@ -159,6 +160,8 @@ def usable(x: torch.Tensor) -> bool:
 
 _Out = ctypes.c_double * 5
 """The kernel's five float64 results (count, Σ excess, Σ excess², Σ ln, positives)."""
+_RESULTS = struct.Struct("5d")
+"""Reads them in one call (iterating a ctypes array costs five lookups)."""
 
 
 class Scan(NamedTuple):
@@ -198,7 +201,7 @@ def scan(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool =
     parts = max(1, torch.get_num_threads()) if n >= PARALLEL_MIN else 1
     if select is None:
         kernel(x.data_ptr(), None, n, absolute, shift, squares, logs, 0, math.inf, parts, None, None, out)
-        count, excess, excess_sq, total_log, positive = out
+        count, excess, excess_sq, total_log, positive = _RESULTS.unpack_from(out)
         return Scan(int(count), excess, excess_sq, total_log, int(positive), None)
     if buffers is None:
         buffers = (torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.float32))
@@ -210,7 +213,7 @@ def scan(x: torch.Tensor, *, absolute: bool, shift: float = 0.0, squares: bool =
     total = kernel(x.data_ptr(), None if positions is None else positions.data_ptr(), n, absolute, shift, squares,
                    logs, 1, select, parts, idx_buf.data_ptr(), mag_buf.data_ptr(), out)
     hits = Selection(idx_buf[:total], mag_buf[:total], math.nan, math.nan)
-    count, excess, excess_sq, total_log, positive = out
+    count, excess, excess_sq, total_log, positive = _RESULTS.unpack_from(out)
     return Scan(int(count), excess, excess_sq, total_log, int(positive), hits)
 
 
