@@ -45,7 +45,8 @@ correction's try below a pool of more than ``(1 + band)·k`` elements is known t
 without being counted. A try the pool cannot answer is counted by a full pass (that collects a
 new pool just below it). What differs is how a backend reads the data: fused C kernels
 (:mod:`compressors.native`) for contiguous float32 CPU tensors (one read pass per stage's
-statistics, collecting the pool in the same pass), and torch operations for anything else (CUDA,
+statistics, collecting the pool in the same pass; the counts over the pool by numpy on the host,
+without a kernel call), and torch operations for anything else (CUDA,
 fp16/bf16/fp64): per stage a few reductions of ``g`` or of one ``hardshrink`` of it written into
 one float64 buffer that travels to the host in one transfer, with the pool's histogram when the
 pool (gathered by ``nonzero_static`` into a fixed number of slots) is taken; the pool itself stays
