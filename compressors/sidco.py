@@ -102,7 +102,8 @@ torch path's pool histogram (:data:`POOL_BINS` bins) answers exactly without rea
 the native path counts the same tries in its pool, so both backends take the same steps."""
 
 GUESSES = 8
-"""Tensor sizes whose last :class:`Guess` a compressor keeps (the oldest size is forgotten first)."""
+"""Tensor sizes whose last :class:`Guess` a compressor keeps (the least recently compressed size is
+forgotten first)."""
 
 EXTRA_STAGES = 3
 """Stages :meth:`SIDCo._deepen` may add within one call when the corrected threshold still
@@ -595,7 +596,7 @@ class SIDCo(Compressor):
         threshold, used, count, eta1 = self._chain(ops, n, self.stages, grad.dtype, guess)
         if remember and threshold > 0 and eta1 > 0 and math.isfinite(eta1):
             guesses = self._guesses
-            if n not in guesses and len(guesses) >= GUESSES:  # forget the oldest size
+            if guesses.pop(n, None) is None and len(guesses) >= GUESSES:  # forget the least recent size
                 del guesses[next(iter(guesses))]
             guesses[n] = Guess(eta1, threshold, ops.pool_size, self._low, self._deepened)
         if count == 0:

@@ -108,3 +108,15 @@ def test_correction_off_is_the_estimator_alone():
     assert not 0.8 <= raw.selected / 200 <= 1.2  # one exponential stage under-selects on Gaussian data
     assert 0.8 <= fixed.selected / 200 <= 1.2
     assert torch.equal(fixed.indices, torch.nonzero(g.abs() > fixed.threshold).squeeze(1))
+
+
+def test_sidco_remembers_the_eight_most_recent_sizes():
+    """What a call leaves for the next call of its size is kept for the 8 sizes compressed most
+    recently: a size compressed again moves to the back, the least recent one is forgotten."""
+    from compressors.sidco import GUESSES
+
+    comp = compressors.create("sidco-e", 0.01)
+    sizes = [1000 + i for i in range(GUESSES + 1)] + [1000, 1009, 1001]
+    for seed, n in enumerate(sizes):
+        comp.compress(torch.randn(n, generator=torch.Generator().manual_seed(seed)))
+    assert list(comp._guesses) == [1004, 1005, 1006, 1007, 1008, 1000, 1009, 1001]
