@@ -98,6 +98,7 @@ def scans(draw):
     if select is not None:  # at the shift, the loop reuses the count's comparison
         select = {"all-below": math.inf, "all-above": -math.inf if not absolute else -1.0,
                   "some": level(0.9), "rare": level(0.995), "at-shift": shift}[select]
+        select = float(torch.tensor(select, dtype=torch.float32))  # the kernel's threshold is a float32, as the shift
     return x, absolute, shift, draw(st.booleans()), logs, select
 
 
