@@ -1,7 +1,11 @@
-"""Shared fixtures and environment-based skips.
+"""Shared fixtures, environment-based skips and the hypothesis profile.
 
 Markers: ``gpu`` (needs CUDA), ``browser`` (needs chromium + chromedriver),
 ``root`` (needs root plus ``ip``/``tc`` for network namespaces).
+
+Hypothesis runs the ``repeatable`` profile by default (``derandomize``: the same examples on
+every run, so a suite that passed passes again on a clean clone); ``HYPOTHESIS_PROFILE=explore``
+draws new examples each run, to look for failures.
 """
 
 from __future__ import annotations
@@ -12,6 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
+
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 

@@ -1,6 +1,6 @@
 """Property-based tests (hypothesis) over sizes, dtypes, densities and odd values, for every
-compressor and both SIDCo backends. Examples are derandomized so CI runs are reproducible; raise
-``max_examples`` locally to search wider."""
+compressor and both SIDCo backends. Examples are derandomized (tests/conftest.py's profile) so
+CI runs are reproducible; ``HYPOTHESIS_PROFILE=explore`` and a larger ``max_examples`` search wider."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import compressors
 from compressors import native
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-PROFILE = settings(max_examples=40, deadline=None, derandomize=True,
+PROFILE = settings(max_examples=40, deadline=None,
                    suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -91,7 +91,7 @@ def test_sidco_selection_is_exactly_above_threshold(name, backend, g, density, s
 
 
 @pytest.mark.skipif(native.library() is None, reason="no C compiler for the native kernels")
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 300_000), seed=st.integers(0, 10_000), density=st.sampled_from([0.1, 0.01, 0.001]),
        stages=st.integers(1, 4), name=st.sampled_from(["sidco-e", "sidco-p", "sidco-gp"]))
 def test_native_and_torch_backends_agree(n, seed, density, stages, name):
@@ -112,7 +112,7 @@ def test_native_and_torch_backends_agree(n, seed, density, stages, name):
 
 
 @pytest.mark.parametrize("name", compressors.names())
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=25, deadline=None)
 @given(n=st.integers(2, 3000), position=st.integers(0, 10**6), bad=st.sampled_from(["nan", "inf", "-inf"]),
        dtype=st.sampled_from(sorted(DTYPES)))
 def test_non_finite_values_always_raise(name, n, position, bad, dtype):
@@ -122,7 +122,7 @@ def test_non_finite_values_always_raise(name, n, position, bad, dtype):
         compressors.create(name, density=0.1).compress(g)
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
+@settings(max_examples=30, deadline=None)
 @given(steps=st.integers(1, 6), n=st.integers(1, 2000), density=st.sampled_from([0.5, 0.05, 0.01]),
        name=st.sampled_from(compressors.names()), seed=st.integers(0, 1000))
 def test_error_feedback_conservation_property(steps, n, density, name, seed):
@@ -138,7 +138,7 @@ def test_error_feedback_conservation_property(steps, n, density, name, seed):
 
 
 @pytest.mark.skipif(native.library() is None, reason="no C compiler for the native kernels")
-@settings(max_examples=30, deadline=None, derandomize=True)
+@settings(max_examples=30, deadline=None)
 @given(scales=st.lists(st.sampled_from([1.0, 0.5, 2.0, 1e-3, 10.0]), min_size=2, max_size=6),
        n=st.integers(2, 200_000), name=st.sampled_from(["sidco-e", "sidco-p"]), stages=st.integers(1, 3))
 def test_speculative_first_stage_is_exact(scales, n, name, stages):

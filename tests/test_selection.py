@@ -24,7 +24,7 @@ def gradient(n: int, seed: int, ties: bool = False) -> torch.Tensor:
     return g
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=40, deadline=None)
 @given(n=st.integers(1, 50_000), seed=st.integers(0, 1000), q=st.floats(0.0, 1.0), ties=st.booleans())
 def test_select_above_is_exactly_the_strict_rule_on_every_backend(n, seed, q, ties):
     g = gradient(n, seed, ties)
@@ -42,7 +42,7 @@ def test_select_above_is_exactly_the_strict_rule_on_every_backend(n, seed, q, ti
     assert torch.equal(half.indices, torch.nonzero(g.half().abs() > torch.tensor(thr).half()).squeeze(1))
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
+@settings(max_examples=30, deadline=None)
 @given(n=st.integers(1, 300_000), seed=st.integers(0, 1000), density=st.sampled_from([0.3, 0.1, 0.01, 0.001, 1e-4]),
        ties=st.booleans())
 def test_exact_topk_matches_torch_topk(n, seed, density, ties):
@@ -66,7 +66,7 @@ def test_topk_compressor_uses_the_fast_path_and_stays_exact():
     assert int((g.abs() > s.threshold).sum()) <= s.selected <= int((g.abs() >= s.threshold).sum())
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=25, deadline=None)
 @given(n=st.integers(2_000, 60_000), seed=st.integers(0, 1000), density=st.sampled_from([0.1, 0.01]))
 def test_dgc_selects_greater_or_equal(n, seed, density):
     g = gradient(n, seed, ties=True)
