@@ -74,7 +74,7 @@ from compressors.adaptive import StageController
 from compressors.base import Compressor
 from compressors.rules import stage_probabilities
 from compressors.selection import Workspace, argmax_fallback
-from compressors.sidco_work import CORRECTIONS, POOL_BINS, POOL_ROOM, SHIP_SLOTS
+from compressors.sidco_work import CORRECTIONS, POOL_BINS, pool_slots, ships_values
 from compressors.sparse import Sparse
 
 GUESS_MARGIN = 0.9
@@ -588,8 +588,8 @@ class SIDCo(Compressor):
             self.backend = "native"
         else:
             k = target_count(self.density, n)
-            capacity = None if guess is None else min(n, int(POOL_ROOM * max(guess.pool, k)) + 1024)
-            ship = guess is not None and guess.deepened and capacity <= SHIP_SLOTS
+            capacity = None if guess is None else pool_slots(n, guess.pool, k)
+            ship = guess is not None and ships_values(guess.deepened, capacity)
             ops = _TorchOps(self, grad, self.first_needs_log, self.first_needs_var, capacity, ship)
             ops.variance_tail = self.tail_needs_var
             self.backend = "cuda" if grad.device.type == "cuda" else "torch"

@@ -51,6 +51,18 @@ its generalized Pareto fit has a bounded tail (ξ < 0) there, which no quantile 
 to the density. SIDCo-E and SIDCo-GP were not seen to."""
 
 
+def pool_slots(n: int, pool: float, k: int) -> int:
+    """Slots of SIDCo's torch-path pool for an ``n``-element gradient whose previous call of the
+    same size pooled ``pool`` elements, ``k`` to select (:data:`POOL_ROOM`)."""
+    return min(n, int(POOL_ROOM * max(pool, k)) + 1024)
+
+
+def ships_values(deepened: bool, slots: int) -> bool:
+    """Whether SIDCo's torch-path pool of ``slots`` slots travels as its values (:data:`SHIP_SLOTS`):
+    after a call of the same size that added a stage within itself (``deepened``)."""
+    return bool(deepened) and slots <= SHIP_SLOTS
+
+
 def default_deepened(name: str, density: float, adapt: str = "count", corrections: int = CORRECTIONS) -> int:
     """Stages SIDCo variant ``name`` adds within a call with adaptive stages by default
     (:data:`DEEPEN_BELOW`); none without count corrections, which is where they are added."""
@@ -94,6 +106,19 @@ def _sidco_pool(w: Work, n: int, capacity: int, itemsize: int, ship: bool = Fals
     return 8.0 * POOL_BINS
 
 
+def _tail_reductions(c: Work, name: str, size: int, n: int, itemsize: int) -> int:
+    """A later stage's statistics on the torch path: the ``hardshrink`` of ``size`` elements (``g``
+    or the pool) at the stage's shift, its ``‖·‖₀``, ``‖·‖₁`` and, but for SIDCo-E, ``‖·‖₂``.
+    Returns how many statistics it writes."""
+    whole = size >= n
+    c.stream(size, itemsize, itemsize, full=whole)
+    c.stream(size, itemsize, 0, "count", full=whole).stream(size, itemsize, 0, "reduce", full=whole)
+    if name == "sidco-e":
+        return 2
+    c.stream(size, itemsize, 0, "reduce", full=whole)
+    return 3
+
+
 def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, pool: float, exact: bool = True,
                  deepened: int = 0) -> Work:
     """SIDCo's torch path (any device; :class:`compressors.sidco._TorchOps`), a call after one of
@@ -113,9 +138,9 @@ def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, pool: f
     (the call before it having added one too) the pool's values travel with the statistics,
     concatenated, and the added stages are read on the host; the selection is a ``nonzero_static`` over the pool sized by
     the count the host already has, two gathers. No 0-d arithmetic on the device."""
-    capacity = min(n, int(POOL_ROOM * max(pool, k)) + 1024)
+    capacity = pool_slots(n, pool, k)
     whole = capacity >= n
-    ship = deepened > 0 and capacity <= SHIP_SLOTS
+    ship = ships_values(deepened > 0, capacity)
     c = Work()
     stats = 1
     c.stream(n, itemsize, 0, "reduce", full=True)
@@ -128,13 +153,7 @@ def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, pool: f
         stats += 2
     for m in range(1, planned + 1):
         if m > 1:
-            size = capacity if m > 2 else n
-            c.stream(size, itemsize, itemsize, full=size >= n)
-            c.stream(size, itemsize, 0, "count", full=size >= n).stream(size, itemsize, 0, "reduce", full=size >= n)
-            stats = 2
-            if name != "sidco-e":
-                c.stream(size, itemsize, 0, "reduce", full=size >= n)
-                stats += 1
+            stats = _tail_reductions(c, name, capacity if m > 2 else n, n, itemsize)
         sent = 8.0 * stats
         if m == min(planned, 2):
             pool_bytes = _sidco_pool(c, n, capacity, itemsize, ship)
@@ -143,11 +162,7 @@ def _sidco_torch(name: str, n: int, k: int, itemsize: int, planned: int, pool: f
             sent += pool_bytes
         c.to_host(sent)
     for _ in range(0 if ship else deepened):
-        c.stream(capacity, itemsize, itemsize, full=whole)
-        c.stream(capacity, itemsize, 0, "count", full=whole).stream(capacity, itemsize, 0, "reduce", full=whole)
-        if name != "sidco-e":
-            c.stream(capacity, itemsize, 0, "reduce", full=whole)
-        c.to_host(8.0 * (2 + (name != "sidco-e")))
+        c.to_host(8.0 * _tail_reductions(c, name, capacity, n, itemsize))
     if not exact:
         c.stream(capacity, itemsize, itemsize, full=whole).stream(capacity, itemsize, 0, "count", full=whole).to_host(8)
     c.stream(capacity, itemsize, 1, "compare", full=whole).stream(capacity, 1, 8 * k / capacity, full=whole).gather(k)
