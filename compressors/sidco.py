@@ -450,28 +450,23 @@ _F32, _U32 = _PACK[torch.float32], struct.Struct("<I")
 
 def _round(value: float, dtype: torch.dtype) -> float:
     """``value`` rounded to ``dtype`` (as the comparison ``|g| > value`` in that dtype sees it), −0 made +0."""
-    if dtype is torch.float32:  # the common case first
+    packer = _PACK.get(dtype)
+    if packer is not None:  # float32 and float16: round to nearest even through the C type, as a cast does
         try:
-            return _F32.unpack(_F32.pack(value))[0] + 0.0
+            return packer.unpack(packer.pack(value))[0] + 0.0
         except OverflowError:
             return math.copysign(math.inf, value)
     if dtype == torch.float64:
         return float(value) + 0.0
-    if dtype in _PACK:  # round to nearest even through the C type, as a cast does
-        try:
-            packer = _PACK[dtype]
-            return packer.unpack(packer.pack(value))[0] + 0.0
-        except OverflowError:
-            return math.copysign(math.inf, value)
+    if dtype != torch.bfloat16:
+        raise TypeError(f"no rounding to {dtype}")
     with np.errstate(over="ignore"):
-        if dtype == torch.bfloat16:
-            bits = np.array([value], dtype=np.float32).view(np.uint32)[0].item()
-            if math.isfinite(value):
-                bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # to nearest, ties to even
-            else:
-                bits &= 0xFFFF0000
-            return float(np.array([bits], dtype=np.uint32).view(np.float32)[0]) + 0.0
-        return float({torch.float32: np.float32, torch.float16: np.float16}[dtype](value)) + 0.0
+        bits = np.array([value], dtype=np.float32).view(np.uint32)[0].item()
+        if math.isfinite(value):
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # to nearest, ties to even
+        else:
+            bits &= 0xFFFF0000
+        return float(np.array([bits], dtype=np.uint32).view(np.float32)[0]) + 0.0
 
 
 def _snap(threshold: float, dtype: torch.dtype) -> float:
