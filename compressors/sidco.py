@@ -500,7 +500,9 @@ class SIDCo(Compressor):
     ±20 %; ``band`` is also the in-call correction's band); ``backend`` — ``"auto"`` (default: the
     fused C kernels for contiguous float32 CPU tensors when they are available, torch otherwise) or
     ``"torch"`` (always the torch path). After a call, :attr:`backend` names what ran it
-    (``"native"``, ``"torch"`` or ``"cuda"``).
+    (``"native"``, ``"torch"`` or ``"cuda"``), :attr:`planned` the stage count it planned and
+    :attr:`deepened` the stages it added within itself (each a read of a tail: what its work
+    follows; the message's ``stages`` counts the stages that lowered the threshold).
     """
 
     name = "sidco"
@@ -516,6 +518,8 @@ class SIDCo(Compressor):
             raise ValueError(f"backend must be 'auto' or 'torch', got {backend!r}")
         self.backend_choice = backend
         self.backend = "torch"
+        self.planned = 0
+        self.deepened = 0
         if adapt not in ("count", "paper"):
             raise ValueError(f"adapt must be 'count' or 'paper', got {adapt!r}")
         self.adapt = adapt
@@ -588,12 +592,13 @@ class SIDCo(Compressor):
             ops = _TorchOps(self, grad, self.first_needs_log, self.first_needs_var, capacity, ship)
             ops.variance_tail = self.tail_needs_var
             self.backend = "cuda" if grad.device.type == "cuda" else "torch"
-        threshold, used, count, eta1 = self._chain(ops, n, self.stages, grad.dtype, guess)
+        self.planned = self.stages
+        threshold, used, count, eta1 = self._chain(ops, n, self.planned, grad.dtype, guess)
         if remember and threshold > 0 and eta1 > 0 and math.isfinite(eta1):
             guesses = self._guesses
             if guesses.pop(n, None) is None and len(guesses) >= GUESSES:  # forget the least recent size
                 del guesses[next(iter(guesses))]
-            guesses[n] = Guess(eta1, threshold, ops.pool_size, self._low, self._deepened)
+            guesses[n] = Guess(eta1, threshold, ops.pool_size, self._low, self.deepened > 0)
         if count == 0:
             indices = argmax_fallback(grad.abs())
         else:
@@ -610,7 +615,7 @@ class SIDCo(Compressor):
         chosen one or a later stage's shift) scaled by how ``η₁`` moved: every later stage's
         statistics then come from the pool.
         """
-        self._deepened = False
+        self.deepened = 0
         # Step 1: split the density into one exceedance probability per stage.
         k = target_count(self.density, n)
         probs = stage_probabilities(self.density, stages, self.first_ratio)
@@ -678,7 +683,7 @@ class SIDCo(Compressor):
             if count <= k * (1.0 + self.band) or used >= self.controller.upper:
                 break
             tail = ops.tail(t, None)
-            self._deepened = True
+            self.deepened += 1
             if tail.count < 2:
                 break
             fit = self._stage_fit(t, tail, dtype)

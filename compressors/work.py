@@ -104,10 +104,11 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     ops; exact Top-k as on a CPU), ``cuda`` (the same, but exact Top-k is one ``torch.topk``) or
     ``native`` (the fused CPU kernels: SIDCo's, and the selection of Top-k, DGC, Gaussian-k
     and RedSync; other compressors ignore it). Data-dependent counts:
-    ``stages``: SIDCo's stage count (default :data:`DEFAULT_STAGES`; on the torch/CUDA path the
-    planned count, on the native path the stages used); ``deepened``: the stages SIDCo added within
-    the call from its pool (adaptive stages only; default, when ``stages`` is not given either,
-    :func:`compressors.sidco_work.default_deepened`; else 0); ``rounds``: the loop count of Gaussian-k,
+    ``stages``: SIDCo's planned stage count (its ``planned`` after a call; default
+    :data:`DEFAULT_STAGES`); ``deepened``: the stages SIDCo added within the call from its pool
+    (its ``deepened``; adaptive stages only; default, when ``stages`` is not given either,
+    :func:`compressors.sidco_work.default_deepened`; else 0: on the native path the stages a call
+    used, with no ``deepened``, price the same as its planned and added ones); ``rounds``: the loop count of Gaussian-k,
     RedSync, DGC, Top-k and Random-k, and for SIDCo's native path its full passes (default: the
     count each declaration states, seen on gradient-like data);
     ``trim``: DGC ends with an exact top-k among its selection (it does when the selection exceeds

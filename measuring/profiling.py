@@ -152,7 +152,8 @@ def loops_of_call(name: str, density: float, grads: Sequence[torch.Tensor], call
                   ) -> dict[str, Any]:
     """The loop counts (:func:`compressors.counting.loop_counts`) of call number ``call`` (0-based,
     warm-up included) of the sequence :func:`measure` times: the same calls, reseeded alike, run
-    again untimed, the last one under the op recorder."""
+    again untimed, the last one under the op recorder; for SIDCo also the stage count it planned
+    (``planned``) and the stages it added within the call (``deepened``)."""
     comp = compressors.create(name, density=density)
     ef = as_trained(comp)
     for i in range(call):
@@ -160,7 +161,10 @@ def loops_of_call(name: str, density: float, grads: Sequence[torch.Tensor], call
         comp.decompress(ef.compress(grads[i % len(grads)]), out=out)
     comp.reseed(call)
     message, ops = counting.record_ops(lambda: ef.compress(grads[call % len(grads)]))
-    return counting.loop_counts(name, ops, message.stages)
+    loops = counting.loop_counts(name, ops, message.stages)
+    if name.startswith("sidco"):  # what its work follows: the stages it planned and the tails it added
+        loops.update(planned=comp.planned, deepened=comp.deepened)
+    return loops
 
 
 def measure(device: str, sizes: Sequence[int], names: Sequence[str], densities: Sequence[float], *,

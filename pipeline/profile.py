@@ -116,9 +116,11 @@ def check_rows(profile: dp.DeviceProfile, device: devices.Device) -> list[dict[s
     for r in profile.rows:
         if r["compressor"] not in declared.DECLARATIONS:
             continue
-        loops = {k: r[k] for k in ("rounds", "trim", "steps", "pool", "collects", "hits") if r.get(k) is not None}
+        loops = {k: r[k] for k in ("rounds", "trim", "steps", "pool", "collects", "hits", "deepened")
+                 if r.get(k) is not None}
+        stages = r.get("planned", r.get("stages"))  # SIDCo: what it planned (older rows: what it used)
         model_c, model_d = costmodel.call_seconds(r["compressor"], int(r["numel"]), float(r["density"]), device,
-                                                  stages=r.get("stages"), backend=r.get("backend") or None,
+                                                  stages=stages, backend=r.get("backend") or None,
                                                   error_feedback=True if everywhere else None, **loops)
         out.append({
             "compressor": r["compressor"], "density": r["density"], "numel": r["numel"],

@@ -116,14 +116,15 @@ def call_seconds(compressor: str, numel: int, density: float, device: Device, *,
                  backend: str | None = None, rounds: int | None = None,
                  trim: bool = True, steps: int | None = None,
                  pool: float | None = None, collects: int = 1,
-                 hits: Sequence[float] | None = None) -> tuple[float, float]:
+                 hits: Sequence[float] | None = None, deepened: int | None = None) -> tuple[float, float]:
     """Modelled (compress, decompress) seconds of one call of ``compressor`` on ``numel`` fp32
     elements (``backend``: the code path, default :func:`backend_on` the device; ``stages``,
-    ``rounds``, ``trim``, ``steps``, ``pool``, ``collects``, ``hits``: the data-dependent counts of
-    :func:`compressors.work.work`; ``error_feedback``: default as training runs ``compressor``,
-    :func:`compressors.rules.trains_with_error_feedback`)."""
+    ``rounds``, ``trim``, ``steps``, ``pool``, ``collects``, ``hits``, ``deepened``: the
+    data-dependent counts of :func:`compressors.work.work`; ``error_feedback``: default as
+    training runs ``compressor``, :func:`compressors.rules.trains_with_error_feedback`)."""
     call = declared.work(compressor, numel, density, stages=stages, rounds=rounds, trim=trim, steps=steps,
-                         pool=pool, collects=collects, hits=hits, backend=backend or backend_on(device.kind, compressor),
+                         pool=pool, collects=collects, hits=hits, deepened=deepened,
+                         backend=backend or backend_on(device.kind, compressor),
                          error_feedback=trains_with_error_feedback(compressor) if error_feedback is None
                          else error_feedback)
     return seconds(call.compress, device), seconds(call.decompress, device)

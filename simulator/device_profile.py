@@ -13,8 +13,9 @@ model and flags or GPU name, torch version, threads), ``method`` (warm-up, repea
 ``device_model`` (the host's measured :class:`~simulator.devices.Device` numbers, for ``cpu``);
 rows may add ``compress_min_s``, ``compress_max_s``, ``decompress_min_s`` (``compress_s`` and
 ``decompress_s`` are then the median call's), ``stages``, ``backend`` and the loop counts of the
-call reported (``rounds``, ``trim``, ``steps``, ``pool``, ``collects``, and ``hits``: the
-elements each native selecting pass kept, a list).
+call reported (``rounds``, ``trim``, ``steps``, ``pool``, ``collects``, ``hits``: the
+elements each native selecting pass kept, a list; for SIDCo ``planned`` and ``deepened``, the
+stages it planned and added within the call, beside the ``stages`` it used).
 
 Any row may carry ``source`` (where it was published or how it was measured). A row may also
 be a *kernel row*, the timing of one kernel rather than of a compressor (how the

@@ -157,3 +157,28 @@ def test_default_options_plan_one_stage_and_match_the_declared_default(name, den
                     assert (work.launches, work.syncs) == (seen.counts["launches"], seen.counts["syncs"]), seen.ops
             before = deepened
     assert checked >= 3 and max(set(added), key=added.count) == sidco_work.default_deepened(name, density), added
+
+
+def test_a_profile_row_prices_the_stages_sidco_planned_and_added():
+    """A profile row of a SIDCo call that added a stage within itself carries the stages it
+    planned and added (``planned``, ``deepened``) beside the stages it used, and the cost model
+    prices what the code did: on the torch/CUDA path one planned stage and an added read of the
+    pool, not two full stages (which the used count alone would mean)."""
+    from measuring.profiling import loops_of_call
+    from pipeline import profile as device_profiles
+    from simulator import device_profile as dp
+
+    n, density = 1 << 16, 0.001
+    grads = [gradient_like(n, seed) for seed in range(10, 20)]
+    loops = [loops_of_call("sidco-p", density, grads, call, torch.empty(n)) for call in (2, 7)]
+    assert [(row["planned"], row["deepened"]) for row in loops] == [(1, 0), (1, 1)], loops  # below DEEPEN_BELOW
+    h100 = devices.get("h100")
+    row = {"compressor": "sidco-p", "density": density, "numel": 1 << 24, "compress_s": 1e-3, "decompress_s": 1e-3,
+           "stages": 2, "planned": 1, "deepened": 1, "backend": "cuda"}
+    profile = dp.DeviceProfile("h100", "test", (row,))
+    priced = device_profiles.check_rows(profile, h100)[0]["model_compress_s"]
+    want, _ = costmodel.call_seconds("sidco-p", 1 << 24, density, h100, stages=1, deepened=1, backend="cuda")
+    used_only, _ = costmodel.call_seconds("sidco-p", 1 << 24, density, h100, stages=2, backend="cuda")
+    assert priced == want and used_only > 1.2 * want
+    older = {k: v for k, v in row.items() if k not in ("planned", "deepened")}  # rows written before: as they were
+    assert device_profiles.check_rows(dp.DeviceProfile("h100", "test", (older,)), h100)[0]["model_compress_s"] == used_only
