@@ -64,6 +64,15 @@ def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
     return result, names
 
 
+def stage_counts(compressor: Any) -> dict[str, int]:
+    """For SIDCo, the stage count its last call planned and the stages it added within itself
+    (``planned``, ``deepened``: what its work follows, :func:`compressors.work.work`, where the
+    message's ``stages`` counts those that lowered the threshold); nothing for other compressors."""
+    if not compressor.name.startswith("sidco"):
+        return {}
+    return {"planned": compressor.planned, "deepened": compressor.deepened}
+
+
 def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
     """The data-dependent loop counts of one call of ``name`` from the operations it dispatched
     (:func:`record_ops`), as :func:`compressors.work.work` takes them (``rounds``, DGC's ``trim``,

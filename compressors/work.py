@@ -108,9 +108,9 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     :data:`DEFAULT_STAGES`); ``deepened``: the stages SIDCo added within the call from its pool
     (its ``deepened``; adaptive stages only; default, when ``stages`` is not given either,
     :func:`compressors.sidco_work.default_deepened`; else 0: on the native path the stages a call
-    used, with no ``deepened``, price the same as its planned and added ones); ``rounds``: the loop count of Gaussian-k,
-    RedSync, DGC, Top-k and Random-k, and for SIDCo's native path its full passes (default: the
-    count each declaration states, seen on gradient-like data);
+    used, with no ``deepened``, price the same as its planned and added ones); ``rounds``: the
+    loop count of Gaussian-k, RedSync, DGC, Top-k and Random-k, and for SIDCo's native path its
+    full passes (default: the count each declaration states, seen on gradient-like data);
     ``trim``: DGC ends with an exact top-k among its selection (it does when the selection exceeds
     1.3·k); ``corrections``: SIDCo's in-call correction steps (its torch path always runs all of
     them, masked); ``adapt``: SIDCo's ``adapt`` option (``"paper"``: fixed stage probabilities,

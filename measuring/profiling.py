@@ -161,10 +161,7 @@ def loops_of_call(name: str, density: float, grads: Sequence[torch.Tensor], call
         comp.decompress(ef.compress(grads[i % len(grads)]), out=out)
     comp.reseed(call)
     message, ops = counting.record_ops(lambda: ef.compress(grads[call % len(grads)]))
-    loops = counting.loop_counts(name, ops, message.stages)
-    if name.startswith("sidco"):  # what its work follows: the stages it planned and the tails it added
-        loops.update(planned=comp.planned, deepened=comp.deepened)
-    return loops
+    return {**counting.loop_counts(name, ops, message.stages), **counting.stage_counts(comp)}
 
 
 def measure(device: str, sizes: Sequence[int], names: Sequence[str], densities: Sequence[float], *,

@@ -203,10 +203,7 @@ def test_the_profiles_untimed_rerun_makes_the_calls_it_timed(name):
         comp.reseed(call)
         message, ops = counting.record_ops(lambda: ef.compress(grads[call % 3]))
         comp.decompress(message, out=out)
-        loops = counting.loop_counts(name, ops, message.stages)
-        if name.startswith("sidco"):
-            loops.update(planned=comp.planned, deepened=comp.deepened)
-        seen.append(loops)
+        seen.append({**counting.loop_counts(name, ops, message.stages), **counting.stage_counts(comp)})
     assert [loops_of_call(name, 0.01, grads, call, out) for call in range(6)] == seen
 
 
