@@ -1,32 +1,37 @@
 """Compute on a GPU from published training throughput: the rule fitted to ``profiles/throughput.json``.
 
-The table holds published single-GPU training throughput (samples/s) of full-size models on
-the modelled GPUs in each precision, each row citing where it was published (docs/devices.md).
-The rule that turns a sample's training FLOPs ``F`` (3 × its forward FLOPs) into seconds is a
-two-term roofline,
+The table holds published single-GPU (or per-GPU, data parallel on one node) training throughput
+(samples/s) of full-size models on the modelled GPUs in each precision, from several independent
+*harnesses*: a harness is the code base that trained the model (NVIDIA's DeepLearningExamples in
+PyTorch, TensorFlow or MXNet, Hugging Face transformers, DeepSpeed, Megatron-LM, llm.c, MLPerf's
+ResNet-50, ...), whoever ran it; each row names its harness and cites where it was published
+(docs/devices.md). The rule that turns a sample's training FLOPs ``F`` (3 × its forward FLOPs) into
+seconds has three constants:
 
-    seconds per sample = F / (η · e_device · peak(device, precision)) + m_kind · F / bandwidth(device)
+    seconds per sample = F / (η · peak(device, precision))
 
 with ``peak`` the device's dense peak in the format the precision runs in
-(:meth:`~simulator.devices.Device.peak_flops`: ``amp`` on fp16 tensor cores on a V100, bf16 on
-an A100 and later; ``tf32`` as fp32 where there are no TF32 units), ``bandwidth`` its memory
-bandwidth, and fitted: ``η`` the fraction of the peak matrix work reaches (one for fp32 SIMT
-units, one per layout on tensor cores), ``e_device`` how well the software of the table used
-each GPU (1 on the A100), ``m_kind`` the bytes the memory-bound layers (normalisation,
-activations) move per FLOP, per kind of model (``cnn``, ``transformer``). The fit minimises
-the squared log error of every row (:func:`fit`).
+(:meth:`~simulator.devices.Device.peak_flops`: ``amp`` on fp16 tensor cores on a V100, bf16 on an
+A100 and later; ``tf32`` as fp32 where there are no TF32 units) and ``η`` the fraction of it
+training reaches: one for fp32 SIMT units, one per kind of model on tensor cores (``cnn``,
+``transformer``; a trace is ``cnn`` when most of its FLOPs are in 4-D weights). A constant per GPU,
+per layout or for memory-bound layers was tried and dropped: none predicts a harness left out of
+the fit better (docs/devices.md). The fit minimises the squared log error of every row, each
+harness's rows together weighing as much as any other harness's (:func:`fit`).
 
-What the table lacks falls back, and says so (:class:`Compute`'s ``unmeasured``): a layout not in
-the table takes the geometric mean of ``η`` over the layouts of its kind; a trace's kind is
-``cnn`` when most of its FLOPs are in 4-D (convolution) weights; the H200 takes the H100's
-``e_device`` (same SMs and software, more bandwidth); fp32 on an A100/H100 (the table has TF32
-there) extrapolates the V100's fp32 rows. A CPU is not fitted: its measured peak of the
-precision × :data:`~simulator.devices.LAYOUT_UTILISATION`.
+The error of the rule is measured on harnesses it has not seen: :func:`leave_one_harness_out`
+predicts each harness's rows from a fit to the other harnesses. The band (:func:`band`) is the
+range of those ratios (published ÷ predicted time) without the ``k`` most extreme at each end, ``k``
+the largest for which at least :data:`COVERAGE` of the rows fall inside the band sized from the
+other harnesses' ratios alone (:func:`coverage`): it covers the spread of software efficiency
+between code bases, not the residuals of one. What the table lacks widens the band by a measured
+factor each (:class:`Compute`'s ``unmeasured``; :func:`widening`): a GPU without rows, or a
+precision without rows on that GPU, by the largest shift of a GPU's predictions when all its rows
+are left out of the fit; a layout not in the table (its kind's η) likewise for layouts. A CPU is not
+fitted: its measured peak of the precision × :data:`~simulator.devices.LAYOUT_UTILISATION`.
 
-The error of the rule is measured, not assumed: :func:`leave_one_out` predicts each row from a
-fit to the others; its range of errors is the band (:class:`Compute`'s ``low``/``high``) that
-every projection carries, widened once per unmeasured input. Batch size is not modelled: the
-rule is per sample (the table's batches are each harness's default, 8 to 1280).
+Batch size enters only through the optimizer step (the simulator's rule, :func:`optimizer_s`),
+once per ``batch_size`` samples (per GPU, gradient accumulation included).
 Units: FLOP, FLOP/s, seconds, bytes.
 """
 
@@ -45,9 +50,8 @@ from simulator.devices import LAYOUT_UTILISATION, Device, base_name, get
 PRECISIONS = ("fp32", "tf32", "amp")
 DEFAULT_PRECISION = "amp"
 KINDS = ("cnn", "transformer")
-DEVICE_FALLBACK = {"h200": "h100"}
-"""A GPU without rows in the table borrows ``e_device`` from this one (the H200 is an H100 with
-HBM3e: same SMs, same software)."""
+COVERAGE = 0.9
+"""Fraction of the rows the band must hold when it is sized without their own harness."""
 
 
 def check_precision(precision: str) -> str:
@@ -61,7 +65,8 @@ def check_precision(precision: str) -> str:
 class Row:
     """One published measurement: ``samples_per_s`` of ``layout`` (at ``tokens`` tokens per
     sample for a transformer, else its stated input) trained on one ``device`` in ``precision``
-    with ``batch_size`` samples, and its ``source``."""
+    with ``batch_size`` samples per optimizer step (per GPU), by the code base ``harness``, run by
+    ``run_by``, published at ``source``."""
 
     device: str
     layout: str
@@ -69,7 +74,9 @@ class Row:
     batch_size: int
     samples_per_s: float
     source: str
+    harness: str
     tokens: int | None = None
+    run_by: str = ""
 
 
 def table_path() -> Path:
@@ -90,11 +97,12 @@ def load(path: str | None = None) -> tuple[Row, ...]:
         try:
             row = Row(str(raw["device"]), str(raw["layout"]), check_precision(str(raw["precision"])),
                       int(raw["batch_size"]), float(raw["samples_per_s"]), str(raw["source"]),
-                      None if raw.get("tokens") is None else int(raw["tokens"]))
+                      str(raw["harness"]), None if raw.get("tokens") is None else int(raw["tokens"]),
+                      str(raw.get("run_by", "")))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{where}: row {i}: {exc}") from None
-        if not row.samples_per_s > 0 or not row.source.strip():
-            raise ValueError(f"{where}: row {i}: samples_per_s must be > 0 and source given")
+        if not row.samples_per_s > 0 or not row.source.strip() or not row.harness.strip() or row.batch_size < 1:
+            raise ValueError(f"{where}: row {i}: samples_per_s and batch_size must be > 0, source and harness given")
         rows.append(row)
     return tuple(rows)
 
@@ -122,47 +130,6 @@ def kind_of(shapes: Sequence[Sequence[int] | None], forward_flops: Sequence[floa
     return "cnn" if conv > 0.5 * sum(forward_flops) else "transformer"
 
 
-@dataclass(frozen=True)
-class Fit:
-    """The fitted constants (see the module docstring): ``simt`` (η of fp32 SIMT units),
-    ``tensor`` (η on tensor cores per layout), ``device`` (``e_device`` per GPU),
-    ``bytes_per_flop`` (``m_kind``), and the rows it was fitted to."""
-
-    simt: float
-    tensor: dict[str, float]
-    device: dict[str, float]
-    bytes_per_flop: dict[str, float]
-    rows: tuple[Row, ...] = field(default=(), repr=False)
-
-    def flops_per_s(self, device: Device, precision: str, kind: str, layout: str | None = None) -> float:
-        """Effective training FLOP/s of a model of ``kind`` (``layout`` when it is in the table)
-        on a GPU in ``precision``: ``1 / (1/(η·e·peak) + m/bandwidth)``."""
-        return 1.0 / self.seconds_per_flop(device, precision, kind, layout)
-
-    def seconds_per_flop(self, device: Device, precision: str, kind: str, layout: str | None = None) -> float:
-        """Seconds per training FLOP (the reciprocal of :meth:`flops_per_s`)."""
-        dtype = device.dtype(precision)
-        eta = self.simt if dtype == "fp32" else self.eta_tensor(kind, layout)
-        name = base_name(device.name)
-        e = self.device.get(name, self.device.get(DEVICE_FALLBACK.get(name, ""), 1.0))
-        return 1.0 / (eta * e * device.peak_flops(precision)) + self.bytes_per_flop[kind] / device.memory_bandwidth_Bps
-
-    def eta_tensor(self, kind: str, layout: str | None) -> float:
-        """η on tensor cores of ``layout``; for a layout not in the table the geometric mean
-        over the table's layouts of ``kind``."""
-        if layout in self.tensor:
-            return self.tensor[layout]
-        same = [v for name, v in self.tensor.items() if layout_kind(name) == kind] or list(self.tensor.values())
-        return math.exp(sum(math.log(v) for v in same) / len(same))
-
-    def samples_per_s(self, row: Row) -> float:
-        """What the rule predicts for ``row`` (its optimizer step included, as the table's are)."""
-        device = get(row.device)
-        flops = layout_flops(row.layout, row.tokens)
-        per_sample = flops * self.seconds_per_flop(device, row.precision, layout_kind(row.layout), row.layout)
-        return row.batch_size / (row.batch_size * per_sample + optimizer_s(row.layout, device))
-
-
 @functools.lru_cache(maxsize=16)
 def layout_numel(layout: str) -> int:
     """Parameters of ``layout``."""
@@ -179,11 +146,41 @@ def optimizer_s(layout: str, device: Device) -> float:
     return optimizer_from_bandwidth(layout_numel(layout), device.memory_bandwidth_Bps)
 
 
-# The shipped solution of the fit (``profiles/throughput-fit.json``): the constants and the
-# leave-one-out errors, keyed by a digest of the fit's inputs (rows, layout FLOPs, device peaks
-# and bandwidths). A projection uses it while the key matches and solves afresh otherwise, so it
-# never goes stale; it saves each process importing SciPy's optimiser (about 1 s). Written by
-# ``python -m simulator.throughput``; a test holds it equal to a fresh solution.
+@dataclass(frozen=True)
+class Fit:
+    """The fitted constants (see the module docstring): ``simt`` (η of fp32 SIMT units),
+    ``tensor`` (η on tensor cores per kind), and the rows they were fitted to."""
+
+    simt: float
+    tensor: dict[str, float]
+    rows: tuple[Row, ...] = field(default=(), repr=False)
+
+    def eta(self, device: Device, precision: str, kind: str) -> float:
+        """η of a model of ``kind`` in ``precision`` on ``device``; a kind the fit has no rows of
+        takes the geometric mean of the tensor-core η it has."""
+        if device.dtype(precision) == "fp32":
+            return self.simt
+        if kind in self.tensor:
+            return self.tensor[kind]
+        return math.exp(sum(math.log(v) for v in self.tensor.values()) / len(self.tensor))
+
+    def flops_per_s(self, device: Device, precision: str, kind: str) -> float:
+        """Effective training FLOP/s of a model of ``kind`` on a GPU in ``precision``: η · peak."""
+        return self.eta(device, precision, kind) * device.peak_flops(precision)
+
+    def samples_per_s(self, row: Row) -> float:
+        """What the rule predicts for ``row`` (its optimizer step included, as the table's are)."""
+        device = get(row.device)
+        per_sample = layout_flops(row.layout, row.tokens) / self.flops_per_s(device, row.precision, layout_kind(row.layout))
+        return row.batch_size / (row.batch_size * per_sample + optimizer_s(row.layout, device))
+
+
+# The shipped solution (``profiles/throughput-fit.json``): the constants, every row's
+# leave-one-harness-out prediction and the widening factors, keyed by a digest of the inputs
+# (rows, layout FLOPs, device peaks, optimizer times). A projection uses it while the key matches
+# and solves afresh otherwise, so it never goes stale; it saves each process SciPy's optimiser and
+# the folds (about 1 s). Written by ``python -m simulator.throughput``; a test holds it equal to a
+# fresh solution.
 
 
 @dataclass(frozen=True)
@@ -192,53 +189,47 @@ class _Problem:
 
     rows: tuple[Row, ...]
     names: tuple[str, ...]
-    layouts: tuple[str, ...]
-    gpus: tuple[str, ...]
     arrays: dict[str, Any]
 
     def key(self) -> str:
         """A digest of every input of the fit (12 significant digits per number)."""
         import hashlib
 
-        text = repr((self.names, [(r.device, r.layout, r.precision, r.batch_size, f"{r.samples_per_s:.12e}", r.tokens)
-                                  for r in self.rows],
+        text = repr((self.names, COVERAGE,
+                     [(r.device, r.layout, r.precision, r.batch_size, f"{r.samples_per_s:.12e}", r.tokens, r.harness)
+                      for r in self.rows],
                      {k: [f"{float(x):.12e}" for x in v] for k, v in sorted(self.arrays.items())}))
         return hashlib.sha256(text.encode()).hexdigest()
 
     def fit_from(self, values: Sequence[float]) -> Fit:
         """The :class:`Fit` of parameter ``values`` (in the order of ``names``)."""
         v = dict(zip(self.names, values))
-        return Fit(float(v["simt"]), {n: float(v[f"tensor:{n}"]) for n in self.layouts},
-                   {"a100": 1.0, **{n: float(v[f"device:{n}"]) for n in self.gpus}},
-                   {k: float(v.get(f"m:{k}", 0.0)) for k in KINDS}, self.rows)
+        return Fit(float(v["simt"]), {k: float(v[f"tensor:{k}"]) for k in KINDS if f"tensor:{k}" in v}, self.rows)
+
+
+def _is_simt(row: Row) -> bool:
+    return get(row.device).dtype(row.precision) == "fp32"
 
 
 def _problem(rows: Sequence[Row]) -> _Problem:
     import numpy as np
 
     rows = tuple(rows)
-    simt = [get(r.device).dtype(r.precision) == "fp32" for r in rows]
-    layouts = sorted({r.layout for r, fp32 in zip(rows, simt) if not fp32})
-    gpus = sorted({r.device for r in rows} - {"a100"})
-    kinds = sorted({layout_kind(r.layout) for r in rows})
-    names = ["simt", *(f"tensor:{n}" for n in layouts), *(f"device:{n}" for n in gpus), *(f"m:{k}" for k in kinds)]
+    kinds = sorted({layout_kind(r.layout) for r in rows if not _is_simt(r)})
+    names = ("simt", *(f"tensor:{k}" for k in kinds))
     index = {name: i for i, name in enumerate(names)}
+    count = {h: sum(r.harness == h for r in rows) for h in {r.harness for r in rows}}
+    weight = np.array([1.0 / count[r.harness] for r in rows])
     arrays = {
-        "eta_of": np.array([index["simt"] if fp32 else index[f"tensor:{r.layout}"] for r, fp32 in zip(rows, simt)]),
-        "e_of": np.array([index.get(f"device:{r.device}", -1) for r in rows]),
-        "m_of": np.array([index[f"m:{layout_kind(r.layout)}"] for r in rows]),
+        "eta_of": np.array([index["simt"] if _is_simt(r) else index[f"tensor:{layout_kind(r.layout)}"] for r in rows]),
         "flops": np.array([layout_flops(r.layout, r.tokens) for r in rows]),
         "peak": np.array([get(r.device).peak_flops(r.precision) for r in rows]),
-        "bandwidth": np.array([get(r.device).memory_bandwidth_Bps for r in rows]),
         "batch": np.array([float(r.batch_size) for r in rows]),
         "optimizer": np.array([optimizer_s(r.layout, get(r.device)) for r in rows]),
         "published": np.log([r.samples_per_s for r in rows]),
+        "weight": np.sqrt(weight * len(rows) / weight.sum()),
     }
-    return _Problem(rows, tuple(names), tuple(layouts), tuple(gpus), arrays)
-
-
-def _solve(problem: _Problem) -> Fit:
-    return problem.fit_from(_solve_values(problem))
+    return _Problem(rows, names, arrays)
 
 
 def _solve_values(problem: _Problem) -> list[float]:
@@ -249,21 +240,55 @@ def _solve_values(problem: _Problem) -> list[float]:
     a = problem.arrays
 
     def residuals(theta: Any) -> Any:
-        v = np.exp(theta)
-        e = np.where(a["e_of"] >= 0, v[np.maximum(a["e_of"], 0)], 1.0)
-        per_sample = a["flops"] * (1.0 / (v[a["eta_of"]] * e * a["peak"]) + v[a["m_of"]] / a["bandwidth"])
-        return np.log(a["batch"] / (a["batch"] * per_sample + a["optimizer"])) - a["published"]
+        per_sample = a["flops"] / (np.exp(theta)[a["eta_of"]] * a["peak"])
+        return a["weight"] * (np.log(a["batch"] / (a["batch"] * per_sample + a["optimizer"])) - a["published"])
 
-    kinds = sum(name.startswith("m:") for name in problem.names)
-    start = np.log([0.5] * (len(problem.names) - kinds) + [0.01] * kinds)
-    return [float(v) for v in np.exp(least_squares(residuals, start).x)]
+    return [float(v) for v in np.exp(least_squares(residuals, np.log([0.5] * len(problem.names))).x)]
 
 
 def fit(rows: Sequence[Row]) -> Fit:
-    """The constants minimising Σ log²(predicted / published samples/s) over ``rows`` (SciPy's
-    least squares on the logarithms of the constants, so that every one stays > 0; the
-    residuals are :meth:`Fit.samples_per_s`'s formula, vectorised over the rows)."""
-    return _solve(_problem(rows))
+    """The constants minimising Σ w·log²(predicted / published samples/s) over ``rows``, w = 1 /
+    (rows of the row's harness) (SciPy's least squares on the logarithms of the constants, so that
+    every one stays > 0; the residuals are :meth:`Fit.samples_per_s`'s formula, vectorised)."""
+    return _problem(rows).fit_from(_solve_values(_problem(rows)))
+
+
+def _held_out(rows: tuple[Row, ...], group: Any) -> list[float]:
+    """Each row's predicted samples/s from a fit to the rows whose ``group(row)`` differs from its own."""
+    predicted = [0.0] * len(rows)
+    for g in sorted({group(r) for r in rows}):
+        rule = fit([r for r in rows if group(r) != g])
+        for i, r in enumerate(rows):
+            if group(r) == g:
+                predicted[i] = rule.samples_per_s(r)
+    return predicted
+
+
+def _widening(rows: tuple[Row, ...], full: Fit, attribute: str) -> float:
+    """The largest factor (≥ 1) by which leaving every row of one ``attribute`` value (a GPU, a
+    layout) out of the fit moves the predictions of those rows; only rows whose constant (fp32
+    SIMT, or their kind on tensor cores) the remaining rows still determine are counted."""
+    def constant(r: Row) -> str:
+        return "simt" if _is_simt(r) else layout_kind(r.layout)
+
+    shifts = []
+    for value in sorted({getattr(r, attribute) for r in rows}):
+        rest = [r for r in rows if getattr(r, attribute) != value]
+        known = {constant(r) for r in rest}
+        rule = fit(rest)
+        shifts += [rule.samples_per_s(r) / full.samples_per_s(r) for r in rows
+                   if getattr(r, attribute) == value and constant(r) in known]
+    return max([1.0, *shifts, *(1 / s for s in shifts)])
+
+
+def _solve_all(problem: _Problem) -> dict[str, Any]:
+    """The shipped solution: constants, leave-one-harness-out predictions, widening factors."""
+    constants = dict(zip(problem.names, _solve_values(problem)))
+    full = problem.fit_from(list(constants.values()))
+    return {"constants": constants,
+            "leave_one_harness_out": _held_out(problem.rows, lambda r: r.harness),
+            "widening": {"device": _widening(problem.rows, full, "device"),
+                         "layout": _widening(problem.rows, full, "layout")}}
 
 
 def _cache_path() -> Path:
@@ -273,36 +298,41 @@ def _cache_path() -> Path:
 
 
 @functools.lru_cache(maxsize=1)
-def _shipped() -> tuple[_Problem, dict[str, Any] | None]:
-    """The problem of the shipped table and the shipped solution when its key matches, else ``None``."""
+def _solution() -> tuple[_Problem, dict[str, Any]]:
+    """The problem of the shipped table and its solution: the shipped one while its key matches,
+    else solved afresh."""
     problem = _problem(load())
     try:
         cache = json.loads(_cache_path().read_text())
     except (OSError, ValueError):
-        return problem, None
-    if not isinstance(cache, dict) or cache.get("key") != problem.key():
-        return problem, None
-    return problem, cache
+        cache = None
+    if isinstance(cache, dict) and cache.get("key") == problem.key():
+        return problem, cache
+    return problem, _solve_all(problem)
+
+
+def shipped_is_current() -> bool:
+    """Whether ``profiles/throughput-fit.json`` answers for the table and devices as they are."""
+    try:
+        return json.loads(_cache_path().read_text()).get("key") == _problem(load()).key()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def write_cache() -> Path:
+    """Solve the fit, its leave-one-harness-out and widening afresh and write them to
+    ``profiles/throughput-fit.json``."""
+    problem = _problem(load())
+    path = _cache_path()
+    path.write_text(json.dumps({"key": problem.key(), **_solve_all(problem)}, indent=1, sort_keys=True) + "\n")
+    return path
 
 
 @functools.lru_cache(maxsize=1)
 def fitted() -> Fit:
-    """The rule fitted to the shipped table (the shipped solution while current; cached)."""
-    problem, cache = _shipped()
-    if cache is not None:
-        return problem.fit_from([cache["constants"][name] for name in problem.names])
-    return _solve(problem)
-
-
-def write_cache() -> Path:
-    """Solve the fit and its leave-one-out afresh and write them to ``profiles/throughput-fit.json``."""
-    problem = _problem(load())
-    constants = dict(zip(problem.names, _solve_values(problem)))
-    errors = [err for _, _, err in _solve_leave_one_out(problem.rows)]
-    path = _cache_path()
-    path.write_text(json.dumps({"key": problem.key(), "constants": constants, "leave_one_out": errors},
-                               indent=1, sort_keys=True) + "\n")
-    return path
+    """The rule fitted to the shipped table (cached)."""
+    problem, solution = _solution()
+    return problem.fit_from([solution["constants"][name] for name in problem.names])
 
 
 def reproduction(rows: Sequence[Row] | None = None) -> list[tuple[Row, float, float]]:
@@ -313,35 +343,64 @@ def reproduction(rows: Sequence[Row] | None = None) -> list[tuple[Row, float, fl
     return [(r, f.samples_per_s(r), f.samples_per_s(r) / r.samples_per_s - 1) for r in rows]
 
 
-def _solve_leave_one_out(rows: tuple[Row, ...]) -> tuple[tuple[Row, float, float], ...]:
-    out = []
-    for i, r in enumerate(rows):
-        predicted = fit(rows[:i] + rows[i + 1:]).samples_per_s(r)
-        out.append((r, predicted, predicted / r.samples_per_s - 1))
-    return tuple(out)
+def leave_one_harness_out() -> list[tuple[Row, float, float]]:
+    """Each row predicted by a fit to the other harnesses' rows: (row, predicted samples/s,
+    error = predicted / published − 1 = published ÷ predicted time − 1). Cached."""
+    problem, solution = _solution()
+    return [(r, p, p / r.samples_per_s - 1) for r, p in zip(problem.rows, solution["leave_one_harness_out"])]
+
+
+TRIM_STEP = 0.005
+"""Steps of the fraction of ratios :func:`coverage` tries to leave out at each end."""
+
+
+def _trimmed(ratios: Sequence[float], fraction: float) -> tuple[float, float]:
+    """The range of ``ratios`` without the ⌊fraction · n⌋ lowest and highest, widened to hold 1."""
+    ordered = sorted(ratios)
+    k = math.floor(fraction * len(ordered) + 1e-9)
+    return min(1.0, ordered[k]), max(1.0, ordered[len(ordered) - 1 - k])
 
 
 @functools.lru_cache(maxsize=1)
-def _leave_one_out() -> tuple[tuple[Row, float, float], ...]:
-    problem, cache = _shipped()
-    if cache is not None:
-        return tuple((r, r.samples_per_s * (1 + float(err)), float(err))
-                     for r, err in zip(problem.rows, cache["leave_one_out"]))
-    return _solve_leave_one_out(problem.rows)
+def coverage() -> dict[str, float]:
+    """How the band is sized (see the module docstring): ``trim`` (the fraction of the
+    leave-one-harness-out ratios left out at each end: the largest multiple of
+    :data:`TRIM_STEP` below one half that keeps ``out_of_harness`` ≥ :data:`COVERAGE`), ``k``
+    (the ratios that leaves out at each end), ``rows``, ``harnesses``, ``inside`` (fraction of the
+    rows' ratios inside the band) and ``out_of_harness`` (fraction of the rows inside the band
+    sized, with the same ``trim``, from the other harnesses' ratios alone)."""
+    held = leave_one_harness_out()
+    ratios = [1 + err for _, _, err in held]
+    harnesses = sorted({r.harness for r, _, _ in held})
 
+    def out_of_harness(fraction: float) -> float:
+        inside = 0
+        for harness in harnesses:
+            others = [x for (r, _, _), x in zip(held, ratios) if r.harness != harness]
+            low, high = _trimmed(others, fraction)
+            inside += sum(low <= x <= high for (r, _, _), x in zip(held, ratios) if r.harness == harness)
+        return inside / len(ratios)
 
-def leave_one_out() -> list[tuple[Row, float, float]]:
-    """Each row predicted by a fit to all the other rows: (row, predicted samples/s, error =
-    predicted / published − 1). Cached: 18 fits of a few milliseconds each."""
-    return list(_leave_one_out())
+    steps = [i * TRIM_STEP for i in range(int(0.5 / TRIM_STEP))]
+    trim = max((q for q in steps if out_of_harness(q) >= COVERAGE), default=0.0)
+    low, high = _trimmed(ratios, trim)
+    return {"trim": trim, "k": math.floor(trim * len(ratios) + 1e-9), "rows": len(ratios),
+            "harnesses": len(harnesses), "inside": sum(low <= x <= high for x in ratios) / len(ratios),
+            "out_of_harness": out_of_harness(trim)}
 
 
 def band() -> tuple[float, float]:
-    """The factors on a projected compute time that span the rule's measured error: the range
-    of published ÷ predicted time over :func:`leave_one_out` (= 1 + its error), ``(low, high)``
-    with ``low ≤ 1 ≤ high``."""
-    ratios = [1.0 + err for _, _, err in leave_one_out()]
-    return min(1.0, min(ratios)), max(1.0, max(ratios))
+    """The factors on a projected compute time that span the rule's error on harnesses it has
+    not seen: the range of published ÷ predicted time over :func:`leave_one_harness_out` without
+    the :func:`coverage` ``k`` most extreme at each end, ``(low, high)`` with ``low ≤ 1 ≤ high``."""
+    return _trimmed([1 + err for _, _, err in leave_one_harness_out()], coverage()["trim"])
+
+
+def widening() -> dict[str, float]:
+    """The factor (≥ 1) each unmeasured input widens the band by: ``device`` (a GPU, or a
+    precision on a GPU, without rows) and ``layout`` (a layout not in the table), each the largest
+    shift of a group's predictions when all its rows leave the fit."""
+    return dict(_solution()[1]["widening"])
 
 
 UNMEASURED_CPU_BAND = (0.5, 2.0)
@@ -352,8 +411,8 @@ fitted): a factor of 2 either way."""
 @dataclass(frozen=True)
 class Compute:
     """How a projection's compute runs: ``flops_per_s`` (effective training FLOP/s), ``low``/
-    ``high`` (factors on compute time spanning the rule's error, widened once per input in
-    ``unmeasured``), ``note`` (where it comes from, in words)."""
+    ``high`` (factors on compute time spanning the rule's error on unseen harnesses, widened by
+    a measured factor per input in ``unmeasured``), ``note`` (where it comes from, in words)."""
 
     flops_per_s: float
     low: float
@@ -373,23 +432,26 @@ def compute(device: Device, precision: str, kind: str, layout: str | None = None
                        f"not fitted: band x{UNMEASURED_CPU_BAND[0]:g}-{UNMEASURED_CPU_BAND[1]:g})")
     f = fitted()
     rows = f.rows
-    unmeasured = []
+    widen = widening()
+    unmeasured, factor = [], 1.0
     name = base_name(device.name)
     if not any(r.device == name for r in rows):
-        unmeasured.append(f"{name} (not in the table: {DEVICE_FALLBACK.get(name, 'a100')}'s efficiency)")
+        unmeasured.append(f"{name} (no published row: its peak at the efficiency measured on other GPUs)")
+        factor *= widen["device"]
+    elif not any(r.device == name and device.dtype(r.precision) == dtype for r in rows):
+        unmeasured.append(f"{dtype} on {name} (no published row: the {dtype} efficiency of other GPUs)")
+        factor *= widen["device"]
     if layout is None or not any(r.layout == layout for r in rows):
-        unmeasured.append(f"{layout or 'this trace'} (not in the table: the {kind} layouts' mean efficiency)")
-    if not any(r.device == name and device.dtype(r.precision) == dtype for r in rows) and \
-            not unmeasured[:1]:
-        unmeasured.append(f"{dtype} on {name} (no row: extrapolated from other GPUs)")
+        unmeasured.append(f"{layout or 'this trace'} (not in the table: the {kind} rows' efficiency)")
+        factor *= widen["layout"]
     low, high = band()
-    widen = 1 + len(unmeasured)
-    low, high = low**widen, high**widen
-    flops = f.flops_per_s(device, precision, kind, layout)
+    low, high = low / factor, high * factor
+    flops = f.flops_per_s(device, precision, kind)
+    harnesses = len({r.harness for r in rows})
     where = "; ".join(unmeasured) or "anchored on published rows"
     note = (f"{flops / 1e12:.3g} TFLOP/s effective ({device.name} {precision}: {dtype} peak "
-            f"{device.peak_flops(precision) / 1e12:.3g} TFLOP/s, rule fitted to {len(rows)} published rows, "
-            f"{kind}; {where}; time band x{low:.2f}-{high:.2f})")
+            f"{device.peak_flops(precision) / 1e12:.3g} TFLOP/s x {f.eta(device, precision, kind):.2f}, rule fitted to "
+            f"{len(rows)} published rows of {harnesses} harnesses, {kind}; {where}; time band x{low:.2f}-{high:.2f})")
     return Compute(flops, low, high, tuple(unmeasured), note)
 
 
