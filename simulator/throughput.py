@@ -21,14 +21,15 @@ harness's rows together weighing as much as any other harness's (:func:`fit`).
 
 The error of the rule is measured on harnesses it has not seen: :func:`leave_one_harness_out`
 predicts each harness's rows from a fit to the other harnesses. The band (:func:`band`) is the
-range of those ratios (published ÷ predicted time) without the ``k`` most extreme at each end, ``k``
-the largest for which at least :data:`COVERAGE` of the rows fall inside the band sized from the
-other harnesses' ratios alone (:func:`coverage`): it covers the spread of software efficiency
-between code bases, not the residuals of one. What the table lacks widens the band by a measured
-factor each (:class:`Compute`'s ``unmeasured``; :func:`widening`): a GPU without rows, or a
-precision without rows on that GPU, by the largest shift of a GPU's predictions when all its rows
-are left out of the fit; a layout not in the table (its kind's η) likewise for layouts. A CPU is not
-fitted: its measured peak of the precision × :data:`~simulator.devices.LAYOUT_UTILISATION`.
+range of those ratios (published ÷ predicted time) without a fraction of the most extreme at each
+end, the largest (in steps of :data:`TRIM_STEP`) for which at least :data:`COVERAGE` of the rows
+fall inside the band sized from the other harnesses' ratios alone (:func:`coverage`): it covers the
+spread of software efficiency between code bases, not the residuals of one. What the table lacks
+widens the band by a measured factor each (:class:`Compute`'s ``unmeasured``; :func:`widening`): a
+GPU without rows, or a precision without rows on that GPU, by the largest shift of a GPU's
+predictions when all its rows are left out of the fit; a layout not in the table (its kind's η)
+likewise for layouts. A CPU is not fitted: its measured peak of the precision ×
+:data:`~simulator.devices.LAYOUT_UTILISATION`.
 
 Batch size enters only through the optimizer step (the simulator's rule, :func:`optimizer_s`),
 once per ``batch_size`` samples (per GPU, gradient accumulation included).
@@ -52,6 +53,8 @@ DEFAULT_PRECISION = "amp"
 KINDS = ("cnn", "transformer")
 COVERAGE = 0.9
 """Fraction of the rows the band must hold when it is sized without their own harness."""
+TRIM_STEP = 0.005
+"""Steps of the fraction of ratios :func:`coverage` tries to leave out at each end of the band."""
 
 
 def check_precision(precision: str) -> str:
@@ -195,7 +198,7 @@ class _Problem:
         """A digest of every input of the fit (12 significant digits per number)."""
         import hashlib
 
-        text = repr((self.names, COVERAGE,
+        text = repr((self.names,
                      [(r.device, r.layout, r.precision, r.batch_size, f"{r.samples_per_s:.12e}", r.tokens, r.harness)
                       for r in self.rows],
                      {k: [f"{float(x):.12e}" for x in v] for k, v in sorted(self.arrays.items())}))
@@ -350,10 +353,6 @@ def leave_one_harness_out() -> list[tuple[Row, float, float]]:
     return [(r, p, p / r.samples_per_s - 1) for r, p in zip(problem.rows, solution["leave_one_harness_out"])]
 
 
-TRIM_STEP = 0.005
-"""Steps of the fraction of ratios :func:`coverage` tries to leave out at each end."""
-
-
 def _trimmed(ratios: Sequence[float], fraction: float) -> tuple[float, float]:
     """The range of ``ratios`` without the ⌊fraction · n⌋ lowest and highest, widened to hold 1."""
     ordered = sorted(ratios)
@@ -455,5 +454,44 @@ def compute(device: Device, precision: str, kind: str, layout: str | None = None
     return Compute(flops, low, high, tuple(unmeasured), note)
 
 
+def report() -> str:
+    """The fit in Markdown (docs/devices.md, BENCHMARKS.md): the constants, the band and its
+    coverage, every row with its harness and its leave-one-harness-out model ÷ published
+    samples/s (= published ÷ modelled time), inside the band or not (``own out``: the band sized
+    without the row's harness), and a summary per harness."""
+    f, held, cov = fitted(), leave_one_harness_out(), coverage()
+    low, high = band()
+    ratios = [1 + err for _, _, err in held]
+    own = {}
+    for harness in {r.harness for r, _, _ in held}:
+        own[harness] = _trimmed([x for (r, _, _), x in zip(held, ratios) if r.harness != harness], cov["trim"])
+    widen = widening()
+    lines = [f"Fitted: η fp32 SIMT {f.simt:.3f}; η tensor cores " + ", ".join(f"{k} {v:.3f}" for k, v in f.tensor.items())
+             + f". Band ×{low:.2f}–{high:.2f} (leave-one-harness-out ratios without the {cov['k']} most extreme at each"
+             f" end, {cov['trim']:.1%} of {cov['rows']}): it holds {cov['inside']:.1%} of the rows, and"
+             f" {cov['out_of_harness']:.1%} when sized without their own harness (goal ≥ {COVERAGE:.0%}). Widening per"
+             f" unmeasured input: GPU or precision ×{widen['device']:.2f}, layout ×{widen['layout']:.2f}.", "",
+             "| device | layout | precision | tokens | batch | harness | run by | published samples/s "
+             "| model (harness left out) | model/published | in band | in band (own out) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (r, predicted, _), x in zip(held, ratios):
+        lo, hi = own[r.harness]
+        lines.append(f"| {r.device} | {r.layout} | {r.precision} | {r.tokens or ''} | {r.batch_size} | {r.harness} "
+                     f"| {r.run_by} | {r.samples_per_s:.4g} | {predicted:.4g} | {x:.2f} | {'yes' if low <= x <= high else 'no'} "
+                     f"| {'yes' if lo <= x <= hi else 'no'} |")
+    lines += ["", "| harness | rows | GPUs | layouts | model/published | in band | in band (own out) |",
+              "|---|---|---|---|---|---|---|"]
+    for harness in sorted(own):
+        mine = [(r, x) for (r, _, _), x in zip(held, ratios) if r.harness == harness]
+        lo, hi = own[harness]
+        xs = [x for _, x in mine]
+        lines.append(f"| {harness} | {len(mine)} | {', '.join(sorted({r.device for r, _ in mine}))} "
+                     f"| {', '.join(sorted({r.layout for r, _ in mine}))} | {min(xs):.2f}–{max(xs):.2f} "
+                     f"| {sum(low <= x <= high for x in xs)}/{len(xs)} | {sum(lo <= x <= hi for x in xs)}/{len(xs)} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    print(f"wrote {write_cache()}")
+    import sys
+
+    print(report() if sys.argv[1:] == ["--report"] else f"wrote {write_cache()}")
