@@ -7,9 +7,10 @@ used for ``--device cpu`` only on a host with the same CPU model and SIMD flags.
 ``published-<gpu>.json`` hold published kernel timings of a GPU (kernel rows, each citing its
 source); the GPU rules' bandwidth, launch and sync are fitted to them (:mod:`simulator.published`).
 
-``throughput.json`` is not a device profile: it holds published training throughput, the
-anchors of the compute rule (:mod:`simulator.throughput`); ``throughput-fit.json`` holds that
-rule's solved constants, keyed by its inputs (``python -m simulator.throughput`` writes it).
+``throughput.json`` is not a device profile: it holds published training throughput of several
+harnesses, the anchors of the compute rule (:mod:`simulator.throughput`); ``throughput-fit.json``
+holds that rule's solved constants, leave-one-harness-out predictions and widening factors, keyed
+by its inputs (``python -m simulator.throughput`` writes it).
 """
 
 from __future__ import annotations
