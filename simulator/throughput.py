@@ -253,7 +253,8 @@ def fit(rows: Sequence[Row]) -> Fit:
     """The constants minimising Σ w·log²(predicted / published samples/s) over ``rows``, w = 1 /
     (rows of the row's harness) (SciPy's least squares on the logarithms of the constants, so that
     every one stays > 0; the residuals are :meth:`Fit.samples_per_s`'s formula, vectorised)."""
-    return _problem(rows).fit_from(_solve_values(_problem(rows)))
+    problem = _problem(rows)
+    return problem.fit_from(_solve_values(problem))
 
 
 def _held_out(rows: tuple[Row, ...], group: Any) -> list[float]:
@@ -300,26 +301,26 @@ def _cache_path() -> Path:
     return profiles.THROUGHPUT_FIT
 
 
-@functools.lru_cache(maxsize=1)
-def _solution() -> tuple[_Problem, dict[str, Any]]:
-    """The problem of the shipped table and its solution: the shipped one while its key matches,
-    else solved afresh."""
-    problem = _problem(load())
+def _shipped(problem: _Problem) -> dict[str, Any] | None:
+    """The shipped solution when its key matches ``problem``'s, else ``None``."""
     try:
         cache = json.loads(_cache_path().read_text())
     except (OSError, ValueError):
-        cache = None
-    if isinstance(cache, dict) and cache.get("key") == problem.key():
-        return problem, cache
-    return problem, _solve_all(problem)
+        return None
+    return cache if isinstance(cache, dict) and cache.get("key") == problem.key() else None
+
+
+@functools.lru_cache(maxsize=1)
+def _solution() -> tuple[_Problem, dict[str, Any]]:
+    """The problem of the shipped table and its solution: the shipped one while current, else
+    solved afresh."""
+    problem = _problem(load())
+    return problem, _shipped(problem) or _solve_all(problem)
 
 
 def shipped_is_current() -> bool:
     """Whether ``profiles/throughput-fit.json`` answers for the table and devices as they are."""
-    try:
-        return json.loads(_cache_path().read_text()).get("key") == _problem(load()).key()
-    except (OSError, ValueError, AttributeError):
-        return False
+    return _shipped(_problem(load())) is not None
 
 
 def write_cache() -> Path:

@@ -159,3 +159,13 @@ def test_a_changed_input_is_solved_afresh_not_read_from_the_shipped_file():
     problem = throughput._problem(throughput.load())
     changed = dataclasses.replace(problem.rows[0], samples_per_s=problem.rows[0].samples_per_s * 1.5)
     assert throughput._problem((changed, *problem.rows[1:])).key() != problem.key()
+
+
+def test_a_row_without_its_harness_or_source_is_refused_naming_the_row(tmp_path):
+    good = {"device": "v100", "layout": "resnet50", "precision": "amp", "batch_size": 256, "samples_per_s": 1000.0,
+            "harness": "h", "source": "https://github.com/x/y"}
+    for bad in ({k: v for k, v in good.items() if k != "harness"}, {**good, "source": " "}, {**good, "batch_size": 0}):
+        path = tmp_path / "t.json"
+        path.write_text(json.dumps({"rows": [good, bad]}))
+        with pytest.raises(ValueError, match="row 1"):
+            throughput.load(str(path))
