@@ -301,7 +301,8 @@ def project(store: Store, source: Source, cluster: Cluster, compressors: Sequenc
         results.append({**result, "compressor": scenario.compressor, "device": device, "precision": source.precision,
                         "compute_source": source.compute, "cost_source": None if cost is None else cost.source,
                         **band(scenario, result, (source.compute_low, source.compute_high),
-                               (1.0, 1.0) if cost is None else cost_band(cost, device))})
+                               (1.0, 1.0) if cost is None else cost_band(cost, device, scenario.compressor,
+                                                                          scenario.density, source.device))})
     return results
 
 
