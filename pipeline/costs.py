@@ -278,6 +278,11 @@ def compression_profile(
     return CompressionProfile({k: costs[k] for k in wanted}, "; ".join(sources) or "none")
 
 
+KERNEL_BAND_NOTE = ("modelled compression costs carry the bands of the kinds of kernel they use, from published "
+                    "GPU timings (docs/compression-costs.md, 'Kernel bands'); a --profile measured on your GPU "
+                    "(sidco profile --run-on cuda --out FILE) replaces the model and its band for the pairs it covers")
+"""What the header of a projection says of its compression-cost bands (both doors print it)."""
+
 UNMEASURED_COST_BAND = kernel_bands.UNMEASURED
 """Band on modelled compression costs on a device that no shipped profile checks: a factor of
 2 either way (the cost model's goal on every row, not a measured error)."""
