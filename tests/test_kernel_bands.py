@@ -31,7 +31,7 @@ def test_every_published_row_names_its_gpu_harness_and_source_and_prices_held_ou
     raw = json.loads(profiles.KERNEL_EVIDENCE.read_text())["rows"]
     assert len([e for e in rows if not e.fitted]) == len(raw)
     for e in rows:
-        assert e.harness and e.row["source"].strip() and e.device
+        assert e.harness and e.row["source"].strip() and e.device and e.row.get("software")
         assert e.kind == kernel_bands.KIND_OF_KERNEL[e.row["kernel"]]
         if e.ratio is not None:
             assert e.ratio == pytest.approx(e.published_s / e.model_s)
