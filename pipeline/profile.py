@@ -170,6 +170,14 @@ def worst(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return found
 
 
+def kernel_bands() -> list[dict[str, Any]]:
+    """The cost model's band per kind of kernel on published GPU timings, held out by harness
+    (:func:`simulator.kernel_bands.table`: kind, low, high, rows, harnesses)."""
+    from simulator import kernel_bands as bands
+
+    return bands.table()
+
+
 def check(store: Store, files: Sequence[str | Path] = ()) -> list[dict[str, Any]]:
     """The cost model against every measured profile: one report per profile (``rows``, ``worst``)."""
     report = []
