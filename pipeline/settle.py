@@ -72,10 +72,11 @@ def _scenario(store: Store, source: projection.Source, request: Request, row: Ma
 def inputs(source: projection.Source, rows: Sequence[Mapping[str, Any]],
            calibrated: bool) -> list[Input]:
     """The unmeasured inputs of two projected ``rows`` (results of :func:`pipeline.project.project`)
-    on ``source``: compute when its band is not a point, each compressor's kernel cost when it was
+    on ``source``: compute when it was not measured (``--samples-per-s``) or given
+    (``--device-flops``) and its band is not a point, each compressor's kernel cost when it was
     modelled (a measured one has only its spread), the links' efficiency unless ``calibrated``."""
     found = []
-    if (source.compute_low, source.compute_high) != (1.0, 1.0):
+    if source.compute_from not in ("measured", "given") and (source.compute_low, source.compute_high) != (1.0, 1.0):
         found.append(Input("compute", "single-GPU compute", (source.compute_low, source.compute_high), None,
                            lambda sc, f: replace(sc, workload=scaled(sc.workload, f))))
     for row in rows:

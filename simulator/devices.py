@@ -295,7 +295,8 @@ def _gpu(name: str, label: str, bandwidth: float | None, bandwidth_source: str, 
     return Device(
         name=name, kind="gpu", label=label, fp16_flops=fp16, tf32_flops=tf32,
         fp32_flops=fp32, bf16_flops=bf16, launch_s=launch, sync_s=sync, pcie_Bps=pcie,
-        **_bandwidth_rules(bandwidth), op_s_per_element={"log": 16.0 / fp32}, alloc_threshold_bytes=math.inf, fault_s_per_byte=0.0,
+        **_bandwidth_rules(bandwidth), op_s_per_element={"log": 16.0 / fp32},
+        alloc_threshold_bytes=math.inf, fault_s_per_byte=0.0,
         cache_bytes=0.0, cache_speedup=1.0,
         sources={
             "memory_bandwidth_Bps": bandwidth_source, "write_bandwidth_Bps": bandwidth_source,
