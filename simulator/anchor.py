@@ -53,4 +53,4 @@ def measured(layout: str, device: Device, batch_size: int, samples_per_s: float,
             f"{batch_size} (--samples-per-s: {iteration_s * 1e3:.4g} ms an iteration on one GPU, less the optimizer's "
             f"{optimizer_s * 1e3:.3g} ms at {device.name}'s bandwidth{beyond}); time band x{low:.2f}-{high:.2f}, "
             f"the measurement's noise (stated)")
-    return throughput.Compute(flops, low, high, (), note)
+    return throughput.Compute(flops_per_s=flops, low=low, high=high, unmeasured=(), note=note)

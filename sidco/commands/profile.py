@@ -156,7 +156,7 @@ def _check(args: argparse.Namespace) -> int:
     for band in device_profiles.kernel_bands():
         count = len(band["harnesses"])
         rests = f"{band['rows']} rows, {count} harness{'es' if count != 1 else ''}" if band["rows"] else "no row: stated"
-        print(f"  {band['kind']:<15} x{band['low']:.2f}-{band['high']:.2f} ({rests})")
+        print(f"  kind {band['kind']:<15} x{band['low']:.2f}-{band['high']:.2f} ({rests})")
     return 0
 
 
