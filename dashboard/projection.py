@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from pipeline import project as pipeline_project
+from pipeline import settle
 from pipeline.catalog import TOPOLOGIES, chrome_trace, compressor_names as _compressor_names, layout_names as _layout_names
 from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, takes_density
 from pipeline.verdict import label
@@ -101,6 +102,8 @@ def parse_controls(
     calibrated: bool = False,
     device: str | None = None,
     profile_id: str | int | None = None,
+    samples_per_s: str | float | None = None,
+    tokens: str | int | None = None,
 ) -> Request:
     """The request of raw control values (text parsed here, checked by the request:
     :class:`pipeline.request.Request`); ProjectionError naming the first bad one."""
@@ -124,14 +127,27 @@ def parse_controls(
         raise ProjectionError(f"nodes must be a whole number ≥ 1, got {nodes!r}")
     if profile_id not in (None, "") and not str(profile_id).isdigit():
         raise ProjectionError(f"unknown device profile {profile_id!r}")
+    anchors = {"samples_per_s": _optional(samples_per_s, float, "measured samples/s", "a number, e.g. 400"),
+               "tokens": _optional(tokens, int, "tokens per sample", "a whole number, e.g. 384")}
     try:
         cluster = Cluster(nodes_value, parse_bandwidth(bandwidth or ""), parse_duration(latency or ""), topology)
         return Request(cluster, tuple(compressors), (density_value,), device=device or None,
                        calibration="latest" if calibrated else "none",
                        profile_id=None if profile_id in (None, "") else int(profile_id),
-                       message_budget=PAGE_MESSAGE_BUDGET, **fields)
+                       message_budget=PAGE_MESSAGE_BUDGET, **anchors, **fields)
     except ValueError as exc:
         raise ProjectionError(_first_line(exc)) from None
+
+
+def _optional(value: Any, kind: type, what: str, example: str) -> Any:
+    """An optional control's text as ``kind`` (``None`` when blank); ProjectionError naming
+    ``example`` when it is not one (its range is the request's rule)."""
+    if value in (None, ""):
+        return None
+    try:
+        return kind(str(value).strip())
+    except ValueError:
+        raise ProjectionError(f"{what} must be {example}, got {value!r}") from None
 
 
 def _run(store: Store, request: Request, compressors: list[str], fidelity: str,
@@ -152,7 +168,9 @@ def _row(result: dict[str, Any], fidelity: str, density: float) -> dict[str, Any
             "density": density if takes_density(name) else None,
             "label": label(name, density if takes_density(name) else None),
             "fidelity": fidelity, "device": result["device"], "compute_source": result["compute_source"],
-            "cost_source": result["cost_source"]}
+            "cost_source": result["cost_source"],
+            **{key: result[key] for key in ("precision", "cost_band", "batch_size", "tokens", "tokens_stated",
+                                            "compute_from")}}
 
 
 def project(store: Store, request: Request, fidelity: str = "analytic") -> list[dict[str, Any]]:
@@ -178,6 +196,20 @@ def project_each(store: Store, request: Request,
     if not rows:
         raise ProjectionError(problems[0])
     return rows, problems
+
+
+def judge(store: Store, request: Request, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The verdict on the page's ``rows`` with what would settle it (:func:`pipeline.settle.judge`,
+    what ``sidco compare`` prints)."""
+    try:
+        return settle.judge(store, pipeline_project.source(request, store), request, rows)
+    except (ValueError, KeyError, OSError) as exc:
+        raise ProjectionError(_first_line(exc)) from exc
+
+
+def workload_text(row: dict[str, Any]) -> str:
+    """The workload line of a projection (:func:`pipeline.project.workload_text`)."""
+    return pipeline_project.workload_text(row)
 
 
 def timeline(store: Store, request: Request, fidelity: str = "des") -> dict[str, Any]:

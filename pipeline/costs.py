@@ -39,7 +39,7 @@ from typing import Any
 from compressors import work as declared_work
 from compressors.wire import sparse_bytes
 from results.store import Store
-from simulator import costmodel, device_profile, devices
+from simulator import costmodel, device_profile, devices, kernel_bands
 from simulator.profile import CompressionCost, CompressionProfile, density_key
 
 Key = tuple[str, float | None]
@@ -278,7 +278,12 @@ def compression_profile(
     return CompressionProfile({k: costs[k] for k in wanted}, "; ".join(sources) or "none")
 
 
-UNMEASURED_COST_BAND = (0.5, 2.0)
+KERNEL_BAND_NOTE = ("modelled compression costs carry the bands of the kinds of kernel they use, from published "
+                    "GPU timings (docs/compression-costs.md, 'Kernel bands'); a --profile measured on your GPU "
+                    "(sidco profile --run-on cuda --out FILE) replaces the model and its band for the pairs it covers")
+"""What the header of a projection says of its compression-cost bands (both doors print it)."""
+
+UNMEASURED_COST_BAND = kernel_bands.UNMEASURED
 """Band on modelled compression costs on a device that no shipped profile checks: a factor of
 2 either way (the cost model's goal on every row, not a measured error)."""
 
@@ -330,10 +335,17 @@ def measured_band() -> tuple[float, float]:
     return min(1.0, statistics.median(low)), max(1.0, statistics.median(high))
 
 
-def cost_band(cost: CompressionCost, device: str) -> tuple[float, float]:
-    """Factors ``(low, high)`` on ``cost``'s seconds spanning what is known of its error: the
-    model's measured error on ``device`` (:func:`model_band`) for modelled costs, the spread
-    of measured calls (:func:`measured_band`) for measured ones."""
+def cost_band(cost: CompressionCost, device: str, compressor: str | None = None, density: float | None = None,
+              model: devices.Device | None = None) -> tuple[float, float]:
+    """Factors ``(low, high)`` on ``cost``'s seconds spanning what is known of its error. Modelled
+    costs of ``compressor`` at ``density`` on a GPU (``model``, the projection's device): the bands
+    of the kinds of kernel its declared work uses, from published GPU timings
+    (:func:`simulator.kernel_bands.compressor_band`); other modelled costs: the model's measured
+    error on ``device`` (:func:`model_band`). Measured costs (a ``--profile`` file, replays, stored
+    or shipped profiles): the spread of measured calls (:func:`measured_band`), whatever the
+    kernels: a measurement removes the kernel band for the pairs it covers."""
     if cost.source.startswith("model "):
+        if model is not None and model.kind == "gpu" and compressor is not None:
+            return kernel_bands.compressor_band(compressor, density, model)
         return model_band(device)
     return measured_band()

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pipeline import project
+from pipeline import project, settle
+from pipeline.verdict import settle_text
 from results.store import Store
 
 PAPER = {
@@ -49,7 +50,7 @@ def project_paper(store: Store, *, layouts: Sequence[str] = PAPER["layouts"],
     era, the fastest SIDCo variant and its speed-ups over ``none``, ``topk``, ``dgc`` with
     bands) and ``summary`` (per baseline: the paper's figure and the best speed-up of each era
     with its band), ``verdict`` (one sentence per baseline) and ``setting`` (:data:`PAPER`)."""
-    rows = []
+    rows, settings = [], []
     eras = {"then": f"{PAPER['device']}@{PAPER['era']}", "today": PAPER["device"]}
     for layout in layouts:
         for bandwidth in PAPER["bandwidths_bps"]:
@@ -60,34 +61,46 @@ def project_paper(store: Store, *, layouts: Sequence[str] = PAPER["layouts"],
                     request = project.Request(cluster, tuple(PAPER["compressors"]), (density,), layout=layout,
                                               device=device, batch_size=PAPER["batch_size"],
                                               precision=PAPER["precision"])
-                    results = {r["compressor"]: r for r in project.project_request(store, request)}
+                    results = {r["compressor"]: {**r, "density": None if r["compressor"] == "none" else density}
+                               for r in project.project_request(store, request)}
                     best = min(SIDCO, key=lambda name: results[name]["iteration_s"])
                     rows.append({"layout": layout, "bandwidth_bps": bandwidth, "density": density, "era": era,
                                  "device": device, "sidco": best,
                                  "iteration_s": {n: r["iteration_s"] for n, r in results.items()},
                                  **{f"over_{b}": _ratio(results[b], results[best]) for b in REPORTED}})
+                    settings.append((request, results))
     summary = {}
     for baseline, figure in REPORTED.items():
         entry: dict[str, Any] = {"paper": figure}
         for era in eras:
-            top = max((r for r in rows if r["era"] == era), key=lambda r: r[f"over_{baseline}"]["speedup"])
+            i = max((i for i, r in enumerate(rows) if r["era"] == era),
+                    key=lambda i: rows[i][f"over_{baseline}"]["speedup"])
+            top, (request, results) = rows[i], settings[i]
+            found = settle.settle(store, project.source(request, store), request,
+                                  [results[top["sidco"]], results[baseline]])
             entry[era] = {**top[f"over_{baseline}"], "layout": top["layout"], "bandwidth_bps": top["bandwidth_bps"],
-                          "density": top["density"], "sidco": top["sidco"]}
+                          "density": top["density"], "sidco": top["sidco"], "settle": found}
         summary[baseline] = entry
     return {"setting": dict(PAPER), "rows": rows, "summary": summary, "verdict": verdict(summary)}
 
 
-def _holds(best: dict[str, float]) -> str:
+def _holds(best: dict[str, Any]) -> str:
+    """Whether the band decides SIDCo's lead, what it rests on and what would change it (the
+    input :func:`pipeline.settle.settle` names, with the command that measures it)."""
     if best["low"] > 1.0:
-        return "SIDCo is faster"
-    if best["high"] < 1.0:
-        return "SIDCo is slower"
-    return "within the model's error (the band spans 1x)"
+        call = "SIDCo is faster"
+    elif best["high"] < 1.0:
+        call = "SIDCo is slower"
+    else:
+        call = "undecided: the band spans 1x, so no conclusion"
+    found = best.get("settle")
+    return call if found is None else f"{call}; {settle_text(found)}"
 
 
 def verdict(summary: dict[str, Any]) -> list[str]:
     """One sentence per baseline: the paper's figure, what each era projects at its best
-    setting, and whether SIDCo still wins today."""
+    setting, whether the band decides SIDCo's lead, and the input that decides it or comes
+    closest to changing it, with the measurement that would."""
     names = {"none": "no compression", "topk": "Top-k", "dgc": "DGC"}
     lines = []
     for baseline, entry in summary.items():

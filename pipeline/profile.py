@@ -133,13 +133,11 @@ def check_rows(profile: dp.DeviceProfile, device: devices.Device) -> list[dict[s
 
 
 def check_kernels(profile: dp.DeviceProfile, device: devices.Device) -> list[dict[str, Any]]:
-    """Model vs published, kernel row by kernel row (:func:`simulator.costmodel.kernel_seconds`):
+    """Model vs published, kernel row by kernel row (:func:`simulator.costmodel.row_seconds`):
     seconds, the relative error ``model / published − 1`` and the row's source."""
     out = []
     for r in profile.kernels:
-        model = costmodel.kernel_seconds(r["kernel"], int(r["numel"]), device, element_bytes=float(r["element_bytes"]),
-                                         launches=int(r["launches"]), syncs=int(r["syncs"]),
-                                         out_bytes=float(r["out_bytes"]), value_bytes=float(r["value_bytes"]))
+        model = costmodel.row_seconds(r, device)
         out.append({"kernel": r["kernel"], "numel": r["numel"], "element_bytes": r["element_bytes"],
                     "launches": r["launches"], "syncs": r["syncs"], "seconds": r["seconds"], "model_s": model,
                     "error": model / r["seconds"] - 1, "source": r["source"]})
@@ -170,6 +168,14 @@ def worst(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             if r[f"{what}_error"] is not None:
                 entry[what] = max(entry[what], abs(r[f"{what}_error"]))
     return found
+
+
+def kernel_bands() -> list[dict[str, Any]]:
+    """The cost model's band per kind of kernel on published GPU timings, held out by harness
+    (:func:`simulator.kernel_bands.table`: kind, low, high, rows, harnesses)."""
+    from simulator import kernel_bands as bands
+
+    return bands.table()
 
 
 def check(store: Store, files: Sequence[str | Path] = ()) -> list[dict[str, Any]]:

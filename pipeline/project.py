@@ -23,12 +23,13 @@ import traces
 from pipeline.costs import compression_profile, cost_band
 from pipeline.request import Cluster, Request, parse_calibration, resolve_device
 from results.store import Store
-from simulator import devices, throughput
+from simulator import anchor, devices, throughput
 from simulator.throughput import DEFAULT_PRECISION
 from simulator.workload import scaled, workload_by_flops
 
 __all__ = ["Cluster", "Request", "Source", "calibration", "check", "check_options", "layout_source",
-           "options", "project", "project_request", "register", "scenarios", "source", "trace_source", "workload"]
+           "options", "project", "project_request", "register", "scenarios", "source", "trace_source", "workload",
+           "workload_facts", "workload_text"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,10 @@ class Source:
     modelled device (:func:`pipeline.request.resolve_device`, looked up once), the one channel
     on which it reaches the compute rule and the compression costs; ``None`` for a trace kept
     on the GPU it was captured on (``device_name`` ``cuda``). Neither takes part in equality:
-    the workload depends on the device only through the numbers above."""
+    the workload depends on the device only through the numbers above. ``tokens``: a transformer
+    layout's sequence length (``None``: its stated input, :data:`traces.layouts.TOKENS`);
+    ``compute_from``: where compute came from in one word: ``rule`` (fitted to published
+    throughput), ``measured`` (``--samples-per-s``), ``given`` (``--device-flops``) or ``trace``."""
 
     kind: str
     ref: str
@@ -62,6 +66,8 @@ class Source:
     compute_high: float = 1.0
     device: devices.Device | None = field(default=None, compare=False)
     device_name: str = field(default="cpu", compare=False)
+    tokens: int | None = None
+    compute_from: str = "rule"
 
 
 def capture_device(trace_path: str | Path) -> str:
@@ -98,7 +104,7 @@ def _projected(path: str, target: devices.Device | None, precision: str) -> dict
     FLOPs by the ratio rule), else every time × the ratio rule (:func:`_ratio`, with the
     unfitted CPU band)."""
     captured = capture_device(path)
-    kept = {"compute": f"trace timings ({captured})", "precision": precision, "device": target,
+    kept = {"compute": f"trace timings ({captured})", "precision": precision, "device": target, "compute_from": "trace",
             "device_name": captured.split(":")[0] if target is None else target.name}
     if target is None or target.name == captured.split(":")[0]:
         return kept
@@ -107,6 +113,7 @@ def _projected(path: str, target: devices.Device | None, precision: str) -> dict
     if trace.forward_flops is None:
         low, high = throughput.UNMEASURED_CPU_BAND
         return {"compute_scale": ratio, "compute": f"{ratio_note} (band x{low:g}-{high:g})", "precision": precision,
+                "compute_from": "trace",
                 "compute_low": low, "compute_high": high, "device": target, "device_name": target.name}
     kind = throughput.kind_of([tuple(shape) for _, shape in trace.layers], trace.forward_flops)
     rule = throughput.compute(target, precision, kind)
@@ -156,22 +163,29 @@ def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int 
 
 
 def layout_source(name: str, *, device: str | None = None, device_flops_per_s: float | None = None,
-                  batch_size: int = 32, precision: str = DEFAULT_PRECISION) -> Source:
-    """The source of a full-size layout (:mod:`traces.layouts`) on the modelled ``device`` (a
-    name; ``None``: the default rule of :func:`pipeline.request.resolve_device`) in ``precision``:
-    its FLOPs at the compute rule's FLOP/s (:func:`simulator.throughput.compute`, fitted to
-    published training throughput; or at ``device_flops_per_s`` as given, without a band), its
-    optimizer at the device's memory bandwidth."""
+                  batch_size: int = 32, precision: str = DEFAULT_PRECISION, samples_per_s: float | None = None,
+                  tokens: int | None = None) -> Source:
+    """The source of a full-size layout (:mod:`traces.layouts`, at ``tokens`` tokens per sample
+    for a transformer) on the modelled ``device`` (a name; ``None``: the default rule of
+    :func:`pipeline.request.resolve_device`) in ``precision``: its FLOPs at the compute rule's
+    FLOP/s (:func:`simulator.throughput.compute`, fitted to published training throughput), or
+    at the rate a measured single-GPU throughput ``samples_per_s`` at ``batch_size`` implies
+    (:func:`simulator.anchor.measured`, with the measurement's band), or at
+    ``device_flops_per_s`` as given (no band); its optimizer at the device's memory bandwidth."""
     throughput.check_precision(precision)
     target = resolve_device(device, layout=True)
-    if device_flops_per_s is None:
+    if samples_per_s is not None:
+        rule = anchor.measured(name, target, int(batch_size), float(samples_per_s), tokens, precision)
+        flops, note, low, high, where = rule.flops_per_s, f"layout FLOPs at {rule.note}", rule.low, rule.high, "measured"
+    elif device_flops_per_s is None:
         rule = throughput.compute(target, precision, throughput.layout_kind(name), name)
-        flops, note, low, high = rule.flops_per_s, f"layout FLOPs at {rule.note}", rule.low, rule.high
+        flops, note, low, high, where = rule.flops_per_s, f"layout FLOPs at {rule.note}", rule.low, rule.high, "rule"
     else:
-        flops, low, high = float(device_flops_per_s), 1.0, 1.0
+        flops, low, high, where = float(device_flops_per_s), 1.0, 1.0, "given"
         note = f"layout FLOPs at {flops / 1e12:.3g} TFLOP/s (--device-flops, as given: no band)"
     return Source("layout", str(name), None, flops, int(batch_size), target.memory_bandwidth_Bps, 1.0, note,
-                  precision=precision, compute_low=low, compute_high=high, device=target, device_name=target.name)
+                  precision=precision, compute_low=low, compute_high=high, device=target, device_name=target.name,
+                  tokens=tokens, compute_from=where)
 
 
 def source(request: Request, store: Store | None = None) -> Source:
@@ -181,7 +195,8 @@ def source(request: Request, store: Store | None = None) -> Source:
     opened; a trace given by its id needs the ``store``."""
     if request.layout is not None:
         return layout_source(request.layout, device=request.device, device_flops_per_s=request.device_flops_per_s,
-                             batch_size=request.batch_size, precision=request.precision)
+                             batch_size=request.batch_size, precision=request.precision,
+                             samples_per_s=request.samples_per_s, tokens=request.tokens)
     if request.trace_id is not None:
         if store is None:
             raise ValueError("a trace given by its id needs the results store")
@@ -194,7 +209,7 @@ def _workload(source: Source) -> simulator.Workload:
     if source.kind == "layout":
         return simulator.workload_from_layout(source.ref, device_flops_per_s=source.device_flops_per_s,
                                               batch_size=source.batch_size,
-                                              memory_bandwidth_Bps=source.memory_bandwidth_Bps)
+                                              memory_bandwidth_Bps=source.memory_bandwidth_Bps, tokens=source.tokens)
     if source.by_flops:
         return workload_by_flops(traces.open(source.ref), source.device_flops_per_s, source.memory_bandwidth_Bps,
                                  source.compute_scale)
@@ -298,11 +313,41 @@ def project(store: Store, source: Source, cluster: Cluster, compressors: Sequenc
         check_scenario(scenario, message_budget=message_budget)
         result = simulator.simulate(scenario)
         cost = None if scenario.profile is None else scenario.profile.cost(scenario.compressor, scenario.density)
+        costs = (1.0, 1.0) if cost is None else cost_band(cost, device, scenario.compressor, scenario.density,
+                                                          source.device)
         results.append({**result, "compressor": scenario.compressor, "device": device, "precision": source.precision,
                         "compute_source": source.compute, "cost_source": None if cost is None else cost.source,
-                        **band(scenario, result, (source.compute_low, source.compute_high),
-                               (1.0, 1.0) if cost is None else cost_band(cost, device))})
+                        **workload_facts(source), "compute_band": [source.compute_low, source.compute_high],
+                        "cost_band": list(costs), **band(scenario, result, (source.compute_low, source.compute_high),
+                                                          costs)})
     return results
+
+
+def workload_facts(source: Source) -> dict[str, Any]:
+    """What a projection assumed of the workload, as every result and header states it:
+    ``batch_size`` (samples per worker), ``tokens`` (a transformer layout's sequence length,
+    ``None`` otherwise), ``tokens_stated`` (``True`` when that is the layout's stated input,
+    :data:`traces.layouts.TOKENS`, not ``--tokens``) and ``compute_from`` (:class:`Source`)."""
+    stated = traces.layouts.TOKENS.get(source.ref) if source.kind == "layout" else None
+    return {"batch_size": workload(source).batch_size, "tokens": source.tokens or stated,
+            "tokens_stated": source.tokens is None and stated is not None, "compute_from": source.compute_from}
+
+
+COMPUTE_FROM = {"rule": "the rule fitted to published training throughput (docs/devices.md)",
+                "measured": "your measured throughput (--samples-per-s)",
+                "given": "--device-flops as given", "trace": "the trace's own timings"}
+"""Where compute came from, in words, by :attr:`Source.compute_from`."""
+
+
+def workload_text(result: Mapping[str, Any]) -> str:
+    """The header line of a projection's workload from one of its results (:func:`project`):
+    batch, tokens, precision and where compute came from (the same for both doors)."""
+    tokens = ""
+    if result.get("tokens") is not None:
+        tokens = f", {result['tokens']} tokens per sample" + (
+            " (the layout's stated input; --tokens changes it)" if result["tokens_stated"] else " (--tokens)")
+    return (f"batch {result['batch_size']} per worker{tokens}, precision {result['precision']}; compute from "
+            f"{COMPUTE_FROM[result['compute_from']]}")
 
 
 def project_request(store: Store, request: Request, resolved: Source | None = None) -> list[dict[str, Any]]:

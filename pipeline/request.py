@@ -132,6 +132,27 @@ def parse_calibration(text: str | int) -> str | int:
     raise ValueError(f"invalid --calibration {text!r}: give latest, a calibration id or none")
 
 
+def check_anchors(layout: str | None, samples_per_s: float | None, tokens: int | None,
+                  device_flops_per_s: float | None = None) -> None:
+    """The rules of the user's anchors on a layout's compute: ``samples_per_s`` (a measured
+    single-GPU training throughput, samples/s) a finite number > 0, for a layout only and not
+    beside ``device_flops_per_s``; ``tokens`` a sequence length a transformer ``layout`` takes
+    (:func:`traces.layouts.check_tokens`). ValueError, one line, otherwise."""
+    if samples_per_s is not None:
+        if layout is None:
+            raise ValueError("--samples-per-s applies to layouts (a single-GPU throughput measured at --batch-size); "
+                             "a trace is projected from its own timings")
+        if device_flops_per_s is not None:
+            raise ValueError("give --samples-per-s or --device-flops, not both")
+        _positive(samples_per_s, "--samples-per-s")
+    if tokens is not None:
+        if layout is None:
+            raise ValueError("--tokens applies to transformer layouts; a trace carries its own sequence length")
+        from traces.layouts import check_tokens
+
+        check_tokens(layout, tokens)
+
+
 @dataclass(frozen=True)
 class Request:
     """One projection, checked on construction (ValueError, one line, naming the first bad field).
@@ -139,7 +160,10 @@ class Request:
     ``cluster``: where it runs (``None`` for the workload alone: a sweep varies the cluster).
     The workload: exactly one of ``trace`` (a trace directory), ``trace_id`` (a trace registered
     in the store) or ``layout`` (a full-size layout of :mod:`traces.layouts`, computed with
-    ``batch_size`` samples per worker, at ``device_flops_per_s`` FLOP/s when given). ``device``:
+    ``batch_size`` samples per worker, at ``device_flops_per_s`` FLOP/s when given, or anchored on
+    ``samples_per_s``, the single-GPU training throughput measured at ``batch_size``
+    (:func:`check_anchors`); ``tokens``: a transformer layout's sequence length, ``None`` for its
+    stated input). ``device``:
     the modelled device's name, ``None`` for the default rule (:func:`resolve_device`);
     ``precision``: ``fp32``, ``tf32`` or ``amp``. ``compressors`` at ``densities`` (each in
     (0, 1]; at least one when a compressor takes a density: :func:`pairs`). ``calibration``:
@@ -163,6 +187,8 @@ class Request:
     profile_id: int | None = None
     timeline: bool = False
     message_budget: int = MESSAGE_BUDGET
+    samples_per_s: float | None = None
+    tokens: int | None = None
 
     def __post_init__(self) -> None:
         given = [name for name in ("trace", "trace_id", "layout") if getattr(self, name) is not None]
@@ -180,6 +206,7 @@ class Request:
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"batch size must be an integer >= 1, got {self.batch_size!r}")
         check_precision(self.precision)
+        check_anchors(self.layout, self.samples_per_s, self.tokens, self.device_flops_per_s)
         if not self.compressors:
             raise ValueError("choose at least one compressor")
         pairs(self.compressors, self.densities)

@@ -210,12 +210,14 @@ def time_to_accuracy(
     profile_file: str | None = None,
     precision: str = project.DEFAULT_PRECISION,
     device_flops_per_s: float | None = None,
+    samples_per_s: float | None = None,
+    tokens: int | None = None,
 ) -> dict[str, Any]:
     """The time-to-target table of a convergence run (with every seed of its configuration) on a
     cluster of ``device`` workers (``None``: the device its trace was captured on) computing in
     ``precision`` (``fp32``, ``tf32``, ``amp``; a trace projected onto another device), checked
-    as the request of its trace (:class:`pipeline.request.Request`: ``device_flops_per_s``
-    applies to layouts only, so it is refused here).
+    as the request of its trace (:class:`pipeline.request.Request`: ``device_flops_per_s``,
+    ``samples_per_s`` and ``tokens`` apply to layouts only, so they are refused here).
 
     Returns ``rows`` (:func:`convergence.tta.time_to_target`), the fields of :func:`verdict`,
     ``convergence_id``, ``convergence_ids`` (one per seed), ``seeds``, ``trace_id``,
@@ -236,7 +238,7 @@ def time_to_accuracy(
                          "rerun its sidco converge command")
     pairs = list(dict.fromkeys((r["compressor"], float(r["density"])) for r in rows))
     request = project.Request(None, trace=str(trace_path(store, run)), device=device, precision=precision,
-                              device_flops_per_s=device_flops_per_s)
+                              device_flops_per_s=device_flops_per_s, samples_per_s=samples_per_s, tokens=tokens)
     source = project.register(store, project.source(request))
     if "powersgd_rank" in run["config"] and "rank" not in cluster.options:  # project PowerSGD at the rank trained
         cluster = replace(cluster, options={**cluster.options, "rank": int(run["config"]["powersgd_rank"])})

@@ -135,3 +135,35 @@ def _text(v: Mapping[str, Any], banded: bool) -> str:
     elif v["best_baseline"] == v["winner"]:
         text += " (a dense baseline: no sparsifier pays here)"
     return text + ("" if banded else f" (called on a margin of at least {TIE_MARGIN:.0%}: the projection has no error band)")
+
+
+def settle_text(found: Mapping[str, Any]) -> str:
+    """The sentence that names what to measure (:func:`pipeline.settle.settle`'s result): the
+    input that flips the winner and the runner-up and where, or the one that comes closest, and
+    the command that measures it."""
+    value = found["flips_at"]
+    if found["input"] == "link efficiency":
+        where = "" if value is None else f" at an efficiency of {value:.3g}"
+    else:
+        where = "" if value is None else f" at {value:.3g}x the modelled {found['name'].removeprefix('the ')}"
+    if found.get("flips_at_samples_per_s"):
+        where += f" (a single-GPU throughput of {found['flips_at_samples_per_s']:.4g} samples/s; projected " \
+                 f"{found['projected_samples_per_s']:.4g})"
+    low, high = found["band"]
+    if found["flips"]:
+        text = (f"{found['name']} decides it: {found['runner_up']} overtakes {found['winner']}{where}, inside its "
+                f"band x{low:.2f}-{high:.2f}")
+    else:
+        text = (f"closest to flipping it: {found['name']}: at its x{found['end']:.2f} end {found['winner']} still leads "
+                f"{found['runner_up']} by {found['ratio_at_end']:.2f}x")
+    return f"{text}; measure it: {found['command']}"
+
+
+def with_settle(result: Mapping[str, Any], found: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The verdict ``result`` with ``settle`` (what would settle it, or ``None``) and its sentence
+    (:func:`settle_text`) after the verdict's ``text``."""
+    out = {**result, "settle": None if found is None else dict(found)}
+    if found is not None:
+        out["text"] = f"{result['text']}. {'To settle it' if result['call'] != 'winner' else 'What could change it'}: " \
+                      f"{settle_text(found)}"
+    return out

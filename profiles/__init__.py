@@ -11,6 +11,10 @@ source); the GPU rules' bandwidth, launch and sync are fitted to them (:mod:`sim
 harnesses, the anchors of the compute rule (:mod:`simulator.throughput`); ``throughput-fit.json``
 holds that rule's solved constants, leave-one-harness-out predictions and widening factors, keyed
 by its inputs (``python -m simulator.throughput`` writes it).
+
+``kernel-evidence.json`` is not a device profile either: it holds published GPU kernel timings
+fitted to nothing, on modelled GPUs and others, that check the cost model kind of kernel by
+kind (:mod:`simulator.kernel_bands`).
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from pathlib import Path
 HERE = Path(__file__).parent
 THROUGHPUT = HERE / "throughput.json"
 THROUGHPUT_FIT = HERE / "throughput-fit.json"
+KERNEL_EVIDENCE = HERE / "kernel-evidence.json"
 
 
 def paths() -> list[Path]:
-    """Every shipped profile file, sorted by name (the throughput table and its fit are none)."""
-    return sorted(p for p in HERE.glob("*.json") if p not in (THROUGHPUT, THROUGHPUT_FIT))
+    """Every shipped profile file, sorted by name (the throughput table, its fit and the kernel
+    evidence are none)."""
+    return sorted(p for p in HERE.glob("*.json") if p not in (THROUGHPUT, THROUGHPUT_FIT, KERNEL_EVIDENCE))

@@ -22,7 +22,7 @@ from simulator.workload import scaled
 BAND_KEYS = ("iteration_s_low", "iteration_s_high", "speedup_low", "speedup_high")
 
 
-def _scaled_costs(profile: CompressionProfile, factor: float) -> CompressionProfile:
+def scaled_costs(profile: CompressionProfile, factor: float) -> CompressionProfile:
     """``profile`` with every compress and decompress time × ``factor`` (wire bytes kept)."""
     costs = {key: CompressionCost(c.compress_fixed_s * factor, c.compress_per_element_s * factor,
                                   c.decompress_fixed_s * factor, c.decompress_per_element_s * factor,
@@ -51,7 +51,7 @@ def band(scenario: Scenario, result: Mapping[str, Any], compute: tuple[float, fl
         if not compressed:
             sc = replace(sc, compressor="none", density=None, profile=None)
         elif sc.profile is not None and k != 1.0:
-            sc = replace(sc, profile=_scaled_costs(sc.profile, k))
+            sc = replace(sc, profile=scaled_costs(sc.profile, k))
         return float(simulate_alone(sc)["iteration_s"])
 
     none = scenario.compressor == "none"

@@ -28,7 +28,9 @@ Units: seconds, elements, bytes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from compressors import work as declared
 from compressors.rules import trains_with_error_feedback
@@ -44,56 +46,104 @@ FIT_SIZES = (1 << 20, 1 << 24)
 """Bucket sizes (elements) between which :func:`compression_profile` fits its linear costs."""
 
 
-def seconds(work: declared.Work, device: Device) -> float:
-    """Seconds one call with ``work`` takes on ``device`` (the formula of the module docstring)."""
+KERNEL_KINDS = ("elementwise", "reduction", "sort/top-k", "compaction", "scatter/gather", "matmul", "latency")
+"""The kinds of kernel a call's modelled seconds are split into (:func:`seconds_by_kind`), each
+checked against its own published GPU timings (:mod:`simulator.kernel_bands`): streaming maps,
+casts and comparisons (and fresh-page faults); reductions (sum, amax, min/max, counts);
+``torch.topk`` and sorts; ``nonzero`` and the positions it writes; gathers and scatters;
+matrix products (PowerSGD's ``P·Qᵀ`` and its FLOPs); launches, synchronisations and the host's
+reads over PCIe."""
+
+STREAM_KIND = {"reduce": "reduction", "minmax": "reduction", "count": "reduction", "outer": "matmul"}
+"""The kind of kernel of each streaming kind (:data:`compressors.declare.KINDS`) that is not elementwise."""
+
+
+def seconds_by_kind(work: declared.Work, device: Device) -> dict[str, float]:
+    """Seconds one call with ``work`` takes on ``device``, split into :data:`KERNEL_KINDS` (the
+    formula of the module docstring, term by term; their sum is :func:`seconds`)."""
+    parts = dict.fromkeys(KERNEL_KINDS, 0.0)
     fits = 0 < work.working_set_bytes < device.cache_bytes
     speedup = device.reuse_speedup(work.working_set_bytes)
-    streams = 0.0
     for kind, elements, read, written, cold in work.streams:
+        where = STREAM_KIND.get(kind, "elementwise")
         kept = written / 8.0 / max(elements, 1.0)
         if kind == "native_log" and written > 0:  # a pass with logarithms that also collects (SIDCo-GP's first)
             selecting = device.whole_s("native_select", kept, cached=fits and not cold)
             if selecting is not None:  # the selecting pass timed whole, plus the logarithms' own compute
                 logs = device.op_s_per_element.get("native_log", 0.0) - device.op_s_per_element.get("native", 0.0)
-                streams += elements * (selecting + max(logs, 0.0))
+                parts[where] += elements * (selecting + max(logs, 0.0))
                 continue
         measured = device.whole_s(kind, kept, cached=fits and not cold)
         if measured is not None:  # a kernel timed whole (a selecting pass at its kept fraction, P·Qᵀ)
-            streams += elements * measured
+            parts[where] += elements * measured
             continue
         memory = read / device.memory_bandwidth_Bps / (1.0 if cold else speedup) + written / device.write_bandwidth_Bps
         compute = elements * device.op_s_per_element.get(kind, 0.0)
-        streams += memory + compute if kind in NOT_OVERLAPPED else max(memory, compute)
-    per_element = (
-        sum(n * device.topk_s(kept, cached=fits) for n, kept in work.topk)
-        + sum(n * device.sort_s(n) for n in work.sorts) + work.gather_elements * device.gather_s_per_element / speedup
-        + work.compact_elements * device.compact_s_per_element + 8.0 * work.compact_hits / device.write_bandwidth_Bps
-    )
-    faults = sum(size for size in work.allocations if size >= device.alloc_threshold_bytes) * device.fault_s_per_byte
-    return (streams + per_element + faults + work.flops / device.fp32_flops + work.launches * device.launch_s
-            + work.syncs * device.sync_s + work.host_bytes / device.pcie_Bps)
+        parts[where] += memory + compute if kind in NOT_OVERLAPPED else max(memory, compute)
+    parts["sort/top-k"] += (sum(n * device.topk_s(kept, cached=fits) for n, kept in work.topk)
+                            + sum(n * device.sort_s(n) for n in work.sorts))
+    parts["scatter/gather"] += work.gather_elements * device.gather_s_per_element / speedup
+    parts["compaction"] += (work.compact_elements * device.compact_s_per_element
+                            + 8.0 * work.compact_hits / device.write_bandwidth_Bps)
+    parts["elementwise"] += (sum(size for size in work.allocations if size >= device.alloc_threshold_bytes)
+                             * device.fault_s_per_byte)
+    parts["matmul"] += work.flops / device.fp32_flops
+    parts["latency"] += work.launches * device.launch_s + work.syncs * device.sync_s + work.host_bytes / device.pcie_Bps
+    return parts
+
+
+def seconds(work: declared.Work, device: Device) -> float:
+    """Seconds one call with ``work`` takes on ``device`` (the formula of the module docstring)."""
+    return sum(seconds_by_kind(work, device).values())
 
 
 def kernel_seconds(kernel: str, numel: int, device: Device, *, element_bytes: float = 4.0, launches: int = 0,
-                   syncs: int = 0, out_bytes: float | None = None, value_bytes: float = 0.0) -> float:
+                   syncs: int = 0, out_bytes: float | None = None, value_bytes: float = 0.0,
+                   k: int | None = None, inner: int | None = None, rows: int | None = None) -> float:
     """Modelled seconds of one published kernel timing (a kernel row of
     :mod:`simulator.device_profile`) on ``device``: ``copy`` and ``cast`` read ``numel``
     elements of ``element_bytes`` bytes and write ``out_bytes`` each (default ``element_bytes``),
     ``read`` reads them, ``fill`` writes them (at the read and write bandwidths), ``sort`` sorts
     ``numel`` keys of ``element_bytes`` with ``value_bytes`` of payload each (the device's rate
     per int64 key, :meth:`~simulator.devices.Device.sort_s`, scaled by the bytes a radix sort
-    moves, :func:`~simulator.devices.radix_sort_bytes`), ``launch`` has no device time; plus the
-    ``launches`` and ``syncs`` the timing included, at ``launch_s`` and ``sync_s`` each."""
+    moves, :func:`~simulator.devices.radix_sort_bytes`), ``topk`` keeps ``k`` of ``numel``
+    (:meth:`~simulator.devices.Device.topk_s`), ``matmul`` is a product with ``numel`` outputs
+    in ``rows`` rows (default a square) over an ``inner`` dimension (its FLOPs at the fp32 rate
+    plus its operands and output at the bandwidth, as :func:`seconds` charges PowerSGD's), ``launch``
+    has no device time; plus the ``launches`` and ``syncs`` the timing included, at ``launch_s``
+    and ``sync_s`` each."""
     size = numel * element_bytes
     written = numel * (element_bytes if out_bytes is None else out_bytes)
     streamed = size / device.memory_bandwidth_Bps + written / device.write_bandwidth_Bps
-    device_s = {"copy": streamed, "cast": streamed,
-                "read": size / device.memory_bandwidth_Bps, "fill": size / device.write_bandwidth_Bps,
-                "sort": numel * device.sort_s(numel) * radix_sort_bytes(element_bytes, value_bytes) / radix_sort_bytes(8),
-                "launch": 0.0}
-    if kernel not in device_s:
-        raise ValueError(f"unknown kernel {kernel!r}; choose from {', '.join(device_s)}")
-    return device_s[kernel] + launches * device.launch_s + syncs * device.sync_s
+    if kernel == "topk":
+        if not k or not 1 <= k <= numel:
+            raise ValueError(f"a topk row keeps k of numel elements, 1 <= k <= {numel}, got {k!r}")
+        device_s = numel * device.topk_s(k / numel)
+    elif kernel == "matmul":
+        if not inner or inner < 1:
+            raise ValueError(f"a matmul row needs its inner dimension, got {inner!r}")
+        m = rows or max(1, round(math.sqrt(numel)))
+        operands = (m * inner + inner * numel / m) * element_bytes
+        device_s = 2.0 * numel * inner / device.fp32_flops + operands / device.memory_bandwidth_Bps + \
+            written / device.write_bandwidth_Bps
+    else:
+        by_kernel = {"copy": streamed, "cast": streamed,
+                     "read": size / device.memory_bandwidth_Bps, "fill": size / device.write_bandwidth_Bps,
+                     "sort": numel * device.sort_s(numel) * radix_sort_bytes(element_bytes, value_bytes)
+                     / radix_sort_bytes(8),
+                     "launch": 0.0}
+        if kernel not in by_kernel:
+            raise ValueError(f"unknown kernel {kernel!r}; choose from {', '.join([*by_kernel, 'topk', 'matmul'])}")
+        device_s = by_kernel[kernel]
+    return device_s + launches * device.launch_s + syncs * device.sync_s
+
+
+def row_seconds(row: Mapping[str, Any], device: Device) -> float:
+    """:func:`kernel_seconds` of one checked kernel row (:mod:`simulator.device_profile`) on ``device``."""
+    return kernel_seconds(row["kernel"], int(row["numel"]), device, element_bytes=float(row["element_bytes"]),
+                          launches=int(row["launches"]), syncs=int(row["syncs"]), out_bytes=float(row["out_bytes"]),
+                          value_bytes=float(row["value_bytes"]), k=row.get("k"), inner=row.get("inner"),
+                          rows=row.get("rows"))
 
 
 def backend_on(kind: str, compressor: str) -> str:
@@ -111,22 +161,28 @@ NATIVE_ON_CPU = ("sidco-e", "sidco-p", "sidco-gp", "topk", "dgc", "gaussiank", "
 """Compressors whose CPU float32 path runs the fused kernels of :mod:`compressors.native`."""
 
 
-def call_seconds(compressor: str, numel: int, density: float, device: Device, *,
-                 stages: int | None = None, error_feedback: bool | None = None,
-                 backend: str | None = None, rounds: int | None = None,
-                 trim: bool = True, steps: int | None = None,
-                 pool: float | None = None, collects: int = 1,
-                 hits: Sequence[float] | None = None, deepened: int | None = None) -> tuple[float, float]:
-    """Modelled (compress, decompress) seconds of one call of ``compressor`` on ``numel`` fp32
-    elements (``backend``: the code path, default :func:`backend_on` the device; ``stages``,
+def call_work(compressor: str, numel: int, density: float, device: Device, *,
+              stages: int | None = None, error_feedback: bool | None = None,
+              backend: str | None = None, rounds: int | None = None,
+              trim: bool = True, steps: int | None = None,
+              pool: float | None = None, collects: int = 1,
+              hits: Sequence[float] | None = None, deepened: int | None = None) -> declared.CallWork:
+    """The declared work of one call of ``compressor`` on ``numel`` fp32 elements as ``device``
+    runs it (``backend``: the code path, default :func:`backend_on` the device; ``stages``,
     ``rounds``, ``trim``, ``steps``, ``pool``, ``collects``, ``hits``, ``deepened``: the
     data-dependent counts of :func:`compressors.work.work`; ``error_feedback``: default as
     training runs ``compressor``, :func:`compressors.rules.trains_with_error_feedback`)."""
-    call = declared.work(compressor, numel, density, stages=stages, rounds=rounds, trim=trim, steps=steps,
+    return declared.work(compressor, numel, density, stages=stages, rounds=rounds, trim=trim, steps=steps,
                          pool=pool, collects=collects, hits=hits, deepened=deepened,
                          backend=backend or backend_on(device.kind, compressor),
                          error_feedback=trains_with_error_feedback(compressor) if error_feedback is None
                          else error_feedback)
+
+
+def call_seconds(compressor: str, numel: int, density: float, device: Device, **counts: Any) -> tuple[float, float]:
+    """Modelled (compress, decompress) seconds of one call of ``compressor`` on ``numel`` fp32
+    elements (``counts``: the keywords of :func:`call_work`)."""
+    call = call_work(compressor, numel, density, device, **counts)
     return seconds(call.compress, device), seconds(call.decompress, device)
 
 

@@ -47,12 +47,14 @@ from traces.files import read_regular
 from units import check_density
 
 REQUIRED = ("compressor", "density", "numel", "compress_s", "decompress_s")
-KERNELS = ("copy", "read", "fill", "launch", "cast", "sort")
+KERNELS = ("copy", "read", "fill", "launch", "cast", "sort", "topk", "matmul")
 """Kernel rows' kinds: ``copy`` reads and writes ``numel`` elements (a ``copy_``, or a streaming
 ``A = c·B``), ``read`` reads them (a reduction), ``fill`` writes them, ``launch`` is the host
 cost of issuing one eager operation (``numel`` 1), ``cast`` converts ``numel`` elements of
 ``element_bytes`` into ``out_bytes`` each (``x.to(dtype)``), ``sort`` is a radix sort of
-``numel`` keys of ``element_bytes`` (with ``value_bytes`` of payload each)."""
+``numel`` keys of ``element_bytes`` (with ``value_bytes`` of payload each), ``topk`` keeps ``k``
+of ``numel`` elements (``torch.topk`` or another selection, as its ``source`` says), ``matmul``
+is a product with ``numel`` outputs (``rows`` rows, default a square) over an ``inner`` dimension."""
 
 MAX_PROFILE_BYTES = 4 * 2**20
 """Largest profile file read (bytes): 4 MiB; a measured profile is tens of kilobytes."""
@@ -187,6 +189,11 @@ def _kernel_row(row: Mapping[str, Any], where: str) -> dict[str, Any]:
     for key in ("launches", "syncs"):
         if int(_number(out, key, where)) != out[key]:
             raise ValueError(f"{where}: {key} must be a whole number, got {out[key]!r}")
+    needed = {"topk": ("k",), "matmul": ("inner",)}.get(out["kernel"], ())
+    for key in (*needed, *(("rows",) if "rows" in out else ())):
+        _number(out, key, where, integer=True)
+    if out["kernel"] == "topk" and out["k"] > out["numel"]:
+        raise ValueError(f"{where}: k must be at most numel")
     return out
 
 

@@ -256,6 +256,26 @@ def radix_sort_bytes(key_bytes: float, value_bytes: float = 0.0) -> float:
     return key_bytes * 2.0 * (key_bytes + value_bytes)
 
 
+def _bandwidth_rules(bandwidth: float) -> dict[str, Any]:
+    """The fields of a GPU that :data:`GPU_RULES` derive from its sustained ``bandwidth`` (bytes/s):
+    top-k, sort, gather and compaction rates, and the bandwidths themselves."""
+    return {"memory_bandwidth_Bps": bandwidth, "write_bandwidth_Bps": bandwidth,
+            "topk_s_per_element": ((1.0, 20.0 / bandwidth),), "topk_cache_s_per_element": ((1.0, 20.0 / bandwidth),),
+            "sort_s_per_element": radix_sort_bytes(8) / bandwidth,
+            "gather_s_per_element": 40.0 / bandwidth, "compact_s_per_element": 2.0 / bandwidth}
+
+
+def with_bandwidth(device: Device, bandwidth: float, sync_s: float | None = None, name: str | None = None) -> Device:
+    """GPU ``device`` with another sustained ``bandwidth`` (bytes/s) and every rate :data:`GPU_RULES`
+    derive from it, and ``sync_s`` (s) when given: the same GPU rules refitted without some
+    published rows (:mod:`simulator.kernel_bands`), or a GPU that is not modelled, described by
+    its bandwidth (``name``)."""
+    if device.kind != "gpu":
+        raise ValueError(f"bandwidth rules are modelled for GPUs only, not {device.name!r}")
+    changed = {**_bandwidth_rules(bandwidth), **({} if sync_s is None else {"sync_s": sync_s})}
+    return replace(device, **changed, **({"name": name, "label": name} if name else {}))
+
+
 def _gpu(name: str, label: str, bandwidth: float | None, bandwidth_source: str, fp32: float, bf16: float,
          bf16_source: str, pcie: float, pcie_source: str, spec: str, fp16: float, tf32: float) -> Device:
     """A GPU from its spec sheet and its published rows (:mod:`simulator.published`): launch and
@@ -274,12 +294,9 @@ def _gpu(name: str, label: str, bandwidth: float | None, bandwidth_source: str, 
                    else f"{GPU_RULES['sync']}: none here, the median of the other GPUs'")
     return Device(
         name=name, kind="gpu", label=label, fp16_flops=fp16, tf32_flops=tf32,
-        memory_bandwidth_Bps=bandwidth, write_bandwidth_Bps=bandwidth,
         fp32_flops=fp32, bf16_flops=bf16, launch_s=launch, sync_s=sync, pcie_Bps=pcie,
-        topk_s_per_element=((1.0, 20.0 / bandwidth),), topk_cache_s_per_element=((1.0, 20.0 / bandwidth),),
-        sort_s_per_element=radix_sort_bytes(8) / bandwidth,
-        gather_s_per_element=40.0 / bandwidth, compact_s_per_element=2.0 / bandwidth,
-        op_s_per_element={"log": 16.0 / fp32}, alloc_threshold_bytes=math.inf, fault_s_per_byte=0.0,
+        **_bandwidth_rules(bandwidth), op_s_per_element={"log": 16.0 / fp32},
+        alloc_threshold_bytes=math.inf, fault_s_per_byte=0.0,
         cache_bytes=0.0, cache_speedup=1.0,
         sources={
             "memory_bandwidth_Bps": bandwidth_source, "write_bandwidth_Bps": bandwidth_source,

@@ -212,8 +212,10 @@ def workload_from_layout(
     device_flops_per_s: float = 100e12,
     batch_size: int = 32,
     memory_bandwidth_Bps: float = 2e12,
+    tokens: int | None = None,
 ) -> Workload:
-    """Build a :class:`Workload` from a full-size layout (``traces.layouts.layout(name)``).
+    """Build a :class:`Workload` from a full-size layout (``traces.layouts.layout(name, tokens)``;
+    ``tokens``: a transformer's sequence length, ``None`` for its stated input).
 
     Compute model: forward time of a layer = per-sample forward FLOPs × ``batch_size`` ÷
     ``device_flops_per_s`` (FLOP/s; default 100 TFLOP/s, a modern GPU at realistic
@@ -225,7 +227,7 @@ def workload_from_layout(
 
     if not device_flops_per_s > 0 or not memory_bandwidth_Bps > 0 or batch_size < 1:
         raise ValueError("device FLOP/s and memory bandwidth must be > 0 and batch size >= 1")
-    entries = traces.layouts.layout(name)
+    entries = traces.layouts.layout(name, tokens)
     forward_s, backward = compute_from_flops([e["forward_flops"] for e in entries], batch_size, device_flops_per_s)
     layers = tuple(
         Layer(e["name"], 4 * int(e["numel"]), bw, tuple(e["shape"]) if e.get("shape") else None)

@@ -75,7 +75,10 @@ def test_compare_json_has_the_verdict_and_a_row_per_pair(capsys, tmp_path):
     for r in rows:
         assert r["speedup_over_baseline"] == pytest.approx(best_dense / r["iteration_s"])
         assert (r["cost_source"] is None) == (r["compressor"] == "none")
-    assert out["verdict"] == judge.verdict(rows)
+    plain = judge.verdict(rows)
+    assert {k: v for k, v in out["verdict"].items() if k not in ("text", "settle")} == {
+        k: v for k, v in plain.items() if k != "text"}
+    assert out["verdict"]["text"].startswith(plain["text"]) and out["verdict"]["settle"]["command"].startswith("sidco ")
     # each row is the projection `sidco simulate` makes of that pair alone
     topk = next(r for r in rows if r["label"] == "topk@0.001")
     assert main(["simulate", *SCENARIO, "--compressor", "topk", "--density", "0.001", "--fidelity", "analytic",
@@ -89,8 +92,10 @@ def test_compare_prints_ranked_table_and_verdict(capsys, tmp_path):
                  "--store", str(tmp_path / "r.sqlite")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1].startswith("verdict: ")
-    assert "iter ms" in lines[1] and "vs dense" in lines[1] and "costs from" in lines[1]
-    assert len(lines) == 2 + 4 + 2 and "model a100" in lines[2] + lines[3] and lines[-2].startswith("ms per iteration")
+    assert lines[1].startswith("workload: batch 32 per worker, precision amp; compute from the rule fitted")
+    assert lines[2].startswith("kernel costs: ")
+    assert "iter ms" in lines[3] and "vs dense" in lines[3] and "costs from" in lines[3]
+    assert len(lines) == 4 + 4 + 2 and "model a100" in lines[4] + lines[5] and lines[-2].startswith("ms per iteration")
 
 
 def test_compare_bad_input_is_one_line(capsys, tmp_path):

@@ -40,3 +40,21 @@ def test_paper_command_prints_both_eras_beside_the_papers_figures(tmp_path, caps
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "over DGC: paper up to 1.9" in text and "then" in text and "today" in text
+
+
+def test_every_conclusion_says_what_it_rests_on_and_none_is_drawn_from_a_band_across_1(tmp_path, capsys):
+    argv = ["paper", "--layouts", "resnet50", "--densities", "0.001", "--store", str(tmp_path / "p.sqlite"), "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    names = {"none": "no compression", "topk": "Top-k", "dgc": "DGC"}
+    for baseline, entry in result["summary"].items():
+        (line,) = [v for v in result["verdict"] if v.startswith(f"over {names[baseline]}: ")]
+        for era, name in (("then", "PyTorch-1.3-era projection"), ("today", "today")):
+            best = entry[era]
+            found = best["settle"]
+            assert found["command"].startswith("sidco ") and found["name"] in line
+            spans = best["low"] <= 1.0 <= best["high"]
+            part = line.split(f"{name} up to ", 1)[1].split("); today up to")[0] if era == "then" else \
+                line.split("today up to ", 1)[1]
+            assert ("undecided: the band spans 1x, so no conclusion" in part) == spans
+            assert ("SIDCo is faster" in part) == (best["low"] > 1.0)

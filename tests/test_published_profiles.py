@@ -89,8 +89,14 @@ def test_kernel_seconds_is_bytes_over_bandwidth_plus_the_launches_and_syncs_time
     assert costmodel.kernel_seconds("sort", 1000, h100, element_bytes=4) == pytest.approx(1000 * 4 * 2 * 4 / bw)
     assert costmodel.kernel_seconds("sort", 1000, h100, element_bytes=4, value_bytes=4) == pytest.approx(
         1000 * 4 * 2 * 8 / bw)
+    # top-k: the device's rate per input element; a product: FLOPs at the fp32 rate plus operands and output
+    assert costmodel.kernel_seconds("topk", 1000, h100, k=10) == pytest.approx(1000 * h100.topk_s(0.01))
+    assert costmodel.kernel_seconds("matmul", 100, h100, inner=10) == pytest.approx(
+        2 * 100 * 10 / h100.fp32_flops + (10 * 10 + 10 * 10) * 4 / bw + 400 / h100.write_bandwidth_Bps)
     with pytest.raises(ValueError):
-        costmodel.kernel_seconds("topk", 1, h100)
+        costmodel.kernel_seconds("scan", 1, h100)
+    with pytest.raises(ValueError):
+        costmodel.kernel_seconds("topk", 10, h100, k=11)
 
 
 @pytest.mark.parametrize("name", ("v100", "a100", "h100", "h200"))
@@ -139,7 +145,10 @@ def test_profile_check_prints_every_published_row(tmp_path, capsys, monkeypatch)
 
 @pytest.mark.parametrize("row, message", [
     ({"kernel": "copy", "numel": 10, "seconds": 1e-3}, "needs a source"),
-    ({"kernel": "topk", "numel": 10, "seconds": 1e-3, "source": "x"}, "kernel must be one of"),
+    ({"kernel": "scan", "numel": 10, "seconds": 1e-3, "source": "x"}, "kernel must be one of"),
+    ({"kernel": "topk", "numel": 10, "seconds": 1e-3, "source": "x"}, "k must be"),
+    ({"kernel": "topk", "numel": 10, "k": 11, "seconds": 1e-3, "source": "x"}, "k must be at most numel"),
+    ({"kernel": "matmul", "numel": 10, "seconds": 1e-3, "source": "x"}, "inner must be"),
     ({"kernel": "copy", "numel": 10, "seconds": 0, "source": "x"}, "must be > 0"),
     ({"kernel": "cast", "numel": 10, "seconds": 1e-3, "out_bytes": 0, "source": "x"}, "must be > 0"),
     ({"kernel": "sort", "numel": 10, "seconds": 1e-3, "value_bytes": -1, "source": "x"}, "value_bytes must be"),

@@ -51,15 +51,31 @@ def key(name: str, tokens: int | None) -> str:
     return name if tokens is None or tokens == TOKENS.get(name) else f"{name}@{tokens}"
 
 
+def max_tokens(name: str) -> int:
+    """The most tokens a sample of transformer layout ``name`` holds: its position embeddings
+    (512 for BERT, 1024 for GPT-2)."""
+    return 1024 if name == "gpt2" else 512
+
+
+def check_tokens(name: str, tokens: int | None) -> int | None:
+    """``tokens`` if layout ``name`` is a transformer and it is a whole number in [1,
+    :func:`max_tokens`] (``None`` stays ``None``: the stated input); ValueError (one line) otherwise."""
+    if tokens is None:
+        return None
+    if name not in TOKENS:
+        raise ValueError(f"layout {name!r} takes no sequence length (--tokens is for {', '.join(TOKENS)})")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= max_tokens(name):
+        raise ValueError(f"--tokens must be a whole number from 1 to {max_tokens(name)} for {name}, got {tokens!r}")
+    return tokens
+
+
 def layout(name: str, tokens: int | None = None) -> list[dict[str, Any]]:
     """Parameter layout of ``name`` with per-sample forward FLOPs (see the module docstring);
     ``tokens``: the sequence length of a transformer layout's sample instead of :data:`TOKENS`
-    (at most its 512 or 1024 positions). Read once per process, a fresh list each call."""
+    (at most :func:`max_tokens`). Read once per process, a fresh list each call."""
     if name not in INPUTS:
         raise ValueError(f"unknown layout {name!r}; choose one of {', '.join(INPUTS)}")
-    if tokens is not None and (name not in TOKENS or not 1 <= tokens <= (1024 if name == "gpt2" else 512)):
-        raise ValueError(f"layout {name!r} takes no sequence length {tokens!r}")
-    return [dict(entry) for entry in _layout(key(name, tokens))]
+    return [dict(entry) for entry in _layout(key(name, check_tokens(name, tokens)))]
 
 
 @functools.lru_cache(maxsize=1)

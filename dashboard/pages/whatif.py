@@ -9,7 +9,7 @@ from dash import Dash, Input, Output, ctx, dcc, html
 from dashboard import components as ui
 from dashboard import data, figures, projection
 from dashboard.data import StoreReader
-from pipeline.verdict import verdict
+from pipeline.costs import KERNEL_BAND_NOTE
 
 PATH = "/"
 TITLE = "What-if"
@@ -84,6 +84,11 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
         ui.labelled("Compression costs", dcc.Dropdown(id="whatif-costs", options=projection.cost_options(store),
                                                       value="", clearable=False),
                     "a stored profile must be of the chosen device"),
+        ui.labelled("Measured samples/s (optional)", dcc.Input(id="whatif-samples-per-s", value="", debounce=True),
+                    "layouts: one GPU's training throughput you measured at batch 32; compute then comes from it "
+                    "(band ±5 %) instead of the rule fitted to published throughput"),
+        ui.labelled("Tokens per sample (optional)", dcc.Input(id="whatif-tokens", value="", debounce=True),
+                    "transformer layouts: sequence length (default 128 for BERT, 1024 for GPT-2)"),
         calibration_control,
         html.Div(style={"height": "10px"}),
         html.Button("Run detailed simulation (des)", id="whatif-des", className="btn"),
@@ -133,17 +138,20 @@ def register(app: Dash, reader: StoreReader) -> None:
         Input("whatif-calibrated", "value"),
         Input("whatif-device", "value"),
         Input("whatif-costs", "value"),
+        Input("whatif-samples-per-s", "value"),
+        Input("whatif-tokens", "value"),
         Input("whatif-des", "n_clicks"),
     )
     def _project(source, compressors, density, nodes, bandwidth, latency, topology, calibrated, device, costs,
-                 _clicks):
+                 samples_per_s, tokens, _clicks):
         fidelity = "des" if ctx.triggered_id == "whatif-des" else "analytic"
         started = time.perf_counter()
         try:
             chosen = projection.parse_controls(source, compressors, density, nodes, bandwidth, latency, topology,
                                                calibrated=bool(calibrated), device=device or None,
-                                               profile_id=costs or None)
+                                               profile_id=costs or None, samples_per_s=samples_per_s, tokens=tokens)
             results, problems = projection.project_each(reader.store(), chosen, fidelity)
+            judged = projection.judge(reader.store(), chosen, results)
         except ValueError as exc:
             blank = ui.empty_figure("fix the highlighted control")
             return blank, blank, ui.error(str(exc)), ""
@@ -152,8 +160,9 @@ def register(app: Dash, reader: StoreReader) -> None:
                  f"{fidelity} fidelity")
         sources = "; ".join(f"{r['compressor']}: {r['cost_source']}" for r in results if r["cost_source"])
         note = ui.note(f"{fidelity} projection of {len(results)} compressors in {elapsed * 1e3:.0f} ms on "
-                       f"{results[0]['device']} (compute from {results[0]['compute_source']})"
-                       + (f"; compression costs: {sources}" if sources else ""))
+                       f"{results[0]['device']} (compute from {results[0]['compute_source']}); "
+                       f"{projection.workload_text(results[0])}"
+                       + (f"; compression costs: {sources}" if sources else "") + f"; {KERNEL_BAND_NOTE}")
         message = html.Div([note, *(ui.error(problem) for problem in problems)])
-        line = html.P([html.Strong("Verdict: "), verdict(results)["text"]])
+        line = html.P([html.Strong("Verdict: "), judged["text"]])
         return figures.whatif_breakdown(results, title), figures.whatif_speedup(results), message, line

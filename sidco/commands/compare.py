@@ -13,8 +13,10 @@ from typing import Any
 from pipeline import compare as comparison
 from pipeline import project as projection
 from pipeline.catalog import TOPOLOGIES, compressor_names
+from pipeline.costs import KERNEL_BAND_NOTE
 from pipeline.request import Request
-from pipeline.verdict import BASELINES, TIE_MARGIN, verdict
+from pipeline.settle import judge
+from pipeline.verdict import BASELINES, TIE_MARGIN
 from results.store import Store
 from sidco.commands.simulate import add_scenario_args, add_source_args, cluster, workload_fields
 from units import format_bandwidth, format_seconds, parse_density, parse_list
@@ -81,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     source = projection.check(request)  # the device resolved once; bad input stops before any store is opened
     with Store(args.store) as store:
         source, rows = comparison.compare(store, request, projection.register(store, source))
-    result = verdict(rows)
+        result = judge(store, source, request, rows)
     if args.json:
         print(dump_json({"verdict": result, "rows": rows}))
         return 0
@@ -89,5 +91,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(rows)} configurations on {c.nodes} nodes ({rows[0]['workers']} workers), {c.topology}, "
           f"{format_bandwidth(c.bandwidth_bps)}, {format_seconds(c.latency_s)} latency, fidelity {c.fidelity}; "
           f"device {source.device_name}: compute from {source.compute}")
+    print(f"workload: {projection.workload_text(rows[0])}")
+    print(f"kernel costs: {KERNEL_BAND_NOTE}")
     print_table(rows, result)
     return 0

@@ -151,6 +151,12 @@ def _check(args: argparse.Namespace) -> int:
             flag = "ok" if worst["compress"] <= goal and worst["decompress"] <= goal else f"over {goal:.0%}"
             print(f"  worst at >= 2^20 elements: {name:<10} compress {worst['compress']:.0%}, "
                   f"decompress {worst['decompress']:.0%} ({flag})")
+    print("kernel bands by kind (published GPU timings, each priced without its own harness's fit; "
+          "docs/compression-costs.md):")
+    for band in device_profiles.kernel_bands():
+        count = len(band["harnesses"])
+        rests = f"{band['rows']} rows, {count} harness{'es' if count != 1 else ''}" if band["rows"] else "no row: stated"
+        print(f"  kind {band['kind']:<15} x{band['low']:.2f}-{band['high']:.2f} ({rests})")
     return 0
 
 

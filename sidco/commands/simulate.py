@@ -13,6 +13,7 @@ from typing import Any
 from pipeline import project as projection
 from pipeline.catalog import (BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES,
                               check_output_path, write_chrome_trace)
+from pipeline.costs import KERNEL_BAND_NOTE
 from pipeline.request import DEVICE_RULE, Cluster, Request, device_names
 from results.store import Store
 from sidco.commands import COMMANDS, add_calibration_argument, add_store_argument, dump_json
@@ -51,6 +52,13 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
                         help="layouts: compute throughput in FLOP/s, overriding --device's")
     parser.add_argument("--batch-size", default="32",
                         help="layouts: samples per worker per iteration (default 32)")
+    parser.add_argument("--samples-per-s", default=None, metavar="N",
+                        help="layouts: single-GPU training throughput you measured at --batch-size (samples/s); "
+                             "compute then comes from it instead of the rule fitted to published throughput, and "
+                             "its band shrinks to the measurement's noise (±5%%)")
+    parser.add_argument("--tokens", default=None, metavar="N",
+                        help="transformer layouts: tokens per sample (sequence length; default 128 for bert-base and "
+                             "bert-large, 1024 for gpt2)")
 
 
 def add_precision_arg(parser: argparse.ArgumentParser) -> None:
@@ -132,17 +140,26 @@ def scenario_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def workload_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The request's workload and device fields from ``--trace``/``--layout``, ``--device``,
-    ``--precision``, ``--device-flops``, ``--batch-size`` and ``--profile`` (text parsed here;
+    ``--precision``, ``--device-flops``, ``--batch-size``, ``--samples-per-s``, ``--tokens`` and
+    ``--profile`` (text parsed here;
     the rules are the request's, :class:`pipeline.request.Request`)."""
-    flops = None
-    if args.device_flops is not None:
-        try:
-            flops = float(args.device_flops)
-        except ValueError:
-            raise ValueError(f"invalid --device-flops {args.device_flops!r}: give FLOP/s, e.g. 100e12") from None
+    flops = _number(args.device_flops, float, "--device-flops", "FLOP/s, e.g. 100e12")
     return {"trace": args.trace, "layout": args.layout, "device": args.device, "precision": args.precision,
             "device_flops_per_s": flops, "batch_size": positive_int(args.batch_size, "--batch-size"),
-            "profile_file": args.profile, "calibration": args.calibration}
+            "profile_file": args.profile, "calibration": args.calibration,
+            "samples_per_s": _number(args.samples_per_s, float, "--samples-per-s", "samples/s, e.g. 400"),
+            "tokens": _number(args.tokens, int, "--tokens", "a whole number of tokens, e.g. 384")}
+
+
+def _number(text: str | None, kind: type, flag: str, example: str) -> Any:
+    """``text`` of option ``flag`` as ``kind`` (``None`` when not given); ValueError naming
+    ``example`` when it is not one. Its range is the request's rule, checked there."""
+    if text is None:
+        return None
+    try:
+        return kind(str(text).strip())
+    except ValueError:
+        raise ValueError(f"invalid {flag} {text!r}: give {example}") from None
 
 
 def cluster(args: argparse.Namespace) -> Cluster:
@@ -184,7 +201,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run, fidelity="des")
 
 
-def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: Cluster) -> None:
+def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: Cluster, workload: str) -> None:
     density = 1.0 if args.density is None else args.density  # the casts and PowerSGD: what they send
     print(f"{args.compressor}"
           + (f" @ density {density:g}" if args.compressor != "none" else "")
@@ -203,8 +220,10 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: Clu
     print(f"  wire/worker    {format_bytes(result['wire_bytes'])} of {format_bytes(result['dense_bytes'])} dense, "
           f"{result['buckets']} buckets")
     print(f"  device         {result['device']} ({result['precision']}): compute from {result['compute_source']}")
+    print(f"  workload       {workload}")
     if result.get("cost_source"):
-        print(f"  costs from     {result['cost_source']}")
+        low, high = result["cost_band"]
+        print(f"  costs from     {result['cost_source']} (band x{low:.2f}-{high:.2f}; {KERNEL_BAND_NOTE})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -223,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(dump_json(result))
     else:
-        _print_result(result, args, request.cluster)
+        _print_result(result, args, request.cluster, projection.workload_text(result))
         if args.timeline:
             print(f"  timeline       {args.timeline}")
     return 0

@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
             result = time_to_accuracy(store, args.convergence, cluster=chosen, device=fields["device"],
                                       calibration_choice=calibration, profile_file=args.profile,
                                       precision=fields["precision"], device_flops_per_s=fields["device_flops_per_s"],
-                                      **targets)
+                                      samples_per_s=fields["samples_per_s"], tokens=fields["tokens"], **targets)
         else:
             result = curves_time_to_accuracy(store, curves, project.register(store, source), cluster=chosen,
                                              calibration_choice=calibration, profile_file=args.profile, **targets)

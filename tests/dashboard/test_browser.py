@@ -143,12 +143,17 @@ def test_changing_a_control_updates_the_projection_and_bad_input_is_inline(dash_
     _wait_idle(dash_duo)
     before = _figure_data(dash_duo, "whatif-breakdown")
     assert before and before[0]["x"], "the what-if figure is empty"
-    dash_duo.wait_for_contains_text("#whatif-verdict", "Verdict:", timeout=10)
+    dash_duo.wait_for_contains_text("#whatif-verdict", "measure it: sidco ", timeout=10)
     _set_input(dash_duo, "#whatif-nodes", "64")
     dash_duo.wait_for_contains_text(".js-plotly-plot .gtitle", "64 nodes", timeout=10)
     _wait_idle(dash_duo)
     after = _figure_data(dash_duo, "whatif-breakdown")
     assert after[-1]["y"] != before[-1]["y"], "iteration times did not change with the node count"
+    _set_input(dash_duo, "#whatif-samples-per-s", "400")
+    dash_duo.wait_for_contains_text("#whatif-message", "compute from your measured throughput", timeout=10)
+    _set_input(dash_duo, "#whatif-samples-per-s", "0")
+    dash_duo.wait_for_contains_text(".inline-error", "--samples-per-s must be a finite number > 0", timeout=10)
+    _set_input(dash_duo, "#whatif-samples-per-s", "")
     _set_input(dash_duo, "#whatif-bandwidth", "fast")
     dash_duo.wait_for_contains_text(".inline-error", "invalid bandwidth", timeout=10)
     assert _severe(dash_duo) == []
