@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from pipeline import project as pipeline_project
+from pipeline import quality as pipeline_quality
 from pipeline.catalog import TOPOLOGIES, chrome_trace, compressor_names as _compressor_names, layout_names as _layout_names
 from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, takes_density
 from pipeline.verdict import label
@@ -178,6 +179,21 @@ def project_each(store: Store, request: Request,
     if not rows:
         raise ProjectionError(problems[0])
     return rows, problems
+
+
+def judged(store: Store, request: Request, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``rows`` (of :func:`project_each`) with their quality columns and the verdict that weighs
+    them, as ``sidco compare`` gives them (:mod:`pipeline.quality`): a trace's stored replays (none
+    is run inside a request: a pair no replay measured is unmeasured), a layout's shipped table."""
+    try:
+        source = pipeline_project.register(store, pipeline_project.source(request, store))
+        rank = int(request.cluster.options.get("rank", 1))
+        measured = pipeline_quality.for_source(store, source, [(r["compressor"], r["density"]) for r in rows],
+                                               rank=rank, run_missing=False)
+        rows = pipeline_quality.attach(rows, measured)
+        return rows, pipeline_quality.judge(store, source, rows)
+    except (ValueError, KeyError, OSError) as exc:
+        raise ProjectionError(_first_line(exc)) from exc
 
 
 def timeline(store: Store, request: Request, fidelity: str = "des") -> dict[str, Any]:

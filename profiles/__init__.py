@@ -10,6 +10,10 @@ source); the GPU rules' bandwidth, launch and sync are fitted to them (:mod:`sim
 ``throughput.json`` is not a device profile: it holds published training throughput, the
 anchors of the compute rule (:mod:`simulator.throughput`); ``throughput-fit.json`` holds that
 rule's solved constants, keyed by its inputs (``python -m simulator.throughput`` writes it).
+
+``quality.json`` is not a device profile either: it holds what every compressor sends of real
+gradients per built-in workload and density, the quality ``sidco compare`` shows for layouts
+(:mod:`pipeline.quality`; ``sidco quality-table`` writes it).
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from pathlib import Path
 HERE = Path(__file__).parent
 THROUGHPUT = HERE / "throughput.json"
 THROUGHPUT_FIT = HERE / "throughput-fit.json"
+QUALITY = HERE / "quality.json"
 
 
 def paths() -> list[Path]:
-    """Every shipped profile file, sorted by name (the throughput table and its fit are none)."""
-    return sorted(p for p in HERE.glob("*.json") if p not in (THROUGHPUT, THROUGHPUT_FIT))
+    """Every shipped profile file, sorted by name (the throughput table, its fit and the quality
+    table are none)."""
+    return sorted(p for p in HERE.glob("*.json") if p not in (THROUGHPUT, THROUGHPUT_FIT, QUALITY))

@@ -8,6 +8,7 @@ import pytest
 
 import compressors
 from pipeline import verdict as judge
+from pipeline import quality
 from pipeline.compare import ALWAYS, pairs
 from sidco.cli import main
 
@@ -75,7 +76,7 @@ def test_compare_json_has_the_verdict_and_a_row_per_pair(capsys, tmp_path):
     for r in rows:
         assert r["speedup_over_baseline"] == pytest.approx(best_dense / r["iteration_s"])
         assert (r["cost_source"] is None) == (r["compressor"] == "none")
-    assert out["verdict"] == judge.verdict(rows)
+    assert out["verdict"] == quality.verdict(rows)
     # each row is the projection `sidco simulate` makes of that pair alone
     topk = next(r for r in rows if r["label"] == "topk@0.001")
     assert main(["simulate", *SCENARIO, "--compressor", "topk", "--density", "0.001", "--fidelity", "analytic",

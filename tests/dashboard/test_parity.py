@@ -82,18 +82,21 @@ def test_whatif_projects_each_compressor_with_the_best_costs_it_has(captured):
 def test_whatif_verdict_equals_sidco_compare(capsys, tmp_path):
     """The What-if page's default compressors at one density give the verdict `sidco compare` prints."""
     from dashboard.pages.whatif import DEFAULTS
-    from pipeline.verdict import verdict
 
     store_path = tmp_path / "r.sqlite"
     controls = projection.parse_controls(DEFAULTS["source"], ["none", "fp16", "powersgd", "topk", "sidco-e"], "0.01",
                                          DEFAULTS["nodes"], DEFAULTS["bandwidth"], DEFAULTS["latency"], "ring")
     with Store(store_path) as store:
         rows, problems = projection.project_each(store, controls)
+        rows, verdict = projection.judged(store, controls, rows)
     assert not problems
     capsys.readouterr()
     assert main(["compare", "--layout", DEFAULTS["source"].split(":")[1], "--nodes", DEFAULTS["nodes"],
                  "--bandwidth", DEFAULTS["bandwidth"], "--latency", DEFAULTS["latency"], "--compressors",
                  "topk,sidco-e", "--densities", "0.01", "--store", str(store_path), "--json"]) == 0
     cli = json.loads(capsys.readouterr().out)
-    assert verdict(rows) == cli["verdict"]
+    assert verdict == cli["verdict"]
     assert sorted(r["label"] for r in rows) == sorted(r["label"] for r in cli["rows"])
+    quality_keys = ("achieved_density", "achieved_over_target", "energy_vs_topk", "quality_source")
+    page = {r["label"]: [r[k] for k in quality_keys] for r in rows}
+    assert page == {r["label"]: [r[k] for k in quality_keys] for r in cli["rows"]}
