@@ -36,7 +36,8 @@ from pipeline import verdict as speed
 from pipeline.request import takes_density
 from results.store import Store
 
-Pair = tuple[str, "float | None"]
+Pair = tuple[str, float | None]
+"""A compared (compressor, density) pair; density ``None`` for compressors that take none."""
 
 DENSITY_FACTOR = 2.0
 """A sparsifier is called only if its achieved density is within this factor of its target."""
@@ -213,8 +214,7 @@ def from_table(layout: str, pairs: Sequence[Pair], rank: int = 1,
         row = rows.get(_key(pair))
         if row is None or (pair[0] == "powersgd" and rank != int(table.get("powersgd_rank", TABLE_RANK))):
             continue
-        source = (f"shipped table: {entry['name']} ({entry['family']}, {entry['data']}; nearest to {layout}), "
-                  f"{row['calls']} calls")
+        source = f"shipped table: {entry['name']} (nearest {entry['family']}), {row['calls']} calls"
         found[pair] = columns(row, pair[0], pair[1], source)
     return found
 
@@ -342,7 +342,7 @@ def verdict(rows: Sequence[Mapping[str, Any]], tta: Mapping[str, Any] | None = N
     weighing quality by :func:`called`: :func:`pipeline.verdict.verdict` over the rows the rule
     calls (and the unmeasured ones, said so), plus ``quality_rule`` (:data:`CALL_RULE`),
     ``fails_quality`` (labels the rule does not call), ``faster_but_less`` (those of them faster
-    than the winner), ``unmeasured`` (sparsifiers without quality) and ``basis_quantity``
+    than the winner, or that speed alone could not tell apart from the fastest), ``unmeasured`` (sparsifiers without quality) and ``basis_quantity``
     (``"iteration time"`` or ``"time to accuracy"``). With ``tta`` (:func:`time_to_accuracy`),
     the rows it has a time for are judged by ``time_to_target_s`` instead (the measured
     convergence weighs what each sends, so the rule is not applied), ``time_to_accuracy`` holds it
@@ -358,7 +358,8 @@ def verdict(rows: Sequence[Mapping[str, Any]], tta: Mapping[str, Any] | None = N
     failing = [r for r in ranked if verdicts[r["label"]] is False]
     eligible = [r for r in ranked if verdicts[r["label"]] is not False] or ranked
     result = speed.verdict(eligible)
-    faster = [r for r in failing if float(r["iteration_s"]) < result["iteration_s"]]
+    by_speed = speed.verdict(ranked)["tied"]
+    faster = [r for r in failing if float(r["iteration_s"]) < result["iteration_s"] or r["label"] in by_speed]
     missing = [r["label"] for r in ranked if verdicts[r["label"]] is None]
     result.update({"quality_rule": CALL_RULE, "fails_quality": [r["label"] for r in failing],
                    "faster_but_less": [r["label"] for r in faster], "unmeasured": missing,
