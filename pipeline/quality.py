@@ -29,12 +29,15 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import profiles
 from pipeline import verdict as speed
 from pipeline.request import takes_density
 from results.store import Store
+
+if TYPE_CHECKING:
+    from pipeline.project import Source
 
 Pair = tuple[str, float | None]
 """A compared (compressor, density) pair; density ``None`` for compressors that take none."""
@@ -256,14 +259,14 @@ def whole(compressor: str) -> dict[str, Any]:
                    "by definition: every coordinate sent")
 
 
-def for_source(store: Store, source: Any, pairs: Sequence[Pair], *, rank: int = 1, run_missing: bool = True,
+def for_source(store: Store, source: Source, pairs: Sequence[Pair], *, rank: int = 1, run_missing: bool = True,
                progress: Callable[[str, int, int], None] | None = None) -> dict[Pair, dict[str, Any]]:
     """:func:`measure` for a projection's :class:`pipeline.project.Source` (registered: a trace has its id)."""
     return measure(store, source.kind, source.ref, source.trace_id, pairs, rank=rank, run_missing=run_missing,
                    progress=progress)
 
 
-def judge(store: Store, source: Any, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def judge(store: Store, source: Source, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The verdict on compared ``rows`` of ``source`` (:func:`verdict`), by time to accuracy where
     the store holds a convergence run of its trace (:func:`time_to_accuracy`)."""
     trace_id = source.trace_id if source.kind == "trace" else None
