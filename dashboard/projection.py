@@ -17,6 +17,7 @@ from typing import Any
 
 from pipeline import project as pipeline_project
 from pipeline import settle
+from pipeline import quality as pipeline_quality
 from pipeline.catalog import TOPOLOGIES, chrome_trace, compressor_names as _compressor_names, layout_names as _layout_names
 from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, takes_density
 from pipeline.verdict import label
@@ -198,11 +199,17 @@ def project_each(store: Store, request: Request,
     return rows, problems
 
 
-def judge(store: Store, request: Request, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The verdict on the page's ``rows`` with what would settle it (:func:`pipeline.settle.judge`,
-    what ``sidco compare`` prints)."""
+def judged(store: Store, request: Request, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``rows`` (of :func:`project_each`) with their quality columns and the verdict that weighs
+    them, as ``sidco compare`` gives them (:mod:`pipeline.quality`): a trace's stored replays (none
+    is run inside a request: a pair no replay measured is unmeasured), a layout's shipped table."""
     try:
-        return settle.judge(store, pipeline_project.source(request, store), request, rows)
+        source = pipeline_project.register(store, pipeline_project.source(request, store))
+        rank = int(request.cluster.options.get("rank", 1))
+        measured = pipeline_quality.for_source(store, source, [(r["compressor"], r["density"]) for r in rows],
+                                               rank=rank, run_missing=False)
+        rows = pipeline_quality.attach(rows, measured)
+        return rows, settle.judge(store, source, request, rows)
     except (ValueError, KeyError, OSError) as exc:
         raise ProjectionError(_first_line(exc)) from exc
 

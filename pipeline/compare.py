@@ -5,16 +5,20 @@ process projects every pair with :func:`pipeline.project.project` (the same proj
 ``sidco simulate`` and the What-if page) on the request's source, resolved once, and
 :func:`pipeline.verdict.rank` orders them. ``none``, ``fp16`` and ``powersgd``
 (:data:`ALWAYS`) are always compared; compressors whose message ignores the density (the
-casts, PowerSGD, ``none``) are projected once, with ``density`` ``None``. Units: seconds.
+casts, PowerSGD, ``none``) are projected once, with ``density`` ``None``. Every row carries
+what it sends (:mod:`pipeline.quality`: achieved density, energy vs Top-k, where they come
+from), measured before the projection, so replays it runs are the trace's replays the cost policy
+reads. Units: seconds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from pipeline import project as projection
+from pipeline import quality
 from pipeline import request as requests
 from pipeline.verdict import rank
 from results.store import Store
@@ -34,16 +38,20 @@ def with_baselines(request: requests.Request) -> requests.Request:
     return replace(request, compressors=tuple(dict.fromkeys([*ALWAYS, *request.compressors])))
 
 
-def compare(store: Store, request: requests.Request,
-            resolved: projection.Source | None = None) -> tuple[projection.Source, list[dict[str, Any]]]:
+def compare(store: Store, request: requests.Request, resolved: projection.Source | None = None,
+            progress: Callable[[str, int, int], None] | None = None) -> tuple[projection.Source, list[dict[str, Any]]]:
     """Project every pair of ``request`` with the baselines (:func:`with_baselines`) and rank
     them fastest first (:func:`pipeline.verdict.rank`): the request's source (``resolved`` when
     a door has made it already, :func:`pipeline.project.source`) and the rows, each
     the :func:`pipeline.project.project` result plus ``density`` (``None`` for density-free
-    compressors), ``label``, ``rank`` and ``speedup_over_baseline``."""
+    compressors), ``label``, ``rank``, ``speedup_over_baseline`` and the quality columns
+    (:data:`pipeline.quality.COLUMNS`, by :data:`pipeline.quality.QUALITY_RULE`: a trace's
+    missing replays run first, ``progress(what, calls_done, calls_total)`` after every call)."""
     request = with_baselines(request)
     chosen = request.pairs()
     source = projection.register(store, resolved or projection.source(request, store))
+    measured = quality.for_source(store, source, chosen, rank=int(request.cluster.options.get("rank", 1)),
+                                  progress=progress)
     options = {"profile_file": request.profile_file, "profile_id": request.profile_id,
                "calibration_choice": request.calibration, "message_budget": request.message_budget}
     free = [n for n, d in chosen if d is None]
@@ -53,4 +61,4 @@ def compare(store: Store, request: requests.Request,
         sparse = [n for n, d in chosen if d == density]
         rows += [{**r, "density": density}
                  for r in projection.project(store, source, request.cluster, sparse, density, **options)]
-    return source, rank(rows)
+    return source, quality.attach(rank(rows), measured)

@@ -113,7 +113,7 @@ def run(store: Store, trace: traces.Trace | str | Path, names: Sequence[str], de
     try:
         rows = trace_replay.replay(trace, names, densities, device=device, error_feedback=error_feedback,
                                    bucket_bytes=bucket_bytes, first_bucket_bytes=first_bucket_bytes,
-                                   skip=frozenset(done))
+                                   skip=frozenset(done), options=options)
         batch: list[dict[str, Any]] = []
         finished = 0
         for row in rows:

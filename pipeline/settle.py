@@ -24,8 +24,9 @@ from typing import Any
 
 import simulator
 from pipeline import project as projection
+from pipeline import quality
 from pipeline.request import Request
-from pipeline.verdict import label, rank, verdict, with_settle
+from pipeline.verdict import label, rank, with_settle
 from results.store import Store
 from simulator.band import scaled_costs
 from simulator.calibration import Calibration
@@ -195,7 +196,13 @@ def settle(store: Store, source: projection.Source, request: Request,
 
 def judge(store: Store, source: projection.Source, request: Request,
           rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The verdict on ``rows`` (:func:`pipeline.verdict.verdict`) with what would settle it
-    (:func:`settle`) under ``settle`` and in its text (:func:`pipeline.verdict.with_settle`):
-    what both doors print."""
-    return with_settle(verdict(rows), settle(store, source, request, rows))
+    """The verdict on ``rows`` (with their quality columns) that weighs quality
+    (:func:`pipeline.quality.judge`), with what would settle it (:func:`settle` over the rows the
+    quality rule calls) under ``settle`` and in its text (:func:`pipeline.verdict.with_settle`):
+    what both doors print. A verdict by time to accuracy is settled by no single projected input
+    (``settle`` is ``None``)."""
+    result = quality.judge(store, source, rows)
+    if result.get("basis_quantity") == "time to accuracy":
+        return with_settle(result, None)
+    eligible = [r for r in rows if quality.called(r) is not False] or list(rows)
+    return with_settle(result, settle(store, source, request, eligible))

@@ -15,6 +15,10 @@ by its inputs (``python -m simulator.throughput`` writes it).
 ``kernel-evidence.json`` is not a device profile either: it holds published GPU kernel timings
 fitted to nothing, on modelled GPUs and others, that check the cost model kind of kernel by
 kind (:mod:`simulator.kernel_bands`).
+
+``quality.json`` is not a device profile either: it holds what every compressor sends of real
+gradients per built-in workload and density, the quality ``sidco compare`` shows for layouts
+(:mod:`pipeline.quality`; ``sidco quality-table`` writes it).
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ HERE = Path(__file__).parent
 THROUGHPUT = HERE / "throughput.json"
 THROUGHPUT_FIT = HERE / "throughput-fit.json"
 KERNEL_EVIDENCE = HERE / "kernel-evidence.json"
+QUALITY = HERE / "quality.json"
 
 
 def paths() -> list[Path]:
-    """Every shipped profile file, sorted by name (the throughput table, its fit and the kernel
-    evidence are none)."""
-    return sorted(p for p in HERE.glob("*.json") if p not in (THROUGHPUT, THROUGHPUT_FIT, KERNEL_EVIDENCE))
+    """Every shipped profile file, sorted by name (the throughput table, its fit, the kernel
+    evidence and the quality table are none)."""
+    return sorted(p for p in HERE.glob("*.json") if p not in (THROUGHPUT, THROUGHPUT_FIT, KERNEL_EVIDENCE, QUALITY))

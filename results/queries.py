@@ -20,9 +20,10 @@ from results.errors import guard
 REPLAY_ROW_COLUMNS = (
     "compressor", "density", "error_feedback", "iteration", "worker", "bucket", "numel", "selected",
     "achieved_density", "achieved_over_target", "threshold", "stages", "compress_s", "decompress_s",
-    "wire_bytes", "rel_error", "backend", "call_index",
+    "wire_bytes", "rel_error", "backend", "call_index", "energy", "topk_energy",
 )
-"""Columns of ``replay_rows`` besides ``replay_id`` (``backend``, ``call_index`` may be absent from a row)."""
+"""Columns of ``replay_rows`` besides ``replay_id`` (``backend``, ``call_index`` (schema v2), ``energy``,
+``topk_energy`` (v4) may be absent from a row)."""
 
 SCENARIO_COLUMNS = (
     "compressor", "density", "nodes", "bandwidth_bps", "latency_s", "topology", "fidelity", "iteration_s",
@@ -198,8 +199,8 @@ class Queries:
                          " FROM replays r JOIN traces t ON t.id = r.trace_id ORDER BY r.created DESC, r.id DESC")
 
     def replays_of_trace(self, trace_id: int) -> list[dict[str, Any]]:
-        """The replays of one trace (id, device, status, created), newest first."""
-        return self._all("SELECT id, device, status, created FROM replays WHERE trace_id=?"
+        """The replays of one trace (id, device, status, created, config_json), newest first."""
+        return self._all("SELECT id, device, status, created, config_json FROM replays WHERE trace_id=?"
                          " ORDER BY created DESC, id DESC", (int(trace_id),))
 
     def replay_rows(self, replay_id: int, error_feedback: bool | None = None,
@@ -234,9 +235,10 @@ class Queries:
                             [(replay_id, *(row[c] for c in columns[1:])) for row in rows])
 
     def complete_combinations(self, replay_id: int, error_feedback: bool, calls: int) -> set[tuple[str, float]]:
-        """The (compressor, density) pairs of a replay that hold all ``calls`` rows."""
+        """The (compressor, density) pairs of a replay that hold all ``calls`` rows, each with its
+        ``energy`` (rows stored before schema version 4 lack it: a rerun measures them again)."""
         rows = self._rows(
-            "SELECT compressor, density, COUNT(*) FROM replay_rows WHERE replay_id=? AND error_feedback=?"
+            "SELECT compressor, density, COUNT(energy) FROM replay_rows WHERE replay_id=? AND error_feedback=?"
             " GROUP BY compressor, density", (replay_id, int(error_feedback)),
         )
         return {(r[0], float(r[1])) for r in rows if r[2] == calls}
@@ -253,6 +255,22 @@ class Queries:
             " GROUP_CONCAT(DISTINCT backend) AS backend"
             " FROM replay_rows WHERE replay_id=? AND compressor=? AND density=? AND error_feedback=?",
             (replay_id, compressor, density, int(error_feedback)),
+        )[0]
+        return row if row["calls"] else None
+
+    def replay_quality(self, replay_id: int, compressor: str, density: float,
+                       error_feedback: bool = True) -> dict[str, Any] | None:
+        """What one combination of a replay sends, over its calls: ``calls``, means of
+        ``achieved_density``, ``achieved_over_target`` and ``energy`` (share of the input's squared
+        norm sent), ``energy_vs_topk`` (mean of energy ÷ topk_energy over the calls where Top-k
+        sends anything; ``None`` without Top-k's energy), ``measured`` (calls carrying an energy);
+        ``None`` without rows."""
+        row = self._all(
+            "SELECT COUNT(*) AS calls, COUNT(energy) AS measured, AVG(achieved_density) AS achieved_density,"
+            " AVG(achieved_over_target) AS achieved_over_target, AVG(energy) AS energy,"
+            " AVG(CASE WHEN topk_energy > 0 THEN energy / topk_energy END) AS energy_vs_topk"
+            " FROM replay_rows WHERE replay_id=? AND compressor=? AND density=? AND error_feedback=?",
+            (int(replay_id), compressor, float(density), int(error_feedback)),
         )[0]
         return row if row["calls"] else None
 

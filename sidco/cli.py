@@ -54,7 +54,7 @@ def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.
         if lazy and name != command:
             sub.add_parser(name, help=summary)
             continue
-        module_name = f"sidco.commands.{name}"
+        module_name = f"sidco.commands.{name.replace('-', '_')}"
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

@@ -81,3 +81,18 @@ def _no_shipped_profiles(monkeypatch):
     import profiles
 
     monkeypatch.setattr(profiles, "paths", lambda: [])
+
+
+@pytest.fixture(scope="session")
+def resnet20_trace(tmp_path_factory):
+    """A small real trace: ResNet-20 (width 0.5) trained 4 steps on the built-in images by 2
+    simulated workers, steps 2 and 4 recorded (about 2 s on 2 cores). Read it, never write to it."""
+    import traces
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return traces.capture("resnet20", tmp_path_factory.mktemp("resnet20") / "trace", workers=2, iterations=4,
+                              every=2, width=0.5, batch_size=8)
+    finally:
+        torch.set_num_threads(threads)

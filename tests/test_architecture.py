@@ -177,3 +177,18 @@ def test_which_compressors_take_a_density_has_one_home():
              for n, line in enumerate(p.read_text().splitlines(), 1)
              if re.search(r"message_kind\([^)]*\)\s*[=!]=\s*\"sparse\"", line) and p != ROOT / "compressors" / "__init__.py"]
     assert not found, found
+
+
+QUALITY_RULE_USE = re.compile(r"energy_vs_topk[\"']?\]?\)?\s*(>=|<=|>|<)|ENERGY_FLOOR|DENSITY_FACTOR")
+
+
+def test_the_quality_rule_has_one_home():
+    """The verdict's quality rule (achieved density within a factor of the target, energy vs Top-k
+    above a floor) is written once, in pipeline/quality.py: nothing else compares energy_vs_topk with
+    a number or reads the rule's constants but to quote them (--help, docs)."""
+    home = ROOT / "pipeline" / "quality.py"
+    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+             for package in [*LAYERS, "benchmarks", "tools"] for p in _sources(package) if p != home
+             for n, line in enumerate(p.read_text().splitlines(), 1) if QUALITY_RULE_USE.search(line)]
+    assert not found, "\n".join(found)
+    assert "def called(" in home.read_text() and QUALITY_RULE_USE.search(home.read_text())

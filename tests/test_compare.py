@@ -8,6 +8,7 @@ import pytest
 
 import compressors
 from pipeline import verdict as judge
+from pipeline import quality
 from pipeline.compare import ALWAYS, pairs
 from sidco.cli import main
 
@@ -75,7 +76,7 @@ def test_compare_json_has_the_verdict_and_a_row_per_pair(capsys, tmp_path):
     for r in rows:
         assert r["speedup_over_baseline"] == pytest.approx(best_dense / r["iteration_s"])
         assert (r["cost_source"] is None) == (r["compressor"] == "none")
-    plain = judge.verdict(rows)
+    plain = quality.verdict(rows)
     assert {k: v for k, v in out["verdict"].items() if k not in ("text", "settle")} == {
         k: v for k, v in plain.items() if k != "text"}
     assert out["verdict"]["text"].startswith(plain["text"]) and out["verdict"]["settle"]["command"].startswith("sidco ")

@@ -25,7 +25,7 @@ from results.store import Store
 STORE_COLUMNS = (
     "compressor", "density", "error_feedback", "iteration", "worker", "bucket", "numel", "selected",
     "achieved_density", "achieved_over_target", "threshold", "stages", "compress_s", "decompress_s",
-    "wire_bytes", "rel_error", "backend", "call_index",
+    "wire_bytes", "rel_error", "backend", "call_index", "energy", "topk_energy",
 )
 
 

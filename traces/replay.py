@@ -26,7 +26,16 @@ keys are exactly the ``replay_rows`` columns of the results store (minus
                              decompressed message (0 when ‖g‖ = 0)
 ``backend``                  what ran the call: ``native`` (fused C kernels), ``torch`` or ``cuda``
 ``call_index``               0-based index of the call among its compressor instance's calls
+``energy``                   ‖ĝ‖² / ‖g‖²: the share of the input's squared norm the message sends
+                             (1 when ‖g‖ = 0)
+``topk_energy``              ‖Top-k(g)‖² / ‖g‖²: the share exact Top-k at the target density
+                             (k = max(1, round(density · numel))) would send of the same input;
+                             ``None`` for compressors that take no density (casts, PowerSGD, none)
 ==========================  ===============================================================
+
+``energy`` / ``topk_energy`` is how much of the gradient a compressor sends next to exact Top-k
+at the same density, on the very input it was given (error feedback included); both are computed
+after the call's timings are taken.
 
 Compressors are created once per combination and shared by every (worker, bucket), as the
 ``threshold`` compressors carry only adaptive state; a compressor whose state is per tensor
@@ -54,6 +63,8 @@ import torch
 
 import compressors as compressor_lib
 from compressors.ddp_buckets import assign
+from compressors.rules import target_count
+from compressors.selection import Workspace, exact_topk
 from compressors.device import resolve as resolve_device
 from traces.reader import Trace, open_trace
 from units import check_density
@@ -77,6 +88,8 @@ COLUMNS = (
     "rel_error",
     "backend",
     "call_index",
+    "energy",
+    "topk_energy",
 )
 
 
@@ -133,6 +146,16 @@ def _gather(flat: torch.Tensor, parts: Sequence[tuple[int, int]]) -> torch.Tenso
 
 def _norm(x: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(x, dtype=torch.float64))
+
+
+def topk_energy(x: torch.Tensor, density: float, workspace: Workspace | None = None) -> float:
+    """‖Top-k(x)‖², k = :func:`compressors.rules.target_count` (``density``, ``x.numel()``): the
+    squared norm exact Top-k at ``density`` sends of ``x`` (float64 sum; 0 for an empty ``x``)."""
+    k = target_count(density, x.numel())
+    if k == 0:
+        return 0.0
+    top = exact_topk(x, k, workspace or Workspace())
+    return _norm(top.magnitudes) ** 2
 
 
 def replay(
@@ -196,6 +219,8 @@ def _combination(
 ) -> Iterator[dict[str, Any]]:
     sync = _synchronizer(device)
     per_tensor = compressor_lib.message_kind(name) == "lowrank"
+    sparsifier = compressor_lib.takes_density(name)
+    workspace = Workspace()
     shapes = [bucket_shapes(trace, parts) for parts in layout]
 
     def make(index: int) -> compressor_lib.Compressor:
@@ -239,9 +264,12 @@ def _combination(
                 decompress_s = time.perf_counter() - start
                 if memory is not None:
                     residual = memory.residual((worker, index))
-                    error, total = _norm(residual), _norm(residual + restored)
+                    given = residual + restored
+                    error = _norm(residual)
                 else:
-                    error, total = _norm(grad - restored), _norm(grad)
+                    given = grad
+                    error = _norm(grad - restored)
+                total, sent = _norm(given), _norm(restored)
                 numel = grad.numel()
                 selected = sparse.selected
                 achieved = selected / numel
@@ -265,7 +293,10 @@ def _combination(
                     "rel_error": error / total if total > 0 else 0.0,
                     "backend": compressor.backend,
                     "call_index": call_index,
+                    "energy": (sent / total) ** 2 if total > 0 else 1.0,
+                    "topk_energy": ((topk_energy(given, density, workspace) / total**2 if total > 0 else 1.0)
+                                    if sparsifier else None),
                 }
 
 
-__all__ = ["COLUMNS", "bucket_shapes", "buckets", "call_seed", "calls_per_combination", "replay"]
+__all__ = ["COLUMNS", "bucket_shapes", "buckets", "call_seed", "calls_per_combination", "replay", "topk_energy"]

@@ -10,6 +10,7 @@ from dashboard import components as ui
 from dashboard import data, figures, projection
 from dashboard.data import StoreReader
 from pipeline.costs import KERNEL_BAND_NOTE
+from pipeline.quality import CALL_RULE, QUALITY_RULE
 
 PATH = "/"
 TITLE = "What-if"
@@ -113,10 +114,31 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
             ui.loading(html.Div(className="stack", children=[
                 html.Div(id="whatif-verdict", className="verdict"),
                 html.Div(id="whatif-message"),
+                html.Div(id="whatif-quality"),
                 ui.figure_card("whatif-breakdown", "Projected iteration time per compressor", height=420),
                 ui.figure_card("whatif-speedup", "Speed-up over no compression (fp32) and over fp16", height=420),
             ])),
         ]),
+    ])
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def quality_table(rows: list[dict]) -> html.Div:
+    """What each row sends: achieved density (and ÷ target), energy vs Top-k, where they come from."""
+    head = html.Tr([html.Th(t) for t in ("configuration", "achieved density", "÷ target", "energy vs Top-k",
+                                         "quality from")])
+    body = [html.Tr([html.Td(r["label"]), html.Td(_cell(r["achieved_density"])),
+                     html.Td(_cell(r["achieved_over_target"])), html.Td(_cell(r["energy_vs_topk"])),
+                     html.Td(r["quality_source"])]) for r in rows]
+    return html.Div(className="panel", children=[
+        html.H4("What each configuration sends"),
+        html.Table([html.Thead(head), html.Tbody(body)], id="whatif-quality-table", className="quality-table"),
+        ui.note(f"Energy vs Top-k = squared norm sent ÷ exact Top-k's at the same density on the same gradients "
+                f"(none, casts: 1; PowerSGD: the share its rank captures). Where it comes from: {QUALITY_RULE}. "
+                f"The verdict's rule: {CALL_RULE}."),
     ])
 
 
@@ -128,6 +150,7 @@ def register(app: Dash, reader: StoreReader) -> None:
         Output(ui.graph_id("whatif-speedup"), "figure"),
         Output("whatif-message", "children"),
         Output("whatif-verdict", "children"),
+        Output("whatif-quality", "children"),
         Input("whatif-source", "value"),
         Input("whatif-compressors", "value"),
         Input("whatif-density", "value"),
@@ -151,10 +174,10 @@ def register(app: Dash, reader: StoreReader) -> None:
                                                calibrated=bool(calibrated), device=device or None,
                                                profile_id=costs or None, samples_per_s=samples_per_s, tokens=tokens)
             results, problems = projection.project_each(reader.store(), chosen, fidelity)
-            judged = projection.judge(reader.store(), chosen, results)
+            results, judged = projection.judged(reader.store(), chosen, results)
         except ValueError as exc:
             blank = ui.empty_figure("fix the highlighted control")
-            return blank, blank, ui.error(str(exc)), ""
+            return blank, blank, ui.error(str(exc)), "", ""
         elapsed = time.perf_counter() - started
         title = (f"{chosen.cluster.nodes} nodes · {bandwidth} · {latency} · {topology} · δ={chosen.densities[0]:g} · "
                  f"{fidelity} fidelity")
@@ -165,4 +188,5 @@ def register(app: Dash, reader: StoreReader) -> None:
                        + (f"; compression costs: {sources}" if sources else "") + f"; {KERNEL_BAND_NOTE}")
         message = html.Div([note, *(ui.error(problem) for problem in problems)])
         line = html.P([html.Strong("Verdict: "), judged["text"]])
-        return figures.whatif_breakdown(results, title), figures.whatif_speedup(results), message, line
+        return (figures.whatif_breakdown(results, title), figures.whatif_speedup(results), message, line,
+                quality_table(results))

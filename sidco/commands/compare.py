@@ -8,10 +8,14 @@ process) and :func:`pipeline.verdict.verdict`.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
+
+from tqdm import tqdm
 
 from pipeline import compare as comparison
 from pipeline import project as projection
+from pipeline import quality
 from pipeline.catalog import TOPOLOGIES, compressor_names
 from pipeline.costs import KERNEL_BAND_NOTE
 from pipeline.request import Request
@@ -37,6 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             f"baseline ({', '.join(BASELINES)}), where its compression costs come from. The verdict names "
             "the winner and its margins, or says 'too close to call' when the runner-up is inside the "
             f"projection's error band (without one: less than {TIE_MARGIN:.0%} slower). "
+            "Each row also says what it sends: achieved density (and its ratio to the target), energy vs "
+            f"Top-k and where they come from: {quality.QUALITY_RULE}. The verdict weighs them: "
+            f"{quality.CALL_RULE}; faster configurations it does not call are listed apart. Where the store holds "
+            "a sidco converge run of the trace, the verdict ranks by time to accuracy instead and says so. "
             "--json prints {\"verdict\": {...}, \"rows\": [...]}."
         ),
     )
@@ -56,6 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run, fidelity="analytic")
 
 
+def _number(value: float | None, width: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.4g}"
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:9.2f}"
 
@@ -63,15 +75,20 @@ def _ms(seconds: float) -> str:
 def print_table(rows: list[dict[str, Any]], result: dict[str, Any]) -> None:
     """The ranked rows (times in ms) and the verdict line."""
     print(f"{'#':>2} {'config':<16} {'iter ms':>9} {'fwd ms':>9} {'bwd ms':>9} {'compr ms':>9} {'comm ms':>9} "
-          f"{'idle ms':>9} {'opt ms':>9} {'vs none':>8} {'vs dense':>8}  costs from")
+          f"{'idle ms':>9} {'opt ms':>9} {'vs none':>8} {'vs dense':>8} {'ach δ':>9} {'ach/tgt':>7} {'E/topk':>7}"
+          "  costs from | quality from")
     for r in rows:
         vs_dense = "" if r["speedup_over_baseline"] is None else f"{r['speedup_over_baseline']:.3f}x"
         print(f"{r['rank']:>2} {r['label']:<16} {_ms(r['iteration_s'])} {_ms(r['forward_s'])} {_ms(r['backward_s'])} "
               f"{_ms(r['compress_s'])} {_ms(r['exposed_comm_s'])} {_ms(r['idle_s'])} {_ms(r['optimizer_s'])} "
-              f"{r['speedup']:>7.3f}x {vs_dense:>8}  {r['cost_source'] or '-'}")
+              f"{r['speedup']:>7.3f}x {vs_dense:>8} {_number(r['achieved_density'], 9)} "
+              f"{_number(r['achieved_over_target'], 7)} {_number(r['energy_vs_topk'], 7)}"
+              f"  {r['cost_source'] or '-'} | {r['quality_source']}")
     print("ms per iteration: fwd/bwd compute, compr = compression on the critical path, comm = communication "
           "not hidden behind backward, idle, opt = optimizer; vs none / vs dense = speed-up (x) over none and over "
-          "the best dense baseline")
+          "the best dense baseline; ach δ = achieved density (mean over replayed calls), ach/tgt = achieved / target "
+          "density, E/topk = squared norm sent / that of exact Top-k at the same density (none, casts: 1; powersgd: "
+          "its captured share)")
     print(f"verdict: {result['text']}")
 
 
@@ -81,8 +98,15 @@ def run(args: argparse.Namespace) -> int:
     request = comparison.with_baselines(
         Request(cluster(args), tuple(names), tuple(parse_list(args.densities, parse_density)), **workload_fields(args)))
     source = projection.check(request)  # the device resolved once; bad input stops before any store is opened
-    with Store(args.store) as store:
-        source, rows = comparison.compare(store, request, projection.register(store, source))
+    with Store(args.store) as store, tqdm(desc="quality", unit="call", file=sys.stderr, disable=None,
+                                          leave=False) as bar:
+
+        def progress(what: str, done: int, total: int) -> None:
+            bar.set_description(what, refresh=False)
+            bar.total = total
+            bar.update(done - bar.n)
+
+        source, rows = comparison.compare(store, request, projection.register(store, source), progress=progress)
         result = judge(store, source, request, rows)
     if args.json:
         print(dump_json({"verdict": result, "rows": rows}))

@@ -144,6 +144,8 @@ def test_changing_a_control_updates_the_projection_and_bad_input_is_inline(dash_
     before = _figure_data(dash_duo, "whatif-breakdown")
     assert before and before[0]["x"], "the what-if figure is empty"
     dash_duo.wait_for_contains_text("#whatif-verdict", "measure it: sidco ", timeout=10)
+    dash_duo.wait_for_contains_text("#whatif-quality-table", "energy vs Top-k", timeout=10)
+    assert "shipped table: transformer" in dash_duo.find_element("#whatif-quality-table").text  # BERT-base's
     _set_input(dash_duo, "#whatif-nodes", "64")
     dash_duo.wait_for_contains_text(".js-plotly-plot .gtitle", "64 nodes", timeout=10)
     _wait_idle(dash_duo)

@@ -89,7 +89,7 @@ def test_whatif_verdict_equals_sidco_compare(capsys, tmp_path):
                                          DEFAULTS["nodes"], DEFAULTS["bandwidth"], DEFAULTS["latency"], "ring")
     with Store(store_path) as store:
         rows, problems = projection.project_each(store, controls)
-        judged = projection.judge(store, controls, rows)
+        rows, judged = projection.judged(store, controls, rows)
     assert not problems
     capsys.readouterr()
     assert main(["compare", "--layout", DEFAULTS["source"].split(":")[1], "--nodes", DEFAULTS["nodes"],
@@ -98,3 +98,6 @@ def test_whatif_verdict_equals_sidco_compare(capsys, tmp_path):
     cli = json.loads(capsys.readouterr().out)
     assert judged == cli["verdict"] and judged["settle"]["command"].startswith("sidco ")
     assert sorted(r["label"] for r in rows) == sorted(r["label"] for r in cli["rows"])
+    quality_keys = ("achieved_density", "achieved_over_target", "energy_vs_topk", "quality_source")
+    page = {r["label"]: [r[k] for k in quality_keys] for r in rows}
+    assert page == {r["label"]: [r[k] for k in quality_keys] for r in cli["rows"]}
