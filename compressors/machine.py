@@ -1,13 +1,21 @@
-"""Which machine ran a measurement: the device identity string recorded with every benchmark and
-replay (``"cpu: AMD EPYC 7B13 (avx2, avx512f)"``, ``"cuda: NVIDIA H200"``). Reading the CPU's
-identity imports no torch (a projection onto this CPU reads it)."""
+"""Which machine this is, and where the testbed keeps what it built or measured on it.
+
+The one home of the machine's identity: :func:`host_identity` (CPU model, the SIMD flags that
+decide measured numbers, cores, torch version), the key two hosts share when their measured
+numbers may stand for each other (:func:`host_key`), and the identity string recorded with every
+benchmark and replay (:func:`device_identity`: ``"cpu: AMD EPYC 7B13 (avx2, avx512f)"``,
+``"cuda: NVIDIA H200"``). Reading the CPU's identity imports no torch (a projection onto this CPU
+reads it). :func:`cache_dir` is the one reader of ``SIDCO_CACHE_DIR``.
+"""
 
 from __future__ import annotations
 
 import functools
+import os
 import platform
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -38,15 +46,57 @@ def cpuinfo() -> dict[str, str]:
     return dict(_cpuinfo())
 
 
+CACHE_ENV = "SIDCO_CACHE_DIR"
+"""The variable naming the testbed's cache directory."""
+
+
+def cache_dir() -> Path:
+    """Where the testbed keeps what it built or measured on this machine (the native kernels,
+    this host's measured device numbers): ``$SIDCO_CACHE_DIR``, default ``~/.cache/sidco-testbed``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "sidco-testbed")
+
+
+def _model(info: Mapping[str, str]) -> str:
+    """The CPU's model name (``/proc/cpuinfo``; ``platform`` elsewhere)."""
+    model = next((info[k] for k in ("model name", "Model", "Hardware") if info.get(k)), "")
+    return model or platform.processor() or platform.machine() or "unknown CPU"
+
+
+def _flags(info: Mapping[str, str]) -> set[str]:
+    return set(next((info[k] for k in ("flags", "Features") if k in info), "").split())
+
+
+KEY_FLAGS: tuple[str, ...] = ("avx512f", "avx512_bf16", "avx2", "fma", "neon", "asimd")
+"""The SIMD flags that decide whether two hosts' measured numbers stand for each other (part of
+:func:`host_key`; profiles record them)."""
+
+
+def host_identity() -> dict[str, Any]:
+    """This host: CPU model, the flags of :data:`KEY_FLAGS` it has, core count, torch version (read
+    from the installed package's metadata: a projection never imports torch)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        torch_version = "not installed"
+    info = cpuinfo()
+    flags = _flags(info)
+    return {"cpu": _model(info), "flags": [f for f in KEY_FLAGS if f in flags], "cores": os.cpu_count() or 1,
+            "torch": torch_version}
+
+
+def host_key(identity: Mapping[str, Any]) -> str:
+    """What makes two hosts the same for measured numbers: CPU model and SIMD flags."""
+    return f"{identity.get('cpu', '?')} ({','.join(identity.get('flags', [])) or 'no SIMD flags'})"
+
+
 @functools.lru_cache(maxsize=None)
 def cpu_identity() -> str:
-    """``"cpu: <model name> (<SIMD flags>)"`` from ``/proc/cpuinfo`` (``platform`` elsewhere)."""
+    """``"cpu: <model name> (<SIMD flags>)"``: this CPU as every measurement records it."""
     info = cpuinfo()
-    model = next((info[k] for k in ("model name", "Model", "Hardware") if info.get(k)), "")
-    flags = set(next((info[k] for k in ("flags", "Features") if k in info), "").split())
-    model = model or platform.processor() or platform.machine() or "unknown CPU"
-    named = [flag for flag in SIMD_FLAGS if flag in flags]
-    return f"cpu: {model} ({', '.join(named) if named else 'no SIMD flags listed'})"
+    named = [flag for flag in SIMD_FLAGS if flag in _flags(info)]
+    return f"cpu: {_model(info)} ({', '.join(named) if named else 'no SIMD flags listed'})"
 
 
 def device_identity(device: str | torch.device) -> str:

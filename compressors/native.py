@@ -10,8 +10,9 @@ The library is built on first use into ``$SIDCO_CACHE_DIR`` (default
 ``~/.cache/sidco-testbed``), keyed by a hash of the source, the compiler flags (with
 ``SIDCO_NATIVE_FLAGS``, which adds flags, e.g. ``-mno-avx512f`` to measure the AVX2 build on an
 AVX-512 machine) and the CPU's
-identity (:func:`cpu_identity`): it is built with ``-march=native``, so a build is never
-loaded on another CPU model (a cache directory shared over NFS, a copied home). Set
+identity (:func:`compressors.native_build.march_key`): it is built with ``-march=native``, so a build is never
+loaded on another CPU model (a cache directory shared over NFS, a copied home). Where it goes and
+whether it is built are :mod:`compressors.native_build`'s (no torch, no compiler). Set
 ``SIDCO_NATIVE=0`` to disable it. Without a C compiler, or when the build fails, one
 ``RuntimeWarning`` says why (the compiler's first error line) and SIDCo takes the torch path.
 """
@@ -19,10 +20,8 @@ loaded on another CPU model (a cache directory shared over NFS, a copied home). 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import math
 import os
-import shlex
 import shutil
 import struct
 import subprocess
@@ -36,15 +35,13 @@ import numpy as np
 import torch
 
 from compressors._kernels_c import SOURCE
-from compressors.machine import cpuinfo
+from compressors.native_build import cache_path, enabled, flags, march_key
 
 PARALLEL_MIN = 1 << 19
 """Inputs shorter than this run on one thread: waking threads costs more than it saves, and on a
 loaded machine a parallel region can wait a whole scheduler slice for a descheduled thread (SIDCo
 scans its small pool several times per call)."""
 
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno",
-         "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"]
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _tried = False
@@ -68,39 +65,9 @@ class Selection(NamedTuple):
     excess_sq: float
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("SIDCO_CACHE_DIR") or Path.home() / ".cache" / "sidco-testbed")
-
-
-def cpu_identity() -> str:
-    """This CPU's model name and feature flags (``/proc/cpuinfo``; elsewhere the platform's
-    processor and machine strings): what a ``-march=native`` build depends on."""
-    info = cpuinfo()
-    fields = {key: info[key] for key in ("model name", "flags", "Features", "CPU part") if key in info}
-    if not fields:
-        import platform
-
-        return f"{platform.processor()} {platform.machine()}"
-    return "; ".join(f"{key}: {value}" for key, value in sorted(fields.items()))
-
-
-def cache_path(identity: str | None = None) -> Path:
-    """Where the library built from this source and these flags for CPU ``identity``
-    (default :func:`cpu_identity`) is cached."""
-    cpu = cpu_identity() if identity is None else identity
-    digest = hashlib.sha256("\0".join([SOURCE, " ".join(_flags()), cpu]).encode()).hexdigest()[:16]
-    return _cache_dir() / f"sidco_kernels_{digest}.so"
-
-
 def _unavailable(reason: str) -> None:
     warnings.warn(f"native kernels unavailable ({reason}): compressors use the torch backend with the "
                   "same results, backend='torch' (set SIDCO_NATIVE=0 to silence)", RuntimeWarning, stacklevel=4)
-
-
-def _flags() -> list[str]:
-    """Compiler flags: :data:`FLAGS` plus the words of ``$SIDCO_NATIVE_FLAGS`` (e.g. ``-mno-avx512f``
-    to build without AVX-512 on a machine that has it); both are part of the cache key."""
-    return FLAGS + shlex.split(os.environ.get("SIDCO_NATIVE_FLAGS", ""))
 
 
 def _build() -> ctypes.CDLL | None:
@@ -109,7 +76,7 @@ def _build() -> ctypes.CDLL | None:
     if compiler is None:
         _unavailable(f"no C compiler {name!r} on PATH")
         return None
-    flags = _flags()
+    chosen = flags()
     target = cache_path()
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -117,7 +84,7 @@ def _build() -> ctypes.CDLL | None:
             src = Path(tmp) / "kernels.c"
             src.write_text(SOURCE)
             out = Path(tmp) / "kernels.so"
-            done = subprocess.run([compiler, *flags, "-o", str(out), str(src), "-lm"],
+            done = subprocess.run([compiler, *chosen, "-o", str(out), str(src), "-lm"],
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
@@ -136,7 +103,7 @@ def _build() -> ctypes.CDLL | None:
 def library() -> ctypes.CDLL | None:
     """The loaded kernel library, building it on first call; ``None`` when unavailable/disabled."""
     global _lib, _tried
-    if os.environ.get("SIDCO_NATIVE", "1") == "0":
+    if not enabled():
         return None
     if _tried:  # built (or refused) already: no lock on the per-call path
         return _lib

@@ -148,12 +148,13 @@ def row_seconds(row: Mapping[str, Any], device: Device) -> float:
 
 def backend_on(kind: str, compressor: str) -> str:
     """The code path ``compressor`` takes on a device of ``kind`` (``cpu``/``gpu``) for float32:
-    the fused native kernels on a CPU where they build (SIDCo, and the selection of Top-k, DGC,
+    the fused native kernels on a CPU where they are built (:func:`compressors.native_build.built`
+    asks, never builds: pricing compiles nothing; SIDCo, and the selection of Top-k, DGC,
     Gaussian-k and RedSync), ``cuda`` on a GPU, torch otherwise."""
     if kind == "cpu" and compressor in NATIVE_ON_CPU:
-        from compressors import native
+        from compressors import native_build
 
-        return "native" if native.library() is not None else "torch"
+        return "native" if native_build.built() else "torch"
     return "cuda" if kind == "gpu" else "torch"
 
 

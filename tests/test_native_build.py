@@ -26,9 +26,9 @@ def test_cache_key_names_the_cpu(fresh: Path):
     a = native.cache_path("model name: AMD EPYC; flags: sse avx2 avx512f")
     b = native.cache_path("model name: AMD EPYC; flags: sse avx2")
     assert a != b and a.parent == b.parent == fresh / "cache"
-    assert native.cache_path() == native.cache_path(native.cpu_identity())
-    assert native.cache_path(native.cpu_identity()) not in (a, b)
-    identity = native.cpu_identity()
+    assert native.cache_path() == native.cache_path(native.march_key())
+    assert native.cache_path(native.march_key()) not in (a, b)
+    identity = native.march_key()
     if Path("/proc/cpuinfo").exists():
         cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
         model = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("model name")), None)
