@@ -62,6 +62,18 @@ MAX_PROFILE_BYTES = 4 * 2**20
 MAX_PROFILE_ROWS = 20_000
 """Most rows a profile may hold: ``sidco profile`` writes one per (compressor, density, size)."""
 
+MAX_CALL_S = 3600.0
+"""Longest compress or decompress call a row may report (seconds): one hour. A bucket that
+takes longer is no measurement of a training step, and larger finite numbers (1e308) overflow
+the model's sums."""
+
+MAX_ROW_NUMEL = 2**40
+"""Largest bucket a row may describe (elements): 2^40, 4 TiB of fp32 gradient."""
+
+MAX_WIRE_BYTES_PER_ELEMENT = 16
+"""Most bytes a message may carry per element of its bucket: every element sent as an fp64
+value with an int64 index. A row's ``wire_bytes`` above ``16 · numel`` is refused."""
+
 
 @dataclass(frozen=True)
 class DeviceProfile:
@@ -141,6 +153,7 @@ def from_json(text: str | bytes, origin: str = "profile") -> DeviceProfile:
     if len(rows) > MAX_PROFILE_ROWS:
         raise ValueError(f"{origin}: {len(rows)} rows, more than the {MAX_PROFILE_ROWS} a profile may hold")
     checked, kernels = [], []
+    seen: dict[tuple[str, float, int], tuple[int, tuple[Any, ...]]] = {}
     for i, row in enumerate(rows):
         where = f"{origin}: row {i}"
         if not isinstance(row, dict):
@@ -155,12 +168,21 @@ def from_json(text: str | bytes, origin: str = "profile") -> DeviceProfile:
             raise ValueError(f"{where}: missing {', '.join(missing)}")
         if not isinstance(row["compressor"], str) or not row["compressor"]:
             raise ValueError(f"{where}: compressor must be a name")
-        check_density(_number(row, "density", where), f"{where}: density")
-        _number(row, "numel", where, integer=True)
-        _number(row, "compress_s", where)
-        _number(row, "decompress_s", where)
-        if row.get("wire_bytes") is not None:
-            _number(row, "wire_bytes", where)
+        density = check_density(_number(row, "density", where), f"{where}: density")
+        numel = _number(row, "numel", where, integer=True)
+        if numel > MAX_ROW_NUMEL:
+            raise ValueError(f"{where}: numel {numel:g} is more than the {MAX_ROW_NUMEL} elements a row may describe")
+        for key in ("compress_s", "decompress_s"):
+            if _number(row, key, where) > MAX_CALL_S:
+                raise ValueError(f"{where}: {key} {row[key]:g} s is longer than the {MAX_CALL_S:g} s a call may take")
+        if row.get("wire_bytes") is not None and _number(row, "wire_bytes", where) > MAX_WIRE_BYTES_PER_ELEMENT * numel:
+            raise ValueError(f"{where}: wire_bytes {row['wire_bytes']:g} is more than {MAX_WIRE_BYTES_PER_ELEMENT} bytes "
+                             f"per element of its {numel:g}-element bucket")
+        key = (row["compressor"], float(density), int(numel))
+        values = tuple(row.get(k) for k in ("compress_s", "decompress_s", "wire_bytes"))
+        if seen.setdefault(key, (i, values))[1] != values:
+            raise ValueError(f"{where}: {row['compressor']} at density {density:g} on {int(numel)} elements "
+                             f"contradicts row {seen[key][0]}; keep one measurement per (compressor, density, numel)")
         checked.append(dict(row))
     for key in ("identity", "method", "device_model"):
         if data.get(key) is not None and not isinstance(data[key], dict):

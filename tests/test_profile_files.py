@@ -151,3 +151,37 @@ def test_curves_and_text_files_are_read_as_bounded_regular_files_too(tmp_path, r
         f.truncate(limit + 1)
     with pytest.raises(ValueError, match=f"more than the {limit} bytes"):
         read(big)
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"compress_s": 1e308}, "longer than the 3600 s"),
+    ({"decompress_s": 3601.0}, "longer than the 3600 s"),
+    ({"numel": 1e30}, "more than the 1099511627776 elements"),
+    ({"wire_bytes": 1e300}, "more than 16 bytes per element"),
+])
+def test_rows_no_measurement_could_give_are_refused_in_one_line(tmp_path, capsys, change, said):
+    """compress_s 1e308 once ended in a ZeroDivisionError in the band; wire_bytes 1e300 printed 'to inf s'."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"device": "cpu", "source": "test", "rows": [dict(ROW, **change)]}))
+    with pytest.raises(ValueError, match=said):
+        dp.load(path)
+    code = main([*SIMULATE, "--profile", str(path), "--store", str(tmp_path / "r.sqlite")])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and said in lines[0]
+
+
+def test_the_largest_message_a_row_may_carry_is_accepted(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"device": "cpu", "source": "test", "rows": [
+        dict(ROW, numel=1000, wire_bytes=16 * 1000, compress_s=3600.0)]}))
+    assert dp.load(path).rows[0]["wire_bytes"] == 16_000
+
+
+def test_contradicting_duplicate_rows_are_refused_and_repeats_are_not(tmp_path):
+    """Two rows for one (compressor, density, numel) once moved the answer silently (12.1 s → 32.2 s)."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"device": "cpu", "source": "test", "rows": [ROW, dict(ROW)]}))
+    assert len(dp.load(path).rows) == 2
+    path.write_text(json.dumps({"device": "cpu", "source": "test", "rows": [ROW, dict(ROW, compress_s=0.5)]}))
+    with pytest.raises(ValueError, match="row 1: topk at density 0.01 on 1048576 elements contradicts row 0"):
+        dp.load(path)
