@@ -84,3 +84,22 @@ def test_parse_bytes_and_duration():
 def test_bandwidth_roundtrip(value, prefix):  # from 1 kbit/s: below is outside the physical range
     scale = {"k": 1e3, "M": 1e6, "G": 1e9}[prefix]
     assert parse_bandwidth(f"{value!r}{prefix}bit/s") == pytest.approx(value * scale, rel=1e-12)
+
+
+@pytest.mark.parametrize("parse, text, said", [
+    (parse_bandwidth, "-10Gbit", "negative, bandwidth must be > 0"),
+    (parse_bytes, "-1MB", "negative, size must be >= 0"),
+    (parse_duration, "-2ms", "negative, duration must be >= 0"),
+])
+def test_a_negative_quantity_is_named_as_negative_not_as_missing_its_unit(parse, text, said):
+    with pytest.raises(ValueError, match=said):
+        parse(text)
+
+
+def test_a_list_keeps_each_value_once_in_first_place_order():
+    """``--densities 0.01,0.01`` once printed every bench row twice."""
+    from units import parse_density, parse_list
+
+    assert parse_list("0.01,0.001,0.01,0.010", parse_density) == [0.01, 0.001]
+    assert parse_list("1MB,64KB,1000KB", parse_bytes) == [1_000_000, 64_000]
+    assert parse_list("topk,dgc,topk", str) == ["topk", "dgc"]

@@ -53,9 +53,16 @@ def check_latency(seconds: float, what: str = "latency") -> float:
     return seconds
 
 
+def _refuse_negative(text: str, what: str, rule: str) -> None:
+    """ValueError naming the sign when ``text`` is a negative quantity (``-10Gbit`` has its unit)."""
+    if str(text).strip().startswith("-"):
+        raise ValueError(f"invalid {what} {text!r}: negative, {what} {rule}")
+
+
 def parse_bandwidth(text: str) -> float:
     """Parse a bandwidth such as ``10Gbit`` or ``1.25GB/s``; return bits per second, inside
     [:data:`MIN_BANDWIDTH_BPS`, :data:`MAX_BANDWIDTH_BPS`]."""
+    _refuse_negative(text, "bandwidth", "must be > 0")
     match = _BANDWIDTH.match(str(text).strip())
     if not match:
         raise ValueError(
@@ -74,6 +81,7 @@ def parse_bandwidth(text: str) -> float:
 
 def parse_bytes(text: str, *, bare_ok: bool = False) -> int:
     """Parse a size such as ``64KB``, ``1MiB`` or ``512B``; return bytes (≥ 0)."""
+    _refuse_negative(text, "size", "must be >= 0")
     raw = str(text).strip()
     match = _SIZE.match(raw)
     if not match or (match["unit"] is None and not bare_ok) or (match["unit"] is None and match["prefix"]):
@@ -88,6 +96,7 @@ def parse_bytes(text: str, *, bare_ok: bool = False) -> int:
 
 def parse_duration(text: str) -> float:
     """Parse a duration such as ``50us``, ``1.5ms`` or ``2s``; return seconds (≥ 0)."""
+    _refuse_negative(text, "duration", "must be >= 0")
     match = _DURATION.match(str(text).strip())
     if not match:
         raise ValueError(f"invalid duration {text!r}: give a unit, e.g. 50us, 1.5ms or 2s")
@@ -99,13 +108,14 @@ def parse_duration(text: str) -> float:
 
 def parse_list(text: str, parse) -> list:
     """Parse a comma-separated list with ``parse`` applied to each item; an empty list or an
-    empty item (``4,,8``, ``4,``) is an error."""
+    empty item (``4,,8``, ``4,``) is an error. A value given twice (``0.01,0.01``, or ``1MB,1000KB``
+    once parsed) is kept once, at its first place."""
     items = [item.strip() for item in str(text).split(",")]
     if not any(items):
         raise ValueError(f"empty list {text!r}")
     if not all(items):
         raise ValueError(f"empty item in list {text!r}: separate values with single commas, e.g. 4,8")
-    return [parse(item) for item in items]
+    return list(dict.fromkeys(parse(item) for item in items))
 
 
 def format_bandwidth(bps: float) -> str:
