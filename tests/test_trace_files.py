@@ -117,3 +117,20 @@ def test_dashboard_messages_hide_absolute_paths(tmp_path, trace_dir):
     shown = components.error(str(info.value)).children
     assert str(tmp_path) not in shown and "…/manifest.json" in shown
     assert components.public_message("10Gbit/s, 1.25GB/s, ./rel/x") == "10Gbit/s, 1.25GB/s, ./rel/x"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "F32", None, 32])
+def test_a_manifest_dtype_other_than_float32_is_refused(trace_dir, dtype):
+    """The manifest's top-level dtype is the literal "float32"; "float16" was once accepted."""
+    import json
+
+    path = trace_dir / "manifest.json"
+    manifest = json.loads(path.read_text())
+    assert manifest["dtype"] == "float32"
+    if dtype is None:
+        del manifest["dtype"]
+    else:
+        manifest["dtype"] = dtype
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(traces.TraceError, match='manifest dtype must be "float32"'):
+        traces.open(trace_dir)

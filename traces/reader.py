@@ -85,6 +85,8 @@ def _int_field(path: Path, manifest: Mapping[str, Any], key: str, minimum: int) 
 
 
 def _check_layers(path: Path, manifest: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
+    if manifest.get("dtype") != "float32":
+        raise _fail(path, f"manifest dtype must be \"float32\" (a trace stores fp32 gradients), got {manifest.get('dtype')!r}")
     layers = manifest.get("layers")
     if not isinstance(layers, list) or not layers:
         raise _fail(path, "manifest field 'layers' must be a non-empty list")
