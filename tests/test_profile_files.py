@@ -185,3 +185,17 @@ def test_contradicting_duplicate_rows_are_refused_and_repeats_are_not(tmp_path):
     path.write_text(json.dumps({"device": "cpu", "source": "test", "rows": [ROW, dict(ROW, compress_s=0.5)]}))
     with pytest.raises(ValueError, match="row 1: topk at density 0.01 on 1048576 elements contradicts row 0"):
         dp.load(path)
+
+
+def test_a_profile_that_is_a_symbolic_link_is_refused_in_one_line(tmp_path, capsys):
+    """A linked --profile was followed (as root it read /etc/shadow before calling it 'not JSON')."""
+    real = tmp_path / "real.json"
+    real.write_text(json.dumps(_profile()))
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    with pytest.raises(ValueError, match="a symbolic link; a profile must be a regular file"):
+        dp.load(link)
+    assert len(dp.load(real).rows) == 1
+    code = main([*SIMULATE, "--profile", str(link), "--store", str(tmp_path / "r.sqlite")])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "symbolic link" in lines[0]

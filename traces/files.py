@@ -27,13 +27,17 @@ def file_kind(mode: int) -> str:
 
 
 def read_regular(path: str | Path, max_bytes: int, what: str) -> bytes:
-    """The bytes of the regular file at ``path``, at most ``max_bytes`` of them; ``what`` names
+    """The bytes of the regular file at ``path`` (never followed through a symbolic link, as trace
+    files are not), at most ``max_bytes`` of them; ``what`` names
     the file's role in the errors (``"cannot read profile P: a FIFO; a profile must be a regular
     file"``, ``"… N bytes, more than the M bytes a profile may hold"``)."""
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError as exc:
+        if exc.errno == errno.ELOOP and path.is_symlink():
+            raise ValueError(f"cannot read {what} {path}: a symbolic link; a {what} must be a regular file "
+                             "(give the path of the file it points to)") from None
         if exc.errno == errno.ENXIO:  # a socket
             raise ValueError(f"cannot read {what} {path}: a socket; a {what} must be a regular file") from None
         raise ValueError(f"cannot read {what} {path}: {(exc.strerror or str(exc)).lower()}") from None
