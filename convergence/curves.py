@@ -2,7 +2,8 @@
 
 JSON ``{"source": TEXT, "rows": [{"compressor", "density", "iteration", "loss", "accuracy"}, ...]}``
 or CSV with those columns (header first). ``compressor``: a compressor name; ``density``: in
-(0, 1] (1 for ``none``, the casts and PowerSGD); ``iteration``: from 1; ``loss``: training loss
+(0, 1] (1 for ``none``, the casts and PowerSGD, which may also leave it empty or null);
+``iteration``: from 1; ``loss``: training loss
 (nats); ``accuracy``: held-out accuracy (a fraction in [0, 1]) or null/empty on iterations not
 evaluated. Optional columns: ``eval_loss`` (held-out loss, nats; needed by ``--target-loss``)
 and ``seed`` (an integer: rows of different seeds are separate runs of the same pair; default 0).
@@ -19,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from compressors import CATALOG, takes_density
 from traces.files import read_regular
 from units import check_density
 
@@ -64,7 +66,10 @@ def check_row(row: Any, where: str) -> dict[str, Any]:
     compressor = row.get("compressor")
     if not isinstance(compressor, str) or not compressor:
         raise ValueError(f"{where}: compressor must be a name, got {compressor!r}")
-    density = check_density(_number(row, "density", where), f"{where}: density")
+    if row.get("density") in (None, "") and compressor in CATALOG and not takes_density(compressor):
+        density = 1.0
+    else:
+        density = check_density(_number(row, "density", where), f"{where}: density")
     iteration = _integer(row, "iteration", where)
     if iteration < 1:
         raise ValueError(f"{where}: iteration must be >= 1, got {iteration}")

@@ -291,3 +291,16 @@ def test_time_to_accuracy_curves_are_drawn_as_mean_plus_minus_spread():
     close = verdict(time_to_target(_seed_rows({("topk", 0.01): [30, 40, 30], ("sidco-e", 0.01): [40, 30, 40]}),
                                    seconds, target_accuracy=0.6))
     assert verdict_text(close).startswith("winner not named, too close to call: the margin")
+
+
+@pytest.mark.parametrize("given", [None, "", 1.0])
+def test_a_dense_compressors_curve_row_may_leave_its_density_out(given):
+    """`sidco converge` writes 1.0 for none/fp16/powersgd; a hand-written row may leave it empty."""
+    from convergence import curves
+
+    row = {"compressor": "fp16", "iteration": 1, "loss": 2.3, "accuracy": 0.1}
+    if given is not None:
+        row["density"] = given
+    assert curves.check_row(row, "row 0")["density"] == 1.0
+    with pytest.raises(ValueError, match="row 0: density is missing"):
+        curves.check_row({**row, "compressor": "topk", "density": None}, "row 0")
