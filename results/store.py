@@ -38,6 +38,7 @@ from __future__ import annotations
 import errno
 import sqlite3
 import stat
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -268,6 +269,27 @@ def _schema_version(cur: sqlite3.Cursor, path: Path) -> int:
     return int(text)
 
 
+def _enter_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Switch ``conn``'s file to write-ahead logging, waiting up to ``timeout_s`` seconds for others.
+
+    SQLite does not call its busy handler for a journal-mode change: when several processes open
+    one fresh file at once, all but one are told "database is locked" at once. The change is
+    retried every few milliseconds until it takes or ``timeout_s`` has passed (then the last
+    error stands)."""
+    deadline = time.monotonic() + timeout_s
+    pause_s = 0.002
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            text = str(exc).lower()
+            if ("locked" not in text and "busy" not in text) or time.monotonic() >= deadline:
+                raise
+            time.sleep(pause_s)
+            pause_s = min(pause_s * 2, 0.05)
+
+
 class Store(Queries):
     """A results store backed by one SQLite file at ``path`` (created if missing); its reads and
     writes are the named queries of :class:`results.queries.Queries`."""
@@ -283,7 +305,7 @@ class Store(Queries):
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
                 self.conn.row_factory = sqlite3.Row
-                self.conn.execute("PRAGMA journal_mode=WAL")
+                _enter_wal(self.conn, timeout_s)
                 self.conn.execute("PRAGMA synchronous=NORMAL")
                 self.conn.execute("PRAGMA foreign_keys=ON")
                 self._migrate()

@@ -152,3 +152,34 @@ def test_failed_upgrade_leaves_the_file_as_it_was(tmp_path):
         assert raw.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "1"
         assert "backend" not in _columns(raw, "replay_rows")
     raw.close()
+
+
+OPEN_AT_ONCE = """
+import sys, time
+from results.store import Store
+path, value, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+while time.time() < start:
+    pass
+store = Store(path)
+print(store.pin_meta("first", value))
+store.close()
+"""
+
+
+def test_processes_opening_one_fresh_store_at_once_all_open_it(tmp_path):
+    """Four processes open one file that does not exist yet at the same instant (a sweep and its
+    twin, a dashboard and a capture): each opens it and all read the one value the first writer
+    pinned. SQLite answers "database is locked" at once to all but one switch to write-ahead
+    logging; before the store waited for it, about half of such rounds failed one process."""
+    import subprocess
+    import sys
+    import time
+
+    for round_ in range(6):
+        path = tmp_path / f"fresh{round_}.sqlite"
+        start = time.time() + 1.0
+        children = [subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, str(path), str(i), repr(start)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+        results = [child.communicate(timeout=60) for child in children]
+        assert [child.returncode for child in children] == [0] * 4, [err for _, err in results]
+        assert len({out.strip() for out, _ in results}) == 1
