@@ -220,9 +220,11 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     """Measure this host's ``cpu`` numbers (fastest of ``repeats``; threads as torch has them).
 
     Memory bandwidths and the cache's speed-ups take the median of ``3 · repeats`` (:func:`_median`),
-    everything else the fastest. Read bandwidth: ``torch.sum`` over ``numel`` fp32; write: ``zero_`` of a kept ``numel``
-    buffer just after rewriting as much other data (evicted, with other written data to write
-    back, as between a compressor's calls);
+    everything else the fastest. Read bandwidth: ``torch.sum`` over ``numel`` fp32, or over twice the
+    last-level cache where that is larger (a cache of 300 MiB holds 2²⁴ floats, and a read from
+    memory, as of a gradient written long before the call, is then 2.5 times slower than that
+    re-read); write: ``zero_`` of a kept ``numel`` buffer just after rewriting that much data or
+    more (evicted, with other written data to write back, as between a compressor's calls);
     FLOP/s: 1024³ fp32 and bf16 matrix products; launch: :func:`_launch_s` (the 0-d arithmetic between a
     compressor's kernels, per operation); sync: ``.item()``;
     top-k: :func:`_measure_topk`; sort: :func:`_measure_sorts` (``sort_s_per_element`` is its rate
@@ -237,12 +239,14 @@ def measure_host(repeats: int = 7, numel: int = 1 << 24) -> Device:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(numel, generator=gen)
     out = torch.empty_like(x)
-    read = 4 * numel / _median(lambda: torch.sum(x), repeats * 3)
-    write = 4 * numel / _median(lambda: out.zero_(), repeats * 3, before=lambda: x.mul_(1.0))
     cache = host_cache_bytes()
+    memory = x if 4 * numel >= 2 * cache else torch.randn(math.ceil(2 * cache / 4), generator=gen)
+    read = 4 * memory.numel() / _median(lambda: torch.sum(memory), repeats * 3)
+    write = 4 * numel / _median(lambda: out.zero_(), repeats * 3, before=lambda: memory.mul_(1.0))
     by_fraction = tuple((f, max(1.0, 4 * v.numel() / _median(lambda: torch.sum(v), repeats * 3) / read))
-                        for f, v in ((f, x[: max(1024, min(numel, int(f * cache) // 4))]) for f in CACHE_FRACTIONS)
+                        for f, v in ((f, memory[: max(1024, int(f * cache) // 4)]) for f in CACHE_FRACTIONS)
                         ) if cache else ()
+    del memory
     a = torch.randn(1024, 1024, generator=gen)
     fp32 = 2 * 1024**3 / _best(lambda: torch.mm(a, a), repeats)
     ab = a.to(torch.bfloat16)
