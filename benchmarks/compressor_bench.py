@@ -76,9 +76,7 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
     names = list(names) if names else compressors.names()
-    unknown = [n for n in names if n not in compressors.names()]
-    if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
+    compressors.check_names(names)
     dev = resolve_device(device)
     need = 4 * size * torch.empty(0, dtype=DTYPES[dtype]).element_size()
     free = available_memory(dev)

@@ -14,6 +14,7 @@ keeps per-key state around any compressor.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from compressors import wire
@@ -38,7 +39,7 @@ MESSAGES: tuple[str, ...] = ("sparse", "dense", "lowrank")
 """Kinds of message a compressor returns (``Compressor.message``)."""
 
 __all__ = [
-    "Compressor", "Sparse", "Dense", "LowRank", "Message", "MESSAGES", "Memory", "ErrorFeedback", "DGCMemory", "names", "create",
+    "Compressor", "Sparse", "Dense", "LowRank", "Message", "MESSAGES", "Memory", "ErrorFeedback", "DGCMemory", "names", "check_names", "create",
     "NoCompression", "TopK", "RandomK", "DGC", "GaussianK", "RedSync", "SIDCo", "SIDCoE",
     "SIDCoP", "SIDCoGP", "FP16", "BF16", "PowerSGD", "message_kind", "takes_density", "exchange",
 ]
@@ -52,10 +53,19 @@ def names(message: str | None = None) -> list[str]:
     return [name for name, (_, _, kind) in CATALOG.items() if message is None or kind == message]
 
 
+def check_names(chosen: Iterable[str]) -> list[str]:
+    """``chosen`` as a list if every one is a compressor of :func:`names`; ValueError naming the
+    first unknown one and the choices otherwise (the one home of that rule)."""
+    chosen = list(chosen)
+    unknown = [n for n in chosen if n not in CATALOG]
+    if unknown:
+        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(CATALOG)}")
+    return chosen
+
+
 def message_kind(name: str) -> str:
     """The kind of message compressor ``name`` returns: ``"sparse"``, ``"dense"`` or ``"lowrank"``."""
-    if name not in CATALOG:
-        raise ValueError(f"unknown compressor {name!r}; choose from {', '.join(CATALOG)}")
+    check_names([name])
     return CATALOG[name][2]
 
 
@@ -74,8 +84,7 @@ def exchange(name: str, **options: Any) -> str:
 
 def compressor_class(name: str) -> type[Compressor]:
     """The class implementing compressor ``name`` (imports it, and torch)."""
-    if name not in CATALOG:
-        raise ValueError(f"unknown compressor {name!r}; choose from {', '.join(CATALOG)}")
+    check_names([name])
     module, cls, _ = CATALOG[name]
     return getattr(importlib.import_module(module), cls)
 

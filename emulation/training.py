@@ -33,9 +33,7 @@ def check_request(workload: str, names: Sequence[str], density: float, iteration
     """Raise ``ValueError`` naming the first bad argument of a training emulation."""
     if workload not in traces.workloads.NAMES:
         raise ValueError(f"unknown workload {workload!r}; choose one of {', '.join(traces.workloads.NAMES)}")
-    unknown = [n for n in names if n not in compressors.names()]
-    if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
+    compressors.check_names(names)
     if not names:
         raise ValueError("give at least one compressor")
     check_density(density)

@@ -179,9 +179,7 @@ def measure(device: str, sizes: Sequence[int], names: Sequence[str], densities: 
     calls and not in others, 6 ms or 20 ms a call, by what the smaller sizes had left free).
     """
     dev = torch_device(device)
-    unknown = [n for n in names if n not in compressors.names()]
-    if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
+    compressors.check_names(names)
     if warmup < 0 or repeats < 1 or sessions < 1:
         raise ValueError(f"warm-up must be >= 0, repeats and sessions >= 1, got {warmup}, {repeats} and {sessions}")
     plan = [(n, 1.0) for n in names if n == "none"] + [(n, d) for d in densities for n in names if n != "none"]

@@ -46,9 +46,7 @@ def measure(store: Store, device: str, sizes: Sequence[int], names: Sequence[str
     (``ChildProcessError``) to start while another measuring child of the testbed is alive."""
     from measuring import host as measure, profiling
 
-    unknown = [n for n in names if n not in compressors.names()]
-    if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressors.names())}")
+    compressors.check_names(names)
     dev = profiling.torch_device(device)
     profiling.check_sizes(sizes, dev)
     profiling.refuse_beside_others()

@@ -96,11 +96,7 @@ def check_compressors(names: Sequence[str]) -> list[str]:
     the first unknown one (and the choices) otherwise."""
     import compressors
 
-    known = compressors.names()
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(known)}")
-    return list(names)
+    return compressors.check_names(names)
 
 
 def takes_density(name: str) -> bool:

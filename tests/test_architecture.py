@@ -171,6 +171,18 @@ def test_the_density_rule_has_one_home():
     assert DENSITY_RULE.search(home.read_text())
 
 
+def test_the_unknown_compressor_rule_has_one_home():
+    """"unknown compressor …; choose from" is written once, in compressors.check_names; everything else calls it."""
+    home = ROOT / "compressors" / "__init__.py"
+    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+             for package in [*LAYERS, "benchmarks", "tools"] for p in _sources(package)
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if "unknown compressor" in line and "choose from" in line]
+    assert found == [f"compressors/__init__.py:{n}: {line.strip()}" for n, line in
+                     enumerate(home.read_text().splitlines(), 1) if "unknown compressor" in line], "\n".join(found)
+    assert len(found) == 1
+
+
 def test_which_compressors_take_a_density_has_one_home():
     """``compressors.takes_density`` is the one rule; nobody re-derives it from the message kind."""
     found = [f"{p.relative_to(ROOT)}:{n}" for package in [*LAYERS, "benchmarks"] for p in _sources(package)

@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from pipeline import profile as device_profiles
 from pipeline.catalog import compressor_names
+from pipeline.request import check_compressors
 from results.store import Store
 from sidco.commands import COMMANDS, add_run_on_argument, add_store_argument, dump_json
 from units import parse_density, parse_list
@@ -87,9 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _names(text: str) -> list[str]:
     names = compressor_names() if text.strip() == "all" else parse_list(text, str)
-    unknown = [n for n in names if n not in compressor_names()]
-    if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(compressor_names())}")
+    check_compressors(names)
     return names
 
 
