@@ -61,7 +61,7 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
     at the same density, when topk ran: each row is normalised by its own interleaved floor, so a
     change of machine load between the two rows cancels), speedup_vs_topk_raw (topk compress_ms /
     compress_ms), compress_min_ms / floor_min_ms / over_floor_min / speedup_vs_topk_min (the same
-    from the fastest repeat: on a shared machine the minimum is the least disturbed estimate), achieved_over_target, selected, stages, wire_bytes,
+    from the fastest repeat: on a shared machine the minimum is the least disturbed estimate), achieved_over_target, selected, stages, fallback (the count guard sent the exact top-k), wire_bytes,
     repeats, warmup, threads, clock (``wall`` or ``cpu``: :data:`CLOCKS`), backend (what ran the timed calls: ``native``, ``torch`` or ``cuda``),
     device_identity (CPU model and SIMD flags, or the GPU's name). ``none``, ``fp16``, ``bf16`` and
     ``powersgd`` (rank 1, the vector as one square matrix) run once at density 1. ``threads`` sets torch's (and the
@@ -121,6 +121,7 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
             "compress_min_ms": min(comps), "floor_min_ms": min(floors),
             "achieved_over_target": sparse.selected / (density * size),
             "selected": sparse.selected, "stages": sparse.stages, "wire_bytes": sparse.wire_bytes(),
+            "fallback": sparse.fallback,
             "repeats": repeats, "warmup": warmup, "threads": torch.get_num_threads(), "clock": clock,
             "backend": c.backend, "device_identity": identity,
         })

@@ -3,7 +3,8 @@
 Sample ``|g|`` with a stride from a random offset (about 1 % of the elements and at least
 ``2/δ`` samples), take the top-``δ`` value of the sample as the threshold, select ``|g| ≥ thr``;
 if more than ``1.3·k`` are selected take an exact top-k among them (hierarchical top-k); if fewer
-than ``0.8·k``, lower the threshold by ×0.8 and retry, up to 10 rounds.
+than ``0.8·k``, lower the threshold by ×0.8 and retry, up to 10 rounds. A selection still outside the
+count rule (:data:`compressors.rules.COUNT_BAND`) sends the exact top-``k`` instead.
 Tie rule: ``|g| >= threshold`` (greater or equal, as the reference), computed with the shared
 strict primitive as ``|g| > nextafter(threshold, −∞)``. The sample is taken from ``g`` itself (only
 the sampled elements' ``|g|`` is computed) and the selection is one pass of
@@ -23,7 +24,7 @@ from compressors import dgc_work
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.base import Compressor
 from compressors.rules import sample_stride
-from compressors.selection import Workspace, argmax_fallback, select_above
+from compressors.selection import Workspace, guard_count, select_above
 from compressors.sparse import Sparse
 
 
@@ -75,8 +76,7 @@ class DGC(Compressor):
                 found = select_above(grad, torch.nextafter(threshold, below), self._workspace)
                 indices = found.indices
         self.backend = found.backend
-        if indices.numel() == 0:
-            indices = argmax_fallback(grad.abs())
-        return Sparse(grad.index_select(0, indices), indices, n, threshold)
+        indices, threshold, fallback = guard_count(grad, indices, indices.numel(), threshold, k, self._workspace)
+        return Sparse(grad.index_select(0, indices), indices, n, threshold, fallback=fallback)
 
     work = staticmethod(dgc_work.dgc)

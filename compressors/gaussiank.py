@@ -2,7 +2,9 @@
 
 ``η = |μ| + z_{1−δ/2}·σ`` with ``μ, σ`` the mean and standard deviation of ``g``; then up to
 ``corrections`` (3) rounds: ×0.5 if fewer than ``2k/3`` are selected, ×1.5 if more than ``4k/3``.
-Tie rule: ``|g| > η`` (strict). An empty final selection falls back to the largest ``|g|``.
+Tie rule: ``|g| > η`` (strict). A final count more than 10× from ``k`` (:data:`compressors.rules.ESTIMATOR_BAND`:
+none, as on a constant vector or one huge outlier, or hundreds of ``k`` on uniform magnitudes) sends
+the exact top-``k`` instead.
 Range-safe: when ``μ`` or ``σ²`` overflow (finite ``|g|`` near fp32's maximum), they are computed
 on ``g / 2^⌈log₂ max|g|⌉`` and scaled back; the threshold is kept in float64, so one beyond the
 dtype's range selects nothing and the corrections bring it back into range. Counting and selecting go through the shared
@@ -18,7 +20,8 @@ import torch
 from compressors import estimators, gaussiank_work
 from compressors._validate import power_of_two_above, raise_if_not_finite, target_count
 from compressors.base import Compressor
-from compressors.selection import Workspace, argmax_fallback, select_above
+from compressors.rules import ESTIMATOR_BAND
+from compressors.selection import Workspace, guard_count, select_above
 from compressors.sparse import Sparse
 
 
@@ -60,8 +63,9 @@ class GaussianK(Compressor):
             threshold = level.to(grad.dtype)
             found = select_above(grad, threshold, self._workspace)
         self.backend = found.backend
-        indices = found.indices if found.count else argmax_fallback(grad.abs())
-        return Sparse(grad.index_select(0, indices), indices, n,
-                      torch.clamp(threshold, max=torch.finfo(grad.dtype).max))
+        indices, reported, fallback = guard_count(grad, found.indices, found.count,
+                                                  torch.clamp(threshold, max=torch.finfo(grad.dtype).max), k,
+                                                  self._workspace, ESTIMATOR_BAND)
+        return Sparse(grad.index_select(0, indices), indices, n, reported, fallback=fallback)
 
     work = staticmethod(gaussiank_work.gaussiank)

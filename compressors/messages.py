@@ -13,7 +13,8 @@ replay, the simulator and the DDP hook treat every compressor alike:
 - ``exchange``: how workers combine messages: ``"allgather"`` (every worker's selection is
   gathered and summed: sparse values + indices) or ``"allreduce"`` (messages of identical layout
   are summed elementwise by the network: dense casts, low-rank factors, shared-index values);
-- ``threshold`` / ``stages``: ``None`` for the dense and low-rank kinds.
+- ``threshold`` / ``stages``: ``None`` for the dense and low-rank kinds; ``fallback`` (the count
+  guard of the threshold compressors) ``False``.
 
 Decompression lives in the compressor (``compressor.decompress(message)``), since only it knows
 how to undo its own message.
@@ -45,6 +46,7 @@ class Dense:
     exchange: ClassVar[str] = "allreduce"
     threshold: ClassVar[None] = None
     stages: ClassVar[None] = None
+    fallback: ClassVar[bool] = False
 
     @property
     def numel(self) -> int:
@@ -97,6 +99,7 @@ class LowRank:
     exchange: ClassVar[str] = "allreduce"
     threshold: ClassVar[None] = None
     stages: ClassVar[None] = None
+    fallback: ClassVar[bool] = False
 
     @property
     def selected(self) -> int:

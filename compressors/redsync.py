@@ -3,7 +3,8 @@
 Binary search of ``thr = μ + t·(max − μ)`` over ``t ∈ [0, 1]`` on ``a = |g|`` (``μ`` its mean),
 accepting the first probe that selects between ``k`` and ``2k`` elements; after ``probes`` probes
 without success the probe whose count was closest to ``k`` (in ratio, non-empty) is used.
-Tie rule: ``|g| > thr`` (strict). A selection that would be empty falls back to the largest ``|g|``.
+Tie rule: ``|g| > thr`` (strict). A selection outside the count rule (:data:`compressors.rules.COUNT_BAND`;
+none found, or the closest probe still too far from ``k``) sends the exact top-``k`` instead.
 Range-safe: when the mean of ``|g|`` overflows (finite ``|g|`` near fp32's maximum) it is computed
 on ``|g| / 2^⌈log₂ max|g|⌉`` and scaled back. Probes and the selection go through the shared
 primitive :func:`compressors.selection.select_above` / ``count_above``.
@@ -18,7 +19,7 @@ import torch
 from compressors import estimators, redsync_work
 from compressors._validate import power_of_two_above, raise_if_not_finite, target_count
 from compressors.base import Compressor
-from compressors.selection import Workspace, argmax_fallback, count_above, magnitude, select_above
+from compressors.selection import Workspace, count_above, guard_count, magnitude, select_above
 from compressors.sparse import Sparse
 
 
@@ -60,12 +61,11 @@ class RedSync(Compressor):
                 low = mid
             else:
                 high = mid
-        if best is None:
-            indices = argmax_fallback(grad.abs())
-            best = grad.abs().index_select(0, indices)[0]
-        else:
+        indices, count = torch.empty(0, dtype=torch.int64, device=grad.device), 0
+        if best is not None:
             found = select_above(grad, best, self._workspace)
-            indices, self.backend = found.indices, found.backend
-        return Sparse(grad.index_select(0, indices), indices, n, best)
+            indices, count, self.backend = found.indices, found.count, found.backend
+        indices, best, fallback = guard_count(grad, indices, count, best, k, self._workspace)
+        return Sparse(grad.index_select(0, indices), indices, n, best, fallback=fallback)
 
     work = staticmethod(redsync_work.redsync)

@@ -50,6 +50,29 @@ def target_count(density: float, numel: int) -> int:
     return max(1, round(density * numel)) if numel else 0
 
 
+COUNT_BAND = (0.5, 2.0)
+"""The count rule of the threshold compressors that aim at the count (SIDCo with its in-call
+corrections, the default; DGC; RedSync): a call sends between ``0.5·k`` and ``2·k`` elements,
+never the whole vector unless ``k`` is all of it, never none (:func:`keeps_count`). A call whose
+threshold misses it sends the exact top-``k`` instead (:func:`compressors.selection.guard_count`;
+the message says ``fallback``)."""
+
+ESTIMATOR_BAND = (0.1, 10.0)
+"""The count rule of a threshold read off a fit alone, with nothing that steers its count
+(Gaussian-k's three ×0.5/×1.5 corrections; SIDCo with ``adapt="paper"`` or ``corrections=0``):
+within 10× of ``k`` either way its miss is the estimator's own quality, which the testbed
+reports instead of hiding (Gaussian-k sends ≈ 6·k at δ = 0.001 on gradient-like data); beyond it
+the fit has degenerated (a constant, uniform or subnormal vector, one huge outlier) and the
+exact top-``k`` is sent, as for :data:`COUNT_BAND`."""
+
+
+def keeps_count(count: int, k: int, numel: int, band: tuple[float, float] = COUNT_BAND) -> bool:
+    """Whether a selection of ``count`` of ``numel`` elements, aiming at ``k``, keeps ``band``
+    (:data:`COUNT_BAND` or :data:`ESTIMATOR_BAND`) and is not the whole vector while ``k < numel``."""
+    low, high = band
+    return low * k <= count <= high * k and (count < numel or k >= numel)
+
+
 def sample_stride(numel: int, density: float, sample_ratio: float) -> int:
     """Stride of DGC's strided sample: odd multiple-of-32-plus-one, leaving enough samples."""
     wanted = max(math.ceil(numel * sample_ratio), math.ceil(2.0 / density))

@@ -1,6 +1,6 @@
 """The shared selection primitive: "the elements with ``|x|`` above a threshold", with their count,
-on the best backend for the tensor; exact Top-k built on it; reusable buffers; the never-empty
-fallback.
+on the best backend for the tensor; exact Top-k built on it; reusable buffers; the count guard
+(:func:`guard_count`).
 
 Every threshold compressor (SIDCo's torch path, DGC's final selection, Gaussian-k, RedSync) and
 exact Top-k select through :func:`select_above` / :func:`count_above`, so they get the same
@@ -23,7 +23,7 @@ from typing import NamedTuple
 import torch
 
 from compressors import native
-from compressors.rules import TOPK_SAMPLE
+from compressors.rules import COUNT_BAND, TOPK_SAMPLE, keeps_count
 
 def _native_ok(x: torch.Tensor, allow_native: bool) -> bool:
     """Whether the fused kernel serves ``x`` (a library that could not be built is reported once
@@ -195,6 +195,17 @@ def magnitude(grad: torch.Tensor, workspace: Workspace) -> torch.Tensor:
     return torch.abs(grad, out=buf)
 
 
-def argmax_fallback(a: torch.Tensor) -> torch.Tensor:
-    """The never-empty fallback: the single position of the largest ``a`` (lowest index among ties)."""
-    return torch.argmax(a).reshape(1)
+def guard_count(x: torch.Tensor, indices: torch.Tensor, count: int, threshold: torch.Tensor | float | None,
+                k: int, workspace: Workspace, band: tuple[float, float] = COUNT_BAND,
+                ) -> tuple[torch.Tensor, torch.Tensor | float | None, bool]:
+    """The count guard every threshold compressor ends with: ``(indices, threshold, False)`` when
+    the estimator's ``count`` keeps :func:`compressors.rules.keeps_count` with ``band``, else the exact top-``k``
+    of ``|x|`` (:func:`exact_topk`), its ``k``-th largest magnitude as the threshold (a 0-d
+    tensor) and ``True``. ``count`` is a host int the selection already has: the guard adds no
+    device→host sync to a call that keeps the rule. It catches fits that degenerate (one huge
+    outlier, constant, uniform or subnormal magnitudes): without it such a call sent nothing but
+    the largest element, or the whole vector."""
+    if keeps_count(count, k, x.numel(), band):
+        return indices, threshold, False
+    top = exact_topk(x, k, workspace)
+    return top.indices, torch.min(top.magnitudes), True

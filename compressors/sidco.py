@@ -30,8 +30,10 @@ Tie rule: an element is sent when ``|g| > η`` (strictly greater), where every `
 rounded to the gradient's dtype; ``Sparse.threshold`` reports that rounded ``η``.
 Guards: stages stop when fewer than two exceedances are left to fit (a single exceedance has no
 variance) or when a stage would leave no exceedances, keeping the last threshold that selected
-something; if nothing at all is above the threshold (e.g. an all-zero or constant gradient), the
-single largest ``|g|`` (lowest index among ties) is sent. NaN/Inf raise ``ValueError``.
+something; a final count outside the count rule (:data:`compressors.rules.COUNT_BAND`, or
+``ESTIMATOR_BAND`` without corrections: nothing selected, the whole vector, far from ``k``, as on
+one huge outlier or a constant vector) sends the exact top-``k`` instead
+(:func:`compressors.selection.guard_count`). NaN/Inf raise ``ValueError``.
 Range: when a statistic overflows (huge finite ``|g|``), the whole call is computed on
 ``g / 2^⌈log₂ max|g|⌉`` (all three fits are scale-equivariant; a power of two keeps every
 comparison exact) and the threshold scaled back, so the selection is the one of the scaled data.
@@ -72,8 +74,8 @@ from compressors import estimators, native, sidco_work
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.adaptive import StageController
 from compressors.base import Compressor
-from compressors.rules import stage_probabilities
-from compressors.selection import Workspace, argmax_fallback
+from compressors.rules import COUNT_BAND, ESTIMATOR_BAND, stage_probabilities
+from compressors.selection import Workspace, guard_count
 from compressors.sidco_work import CORRECTIONS, POOL_BINS, pool_slots, ships_values
 from compressors.sparse import Sparse
 
@@ -377,7 +379,7 @@ class _TorchOps(_Ops):
             raise _Overflow
         n = self.n
         mean = total / n
-        var = max(float(values[1]) ** 2 / n - mean * mean, 0.0) if self.variance else 0.0
+        var = max(_square(float(values[1])) / n - mean * mean, 0.0) if self.variance else 0.0
         mean_log = estimators.mean_log_from_sums(float(values[-2]), int(values[-1]), n) if self.logs else 0.0
         return Moments(mean, var, mean_log)
 
@@ -402,7 +404,7 @@ class _TorchOps(_Ops):
         values = self._fetch(stats, len(orders), pool_at, self.pool_capacity)
         count, total = int(values[0]), float(values[1])
         excess = max(total - count * threshold, 0.0)
-        square = max(float(values[2]) ** 2 - 2.0 * threshold * total + count * threshold * threshold, 0.0) \
+        square = max(_square(float(values[2])) - 2.0 * threshold * total + count * threshold * threshold, 0.0) \
             if self.variance_tail else 0.0
         return Tail(count, excess, square)
 
@@ -469,15 +471,26 @@ def _round(value: float, dtype: torch.dtype) -> float:
         return float(np.array([bits], dtype=np.uint32).view(np.float32)[0]) + 0.0
 
 
+def _square(norm: float) -> float:
+    """``norm²`` of a float64 L2 norm read to the host; one beyond float64's range (the norm of
+    float64 values near their maximum) means the call is redone on scaled data."""
+    square = norm * norm
+    if not math.isfinite(square):
+        raise _Overflow
+    return square
+
+
 def _snap(threshold: float, dtype: torch.dtype) -> float:
     """``threshold`` moved to the nearest lattice point (:data:`LATTICE_SHIFT`), rounded to
-    ``dtype``; one beyond float32's finite range (or not positive) is left as it is."""
+    ``dtype``; one beyond float32's finite range (or not positive) is left as it is. A point
+    beyond ``dtype``'s range (65,504 snaps to 65,536, infinite in float16) means the call is redone
+    on scaled data, as for a fit that overflows (:func:`_finite`)."""
     if not 0 < threshold < 3.0e38:
         return threshold
     bits = _U32.unpack(_F32.pack(threshold))[0]
     bits = ((bits + (1 << (LATTICE_SHIFT - 1))) >> LATTICE_SHIFT) << LATTICE_SHIFT
     point = _F32.unpack(_U32.pack(bits))[0]
-    return point if dtype is torch.float32 else _round(point, dtype)  # a lattice point is a float32
+    return point if dtype is torch.float32 else _finite(point, dtype)  # a lattice point is a float32
 
 
 def _lattice_index(threshold: float) -> int | None:
@@ -502,7 +515,9 @@ class SIDCo(Compressor):
     ``"torch"`` (always the torch path). After a call, :attr:`backend` names what ran it
     (``"native"``, ``"torch"`` or ``"cuda"``), :attr:`planned` the stage count it planned and
     :attr:`deepened` the stages it added within itself (each a read of a tail: what its work
-    follows; the message's ``stages`` counts the stages that lowered the threshold).
+    follows; the message's ``stages`` counts the stages that lowered the threshold) and
+    :attr:`estimated` the count its threshold selected, before the count guard
+    (:func:`compressors.selection.guard_count`; what the stage controller sees).
     """
 
     name = "sidco"
@@ -520,6 +535,7 @@ class SIDCo(Compressor):
         self.backend = "torch"
         self.planned = 0
         self.deepened = 0
+        self.estimated = 0
         if adapt not in ("count", "paper"):
             raise ValueError(f"adapt must be 'count' or 'paper', got {adapt!r}")
         self.adapt = adapt
@@ -575,6 +591,7 @@ class SIDCo(Compressor):
             sparse, pre_count = self._run(grad)
         except _Overflow:
             sparse, pre_count = self._rescaled(grad)
+        self.estimated = pre_count
         if self.controller is not None:
             self.controller.observe(max(pre_count, 1), grad.numel())
         return sparse
@@ -599,11 +616,11 @@ class SIDCo(Compressor):
             if guesses.pop(n, None) is None and len(guesses) >= GUESSES:  # forget the least recent size
                 del guesses[next(iter(guesses))]
             guesses[n] = Guess(eta1, threshold, ops.pool_size, self._low, self.deepened > 0)
-        if count == 0:
-            indices = argmax_fallback(grad.abs())
-        else:
-            indices = ops.select(threshold, count)
-        return Sparse(grad.index_select(0, indices), indices, n, threshold, used), count
+        indices = ops.select(threshold, count) if count else torch.empty(0, dtype=torch.int64, device=grad.device)
+        band = COUNT_BAND if self.corrections else ESTIMATOR_BAND
+        indices, reported, fallback = guard_count(grad, indices, count, threshold, target_count(self.density, n),
+                                                  self._workspace, band)
+        return Sparse(grad.index_select(0, indices), indices, n, reported, used, fallback=fallback), count
 
     def _chain(self, ops: _Ops, n: int, stages: int, dtype: torch.dtype, guess: Guess | None):
         """Thresholds of every stage and the in-call correction, on host floats; returns (η,
@@ -771,13 +788,21 @@ class SIDCo(Compressor):
         return buf
 
     def _rescaled(self, grad: torch.Tensor) -> tuple[Sparse, int]:
-        """The call on ``grad / 2^⌈log₂ max|g|⌉`` (after checking for NaN/Inf), threshold scaled back."""
+        """The call on ``grad / 2^⌈log₂ max|g|⌉`` (after checking for NaN/Inf), threshold scaled back.
+
+        The power of two is applied as two halves of its exponent (each a normal float: 2^1024,
+        the scale of fp64 values near their maximum, is not one), so scaling stays exact."""
         raise_if_not_finite(grad)
-        top = float(torch.amax(grad.abs()))
-        scale = math.ldexp(1.0, math.frexp(top)[1])  # a power of two: scaling is exact
-        scaled, pre = self._run(grad * (1.0 / scale), remember=False)
-        back = _round(scaled.threshold * scale, grad.dtype)
-        return Sparse(grad.index_select(0, scaled.indices), scaled.indices, grad.numel(), back, scaled.stages), pre
+        exponent = math.frexp(float(torch.amax(grad.abs())))[1]
+        half = exponent // 2
+        scaled, pre = self._run(grad * math.ldexp(1.0, -half) * math.ldexp(1.0, half - exponent), remember=False)
+        try:
+            back = math.ldexp(scaled.threshold, exponent)
+        except OverflowError:
+            back = math.inf
+        back = _round(min(back, torch.finfo(grad.dtype).max), grad.dtype)
+        return Sparse(grad.index_select(0, scaled.indices), scaled.indices, grad.numel(), back, scaled.stages,
+                      fallback=scaled.fallback), pre
 
 
 class SIDCoE(SIDCo):

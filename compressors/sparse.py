@@ -24,6 +24,9 @@ class Sparse:
       only conceptually and is not sent.
     - ``shared_indices``: every worker derives the same indices (Random-k with a shared seed),
       so only the values travel.
+    - ``fallback``: the estimator's threshold missed the count rule
+      (:data:`compressors.rules.COUNT_BAND`) and the exact top-k was sent instead
+      (:func:`compressors.selection.guard_count`); ``threshold`` is then the k-th largest ``|g|``.
     """
 
     values: torch.Tensor
@@ -33,6 +36,7 @@ class Sparse:
     stages: int | None = None
     dense: bool = False
     shared_indices: bool = False
+    fallback: bool = False
 
     @property
     def exchange(self) -> str:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import compressors
 from compressors import native
+from compressors.rules import keeps_count, target_count
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 PROFILE = settings(max_examples=40, deadline=None,
@@ -82,12 +83,17 @@ def test_sidco_selection_is_exactly_above_threshold(name, backend, g, density, s
     a = g.abs().float()
     thr = s.threshold
     assert thr is not None and 1 <= s.stages <= stages
-    above = torch.nonzero(a > thr).squeeze(1)
-    if above.numel():
-        assert torch.equal(above, s.indices), "selection is exactly {|g| > threshold}"
+    if not s.fallback:
+        assert torch.equal(torch.nonzero(a > thr).squeeze(1), s.indices), "selection is exactly {|g| > threshold}"
+        assert keeps_count(s.selected, target_count(density, g.numel()), g.numel())
     else:
-        # nothing strictly above: the single first largest element is sent
-        assert s.selected == 1 and int(s.indices[0]) == int(torch.argmax(a))
+        # the threshold missed the count rule (nothing above it, the whole vector, far from k):
+        # the exact top-k is sent, no unsent magnitude above a sent one
+        k = target_count(density, g.numel())
+        assert s.selected == k and thr == float(a[s.indices].min())
+        rest = torch.ones_like(a, dtype=torch.bool)
+        rest[s.indices] = False
+        assert not rest.any() or float(a[rest].max()) <= thr
 
 
 @pytest.mark.skipif(native.library() is None, reason="no C compiler for the native kernels")

@@ -92,7 +92,8 @@ def format_table(rows: list[dict]) -> str:
             "-" if r["speedup_vs_topk"] is None else f"{r['speedup_vs_topk']:.1f}",
             f"{r['over_floor_min']:.2f}",
             "-" if r["speedup_vs_topk_min"] is None else f"{r['speedup_vs_topk_min']:.1f}",
-            f"{r['achieved_over_target']:.3f}", "-" if r["stages"] is None else str(r["stages"]), r["backend"],
+            f"{r['achieved_over_target']:.3f}", "-" if r["stages"] is None else str(r["stages"]),
+            r["backend"] + (" (fell back to exact top-k)" if r.get("fallback") else ""),
         ))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths)) for line in lines)
