@@ -20,10 +20,11 @@ from results.errors import guard
 REPLAY_ROW_COLUMNS = (
     "compressor", "density", "error_feedback", "iteration", "worker", "bucket", "numel", "selected",
     "achieved_density", "achieved_over_target", "threshold", "stages", "compress_s", "decompress_s",
-    "wire_bytes", "rel_error", "backend", "call_index", "energy", "topk_energy",
+    "wire_bytes", "rel_error", "backend", "call_index", "energy", "topk_energy", "fallback",
 )
 """Columns of ``replay_rows`` besides ``replay_id`` (``backend``, ``call_index`` (schema v2), ``energy``,
-``topk_energy`` (v4) may be absent from a row)."""
+``topk_energy`` (v4), ``fallback`` (v5: 1 when the count guard sent the exact top-k) may be absent
+from a row)."""
 
 SCENARIO_COLUMNS = (
     "compressor", "density", "nodes", "bandwidth_bps", "latency_s", "topology", "fidelity", "iteration_s",

@@ -1,6 +1,6 @@
 """The results store: one SQLite file that every part of the testbed writes to.
 
-Schema (version 4; all times in seconds, sizes in bytes, bandwidths in bits/s):
+Schema (version 5; all times in seconds, sizes in bytes, bandwidths in bits/s):
 
 ``traces``       one row per registered trace directory (``path`` is unique).
 ``replays``      one row per replay run of a trace; ``config_key`` identifies the
@@ -23,7 +23,8 @@ Version 2 added ``replay_rows.backend`` / ``call_index``, ``calibrations.op`` /
 ``fit_error_pct``, ``validation.network_share`` / ``fidelity``,
 ``scenarios.device`` / ``cost_source`` and the four tables above; version 3 the scenarios'
 error band; version 4 ``replay_rows.energy`` / ``topk_energy`` (what a call sends of its input's
-squared norm, and what exact Top-k at the target density would send). A store is
+squared norm, and what exact Top-k at the target density would send); version 5
+``replay_rows.fallback`` (1 when the count guard sent the exact top-k). A store is
 brought up to date by :data:`MIGRATIONS`: step *n* takes a store from version
 *n - 1* to *n*; the missing steps run in order inside one transaction, so an
 upgrade either completes or leaves the file as it was.
@@ -229,7 +230,11 @@ ALTER TABLE replay_rows ADD COLUMN energy REAL;
 ALTER TABLE replay_rows ADD COLUMN topk_energy REAL;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+_V5 = """
+ALTER TABLE replay_rows ADD COLUMN fallback INTEGER;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 """``MIGRATIONS[n - 1]`` is the DDL taking a store from schema version ``n - 1`` to ``n``
 (version 0 is an empty file). Append a step to change the schema; never edit one."""
 

@@ -25,7 +25,7 @@ from results.store import Store
 STORE_COLUMNS = (
     "compressor", "density", "error_feedback", "iteration", "worker", "bucket", "numel", "selected",
     "achieved_density", "achieved_over_target", "threshold", "stages", "compress_s", "decompress_s",
-    "wire_bytes", "rel_error", "backend", "call_index", "energy", "topk_energy",
+    "wire_bytes", "rel_error", "backend", "call_index", "energy", "topk_energy", "fallback",
 )
 
 
@@ -290,3 +290,15 @@ def test_replay_table_lists_density_free_compressors_once(laplace: traces.Trace,
     rows = [line.split() for line in stdout.splitlines() if line.split()[:1] in (["fp16"], ["topk"])]
     assert [r[:2] for r in rows] == [["fp16", "-"], ["topk", "0.01"], ["topk", "0.001"]]
     assert rows[0][4] == "-" and float(rows[1][4]) == pytest.approx(1.0, abs=0.01)
+
+
+def test_rows_say_when_the_count_guard_sent_the_exact_top_k(tmp_path) -> None:
+    """Gaussian-k's normal fit is more than 10x off on gamma magnitudes at δ = 0.001: those rows say
+    ``fallback`` and send exactly k; SIDCo-E, which steers its count, never falls back there."""
+    trace = traces.synthetic(tmp_path / "gamma", "gamma", numel=50_000, workers=1, iterations=2, seed=2,
+                             layers=[("a", (50_000,))])
+    rows = list(replay(trace, ["gaussiank", "sidco-e"], [0.001]))
+    fell = [r for r in rows if r["fallback"]]
+    assert fell and {r["compressor"] for r in fell} == {"gaussiank"}
+    assert all(r["selected"] == 50 for r in fell)
+    assert all(r["fallback"] == 0 and 25 <= r["selected"] <= 100 for r in rows if r["compressor"] == "sidco-e")

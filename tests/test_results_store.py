@@ -81,10 +81,10 @@ def test_v1_store_upgrades_to_the_current_version_and_keeps_its_rows(tmp_path):
     path = tmp_path / "v1.sqlite"
     _v1_store(path)
     with Store(path) as store:
-        assert store.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
+        assert store.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "5"
         assert {"iteration_s_low", "iteration_s_high", "speedup_low", "speedup_high"} <= _columns(store.conn,
                                                                                                    "scenarios")
-        assert {"energy", "topk_energy"} <= _columns(store.conn, "replay_rows")
+        assert {"energy", "topk_energy", "fallback"} <= _columns(store.conn, "replay_rows")
         for table, columns in V2_COLUMNS.items():
             assert columns <= _columns(store.conn, table), table
         row = store.conn.execute("SELECT * FROM replay_rows").fetchone()
@@ -103,7 +103,7 @@ def test_fresh_store_has_the_same_schema_as_an_upgraded_one(tmp_path):
         assert names == [r[0] for r in old.conn.execute(tables)]
         for name in names:
             assert _columns(new.conn, name) == _columns(old.conn, name), name
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
 
 
 def test_newer_store_is_refused_with_one_line_naming_the_file(tmp_path):

@@ -90,6 +90,7 @@ COLUMNS = (
     "call_index",
     "energy",
     "topk_energy",
+    "fallback",
 )
 
 
@@ -296,6 +297,7 @@ def _combination(
                     "energy": (sent / total) ** 2 if total > 0 else 1.0,
                     "topk_energy": ((topk_energy(given, density, workspace) / total**2 if total > 0 else 1.0)
                                     if sparsifier else None),
+                    "fallback": int(sparse.fallback),
                 }
 
 
