@@ -1,0 +1,212 @@
+"""Fused GPU kernels (Triton) for the threshold compressors: one statistics pass with error
+feedback fused in, and one threshold compaction.
+
+- :func:`statistics`: ``x = g + residual`` (written out when there is a residual) and, per block of
+  :data:`BLOCK` elements, ``Σ|x|``, ``Σx²``, ``max|x|`` and the count of non-zero ``|x|``,
+  accumulated in float32 within a block and summed over blocks in float64 on the device: one read
+  of the gradient (and of the residual), no host round trip.
+- :func:`compact`: the positions and values of ``|x| > threshold`` (strict, the threshold first
+  rounded to ``x``'s dtype: the tie rule of :mod:`compressors.selection`), each block reserving
+  its output range with one atomic and placing its elements by an in-block prefix sum, plus the
+  survivors' count, ``Σ(|x| − t)`` and ``Σ(|x| − t)²`` (what a later peak-over-threshold stage
+  fits on). The count is the one device→host read a call needs (the message size); blocks land
+  in any order on a GPU, so the positions are sorted afterwards.
+
+Both run on CUDA tensors when Triton and a GPU are present, and on CPU tensors under the Triton
+interpreter (``TRITON_INTERPRET=1`` set before Triton is imported), which computes exactly what
+the GPU binary does: that is how tests/test_fused_kernels.py checks them against the eager torch
+path without a GPU, and compiles them ahead of time to sm_80/sm_90 binaries whose register use it
+reads. Triton is the optional ``gpu`` extra (``pip install .[gpu]``); without it :func:`available`
+is false and the compressors keep their eager torch path.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the CPU install: the eager path serves every tensor
+    triton = None
+    tl = None
+
+BLOCK = 4096
+"""Elements per program of both kernels. Large blocks keep the interpreter's checks about a
+second each (its cost grows with the number of programs, not with ``n``)."""
+
+NUM_WARPS = 16
+"""Warps per program: 8 elements a thread. Compiled for sm_90 at 4 warps the compaction kernel
+took 255 registers a thread and spilled (16 bytes of stack), at 16 warps 87 and the statistics
+kernel 47, neither spilling (tests/test_fused_kernels.py reads them from the binaries)."""
+
+REGISTER_CEILING = 128
+"""Registers per thread either kernel may use on sm_80 and sm_90 (and no stack: no spill)."""
+
+STATISTICS = 4
+"""Per-block statistics of :func:`statistics`: ``Σ|x|``, ``Σx²``, ``max|x|``, ``#(x ≠ 0)``."""
+
+SURVIVORS = 3
+"""Per-block statistics of :func:`compact`: the count, ``Σ(|x| − t)``, ``Σ(|x| − t)²``."""
+
+
+def available() -> bool:
+    """Whether the Triton package is importable (the kernels can be launched on a GPU, or run on
+    CPU tensors when ``TRITON_INTERPRET=1``)."""
+    return triton is not None
+
+
+def interpreted() -> bool:
+    """Whether Triton runs kernels in its interpreter (on CPU tensors)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+if triton is not None:
+    @triton.jit
+    def _statistics_kernel(g_ptr, r_ptr, x_ptr, part_ptr, n, BLOCK: tl.constexpr, RESIDUAL: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        if RESIDUAL:
+            x = x + tl.load(r_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            if x_ptr.dtype.element_ty == tl.bfloat16:  # to nearest, ties to even, by the bits (exact everywhere)
+                bits = x.to(tl.uint32, bitcast=True)
+                bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+                x = tl.where(x == x, bits.to(tl.float32, bitcast=True), x)  # NaN stays NaN
+            x = x.to(x_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
+            tl.store(x_ptr + offs, x, mask=mask)
+            x = x.to(tl.float32)
+        a = tl.abs(x)
+        tl.store(part_ptr + pid * 4 + 0, tl.sum(a, axis=0))
+        tl.store(part_ptr + pid * 4 + 1, tl.sum(x * x, axis=0))
+        tl.store(part_ptr + pid * 4 + 2, tl.max(a, axis=0))
+        tl.store(part_ptr + pid * 4 + 3, tl.sum((a != 0).to(tl.float32), axis=0))
+
+    @triton.jit
+    def _compact_kernel(x_ptr, n, threshold, counter_ptr, idx_ptr, val_ptr, part_ptr, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+        a = tl.abs(x.to(tl.float32))
+        keep = (a > threshold) & mask
+        ones = keep.to(tl.int32)
+        total = tl.sum(ones, axis=0)
+        base = tl.atomic_add(counter_ptr, total)
+        pos = base + tl.cumsum(ones, axis=0) - ones
+        tl.store(idx_ptr + pos, offs, mask=keep)
+        tl.store(val_ptr + pos, x, mask=keep)
+        excess = tl.where(keep, a - threshold, 0.0)
+        tl.store(part_ptr + pid * 3 + 0, total.to(tl.float32))
+        tl.store(part_ptr + pid * 3 + 1, tl.sum(excess, axis=0))
+        tl.store(part_ptr + pid * 3 + 2, tl.sum(excess * excess, axis=0))
+
+
+class Statistics(NamedTuple):
+    """What :func:`statistics` computed: ``x`` (``g + residual``, or ``g`` itself), and 0-d float64
+    tensors on ``x``'s device: ``abs_sum`` (Σ|x|), ``square_sum`` (Σx²), ``abs_max`` (max|x|),
+    ``nonzero`` (#(x ≠ 0)). A non-finite ``abs_sum`` means ``x`` holds NaN/Inf (or overflowed)."""
+
+    x: torch.Tensor
+    abs_sum: torch.Tensor
+    square_sum: torch.Tensor
+    abs_max: torch.Tensor
+    nonzero: torch.Tensor
+
+
+class Survivors(NamedTuple):
+    """What :func:`compact` selected: ``indices`` (int64, ascending) and ``values`` of
+    ``|x| > threshold``; ``count`` (a host int: the call's one device→host read); ``excess_sum``
+    and ``excess_square_sum``, ``Σ(|x| − t)`` and ``Σ(|x| − t)²`` over them (0-d float64)."""
+
+    indices: torch.Tensor
+    values: torch.Tensor
+    count: int
+    excess_sum: torch.Tensor
+    excess_square_sum: torch.Tensor
+
+
+def _programs(n: int) -> int:
+    return -(-n // BLOCK)
+
+
+def _require() -> None:
+    if triton is None:
+        raise RuntimeError("the fused kernels need Triton: pip install '.[gpu]'")
+
+
+def statistics(grad: torch.Tensor, residual: torch.Tensor | None = None,
+               out: torch.Tensor | None = None) -> Statistics:
+    """One pass over the 1-D floating ``grad`` (and ``residual``, same shape and dtype, when given:
+    ``x = grad + residual`` is written into ``out`` or a new tensor): the statistics of
+    :class:`Statistics`, one kernel launch plus one reduction of the per-block partials."""
+    _require()
+    n = grad.numel()
+    device = grad.device
+    if residual is not None and (residual.shape != grad.shape or residual.dtype != grad.dtype):
+        raise ValueError(f"residual must match the gradient: {grad.dtype} {tuple(grad.shape)}, "
+                         f"got {residual.dtype} {tuple(residual.shape)}")
+    x = grad if residual is None else (torch.empty_like(grad) if out is None else out)
+    programs = _programs(n)
+    parts = torch.zeros(max(programs, 1), STATISTICS, dtype=torch.float32, device=device)
+    if programs:
+        _statistics_kernel[(programs,)](grad, grad if residual is None else residual, x, parts, n,
+                                        BLOCK=BLOCK, RESIDUAL=residual is not None, num_warps=NUM_WARPS)
+    wide = parts.double()
+    sums = wide.sum(0)
+    return Statistics(x, sums[0], sums[1], wide[:, 2].max(), sums[3])
+
+
+def compact(x: torch.Tensor, threshold: float) -> Survivors:
+    """The elements of the 1-D floating ``x`` with ``|x| > threshold`` (``threshold`` rounded to
+    ``x``'s dtype first), ascending, with their statistics: one kernel launch, one read of the
+    count to the host, one sort of the positions."""
+    _require()
+    n = x.numel()
+    device = x.device
+    t = float(torch.tensor(threshold, dtype=x.dtype))
+    programs = _programs(n)
+    counter = torch.zeros(1, dtype=torch.int32, device=device)
+    indices = torch.empty(n, dtype=torch.int64, device=device)
+    values = torch.empty(n, dtype=x.dtype, device=device)
+    parts = torch.zeros(max(programs, 1), SURVIVORS, dtype=torch.float32, device=device)
+    if programs:
+        _compact_kernel[(programs,)](x, n, t, counter, indices, values, parts, BLOCK=BLOCK, num_warps=NUM_WARPS)
+    count = int(counter.item())
+    order = torch.argsort(indices[:count])
+    sums = parts.double().sum(0)
+    return Survivors(indices[:count].index_select(0, order), values[:count].index_select(0, order), count,
+                     sums[1], sums[2])
+
+
+SIGNATURES = {
+    "statistics": {"g_ptr": "*{v}", "r_ptr": "*{v}", "x_ptr": "*{v}", "part_ptr": "*fp32", "n": "i64",
+                   "BLOCK": "constexpr", "RESIDUAL": "constexpr"},
+    "compact": {"x_ptr": "*{v}", "n": "i64", "threshold": "fp32", "counter_ptr": "*i32", "idx_ptr": "*i64",
+                "val_ptr": "*{v}", "part_ptr": "*fp32", "BLOCK": "constexpr"},
+}
+"""Each kernel's argument types for :func:`compile_ahead` (``{v}``: the gradient's Triton dtype)."""
+
+
+def compile_ahead(kernel: str, arch: int, dtype: str = "fp32") -> bytes:
+    """The CUDA binary (cubin bytes) of ``kernel`` (``"statistics"`` or ``"compact"``) for
+    ``sm_<arch>`` (80, 90), values of Triton dtype ``dtype`` (``fp32``, ``fp16``, ``bf16``), with
+    this module's block and warps: Triton compiles ahead of time without a GPU."""
+    _require()
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = {"statistics": _statistics_kernel, "compact": _compact_kernel}[kernel]
+    signature = {name: kind.format(v=dtype) for name, kind in SIGNATURES[kernel].items()}
+    constexprs = {"BLOCK": BLOCK, **({"RESIDUAL": True} if kernel == "statistics" else {})}
+    compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
+                              target=GPUTarget("cuda", arch, 32), options={"num_warps": NUM_WARPS})
+    return compiled.asm["cubin"]
+
+
+__all__ = ["BLOCK", "NUM_WARPS", "REGISTER_CEILING", "SIGNATURES", "Statistics", "Survivors", "available", "compact",
+           "compile_ahead", "interpreted", "statistics"]

@@ -1,0 +1,115 @@
+"""The fused kernels (compressors/fused.py) under the Triton interpreter, against the eager torch
+path. Run by tests/test_fused_kernels.py in a child process with ``TRITON_INTERPRET=1`` (it must be
+set before Triton is imported); not collected by itself (its name does not start with ``test_``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compressors import fused
+from compressors.selection import Workspace, select_above
+
+assert fused.interpreted(), "run with TRITON_INTERPRET=1"
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+SIZES = [0, 1, fused.BLOCK, fused.BLOCK + 1, 3 * fused.BLOCK - 5]
+
+
+def gradient(n: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(n, generator=gen) * 0.01).to(dtype)
+
+
+def close(a: torch.Tensor, b: float) -> bool:
+    return math.isclose(float(a), b, rel_tol=1e-5, abs_tol=1e-30)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_statistics_match_the_eager_path(dtype, n, with_residual):
+    g = gradient(n, dtype, 1)
+    r = gradient(n, dtype, 2) if with_residual else None
+    s = fused.statistics(g, r)
+    x = g if r is None else g + r  # the eager error feedback: in the gradient's dtype
+    assert torch.equal(s.x, x)
+    wide = x.double()
+    assert close(s.abs_sum, float(wide.abs().sum()))
+    assert close(s.square_sum, float((wide * wide).sum()))
+    assert float(s.abs_max) == (float(wide.abs().max()) if n else 0.0)
+    assert float(s.nonzero) == float(torch.count_nonzero(x))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+def test_compaction_selects_what_the_eager_path_selects(dtype, n):
+    x = gradient(n, dtype, 3)
+    threshold = 0.02
+    found = fused.compact(x, threshold)
+    eager = select_above(x, threshold, Workspace(), allow_native=False)
+    assert found.count == eager.count
+    assert torch.equal(found.indices, eager.indices)
+    assert torch.equal(found.values, x.index_select(0, eager.indices))
+    t = float(torch.tensor(threshold, dtype=dtype))
+    excess = x.index_select(0, eager.indices).double().abs() - t
+    assert close(found.excess_sum, float(excess.sum()))
+    assert close(found.excess_square_sum, float((excess * excess).sum()))
+
+
+def test_the_tie_rule_is_strictly_greater_after_rounding_to_the_dtype():
+    x = torch.tensor([0.5, -0.5, 0.25, 0.75, -1.0] * 1000, dtype=torch.float16)
+    found = fused.compact(x, 0.5)
+    assert found.count == 2000 and set(found.values.abs().tolist()) == {0.75, 1.0}
+    # 0.50001 rounds to 0.5 in float16: the same selection
+    assert torch.equal(fused.compact(x, 0.50001).indices, found.indices)
+
+
+def test_nan_and_inf_show_in_the_statistics_and_are_never_selected():
+    """The documented rule: a non-finite Σ|x| is what the caller raises ValueError on; NaN fails
+    every comparison (as torch.gt), Inf exceeds every finite threshold."""
+    x = torch.randn(2 * fused.BLOCK)
+    x[7] = math.nan
+    assert not math.isfinite(float(fused.statistics(x).abs_sum))
+    assert 7 not in fused.compact(x, 0.0).indices.tolist()
+    x[7] = math.inf
+    assert float(fused.statistics(x).abs_sum) == math.inf
+    assert 7 in fused.compact(x, 1e30).indices.tolist()
+
+
+def test_error_feedback_over_several_calls_matches_the_eager_loop():
+    """x = g + residual; send |x| > t; the residual keeps what was not sent: three calls fused
+    and eager give the same messages and residuals, bit for bit."""
+    fused_r = torch.zeros(2 * fused.BLOCK + 9)
+    eager_r = fused_r.clone()
+    for call in range(3):
+        g = gradient(fused_r.numel(), torch.float32, 10 + call)
+        x = fused.statistics(g, fused_r).x
+        sent = fused.compact(x, 0.015)
+        fused_r = x.index_fill(0, sent.indices, 0.0)
+        ex = g + eager_r
+        chosen = select_above(ex, 0.015, Workspace(), allow_native=False)
+        eager_r = ex.index_fill(0, chosen.indices, 0.0)
+        assert torch.equal(sent.indices, chosen.indices) and torch.equal(fused_r, eager_r)
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(0, 3 * fused.BLOCK), seed=st.integers(0, 1000), threshold=st.floats(0.0, 0.05),
+       dtype=st.sampled_from(DTYPES))
+def test_any_gradient_compacts_as_the_eager_path(n, seed, threshold, dtype):
+    x = gradient(n, dtype, seed)
+    found = fused.compact(x, threshold)
+    eager = select_above(x, threshold, Workspace(), allow_native=False)
+    assert found.count == eager.count and torch.equal(found.indices, eager.indices)
+
+
+def test_a_nan_in_a_bfloat16_error_feedback_stays_nan():
+    g = gradient(fused.BLOCK, torch.bfloat16, 4)
+    r = torch.zeros_like(g)
+    r[3] = math.nan
+    x = fused.statistics(g, r).x
+    assert math.isnan(float(x[3])) and torch.equal(x[4:], (g + r)[4:])
