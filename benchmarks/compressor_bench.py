@@ -20,6 +20,7 @@ import compressors
 from compressors.samples import gradient_like
 from compressors.device import available_memory, resolve as resolve_device
 from compressors.machine import device_identity
+from units import check_count
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
 
@@ -93,9 +94,10 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
     timed = _timer(dev, clock)
     out = torch.empty_like(grad)
     rows = []
-    if stages is not None and (not stages or any(isinstance(m, bool) or not isinstance(m, int) or m < 1
-                                                 for m in stages)):
-        raise ValueError(f"stages must be integers >= 1, got {stages!r}")
+    if stages is not None and not stages:
+        raise ValueError("stages must name at least one stage count")
+    for m in stages or ():
+        check_count(m, "stages")
     plan = [(n, 1.0, None) for n in names if not density_bound(n)] + [
         (n, d, m) for d in densities for n in names if density_bound(n)
         for m in (stages if stages and n.startswith("sidco") else [None])]

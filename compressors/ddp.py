@@ -79,6 +79,7 @@ from compressors.ddp_memory import BucketMemory, layout_of
 from compressors.memory import DGCMemory, ErrorFeedback, Memory
 from compressors.powersgd import plan as powersgd_plan
 from compressors.wire import ALLREDUCE, FLAG_ELEMENTS, collective, values_allreduce_bytes
+from units import check_count
 
 HookFn = Callable[["CompressionHookState", dist.GradBucket], torch.futures.Future[torch.Tensor]]
 
@@ -193,8 +194,7 @@ def comm_hook(
     resolve_gather(gather)
     if memory not in MEMORIES:
         raise ValueError(f"memory {memory!r} is not one of {', '.join(MEMORIES)}")
-    if isinstance(log_size, bool) or not isinstance(log_size, int) or log_size < 1:
-        raise ValueError(f"log_size must be an int of at least 1, got {log_size!r}")
+    check_count(log_size, "log_size")
     seed = options.get("seed")
 
     def make_compressor(index: int) -> Compressor:
@@ -334,8 +334,7 @@ def _torch_hook_state(name: str, density: float, process_group: dist.ProcessGrou
     compressors.create(name, density=density)
     if memory not in ("residual", "none"):
         raise ValueError(f"memory {memory!r} is not available with PyTorch's {name} hook; use residual or none")
-    if isinstance(log_size, bool) or not isinstance(log_size, int) or log_size < 1:
-        raise ValueError(f"log_size must be an int of at least 1, got {log_size!r}")
+    check_count(log_size, "log_size")
     if name in ("fp16", "bf16"):
         if options:
             raise ValueError(f"bad options for compressor {name!r}: {', '.join(options)}")

@@ -26,6 +26,7 @@ from compressors.base import Compressor
 from compressors.rules import sample_stride
 from compressors.selection import Workspace, guard_count, select_above
 from compressors.sparse import Sparse
+from units import check_count
 
 
 class DGC(Compressor):
@@ -39,8 +40,7 @@ class DGC(Compressor):
         super().__init__(density)
         if isinstance(sample_ratio, bool) or not isinstance(sample_ratio, (int, float)) or not 0 < sample_ratio <= 1:
             raise ValueError(f"sample_ratio must be in (0, 1], got {sample_ratio!r}")
-        if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
-            raise ValueError(f"max_rounds must be an int >= 1, got {max_rounds!r}")
+        check_count(max_rounds, "max_rounds")
         self.sample_ratio = float(sample_ratio)
         self.max_rounds = max_rounds
         self._rng = random.Random(seed)

@@ -44,6 +44,7 @@ from compressors._validate import raise_if_not_finite
 from compressors.base import Compressor
 from compressors.messages import Block, LowRank
 from compressors.rules import plan
+from units import check_count
 
 SEED_RANGE = 1_000_000_000
 """Torch seeds for Q are drawn in ``[0, SEED_RANGE)``, as PyTorch's hook draws them."""
@@ -62,8 +63,7 @@ class PowerSGD(Compressor):
                  min_compression_rate: float = 2.0, warm_start: bool = True, seed: int = 0,
                  epsilon: float = 0.0):
         super().__init__(density)
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-            raise ValueError(f"rank must be an int >= 1, got {rank!r}")
+        check_count(rank, "rank")
         if shapes is not None:
             try:
                 shapes = tuple(tuple(int(d) for d in shape) for shape in shapes)

@@ -21,6 +21,7 @@ from compressors._validate import power_of_two_above, raise_if_not_finite, targe
 from compressors.base import Compressor
 from compressors.selection import Workspace, count_above, guard_count, magnitude, select_above
 from compressors.sparse import Sparse
+from units import check_count
 
 
 class RedSync(Compressor):
@@ -30,8 +31,7 @@ class RedSync(Compressor):
 
     def __init__(self, density: float, probes: int = 10):
         super().__init__(density)
-        if isinstance(probes, bool) or not isinstance(probes, int) or probes < 1:
-            raise ValueError(f"probes must be an int >= 1, got {probes!r}")
+        check_count(probes, "probes")
         self.probes = probes
         self._workspace = Workspace()
 

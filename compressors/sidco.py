@@ -78,6 +78,7 @@ from compressors.rules import COUNT_BAND, ESTIMATOR_BAND, stage_probabilities
 from compressors.selection import Workspace, guard_count
 from compressors.sidco_work import CORRECTIONS, POOL_BINS, pool_slots, ships_values
 from compressors.sparse import Sparse
+from units import check_count
 
 GUESS_MARGIN = 0.9
 """The pool holds ``|g| > 0.9·τ``, ``τ`` the threshold the previous call of the same size selected
@@ -551,8 +552,7 @@ class SIDCo(Compressor):
         self.controller: StageController | None = None
         self.fixed_stages: int | None = None
         if stages == "adaptive":
-            if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-                raise ValueError(f"window must be an int >= 1, got {window!r}")
+            check_count(window, "window")
             self.controller = StageController(self.density, window=window, band=self.band)
         elif isinstance(stages, int) and not isinstance(stages, bool) and stages >= 1:
             self.fixed_stages = stages

@@ -26,6 +26,7 @@ import compressors
 from convergence.workers import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, SimulatedWorkers
 from traces import workloads
 from traces.recorder import Recorder
+from units import check_count
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,7 @@ class RunConfig:
                              f"got {self.powersgd_start_iter!r}")
         for name in ("workers", "iterations", "eval_every", "eval_samples", "powersgd_rank"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name.replace('powersgd_', '').replace('_', '-')} must be an integer >= 1, got {value!r}")
+            check_count(value, name.replace("powersgd_", "").replace("_", "-"))
         if self.eval_every > self.iterations:
             raise ValueError(f"eval-every ({self.eval_every}) must not exceed iterations ({self.iterations})")
         if self.device.startswith("cuda") and not torch.cuda.is_available():

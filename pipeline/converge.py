@@ -25,7 +25,7 @@ import traces
 from convergence import RunConfig, train
 import pipeline.replay
 from pipeline.request import check_compressors, takes_density
-from units import check_density
+from units import check_count, check_density
 from results.store import Store
 
 ProgressFn = Callable[[str, int, int], None]
@@ -187,8 +187,7 @@ def run_seeds(store: Store, config: RunConfig, combinations: Sequence[tuple[str,
     (model and data drawn from each); the first records the trace and replays it, the others only
     train (``sidco tta`` projects every seed's iterations with the first one's trace).
     ``options``: :func:`run`'s keywords."""
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
+    check_count(seeds, "seeds")
     results = [run(store, config, combinations, **options)]
     for offset in range(1, seeds):
         results.append(run(store, replace(config, seed=config.seed + offset), combinations,

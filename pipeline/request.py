@@ -21,7 +21,7 @@ from simulator import devices
 from simulator.limits import MESSAGE_BUDGET
 from simulator.scenario import FIDELITIES, TOPOLOGIES
 from simulator.throughput import DEFAULT_PRECISION, check_precision
-from units import check_bandwidth, check_density, check_latency
+from units import check_bandwidth, check_count, check_density, check_latency
 
 DEFAULT_LAYOUT_DEVICE = "a100"
 """Layouts are GPU models by construction: without ``--device`` they run on this device."""
@@ -79,8 +79,7 @@ class Cluster:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
-            raise ValueError(f"nodes must be a whole number >= 1, got {self.nodes!r}")
+        check_count(self.nodes, "nodes")
         for value, check in ((self.bandwidth_bps, check_bandwidth), (self.latency_s, check_latency)):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"{check.__name__.removeprefix('check_')} must be a number, got {value!r}")
@@ -199,8 +198,7 @@ class Request:
             raise ValueError("--device-flops applies to layouts; a trace is projected with --device")
         if self.device_flops_per_s is not None:
             _positive(self.device_flops_per_s, "device FLOP/s")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"batch size must be an integer >= 1, got {self.batch_size!r}")
+        check_count(self.batch_size, "batch size")
         check_precision(self.precision)
         check_anchors(self.layout, self.samples_per_s, self.tokens, self.device_flops_per_s)
         if not self.compressors:

@@ -38,6 +38,7 @@ from simulator import plans
 from simulator.calibration import Calibration
 from simulator.limits import check_collective
 from simulator.links import Fabric, Level
+from units import check_count
 
 OPS = ("allreduce", "reduce_scatter", "allgather", "ps")
 ALGORITHMS = {
@@ -60,8 +61,7 @@ def ring_terms(op: str, p: int) -> tuple[int, float]:
     """
     if op not in RING_OPS:
         raise ValueError(f"unknown ring collective {op!r}; choose from {', '.join(RING_OPS)}")
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
-        raise ValueError(f"a collective needs an integer number of ranks >= 1, got {p!r}")
+    check_count(p, "a collective's number of ranks")
     share = (p - 1) / p
     if op == "allreduce":
         return 2 * (p - 1), 2 * share
@@ -186,8 +186,7 @@ def check_args(op: str, algorithm: str, nodes: int, bandwidth_bps: float, latenc
         raise ValueError(f"algorithm {algorithm!r} not available for {op}; choose from {', '.join(ALGORITHMS[op])}")
     if fidelity not in FIDELITIES:
         raise ValueError(f"unknown fidelity {fidelity!r}; choose analytic or des")
-    if not isinstance(nodes, (int, np.integer)) or nodes < 1:
-        raise ValueError(f"nodes must be an integer >= 1, got {nodes!r}")
+    check_count(nodes, "nodes")
     if not bandwidth_bps > 0 or not math.isfinite(bandwidth_bps):
         raise ValueError(f"bandwidth must be > 0 bits/s, got {bandwidth_bps!r}")
     if not latency_s >= 0 or not math.isfinite(latency_s):

@@ -11,7 +11,7 @@ from compressors.wire import ALLGATHER, collective
 from simulator.calibration import Calibration
 from simulator.limits import check_scenario
 from simulator.profile import CompressionProfile
-from units import check_bandwidth, check_density, check_latency
+from units import check_bandwidth, check_count, check_density, check_latency
 from simulator.workload import (
     BUCKET_MODES,
     DEFAULT_BUCKET_CAP_BYTES,
@@ -78,8 +78,7 @@ class Scenario:
     rank: int = 1
 
     def __post_init__(self) -> None:
-        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
-            raise ValueError(f"nodes must be an integer >= 1, got {self.nodes!r}")
+        check_count(self.nodes, "nodes")
         for name in ("bandwidth_bps", "intra_bandwidth_bps"):
             check_bandwidth(getattr(self, name), name)
         for name in ("latency_s", "intra_latency_s"):
@@ -104,8 +103,7 @@ class Scenario:
             raise ValueError(f"ps_servers must be 0..workers ({self.workers}) with the ps topology")
         if not 0 <= self.stragglers <= self.workers or not self.straggler_slowdown > 0:
             raise ValueError(f"stragglers must be 0..{self.workers} with a slowdown > 0")
-        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
-            raise ValueError(f"rank must be an integer >= 1, got {self.rank!r}")
+        check_count(self.rank, "rank")
         if self.compressor != "none":
             check_density(self.density, f"density for {self.compressor}")
             if self.profile is None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from simulator.band import band
 from simulator.calibration import Calibration
-from units import check_density
+from units import check_count, check_density
 from simulator.profile import CompressionProfile, density_key
 from simulator.scenario import Scenario
 from simulator.simulate import iteration, simulate
@@ -52,14 +52,16 @@ class Grid:
         for name in ("nodes", "bandwidths_bps", "latencies_s", "compressors", "topologies"):
             if not getattr(self, name):
                 raise ValueError(f"sweep grid needs at least one value of {name}")
-        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.nodes):
-            raise ValueError(f"nodes must be integers >= 1, got {list(self.nodes)}")
+        for n in self.nodes:
+            check_count(n, "nodes")
         if any(not b > 0 for b in self.bandwidths_bps):
             raise ValueError("bandwidths must be > 0 bits/s")
         for d in self.densities:
             check_density(d, "sweep density")
-        if not self.ranks or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in self.ranks):
-            raise ValueError(f"ranks must be integers >= 1, got {list(self.ranks)}")
+        if not self.ranks:
+            raise ValueError("sweep grid needs at least one value of ranks")
+        for r in self.ranks:
+            check_count(r, "ranks")
         if any(c != "none" for c in self.compressors) and not self.densities:
             raise ValueError("compressors other than none need --densities")
 

@@ -171,6 +171,19 @@ def test_the_density_rule_has_one_home():
     assert DENSITY_RULE.search(home.read_text())
 
 
+COUNT_RULE = re.compile(r"not isinstance\((\w+|self\.\w+), \(?(int|numbers\.Integral)\b[\w., ]*\)?\) or \S+ < 1\b")
+
+
+def test_the_count_rule_has_one_home():
+    """"a whole number >= 1" (nodes, ranks, rounds, seeds, a batch) is checked once, in units.check_count."""
+    home = ROOT / "units" / "__init__.py"
+    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+             for package in [*LAYERS, "benchmarks", "tools"] for p in _sources(package) if p != home
+             for n, line in enumerate(p.read_text().splitlines(), 1) if COUNT_RULE.search(line)]
+    assert not found, "\n".join(found)
+    assert COUNT_RULE.search(home.read_text())
+
+
 def test_the_unknown_compressor_rule_has_one_home():
     """"unknown compressor …; choose from" is written once, in compressors.check_names; everything else calls it."""
     home = ROOT / "compressors" / "__init__.py"

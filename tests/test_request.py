@@ -114,7 +114,7 @@ def test_the_request_checks_every_rule_once(fields, message):
 
 
 @pytest.mark.parametrize("args, message", [
-    ((0, 1e9, 0.0), "nodes must be a whole number"),
+    ((0, 1e9, 0.0), "nodes must be an integer >= 1"),
     ((2, 0.0, 0.0), "bandwidth"),
     ((2, float("inf"), 0.0), "bandwidth"),
     ((2, "10Gbit", 0.0), "bandwidth must be a number"),

@@ -24,6 +24,7 @@ from safetensors import safe_open
 from traces.errors import TraceError
 from traces.files import file_kind
 from traces.format import FORMAT_NAME, MANIFEST, SCHEMA_VERSION, worker_key
+from units import check_count
 
 _TIMING_KEYS = ("forward_s", "backward_s", "optimizer_s", "batch_size", "device")
 _MAX_HEADER_BYTES = 100_000_000
@@ -154,8 +155,10 @@ def _check_flops(path: Path, manifest: Mapping[str, Any]) -> tuple[list[float], 
     if not isinstance(info, dict):
         raise _fail(path, "manifest field 'flops' must be an object when layers carry forward_flops")
     batch = info.get("batch_size")
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise _fail(path, f"flops batch_size must be an integer >= 1, got {batch!r}")
+    try:
+        check_count(batch, "flops batch_size")
+    except ValueError as exc:
+        raise _fail(path, str(exc)) from None
     if not _number(info.get("forward")):
         raise _fail(path, "flops forward must be a number of FLOPs >= 0")
     return [float(v) for v in values], batch

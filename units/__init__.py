@@ -155,6 +155,14 @@ def check_density(value: object, what: str = "density") -> float:
     return float(value)
 
 
+def check_count(value: object, what: str) -> int:
+    """The one count rule: a count of things (nodes, ranks, rounds, seeds, a batch's samples) is a
+    whole number >= 1 (a bool is not). Returns it as an int; ``ValueError`` naming ``what`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
 def parse_density(text: str) -> float:
     """Parse a target density: the fraction of elements sent, a number in (0, 1]."""
     try:
