@@ -406,8 +406,6 @@ CPU_DEFAULTS = {
 """Stated defaults for ``cpu`` until ``sidco profile --run-on cpu`` has measured this host: a
 two-core server share (about 20 GB/s read, 100 GFLOP/s); projections made with them say so."""
 
-HOST_CACHE_ENV = "SIDCO_CACHE_DIR"
-
 NO_TENSOR_UNITS = "a CPU has no fp16 or TF32 matrix units: 0 (fp16 runs at bf16_flops, TF32 at fp32_flops)"
 
 
@@ -436,8 +434,10 @@ def host_key(identity: Mapping[str, Any]) -> str:
 
 
 def _cache_file() -> Path:
-    root = Path(os.environ.get(HOST_CACHE_ENV) or Path.home() / ".cache" / "sidco-testbed")
-    return root / "host-device.json"
+    """This host's measured device numbers, in the testbed's cache directory."""
+    from compressors.machine import cache_dir
+
+    return cache_dir() / "host-device.json"
 
 
 def cpu_default() -> Device:

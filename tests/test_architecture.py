@@ -217,3 +217,11 @@ def test_the_quality_rule_has_one_home():
              for n, line in enumerate(p.read_text().splitlines(), 1) if QUALITY_RULE_USE.search(line)]
     assert not found, "\n".join(found)
     assert "def called(" in home.read_text() and QUALITY_RULE_USE.search(home.read_text())
+
+
+def test_the_cache_directory_has_one_reader():
+    """``SIDCO_CACHE_DIR`` is read in one place, compressors.machine.cache_dir."""
+    found = {str(p.relative_to(ROOT)) for package in [*LAYERS, "benchmarks", "tools"] for p in _sources(package)
+             if "SIDCO_CACHE_DIR" in p.read_text().replace("``$SIDCO_CACHE_DIR``", "")
+             and ("environ" in p.read_text())}
+    assert found == {"compressors/machine.py"}, found
