@@ -21,6 +21,10 @@ CLUSTER = Cluster(8, 10e9, 50e-6)
 def walk(monkeypatch):
     """Counts, with the real functions running: every ``devices.get`` (the names asked), every
     call of the one resolver, and the device object each cost-model call receives."""
+    from simulator import kernel_bands, throughput
+
+    # the published evidence's fits (cached per process) look up every device they cite: made first
+    throughput.fitted(), kernel_bands.kind_bands()
     seen = {"get": [], "resolved": [], "costed": []}
     real_get, real_resolve, real_cost = devices.get, pipeline.project.resolve_device, simulator.costmodel.cost
 
@@ -151,3 +155,24 @@ def test_both_doors_fill_the_same_request():
     same = ("compressors", "densities", "layout", "trace_id", "device", "precision", "device_flops_per_s",
             "batch_size", "calibration")
     assert {k: getattr(from_page, k) for k in same} == {k: getattr(from_cli, k) for k in same}
+
+
+def test_more_than_one_gpu_per_node_defaults_to_the_hierarchical_topology(capsys):
+    """``--gpus-per-node 8`` alone projects on the hierarchical topology (the one model with an
+    intra-node level); a flat topology named with it is refused in one line."""
+    from pipeline.request import Cluster, default_topology
+    from sidco.cli import main
+
+    assert Cluster(4, 1e10, 5e-5).topology == "ring"
+    assert Cluster(4, 1e10, 5e-5, options={"gpus_per_node": 8}).topology == "hierarchical"
+    assert Cluster(4, 1e10, 5e-5, "tree").topology == "tree"
+    assert default_topology(1) == "ring" and default_topology(2) == "hierarchical"
+    base = ["simulate", "--layout", "resnet50", "--nodes", "4", "--bandwidth", "10Gbit", "--fidelity", "analytic",
+            "--gpus-per-node", "8"]
+    assert main([*base, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["workers"] == 32
+    assert main(base) == 0
+    assert "on 4 nodes (32 workers), hierarchical," in capsys.readouterr().out.splitlines()[0]
+    assert main([*base, "--topology", "ring"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "8 GPUs per node need the hierarchical topology" in err[0]
