@@ -64,17 +64,24 @@ def _positive(value: Any, what: str) -> float:
     return float(value)
 
 
+def default_topology(gpus_per_node: object) -> str:
+    """The topology a cluster gets when none is named: ``hierarchical`` with more than one GPU per
+    node (the only one of the models that holds an intra-node level), else ``ring``."""
+    return "hierarchical" if isinstance(gpus_per_node, int) and gpus_per_node > 1 else "ring"
+
+
 @dataclass(frozen=True)
 class Cluster:
     """The scenario without the compressor: ``nodes`` machines, NIC ``bandwidth_bps`` (bits/s)
-    and per-message ``latency_s`` (s), a topology, a fidelity and further
-    :class:`simulator.Scenario` keyword ``options`` (bucket sizes in bytes, jitter, …; their
-    limits are the scenario's own, :func:`pipeline.project.check_options`)."""
+    and per-message ``latency_s`` (s), a topology (``None``: :func:`default_topology` of the
+    GPUs per node), a fidelity and further :class:`simulator.Scenario` keyword ``options`` (bucket
+    sizes in bytes, jitter, …; their limits are the scenario's own,
+    :func:`pipeline.project.check_options`)."""
 
     nodes: int
     bandwidth_bps: float
     latency_s: float
-    topology: str = "ring"
+    topology: str | None = None
     fidelity: str = "analytic"
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -84,6 +91,8 @@ class Cluster:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"{check.__name__.removeprefix('check_')} must be a number, got {value!r}")
             check(value)
+        if self.topology is None:
+            object.__setattr__(self, "topology", default_topology(self.options.get("gpus_per_node", 1)))
         if self.topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {self.topology!r}; choose from {', '.join(TOPOLOGIES)}")
         if self.fidelity not in FIDELITIES:

@@ -96,7 +96,8 @@ class Scenario:
         if self.compress_on not in COMPRESS_ON:
             raise ValueError(f"compress_on must be compute or comm, got {self.compress_on!r}")
         if self.gpus_per_node < 1 or (self.gpus_per_node > 1 and self.topology != "hierarchical"):
-            raise ValueError("gpus_per_node > 1 needs the hierarchical topology")
+            raise ValueError(f"{self.gpus_per_node} GPUs per node need the hierarchical topology: the {self.topology} "
+                             "model has one worker per node (leave --topology out to get hierarchical)")
         if not self.oversubscription >= 1:
             raise ValueError(f"oversubscription must be >= 1, got {self.oversubscription!r}")
         if self.ps_servers < 0 or self.ps_servers > self.workers or (self.ps_servers and self.topology != "ps"):

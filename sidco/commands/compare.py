@@ -58,8 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--densities", default="0.1,0.01,0.001",
                         help="comma-separated densities for the sparsifiers (default 0.1,0.01,0.001)")
     parser.add_argument("--rank", default="1", help="PowerSGD's rank r, columns of P and Q per layer (default 1)")
-    parser.add_argument("--topology", choices=TOPOLOGIES, default="ring",
-                        help="ring (default), halving-doubling, tree, ps, hierarchical")
+    parser.add_argument("--topology", choices=TOPOLOGIES,
+                        help="ring, halving-doubling, tree, ps or hierarchical (default: ring, or hierarchical "
+                             "with --gpus-per-node above 1)")
     add_scenario_args(parser)
     parser.set_defaults(func=run, fidelity="analytic")
 

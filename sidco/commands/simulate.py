@@ -78,7 +78,7 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket-cap", default="25MiB", help="DDP bucket cap, a size (default 25MiB)")
     parser.add_argument("--first-bucket", default="1MiB", help="DDP first bucket cap, a size (default 1MiB)")
     parser.add_argument("--gpus-per-node", default="1",
-                        help="GPUs per node (hierarchical topology; default 1)")
+                        help="GPUs per node (default 1; above 1 the topology defaults to hierarchical)")
     parser.add_argument("--intra-bandwidth", default="2400Gbit",
                         help="intra-node link bandwidth per GPU and direction (default 2400Gbit)")
     parser.add_argument("--intra-latency", default="2us", help="intra-node per-message latency (default 2us)")
@@ -193,8 +193,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--density", type=float, help="target density in (0, 1], e.g. 0.001; needed by the sparsifiers "
                         "(fp16, bf16 and powersgd send what their dtype or rank sets: default 1)")
     parser.add_argument("--rank", default="1", help="PowerSGD's rank r, columns of P and Q per layer (default 1)")
-    parser.add_argument("--topology", choices=TOPOLOGIES, default="ring",
-                        help="ring (default), halving-doubling, tree, ps, hierarchical")
+    parser.add_argument("--topology", choices=TOPOLOGIES,
+                        help="ring, halving-doubling, tree, ps or hierarchical (default: ring, or hierarchical "
+                             "with --gpus-per-node above 1)")
     parser.add_argument("--timeline", metavar="OUT.json",
                         help="write the iteration as Chrome/Perfetto trace JSON (open in ui.perfetto.dev)")
     add_scenario_args(parser)

@@ -20,7 +20,7 @@ from tqdm import tqdm
 import pipeline.sweep
 from pipeline.catalog import TOPOLOGIES, Grid, check_jobs, check_target, compressor_names, local_pool, target_text
 from pipeline import project as projection
-from pipeline.request import Request
+from pipeline.request import Request, default_topology
 from pipeline.verdict import names_text
 from pipeline.tta import label, resolve, sweep_time_to_target, trace_path
 from results.store import Store
@@ -65,8 +65,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rank", default="1",
                         help="comma-separated PowerSGD ranks r (columns of P and Q per layer), swept for powersgd "
                              "only (default 1)")
-    parser.add_argument("--topology", default="ring",
-                        help=f"comma-separated topologies from {', '.join(TOPOLOGIES)} (default ring)")
+    parser.add_argument("--topology",
+                        help=f"comma-separated topologies from {', '.join(TOPOLOGIES)} (default: ring, or "
+                             "hierarchical with --gpus-per-node above 1)")
     parser.add_argument("--dask", metavar="tcp://HOST:PORT", help="run on an existing Dask scheduler")
     parser.add_argument("--jobs", default=str(os.cpu_count() or 1),
                         help="local worker processes (default: CPU count)")
@@ -85,7 +86,8 @@ def parse_grid(args: argparse.Namespace) -> Grid:
         latencies_s=parse_list(args.latency, parse_duration),
         compressors=names,
         densities=parse_list(args.densities, parse_density) if any(n != "none" for n in names) else (),
-        topologies=parse_list(args.topology, str),
+        topologies=parse_list(args.topology, str) if args.topology else
+        [default_topology(positive_int(args.gpus_per_node, "--gpus-per-node"))],
         ranks=parse_list(args.rank, lambda t: positive_int(t, "--rank")),
     )
 

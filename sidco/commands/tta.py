@@ -53,8 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--nodes", required=True, help="machines (an integer >= 1)")
     parser.add_argument("--bandwidth", required=True, help="NIC bandwidth per direction, e.g. 1Gbit or 1.25GB/s")
     parser.add_argument("--latency", default="50us", help="per-message latency, e.g. 50us (default 50us)")
-    parser.add_argument("--topology", choices=TOPOLOGIES, default="ring",
-                        help="ring (default), halving-doubling, tree, ps, hierarchical")
+    parser.add_argument("--topology", choices=TOPOLOGIES,
+                        help="ring, halving-doubling, tree, ps or hierarchical (default: ring, or hierarchical "
+                             "with --gpus-per-node above 1)")
     add_source_args(parser, required=False)
     add_target_args(parser)
     add_scenario_args(parser)
