@@ -11,8 +11,13 @@ write is one transaction, rolled back when it fails.
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 from pathlib import Path
+
+
+SQLITE_PATH_LIMIT = 512
+"""The longest absolute path, in bytes, SQLite's Unix layer opens (its ``mxPathname``)."""
 
 
 class StoreError(OSError):
@@ -50,9 +55,16 @@ def translate(path: Path, exc: BaseException) -> StoreError:
         message = f"{path} is damaged (truncated or corrupt): restore it from a copy, move it away {other}"
     elif "readonly" in low or "read-only" in low or (isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)):
         message = (f"{path} is read-only (the file or its directory {path.parent}): make both writable {other}")
+    elif "duplicate column" in low or "already exists" in low or "no such table" in low or "no such column" in low:
+        message = (f"{path} is damaged: its tables do not match the schema version it records ({text}); "
+                   f"restore it from a copy, move it away {other}")
     elif "unable to open" in low or isinstance(exc, OSError):
         blocker = _file_in_the_way(path.parent)
-        if blocker is not None:
+        length = len(os.fsencode(os.path.abspath(path)))
+        if length > SQLITE_PATH_LIMIT:
+            message = (f"cannot open the results store {path}: its absolute path is {length} bytes long, over "
+                       f"SQLite's limit of {SQLITE_PATH_LIMIT}; pass a shorter --store")
+        elif blocker is not None:
             message = f"cannot create {path}: {blocker} is a file, not a directory; {other.removeprefix('or ')}"
         else:
             message = f"cannot open the results store {path} ({text}): make {path.parent} a writable directory {other}"

@@ -183,3 +183,36 @@ def test_stale_partial_directories_are_cleaned_on_the_next_run(tmp_path):
         pass
     assert not dead.exists() and not legacy.exists()
     assert live.exists() and other.exists()
+
+
+@pytest.mark.parametrize("damage", [
+    "UPDATE meta SET value='2' WHERE key='schema_version'",
+    "UPDATE meta SET value='0' WHERE key='schema_version'",
+    "DELETE FROM meta",
+    "DROP TABLE calibrations",
+])
+def test_a_store_whose_tables_do_not_match_its_version_is_named_damaged(tmp_path, capsys, damage):
+    path = tmp_path / "r.sqlite"
+    filled_store(path, 1)
+    with sqlite3.connect(path) as db:
+        db.execute(damage)
+    db.close()
+    with pytest.raises(StoreError, match="is damaged") as info:
+        with Store(path) as store:
+            store.query("SELECT count(*) FROM calibrations")
+    assert "\n" not in str(info.value) and "pass another --store" in str(info.value)
+    if "meta" in damage:
+        assert main(SIMULATE + ["--store", str(path)]) == 2
+        err = one_line(capsys.readouterr().err)
+        assert "is damaged" in err and str(path) in err
+
+
+def test_a_store_path_over_sqlites_limit_says_it_is_too_long(tmp_path, capsys):
+    deep = tmp_path
+    while len(os.fsencode(str(deep))) < 600:
+        deep = deep / ("d" * 100)
+    deep.mkdir(parents=True)
+    path = deep / "r.sqlite"
+    assert main(SIMULATE + ["--store", str(path)]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert "over SQLite's limit of 512" in err and "pass a shorter --store" in err
