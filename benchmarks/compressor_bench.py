@@ -101,11 +101,13 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
     plan = [(n, 1.0, None) for n in names if not density_bound(n)] + [
         (n, d, m) for d in densities for n in names if density_bound(n)
         for m in (stages if stages and n.startswith("sidco") else [None])]
+    made = [(name, density, fixed, compressors.create(name, density=density,
+                                                      **({} if fixed is None else {"stages": fixed})))
+            for name, density, fixed in plan]
     identity = device_identity(dev)
-    for name, density, fixed in plan:
+    for name, density, fixed, c in made:
         if progress:
             progress(f"{name} δ={density:g}")
-        c = compressors.create(name, density=density, **({} if fixed is None else {"stages": fixed}))
         sparse = None
         for _ in range(warmup):
             sparse = c.compress(grad)

@@ -72,7 +72,7 @@ import torch
 
 from compressors import estimators, native, sidco_work
 from compressors._validate import raise_if_not_finite, target_count
-from compressors.adaptive import StageController
+from compressors.adaptive import StageController, max_stages
 from compressors.base import Compressor
 from compressors.rules import COUNT_BAND, ESTIMATOR_BAND, stage_probabilities
 from compressors.selection import Workspace, guard_count
@@ -506,7 +506,8 @@ def _lattice_index(threshold: float) -> int | None:
 class SIDCo(Compressor):
     """Base of the three SIDCo variants; subclasses provide the first- and later-stage fits.
 
-    Options: ``stages`` — an int ≥ 1 or ``"adaptive"`` (default; see
+    Options: ``stages`` — an int from 1 to ``⌈log₂(1/δ)⌉`` (any int ≥ 1 at ``δ ≥ first_ratio``,
+    where one stage is used) or ``"adaptive"`` (default; see
     :class:`compressors.adaptive.StageController`); ``adapt`` — ``"count"`` (default) or
     ``"paper"`` (module docstring); ``corrections`` — at most this many in-call corrections of the
     last stage (``adapt="count"`` only; default 8, 0 disables); ``first_ratio`` — tail mass of
@@ -555,6 +556,9 @@ class SIDCo(Compressor):
             check_count(window, "window")
             self.controller = StageController(self.density, window=window, band=self.band)
         elif isinstance(stages, int) and not isinstance(stages, bool) and stages >= 1:
+            if self.density < self.first_ratio and stages > max_stages(self.density):
+                raise ValueError(f"stages={stages} is more than density {self.density:g} allows: at most "
+                                 f"{max_stages(self.density)} (⌈log₂(1/δ)⌉, the bound the adaptive stages keep to as well)")
             self.fixed_stages = stages
         else:
             raise ValueError(f"stages must be an int >= 1 or 'adaptive', got {stages!r}")

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+import compressors
 from benchmarks import compressor_bench as benchmark
 from compressors.samples import gradient_like
 from sidco.cli import main
@@ -107,3 +108,14 @@ def test_bench_runs_sidco_at_each_fixed_stage_count_beside_the_peers(capsys):
     assert main(["bench", "--size", "1000", "--repeats", "1", "--stages", "0"]) == 2
     err = capsys.readouterr().err
     assert "--stages" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_refuses_more_stages_than_the_density_allows_before_timing_anything(capsys):
+    assert main(["bench", "--size", "10000", "--densities", "0.01", "--repeats", "1", "--stages", "1000"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and "stages=1000" in err and "at most 7" in err
+    with pytest.raises(ValueError, match="at most 10"):
+        compressors.create("sidco-p", density=0.001, stages=11)
+    assert compressors.create("sidco-p", density=0.001, stages=10).stages == 10

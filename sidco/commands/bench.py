@@ -75,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "time other processes hold the cores on a shared machine (use with --threads 1)")
     parser.add_argument("--stages", default=None,
                         help="comma-separated fixed SIDCo stage counts, e.g. 1,2,3: each SIDCo variant runs once "
-                             "per count, rows side by side (default: once, adaptive)")
+                             "per count, rows side by side; at most ⌈log₂(1/δ)⌉ stages at density δ (default: once, adaptive)")
     parser.add_argument("--json", action="store_true", help="print the rows as a JSON list on stdout")
     parser.set_defaults(func=run)
 
