@@ -124,7 +124,7 @@ def parse_controls(
         nodes_value = int(nodes)
     except (TypeError, ValueError, OverflowError):
         raise ProjectionError(f"nodes must be a whole number ≥ 1, got {nodes!r}") from None
-    if nodes_value != float(nodes):
+    if nodes_value != float(nodes) or nodes_value < 1:
         raise ProjectionError(f"nodes must be a whole number ≥ 1, got {nodes!r}")
     if profile_id not in (None, "") and not str(profile_id).isdigit():
         raise ProjectionError(f"unknown device profile {profile_id!r}")
