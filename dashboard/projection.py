@@ -1,5 +1,5 @@
 """Projections for the dashboard: map the controls to a :class:`pipeline.request.Request`,
-call :func:`pipeline.project.project_request`.
+call :func:`pipeline.project.project` of the resolved request.
 
 A *source* control is either a trace registered in the store (``"trace:<id>"``) or a
 large-model layout from :mod:`traces.layouts` (``"layout:<name>"``). The checks (densities,
@@ -156,7 +156,7 @@ def _run(store: Store, request: Request, compressors: list[str], fidelity: str,
     asked = replace(request, compressors=tuple(compressors), timeline=timeline,
                     cluster=replace(request.cluster, fidelity=fidelity))
     try:
-        return pipeline_project.project_request(store, asked)
+        return pipeline_project.project(store, pipeline_project.resolve(asked, store))
     except (ValueError, KeyError, OSError) as exc:
         raise ProjectionError(_first_line(exc)) from exc
 
@@ -204,12 +204,12 @@ def judged(store: Store, request: Request, rows: list[dict[str, Any]]) -> tuple[
     them, as ``sidco compare`` gives them (:mod:`pipeline.quality`): a trace's stored replays (none
     is run inside a request: a pair no replay measured is unmeasured), a layout's shipped table."""
     try:
-        source = pipeline_project.register(store, pipeline_project.source(request, store))
+        asked = pipeline_project.resolve(request, store)
         rank = int(request.cluster.options.get("rank", 1))
-        measured = pipeline_quality.for_source(store, source, [(r["compressor"], r["density"]) for r in rows],
+        measured = pipeline_quality.for_source(store, asked.source, [(r["compressor"], r["density"]) for r in rows],
                                                rank=rank, run_missing=False)
         rows = pipeline_quality.attach(rows, measured)
-        return rows, settle.judge(store, source, request, rows)
+        return rows, settle.judge(store, asked, rows)
     except (ValueError, KeyError, OSError) as exc:
         raise ProjectionError(_first_line(exc)) from exc
 

@@ -17,7 +17,7 @@ import pipeline.project
 import pipeline.sweep
 from results.store import Store
 from pipeline.catalog import Grid
-from pipeline.request import Request
+from pipeline.request import WorkloadRequest
 from units import parse_bandwidth, parse_density, parse_duration, parse_list
 
 from dashboard import projection
@@ -69,8 +69,8 @@ def run(store_path: str | Path, spec: SweepSpec, progress: ProgressFn | None = N
     """
     store = Store(store_path)
     try:
-        request = Request(None, **projection.workload_fields(spec.source))  # the workload and its device
-        source = pipeline.project.source(request, store)
+        asked = pipeline.project.resolve(WorkloadRequest(**projection.workload_fields(spec.source),
+                                                         message_budget=projection.PAGE_MESSAGE_BUDGET), store)
 
         def on_start(sweep_id: int, stored: int) -> None:
             if started:
@@ -79,9 +79,8 @@ def run(store_path: str | Path, spec: SweepSpec, progress: ProgressFn | None = N
                 progress(stored, len(spec.grid))
 
         with ThreadPoolExecutor(max_workers=1) as executor:
-            done = pipeline.sweep.run(store, source, spec.grid, executor, fidelity=spec.fidelity, origin="dashboard",
-                                      chunk_size=chunk_size, in_flight=1, started=on_start, progress=progress,
-                                      message_budget=projection.PAGE_MESSAGE_BUDGET)
+            done = pipeline.sweep.run(store, asked, spec.grid, executor, fidelity=spec.fidelity, origin="dashboard",
+                                      chunk_size=chunk_size, in_flight=1, started=on_start, progress=progress)
         return done.sweep_id
     finally:
         store.close()

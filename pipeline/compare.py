@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from pipeline import project as projection
+from pipeline import project as projections
 from pipeline import quality
 from pipeline import request as requests
 from pipeline.verdict import rank
@@ -38,27 +38,18 @@ def with_baselines(request: requests.Request) -> requests.Request:
     return replace(request, compressors=tuple(dict.fromkeys([*ALWAYS, *request.compressors])))
 
 
-def compare(store: Store, request: requests.Request, resolved: projection.Source | None = None,
-            progress: Callable[[str, int, int], None] | None = None) -> tuple[projection.Source, list[dict[str, Any]]]:
-    """Project every pair of ``request`` with the baselines (:func:`with_baselines`) and rank
-    them fastest first (:func:`pipeline.verdict.rank`): the request's source (``resolved`` when
-    a door has made it already, :func:`pipeline.project.source`) and the rows, each
-    the :func:`pipeline.project.project` result plus ``density`` (``None`` for density-free
-    compressors), ``label``, ``rank``, ``speedup_over_baseline`` and the quality columns
+def compare(store: Store, projection: projections.Projection,
+            progress: Callable[[str, int, int], None] | None = None) -> tuple[projections.Projection,
+                                                                               list[dict[str, Any]]]:
+    """Project every pair of ``projection`` (resolved from a request with the baselines,
+    :func:`with_baselines`) and rank them fastest first (:func:`pipeline.verdict.rank`): the
+    projection, its trace registered in the store, and the rows, each the
+    :func:`pipeline.project.project` result (``density`` ``None`` for density-free compressors)
+    plus ``label``, ``rank``, ``speedup_over_baseline`` and the quality columns
     (:data:`pipeline.quality.COLUMNS`, by :data:`pipeline.quality.QUALITY_RULE`: a trace's
     missing replays run first, ``progress(what, calls_done, calls_total)`` after every call)."""
-    request = with_baselines(request)
-    chosen = request.pairs()
-    source = projection.register(store, resolved or projection.source(request, store))
-    measured = quality.for_source(store, source, chosen, rank=int(request.cluster.options.get("rank", 1)),
-                                  progress=progress)
-    options = {"profile_file": request.profile_file, "profile_id": request.profile_id,
-               "calibration_choice": request.calibration, "message_budget": request.message_budget}
-    free = [n for n, d in chosen if d is None]
-    rows = [{**r, "density": None}
-            for r in projection.project(store, source, request.cluster, free, 1.0, **options)]
-    for density in dict.fromkeys(d for _, d in chosen if d is not None):
-        sparse = [n for n, d in chosen if d == density]
-        rows += [{**r, "density": density}
-                 for r in projection.project(store, source, request.cluster, sparse, density, **options)]
-    return source, quality.attach(rank(rows), measured)
+    projection = projections.registered(store, projection)
+    measured = quality.for_source(store, projection.source, list(projection.pairs),
+                                  rank=int(projection.cluster.options.get("rank", 1)), progress=progress)
+    rows = [{**result, "density": density} for (_, density), result in projections.project_pairs(store, projection)]
+    return projection, quality.attach(rank(rows), measured)

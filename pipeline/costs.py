@@ -223,19 +223,11 @@ def _fill_command(store: Store, trace_id: int | None, device: str, missing: Sequ
     return f"run `sidco replay {path} --compressors {names} --densities {densities} --run-on {run_on}`{where} or {profile}"
 
 
-def _modelled(name: str) -> devices.Device | None:
-    """The device ``name`` names exactly, ``None`` when the cost model does not model it."""
-    try:
-        return devices.get(name)
-    except ValueError:
-        return None
-
-
 def compression_profile(
     store: Store,
     *,
     trace_id: int | None,
-    device: devices.Device | str,
+    device: devices.Device,
     pairs: Sequence[tuple[str, float | None]],
     profile_file: str | Path | None = None,
     numel: int | None = None,
@@ -243,17 +235,17 @@ def compression_profile(
 ) -> CompressionProfile:
     """The compression costs of ``pairs`` ((compressor, density) list; ``none`` needs none) on
     ``device`` for the trace ``trace_id`` (``None`` for a layout), by the policy of this module.
-    ``device``: the modelled device a projection resolved (:func:`pipeline.request.resolve_device`;
-    it reaches the cost model as it is), or a name, looked up here once (a name the cost model
-    does not model, ``cuda`` for a GPU whose model is not recorded, gets stored costs only).
+    ``device``: the device a projection resolved (:func:`pipeline.request.resolve_device`; it
+    reaches the cost model as it is; a device it does not model, :func:`simulator.devices.unrecorded_gpu`,
+    gets stored costs only).
 
     ``numel``: the bucket size (elements) the costs will mostly be asked for, for tiers that
     model rather than measure. ``profile_id``: a stored device profile chosen by hand (the
     dashboard's choice among stored profiles), taken first like ``profile_file``. Raises :class:`MissingCosts` naming the first uncovered pair and
     the command that measures it.
     """
-    model = device if isinstance(device, devices.Device) else _modelled(str(device))
-    device = device.name if isinstance(device, devices.Device) else str(device)
+    model = device if device.modelled else None
+    device = device.name
     wanted = list(dict.fromkeys((c, density_key(d)) for c, d in pairs if c != "none"))
     costs: dict[Key, CompressionCost] = {}
     if profile_file is not None:

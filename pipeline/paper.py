@@ -58,26 +58,25 @@ def project_paper(store: Store, *, layouts: Sequence[str] = PAPER["layouts"],
                                       options={"bucket_mode": PAPER["bucket_mode"]})
             for density in densities:
                 for era, device in eras.items():
-                    request = project.Request(cluster, tuple(PAPER["compressors"]), (density,), layout=layout,
-                                              device=device, batch_size=PAPER["batch_size"],
-                                              precision=PAPER["precision"])
-                    results = {r["compressor"]: {**r, "density": None if r["compressor"] == "none" else density}
-                               for r in project.project_request(store, request)}
+                    asked = project.resolve(project.Request(cluster, tuple(PAPER["compressors"]), (density,),
+                                                            layout=layout, device=device,
+                                                            batch_size=PAPER["batch_size"],
+                                                            precision=PAPER["precision"]), store)
+                    results = {r["compressor"]: r for r in project.project(store, asked)}
                     best = min(SIDCO, key=lambda name: results[name]["iteration_s"])
                     rows.append({"layout": layout, "bandwidth_bps": bandwidth, "density": density, "era": era,
                                  "device": device, "sidco": best,
                                  "iteration_s": {n: r["iteration_s"] for n, r in results.items()},
                                  **{f"over_{b}": _ratio(results[b], results[best]) for b in REPORTED}})
-                    settings.append((request, results))
+                    settings.append((asked, results))
     summary = {}
     for baseline, figure in REPORTED.items():
         entry: dict[str, Any] = {"paper": figure}
         for era in eras:
             i = max((i for i, r in enumerate(rows) if r["era"] == era),
                     key=lambda i: rows[i][f"over_{baseline}"]["speedup"])
-            top, (request, results) = rows[i], settings[i]
-            found = settle.settle(store, project.source(request, store), request,
-                                  [results[top["sidco"]], results[baseline]])
+            top, (asked, results) = rows[i], settings[i]
+            found = settle.settle(store, asked, [results[top["sidco"]], results[baseline]])
             entry[era] = {**top[f"over_{baseline}"], "layout": top["layout"], "bandwidth_bps": top["bandwidth_bps"],
                           "density": top["density"], "sidco": top["sidco"], "settle": found}
         summary[baseline] = entry

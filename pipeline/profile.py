@@ -4,6 +4,7 @@ compressors."""
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -24,6 +25,35 @@ GOAL = 0.30
 KERNEL_FACTOR = 2.0
 """Published kernel rows (``profiles/published-<gpu>.json``): the model's target is a median
 |error| within :data:`GOAL` and every row within this factor either way."""
+
+
+def store_profile(store: Store, profile: dp.DeviceProfile) -> int:
+    """Keep ``profile`` in the results store (``device_profiles``/``device_profile_rows``); returns its id.
+
+    The identity column holds the identity, the creation date, the method and the measured
+    device numbers, so that :func:`stored_profiles` rebuilds the same profile (the pipeline writes
+    the store; :mod:`simulator.device_profile` keeps to the file format)."""
+    identity = {"identity": dict(profile.identity), "created": profile.created, "method": dict(profile.method),
+                "device_model": profile.device_model}
+    return store.add_device_profile(profile.device, identity, profile.source, profile.rows)
+
+
+def stored_profiles(store: Store, device: str) -> list[tuple[int, dp.DeviceProfile]]:
+    """The store's profiles of ``device``, newest first, as ``(id, profile)``."""
+    found = []
+    for row in store.device_profiles(device):
+        meta = json.loads(row["identity_json"])
+        rows = tuple(
+            {k: r[k] for k in ("compressor", "density", "numel", "compress_s", "decompress_s", "wire_bytes", "backend")
+             if r.get(k) is not None}
+            for r in store.device_profile_rows(row["id"])
+        )
+        if rows:
+            found.append((int(row["id"]), dp.DeviceProfile(
+                row["device"], row["source"], rows, meta.get("created", ""), meta.get("identity") or {},
+                meta.get("method") or {}, meta.get("device_model"),
+            )))
+    return found
 
 
 @dataclass(frozen=True)
@@ -58,7 +88,7 @@ def measure(store: Store, device: str, sizes: Sequence[int], names: Sequence[str
         devices.save_host(host)
 
     def keep_partial(partial: dp.DeviceProfile, exc: BaseException) -> None:
-        kept = dp.store_profile(store, partial)
+        kept = store_profile(store, partial)
         note(f"stopped: the {len(partial.rows)} rows measured are kept as device profile #{kept}")
 
     profile = profiling.profile(device, sizes, names, densities, warmup=warmup, repeats=repeats, sessions=sessions,
@@ -68,7 +98,7 @@ def measure(store: Store, device: str, sizes: Sequence[int], names: Sequence[str
         host = measure.fastest(host, measure.measure_host(repeats=max(3, repeats)))
         devices.save_host(host)
         profile = replace(profile, device_model=host.to_json())
-    profile_id = dp.store_profile(store, profile)
+    profile_id = store_profile(store, profile)
     if out is not None:
         profile.save(out)
     return Measured(profile_id, profile)
@@ -82,7 +112,7 @@ def profiles_to_check(store: Store, files: Sequence[str | Path] = ()) -> list[tu
     found = [(f"shipped {p.name}", dp.load(p)) for p in profiles.paths()]
     found += [(f"file {p}", dp.load(p)) for p in files]
     for name in sorted({r["device"] for r in store.device_profile_list()}):
-        found += [(f"store #{profile_id}", profile) for profile_id, profile in dp.stored_profiles(store, name)]
+        found += [(f"store #{profile_id}", profile) for profile_id, profile in stored_profiles(store, name)]
     seen, unique = set(), []
     for where, profile in found:
         key = (profile.device, tuple((r["compressor"], float(r["density"]), int(r["numel"]), float(r["compress_s"]))

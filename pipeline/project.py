@@ -1,11 +1,13 @@
 """Projections: one simulated iteration of a trace or layout on a cluster, per compressor.
 
 ``sidco simulate`` and the dashboard's What-if and Timeline pages fill one
-:class:`pipeline.request.Request` and call :func:`project_request`, so they show the same
-numbers: :func:`source` resolves the request's workload and modelled device (looked up once,
-:func:`pipeline.request.resolve_device`), the workload comes from :func:`workload`, the
-compression costs from the one policy (:func:`pipeline.costs.compression_profile`, on the
-source's device), the calibration from the store. Units: seconds, bits/s, bytes.
+:class:`pipeline.request.Request`, :func:`resolve` it to a :class:`Projection` and call
+:func:`project`, so they show the same numbers: :func:`resolve` looks the request's workload and
+modelled device up once (:func:`pipeline.request.resolve_device`), the workload comes from
+:func:`workload`, the compression costs from the one policy
+(:func:`pipeline.costs.compression_profile`, on the source's device), the calibration from the
+store. Compare, sweeps and time to accuracy take the same :class:`Projection`. Units: seconds,
+bits/s, bytes.
 """
 
 from __future__ import annotations
@@ -18,18 +20,18 @@ from typing import Any
 
 import simulator
 from simulator.band import band
-from simulator.limits import MESSAGE_BUDGET, check_scenario
+from simulator.limits import check_scenario
 import traces
 from pipeline.costs import compression_profile, cost_band
-from pipeline.request import Cluster, Request, parse_calibration, resolve_device
+from pipeline.request import Cluster, Request, WorkloadRequest, parse_calibration, resolve_device
 from results.store import Store
 from simulator import anchor, devices, throughput
 from simulator.throughput import DEFAULT_PRECISION
 from simulator.workload import scaled, workload_by_flops
 
-__all__ = ["Cluster", "Request", "Source", "calibration", "check", "check_options", "layout_source",
-           "options", "project", "project_request", "register", "scenarios", "source", "trace_source", "workload",
-           "workload_facts", "workload_text"]
+__all__ = ["Cluster", "Projection", "Request", "Source", "WorkloadRequest", "calibration", "check_options",
+           "layout_source", "options", "project", "project_pairs", "register", "registered", "resolve", "scenarios",
+           "trace_source", "workload", "workload_facts", "workload_text"]
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,9 @@ class Source:
     ``compute_high``: factors on every compute time spanning the compute rule's measured error
     (:func:`simulator.throughput.compute`; 1 for the trace's own timings). ``device``: the
     modelled device (:func:`pipeline.request.resolve_device`, looked up once), the one channel
-    on which it reaches the compute rule and the compression costs; ``None`` for a trace kept
-    on the GPU it was captured on (``device_name`` ``cuda``). Neither takes part in equality:
-    the workload depends on the device only through the numbers above. ``tokens``: a transformer
+    on which it reaches the compute rule and the compression costs
+    (:func:`simulator.devices.unrecorded_gpu` for a trace kept on the GPU it was captured on). It
+    takes no part in equality: the workload depends on the device only through the numbers above. ``tokens``: a transformer
     layout's sequence length (``None``: its stated input, :data:`traces.layouts.TOKENS`);
     ``compute_from``: where compute came from in one word: ``rule`` (fitted to published
     throughput), ``measured`` (``--samples-per-s``), ``given`` (``--device-flops``) or ``trace``."""
@@ -64,10 +66,9 @@ class Source:
     precision: str = DEFAULT_PRECISION
     compute_low: float = 1.0
     compute_high: float = 1.0
-    device: devices.Device | None = field(default=None, compare=False)
-    device_name: str = field(default="cpu", compare=False)
     tokens: int | None = None
     compute_from: str = "rule"
+    device: devices.Device = field(compare=False, kw_only=True)
 
 
 def capture_device(trace_path: str | Path) -> str:
@@ -96,7 +97,7 @@ def _ratio(captured: str, target: devices.Device, precision: str) -> tuple[float
                    f"{target.peak_flops(precision) / 1e12:.3g} TFLOP/s")
 
 
-def _projected(path: str, target: devices.Device | None, precision: str) -> dict[str, Any]:
+def _projected(path: str, target: devices.Device, precision: str) -> dict[str, Any]:
     """The :class:`Source` fields projecting the trace at ``path`` onto ``target`` in
     ``precision``. The rule: the trace's own timings on the device it was captured on;
     elsewhere its per-layer FLOPs at the compute rule's FLOP/s (:func:`simulator.throughput.compute`,
@@ -104,9 +105,8 @@ def _projected(path: str, target: devices.Device | None, precision: str) -> dict
     FLOPs by the ratio rule), else every time × the ratio rule (:func:`_ratio`, with the
     unfitted CPU band)."""
     captured = capture_device(path)
-    kept = {"compute": f"trace timings ({captured})", "precision": precision, "device": target, "compute_from": "trace",
-            "device_name": captured.split(":")[0] if target is None else target.name}
-    if target is None or target.name == captured.split(":")[0]:
+    kept = {"compute": f"trace timings ({captured})", "precision": precision, "device": target, "compute_from": "trace"}
+    if target.name == captured.split(":")[0]:
         return kept
     ratio, ratio_note = _ratio(captured, target, precision)
     trace = traces.open(path)
@@ -114,7 +114,7 @@ def _projected(path: str, target: devices.Device | None, precision: str) -> dict
         low, high = throughput.UNMEASURED_CPU_BAND
         return {"compute_scale": ratio, "compute": f"{ratio_note} (band x{low:g}-{high:g})", "precision": precision,
                 "compute_from": "trace",
-                "compute_low": low, "compute_high": high, "device": target, "device_name": target.name}
+                "compute_low": low, "compute_high": high, "device": target}
     kind = throughput.kind_of([tuple(shape) for _, shape in trace.layers], trace.forward_flops)
     rule = throughput.compute(target, precision, kind)
     per_sample = sum(trace.forward_flops) / trace.flops_batch_size
@@ -125,7 +125,7 @@ def _projected(path: str, target: devices.Device | None, precision: str) -> dict
         note += f"; {without} of {len(trace.forward_flops)} layers without FLOPs: {ratio_note}"
     return {"compute_scale": ratio, "compute": note, "by_flops": True, "device_flops_per_s": rule.flops_per_s,
             "memory_bandwidth_Bps": target.memory_bandwidth_Bps, "precision": precision,
-            "compute_low": rule.low, "compute_high": rule.high, "device": target, "device_name": target.name}
+            "compute_low": rule.low, "compute_high": rule.high, "device": target}
 
 
 def _trace(ref: str, trace_id: int | None, device: str | None, precision: str) -> Source:
@@ -184,15 +184,14 @@ def layout_source(name: str, *, device: str | None = None, device_flops_per_s: f
         flops, low, high, where = float(device_flops_per_s), 1.0, 1.0, "given"
         note = f"layout FLOPs at {flops / 1e12:.3g} TFLOP/s (--device-flops, as given: no band)"
     return Source("layout", str(name), None, flops, int(batch_size), target.memory_bandwidth_Bps, 1.0, note,
-                  precision=precision, compute_low=low, compute_high=high, device=target, device_name=target.name,
-                  tokens=tokens, compute_from=where)
+                  precision=precision, compute_low=low, compute_high=high, device=target, tokens=tokens,
+                  compute_from=where)
 
 
-def source(request: Request, store: Store | None = None) -> Source:
+def _source(request: WorkloadRequest, store: Store | None) -> Source:
     """The workload of ``request`` on its modelled device, the device resolved here, once
-    (:func:`pipeline.request.resolve_device`). A trace directory is not registered yet
-    (:func:`register` does, once a store is open), so bad input is found before any store is
-    opened; a trace given by its id needs the ``store``."""
+    (:func:`pipeline.request.resolve_device`). A trace directory is registered only when a
+    ``store`` is given; a trace given by its id needs the ``store``."""
     if request.layout is not None:
         return layout_source(request.layout, device=request.device, device_flops_per_s=request.device_flops_per_s,
                              batch_size=request.batch_size, precision=request.precision,
@@ -201,7 +200,8 @@ def source(request: Request, store: Store | None = None) -> Source:
         if store is None:
             raise ValueError("a trace given by its id needs the results store")
         return trace_source(store, trace_id=request.trace_id, device=request.device, precision=request.precision)
-    return _trace(str(Path(request.trace).resolve()), None, request.device, request.precision)
+    found = _trace(str(Path(request.trace).resolve()), None, request.device, request.precision)
+    return found if store is None else register(store, found)
 
 
 @functools.lru_cache(maxsize=16)
@@ -230,14 +230,48 @@ def options(given: Mapping[str, Any], workload: simulator.Workload) -> dict[str,
     return chosen
 
 
-def check(request: Request) -> Source:
-    """The source of ``request`` (its device resolved, :func:`source`) with its cluster checked
-    against the simulator's limits (:func:`check_options`), before any store is opened or
-    created: bad input writes nothing. Pass it on to :func:`project_request` or
-    :func:`pipeline.compare.compare`."""
-    resolved = source(request)
-    check_options(resolved, request.cluster)
-    return resolved
+@dataclass(frozen=True)
+class Projection:
+    """What was asked, with nothing left to look up: the checked ``request`` (a
+    :class:`pipeline.request.Request`, or a :class:`pipeline.request.WorkloadRequest` where a
+    sweep's grid or a convergence run gives the cluster and the pairs), its ``source`` (the
+    workload on one resolved :class:`simulator.devices.Device`), the ``workload`` built from it
+    and the (compressor, density) ``pairs`` to project (density ``None`` for a compressor that
+    takes none). Made by :func:`resolve` only."""
+
+    request: WorkloadRequest
+    source: Source
+    workload: simulator.Workload = field(compare=False)
+    pairs: tuple[tuple[str, float | None], ...] = ()
+
+    @property
+    def cluster(self) -> Cluster:
+        """The request's cluster; ValueError when the request is of the workload alone."""
+        if not isinstance(self.request, Request):
+            raise ValueError("a projection needs a cluster")
+        return self.request.cluster
+
+    @property
+    def budget(self) -> int:
+        """The most link-level messages one scenario may take (:func:`simulator.limits.check_scenario`)."""
+        return self.request.message_budget
+
+
+def resolve(request: WorkloadRequest, store: Store | None = None) -> Projection:
+    """The one resolver: ``request``'s source (its modelled device looked up once,
+    :func:`pipeline.request.resolve_device`), workload and pairs, its cluster checked against
+    the simulator's limits (:func:`check_options`). Without a ``store`` nothing is opened or
+    written, so bad input is found first (a trace directory is registered by :func:`registered`
+    once a store is open); a trace given by its id needs the ``store``."""
+    found = _source(request, store)
+    if isinstance(request, Request):
+        check_options(found, request.cluster)
+    return Projection(request, found, workload(found), tuple(request.pairs()) if isinstance(request, Request) else ())
+
+
+def registered(store: Store, projection: Projection) -> Projection:
+    """``projection`` with its trace registered in ``store`` (:func:`register`)."""
+    return replace(projection, source=register(store, projection.source))
 
 
 def check_options(source: Source, cluster: Cluster) -> None:
@@ -266,26 +300,28 @@ def calibration(store: Store, choice: str | int = "latest", *,
     return simulator.Calibration.from_rows(rows)
 
 
-def profile(store: Store, source: Source, compressors: Sequence[str], density: float | None, *,
-            profile_file: str | Path | None = None,
-            profile_id: int | None = None) -> simulator.CompressionProfile | None:
+def _costs(store: Store, source: Source, request: WorkloadRequest, compressors: Sequence[str],
+           density: float | None) -> simulator.CompressionProfile | None:
     """Compression costs of ``compressors`` at ``density`` for ``source`` on its device (the
-    policy); ``None`` when only ``none`` is asked."""
+    policy, with the request's profile file or stored profile first); ``None`` when only
+    ``none`` is asked."""
     pairs = [(c, density) for c in compressors if c != "none"]
     if not pairs:
         return None
-    return compression_profile(store, trace_id=source.trace_id, device=source.device or source.device_name,
-                               pairs=pairs, profile_file=profile_file, profile_id=profile_id)
+    return compression_profile(store, trace_id=source.trace_id, device=source.device, pairs=pairs,
+                               profile_file=request.profile_file, profile_id=request.profile_id)
 
 
-def scenarios(store: Store, source: Source, cluster: Cluster, compressors: Sequence[str], density: float | None,
-              *, profile_file: str | Path | None = None, profile_id: int | None = None,
-              calibration_choice: str | int = "none", timeline: bool = False) -> list[simulator.Scenario]:
-    """One :class:`simulator.Scenario` per compressor (``density`` ignored for ``none``); the
-    calibration ``calibration_choice`` names (``latest``, an id, ``none``) must exist."""
-    costs = profile(store, source, compressors, density, profile_file=profile_file, profile_id=profile_id)
-    constants = calibration(store, calibration_choice, required=True)
-    wl = workload(source)
+def scenarios(store: Store, projection: Projection, compressors: Sequence[str],
+              density: float | None) -> list[simulator.Scenario]:
+    """One :class:`simulator.Scenario` per compressor of ``projection`` on its cluster at
+    ``density`` (ignored for ``none``); the calibration the request names (``latest``, an id,
+    ``none``) must exist."""
+    source, request = projection.source, projection.request
+    costs = _costs(store, source, request, compressors, density)
+    constants = calibration(store, request.calibration, required=True)
+    cluster, wl = projection.cluster, projection.workload
+    timeline = bool(getattr(request, "timeline", False))
     return [
         simulator.Scenario(
             wl, cluster.nodes, cluster.bandwidth_bps, cluster.latency_s, name,
@@ -297,30 +333,48 @@ def scenarios(store: Store, source: Source, cluster: Cluster, compressors: Seque
     ]
 
 
-def project(store: Store, source: Source, cluster: Cluster, compressors: Sequence[str], density: float | None,
-            *, profile_file: str | Path | None = None, profile_id: int | None = None,
-            calibration_choice: str | int = "none", timeline: bool = False, message_budget: int = MESSAGE_BUDGET) -> list[dict[str, Any]]:
-    """Simulate one iteration per compressor: the :func:`simulator.simulate` result (seconds,
-    bytes, samples/s, speed-up over ``none``) plus ``compressor`` and ``cost_source`` (where
-    its compression costs came from; ``None`` for ``none``), ``device`` (the source's modelled
-    device) and ``compute_source`` (where the compute times come from). ``message_budget``: the
-    most link-level messages one scenario may take (:func:`simulator.limits.check_scenario`; a
-    dashboard request passes a smaller one than the command line)."""
-    device = source.device_name
+def _groups(pairs: Sequence[tuple[str, float | None]]) -> list[tuple[list[str], float | None]]:
+    """``pairs`` grouped as they are projected: the density-free compressors together, at 1
+    (the casts and PowerSGD send what their dtype or rank sets), then each density's."""
+    free = [c for c, d in pairs if d is None]
+    groups: list[tuple[list[str], float | None]] = [(free, None if free == ["none"] else 1.0)] if free else []
+    return groups + [([c for c, d in pairs if d == density], density)
+                     for density in dict.fromkeys(d for _, d in pairs if d is not None)]
+
+
+def project_pairs(store: Store, projection: Projection) -> list[tuple[tuple[str, float | None], dict[str, Any]]]:
+    """Simulate one iteration per pair of ``projection``, density-free pairs first, then by
+    density: each pair (density ``None`` for a compressor that takes none) with its result, the
+    :func:`simulator.simulate` result (seconds, bytes, samples/s, speed-up over ``none``) plus
+    ``compressor``, ``cost_source`` (where its compression costs came from; ``None`` for
+    ``none``), ``device`` (the source's modelled device) and ``compute_source`` (where the
+    compute times come from). Every scenario is checked against the request's message budget
+    (:func:`simulator.limits.check_scenario`; a dashboard request passes a smaller one than the
+    command line)."""
+    projection = registered(store, projection)
+    source = projection.source
+    device = source.device.name
     results = []
-    for scenario in scenarios(store, source, cluster, compressors, density, profile_file=profile_file, profile_id=profile_id,
-                              calibration_choice=calibration_choice, timeline=timeline):
-        check_scenario(scenario, message_budget=message_budget)
-        result = simulator.simulate(scenario)
-        cost = None if scenario.profile is None else scenario.profile.cost(scenario.compressor, scenario.density)
-        costs = (1.0, 1.0) if cost is None else cost_band(cost, device, scenario.compressor, scenario.density,
-                                                          source.device)
-        results.append({**result, "compressor": scenario.compressor, "device": device, "precision": source.precision,
-                        "compute_source": source.compute, "cost_source": None if cost is None else cost.source,
-                        **workload_facts(source), "compute_band": [source.compute_low, source.compute_high],
-                        "cost_band": list(costs), **band(scenario, result, (source.compute_low, source.compute_high),
-                                                          costs)})
+    for names, density in _groups(projection.pairs):
+        for scenario in scenarios(store, projection, names, density):
+            check_scenario(scenario, message_budget=projection.budget)
+            result = simulator.simulate(scenario)
+            cost = None if scenario.profile is None else scenario.profile.cost(scenario.compressor, scenario.density)
+            costs = (1.0, 1.0) if cost is None else cost_band(cost, device, scenario.compressor, scenario.density,
+                                                              source.device)
+            pair = (scenario.compressor, None if (scenario.compressor, None) in projection.pairs else density)
+            results.append((pair, {
+                **result, "compressor": scenario.compressor, "device": device, "precision": source.precision,
+                "compute_source": source.compute, "cost_source": None if cost is None else cost.source,
+                **workload_facts(source), "compute_band": [source.compute_low, source.compute_high],
+                "cost_band": list(costs),
+                **band(scenario, result, (source.compute_low, source.compute_high), costs)}))
     return results
+
+
+def project(store: Store, projection: Projection) -> list[dict[str, Any]]:
+    """The results of :func:`project_pairs`, what ``sidco simulate --json`` prints per compressor."""
+    return [result for _, result in project_pairs(store, projection)]
 
 
 def workload_facts(source: Source) -> dict[str, Any]:
@@ -348,19 +402,3 @@ def workload_text(result: Mapping[str, Any]) -> str:
             " (the layout's stated input; --tokens changes it)" if result["tokens_stated"] else " (--tokens)")
     return (f"batch {result['batch_size']} per worker{tokens}, precision {result['precision']}; compute from "
             f"{COMPUTE_FROM[result['compute_from']]}")
-
-
-def project_request(store: Store, request: Request, resolved: Source | None = None) -> list[dict[str, Any]]:
-    """:func:`project` of a checked ``request`` of at most one density: its workload on its
-    modelled device (``resolved``, the request's :func:`source` when a door has made it already,
-    else made here), every compressor at that density (1 where none is given: the casts and
-    PowerSGD send what their dtype or rank sets); :func:`pipeline.compare.compare` takes several."""
-    if len(request.densities) > 1:
-        raise ValueError("one density per projection; pipeline.compare.compare ranks several")
-    if request.cluster is None:
-        raise ValueError("a projection needs a cluster")
-    density = (request.densities[0] if request.densities else None if request.compressors == ("none",) else 1.0)
-    return project(store, register(store, resolved or source(request, store)), request.cluster, request.compressors, density,
-                   profile_file=request.profile_file, profile_id=request.profile_id,
-                   calibration_choice=request.calibration, timeline=request.timeline,
-                   message_budget=request.message_budget)

@@ -5,9 +5,10 @@ Timeline and Sweeps pages their controls, to a :class:`Request`; constructing it
 (the workload named once, compressors that exist, densities in (0, 1] where the compressor
 takes one, the cluster's numbers, the precision, the calibration choice), so the doors carry
 none of them. The modelled device is looked up in one place, :func:`resolve_device`, by one
-default rule; :func:`pipeline.project.source` calls it once per request and the resolved
-:class:`simulator.devices.Device` travels on the request's source to the compute rule and the
-compression-cost policy. Units: bits/s, seconds, bytes, FLOP/s.
+default rule; :func:`pipeline.project.resolve` calls it once per request and the resolved
+:class:`simulator.devices.Device` travels on the projection's source to the compute rule and the
+compression-cost policy. :class:`WorkloadRequest` is the workload alone (a sweep's grid or a
+convergence run gives the cluster and the pairs). Units: bits/s, seconds, bytes, FLOP/s.
 """
 
 from __future__ import annotations
@@ -31,23 +32,23 @@ DEVICE_RULE = (f"default: {DEFAULT_LAYOUT_DEVICE} for a layout, the device a tra
 """The one default rule of the modelled device, as ``--help`` and the dashboard state it."""
 
 
-def resolve_device(asked: str | None, *, layout: bool, captured: str = "cpu") -> devices.Device | None:
+def resolve_device(asked: str | None, *, layout: bool, captured: str = "cpu") -> devices.Device:
     """The modelled device of a projection: the device ``asked`` names exactly (case-insensitive,
     ``NAME@ERA`` for a GPU with an earlier PyTorch's kernels; ValueError listing the known names
     otherwise), else the one default rule (:data:`DEVICE_RULE`): :data:`DEFAULT_LAYOUT_DEVICE`
-    for a ``layout``, the device a trace was ``captured`` on (``cpu``, ``cuda:0``…). ``None``
-    for a trace captured on a GPU whose model is not recorded (its timings are kept; its costs
-    come from stored replays and profiles of ``cuda``). The only place a projection looks a
-    device up."""
+    for a ``layout``, the device a trace was ``captured`` on (``cpu``, ``cuda:0``…):
+    :func:`simulator.devices.unrecorded_gpu` for a trace captured on a GPU whose model is not
+    recorded (its timings are kept; its costs come from stored replays and profiles of ``cuda``).
+    The only place a projection looks a device up."""
     if asked:
         return devices.get(asked)
     if layout:
         return devices.get(DEFAULT_LAYOUT_DEVICE)
     kind = captured.split(":")[0]
-    return devices.get(kind) if kind == "cpu" else None
+    return devices.get(kind) if kind == "cpu" else devices.unrecorded_gpu()
 
 
-def device_names() -> list[str]:
+def modelled_devices() -> list[str]:
     """The modelled devices' names (``cpu``, ``v100``, ``a100``, ``h100``, ``h200``)."""
     return devices.names()
 
@@ -157,28 +158,24 @@ def check_anchors(layout: str | None, samples_per_s: float | None, tokens: int |
         check_tokens(layout, tokens)
 
 
-@dataclass(frozen=True)
-class Request:
-    """One projection, checked on construction (ValueError, one line, naming the first bad field).
+@dataclass(frozen=True, kw_only=True)
+class WorkloadRequest:
+    """The workload of a projection and how it is priced, without the cluster or the pairs (a
+    sweep's grid and a convergence run give those), checked on construction (ValueError, one
+    line, naming the first bad field).
 
-    ``cluster``: where it runs (``None`` for the workload alone: a sweep varies the cluster).
     The workload: exactly one of ``trace`` (a trace directory), ``trace_id`` (a trace registered
     in the store) or ``layout`` (a full-size layout of :mod:`traces.layouts`, computed with
     ``batch_size`` samples per worker, at ``device_flops_per_s`` FLOP/s when given, or anchored on
     ``samples_per_s``, the single-GPU training throughput measured at ``batch_size``
     (:func:`check_anchors`); ``tokens``: a transformer layout's sequence length, ``None`` for its
-    stated input). ``device``:
-    the modelled device's name, ``None`` for the default rule (:func:`resolve_device`);
-    ``precision``: ``fp32``, ``tf32`` or ``amp``. ``compressors`` at ``densities`` (each in
-    (0, 1]; at least one when a compressor takes a density: :func:`pairs`). ``calibration``:
+    stated input). ``device``: the modelled device's name, ``None`` for the default rule
+    (:func:`resolve_device`); ``precision``: ``fp32``, ``tf32`` or ``amp``. ``calibration``:
     ``latest``, an id or ``none``. Compression costs by the policy
     (:func:`pipeline.costs.compression_profile`), taking ``profile_file`` (a JSON profile) or
-    the stored profile ``profile_id`` first. ``timeline``: keep the iteration's events;
-    ``message_budget``: the most link-level messages one scenario may take."""
+    the stored profile ``profile_id`` first. ``message_budget``: the most link-level messages one
+    scenario may take."""
 
-    cluster: Cluster | None
-    compressors: tuple[str, ...] = ("none",)
-    densities: tuple[float, ...] = ()
     trace: str | None = None
     trace_id: int | None = None
     layout: str | None = None
@@ -189,7 +186,6 @@ class Request:
     calibration: str | int = "none"
     profile_file: str | None = None
     profile_id: int | None = None
-    timeline: bool = False
     message_budget: int = MESSAGE_BUDGET
     samples_per_s: float | None = None
     tokens: int | None = None
@@ -210,15 +206,33 @@ class Request:
         check_count(self.batch_size, "batch size")
         check_precision(self.precision)
         check_anchors(self.layout, self.samples_per_s, self.tokens, self.device_flops_per_s)
+        object.__setattr__(self, "calibration", parse_calibration(self.calibration))
+        if self.profile_id is not None and (isinstance(self.profile_id, bool) or not isinstance(self.profile_id, int)
+                                            or self.profile_id < 1):
+            raise ValueError(f"unknown device profile {self.profile_id!r}")
+
+
+@dataclass(frozen=True)
+class Request(WorkloadRequest):
+    """One projection: the workload (:class:`WorkloadRequest`, its fields by keyword) on
+    ``cluster``, ``compressors`` at ``densities`` (each in (0, 1]; at least one when a
+    compressor takes a density: :func:`pairs`); ``timeline``: keep the iteration's events.
+    Checked on construction (ValueError, one line, naming the first bad field)."""
+
+    cluster: Cluster
+    compressors: tuple[str, ...] = ("none",)
+    densities: tuple[float, ...] = ()
+    timeline: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.cluster, Cluster):
+            raise ValueError(f"a projection needs a cluster, got {self.cluster!r}")
         if not self.compressors:
             raise ValueError("choose at least one compressor")
         pairs(self.compressors, self.densities)
         object.__setattr__(self, "compressors", tuple(self.compressors))
         object.__setattr__(self, "densities", tuple(check_density(d) for d in self.densities))
-        object.__setattr__(self, "calibration", parse_calibration(self.calibration))
-        if self.profile_id is not None and (isinstance(self.profile_id, bool) or not isinstance(self.profile_id, int)
-                                            or self.profile_id < 1):
-            raise ValueError(f"unknown device profile {self.profile_id!r}")
 
     def pairs(self) -> list[tuple[str, float | None]]:
         """The request's (compressor, density) pairs (:func:`pairs`)."""

@@ -25,7 +25,6 @@ from typing import Any
 import simulator
 from pipeline import project as projection
 from pipeline import quality
-from pipeline.request import Request
 from pipeline.verdict import label, rank, with_settle
 from results.store import Store
 from simulator.band import scaled_costs
@@ -62,11 +61,9 @@ def _analytic(scenario: simulator.Scenario) -> float:
     return float(simulate_alone(replace(scenario, fidelity="analytic", timeline=False))["iteration_s"])
 
 
-def _scenario(store: Store, source: projection.Source, request: Request, row: Mapping[str, Any]) -> simulator.Scenario:
+def _scenario(store: Store, projected: projection.Projection, row: Mapping[str, Any]) -> simulator.Scenario:
     density = row.get("density")
-    (scenario,) = projection.scenarios(store, source, request.cluster, [row["compressor"]],
-                                       1.0 if density is None else density, profile_file=request.profile_file,
-                                       profile_id=request.profile_id, calibration_choice=request.calibration)
+    (scenario,) = projection.scenarios(store, projected, [row["compressor"]], 1.0 if density is None else density)
     return scenario
 
 
@@ -115,29 +112,30 @@ def _flip_point(item: Input, end: float, pair: Sequence[tuple[str, simulator.Sce
     return math.exp((lo + hi) / 2)
 
 
-def command(item: Input, source: projection.Source, request: Request, rows: Sequence[Mapping[str, Any]],
+def command(item: Input, projected: projection.Projection, rows: Sequence[Mapping[str, Any]],
             value: float | None) -> str:
     """The one command that measures ``item`` on the user's hardware: ``sidco profile --run-on
     cuda`` for a kernel cost (its ``--out`` file then goes to ``--profile``), the comparison re-run
     with the measured single-GPU throughput as ``--samples-per-s`` for compute (``MEASURED``
     stands for it; ``value`` the compute factor where the order flips), ``sidco calibrate`` for
     the links' efficiency."""
+    source = projected.source
     if item.key.startswith("kernel:"):
         row = next(r for r in rows if label(r["compressor"], r.get("density")) == item.key.split(":", 1)[1])
         densities = "" if row.get("density") is None else f" --densities {row['density']:g}"
         return (f"sidco profile --run-on cuda --compressors {row['compressor']}{densities} "
-                f"--out {source.device_name}-profile.json")
+                f"--out {source.device.name}-profile.json")
     if item.key == "compute":
         if source.kind != "layout":
             return "sidco capture --run-on cuda (a trace captured on the GPU keeps its own timings)"
-        c = request.cluster
-        options = {"tokens": request.tokens, "gpus_per_node": c.options.get("gpus_per_node", 1),
+        c = projected.cluster
+        options = {"tokens": projected.request.tokens, "gpus_per_node": c.options.get("gpus_per_node", 1),
                    "bucket_mode": c.options.get("bucket_mode", "ddp")}
         extra = "".join(f" --{k.replace('_', '-')} {v}" for k, v in options.items()
                         if v is not None and v not in (1, "ddp"))
         names = ",".join(dict.fromkeys(r["compressor"] for r in rows))
         densities = ",".join(dict.fromkeys(f"{r['density']:g}" for r in rows if r.get("density") is not None))
-        return (f"sidco compare --layout {source.ref} --device {source.device_name} --precision {source.precision} "
+        return (f"sidco compare --layout {source.ref} --device {source.device.name} --precision {source.precision} "
                 f"--batch-size {source.batch_size}{extra} --nodes {c.nodes} "
                 f"--bandwidth {format_bandwidth(c.bandwidth_bps).replace(' ', '')} "
                 f"--latency {format_seconds(c.latency_s).replace(' ', '').replace('µs', 'us')} --topology {c.topology} "
@@ -155,10 +153,9 @@ def _samples_per_s(source: projection.Source, factor: float) -> float | None:
     return workload.batch_size / (factor * compute_s + workload.optimizer_s)
 
 
-def settle(store: Store, source: projection.Source, request: Request,
-           rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def settle(store: Store, projected: projection.Projection, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Which unmeasured input decides the order of the two fastest of ``rows`` (results of
-    :func:`pipeline.project.project` on ``source`` for ``request``; the module docstring):
+    :func:`pipeline.project.project` of ``projected``; the module docstring):
     ``input`` (its key), ``name``, ``band``, ``flips`` (whether an end of its band puts the
     runner-up first), ``flips_at`` (the value where the two tie; ``None`` when it does not
     flip), ``ratio_at_end`` (runner-up ÷ winner iteration time at the band's end that narrows
@@ -168,7 +165,8 @@ def settle(store: Store, source: projection.Source, request: Request,
     if len(ranked) < 2:
         return None
     pair_rows = ranked[:2]
-    pair = [(r["label"], _scenario(store, source, request, r), float(r["iteration_s"])) for r in pair_rows]
+    source = projected.source
+    pair = [(r["label"], _scenario(store, projected, r), float(r["iteration_s"])) for r in pair_rows]
     calibrated = pair[0][1].calibration is not None
     best = None
     for item in inputs(source, pair_rows, calibrated):
@@ -187,22 +185,21 @@ def settle(store: Store, source: projection.Source, request: Request,
     _, item, end, gap, at = best
     found = {"input": item.key, "name": item.name, "band": list(item.band), "flips": at is not None,
              "flips_at": at, "ratio_at_end": gap, "end": end, "winner": pair_rows[0]["label"],
-             "runner_up": pair_rows[1]["label"], "command": command(item, source, request, pair_rows, at)}
+             "runner_up": pair_rows[1]["label"], "command": command(item, projected, pair_rows, at)}
     if item.key == "compute":
         found["flips_at_samples_per_s"] = None if at is None else _samples_per_s(source, at)
         found["projected_samples_per_s"] = _samples_per_s(source, 1.0)
     return found
 
 
-def judge(store: Store, source: projection.Source, request: Request,
-          rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def judge(store: Store, projected: projection.Projection, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The verdict on ``rows`` (with their quality columns) that weighs quality
     (:func:`pipeline.quality.judge`), with what would settle it (:func:`settle` over the rows the
     quality rule calls) under ``settle`` and in its text (:func:`pipeline.verdict.with_settle`):
     what both doors print. A verdict by time to accuracy is settled by no single projected input
     (``settle`` is ``None``)."""
-    result = quality.judge(store, source, rows)
+    result = quality.judge(store, projected.source, rows)
     if result.get("basis_quantity") == "time to accuracy":
         return with_settle(result, None)
     eligible = [r for r in rows if quality.called(r) is not False] or list(rows)
-    return with_settle(result, settle(store, source, request, eligible))
+    return with_settle(result, settle(store, projected, eligible))

@@ -13,14 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import simulator
-from simulator.limits import MESSAGE_BUDGET, check_scenario
+from simulator.limits import check_scenario
 from compressors import takes_density
 from pipeline.costs import compression_profile, cost_band
-from pipeline.project import Source, calibration, workload
+from pipeline.project import Projection, Source, calibration, register
 from pipeline.project import options as scenario_options
 from pipeline.request import check_compressors
 from pipeline.verdict import label, rank, verdict
@@ -81,38 +80,42 @@ def description(source: Source, origin: str | None = None) -> dict[str, Any]:
 
 
 def _profile(store: Store, sweep_id: int, source: Source, grid: Grid,
-             profile_file: str | Path | None) -> simulator.CompressionProfile | None:
+             profile_file: str | None) -> simulator.CompressionProfile | None:
     """The sweep's compression profile, pinned once in the store: a resumed sweep, or a
     concurrent run of the same configuration, uses exactly the costs stored first."""
     key = PROFILE_META.format(sweep_id)
     text = store.get_meta(key)
     if text is None:
         pairs = [(c, d) for c in grid.compressors if c != "none" for d in grid.densities]
-        profile = (compression_profile(store, trace_id=source.trace_id, device=source.device or source.device_name,
-                                       pairs=pairs,
+        profile = (compression_profile(store, trace_id=source.trace_id, device=source.device, pairs=pairs,
                                        profile_file=profile_file) if pairs else None)
         text = store.pin_meta(key, "null" if profile is None else profile.to_json())
     return None if text == "null" else simulator.CompressionProfile.from_json(text)
 
 
-def run(store: Store, source: Source, grid: Grid, executor: Executor, *, fidelity: str = "analytic",
-        options: Mapping[str, Any] | None = None, calibration_choice: str | int = "none",
-        profile_file: str | Path | None = None, origin: str | None = None, chunk_size: int = 200,
+def run(store: Store, projection: Projection, grid: Grid, executor: Executor, *, fidelity: str = "analytic",
+        options: Mapping[str, Any] | None = None, origin: str | None = None, chunk_size: int = 200,
         in_flight: int = 2, started: Callable[[int, int], None] | None = None,
-        progress: Callable[[int, int], None] | None = None, message_budget: int = MESSAGE_BUDGET) -> SweepRun:
-    """Run (or resume) the sweep of ``grid`` on ``source``; scenarios are simulated on
-    ``executor`` in chunks of ``chunk_size`` with at most ``in_flight`` chunks pending.
-    Every point is checked against the simulator's limits (``message_budget`` link-level
-    messages, :func:`simulator.limits.check_scenario`) before the sweep row is written.
+        progress: Callable[[int, int], None] | None = None) -> SweepRun:
+    """Run (or resume) the sweep of ``grid`` on ``projection``'s workload (a resolved
+    :class:`pipeline.request.WorkloadRequest`: the grid gives the clusters and the pairs);
+    scenarios are simulated on ``executor`` in chunks of ``chunk_size`` with at most
+    ``in_flight`` chunks pending. Every point is checked against the simulator's limits (the
+    request's message budget, :func:`simulator.limits.check_scenario`) before the sweep row is
+    written.
 
     ``started(sweep_id, already_stored)`` once the sweep row exists; ``progress(stored, total)``
-    after each chunk lands. The calibration ``calibration_choice`` names (``latest``, an id, ``none``) must exist.
-    Costs and rows are for ``source``'s modelled device (resolved with it, :func:`pipeline.project.source`).
+    after each chunk lands. The calibration the request names (``latest``, an id, ``none``) must
+    exist; its profile file comes first in the costs. Costs and rows are for the source's
+    modelled device (resolved with it, :func:`pipeline.project.resolve`).
     """
-    device = source.device_name  # resolved once, with the source
-    wl = workload(source)
+    source = register(store, projection.source)
+    request = projection.request
+    profile_file, message_budget = request.profile_file, projection.budget
+    device = source.device.name
+    wl = projection.workload
     options = scenario_options(options or {}, wl)
-    constants = calibration(store, calibration_choice, required=True)
+    constants = calibration(store, request.calibration, required=True)
     described = description(source, origin)
     if device != "cpu" or profile_file is not None:  # cpu replays were the only costs before devices
         described["costs"] = {"device": device, "profile_file": None if profile_file is None else str(profile_file)}

@@ -18,11 +18,12 @@ from typing import Any
 
 from convergence.tta import mean_spread, target_text, time_to_target
 from pipeline import project
+from pipeline.request import takes_density
 from pipeline.verdict import iteration_band
 from results.store import Store
 
 
-def resolve(store: Store, convergence: int | str | None) -> dict[str, Any]:
+def convergence_run(store: Store, convergence: int | str | None) -> dict[str, Any]:
     """The convergence row (an id, ``"latest"`` or ``None`` = latest) with its parsed config;
     ``ValueError`` naming the command that fills the gap when there is none."""
     import json
@@ -73,36 +74,24 @@ def seed_runs(store: Store, run: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [dict(run), *sorted(others, key=lambda r: r["config"].get("seed", 0))]
 
 
-def iteration_times(
-    store: Store,
-    source: project.Source,
-    pairs: Sequence[tuple[str, float]],
-    cluster: project.Cluster,
-    *,
-    calibration_choice: str | int = "none",
-    profile_file: str | None = None,
-) -> tuple[dict[tuple[str, float], float], dict[tuple[str, float], str | None],
-           dict[tuple[str, float], tuple[float, float]]]:
-    """Projected seconds per iteration of each (compressor, density) of ``pairs`` on ``cluster``
-    by :func:`pipeline.project.project`, exactly as ``sidco simulate --trace … --device`` projects
-    (``source`` from :func:`pipeline.project.trace_source` on its modelled device, or a layout;
-    compression costs on that device by the one cost policy, or ``profile_file``); where each pair's costs came from
-    (``None`` for ``none``); and the projection's error band ``(iteration_s_low,
-    iteration_s_high)`` per pair where the projection gives one."""
+def iteration_times(store: Store, projection: project.Projection, pairs: Sequence[tuple[str, float]]) -> tuple[
+        dict[tuple[str, float], float], dict[tuple[str, float], str | None], dict[tuple[str, float], tuple[float, float]]]:
+    """Projected seconds per iteration of each (compressor, density) of ``pairs`` (density 1 for
+    a compressor that takes none, as convergence runs key them) on ``projection``'s cluster by
+    :func:`pipeline.project.project`, exactly as ``sidco simulate --trace … --device`` projects
+    (compression costs on its device by the one cost policy, or its profile file); where each
+    pair's costs came from (``None`` for ``none``); and the projection's error band
+    ``(iteration_s_low, iteration_s_high)`` per pair where the projection gives one."""
     times: dict[tuple[str, float], float] = {}
     sources: dict[tuple[str, float], str | None] = {}
     bands: dict[tuple[str, float], tuple[float, float]] = {}
-    densities = list(dict.fromkeys(d for c, d in pairs if c != "none"))
-    groups = [(["none"], None)] if any(c == "none" for c, _ in pairs) else []
-    groups += [([c for c, d in pairs if c != "none" and d == density], density) for density in densities]
-    for names, density in groups:
-        for result in project.project(store, source, cluster, names, density,
-                                      calibration_choice=calibration_choice, profile_file=profile_file):
-            key = (result["compressor"], 1.0 if density is None else float(density))
-            times[key] = float(result["iteration_s"])
-            sources[key] = result["cost_source"]
-            if result.get("iteration_s_low") is not None and result.get("iteration_s_high") is not None:
-                bands[key] = (float(result["iteration_s_low"]), float(result["iteration_s_high"]))
+    asked = tuple(dict.fromkeys((c, float(d) if takes_density(c) else None) for c, d in pairs))
+    for (compressor, density), result in project.project_pairs(store, replace(projection, pairs=asked)):
+        key = (compressor, 1.0 if density is None else float(density))
+        times[key] = float(result["iteration_s"])
+        sources[key] = result["cost_source"]
+        if result.get("iteration_s_low") is not None and result.get("iteration_s_high") is not None:
+            bands[key] = (float(result["iteration_s_low"]), float(result["iteration_s_high"]))
     return times, sources, bands
 
 
@@ -198,26 +187,12 @@ def _cluster_dict(cluster: project.Cluster) -> dict[str, Any]:
             "topology": cluster.topology, "fidelity": cluster.fidelity}
 
 
-def time_to_accuracy(
-    store: Store,
-    convergence: int | str | None,
-    *,
-    target_accuracy: float | None = None,
-    target_loss: float | None = None,
-    cluster: project.Cluster,
-    device: str | None = None,
-    calibration_choice: str | int = "none",
-    profile_file: str | None = None,
-    precision: str = project.DEFAULT_PRECISION,
-    device_flops_per_s: float | None = None,
-    samples_per_s: float | None = None,
-    tokens: int | None = None,
-) -> dict[str, Any]:
-    """The time-to-target table of a convergence run (with every seed of its configuration) on a
-    cluster of ``device`` workers (``None``: the device its trace was captured on) computing in
-    ``precision`` (``fp32``, ``tf32``, ``amp``; a trace projected onto another device), checked
-    as the request of its trace (:class:`pipeline.request.Request`: ``device_flops_per_s``,
-    ``samples_per_s`` and ``tokens`` apply to layouts only, so they are refused here).
+def time_to_accuracy(store: Store, projection: project.Projection, run: Mapping[str, Any], *,
+                     target_accuracy: float | None = None, target_loss: float | None = None) -> dict[str, Any]:
+    """The time-to-target table of convergence ``run`` (a row of :func:`convergence_run`, with
+    every seed of its configuration) on ``projection``: its trace (:func:`trace_path`) on the
+    request's cluster and modelled device (``None`` asked: the device the trace was captured on),
+    in the request's precision (a trace projected onto another device).
 
     Returns ``rows`` (:func:`convergence.tta.time_to_target`), the fields of :func:`verdict`,
     ``convergence_id``, ``convergence_ids`` (one per seed), ``seeds``, ``trace_id``,
@@ -227,7 +202,6 @@ def time_to_accuracy(
     ``{iteration, time_s, seeds, accuracy, accuracy_spread, eval_loss, eval_loss_spread}`` (means
     over the seeds; time_s = iteration × projected iteration_s).
     """
-    run = resolve(store, convergence)
     runs = seed_runs(store, run)
     rows = []
     for item in runs:
@@ -237,49 +211,41 @@ def time_to_accuracy(
         raise ValueError(f"convergence #{run['id']} has no finished (compressor, density) yet; "
                          "rerun its sidco converge command")
     pairs = list(dict.fromkeys((r["compressor"], float(r["density"])) for r in rows))
-    request = project.Request(None, trace=str(trace_path(store, run)), device=device, precision=precision,
-                              device_flops_per_s=device_flops_per_s, samples_per_s=samples_per_s, tokens=tokens)
-    source = project.register(store, project.source(request))
+    projection = project.registered(store, projection)
+    cluster = projection.cluster
     if "powersgd_rank" in run["config"] and "rank" not in cluster.options:  # project PowerSGD at the rank trained
         cluster = replace(cluster, options={**cluster.options, "rank": int(run["config"]["powersgd_rank"])})
-    times, sources, bands = iteration_times(store, source, pairs, cluster,
-                                           calibration_choice=calibration_choice, profile_file=profile_file)
+        projection = replace(projection, request=replace(projection.request, cluster=cluster))
+    times, sources, bands = iteration_times(store, projection, pairs)
     result = _table(rows, times, bands, target_accuracy, target_loss)
+    source = projection.source
     result.update({
         "convergence_id": run["id"], "convergence_ids": [r["id"] for r in runs], "seeds": len(runs),
         "trace_id": source.trace_id, "workers_trained": run["config"]["workers"],
-        "workload": run["config"]["workload"], "cluster": _cluster_dict(cluster), "device": source.device_name,
+        "workload": run["config"]["workload"], "cluster": _cluster_dict(cluster), "device": source.device.name,
         "precision": source.precision, "compute_source": source.compute, "target": {"accuracy": target_accuracy, "loss": target_loss},
         "cost_sources": {label(*key): value for key, value in sources.items() if value is not None},
     })
     return result
 
 
-def curves_time_to_accuracy(
-    store: Store,
-    curves: Mapping[str, Any],
-    source: project.Source,
-    *,
-    target_accuracy: float | None = None,
-    target_loss: float | None = None,
-    cluster: project.Cluster,
-    calibration_choice: str | int = "none",
-    profile_file: str | None = None,
-) -> dict[str, Any]:
+def curves_time_to_accuracy(store: Store, projection: project.Projection, curves: Mapping[str, Any], *,
+                            target_accuracy: float | None = None,
+                            target_loss: float | None = None) -> dict[str, Any]:
     """The time-to-target table of curves measured elsewhere (:func:`convergence.curves.load`:
-    ``{"source", "rows"}``) with iteration times projected from ``source`` (a trace or layout,
-    :mod:`pipeline.project`, on its modelled device) on ``cluster``. Same fields as
-    :func:`time_to_accuracy` except the convergence run's: ``curves_source`` (the file's
-    ``source``), ``workload`` (the trace or layout), ``seeds`` (most seeds of a pair)."""
+    ``{"source", "rows"}``) with iteration times projected from ``projection`` (a trace or
+    layout on its modelled device and cluster). Same fields as :func:`time_to_accuracy` except
+    the convergence run's: ``curves_source`` (the file's ``source``), ``workload`` (the trace or
+    layout), ``seeds`` (most seeds of a pair)."""
     rows = list(curves["rows"])
     pairs = list(dict.fromkeys((r["compressor"], float(r["density"])) for r in rows))
-    times, sources, bands = iteration_times(store, source, pairs, cluster,
-                                           calibration_choice=calibration_choice, profile_file=profile_file)
+    times, sources, bands = iteration_times(store, projection, pairs)
     result = _table(rows, times, bands, target_accuracy, target_loss)
+    source = projection.source
     result.update({
         "curves_source": curves["source"], "workload": source.ref if source.kind == "layout" else f"trace {source.ref}",
-        "seeds": max((r["seeds"] for r in result["rows"]), default=0), "cluster": _cluster_dict(cluster),
-        "device": source.device_name, "precision": source.precision, "compute_source": source.compute,
+        "seeds": max((r["seeds"] for r in result["rows"]), default=0), "cluster": _cluster_dict(projection.cluster),
+        "device": source.device.name, "precision": source.precision, "compute_source": source.compute,
         "target": {"accuracy": target_accuracy, "loss": target_loss},
         "cost_sources": {label(*key): value for key, value in sources.items() if value is not None},
     })
@@ -313,7 +279,7 @@ def sweep_time_to_target(
     """
     from convergence.tta import iterations_to_target
 
-    run = resolve(store, convergence)
+    run = convergence_run(store, convergence)
     per_pair: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for r in store.convergence_rows(run["id"]):
         per_pair.setdefault((r["compressor"], float(r["density"])), []).append(dict(r))

@@ -224,31 +224,3 @@ def load(path: str | Path) -> DeviceProfile:
     reading cannot block or run without end) of at most :data:`MAX_PROFILE_BYTES` bytes
     (:func:`traces.files.read_regular`). ValueError (one line, naming ``path``) on any problem."""
     return from_json(read_regular(path, MAX_PROFILE_BYTES, "profile"), str(Path(path)))
-
-
-def store_profile(store: Any, profile: DeviceProfile) -> int:
-    """Keep ``profile`` in the results store (``device_profiles``/``device_profile_rows``); returns its id.
-
-    The identity column holds the identity, the creation date, the method and the measured
-    device numbers, so that :func:`stored_profiles` rebuilds the same profile."""
-    identity = {"identity": dict(profile.identity), "created": profile.created, "method": dict(profile.method),
-                "device_model": profile.device_model}
-    return store.add_device_profile(profile.device, identity, profile.source, profile.rows)
-
-
-def stored_profiles(store: Any, device: str) -> list[tuple[int, DeviceProfile]]:
-    """The store's profiles of ``device``, newest first, as ``(id, profile)``."""
-    found = []
-    for row in store.device_profiles(device):
-        meta = json.loads(row["identity_json"])
-        rows = tuple(
-            {k: r[k] for k in ("compressor", "density", "numel", "compress_s", "decompress_s", "wire_bytes", "backend")
-             if r.get(k) is not None}
-            for r in store.device_profile_rows(row["id"])
-        )
-        if rows:
-            found.append((int(row["id"]), DeviceProfile(
-                row["device"], row["source"], rows, meta.get("created", ""), meta.get("identity") or {},
-                meta.get("method") or {}, meta.get("device_model"),
-            )))
-    return found

@@ -166,6 +166,12 @@ class Device:
         return {"fp32": self.fp32_flops, "tf32": self.tf32_flops or self.fp32_flops,
                 "fp16": self.fp16_flops or self.bf16_flops, "bf16": self.bf16_flops}[self.dtype(precision)]
 
+    @property
+    def modelled(self) -> bool:
+        """Whether the cost model and the compute rule know this device's numbers: every device
+        but a GPU whose model a trace did not record (:func:`unrecorded_gpu`)."""
+        return self.name != UNRECORDED_GPU
+
     def label_for_source(self) -> str:
         """How cost sources name this device: ``measured cpu 2026-12-01`` or ``model a100``."""
         return f"{self.name} {self.measured}" if self.measured else self.name
@@ -489,6 +495,24 @@ def shipped_host() -> Device | None:
         except (ValueError, KeyError, TypeError):
             continue
     return None
+
+
+UNRECORDED_GPU = "cuda"
+"""The name of a GPU whose model a trace did not record (its timings are kept, its costs are
+stored replays and profiles of ``cuda``)."""
+
+
+def unrecorded_gpu() -> Device:
+    """The device of a trace captured on a GPU whose model it did not record: its name
+    (:data:`UNRECORDED_GPU`) and kind only; every number is NaN, since nothing may be priced on
+    it (:attr:`Device.modelled` is ``False``: the cost model and the compute rule skip it)."""
+    nan = math.nan
+    return Device(name=UNRECORDED_GPU, kind="gpu", label="a GPU whose model is not recorded",
+                  memory_bandwidth_Bps=nan, write_bandwidth_Bps=nan, fp32_flops=nan, bf16_flops=nan, launch_s=nan,
+                  sync_s=nan, pcie_Bps=nan, topk_s_per_element=(), topk_cache_s_per_element=(),
+                  sort_s_per_element=nan, gather_s_per_element=nan, compact_s_per_element=nan,
+                  op_s_per_element={}, alloc_threshold_bytes=nan, fault_s_per_byte=nan, cache_bytes=nan,
+                  cache_speedup=nan)
 
 
 def names() -> list[str]:

@@ -149,8 +149,7 @@ def test_a_near_tie_names_the_kernel_that_flips_it_and_where(tmp_path, capsys):
     request = Request(Cluster(16, 25e9, 50e-6, "hierarchical", "analytic", {"gpus_per_node": 8}),
                       ("sidco-e", "topk"), (0.001,), layout="bert-large", device="a100")
     with Store(tmp_path / "r.sqlite") as store:
-        source = project.register(store, project.source(request, store))
-        sidco, topk = project.scenarios(store, source, request.cluster, ["sidco-e", "topk"], 0.001)
+        sidco, topk = project.scenarios(store, project.resolve(request, store), ["sidco-e", "topk"], 0.001)
     step = 1.002 if found["flips_at"] > 1 else 1 / 1.002  # away from the point (1)
     for factor, topk_faster in ((found["flips_at"] * step, found["winner"] != "topk@0.001"),  # past: flipped
                                 (found["flips_at"] / step, found["winner"] == "topk@0.001")):  # short of it: not
@@ -179,10 +178,11 @@ def test_when_no_input_alone_flips_it_the_closest_is_named(tmp_path, capsys, sce
 def test_the_compute_command_reruns_the_comparison_with_the_measured_throughput():
     request = Request(Cluster(16, 25e9, 50e-6, "hierarchical", options={"gpus_per_node": 8}), ("topk",), (0.001,),
                       layout="bert-large", device="a100", tokens=384)
-    source = project.source(request)
+    asked = project.resolve(request)
+    source = asked.source
     (compute,) = [i for i in settle.inputs(source, [], calibrated=True) if i.key == "compute"]
     rows = [{"compressor": "topk", "density": 0.001}, {"compressor": "none", "density": None}]
-    assert settle.command(compute, source, request, rows, 1.2) == (
+    assert settle.command(compute, asked, rows, 1.2) == (
         "sidco compare --layout bert-large --device a100 --precision amp --batch-size 32 --tokens 384 "
         "--gpus-per-node 8 --nodes 16 --bandwidth 25Gbit/s --latency 50us --topology hierarchical "
         "--compressors topk,none --densities 0.001 --samples-per-s MEASURED")

@@ -41,7 +41,7 @@ def test_policy_takes_replays_then_measured_profiles_then_the_model(tmp_path):
                    for c in ("topk", "dgc") for n in (1 << 20, 1 << 22)]
         store.add_device_profile("cpu", {}, "measured", profile)
         pairs = [("topk", 0.01), ("dgc", 0.01), ("sidco-e", 0.01)]
-        costs = compression_profile(store, trace_id=trace_id, device="cpu", pairs=pairs)
+        costs = compression_profile(store, trace_id=trace_id, device=devices.get("cpu"), pairs=pairs)
         assert costs.cost("topk", 0.01).source.startswith(f"replay #{replay_id} cpu ")
         assert costs.cost("topk", 0.01).compress_per_element_s == pytest.approx(3e-9)
         assert costs.cost("dgc", 0.01).source.startswith("measured cpu ")
@@ -68,12 +68,12 @@ def test_shipped_profiles_come_after_stored_ones_and_before_the_model(tmp_path, 
         store.add_device_profile("cpu", {}, "measured", [dict(r, compress_s=3e-9 * r["numel"]) for r in rows
                                                         if r["compressor"] == "topk"])
         pairs = [("topk", 0.01), ("dgc", 0.01), ("sidco-e", 0.01)]
-        costs = compression_profile(store, trace_id=None, device="cpu", pairs=pairs)
+        costs = compression_profile(store, trace_id=None, device=devices.get("cpu"), pairs=pairs)
         assert costs.cost("topk", 0.01).source.startswith("measured cpu ")
         assert costs.cost("topk", 0.01).compress_per_element_s == pytest.approx(3e-9)
         assert costs.cost("dgc", 0.01).source == "measured cpu 2026-12-01 (shipped 1.json)"
         assert costs.cost("sidco-e", 0.01).source.startswith("model cpu")
-        on_h100 = compression_profile(store, trace_id=None, device="h100", pairs=pairs)
+        on_h100 = compression_profile(store, trace_id=None, device=devices.get("h100"), pairs=pairs)
         assert on_h100.cost("dgc", 0.01).source == "measured h100 2026-12-01 (shipped 2.json)"
 
 

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import traces
+from simulator import devices
 from pipeline import costs, replay
 from pipeline.costs import MissingCosts, compression_profile
 from results.store import Store
@@ -43,13 +44,13 @@ def test_newest_replay_wins_per_pair_and_older_replays_fill_the_rest(store, trac
     new = _replay(store, trace_id, "new", "cpu", _rows("topk", 0.01, 2e-9))
     _replay(store, trace_id, "gpu", "cuda: NVIDIA H200", _rows("dgc", 0.001, 1e-12))  # newest, other device
     # a density that is not bit-equal to the stored one still matches (canonical key)
-    profile = compression_profile(store, trace_id=trace_id, device="cpu",
+    profile = compression_profile(store, trace_id=trace_id, device=devices.get("cpu"),
                                   pairs=[("topk", 0.01), ("dgc", 0.1 * 0.01), ("none", None)])
     topk, dgc = profile.cost("topk", 0.01), profile.cost("dgc", 0.001)
     assert topk.compress_per_element_s == pytest.approx(2e-9) and topk.source.startswith(f"replay #{new} cpu ")
     assert dgc.compress_per_element_s == pytest.approx(5e-9) and dgc.source.startswith(f"replay #{old} cpu ")
     assert topk.wire_per_element == pytest.approx((0.08, 0.08))
-    on_gpu = compression_profile(store, trace_id=trace_id, device="h200", pairs=[("dgc", 0.001)])
+    on_gpu = compression_profile(store, trace_id=trace_id, device=devices.get("h200"), pairs=[("dgc", 0.001)])
     assert on_gpu.cost("dgc", 0.001).compress_per_element_s == pytest.approx(1e-12)
 
 
@@ -59,7 +60,7 @@ def test_device_profile_fills_layouts_with_a_fit_of_its_rows(store):
              "decompress_s": 4e-10 * n} for n in (10_000, 100_000, 1_000_000)]
     store.add_device_profile("cpu", {"cpu": "test"}, "measured", rows[:1])  # older, superseded
     store.add_device_profile("cpu", {"cpu": "test"}, "measured", rows)
-    cost = compression_profile(store, trace_id=None, device="cpu", pairs=[("topk", 0.01)]).cost("topk", 0.01)
+    cost = compression_profile(store, trace_id=None, device=devices.get("cpu"), pairs=[("topk", 0.01)]).cost("topk", 0.01)
     assert cost.compress_fixed_s == pytest.approx(1e-5, rel=1e-6)
     assert cost.compress_per_element_s == pytest.approx(2e-9, rel=1e-6)
     assert cost.decompress_per_element_s == pytest.approx(4e-10, rel=1e-6)
@@ -72,7 +73,7 @@ def test_replay_rows_come_before_a_device_profile(store, trace_id):
     store.add_device_profile("cpu", {}, "measured", [{"compressor": "topk", "density": 0.01, "numel": 10_000,
                                                      "compress_s": 1.0, "decompress_s": 1.0}])
     _replay(store, trace_id, "r", "cpu", _rows("topk", 0.01, 2e-9))
-    profile = compression_profile(store, trace_id=trace_id, device="cpu", pairs=[("topk", 0.01)])
+    profile = compression_profile(store, trace_id=trace_id, device=devices.get("cpu"), pairs=[("topk", 0.01)])
     assert profile.cost("topk", 0.01).compress_per_element_s == pytest.approx(2e-9)
 
 
@@ -82,30 +83,30 @@ def test_profile_file_comes_first_and_is_checked(store, trace_id, tmp_path):
     path.write_text(json.dumps({"device": "cpu", "source": "colleague's box", "rows": [
         {"compressor": "topk", "density": 0.01, "numel": 1000, "compress_s": 7e-6, "decompress_s": 1e-6,
          "wire_bytes": 123}]}))
-    profile = compression_profile(store, trace_id=trace_id, device="cpu", pairs=[("topk", 0.01), ("dgc", 0.01)],
+    profile = compression_profile(store, trace_id=trace_id, device=devices.get("cpu"), pairs=[("topk", 0.01), ("dgc", 0.01)],
                                   profile_file=path)
     assert profile.cost("topk", 0.01).compress_per_element_s == pytest.approx(7e-9)
     assert profile.cost("topk", 0.01).wire_per_element == pytest.approx((0.123,))
     assert profile.cost("topk", 0.01).source == "file costs.json: colleague's box"
     assert profile.cost("dgc", 0.01).source.startswith("replay #")
     with pytest.raises(ValueError, match="for device 'cpu', the projection is for 'h200'"):
-        compression_profile(store, trace_id=trace_id, device="h200", pairs=[("topk", 0.01)], profile_file=path)
+        compression_profile(store, trace_id=trace_id, device=devices.get("h200"), pairs=[("topk", 0.01)], profile_file=path)
     path.write_text(json.dumps({"device": "cpu", "rows": [{"compressor": "topk", "density": 0.01}]}))
     with pytest.raises(ValueError, match="not a compression profile file") as info:
-        compression_profile(store, trace_id=trace_id, device="cpu", pairs=[("topk", 0.01)], profile_file=path)
+        compression_profile(store, trace_id=trace_id, device=devices.get("cpu"), pairs=[("topk", 0.01)], profile_file=path)
     assert str(path) in str(info.value) and "\n" not in str(info.value)
 
 
 def test_missing_costs_name_the_command_that_measures_them(store, trace_id, tmp_path):
     """A device the cost model does not know (plain cuda) and that nothing measured."""
     with pytest.raises(MissingCosts) as info:
-        compression_profile(store, trace_id=trace_id, device="cuda", pairs=[("topk", 0.01), ("dgc", 0.001)])
+        compression_profile(store, trace_id=trace_id, device=devices.unrecorded_gpu(), pairs=[("topk", 0.01), ("dgc", 0.001)])
     message = str(info.value)
     assert message.startswith("no compression costs for topk@0.01 on cuda: run `sidco replay ")
     assert f"{tmp_path / 't'} --compressors dgc,topk --densities 0.001,0.01 --run-on cuda`" in message
     assert "`sidco profile --run-on cuda`" in message and "\n" not in message
     with pytest.raises(MissingCosts, match=r"layouts have no gradients"):
-        compression_profile(store, trace_id=None, device="cuda", pairs=[("topk", 0.01)])
+        compression_profile(store, trace_id=None, device=devices.unrecorded_gpu(), pairs=[("topk", 0.01)])
 
 
 def test_a_new_tier_is_one_entry(store, monkeypatch):
@@ -115,7 +116,7 @@ def test_a_new_tier_is_one_entry(store, monkeypatch):
         return {key: CompressionCost(0.0, 1e-9, 0.0, 1e-10, (0.08,), f"model {request.device}") for key in missing}
 
     monkeypatch.setattr(costs, "TIERS", [*costs.TIERS, ("model", model)])
-    profile = compression_profile(store, trace_id=None, device="a100", pairs=[("topk", 0.01)])
+    profile = compression_profile(store, trace_id=None, device=devices.get("a100"), pairs=[("topk", 0.01)])
     assert profile.cost("topk", 0.01).source == "model a100"
 
 
@@ -123,7 +124,7 @@ def test_real_replay_feeds_the_policy(store, tmp_path):
     trace = traces.synthetic(tmp_path / "lap", "laplace", 20_000, workers=2, iterations=2, seed=0)
     done = replay.run(store, trace.path, ["topk"], [0.01], threads=1)
     trace_id = store.trace_id_for_path(str(trace.path.resolve()))
-    cost = compression_profile(store, trace_id=trace_id, device="cpu", pairs=[("topk", 0.01)]).cost("topk", 0.01)
+    cost = compression_profile(store, trace_id=trace_id, device=devices.get("cpu"), pairs=[("topk", 0.01)]).cost("topk", 0.01)
     assert cost.source.startswith(f"replay #{done.replay_id} cpu")
     assert cost.wire_per_element == pytest.approx((0.08, 0.08))  # exactly k = 200 of 20,000, 8 bytes each
     assert cost.compress_per_element_s > 0

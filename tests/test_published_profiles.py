@@ -36,7 +36,7 @@ def test_published_rows_load_through_profile_and_cite_their_source(name, tmp_pat
     # --profile FILE accepts it: no compressor costs in it, so every pair falls to the next tier
     assert costs.read_profile_file(path, name) == {}
     with Store(tmp_path / "r.sqlite") as store:
-        got = compression_profile(store, trace_id=None, device=name, pairs=[("topk", 0.01)], profile_file=path)
+        got = compression_profile(store, trace_id=None, device=devices.get(name), pairs=[("topk", 0.01)], profile_file=path)
     assert got.cost("topk", 0.01).source == f"model {name}"
     # and the file round-trips through the format
     again = dp.from_json(shipped.to_json(), "again")
@@ -176,12 +176,12 @@ def test_a_measured_profile_outranks_a_published_one_which_outranks_the_model(tm
     monkeypatch.setattr(profiles, "paths", lambda: [shipped])
     pairs = [("topk", 0.01)]
     with Store(tmp_path / "r.sqlite") as store:
-        cost = compression_profile(store, trace_id=None, device="h100", pairs=pairs).cost("topk", 0.01)
+        cost = compression_profile(store, trace_id=None, device=devices.get("h100"), pairs=pairs).cost("topk", 0.01)
         assert cost.source.startswith("measured h100") and "shipped published-h100.json" in cost.source
         assert cost.compress_per_element_s == pytest.approx(3e-11)
         store.add_device_profile("h100", {"gpu": "NVIDIA H100"}, "sidco profile --device cuda", rows(5e-11))
-        cost = compression_profile(store, trace_id=None, device="h100", pairs=pairs).cost("topk", 0.01)
+        cost = compression_profile(store, trace_id=None, device=devices.get("h100"), pairs=pairs).cost("topk", 0.01)
         assert "profile #" in cost.source and cost.compress_per_element_s == pytest.approx(5e-11)
         monkeypatch.setattr(profiles, "paths", lambda: [])
-        assert compression_profile(store, trace_id=None, device="a100", pairs=pairs).cost(
+        assert compression_profile(store, trace_id=None, device=devices.get("a100"), pairs=pairs).cost(
             "topk", 0.01).source == "model a100"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -82,7 +83,8 @@ def test_a_trace_projected_onto_a_gpu_looks_up_that_gpu_once_and_its_capture_hos
 def test_one_default_rule():
     assert resolve_device(None, layout=True).name == DEFAULT_LAYOUT_DEVICE
     assert resolve_device(None, layout=False, captured="cpu").name == "cpu"
-    assert resolve_device(None, layout=False, captured="cuda:0") is None  # its GPU model is not recorded
+    unrecorded = resolve_device(None, layout=False, captured="cuda:0")  # its GPU model is not recorded
+    assert unrecorded.name == "cuda" and not unrecorded.modelled and math.isnan(unrecorded.memory_bandwidth_Bps)
     assert resolve_device("V100", layout=True).name == "v100"
     with pytest.raises(ValueError, match="unknown device 'a10'"):  # no prefix or substring matching
         resolve_device("a10", layout=True)

@@ -69,10 +69,11 @@ def test_published_rows_come_out_of_simulate_as_the_rule_predicts(tmp_path):
     """A single-GPU simulate of a table row's layout and batch gives the rule's samples/s (the
     simulator adds nothing to compute on one node without compression)."""
     for row in [r for r in throughput.load() if r.tokens is None][:6]:
-        source = projection.layout_source(row.layout, device=row.device, batch_size=row.batch_size,
-                                          precision=row.precision)
+        asked = projection.resolve(projection.Request(projection.Cluster(1, 10e9, 50e-6), layout=row.layout,
+                                                      device=row.device, batch_size=row.batch_size,
+                                                      precision=row.precision))
         with Store(tmp_path / "r.sqlite") as store:
-            [result] = projection.project(store, source, projection.Cluster(1, 10e9, 50e-6), ["none"], None)
+            [result] = projection.project(store, asked)
         assert result["samples_per_s"] == pytest.approx(throughput.fitted().samples_per_s(row), rel=1e-6)
 
 
@@ -117,8 +118,10 @@ def test_unmeasured_inputs_widen_the_compute_band_by_the_measured_factors():
 def test_bands_contain_the_point_and_widen_with_unmeasured_inputs(tmp_path):
     with Store(tmp_path / "r.sqlite") as store:
         def one(device: str, layout: str, flops: float | None = None) -> dict:
-            source = projection.layout_source(layout, device=device, device_flops_per_s=flops)
-            return projection.project(store, source, projection.Cluster(8, 10e9, 50e-6), ["none", "topk"], 0.01)
+            asked = projection.resolve(projection.Request(projection.Cluster(8, 10e9, 50e-6), ("none", "topk"),
+                                                          (0.01,), layout=layout, device=device,
+                                                          device_flops_per_s=flops))
+            return projection.project(store, asked)
 
         for none, topk in (one("h100", "bert-base"), one("h200", "gpt2")):
             for result in (none, topk):

@@ -88,8 +88,10 @@ def test_projecting_onto_a_gpu_uses_the_flops(tmp_path, captured):
     h200 = devices.get("h200")
     with Store(tmp_path / "r.sqlite") as store:
         own = projection.trace_source(store, path=captured.path)
-        source = projection.trace_source(store, path=captured.path, device="h200")
-        [result] = projection.project(store, source, projection.Cluster(2, 10e9, 1e-5), ["none"], None)
+        asked = projection.resolve(projection.Request(projection.Cluster(2, 10e9, 1e-5), trace=str(captured.path),
+                                                      device="h200"), store)
+        source = asked.source
+        [result] = projection.project(store, asked)
     assert own.compute == "trace timings (cpu)" and not own.by_flops
     assert source.by_flops and "per-layer FLOPs of the trace" in source.compute
     rule = throughput.compute(h200, "amp", throughput.kind_of([s for _, s in captured.layers], captured.forward_flops))

@@ -104,9 +104,9 @@ def test_sidco_tta_multiplies_iterations_by_the_projected_iteration_time(store_w
     result = json.loads(capsys.readouterr().out)
     rows = {(r["compressor"], r["density"]): r for r in result["rows"]}
     with Store(store_with_table) as store:
-        source = project.trace_source(store, path=Path(store_with_table).parent / "trace")
-        expected = project.project(store, source, project.Cluster(8, 1e8, 50e-6), ["none", "topk", "sidco-e", "dgc"],
-                                   0.01)
+        asked = project.resolve(project.Request(project.Cluster(8, 1e8, 50e-6), ("none", "topk", "sidco-e", "dgc"),
+                                                (0.01,), trace=str(Path(store_with_table).parent / "trace")), store)
+        expected = project.project(store, asked)
     for item in expected:
         key = (item["compressor"], 1.0 if item["compressor"] == "none" else 0.01)
         assert rows[key]["iteration_s"] == pytest.approx(item["iteration_s"])

@@ -9,7 +9,7 @@ from dashboard import converge_runner, data, figures, projection
 from dashboard.data import StoreReader
 from pipeline import project
 from pipeline.catalog import workload_names
-from pipeline.tta import label, time_to_accuracy
+from pipeline.tta import convergence_run, label, time_to_accuracy, trace_path
 from units import format_seconds, parse_bandwidth, parse_duration
 
 PATH = "/tta"
@@ -204,7 +204,10 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
             nodes_value, bandwidth_bps, latency_s, target_value = _parse_cluster(nodes, bandwidth, latency, target)
             targets = {"target_accuracy": target_value} if metric == "accuracy" else {"target_loss": target_value}
             cluster = project.Cluster(nodes_value, bandwidth_bps, latency_s, topology)
-            result = time_to_accuracy(reader.store(), run_id, cluster=cluster, **targets)
+            store = reader.store()
+            run = convergence_run(store, run_id)
+            asked = project.resolve(project.Request(cluster, trace=trace_path(store, run)), store)
+            result = time_to_accuracy(store, asked, run, **targets)
         except ValueError as exc:
             return blank, blank, blank, [], ui.error(str(exc))
         curves = result["curves"]

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     names = compressor_names() if args.compressors.strip() == "all" else parse_list(args.compressors, str)
     request = comparison.with_baselines(
         Request(cluster(args), tuple(names), tuple(parse_list(args.densities, parse_density)), **workload_fields(args)))
-    source = projection.check(request)  # the device resolved once; bad input stops before any store is opened
+    asked = projection.resolve(request)  # the device resolved once; bad input stops before any store is opened
     with Store(args.store) as store, tqdm(desc="quality", unit="call", file=sys.stderr, disable=None,
                                           leave=False) as bar:
 
@@ -107,15 +107,15 @@ def run(args: argparse.Namespace) -> int:
             bar.total = total
             bar.update(done - bar.n)
 
-        source, rows = comparison.compare(store, request, projection.register(store, source), progress=progress)
-        result = judge(store, source, request, rows)
+        asked, rows = comparison.compare(store, asked, progress=progress)
+        result = judge(store, asked, rows)
     if args.json:
         print(dump_json({"verdict": result, "rows": rows}))
         return 0
     c = request.cluster
     print(f"{len(rows)} configurations on {c.nodes} nodes ({rows[0]['workers']} workers), {c.topology}, "
           f"{format_bandwidth(c.bandwidth_bps)}, {format_seconds(c.latency_s)} latency, fidelity {c.fidelity}; "
-          f"device {source.device_name}: compute from {source.compute}")
+          f"device {asked.source.device.name}: compute from {asked.source.compute}")
     print(f"workload: {projection.workload_text(rows[0])}")
     print(f"kernel costs: {KERNEL_BAND_NOTE}")
     print_table(rows, result)

@@ -1,7 +1,7 @@
 """``sidco simulate``: project one iteration of a trace or layout on a cluster you don't have.
 
 Maps the arguments to one :class:`pipeline.request.Request` (which checks them) and calls
-:func:`pipeline.project.project_request`. Also holds the argument helpers that ``compare``,
+:func:`pipeline.project.project` of the resolved request. Also holds the argument helpers that ``compare``,
 ``sweep`` and ``tta`` share (workload and device, scenario options, cluster).
 """
 
@@ -14,7 +14,7 @@ from pipeline import project as projection
 from pipeline.catalog import (BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES,
                               check_output_path, write_chrome_trace)
 from pipeline.costs import KERNEL_BAND_NOTE
-from pipeline.request import DEVICE_RULE, Cluster, Request, device_names
+from pipeline.request import DEVICE_RULE, Cluster, Request, modelled_devices
 from results.store import Store
 from sidco.commands import COMMANDS, add_calibration_argument, add_store_argument, dump_json
 from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
@@ -38,7 +38,7 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
     source.add_argument("--layout", metavar="NAME",
                         help="full-size layout instead of a trace: resnet50, vgg16, vgg19, bert-base, bert-large, gpt2")
     parser.add_argument("--device", metavar="NAME",
-                        help="the modelled device each worker has: " + ", ".join(device_names()) + f" ({DEVICE_RULE}). "
+                        help="the modelled device each worker has: " + ", ".join(modelled_devices()) + f" ({DEVICE_RULE}). "
                              "Layouts compute "
                              "by the rule fitted to published GPU training throughput (docs/devices.md); a trace "
                              "captured on another device is projected onto it. Compression costs: --profile, else "
@@ -234,9 +234,9 @@ def run(args: argparse.Namespace) -> int:
                       **workload_fields(args))
     if args.timeline:
         check_output_path(args.timeline)
-    source = projection.check(request)  # the device resolved once; bad input stops before any store is opened
+    asked = projection.resolve(request)  # the device resolved once; bad input stops before any store is opened
     with Store(args.store) as store:
-        (result,) = projection.project_request(store, request, projection.register(store, source))
+        (result,) = projection.project(store, asked)
     if args.timeline:
         meta = {"compressor": args.compressor, "nodes": request.cluster.nodes, "fidelity": args.fidelity}
         write_chrome_trace(args.timeline, result["timeline"], meta)

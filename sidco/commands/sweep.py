@@ -20,9 +20,9 @@ from tqdm import tqdm
 import pipeline.sweep
 from pipeline.catalog import TOPOLOGIES, Grid, check_jobs, check_target, compressor_names, local_pool, target_text
 from pipeline import project as projection
-from pipeline.request import Request, default_topology
+from pipeline.request import WorkloadRequest, default_topology
 from pipeline.verdict import names_text
-from pipeline.tta import label, resolve, sweep_time_to_target, trace_path
+from pipeline.tta import convergence_run, label, sweep_time_to_target, trace_path
 from results.store import Store
 from sidco.commands import dump_json
 from sidco.commands.tta import add_target_args
@@ -120,7 +120,7 @@ def _convergence_source(args: argparse.Namespace) -> None:
     check_target(args.target_accuracy, args.target_loss)
     if not args.trace and not args.layout:
         with Store(args.store) as store:
-            args.trace = trace_path(store, resolve(store, args.convergence))
+            args.trace = trace_path(store, convergence_run(store, args.convergence))
 
 
 def _print_time_to_target(result: dict[str, Any]) -> None:
@@ -163,11 +163,10 @@ def run(args: argparse.Namespace) -> int:
     chunk_size = positive_int(args.chunk_size, "--chunk-size")
     if chunk_size > MAX_CHUNK_SIZE:
         raise ValueError(f"--chunk-size {chunk_size} is too large (at most {MAX_CHUNK_SIZE:,} scenarios per task)")
-    request = Request(None, **workload_fields(args))  # the workload and its device; the grid varies the rest
-    source = projection.source(request)  # the device is resolved here, once
+    asked = projection.resolve(WorkloadRequest(**workload_fields(args)))  # the grid varies the rest
+    source = asked.source
     options = scenario_options(args)
     with Store(args.store) as store:
-        source = projection.register(store, source)
         bars: list[tqdm] = []  # opened once the sweep is checked and its row exists
 
         def started(sweep_id: int, stored: int) -> None:
@@ -180,9 +179,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             with make_executor(args.dask, jobs) as (executor, slots):
                 done = pipeline.sweep.run(
-                    store, source, grid, executor, fidelity=args.fidelity, options=options,
-                    calibration_choice=request.calibration, profile_file=request.profile_file,
-                    chunk_size=chunk_size,
+                    store, asked, grid, executor, fidelity=args.fidelity, options=options, chunk_size=chunk_size,
                     in_flight=2 * slots, started=started, progress=progress,
                 )
         finally:
@@ -195,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
             tta = sweep_time_to_target(store, done.sweep_id, args.convergence, target_accuracy=args.target_accuracy,
                                        target_loss=args.target_loss)
     summary = {"sweep_id": done.sweep_id, "total": done.total, "stored": done.stored, "computed": done.computed,
-               "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity, "device": source.device_name,
+               "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity, "device": source.device.name,
                "compute_source": source.compute, "cost_sources": done.cost_sources, "findings": found, "rows": rows}
     if tta is not None:
         summary["time_to_target"] = tta
@@ -204,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"sweep {done.sweep_id}: {done.stored}/{done.total} scenarios stored in {args.store} "
               f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity})")
-        print(f"device {source.device_name}: compute from {source.compute}")
+        print(f"device {source.device.name}: compute from {source.compute}")
         by_source: dict[str, list[str]] = {}
         for pair, where in sorted(done.cost_sources.items()):
             by_source.setdefault(where, []).append(pair)

@@ -7,8 +7,8 @@ from typing import Any
 
 from pipeline import project
 from pipeline.catalog import TOPOLOGIES, check_target, load_curves, target_text
-from pipeline.request import Request, check_compressors, parse_calibration
-from pipeline.tta import curves_time_to_accuracy, label, time_to_accuracy
+from pipeline.request import Request, check_compressors
+from pipeline.tta import convergence_run, curves_time_to_accuracy, label, time_to_accuracy, trace_path
 from results.store import Store
 from sidco.commands import dump_json
 from sidco.commands.simulate import add_scenario_args, add_source_args, cluster, workload_fields
@@ -139,18 +139,15 @@ def run(args: argparse.Namespace) -> int:
     if curves is not None:
         check_compressors(list(dict.fromkeys(r["compressor"] for r in curves["rows"])))
     fields = workload_fields(args)
-    source = None if curves is None else project.source(Request(None, **fields))  # the device resolved once
-    calibration = parse_calibration(args.calibration)
+    asked = None if curves is None else project.resolve(Request(chosen, **fields))  # the device resolved once
     with Store(args.store) as store:
         targets = {"target_accuracy": args.target_accuracy, "target_loss": args.target_loss}
-        if curves is None:  # the run's own trace: time_to_accuracy resolves it and the device, once
-            result = time_to_accuracy(store, args.convergence, cluster=chosen, device=fields["device"],
-                                      calibration_choice=calibration, profile_file=args.profile,
-                                      precision=fields["precision"], device_flops_per_s=fields["device_flops_per_s"],
-                                      samples_per_s=fields["samples_per_s"], tokens=fields["tokens"], **targets)
+        if curves is None:  # the run's own trace, its device resolved once
+            run = convergence_run(store, args.convergence)
+            asked = project.resolve(Request(chosen, **{**fields, "trace": trace_path(store, run)}), store)
+            result = time_to_accuracy(store, asked, run, **targets)
         else:
-            result = curves_time_to_accuracy(store, curves, project.register(store, source), cluster=chosen,
-                                             calibration_choice=calibration, profile_file=args.profile, **targets)
+            result = curves_time_to_accuracy(store, asked, curves, **targets)
     if args.json:
         print(dump_json(result))
     else:
