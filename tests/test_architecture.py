@@ -225,3 +225,16 @@ def test_the_cache_directory_has_one_reader():
              if "SIDCO_CACHE_DIR" in p.read_text().replace("``$SIDCO_CACHE_DIR``", "")
              and ("environ" in p.read_text())}
     assert found == {"compressors/machine.py"}, found
+
+
+RESOLVED_ONCE = re.compile(r"device_name|store: Any|resolved=|Request\(None\b|project_request")
+
+
+def test_the_request_is_resolved_once_and_travels_as_a_projection():
+    """``pipeline.project.resolve`` is the one resolver (issue 32): no second device channel
+    (``device_name``), no re-entry (``resolved=``), no untyped store in the model or the
+    pipeline, no "workload alone" spelled as a request without a cluster."""
+    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+             for package in ("pipeline", "simulator", "sidco", "dashboard") for p in _sources(package)
+             for n, line in enumerate(p.read_text().splitlines(), 1) if RESOLVED_ONCE.search(line)]
+    assert not found, "\n".join(found)
