@@ -21,6 +21,7 @@ from pipeline import project
 from pipeline.request import takes_density
 from pipeline.verdict import iteration_band
 from results.store import Store
+from units import format_seconds
 
 
 def convergence_run(store: Store, convergence: int | str | None) -> dict[str, Any]:
@@ -250,6 +251,35 @@ def curves_time_to_accuracy(store: Store, projection: project.Projection, curves
         "cost_sources": {label(*key): value for key, value in sources.items() if value is not None},
     })
     return result
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else format_seconds(value)
+
+
+def verdict_text(result: Mapping[str, Any]) -> str:
+    """The verdict of a time-to-target table (:func:`time_to_accuracy`) in one line, as both doors
+    print it: the winner, the target, its time and its margin over the runner-up (seconds and ×),
+    beyond the seed spread and the projection's error band where they are measured; or why none
+    is named (``too close to call`` with the leader and the runner-up); the caveat last."""
+    target = target_text(result["target"]["accuracy"], result["target"]["loss"])
+    winner, leader, runner = result["winner"], result["leader"], result["runner_up"]
+    if winner is None:
+        if leader is None:
+            return f"winner: none ({result['reason']})"
+        return (f"winner: not named, {result['reason']} (leader {label(leader['compressor'], leader['density'])} "
+                f"{_seconds(leader['time_to_target_s'])}, runner-up {label(runner['compressor'], runner['density'])} "
+                f"{_seconds(runner['time_to_target_s'])})")
+    text = (f"winner: {label(winner['compressor'], winner['density'])} reaches {target} in "
+            f"{_seconds(winner['time_to_target_s'])}")
+    if runner is not None:
+        text += (f", {_seconds(result['margin_s'])} ({result['margin_ratio']:.2f}x) ahead of "
+                 f"{label(runner['compressor'], runner['density'])}")
+        if result["seed_spread_s"] is not None:
+            text += f", beyond the seed spread ({_seconds(result['seed_spread_s'])})"
+        if result["band_s"] is not None:
+            text += f" and the projection's error band ({_seconds(result['band_s'])})"
+    return text if not result["caveat"] else f"{text}; caveat: {result['caveat']}"
 
 
 def label(compressor: str, density: float) -> str:

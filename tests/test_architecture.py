@@ -238,3 +238,16 @@ def test_the_request_is_resolved_once_and_travels_as_a_projection():
              for package in ("pipeline", "simulator", "sidco", "dashboard") for p in _sources(package)
              for n, line in enumerate(p.read_text().splitlines(), 1) if RESOLVED_ONCE.search(line)]
     assert not found, "\n".join(found)
+
+
+TTA_VERDICT = re.compile(r"winner: \{|winner: (none|not named)|winner not named")
+
+
+def test_the_time_to_accuracy_verdict_text_has_one_home():
+    """The time-to-accuracy verdict in words is written once, pipeline.tta.verdict_text; both doors print it."""
+    home = ROOT / "pipeline" / "tta.py"
+    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+             for package in [*LAYERS, "benchmarks", "tools"] for p in _sources(package) if p != home
+             for n, line in enumerate(p.read_text().splitlines(), 1) if TTA_VERDICT.search(line)]
+    assert not found, "\n".join(found)
+    assert TTA_VERDICT.search(home.read_text())

@@ -277,7 +277,7 @@ def test_any_curves_text_parses_or_is_a_value_error(text):
 
 def test_time_to_accuracy_curves_are_drawn_as_mean_plus_minus_spread():
     from dashboard import figures
-    from dashboard.pages.tta import verdict_text
+    from pipeline.tta import verdict_text
 
     points = [{"iteration": 10, "time_s": 1.0, "accuracy": 0.5, "accuracy_spread": 0.1},
               {"iteration": 20, "time_s": 2.0, "accuracy": 0.7, "accuracy_spread": 0.05}]
@@ -290,7 +290,8 @@ def test_time_to_accuracy_curves_are_drawn_as_mean_plus_minus_spread():
     seconds = {("topk", 0.01): 0.1, ("sidco-e", 0.01): 0.1}
     close = verdict(time_to_target(_seed_rows({("topk", 0.01): [30, 40, 30], ("sidco-e", 0.01): [40, 30, 40]}),
                                    seconds, target_accuracy=0.6))
-    assert verdict_text(close).startswith("winner not named, too close to call: the margin")
+    close["target"] = {"accuracy": 0.6, "loss": None}
+    assert verdict_text(close).startswith("winner: not named, too close to call: the margin")
 
 
 @pytest.mark.parametrize("given", [None, "", 1.0])

@@ -9,8 +9,8 @@ from dashboard import converge_runner, data, figures, projection
 from dashboard.data import StoreReader
 from pipeline import project
 from pipeline.catalog import workload_names
-from pipeline.tta import convergence_run, label, time_to_accuracy, trace_path
-from units import format_seconds, parse_bandwidth, parse_duration
+from pipeline.tta import convergence_run, label, time_to_accuracy, trace_path, verdict_text
+from units import parse_bandwidth, parse_duration
 
 PATH = "/tta"
 TITLE = "Time to accuracy"
@@ -50,24 +50,6 @@ def table_rows(rows: list[dict]) -> list[dict]:
         "time_spread_s": rounded(r["time_spread_s"], 4),
         "reason": r["reason"] or "",
     } for r in rows]
-
-
-def verdict_text(result: dict) -> str:
-    """The verdict in one line: the winner and its margin, or why there is none ("too close to call")."""
-    winner, leader, runner = result["winner"], result["leader"], result["runner_up"]
-    if winner is None:
-        if leader is None:
-            return f"no winner: {result['reason']}"
-        return (f"winner not named, {result['reason']} (leader {label(leader['compressor'], leader['density'])}, "
-                f"runner-up {label(runner['compressor'], runner['density'])})")
-    text = f"winner: {label(winner['compressor'], winner['density'])} in {format_seconds(winner['time_to_target_s'])}"
-    if result["margin_ratio"] is not None:
-        text += f", {result['margin_ratio']:.2f}× ahead of {label(runner['compressor'], runner['density'])}"
-        if result["seed_spread_s"] is not None:
-            text += f", beyond the seed spread ({format_seconds(result['seed_spread_s'])})"
-    if result["caveat"]:
-        text += f" ({result['caveat']})"
-    return text
 
 
 def suggested_target(store, convergence_id: int) -> float:

@@ -8,7 +8,7 @@ from typing import Any
 from pipeline import project
 from pipeline.catalog import TOPOLOGIES, check_target, load_curves, target_text
 from pipeline.request import Request, check_compressors
-from pipeline.tta import convergence_run, curves_time_to_accuracy, label, time_to_accuracy, trace_path
+from pipeline.tta import convergence_run, curves_time_to_accuracy, time_to_accuracy, trace_path, verdict_text
 from results.store import Store
 from sidco.commands import dump_json
 from sidco.commands.simulate import add_scenario_args, add_source_args, cluster, workload_fields
@@ -105,26 +105,7 @@ def print_result(result: dict[str, Any]) -> None:
         print(f"note: the run trained with {result['workers_trained']} workers (global batch "
               f"{result['workers_trained']} x per-worker batch); the projection assumes the same iterations "
               f"on {cluster['nodes']} nodes")
-    winner, leader, runner = result["winner"], result["leader"], result["runner_up"]
-    if winner is None:
-        if leader is None:
-            print(f"winner: none ({result['reason']})")
-        else:
-            print(f"winner: not named, {result['reason']} (leader {label(leader['compressor'], leader['density'])} "
-                  f"{_seconds(leader['time_to_target_s'])}, runner-up {label(runner['compressor'], runner['density'])} "
-                  f"{_seconds(runner['time_to_target_s'])})")
-        return
-    line = f"winner: {label(winner['compressor'], winner['density'])} reaches {target} in {_seconds(winner['time_to_target_s'])}"
-    if runner is not None:
-        line += (f", {_seconds(result['margin_s'])} ({result['margin_ratio']:.2f}x) ahead of "
-                 f"{label(runner['compressor'], runner['density'])}")
-        if result["seed_spread_s"] is not None:
-            line += f", beyond the seed spread ({_seconds(result['seed_spread_s'])})"
-        if result["band_s"] is not None:
-            line += f" and the projection's error band ({_seconds(result['band_s'])})"
-    print(line)
-    if result["caveat"]:
-        print(f"caveat: {result['caveat']}")
+    print(verdict_text(result))
 
 
 def run(args: argparse.Namespace) -> int:
