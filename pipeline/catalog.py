@@ -38,7 +38,6 @@ _FROM: dict[str, tuple[str, str]] = {
     "DEFAULT_PRECISION": ("simulator.throughput", "DEFAULT_PRECISION"),
     "PRECISIONS": ("simulator.throughput", "PRECISIONS"),
     "BUCKET_MODES": ("simulator.workload", "BUCKET_MODES"),
-    "open_trace": ("traces", "open"),
     "check_capture_request": ("traces.capture", "check_request"),
     "layout_names": ("traces.layouts", "names"),
     "data_source": ("traces.workloads", "data_source"),
@@ -55,7 +54,7 @@ __all__ = [
     "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "check_capture_request", "check_jobs", "check_shaping",
     "check_output_path", "check_target", "curves_document", "data_source", "load_curves", "check_training_request", "chrome_trace", "compressor_names",
     "device_identity", "Grid", "layout_names", "local_pool", "max_jobs", "takes_density",
-    "open_trace", "remove_stale", "require_emulation", "RunConfig", "target_text", "Workload",
+    "remove_stale", "require_emulation", "RunConfig", "target_text", "Workload",
     "workload_names", "write_chrome_trace",
 ]
 

@@ -103,3 +103,22 @@ def histogram(gradient: np.ndarray, bins: int = 80, density_target: float | None
         "numel": int(a.size),
         "threshold": threshold,
     }
+
+
+def trace_axes(path: str) -> tuple[list[int], list[int]]:
+    """The recorded iterations and worker indices of the trace at ``path`` (what the quality
+    page offers to pick); ValueError or OSError when it cannot be read."""
+    import traces
+
+    trace = traces.open(path)
+    return list(trace.iterations), list(range(trace.workers))
+
+
+def gradient_histogram(path: str, iteration: int, worker: int, density_target: float | None = None) -> dict[str, Any]:
+    """:func:`histogram` of the recorded 1-D gradient of (``iteration``, ``worker``) in the trace at
+    ``path`` (one worker, the whole vector, before error feedback); ValueError or OSError when it
+    cannot be read."""
+    import traces
+
+    grad = traces.open(path).gradient(int(iteration), int(worker)).detach().cpu().numpy()
+    return histogram(grad, density_target=density_target)

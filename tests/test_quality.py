@@ -220,3 +220,25 @@ def test_the_table_command_builds_the_table_it_ships(tmp_path, one_thread):
     assert [w["family"] for w in built["workloads"]] == [w["family"] for w in shipped["workloads"]]
     assert [w["columns"] for w in built["workloads"]] == [w["columns"] for w in shipped["workloads"]]
     assert built["what"] == shipped["what"] and built["densities"] == shipped["densities"]
+
+
+def test_the_quality_page_histogram_is_the_pipelines_of_the_recorded_gradient(resnet20_trace):
+    """pipeline.fits.gradient_histogram (the page asks it; the page opens no trace) bins the recorded
+    gradient of one worker: the bins hold the share of elements up to the last edge (the 99.95th
+    percentile), the exact top-δ threshold of |g| is marked."""
+    import numpy as np
+
+    import traces
+    from pipeline import fits
+
+    iterations, workers = fits.trace_axes(resnet20_trace.path)
+    trace = traces.open(resnet20_trace.path)
+    assert iterations == list(trace.iterations) and workers == list(range(trace.workers))
+    grad = np.abs(trace.gradient(iterations[-1], workers[-1]).numpy())
+    hist = fits.gradient_histogram(str(resnet20_trace.path), iterations[-1], workers[-1], 0.01)
+    widths = np.diff(hist["edges"])
+    assert hist["numel"] == grad.size
+    inside = float(np.mean(grad.astype(np.float64) <= hist["edges"][-1]))
+    assert float(np.sum(np.asarray(hist["density"]) * widths)) == pytest.approx(inside, rel=1e-9)
+    k, ordered = math.ceil(0.01 * grad.size), np.sort(grad.astype(np.float64))
+    assert ordered[-k - 1] <= hist["threshold"] <= ordered[-k]  # between the k-th and (k+1)-th largest |g|

@@ -8,7 +8,6 @@ from dashboard import components as ui
 from dashboard import data, figures
 from dashboard.data import StoreReader
 from pipeline import fits
-from pipeline.catalog import open_trace
 
 PATH = "/quality"
 TITLE = "Compressor quality"
@@ -72,11 +71,6 @@ THRESHOLD_NOTE = (
 """Why the histogram's threshold line and the thresholds over iterations differ (issue 24)."""
 
 
-def gradient(path: str, iteration: int, worker: int):
-    """The recorded 1-D gradient of (iteration, worker) from the trace at ``path`` (numpy)."""
-    return open_trace(path).gradient(int(iteration), int(worker)).detach().cpu().numpy()
-
-
 def register(app: Dash, reader: StoreReader) -> None:
     """Wire the pickers and figures."""
 
@@ -94,8 +88,7 @@ def register(app: Dash, reader: StoreReader) -> None:
         names = sorted({s["compressor"] for s in store.replay_series(int(replay_id))})
         replay = next((r for r in store.replay_list() if r["id"] == replay_id), None)
         try:
-            trace = open_trace(replay["path"])
-            iterations, workers = list(trace.iterations), list(range(trace.workers))
+            iterations, workers = fits.trace_axes(replay["path"])
         except (ValueError, OSError, TypeError):
             iterations, workers = store.replay_iterations(int(replay_id)), [0]
         return (names, names, iterations, iterations[-1] if iterations else None,
@@ -140,8 +133,7 @@ def register(app: Dash, reader: StoreReader) -> None:
         if replay is None or iteration is None or worker is None:
             return ui.empty_figure("choose an iteration"), None
         try:
-            grad = gradient(replay["path"], iteration, worker)
-            hist = fits.histogram(grad, density_target=float(density))
+            hist = fits.gradient_histogram(replay["path"], iteration, worker, float(density))
         except (ValueError, OSError) as exc:
             return ui.empty_figure("trace not readable"), ui.error(
                 f"cannot read iteration {iteration}, worker {worker} of {replay['path']}: "
