@@ -70,7 +70,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from compressors import estimators, native, sidco_work
+from compressors import estimators, fused, native, sidco_work
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.adaptive import StageController, max_stages
 from compressors.base import Compressor
@@ -368,10 +368,7 @@ class _TorchOps(_Ops):
             if self.variance:
                 torch.linalg.vector_norm(g, 2, dtype=acc, out=out[1])
             if self.logs:
-                work = torch.float64 if g.dtype == torch.float64 else torch.float32
-                scratch = self.ws.get("log", self.n, work, g.device)
-                logs = torch.abs(g, out=scratch) if g.dtype == work else scratch.copy_(g).abs_()
-                torch.sum(logs.clamp_(min=estimators.LOG_FLOOR).log_(), 0, dtype=acc, out=out[1 + self.variance])
+                log_sum(g, self.ws, out[1 + self.variance])
                 torch.linalg.vector_norm(g, 0, dtype=acc, out=out[2 + self.variance])
 
         values = self._fetch(stats, 1 + self.variance + 2 * self.logs, pool_at, self.pool_capacity)
@@ -386,10 +383,7 @@ class _TorchOps(_Ops):
 
     def tail(self, threshold, pool_at):
         if self.host_pool is not None and threshold >= self.pool_at:  # on the host, from the pool
-            t = self.host_pool.dtype.type(threshold)
-            above = self.host_pool[self.host_pool > t]
-            excess = above.astype(np.float64) - float(t)
-            return Tail(int(above.size), float(excess.sum()), float(np.dot(excess, excess)))
+            return host_tail(self.host_pool, threshold)
         if self.above is not None and threshold >= self.pool_at:  # reductions of the pool's kept
             kept = torch.ops.aten.hardshrink.out(self.pool_values, threshold, out=self.ws.at_least(
                 "pool-kept", self.pool_values.numel(), self.pool_values.dtype, self.grad.device))
@@ -411,7 +405,7 @@ class _TorchOps(_Ops):
 
     def pool_count(self, threshold):
         if self.host_pool is not None:
-            return int(np.count_nonzero(self.host_pool > self.host_pool.dtype.type(threshold)))
+            return host_count(self.host_pool, threshold)
         j = _lattice_index(threshold)
         if j is not None and 0 <= j - self.lowest < POOL_BINS and j << LATTICE_SHIFT < 0x7F7F0000:
             return int(self.above[j - self.lowest])
@@ -435,6 +429,30 @@ class _TorchOps(_Ops):
             return self.pool_positions.index_select(0, chosen)
         return torch.nonzero_static(self._shrink(threshold), size=count).squeeze(1)
 
+
+
+def log_sum(g: torch.Tensor, ws: Workspace, out: torch.Tensor) -> None:
+    """``Σ ln max(|g|, LOG_FLOOR)`` into the 0-d float64 ``out`` (SIDCo-GP's first statistic):
+    ``|g|`` into a float32 scratch of ``ws`` (float64 for float64 data), clamped, logarithms taken
+    in place, summed in float64."""
+    work = torch.float64 if g.dtype == torch.float64 else torch.float32
+    scratch = ws.get("log", g.numel(), work, g.device)
+    logs = torch.abs(g, out=scratch) if g.dtype == work else scratch.copy_(g).abs_()
+    torch.sum(logs.clamp_(min=estimators.LOG_FLOOR).log_(), 0, dtype=torch.float64, out=out)
+
+
+def host_tail(values: np.ndarray, threshold: float) -> Tail:
+    """The exceedances of ``threshold`` among a pool's values on the host (magnitudes, or signed
+    values widened to float64), compared in their own dtype."""
+    t = values.dtype.type(threshold)
+    above = values[values > t]
+    excess = above.astype(np.float64) - float(t)
+    return Tail(int(above.size), float(excess.sum()), float(np.dot(excess, excess)))
+
+
+def host_count(values: np.ndarray, threshold: float) -> int:
+    """``#(values > threshold)`` over a pool's values on the host, compared in their own dtype."""
+    return int(np.count_nonzero(values > values.dtype.type(threshold)))
 
 
 def _finite(threshold: float, dtype: torch.dtype) -> float:
@@ -531,8 +549,10 @@ class SIDCo(Compressor):
                  window: int = 5, band: float = 0.2, backend: str = "auto", adapt: str = "count",
                  corrections: int = CORRECTIONS):
         super().__init__(density)
-        if backend not in ("auto", "torch"):
-            raise ValueError(f"backend must be 'auto' or 'torch', got {backend!r}")
+        if backend not in ("auto", "torch", "fused"):
+            raise ValueError(f"backend must be 'auto', 'torch' or 'fused', got {backend!r}")
+        if backend == "fused" and not fused.available():
+            raise ValueError("backend 'fused' needs Triton: pip install '.[gpu]'")
         self.backend_choice = backend
         self.backend = "torch"
         self.planned = 0
@@ -603,18 +623,29 @@ class SIDCo(Compressor):
     def _run(self, grad: torch.Tensor, remember: bool = True) -> tuple[Sparse, int]:
         n = grad.numel()
         guess = self._guesses.get(n) if remember else None
+        k = target_count(self.density, n)
+        capacity = None if guess is None else pool_slots(n, guess.pool, k)
+        self.planned = self.stages
+        ops: _Ops | None = None
+        chained = None
         if self.backend_choice == "auto" and native.usable(grad):
-            ops: _Ops = _NativeOps(self, grad, self.first_needs_log)
-            self.backend = "native"
-        else:
-            k = target_count(self.density, n)
-            capacity = None if guess is None else pool_slots(n, guess.pool, k)
+            ops, self.backend = _NativeOps(self, grad, self.first_needs_log), "native"
+        elif self._fused(grad):
+            from compressors.sidco_fused import FusedOps  # imports Triton: only where the fused path runs
+
+            try:
+                ops, self.backend = FusedOps(self, grad, self.first_needs_log, self.first_needs_var, capacity), "fused"
+                chained = self._chain(ops, n, self.planned, grad.dtype, guess)
+            except _Overflow:  # a float32 statistic overflowed: the eager path decides (rescales or refuses)
+                ops = None
+        if ops is None:
             ship = guess is not None and ships_values(guess.deepened, capacity)
             ops = _TorchOps(self, grad, self.first_needs_log, self.first_needs_var, capacity, ship)
             ops.variance_tail = self.tail_needs_var
             self.backend = "cuda" if grad.device.type == "cuda" else "torch"
-        self.planned = self.stages
-        threshold, used, count, eta1 = self._chain(ops, n, self.planned, grad.dtype, guess)
+        if chained is None:
+            chained = self._chain(ops, n, self.planned, grad.dtype, guess)
+        threshold, used, count, eta1 = chained
         if remember and threshold > 0 and eta1 > 0 and math.isfinite(eta1):
             guesses = self._guesses
             if guesses.pop(n, None) is None and len(guesses) >= GUESSES:  # forget the least recent size
@@ -625,6 +656,15 @@ class SIDCo(Compressor):
         indices, reported, fallback = guard_count(grad, indices, count, threshold, target_count(self.density, n),
                                                   self._workspace, band)
         return Sparse(grad.index_select(0, indices), indices, n, reported, used, fallback=fallback), count
+
+    def _fused(self, grad: torch.Tensor) -> bool:
+        """Whether this call runs the fused path (:mod:`compressors.sidco_fused`): asked for
+        (``backend="fused"``) or, with ``"auto"``, on a CUDA tensor, where it serves the tensor."""
+        if self.backend_choice == "torch" or (self.backend_choice == "auto" and not grad.is_cuda):
+            return False
+        from compressors.sidco_fused import usable
+
+        return usable(grad)
 
     def _chain(self, ops: _Ops, n: int, stages: int, dtype: torch.dtype, guess: Guess | None):
         """Thresholds of every stage and the in-call correction, on host floats; returns (η,
