@@ -56,6 +56,8 @@ on the device. With corrections every count the loop asks for is at a lattice po
 (:data:`LATTICE_SHIFT`, :func:`_snap`), which that histogram answers exactly. So a call of ``M``
 stages reads the host ``M`` times once a call of the same size has been made (plus one when the
 pool overflowed its slots, two when a try fell below it), issues a few dozen kernels and no scalar arithmetic on the device.
+The fused path (:mod:`compressors.sidco_fused`: Triton kernels, the same stage loop, one transfer
+per read) reads the gradient twice in a call of one stage and syncs once.
 Native and torch agree up to the summation order of the statistics (relative differences of ~1e-7
 or less): thresholds agree to that precision and, when equal, so do the selections.
 """
@@ -70,7 +72,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from compressors import estimators, fused, native, sidco_work
+from compressors import estimators, native, sidco_work
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.adaptive import StageController, max_stages
 from compressors.base import Compressor
@@ -431,6 +433,13 @@ class _TorchOps(_Ops):
 
 
 
+def _triton_present() -> bool:
+    """Whether Triton (the ``gpu`` extra) is installed, for the fused path."""
+    from compressors import fused  # imports Triton: only where the fused path is asked for
+
+    return fused.available()
+
+
 def log_sum(g: torch.Tensor, ws: Workspace, out: torch.Tensor) -> None:
     """``Σ ln max(|g|, LOG_FLOOR)`` into the 0-d float64 ``out`` (SIDCo-GP's first statistic):
     ``|g|`` into a float32 scratch of ``ws`` (float64 for float64 data), clamped, logarithms taken
@@ -531,9 +540,12 @@ class SIDCo(Compressor):
     last stage (``adapt="count"`` only; default 8, 0 disables); ``first_ratio`` — tail mass of
     stage 1 in (0, 1) (default 0.25); ``window`` and ``band`` of the adaptive controller (5 calls,
     ±20 %; ``band`` is also the in-call correction's band); ``backend`` — ``"auto"`` (default: the
-    fused C kernels for contiguous float32 CPU tensors when they are available, torch otherwise) or
-    ``"torch"`` (always the torch path). After a call, :attr:`backend` names what ran it
-    (``"native"``, ``"torch"`` or ``"cuda"``), :attr:`planned` the stage count it planned and
+    fused C kernels for contiguous float32 CPU tensors when they are available, the fused Triton
+    kernels for CUDA float32/16/bf16 tensors when Triton is installed, torch otherwise),
+    ``"torch"`` (always the torch path) or ``"fused"`` (the Triton kernels wherever
+    :func:`compressors.sidco_fused.usable` allows: also CPU tensors under ``TRITON_INTERPRET=1``,
+    as the tests run them; needs Triton). After a call, :attr:`backend` names what ran it
+    (``"native"``, ``"fused"``, ``"torch"`` or ``"cuda"``), :attr:`planned` the stage count it planned and
     :attr:`deepened` the stages it added within itself (each a read of a tail: what its work
     follows; the message's ``stages`` counts the stages that lowered the threshold) and
     :attr:`estimated` the count its threshold selected, before the count guard
@@ -551,7 +563,7 @@ class SIDCo(Compressor):
         super().__init__(density)
         if backend not in ("auto", "torch", "fused"):
             raise ValueError(f"backend must be 'auto', 'torch' or 'fused', got {backend!r}")
-        if backend == "fused" and not fused.available():
+        if backend == "fused" and not _triton_present():
             raise ValueError("backend 'fused' needs Triton: pip install '.[gpu]'")
         self.backend_choice = backend
         self.backend = "torch"
