@@ -73,7 +73,7 @@ import numpy as np
 import torch
 
 from compressors import estimators, native, sidco_work
-from compressors._validate import raise_if_not_finite, target_count
+from compressors._validate import check_gradient, raise_if_not_finite, target_count
 from compressors.adaptive import StageController, max_stages
 from compressors.base import Compressor
 from compressors.rules import COUNT_BAND, ESTIMATOR_BAND, stage_probabilities
@@ -567,6 +567,7 @@ class SIDCo(Compressor):
             raise ValueError("backend 'fused' needs Triton: pip install '.[gpu]'")
         self.backend_choice = backend
         self.backend = "torch"
+        self._feedback: tuple[torch.Tensor, torch.Tensor] | None = None
         self.planned = 0
         self.deepened = 0
         self.estimated = 0
@@ -668,6 +669,20 @@ class SIDCo(Compressor):
         indices, reported, fallback = guard_count(grad, indices, count, threshold, target_count(self.density, n),
                                                   self._workspace, band)
         return Sparse(grad.index_select(0, indices), indices, n, reported, used, fallback=fallback), count
+
+    def compress_feedback(self, grad: torch.Tensor, residual: torch.Tensor, out: torch.Tensor) -> Sparse | None:
+        """The fused path's error feedback: its statistics kernel reads ``grad`` and ``residual``
+        and writes their sum into ``out`` (the gradient's dtype, rounded as ``torch.add``), the
+        call's first read; ``None`` where the fused path does not serve ``grad``."""
+        grad = check_gradient(grad)
+        if grad.numel() == 0 or not self._fused(grad) or residual.dtype != grad.dtype or \
+                residual.shape != grad.shape or not residual.is_contiguous() or not out.is_contiguous():
+            return None
+        self._feedback = (grad, residual)  # taken by the first FusedOps of the call
+        try:
+            return self.compress(out)
+        finally:
+            self._feedback = None
 
     def _fused(self, grad: torch.Tensor) -> bool:
         """Whether this call runs the fused path (:mod:`compressors.sidco_fused`): asked for

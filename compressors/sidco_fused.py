@@ -92,6 +92,7 @@ class FusedOps(_Ops):
                                                                                                      self.n))
         self.host_pool: np.ndarray | None = None
         self.host_positions: np.ndarray | None = None
+        self.feedback, owner._feedback = owner._feedback, None  # (gradient, residual) summed into ``grad`` by stage 1
 
     def _rounded(self, threshold: float) -> float:
         return float(torch.tensor(threshold, dtype=self.grad.dtype))
@@ -108,7 +109,9 @@ class FusedOps(_Ops):
         if tail is not None or pool is not None:
             counters.zero_()
         if statistics:
-            fused.launch_statistics(g, None, g, read.view("stats", torch.float32))
+            source, residual = self.feedback if self.feedback is not None else (g, None)
+            fused.launch_statistics(source, residual, g, read.view("stats", torch.float32))
+            self.feedback = None
             if self.logs:
                 log_sum(g, self.ws, read.view("logs", torch.float64)[0])
         scratch = self.ws.at_least("fused-parts", 3 * max(self.blocks, 1), torch.float32, g.device)
@@ -168,7 +171,8 @@ class FusedOps(_Ops):
             self.pool_capacity = max(count, 1)
             self.collect(threshold)
         chosen = np.sort(self.host_positions[self.host_pool > np.float32(threshold)]).astype(np.int64)
-        return torch.from_numpy(chosen).to(self.grad.device)
+        out = torch.empty(chosen.size, dtype=torch.int64, device=self.grad.device)
+        return out.copy_(torch.from_numpy(chosen))  # one host→device copy (no sync)
 
 
 __all__ = ["DTYPES", "FusedOps", "usable"]
