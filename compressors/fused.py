@@ -27,6 +27,8 @@ from typing import NamedTuple
 
 import torch
 
+from compressors.sidco_work import FUSED_BLOCK
+
 try:
     import triton
     import triton.language as tl
@@ -34,8 +36,9 @@ except ImportError:  # the CPU install: the eager path serves every tensor
     triton = None
     tl = None
 
-BLOCK = 4096
-"""Elements per program of both kernels. Large blocks keep the interpreter's checks about a
+BLOCK = FUSED_BLOCK
+"""Elements per program of both kernels (its home is :data:`compressors.sidco_work.FUSED_BLOCK`,
+where the declared work reads it without torch). Large blocks keep the interpreter's checks about a
 second each (its cost grows with the number of programs, not with ``n``)."""
 
 NUM_WARPS = 16

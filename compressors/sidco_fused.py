@@ -35,7 +35,7 @@ import torch
 
 from compressors import estimators, fused
 from compressors._validate import target_count
-from compressors.sidco import POOL_REGROW, Moments, Tail, _Ops, _Overflow, host_count, host_tail, log_sum
+from compressors.sidco import POOL_REGROW, Moments, Tail, _Ops, _Overflow, _round, host_count, host_tail, log_sum
 from compressors.sidco_work import pool_slots
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -95,7 +95,7 @@ class FusedOps(_Ops):
         self.feedback, owner._feedback = owner._feedback, None  # (gradient, residual) summed into ``grad`` by stage 1
 
     def _rounded(self, threshold: float) -> float:
-        return float(torch.tensor(threshold, dtype=self.grad.dtype))
+        return _round(threshold, self.grad.dtype)
 
     def _read(self, statistics: bool = False, tail: float | None = None, pool: float | None = None,
               capacity: int = 0) -> tuple[np.ndarray, _Read]:

@@ -182,3 +182,39 @@ def test_fused_kernel_launches_are_counted():
     c.compress(g)
     _, ops = counting.record_ops(lambda: c.compress(g))
     assert [op for op in ops if op.startswith("fused.")] == ["fused.statistics", "fused.compact"]
+
+
+@pytest.mark.parametrize("name", SIDCOS)
+def test_the_fused_path_does_the_work_it_declares(name, monkeypatch):
+    """Launches (Triton kernels counted where fused.py launches them, torch ops by OpCounter),
+    syncs and full passes of a steady call with error feedback against
+    compressors.work.work(..., backend="fused") (the drift test of tests/test_compressors_work.py)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from compressors import work as declared
+    from opcount import OpCounter
+
+    n = 16 * fused.BLOCK
+    kernels = []
+    launch = fused._launch
+
+    def counted(kernel, grid, *args, **meta):
+        kernels.append(kernel)
+        with _disable_current_modes():  # the interpreter's own tensor traffic is no work of the call
+            return launch(kernel, grid, *args, **meta)
+
+    c = compressors.create(name, 0.001, backend="fused")
+    ef = compressors.ErrorFeedback(c)
+    for call in range(3):
+        ef.compress(gradient_like(n, seed=40 + call))
+    guess = c._guesses[n]
+    monkeypatch.setattr(fused, "_launch", counted)
+    g = gradient_like(n, seed=50)
+    with OpCounter(n) as seen:
+        ef.compress(g)
+    assert c.backend == "fused"
+    work = declared.work(name, n, 0.001, stages=c.planned, backend="fused", pool=guess.pool).compress
+    host_only = seen.ops.count("lift_fresh")  # the selected positions wrapped from numpy: no kernel
+    assert work.launches == seen.counts["launches"] - host_only + len(kernels)
+    assert work.syncs == seen.counts["syncs"]
+    assert work.passes == seen.counts["passes"] + len(kernels)
