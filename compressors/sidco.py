@@ -78,7 +78,7 @@ from compressors.adaptive import StageController, max_stages
 from compressors.base import Compressor
 from compressors.rules import COUNT_BAND, ESTIMATOR_BAND, stage_probabilities
 from compressors.selection import Workspace, guard_count
-from compressors.sidco_work import CORRECTIONS, POOL_BINS, pool_slots, ships_values
+from compressors.sidco_work import CORRECTIONS, POOL_BINS, fused_fits, pool_slots, ships_values
 from compressors.sparse import Sparse
 from units import check_count
 
@@ -545,7 +545,8 @@ class SIDCo(Compressor):
     ``"torch"`` (always the torch path) or ``"fused"`` (the Triton kernels wherever
     :func:`compressors.sidco_fused.usable` allows: also CPU tensors under ``TRITON_INTERPRET=1``,
     as the tests run them; needs Triton). After a call, :attr:`backend` names what ran it
-    (``"native"``, ``"fused"``, ``"torch"`` or ``"cuda"``), :attr:`planned` the stage count it planned and
+    (``"native"``, ``"fused"``, ``"torch"`` or ``"cuda"``; ``"auto"`` leaves a gradient whose pool
+    would exceed :data:`~compressors.sidco_work.FUSED_SLOTS` to the eager path), :attr:`planned` the stage count it planned and
     :attr:`deepened` the stages it added within itself (each a read of a tail: what its work
     follows; the message's ``stages`` counts the stages that lowered the threshold) and
     :attr:`estimated` the count its threshold selected, before the count guard
@@ -691,6 +692,10 @@ class SIDCo(Compressor):
             return False
         from compressors.sidco_fused import usable
 
+        if self.backend_choice == "auto":  # a pool too large to ship to the host: the eager path
+            n, guess = grad.numel(), self._guesses.get(grad.numel())
+            if not fused_fits(n, 0 if guess is None else guess.pool, target_count(self.density, n)):
+                return False
         return usable(grad)
 
     def _chain(self, ops: _Ops, n: int, stages: int, dtype: torch.dtype, guess: Guess | None):

@@ -75,6 +75,18 @@ writes its partial statistics per block (16 bytes from the statistics kernel, 12
 compaction)."""
 
 
+FUSED_SLOTS = 1 << 18
+"""The most pool slots SIDCo's fused path takes: its pool travels to the host (8 bytes a slot:
+2 MiB here, ≈ 0.1 ms over PCIe), where the eager path sends a 2 KiB histogram, so above this
+(e.g. 2²⁴ elements at δ = 0.01: 1.5 M slots) ``backend="auto"`` runs the eager path."""
+
+
+def fused_fits(n: int, pool: float, k: int) -> bool:
+    """Whether SIDCo's fused path takes an ``n``-element gradient whose previous call of the same
+    size pooled ``pool`` elements, ``k`` to select (:data:`FUSED_SLOTS`)."""
+    return pool_slots(n, pool, k) <= FUSED_SLOTS
+
+
 def _sidco_fused(name: str, n: int, k: int, itemsize: int, planned: int, pool: float) -> Work:
     """SIDCo's fused path (:mod:`compressors.sidco_fused`), a call after one of the same size
     (its pool guess held). Stage 1: its two counters zeroed, the statistics kernel over ``g``

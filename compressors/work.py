@@ -38,6 +38,7 @@ from compressors.declare import CallWork, Declaration, Work
 from compressors.powersgd_work import factors as powersgd_factors
 from compressors.rules import CATALOG, target_count
 from compressors.sidco_work import CORRECTIONS as SIDCO_CORRECTIONS
+from compressors.sidco_work import NATIVE_POOL, fused_fits
 from compressors.wire import DENSE_ALLREDUCE, sparse_bytes
 
 FUSED = ("sidco-e", "sidco-p", "sidco-gp")
@@ -133,7 +134,7 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
         raise ValueError(f"no work declared for compressor {name!r}; declared: {', '.join(DECLARATIONS)}")
     if backend not in ("torch", "cuda", "native", "fused"):
         raise ValueError(f"backend must be torch, cuda, native or fused, got {backend!r}")
-    folds = backend == "fused" and name in FUSED
+    folds = backend == "fused" and fused_path(name, numel, density, pool)
     if backend == "fused" and not folds:  # no fused path of its own: what it runs on a GPU
         backend = "cuda"
     declaration = DECLARATIONS[name]
@@ -157,6 +158,14 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     compress.working_set_bytes = (4.0 if error_feedback else 2.0) * n * itemsize
     decompress.working_set_bytes = 2.0 * n * itemsize
     return CallWork(compress, decompress)
+
+
+def fused_path(name: str, numel: int, density: float, pool: float | None = None) -> bool:
+    """Whether ``backend="fused"`` declares compressor ``name``'s fused path for ``numel``
+    elements at ``density`` (SIDCo, with its pool, default 5·k, within
+    :data:`compressors.sidco_work.FUSED_SLOTS`) rather than what it runs on a GPU otherwise."""
+    k = target_count(density, numel)
+    return name in FUSED and fused_fits(numel, NATIVE_POOL * k if pool is None else pool, k)
 
 
 def _fold_feedback(w: Work, n: int, itemsize: int) -> Work:

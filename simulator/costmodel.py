@@ -216,7 +216,8 @@ def cost(compressor: str, density: float | None, device: Device) -> CompressionC
 
     c0, c1 = line(c_small, c_large)
     d0, d1 = line(d_small, d_large)
-    fused = " fused" if backend_on(device.kind, compressor) == "fused" else ""
+    fused = " fused" if backend_on(device.kind, compressor) == "fused" and declared.fused_path(
+        compressor, large, d) else ""
     return CompressionCost(c0, c1, d0, d1, (declared.wire_bytes(compressor, large, d) / large,),
                            source_label(device) + fused)
 
