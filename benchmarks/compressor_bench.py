@@ -9,6 +9,8 @@ measured side by side on a noisy shared machine. Times are milliseconds.
 
 from __future__ import annotations
 
+import importlib.util
+
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -63,7 +65,8 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
     change of machine load between the two rows cancels), speedup_vs_topk_raw (topk compress_ms /
     compress_ms), compress_min_ms / floor_min_ms / over_floor_min / speedup_vs_topk_min (the same
     from the fastest repeat: on a shared machine the minimum is the least disturbed estimate), achieved_over_target, selected, stages, fallback (the count guard sent the exact top-k), wire_bytes,
-    repeats, warmup, threads, clock (``wall`` or ``cpu``: :data:`CLOCKS`), backend (what ran the timed calls: ``native``, ``torch`` or ``cuda``),
+    repeats, warmup, threads, clock (``wall`` or ``cpu``: :data:`CLOCKS`), backend (what ran the timed calls: ``native``, ``fused``, ``torch`` or ``cuda``; on a GPU with
+    Triton each SIDCo variant has a ``fused`` row and an eager ``cuda`` row),
     device_identity (CPU model and SIMD flags, or the GPU's name). ``none``, ``fp16``, ``bf16`` and
     ``powersgd`` (rank 1, the vector as one square matrix) run once at density 1. ``threads`` sets torch's (and the
     native kernels') CPU thread count for the run (default: leave it as it is). ``stages``: run
@@ -101,9 +104,12 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
     plan = [(n, 1.0, None) for n in names if not density_bound(n)] + [
         (n, d, m) for d in densities for n in names if density_bound(n)
         for m in (stages if stages and n.startswith("sidco") else [None])]
-    made = [(name, density, fixed, compressors.create(name, density=density,
+    # on a GPU with Triton, SIDCo runs fused by default: its eager torch path gets a row beside it
+    both = dev.type == "cuda" and importlib.util.find_spec("triton") is not None
+    made = [(name, density, fixed, compressors.create(name, density=density, **option,
                                                       **({} if fixed is None else {"stages": fixed})))
-            for name, density, fixed in plan]
+            for name, density, fixed in plan
+            for option in ([{}, {"backend": "torch"}] if both and name.startswith("sidco") else [{}])]
     identity = device_identity(dev)
     for name, density, fixed, c in made:
         if progress:

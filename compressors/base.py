@@ -50,6 +50,14 @@ class Compressor:
     def _compress(self, grad: torch.Tensor) -> Sparse:
         raise NotImplementedError
 
+    def compress_feedback(self, grad: torch.Tensor, residual: torch.Tensor, out: torch.Tensor) -> Sparse | None:
+        """Error feedback fused into the call: write ``grad + residual`` (same shape, dtype and
+        device) into ``out`` and compress it, as ``compress(torch.add(grad, residual, out=out))``
+        does; ``None`` (nothing written) where this compressor has no such path for ``grad``: the
+        caller adds them itself (:class:`compressors.memory.ErrorFeedback`). SIDCo's fused path
+        has one: its statistics kernel reads both and writes the sum."""
+        return None
+
     def reseed(self, seed: int) -> None:
         """Make the following random draws a function of ``seed`` (an int ≥ 0) alone.
 

@@ -12,6 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+FUSED_MARKER = "fused."
+"""Prefix of :func:`record_ops`'s name for each Triton kernel launch of :mod:`compressors.fused`
+(``fused.statistics``, ``fused.compact``): a launch, though no torch dispatch."""
+
 HITS_MARKER = "native.hits:"
 """Prefix of :func:`record_ops`'s marker after each native selection: the elements it kept."""
 
@@ -23,7 +27,8 @@ def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
     elements>`` (not an operation), each ``native.scan`` kernel as
     ``native.scan:full`` (over as many elements as the call's first kernel; followed by
     ``native.scan:collect`` when it also selected) or ``native.scan:pool:<elements>``, and each
-    host count over a pool (``native.count_above``, no kernel) as ``native.count:<elements>``."""
+    host count over a pool (``native.count_above``, no kernel) as ``native.count:<elements>``, and
+each Triton kernel launched by :mod:`compressors.fused` as ``fused.<kernel>``."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -55,13 +60,36 @@ def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
             names.append(func.overloadpacket.__name__)
             return func(*args, **(kwargs or {}))
 
+    fused = _fused_module()
+    launch = fused._launch if fused is not None else None
+
+    def counted_launch(kernel, grid, *args, **meta):
+        if grid:
+            names.append(f"{FUSED_MARKER}{kernel}")
+        return launch(kernel, grid, *args, **meta)
+
     native.select_above, native.scan, native.count_above = counted_select, counted_scan, counted_count
+    if fused is not None:
+        fused._launch = counted_launch
     try:
         with torch.no_grad(), Recorder():
             result = call()
     finally:
         native.select_above, native.scan, native.count_above = select, scan, count
+        if fused is not None:
+            fused._launch = launch
     return result, names
+
+
+def _fused_module() -> Any:
+    """:mod:`compressors.fused` when Triton is installed (its launches are counted), else None."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        return None
+    from compressors import fused
+
+    return fused
 
 
 def stage_counts(compressor: Any) -> dict[str, int]:

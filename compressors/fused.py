@@ -27,6 +27,8 @@ from typing import NamedTuple
 
 import torch
 
+from compressors.sidco_work import FUSED_BLOCK
+
 try:
     import triton
     import triton.language as tl
@@ -34,8 +36,9 @@ except ImportError:  # the CPU install: the eager path serves every tensor
     triton = None
     tl = None
 
-BLOCK = 4096
-"""Elements per program of both kernels. Large blocks keep the interpreter's checks about a
+BLOCK = FUSED_BLOCK
+"""Elements per program of both kernels (its home is :data:`compressors.sidco_work.FUSED_BLOCK`,
+where the declared work reads it without torch). Large blocks keep the interpreter's checks about a
 second each (its cost grows with the number of programs, not with ``n``)."""
 
 NUM_WARPS = 16
@@ -87,7 +90,8 @@ if triton is not None:
         tl.store(part_ptr + pid * 4 + 3, tl.sum((a != 0).to(tl.float32), axis=0))
 
     @triton.jit
-    def _compact_kernel(x_ptr, n, threshold, counter_ptr, idx_ptr, val_ptr, part_ptr, BLOCK: tl.constexpr):
+    def _compact_kernel(x_ptr, n, threshold, counter_ptr, idx_ptr, val_ptr, part_ptr, capacity,
+                        BLOCK: tl.constexpr):
         pid = tl.program_id(0)
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
@@ -98,8 +102,9 @@ if triton is not None:
         total = tl.sum(ones, axis=0)
         base = tl.atomic_add(counter_ptr, total)
         pos = base + tl.cumsum(ones, axis=0) - ones
-        tl.store(idx_ptr + pos, offs, mask=keep)
-        tl.store(val_ptr + pos, x, mask=keep)
+        room = keep & (pos < capacity)  # the count goes on past the slots: the caller sees it overflowed
+        tl.store(idx_ptr + pos, offs, mask=room)
+        tl.store(val_ptr + pos, x, mask=room)
         excess = tl.where(keep, a - threshold, 0.0)
         tl.store(part_ptr + pid * 3 + 0, total.to(tl.float32))
         tl.store(part_ptr + pid * 3 + 1, tl.sum(excess, axis=0))
@@ -130,8 +135,37 @@ class Survivors(NamedTuple):
     excess_square_sum: torch.Tensor
 
 
-def _programs(n: int) -> int:
+def programs(n: int) -> int:
+    """Programs (blocks of :data:`BLOCK` elements) either kernel runs over ``n`` elements."""
     return -(-n // BLOCK)
+
+
+
+def _launch(kernel: str, grid: int, *args, **meta) -> None:
+    """The one place the kernels are launched (``kernel``: ``"statistics"`` or ``"compact"``), over
+    ``grid`` programs (none launched for 0): :func:`compressors.counting.record_ops` counts the
+    launches here, since a Triton launch is no torch dispatch."""
+    if grid:
+        fn = _statistics_kernel if kernel == "statistics" else _compact_kernel
+        fn[(grid,)](*args, BLOCK=BLOCK, num_warps=NUM_WARPS, **meta)
+
+
+def launch_statistics(grad: torch.Tensor, residual: torch.Tensor | None, x: torch.Tensor,
+                      parts: torch.Tensor) -> None:
+    """Launch the statistics kernel over ``grad`` (plus ``residual``, the sum written into ``x``),
+    its per-block partials (:data:`STATISTICS` float32 a block) into ``parts``; no host read."""
+    _launch("statistics", programs(grad.numel()), grad, grad if residual is None else residual, x, parts,
+            grad.numel(), RESIDUAL=residual is not None)
+
+
+def launch_compact(x: torch.Tensor, threshold: float, counter: torch.Tensor, indices: torch.Tensor,
+                   values: torch.Tensor, parts: torch.Tensor, capacity: int) -> None:
+    """Launch the compaction of ``|x| > threshold`` (``threshold`` already rounded to ``x``'s
+    dtype) adding its count to ``counter`` (int32, zeroed by the caller) and writing the first
+    ``capacity`` hits' positions and values (in block order, any order of blocks) into ``indices``
+    and ``values`` (any integer and floating dtypes: stored converted), the survivors' partials
+    (:data:`SURVIVORS` float32 a block) into ``parts``; no host read."""
+    _launch("compact", programs(x.numel()), x, x.numel(), threshold, counter, indices, values, parts, capacity)
 
 
 def _require() -> None:
@@ -151,11 +185,8 @@ def statistics(grad: torch.Tensor, residual: torch.Tensor | None = None,
         raise ValueError(f"residual must match the gradient: {grad.dtype} {tuple(grad.shape)}, "
                          f"got {residual.dtype} {tuple(residual.shape)}")
     x = grad if residual is None else (torch.empty_like(grad) if out is None else out)
-    programs = _programs(n)
-    parts = torch.zeros(max(programs, 1), STATISTICS, dtype=torch.float32, device=device)
-    if programs:
-        _statistics_kernel[(programs,)](grad, grad if residual is None else residual, x, parts, n,
-                                        BLOCK=BLOCK, RESIDUAL=residual is not None, num_warps=NUM_WARPS)
+    parts = torch.zeros(max(programs(n), 1), STATISTICS, dtype=torch.float32, device=device)
+    launch_statistics(grad, residual, x, parts)
     wide = parts.double()
     sums = wide.sum(0)
     return Statistics(x, sums[0], sums[1], wide[:, 2].max(), sums[3])
@@ -169,13 +200,11 @@ def compact(x: torch.Tensor, threshold: float) -> Survivors:
     n = x.numel()
     device = x.device
     t = float(torch.tensor(threshold, dtype=x.dtype))
-    programs = _programs(n)
     counter = torch.zeros(1, dtype=torch.int32, device=device)
     indices = torch.empty(n, dtype=torch.int64, device=device)
     values = torch.empty(n, dtype=x.dtype, device=device)
-    parts = torch.zeros(max(programs, 1), SURVIVORS, dtype=torch.float32, device=device)
-    if programs:
-        _compact_kernel[(programs,)](x, n, t, counter, indices, values, parts, BLOCK=BLOCK, num_warps=NUM_WARPS)
+    parts = torch.zeros(max(programs(n), 1), SURVIVORS, dtype=torch.float32, device=device)
+    launch_compact(x, t, counter, indices, values, parts, n)
     count = int(counter.item())
     order = torch.argsort(indices[:count])
     sums = parts.double().sum(0)
@@ -186,8 +215,8 @@ def compact(x: torch.Tensor, threshold: float) -> Survivors:
 SIGNATURES = {
     "statistics": {"g_ptr": "*{v}", "r_ptr": "*{v}", "x_ptr": "*{v}", "part_ptr": "*fp32", "n": "i64",
                    "BLOCK": "constexpr", "RESIDUAL": "constexpr"},
-    "compact": {"x_ptr": "*{v}", "n": "i64", "threshold": "fp32", "counter_ptr": "*i32", "idx_ptr": "*i64",
-                "val_ptr": "*{v}", "part_ptr": "*fp32", "BLOCK": "constexpr"},
+    "compact": {"x_ptr": "*{v}", "n": "i64", "threshold": "fp32", "counter_ptr": "*i32", "idx_ptr": "*i32",
+                "val_ptr": "*fp32", "part_ptr": "*fp32", "capacity": "i64", "BLOCK": "constexpr"},
 }
 """Each kernel's argument types for :func:`compile_ahead` (``{v}``: the gradient's Triton dtype)."""
 
@@ -209,4 +238,4 @@ def compile_ahead(kernel: str, arch: int, dtype: str = "fp32") -> bytes:
 
 
 __all__ = ["BLOCK", "NUM_WARPS", "REGISTER_CEILING", "SIGNATURES", "Statistics", "Survivors", "available", "compact",
-           "compile_ahead", "interpreted", "statistics"]
+           "compile_ahead", "interpreted", "launch_compact", "launch_statistics", "programs", "statistics"]

@@ -74,8 +74,11 @@ class ErrorFeedback(Memory):
             spare = torch.empty_like(grad)
         # grad + residual into a spare buffer kept from the last call: no fresh full-size vector
         # per call, and the residual stays as it was if compressing raises
-        corrected = torch.add(grad, slot["residual"], out=spare)
-        message = self.compressor.compress(corrected)
+        message = self.compressor.compress_feedback(grad, slot["residual"], spare)
+        corrected = spare
+        if message is None:  # no fused error feedback for this tensor: add them here
+            corrected = torch.add(grad, slot["residual"], out=spare)
+            message = self.compressor.compress(corrected)
         slot["spare"] = slot["residual"]
         if isinstance(message, Sparse) and message.dense:  # the message holds ``corrected`` itself
             slot["residual"] = torch.zeros_like(grad)

@@ -56,6 +56,8 @@ on the device. With corrections every count the loop asks for is at a lattice po
 (:data:`LATTICE_SHIFT`, :func:`_snap`), which that histogram answers exactly. So a call of ``M``
 stages reads the host ``M`` times once a call of the same size has been made (plus one when the
 pool overflowed its slots, two when a try fell below it), issues a few dozen kernels and no scalar arithmetic on the device.
+The fused path (:mod:`compressors.sidco_fused`: Triton kernels, the same stage loop, one transfer
+per read) reads the gradient twice in a call of one stage and syncs once.
 Native and torch agree up to the summation order of the statistics (relative differences of ~1e-7
 or less): thresholds agree to that precision and, when equal, so do the selections.
 """
@@ -71,12 +73,12 @@ import numpy as np
 import torch
 
 from compressors import estimators, native, sidco_work
-from compressors._validate import raise_if_not_finite, target_count
+from compressors._validate import check_gradient, raise_if_not_finite, target_count
 from compressors.adaptive import StageController, max_stages
 from compressors.base import Compressor
 from compressors.rules import COUNT_BAND, ESTIMATOR_BAND, stage_probabilities
 from compressors.selection import Workspace, guard_count
-from compressors.sidco_work import CORRECTIONS, POOL_BINS, pool_slots, ships_values
+from compressors.sidco_work import CORRECTIONS, POOL_BINS, fused_fits, pool_slots, ships_values
 from compressors.sparse import Sparse
 from units import check_count
 
@@ -368,10 +370,7 @@ class _TorchOps(_Ops):
             if self.variance:
                 torch.linalg.vector_norm(g, 2, dtype=acc, out=out[1])
             if self.logs:
-                work = torch.float64 if g.dtype == torch.float64 else torch.float32
-                scratch = self.ws.get("log", self.n, work, g.device)
-                logs = torch.abs(g, out=scratch) if g.dtype == work else scratch.copy_(g).abs_()
-                torch.sum(logs.clamp_(min=estimators.LOG_FLOOR).log_(), 0, dtype=acc, out=out[1 + self.variance])
+                log_sum(g, self.ws, out[1 + self.variance])
                 torch.linalg.vector_norm(g, 0, dtype=acc, out=out[2 + self.variance])
 
         values = self._fetch(stats, 1 + self.variance + 2 * self.logs, pool_at, self.pool_capacity)
@@ -386,10 +385,7 @@ class _TorchOps(_Ops):
 
     def tail(self, threshold, pool_at):
         if self.host_pool is not None and threshold >= self.pool_at:  # on the host, from the pool
-            t = self.host_pool.dtype.type(threshold)
-            above = self.host_pool[self.host_pool > t]
-            excess = above.astype(np.float64) - float(t)
-            return Tail(int(above.size), float(excess.sum()), float(np.dot(excess, excess)))
+            return host_tail(self.host_pool, threshold)
         if self.above is not None and threshold >= self.pool_at:  # reductions of the pool's kept
             kept = torch.ops.aten.hardshrink.out(self.pool_values, threshold, out=self.ws.at_least(
                 "pool-kept", self.pool_values.numel(), self.pool_values.dtype, self.grad.device))
@@ -411,7 +407,7 @@ class _TorchOps(_Ops):
 
     def pool_count(self, threshold):
         if self.host_pool is not None:
-            return int(np.count_nonzero(self.host_pool > self.host_pool.dtype.type(threshold)))
+            return host_count(self.host_pool, threshold)
         j = _lattice_index(threshold)
         if j is not None and 0 <= j - self.lowest < POOL_BINS and j << LATTICE_SHIFT < 0x7F7F0000:
             return int(self.above[j - self.lowest])
@@ -435,6 +431,37 @@ class _TorchOps(_Ops):
             return self.pool_positions.index_select(0, chosen)
         return torch.nonzero_static(self._shrink(threshold), size=count).squeeze(1)
 
+
+
+def _triton_present() -> bool:
+    """Whether Triton (the ``gpu`` extra) is installed, for the fused path."""
+    from compressors import fused  # imports Triton: only where the fused path is asked for
+
+    return fused.available()
+
+
+def log_sum(g: torch.Tensor, ws: Workspace, out: torch.Tensor) -> None:
+    """``Σ ln max(|g|, LOG_FLOOR)`` into the 0-d float64 ``out`` (SIDCo-GP's first statistic):
+    ``|g|`` into a float32 scratch of ``ws`` (float64 for float64 data), clamped, logarithms taken
+    in place, summed in float64."""
+    work = torch.float64 if g.dtype == torch.float64 else torch.float32
+    scratch = ws.get("log", g.numel(), work, g.device)
+    logs = torch.abs(g, out=scratch) if g.dtype == work else scratch.copy_(g).abs_()
+    torch.sum(logs.clamp_(min=estimators.LOG_FLOOR).log_(), 0, dtype=torch.float64, out=out)
+
+
+def host_tail(values: np.ndarray, threshold: float) -> Tail:
+    """The exceedances of ``threshold`` among a pool's values on the host (magnitudes, or signed
+    values widened to float64), compared in their own dtype."""
+    t = values.dtype.type(threshold)
+    above = values[values > t]
+    excess = above.astype(np.float64) - float(t)
+    return Tail(int(above.size), float(excess.sum()), float(np.dot(excess, excess)))
+
+
+def host_count(values: np.ndarray, threshold: float) -> int:
+    """``#(values > threshold)`` over a pool's values on the host, compared in their own dtype."""
+    return int(np.count_nonzero(values > values.dtype.type(threshold)))
 
 
 def _finite(threshold: float, dtype: torch.dtype) -> float:
@@ -513,9 +540,13 @@ class SIDCo(Compressor):
     last stage (``adapt="count"`` only; default 8, 0 disables); ``first_ratio`` — tail mass of
     stage 1 in (0, 1) (default 0.25); ``window`` and ``band`` of the adaptive controller (5 calls,
     ±20 %; ``band`` is also the in-call correction's band); ``backend`` — ``"auto"`` (default: the
-    fused C kernels for contiguous float32 CPU tensors when they are available, torch otherwise) or
-    ``"torch"`` (always the torch path). After a call, :attr:`backend` names what ran it
-    (``"native"``, ``"torch"`` or ``"cuda"``), :attr:`planned` the stage count it planned and
+    fused C kernels for contiguous float32 CPU tensors when they are available, the fused Triton
+    kernels for CUDA float32/16/bf16 tensors when Triton is installed, torch otherwise),
+    ``"torch"`` (always the torch path) or ``"fused"`` (the Triton kernels wherever
+    :func:`compressors.sidco_fused.usable` allows: also CPU tensors under ``TRITON_INTERPRET=1``,
+    as the tests run them; needs Triton). After a call, :attr:`backend` names what ran it
+    (``"native"``, ``"fused"``, ``"torch"`` or ``"cuda"``; ``"auto"`` leaves a gradient whose pool
+    would exceed :data:`~compressors.sidco_work.FUSED_SLOTS` to the eager path), :attr:`planned` the stage count it planned and
     :attr:`deepened` the stages it added within itself (each a read of a tail: what its work
     follows; the message's ``stages`` counts the stages that lowered the threshold) and
     :attr:`estimated` the count its threshold selected, before the count guard
@@ -531,10 +562,13 @@ class SIDCo(Compressor):
                  window: int = 5, band: float = 0.2, backend: str = "auto", adapt: str = "count",
                  corrections: int = CORRECTIONS):
         super().__init__(density)
-        if backend not in ("auto", "torch"):
-            raise ValueError(f"backend must be 'auto' or 'torch', got {backend!r}")
+        if backend not in ("auto", "torch", "fused"):
+            raise ValueError(f"backend must be 'auto', 'torch' or 'fused', got {backend!r}")
+        if backend == "fused" and not _triton_present():
+            raise ValueError("backend 'fused' needs Triton: pip install '.[gpu]'")
         self.backend_choice = backend
         self.backend = "torch"
+        self._feedback: tuple[torch.Tensor, torch.Tensor] | None = None
         self.planned = 0
         self.deepened = 0
         self.estimated = 0
@@ -603,18 +637,29 @@ class SIDCo(Compressor):
     def _run(self, grad: torch.Tensor, remember: bool = True) -> tuple[Sparse, int]:
         n = grad.numel()
         guess = self._guesses.get(n) if remember else None
+        k = target_count(self.density, n)
+        capacity = None if guess is None else pool_slots(n, guess.pool, k)
+        self.planned = self.stages
+        ops: _Ops | None = None
+        chained = None
         if self.backend_choice == "auto" and native.usable(grad):
-            ops: _Ops = _NativeOps(self, grad, self.first_needs_log)
-            self.backend = "native"
-        else:
-            k = target_count(self.density, n)
-            capacity = None if guess is None else pool_slots(n, guess.pool, k)
+            ops, self.backend = _NativeOps(self, grad, self.first_needs_log), "native"
+        elif self._fused(grad):
+            from compressors.sidco_fused import FusedOps  # imports Triton: only where the fused path runs
+
+            try:
+                ops, self.backend = FusedOps(self, grad, self.first_needs_log, self.first_needs_var, capacity), "fused"
+                chained = self._chain(ops, n, self.planned, grad.dtype, guess)
+            except _Overflow:  # a float32 statistic overflowed: the eager path decides (rescales or refuses)
+                ops = None
+        if ops is None:
             ship = guess is not None and ships_values(guess.deepened, capacity)
             ops = _TorchOps(self, grad, self.first_needs_log, self.first_needs_var, capacity, ship)
             ops.variance_tail = self.tail_needs_var
             self.backend = "cuda" if grad.device.type == "cuda" else "torch"
-        self.planned = self.stages
-        threshold, used, count, eta1 = self._chain(ops, n, self.planned, grad.dtype, guess)
+        if chained is None:
+            chained = self._chain(ops, n, self.planned, grad.dtype, guess)
+        threshold, used, count, eta1 = chained
         if remember and threshold > 0 and eta1 > 0 and math.isfinite(eta1):
             guesses = self._guesses
             if guesses.pop(n, None) is None and len(guesses) >= GUESSES:  # forget the least recent size
@@ -625,6 +670,33 @@ class SIDCo(Compressor):
         indices, reported, fallback = guard_count(grad, indices, count, threshold, target_count(self.density, n),
                                                   self._workspace, band)
         return Sparse(grad.index_select(0, indices), indices, n, reported, used, fallback=fallback), count
+
+    def compress_feedback(self, grad: torch.Tensor, residual: torch.Tensor, out: torch.Tensor) -> Sparse | None:
+        """The fused path's error feedback: its statistics kernel reads ``grad`` and ``residual``
+        and writes their sum into ``out`` (the gradient's dtype, rounded as ``torch.add``), the
+        call's first read; ``None`` where the fused path does not serve ``grad``."""
+        grad = check_gradient(grad)
+        if grad.numel() == 0 or not self._fused(grad) or residual.dtype != grad.dtype or \
+                residual.shape != grad.shape or not residual.is_contiguous() or not out.is_contiguous():
+            return None
+        self._feedback = (grad, residual)  # taken by the first FusedOps of the call
+        try:
+            return self.compress(out)
+        finally:
+            self._feedback = None
+
+    def _fused(self, grad: torch.Tensor) -> bool:
+        """Whether this call runs the fused path (:mod:`compressors.sidco_fused`): asked for
+        (``backend="fused"``) or, with ``"auto"``, on a CUDA tensor, where it serves the tensor."""
+        if self.backend_choice == "torch" or (self.backend_choice == "auto" and not grad.is_cuda):
+            return False
+        from compressors.sidco_fused import usable
+
+        if self.backend_choice == "auto":  # a pool too large to ship to the host: the eager path
+            n, guess = grad.numel(), self._guesses.get(grad.numel())
+            if not fused_fits(n, 0 if guess is None else guess.pool, target_count(self.density, n)):
+                return False
+        return usable(grad)
 
     def _chain(self, ops: _Ops, n: int, stages: int, dtype: torch.dtype, guess: Guess | None):
         """Thresholds of every stage and the in-call correction, on host floats; returns (η,

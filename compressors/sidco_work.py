@@ -1,8 +1,8 @@
 """The declared work of SIDCo-E, -P and -GP (:mod:`compressors.sidco`), torch-free for the cost
 model (:mod:`compressors.declare`); tests/test_compressors_work.py holds it to the code.
 
-Two code paths: the torch path (any device) and the native path (the fused C kernels on CPU
-float32). Work that depends on the data is a function of counts the call reveals: the planned
+Three code paths: the torch path (any device), the native path (the fused C kernels on CPU
+float32) and the fused path (the Triton kernels on a GPU). Work that depends on the data is a function of counts the call reveals: the planned
 stage count, the pool, and on the native path its full passes and correction ``steps``
 (:data:`NATIVE_STEPS`).
 """
@@ -69,6 +69,50 @@ def default_deepened(name: str, density: float, adapt: str = "count", correction
     return int(name == "sidco-p" and density < DEEPEN_BELOW and adapt == "count" and corrections > 0)
 
 
+FUSED_BLOCK = 4096
+"""Elements per program of the fused Triton kernels (:data:`compressors.fused.BLOCK`): each
+writes its partial statistics per block (16 bytes from the statistics kernel, 12 from a tail's
+compaction)."""
+
+
+FUSED_SLOTS = 1 << 18
+"""The most pool slots SIDCo's fused path takes: its pool travels to the host (8 bytes a slot:
+2 MiB here, ≈ 0.1 ms over PCIe), where the eager path sends a 2 KiB histogram, so above this
+(e.g. 2²⁴ elements at δ = 0.01: 1.5 M slots) ``backend="auto"`` runs the eager path."""
+
+
+def fused_fits(n: int, pool: float, k: int) -> bool:
+    """Whether SIDCo's fused path takes an ``n``-element gradient whose previous call of the same
+    size pooled ``pool`` elements, ``k`` to select (:data:`FUSED_SLOTS`)."""
+    return pool_slots(n, pool, k) <= FUSED_SLOTS
+
+
+def _sidco_fused(name: str, n: int, k: int, itemsize: int, planned: int, pool: float) -> Work:
+    """SIDCo's fused path (:mod:`compressors.sidco_fused`), a call after one of the same size
+    (its pool guess held). Stage 1: its two counters zeroed, the statistics kernel over ``g``
+    (error feedback folds ``+ residual`` into it: :func:`compressors.work.work`), for SIDCo-GP the
+    eager path's four-op ``Σ ln|g|``; with one stage the pool's compaction at the guess in the same
+    read (positions and values, 8 bytes per slot of :func:`pool_slots`), one transfer of it all.
+    With more stages, stage 2's read: the counters zeroed, a tail's compaction over ``g`` and the
+    pool's, one transfer; every later stage, count and correction on the host from the pool. The
+    selected positions, sorted on the host, copied to the device (no sync), the values gathered."""
+    capacity = pool_slots(n, pool, k)
+    blocks = -(-n // FUSED_BLOCK)
+    c = Work()
+    c.stream(2, 0, 4).stream(n, itemsize, 16 / FUSED_BLOCK, "reduce", full=True)
+    sent = 8.0 + 16.0 * blocks
+    if name == "sidco-gp":
+        c.stream(n, itemsize, 4, full=True).stream(n, 4, 4, full=True).stream(n, 4, 4, "log", full=True)
+        c.stream(n, 4, 0, "reduce", full=True)
+        sent += 8.0
+    if planned > 1:
+        c.to_host(sent)
+        c.stream(2, 0, 4).stream(n, itemsize, 12 / FUSED_BLOCK, "compare", full=True)
+        sent = 8.0 + 12.0 * blocks
+    c.stream(n, itemsize, 8 * pool / n, "compare", full=True).to_host(sent + 8.0 * capacity)
+    return c.stream(k, 8, 8).gather(k)
+
+
 def _sidco(name):
     def declare(n, density, itemsize, stages, rounds, backend, corrections=CORRECTIONS, adapt="count", steps=None,
                 pool=None, collects=1, deepened=None):
@@ -76,6 +120,8 @@ def _sidco(name):
         k = target_count(density, n)
         pool = min(n, NATIVE_POOL * k) if pool is None else pool
         deepened = default_deepened(name, density, adapt, corrections) if deepened is None else deepened
+        if backend == "fused":
+            return _sidco_fused(name, n, k, itemsize, planned, pool), sparse_decompress(n, k, itemsize)
         if backend == "native":
             steps = (NATIVE_STEPS if steps is None else steps) if corrections and adapt == "count" else 0
             full = min(planned, 2) if rounds is None else rounds

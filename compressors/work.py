@@ -38,7 +38,13 @@ from compressors.declare import CallWork, Declaration, Work
 from compressors.powersgd_work import factors as powersgd_factors
 from compressors.rules import CATALOG, target_count
 from compressors.sidco_work import CORRECTIONS as SIDCO_CORRECTIONS
+from compressors.sidco_work import NATIVE_POOL, fused_fits
 from compressors.wire import DENSE_ALLREDUCE, sparse_bytes
+
+FUSED = ("sidco-e", "sidco-p", "sidco-gp")
+"""Compressors with a fused path of their own (``backend="fused"``: the Triton kernels of
+:mod:`compressors.fused` on a GPU, error feedback folded into its first read); the others
+declare what they run on a GPU (``cuda``) there."""
 
 DEFAULT_STAGES = 1
 """SIDCo stages planned when ``stages`` is not given: what SIDCo with its default options
@@ -103,7 +109,8 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     ``numel`` elements of ``itemsize`` bytes at target ``density``; ``backend``: ``torch`` (eager
     ops; exact Top-k as on a CPU), ``cuda`` (the same, but exact Top-k is one ``torch.topk``) or
     ``native`` (the fused CPU kernels: SIDCo's, and the selection of Top-k, DGC, Gaussian-k
-    and RedSync; other compressors ignore it). Data-dependent counts:
+    and RedSync; other compressors ignore it) or ``fused`` (SIDCo's Triton kernels on a GPU,
+    :data:`FUSED`; the others as ``cuda``). Data-dependent counts:
     ``stages``: SIDCo's planned stage count (its ``planned`` after a call; default
     :data:`DEFAULT_STAGES`); ``deepened``: the stages SIDCo added within the call from its pool
     (its ``deepened``; adaptive stages only; default, when ``stages`` is not given either,
@@ -125,8 +132,11 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     """
     if name not in DECLARATIONS:
         raise ValueError(f"no work declared for compressor {name!r}; declared: {', '.join(DECLARATIONS)}")
-    if backend not in ("torch", "cuda", "native"):
-        raise ValueError(f"backend must be torch, cuda or native, got {backend!r}")
+    if backend not in ("torch", "cuda", "native", "fused"):
+        raise ValueError(f"backend must be torch, cuda, native or fused, got {backend!r}")
+    folds = backend == "fused" and fused_path(name, numel, density, pool)
+    if backend == "fused" and not folds:  # no fused path of its own: what it runs on a GPU
+        backend = "cuda"
     declaration = DECLARATIONS[name]
     n = int(numel)
     if deepened is None and stages is not None:
@@ -143,10 +153,31 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     else:
         sent = float(hits[-1]) if hits and name in ("gaussiank", "redsync") else None
         ef_out = _ef_out(name, n, density, itemsize, decompress, sent)
-        compress = _merge(_merge(_ef_in(n, itemsize), compress), ef_out)
+        compress = _merge(_fold_feedback(compress, n, itemsize) if folds else _merge(_ef_in(n, itemsize), compress),
+                          ef_out)
     compress.working_set_bytes = (4.0 if error_feedback else 2.0) * n * itemsize
     decompress.working_set_bytes = 2.0 * n * itemsize
     return CallWork(compress, decompress)
+
+
+def fused_path(name: str, numel: int, density: float, pool: float | None = None) -> bool:
+    """Whether ``backend="fused"`` declares compressor ``name``'s fused path for ``numel``
+    elements at ``density`` (SIDCo, with its pool, default 5·k, within
+    :data:`compressors.sidco_work.FUSED_SLOTS`) rather than what it runs on a GPU otherwise."""
+    k = target_count(density, numel)
+    return name in FUSED and fused_fits(numel, NATIVE_POOL * k if pool is None else pool, k)
+
+
+def _fold_feedback(w: Work, n: int, itemsize: int) -> Work:
+    """Error feedback folded into the fused path's first full read (its statistics kernel reads
+    ``grad`` and ``residual``, the latter cold, and writes their sum): no pass of its own."""
+    for i, (kind, elements, read, written, _) in enumerate(w.streams):
+        if elements == n and read > 0:
+            w.streams[i] = (kind, elements, read + n * itemsize, written + n * itemsize, True)
+            w.bytes_read += n * itemsize
+            w.bytes_written += n * itemsize
+            return w
+    return w
 
 
 def _read_input_cold(w: Work, n: int) -> None:

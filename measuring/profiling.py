@@ -36,6 +36,7 @@ import compressors
 from compressors import counting
 from compressors.rules import trains_with_error_feedback
 from compressors.samples import gradient_like
+from compressors.work import FUSED
 from measuring.host import MMAP_THRESHOLD_BYTES, host_cache_bytes, host_clock
 from simulator import children, devices
 from simulator.costmodel import backend_on
@@ -273,7 +274,9 @@ def measure_size(device: str, numel: int, plan: Sequence[tuple[str, float]], war
             "compress_s": comp_s[typical], "decompress_s": decomp_s[median_call(decomp_s)],
             "compress_min_s": min(comp_s), "compress_max_s": max(comp_s), "decompress_min_s": min(decomp_s),
             "wire_bytes": messages[typical][0], "stages": messages[typical][1],
-            "backend": backend_on("cpu" if dev.type == "cpu" else "gpu", name),
+            # on a GPU SIDCo runs fused only with Triton installed: the row says what ran
+            "backend": comp.backend if dev.type != "cpu" and name in FUSED else backend_on(
+                "cpu" if dev.type == "cpu" else "gpu", name),
             **loops,
         })
 

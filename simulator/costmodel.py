@@ -22,7 +22,8 @@ to write back: what a buffer kept between calls is in training, where a backward
 between two calls for one bucket (a benchmark loop of the cheapest compressors at 2²⁰ elements
 finds its output buffer still cached and writes it up to twice as fast); sorts and compactions are bound by compute. Launch and sync latencies are added, not overlapped with device work: for the sizes
 that matter (≥ 1 MiB) they are small, below it they dominate, as on a real GPU. SIDCo runs its
-native kernels on a ``cpu`` device (float32) and the torch path elsewhere, as the code does.
+native kernels on a ``cpu`` device (float32) and its fused Triton kernels on a GPU (the ``gpu``
+extra), as the code does.
 Units: seconds, elements, bytes.
 """
 
@@ -150,12 +151,16 @@ def backend_on(kind: str, compressor: str) -> str:
     """The code path ``compressor`` takes on a device of ``kind`` (``cpu``/``gpu``) for float32:
     the fused native kernels on a CPU where they are built (:func:`compressors.native_build.built`
     asks, never builds: pricing compiles nothing; SIDCo, and the selection of Top-k, DGC,
-    Gaussian-k and RedSync), ``cuda`` on a GPU, torch otherwise."""
+    Gaussian-k and RedSync), on a GPU SIDCo's fused Triton kernels (``fused``,
+    :data:`compressors.work.FUSED`: what ``backend="auto"`` runs there with the ``gpu`` extra
+    installed) and ``cuda`` for the others, torch otherwise."""
     if kind == "cpu" and compressor in NATIVE_ON_CPU:
         from compressors import native_build
 
         return "native" if native_build.built() else "torch"
-    return "cuda" if kind == "gpu" else "torch"
+    if kind == "gpu":
+        return "fused" if compressor in declared.FUSED else "cuda"
+    return "torch"
 
 
 NATIVE_ON_CPU = ("sidco-e", "sidco-p", "sidco-gp", "topk", "dgc", "gaussiank", "redsync")
@@ -198,7 +203,8 @@ def source_label(device: Device) -> str:
 def cost(compressor: str, density: float | None, device: Device) -> CompressionCost:
     """Linear costs ``t0 + t1·numel`` of ``compressor`` at ``density`` on ``device``, through the
     model's times at :data:`FIT_SIZES`; wire bytes per element from the message format; the
-    cost's ``source`` is :func:`source_label`."""
+    cost's ``source`` is :func:`source_label`, followed by `` fused`` where the modelled code
+    path is SIDCo's fused one (``model a100 fused``)."""
     d = 1.0 if density is None else float(density)
     small, large = FIT_SIZES
     c_small, d_small = call_seconds(compressor, small, d, device)
@@ -210,7 +216,10 @@ def cost(compressor: str, density: float | None, device: Device) -> CompressionC
 
     c0, c1 = line(c_small, c_large)
     d0, d1 = line(d_small, d_large)
-    return CompressionCost(c0, c1, d0, d1, (declared.wire_bytes(compressor, large, d) / large,), source_label(device))
+    fused = " fused" if backend_on(device.kind, compressor) == "fused" and declared.fused_path(
+        compressor, large, d) else ""
+    return CompressionCost(c0, c1, d0, d1, (declared.wire_bytes(compressor, large, d) / large,),
+                           source_label(device) + fused)
 
 
 def compression_profile(device: Device, pairs: Iterable[tuple[str, float | None]]) -> CompressionProfile:

@@ -11,7 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compressors import fused
+import compressors
+from compressors import counting, fused
+from compressors.samples import gradient_like
 from compressors.selection import Workspace, select_above
 
 assert fused.interpreted(), "run with TRITON_INTERPRET=1"
@@ -113,3 +115,106 @@ def test_a_nan_in_a_bfloat16_error_feedback_stays_nan():
     r[3] = math.nan
     x = fused.statistics(g, r).x
     assert math.isnan(float(x[3])) and torch.equal(x[4:], (g + r)[4:])
+
+
+SIDCOS = ["sidco-e", "sidco-p", "sidco-gp"]
+
+
+def inputs(kind: str, n: int, dtype: torch.dtype, call: int) -> torch.Tensor:
+    """Gradient-like and adversarial inputs of ``n`` elements for call ``call``."""
+    if kind == "gradient":
+        return gradient_like(n, seed=20 + call).to(dtype)
+    if kind == "constant":
+        return torch.full((n,), 0.01, dtype=dtype)
+    x = gradient(n, dtype, 30 + call)
+    x[n // 3] = 1e4 if dtype == torch.float16 else 1e30  # float32's Σx² overflows: the eager path decides
+    return x
+
+
+def same_messages(name: str, kind: str, dtype: torch.dtype, n: int = 8 * fused.BLOCK + 3, calls: int = 3,
+                  **options) -> list[str]:
+    """Three calls with error feedback, fused and eager, give the same messages bit for bit;
+    returns the backends the fused compressor reported."""
+    pair = [compressors.ErrorFeedback(compressors.create(name, 0.001, backend=b, **options)) for b in ("fused", "torch")]
+    backends = []
+    for call in range(calls):
+        g = inputs(kind, n, dtype, call)
+        a, b = (ef.compress(g.clone()) for ef in pair)
+        assert torch.equal(a.indices, b.indices) and torch.equal(a.values, b.values), (name, kind, dtype, call)
+        assert a.threshold == b.threshold and a.fallback == b.fallback and a.stages == b.stages
+        backends.append(pair[0].compressor.backend)
+    assert torch.equal(pair[0].residual(), pair[1].residual())
+    return backends
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", SIDCOS)
+def test_fused_sidco_selects_what_the_eager_path_selects(name, dtype):
+    assert same_messages(name, "gradient", dtype) == ["fused"] * 3
+
+
+@pytest.mark.parametrize("name", SIDCOS)
+def test_fused_sidco_at_fixed_stages_selects_what_the_eager_path_selects(name):
+    assert same_messages(name, "gradient", torch.float32, stages=3) == ["fused"] * 3
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the interpreter's float32 Σx²
+@pytest.mark.parametrize("kind", ["constant", "outlier"])
+@pytest.mark.parametrize("name", SIDCOS)
+def test_fused_sidco_on_adversarial_inputs_selects_what_the_eager_path_selects(name, kind):
+    same_messages(name, kind, torch.float32, calls=2)
+    same_messages(name, kind, torch.float16, calls=1)
+
+
+@pytest.mark.parametrize("name", SIDCOS)
+def test_fused_sidco_refuses_nan_as_the_eager_path_does(name):
+    x = gradient(2 * fused.BLOCK, torch.float32, 5)
+    x[11] = math.nan
+    with pytest.raises(ValueError, match="NaN"):
+        compressors.create(name, 0.01, backend="fused").compress(x)
+
+
+def test_fused_kernel_launches_are_counted():
+    """Two Triton kernels (statistics, the pool's compaction) and one transfer per steady call of
+    one stage: the project's op recorder sees each launch where fused.py launches it."""
+    c = compressors.create("sidco-e", 0.001, backend="fused")
+    g = gradient_like(8 * fused.BLOCK, seed=3)
+    c.compress(g)
+    _, ops = counting.record_ops(lambda: c.compress(g))
+    assert [op for op in ops if op.startswith("fused.")] == ["fused.statistics", "fused.compact"]
+
+
+@pytest.mark.parametrize("name", SIDCOS)
+def test_the_fused_path_does_the_work_it_declares(name, monkeypatch):
+    """Launches (Triton kernels counted where fused.py launches them, torch ops by OpCounter),
+    syncs and full passes of a steady call with error feedback against
+    compressors.work.work(..., backend="fused") (the drift test of tests/test_compressors_work.py)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from compressors import work as declared
+    from opcount import OpCounter
+
+    n = 16 * fused.BLOCK
+    kernels = []
+    launch = fused._launch
+
+    def counted(kernel, grid, *args, **meta):
+        kernels.append(kernel)
+        with _disable_current_modes():  # the interpreter's own tensor traffic is no work of the call
+            return launch(kernel, grid, *args, **meta)
+
+    c = compressors.create(name, 0.001, backend="fused")
+    ef = compressors.ErrorFeedback(c)
+    for call in range(3):
+        ef.compress(gradient_like(n, seed=40 + call))
+    guess = c._guesses[n]
+    monkeypatch.setattr(fused, "_launch", counted)
+    g = gradient_like(n, seed=50)
+    with OpCounter(n) as seen:
+        ef.compress(g)
+    assert c.backend == "fused"
+    work = declared.work(name, n, 0.001, stages=c.planned, backend="fused", pool=guess.pool).compress
+    host_only = seen.ops.count("lift_fresh")  # the selected positions wrapped from numpy: no kernel
+    assert work.launches == seen.counts["launches"] - host_only + len(kernels)
+    assert work.syncs == seen.counts["syncs"]
+    assert work.passes == seen.counts["passes"] + len(kernels)

@@ -5,7 +5,7 @@
 # tools/gpu-wheels.sh), then runs the GPU-marked tests, `sidco bench --run-on cuda`,
 # `sidco profile --run-on cuda` and `sidco profile --check`, writing into OUTDIR:
 #   gpu-check.log        everything printed, with timings
-#   bench-cuda.json      sidco bench rows
+#   bench-cuda.json      sidco bench rows (SIDCo fused and eager beside torch.topk: the topk row)
 #   profile-cuda.json    the device profile (the --profile format; ship it as profiles/<device>.json)
 #   check.txt            the cost model's error against that profile
 #   results.sqlite       the results store holding the profile

@@ -1,0 +1,68 @@
+"""Modelled cost of SIDCo's fused path against its eager path and Top-k/DGC on the modelled GPUs:
+``python -m benchmarks.fused_table``.
+
+For each GPU of :data:`simulator.devices.GPUS`, size and compressor: the declared work of one
+compress call with error feedback (:func:`compressors.work.work`: launches, syncs, bytes read and
+written by streaming kernels, bytes read on the host) and its modelled time
+(:func:`simulator.costmodel.seconds`) at δ = 0.001: SIDCo-E fused (``backend="fused"``) and eager
+(``"cuda"``, the torch path on a GPU), Top-k and DGC (``"cuda"``). Model only: no kernel runs.
+Prints a Markdown table of modelled ms, one row per compressor and backend (``--json``: every
+figure, host MB too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from compressors import work as declared
+from simulator import costmodel, devices
+
+ROWS = (("sidco-e", "fused"), ("sidco-e", "cuda"), ("topk", "cuda"), ("dgc", "cuda"))
+"""(compressor, declared backend) of each row."""
+
+SIZES = (1 << 20, 1 << 24)
+"""Gradient sizes (elements)."""
+
+
+def rows(density: float = 0.001) -> list[dict]:
+    """One row per GPU, size and (compressor, backend): launches, syncs, MB moved, ms modelled."""
+    out = []
+    for gpu in devices.GPUS:
+        device = devices.get(gpu)
+        for n in SIZES:
+            for name, backend in ROWS:
+                w = declared.work(name, n, density, backend=backend, error_feedback=True).compress
+                out.append({"gpu": gpu, "numel": n, "compressor": name, "backend": backend,
+                            "launches": w.launches, "syncs": w.syncs,
+                            "device_MB": (w.bytes_read + w.bytes_written) / 1e6, "host_MB": w.host_bytes / 1e6,
+                            "ms": costmodel.seconds(w, device) * 1e3})
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the table (or ``--json``)."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fused_table", description=__doc__.split("\n")[0])
+    parser.add_argument("--density", type=float, default=0.001)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    table = rows(args.density)
+    if args.json:
+        json.dump(table, sys.stdout, indent=1)
+        return 0
+    columns = [(gpu, n) for n in SIZES for gpu in devices.GPUS]
+    print("| δ = %g | launches, MB 2²⁰ / 2²⁴ | " % args.density
+          + " | ".join(f"{gpu} 2^{n.bit_length() - 1}" for gpu, n in columns) + " |")
+    print("|---|---|" + "---|" * len(columns))
+    for name, backend in ROWS:
+        mine = {(r["gpu"], r["numel"]): r for r in table if (r["compressor"], r["backend"]) == (name, backend)}
+        small, large = mine[columns[0]], mine[columns[-1]]
+        print(f"| {name} {backend} | {large['launches']}, {small['device_MB']:.0f} / {large['device_MB']:.0f} | "
+              + " | ".join(f"{mine[c]['ms']:.3f}" for c in columns) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,178 @@
+"""SIDCo's fused path: the stage loop of :meth:`compressors.sidco.SIDCo._chain` reading the data
+through the Triton kernels of :mod:`compressors.fused` (``backend="fused"``, or ``"auto"`` on a
+CUDA tensor when Triton is present; :func:`usable` says which tensors it serves).
+
+The stage loop, its fits, count-targeted split, corrections, in-call stages and count guard are
+the eager path's own (host float arithmetic on what a read brings back), so for the same
+statistics the thresholds, and for the same threshold the selection, are the eager path's: every
+count is an exact count of ``|x| > η`` with ``η`` rounded to the gradient's dtype. What differs is
+how the data are read. A *read* launches what it needs back to back and brings everything to the
+host in **one** transfer of one byte buffer (:class:`_Read`): stage 1's statistics (the
+statistics kernel: ``Σ|x|``, ``Σx²``, ``max|x|``, ``#(x ≠ 0)`` in float32 per block, summed on
+the host in float64; SIDCo-GP's ``Σ ln|x|`` by the eager path's torch reduction), a later stage's
+statistics above a shift (a compaction that keeps nothing: its count and ``Σ(|x| − t)``,
+``Σ(|x| − t)²``), and the pool (a compaction at the pool's level writing the survivors' positions
+and values, as int32 and float32, into the buffer's first ``capacity`` slots). Every later count,
+a later stage's statistics above the pool's level and the selection are then computed on the host
+from the pool (sorted positions uploaded: no sort on the device).
+
+A call of one stage after a call of the same size (the pool's guess held): the statistics kernel
+and the pool's compaction, one transfer (the call's one synchronisation), the selected positions
+uploaded and the values gathered: the gradient is read twice. Extra cost, only where it is needed:
+a pool that outgrew its slots is taken again (one read), a try below the pool reads the whole
+vector again (as on the eager path), more stages read a tail each (stage 2's from the whole
+vector), and a statistic that overflows float32 (``|x|`` beyond about 1e19, or non-finite data)
+runs the call on the eager torch path instead (which rescales or refuses as it always does), so
+selections stay the eager path's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from compressors import estimators, fused
+from compressors._validate import target_count
+from compressors.sidco import POOL_REGROW, Moments, Tail, _Ops, _Overflow, _round, host_count, host_tail, log_sum
+from compressors.sidco_work import pool_slots
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+"""Gradient dtypes the fused path serves (float64 stays on the eager path)."""
+
+
+def usable(x: torch.Tensor) -> bool:
+    """Whether the fused path can serve ``x``: Triton present, a contiguous float32/16/bf16 tensor
+    of fewer than 2³¹ elements (positions travel as int32), on a GPU (or on the CPU when Triton
+    runs its interpreter, as the tests do)."""
+    return (fused.available() and x.dtype in DTYPES and x.is_contiguous() and x.numel() < 2 ** 31
+            and (x.is_cuda or (x.device.type == "cpu" and fused.interpreted())))
+
+
+class _Read:
+    """One byte buffer on the device, laid out for what one read brings back, and its transfer."""
+
+    def __init__(self, ws, device: torch.device, blocks: int, statistics: bool, logs: bool, tail: bool,
+                 capacity: int):
+        sizes = {"counters": 8, "logs": 8 * logs, "stats": 16 * blocks * statistics, "tail": 12 * blocks * tail,
+                 "values": 4 * capacity, "positions": 4 * capacity}
+        self.offsets, at = {}, 0
+        for name, size in sizes.items():
+            self.offsets[name] = (at, size)
+            at += -(-size // 8) * 8
+        self.buffer = ws.at_least("fused-read", at, torch.uint8, device)
+
+    def view(self, name: str, dtype: torch.dtype) -> torch.Tensor:
+        """The region ``name`` of the buffer as a 1-D tensor of ``dtype``."""
+        at, size = self.offsets[name]
+        return self.buffer[at:at + size].view(dtype)
+
+    def fetch(self) -> np.ndarray:
+        """The whole buffer on the host (one device→host transfer: a synchronisation)."""
+        return np.array(self.buffer.cpu().numpy())
+
+    def host(self, data: np.ndarray, name: str, dtype: type) -> np.ndarray:
+        """The region ``name`` of fetched ``data`` as numpy ``dtype``."""
+        at, size = self.offsets[name]
+        return data[at:at + size].view(dtype)
+
+
+class FusedOps(_Ops):
+    """The Triton kernels behind :class:`compressors.sidco._Ops` (module docstring); every value
+    it returns is on the host. The pool is kept on the host: its magnitudes (float32) and
+    positions, in the order the compaction wrote them."""
+
+    def __init__(self, owner, grad: torch.Tensor, logs: bool, variance: bool, capacity: int | None):
+        self.owner, self.grad, self.n = owner, grad, grad.numel()
+        self.logs, self.variance, self.ws = logs, variance, owner._workspace
+        self.variance_tail = owner.tail_needs_var
+        self.blocks = fused.programs(self.n)
+        self.pool_capacity = capacity if capacity is not None else pool_slots(self.n, 0, target_count(owner.density,
+                                                                                                     self.n))
+        self.host_pool: np.ndarray | None = None
+        self.host_positions: np.ndarray | None = None
+        self.feedback, owner._feedback = owner._feedback, None  # (gradient, residual) summed into ``grad`` by stage 1
+
+    def _rounded(self, threshold: float) -> float:
+        return _round(threshold, self.grad.dtype)
+
+    def _read(self, statistics: bool = False, tail: float | None = None, pool: float | None = None,
+              capacity: int = 0) -> tuple[np.ndarray, _Read]:
+        """Launch stage 1's statistics (``statistics``), a tail's statistics above ``tail`` and the
+        pool above ``pool`` into ``capacity`` slots, then one transfer; a pool that outgrew its
+        slots is taken again into :data:`~compressors.sidco.POOL_REGROW` times as many."""
+        g = self.grad
+        read = _Read(self.ws, g.device, self.blocks, statistics, statistics and self.logs, tail is not None,
+                     capacity if pool is not None else 0)
+        counters = read.view("counters", torch.int32)
+        if tail is not None or pool is not None:
+            counters.zero_()
+        if statistics:
+            source, residual = self.feedback if self.feedback is not None else (g, None)
+            fused.launch_statistics(source, residual, g, read.view("stats", torch.float32))
+            self.feedback = None
+            if self.logs:
+                log_sum(g, self.ws, read.view("logs", torch.float64)[0])
+        scratch = self.ws.at_least("fused-parts", 3 * max(self.blocks, 1), torch.float32, g.device)
+        if tail is not None:
+            fused.launch_compact(g, self._rounded(tail), counters[0:1], counters, scratch, read.view("tail", torch.float32),
+                                 0)
+        if pool is not None:
+            fused.launch_compact(g, self._rounded(pool), counters[1:2], read.view("positions", torch.int32),
+                                 read.view("values", torch.float32), scratch, capacity)
+        data = read.fetch()
+        if pool is not None:
+            size = int(read.host(data, "counters", np.int32)[1])
+            if size > capacity and capacity < self.n:
+                self.pool_capacity = min(self.n, POOL_REGROW * capacity)
+                self._read(pool=pool, capacity=self.pool_capacity)
+            else:
+                self.pool_at, self.pool_size = pool, size
+                self.host_pool = np.abs(read.host(data, "values", np.float32)[:size])
+                self.host_positions = read.host(data, "positions", np.int32)[:size]
+        return data, read
+
+    def first(self, pool_at):
+        data, read = self._read(statistics=True, pool=pool_at, capacity=self.pool_capacity)
+        sums = read.host(data, "stats", np.float32).reshape(-1, fused.STATISTICS).astype(np.float64).sum(0)
+        total, squares = float(sums[0]), float(sums[1])
+        if not math.isfinite(total) or (self.variance and not math.isfinite(squares)):
+            raise _Overflow
+        n = self.n
+        mean = total / n
+        var = max(squares / n - mean * mean, 0.0) if self.variance else 0.0
+        mean_log = estimators.mean_log_from_sums(float(read.host(data, "logs", np.float64)[0]), int(sums[3]), n) \
+            if self.logs else 0.0
+        return Moments(mean, var, mean_log)
+
+    def tail(self, threshold, pool_at):
+        if self.host_pool is not None and threshold >= self.pool_at:
+            return host_tail(self.host_pool, threshold)
+        data, read = self._read(tail=threshold, pool=pool_at, capacity=self.pool_capacity)
+        sums = read.host(data, "tail", np.float32).reshape(-1, fused.SURVIVORS).astype(np.float64).sum(0)
+        count = int(read.host(data, "counters", np.int32)[0])
+        if not (math.isfinite(sums[1]) and math.isfinite(sums[2])):
+            raise _Overflow
+        return Tail(count, float(sums[1]), float(sums[2]) if self.variance_tail else 0.0)
+
+    def pool_count(self, threshold):
+        return host_count(self.host_pool, threshold)
+
+    def collect(self, pool_at):
+        self._read(pool=pool_at, capacity=self.pool_capacity)
+
+    def full_count(self, threshold):
+        data, read = self._read(tail=threshold)
+        return int(read.host(data, "counters", np.int32)[0])
+
+    def select(self, threshold, count):
+        if self.host_pool is None or threshold < self.pool_at:  # no pool holds it: one as large as the count
+            self.pool_capacity = max(count, 1)
+            self.collect(threshold)
+        chosen = np.sort(self.host_positions[self.host_pool > np.float32(threshold)]).astype(np.int64)
+        out = torch.empty(chosen.size, dtype=torch.int64, device=self.grad.device)
+        return out.copy_(torch.from_numpy(chosen))  # one host→device copy (no sync)
+
+
+__all__ = ["DTYPES", "FusedOps", "usable"]
