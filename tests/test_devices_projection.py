@@ -138,7 +138,7 @@ def test_the_same_projection_on_a_quiet_and_on_a_busy_machine_is_the_same(tmp_pa
             burner.kill()
             burner.wait()
     assert busy == quiet
-    assert json.loads(quiet[0])["cost_source"] == "model h200"
+    assert json.loads(quiet[0])["cost_source"] == "model h200 fused"  # SIDCo on a GPU: the fused path
 
 
 
