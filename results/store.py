@@ -48,9 +48,26 @@ from typing import Any
 from results.errors import StoreError, guard
 from results.queries import Queries, config_key
 
-__all__ = ["DEFAULT_PATH", "MIGRATIONS", "SCHEMA_VERSION", "Store", "StoreError", "config_key"]
+__all__ = ["DEFAULT_PATH", "MAX_ROW_ID", "MIGRATIONS", "SCHEMA_VERSION", "Store", "StoreError", "config_key", "row_id"]
 
 DEFAULT_PATH = Path("runs/results.sqlite")
+
+MAX_ROW_ID = 2**63 - 1
+"""The largest id a row can have: SQLite's largest INTEGER (a larger number cannot even be looked up)."""
+
+
+def row_id(value: object, what: str) -> int:
+    """The one rule of a stored row's id (a trace's, a sweep's, a device profile's): a whole number
+    from 1 to :data:`MAX_ROW_ID`, given as an int or as its ASCII digits. Returns it as an int;
+    ValueError ``unknown <what> <value>`` (one line) otherwise, as no row can have that id."""
+    number = 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= len(str(MAX_ROW_ID)):
+        number = int(value)
+    if not 1 <= number <= MAX_ROW_ID:
+        raise ValueError(f"unknown {what} {value!r:.40}")
+    return number
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta (

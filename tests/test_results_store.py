@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from results.errors import StoreError
-from results.store import SCHEMA_VERSION, Store
+from results.store import MAX_ROW_ID, SCHEMA_VERSION, Store, row_id
 
 # The schema as version 1 wrote it (frozen here: it is the format of files already on disk).
 V1_DDL = """
@@ -183,3 +183,19 @@ def test_processes_opening_one_fresh_store_at_once_all_open_it(tmp_path):
         results = [child.communicate(timeout=60) for child in children]
         assert [child.returncode for child in children] == [0] * 4, [err for _, err in results]
         assert len({out.strip() for out, _ in results}) == 1
+
+
+@pytest.mark.parametrize("value", [1, "1", 42, "42", MAX_ROW_ID, str(MAX_ROW_ID)])
+def test_a_row_id_is_a_whole_number_sqlite_can_hold(value):
+    assert row_id(value, "trace") == int(value)
+
+
+@pytest.mark.parametrize("value", [0, -1, "0", "-1", MAX_ROW_ID + 1, str(MAX_ROW_ID + 1), "9" * 5000, True, 1.0, "1.0",
+                                   " 1", "²", "١", "", None, "abc"])
+def test_an_id_no_row_can_have_is_one_line_naming_it(value, tmp_path):
+    with pytest.raises(ValueError) as info:
+        row_id(value, "sweep")
+    message = str(info.value)
+    assert message.startswith("unknown sweep ") and "\n" not in message and len(message) < 60
+    with Store(tmp_path / "r.sqlite") as store:  # what the rule lets through, SQLite can look up
+        assert store.trace(MAX_ROW_ID) is None
