@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
 import pytest
@@ -81,7 +82,7 @@ def test_v1_store_upgrades_to_the_current_version_and_keeps_its_rows(tmp_path):
     path = tmp_path / "v1.sqlite"
     _v1_store(path)
     with Store(path) as store:
-        assert store.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "5"
+        assert store.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "6"
         assert {"iteration_s_low", "iteration_s_high", "speedup_low", "speedup_high"} <= _columns(store.conn,
                                                                                                    "scenarios")
         assert {"energy", "topk_energy", "fallback"} <= _columns(store.conn, "replay_rows")
@@ -103,7 +104,7 @@ def test_fresh_store_has_the_same_schema_as_an_upgraded_one(tmp_path):
         assert names == [r[0] for r in old.conn.execute(tables)]
         for name in names:
             assert _columns(new.conn, name) == _columns(old.conn, name), name
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
 
 
 def test_newer_store_is_refused_with_one_line_naming_the_file(tmp_path):
@@ -199,3 +200,30 @@ def test_an_id_no_row_can_have_is_one_line_naming_it(value, tmp_path):
     assert message.startswith("unknown sweep ") and "\n" not in message and len(message) < 60
     with Store(tmp_path / "r.sqlite") as store:  # what the rule lets through, SQLite can look up
         assert store.trace(MAX_ROW_ID) is None
+
+
+def test_a_scenario_is_claimed_once_and_a_dead_processs_claims_lapse(tmp_path):
+    """Claims: stored scenarios are never claimed; another live run's claims are kept (this
+    process's other run counts as alive); a finished process's claims are taken over, all of them."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "r.sqlite"
+    with Store(path) as store:
+        sweep_id, _ = store.get_or_create("sweeps", {"claims": 1}, total=6)
+        store.add_scenarios(sweep_id, [{"scenario_key": "a", "compressor": "none", "density": None, "nodes": 2,
+                                        "bandwidth_bps": 1e9, "latency_s": 1e-5, "topology": "ring",
+                                        "fidelity": "analytic", "iteration_s": 1.0, "result_json": "{}"}])
+        assert store.claim_scenarios(sweep_id, ["a", "b", "c"], "first") == {"b", "c"}
+        assert store.claim_scenarios(sweep_id, ["b", "c", "d"], "second") == {"d"}
+        assert store.claim_scenarios(sweep_id, ["b", "c"], "first") == {"b", "c"}  # its own, kept
+        child = subprocess.run([sys.executable, "-c", "import sys; from results.store import Store;"
+                                "s = Store(sys.argv[1]); print(sorted(s.claim_scenarios(int(sys.argv[2]),"
+                                " ['e', 'f'], 'gone')))", str(path), str(sweep_id)],
+                               capture_output=True, text=True, timeout=60)
+        assert child.stdout.strip() == "['e', 'f']", child.stderr
+        assert set(store.scenario_claims(sweep_id, ["e", "f"])) == {"e", "f"}
+        assert store.claim_scenarios(sweep_id, ["e"], "second") == {"e"}
+        assert store.scenario_claims(sweep_id, ["e", "f"]) == {"e": os.getpid()}  # every claim of the dead one went
+        store.release_claims(sweep_id, "first")
+        assert store.claim_scenarios(sweep_id, ["b", "c", "d"], "third") == {"b", "c"}
