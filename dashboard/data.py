@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from results.store import Store
+from results.store import Store, row_id
 
 FILL_COMMANDS = {
     "traces": "sidco capture --workload resnet20 --workers 4 --iterations 20 --out traces/resnet20",
@@ -55,14 +55,16 @@ _SWEEP_CACHE_SIZE = 64
 
 
 def _per_sweep(function):
-    """Memoize a ``function(store, sweep_id, *args)`` query until the sweep gains rows.
+    """Memoize a ``function(store, sweep_id, *args)`` query until the sweep gains rows; a
+    ``sweep_id`` no row can have (:func:`results.store.row_id`) is a ValueError naming it.
 
     Results are keyed by (store file, sweep id, landed row count, args): a sweep
     still running gets fresh answers as rows land; a finished one is read once.
     """
 
     def cached(store: Store, sweep_id: int, *args: Any) -> Any:
-        key = (function.__name__, str(store.path), int(sweep_id), store.scenario_count(int(sweep_id)), args)
+        sweep_id = row_id(sweep_id, "sweep")
+        key = (function.__name__, str(store.path), sweep_id, store.scenario_count(sweep_id), args)
         if key not in _SWEEP_CACHE:
             if len(_SWEEP_CACHE) >= _SWEEP_CACHE_SIZE:
                 _SWEEP_CACHE.pop(next(iter(_SWEEP_CACHE)))
@@ -78,6 +80,26 @@ def _per_sweep(function):
 def sweep_axes(store: Store, sweep_id: int) -> dict[str, list]:
     """The distinct values of each sweep dimension (for the page's filters)."""
     return store.sweep_axes(int(sweep_id))
+
+
+SWEEP_FILTERS = {"latency_s": "latency", "topology": "topology", "nodes": "node count",
+                 "bandwidth_bps": "bandwidth"}
+"""The Sweeps page's filters: the sweep axis each picks a value of, and its name in a message."""
+
+
+def check_sweep_filters(store: Store, sweep_id: Any, **chosen: Any) -> int:
+    """The id of the Sweeps page's picked sweep, its filters (``latency_s`` (s), ``topology``,
+    ``nodes``, ``bandwidth_bps`` (bits/s); ``None``: not chosen) checked against the sweep's own
+    axes (:func:`sweep_axes`), so a value the sweep does not have (text, a number of another
+    sweep) is not a silently empty plot: ValueError (one line) naming the first, else the id."""
+    axes = sweep_axes(store, sweep_id)
+    number = row_id(sweep_id, "sweep")
+    if not axes["nodes"]:
+        raise ValueError(f"sweep #{number} has no scenario in the store")
+    for axis, value in chosen.items():
+        if value is not None and value not in axes[axis]:
+            raise ValueError(f"sweep #{number} has no {SWEEP_FILTERS[axis]} {value!r:.40}; choose one from the list")
+    return number
 
 
 @_per_sweep

@@ -21,7 +21,7 @@ from pipeline import quality as pipeline_quality
 from pipeline.catalog import TOPOLOGIES, chrome_trace, compressor_names as _compressor_names, layout_names as _layout_names
 from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, takes_density
 from pipeline.verdict import label
-from results.store import Store
+from results.store import Store, row_id
 from units import parse_bandwidth, parse_duration
 
 
@@ -87,9 +87,12 @@ def workload_fields(value: str | None) -> dict[str, Any]:
     kind, ref = str(value).split(":", 1)
     if kind not in ("trace", "layout") or not ref:
         raise ProjectionError(f"unknown source {value!r}")
-    if kind == "trace" and not ref.isdigit():
-        raise ProjectionError(f"unknown trace {ref!r}")
-    return {"trace_id": int(ref)} if kind == "trace" else {"layout": ref}
+    if kind == "layout":
+        return {"layout": ref}
+    try:
+        return {"trace_id": row_id(ref, "trace")}
+    except ValueError as exc:
+        raise ProjectionError(str(exc)) from None
 
 
 def parse_controls(
@@ -126,15 +129,13 @@ def parse_controls(
         raise ProjectionError(f"nodes must be a whole number ≥ 1, got {nodes!r}") from None
     if nodes_value != float(nodes) or nodes_value < 1:
         raise ProjectionError(f"nodes must be a whole number ≥ 1, got {nodes!r}")
-    if profile_id not in (None, "") and not str(profile_id).isdigit():
-        raise ProjectionError(f"unknown device profile {profile_id!r}")
     anchors = {"samples_per_s": _optional(samples_per_s, float, "measured samples/s", "a number, e.g. 400"),
                "tokens": _optional(tokens, int, "tokens per sample", "a whole number, e.g. 384")}
     try:
         cluster = Cluster(nodes_value, parse_bandwidth(bandwidth or ""), parse_duration(latency or ""), topology)
         return Request(cluster, tuple(compressors), (density_value,), device=device or None,
                        calibration="latest" if calibrated else "none",
-                       profile_id=None if profile_id in (None, "") else int(profile_id),
+                       profile_id=None if profile_id in (None, "") else row_id(str(profile_id), "device profile"),
                        message_budget=PAGE_MESSAGE_BUDGET, **anchors, **fields)
     except ValueError as exc:
         raise ProjectionError(_first_line(exc)) from None

@@ -22,6 +22,7 @@ from simulator import devices
 from simulator.limits import MESSAGE_BUDGET
 from simulator.scenario import FIDELITIES, TOPOLOGIES
 from simulator.throughput import DEFAULT_PRECISION, check_precision
+from results.store import row_id
 from units import check_bandwidth, check_count, check_density, check_latency
 
 DEFAULT_LAYOUT_DEVICE = "a100"
@@ -207,9 +208,9 @@ class WorkloadRequest:
         check_precision(self.precision)
         check_anchors(self.layout, self.samples_per_s, self.tokens, self.device_flops_per_s)
         object.__setattr__(self, "calibration", parse_calibration(self.calibration))
-        if self.profile_id is not None and (isinstance(self.profile_id, bool) or not isinstance(self.profile_id, int)
-                                            or self.profile_id < 1):
-            raise ValueError(f"unknown device profile {self.profile_id!r}")
+        for name, what in (("trace_id", "trace"), ("profile_id", "device profile")):  # ids a store can hold
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, row_id(getattr(self, name), what))
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,10 @@
 
 ``sidco sweep`` (a local process pool or Dask) and the dashboard's Sweeps page (one thread,
 small chunks) both call :func:`run`. The sweep row is found by its configuration, so running
-the same sweep again resumes it: every scenario lands exactly once. The compression profile
+the same sweep again resumes it: every scenario lands exactly once. Two runs of the same sweep
+at once share it: each claims the scenarios it computes (:meth:`results.store.Store.claim_scenarios`),
+skips those another live run claimed and waits for their rows, so every scenario is computed
+once; a run that dies leaves claims the other takes over. The compression profile
 is decided once (:func:`pipeline.costs.compression_profile`) and kept with the sweep, so a
 resumed sweep uses exactly the same costs; each scenario row records the device and where
 its compression costs came from (``device``, ``cost_source``).
@@ -10,7 +13,9 @@ its compression costs came from (``device``, ``cost_source``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,11 +28,16 @@ from pipeline.project import Projection, Source, calibration, register
 from pipeline.project import options as scenario_options
 from pipeline.request import check_compressors
 from pipeline.verdict import label, rank, verdict
+from results.processes import pid_alive
 from results.store import Store
 from simulator.scenario import TOPOLOGIES
-from simulator.sweep import Grid, SweepContext, describe, run_sweep
+from simulator.sweep import Grid, SweepContext, chunks, describe, run_sweep, scenario_key
 
 PROFILE_META = "sweep-profile:{}"
+WAIT_PAUSE_S = 0.2
+"""Seconds between two checks of the scenarios another run of the same sweep computes."""
+WAIT_BATCH = 500
+"""Scenario keys per store query while waiting (well under SQLite's bound parameters)."""
 
 
 @dataclass(frozen=True)
@@ -147,11 +157,50 @@ def run(store: Store, projection: Projection, grid: Grid, executor: Executor, *,
         if progress:
             progress(store.scenario_count(sweep_id), total)
 
-    computed = run_sweep(context, grid.points(), executor, chunk_size=chunk_size, in_flight=in_flight,
-                         skip_done=lambda keys: store.stored_scenario_keys(sweep_id, keys), on_rows=on_rows)
+    owner = uuid.uuid4().hex  # this run: it computes the scenarios it claims, and waits for the others
+    waiting: set[str] = set()
+
+    def claim(keys: list[str]) -> set[str]:
+        mine = store.claim_scenarios(sweep_id, keys, owner)
+        waiting.update(key for key in keys if key not in mine)
+        return set(keys) - mine
+
+    def compute(points: Iterable[dict[str, Any]]) -> int:
+        return run_sweep(context, points, executor, chunk_size=chunk_size, in_flight=in_flight,
+                         skip_done=claim, on_rows=on_rows)
+
+    try:
+        computed = compute(grid.points())
+        computed += _await_others(store, sweep_id, grid, waiting, compute,
+                                  lambda: progress(store.scenario_count(sweep_id), total) if progress else None)
+    finally:
+        store.release_claims(sweep_id, owner)
     store.set_status("sweeps", sweep_id, "done")
     sources = {} if profile is None else {f"{c}@{d:g}": cost.source for (c, d), cost in profile.costs.items()}
     return SweepRun(sweep_id, total, store.scenario_count(sweep_id), computed, not created, sources)
+
+
+def _await_others(store: Store, sweep_id: int, grid: Grid, waiting: set[str],
+                  compute: Callable[[Iterable[dict[str, Any]]], int], tick: Callable[[], None],
+                  pause_s: float = WAIT_PAUSE_S) -> int:
+    """Wait until every scenario of ``waiting`` (keys another run claimed) is stored, checking
+    every ``pause_s`` seconds; a scenario whose claim lapsed (its run ended without it, or its
+    process died) is computed here, with ``compute`` (which claims it first). Returns the
+    scenarios computed here; ``tick()`` after each check."""
+    computed = 0
+    while waiting:
+        for batch in chunks(sorted(waiting), WAIT_BATCH):
+            waiting.difference_update(store.stored_scenario_keys(sweep_id, batch))
+            claims = store.scenario_claims(sweep_id, [key for key in batch if key in waiting])
+            alive = {pid: pid_alive(pid) for pid in set(claims.values())}
+            lapsed = {key for key in batch if key in waiting and not alive.get(claims.get(key, 0), False)}
+            if lapsed:
+                waiting.difference_update(lapsed)
+                computed += compute(point for point in grid.points() if scenario_key(point) in lapsed)
+        tick()
+        if waiting:
+            time.sleep(pause_s)
+    return computed
 
 
 def findings(store: Store, sweep_id: int) -> list[dict[str, Any]]:

@@ -6,6 +6,6 @@ dashboard can all depend on it.
 """
 
 from results.errors import StoreError
-from results.store import DEFAULT_PATH, SCHEMA_VERSION, Store, config_key
+from results.store import DEFAULT_PATH, MAX_ROW_ID, SCHEMA_VERSION, Store, config_key, row_id
 
-__all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreError", "config_key"]
+__all__ = ["DEFAULT_PATH", "MAX_ROW_ID", "SCHEMA_VERSION", "Store", "StoreError", "config_key", "row_id"]

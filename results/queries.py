@@ -8,6 +8,7 @@ Results are plain dicts (JSON-ready). Units follow the schema: seconds, bytes, b
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from results.errors import guard
+from results.processes import pid_alive
 
 REPLAY_ROW_COLUMNS = (
     "compressor", "density", "error_feedback", "iteration", "worker", "bucket", "numel", "selected",
@@ -378,6 +380,42 @@ class Queries:
         rows = self._rows(f"SELECT scenario_key FROM scenarios WHERE sweep_id=? AND scenario_key IN"
                           f" ({_marks(keys)})", (int(sweep_id), *keys))
         return {r[0] for r in rows}
+
+    def claim_scenarios(self, sweep_id: int, keys: Sequence[str], owner: str) -> set[str]:
+        """Claim for ``owner`` (one run of the sweep, in this process) the scenarios of ``keys``
+        that are neither stored nor claimed by another owner whose process is alive, in one
+        transaction; returns the keys ``owner`` holds now (the ones it computes). The claims of
+        an owner whose process is gone (:func:`results.processes.pid_alive`) are dropped, all of
+        them on the sweep, so a killed run never blocks another."""
+        if not keys:
+            return set()
+        marks = _marks(keys)
+        with self.transaction() as cur:
+            stored = {r[0] for r in cur.execute(
+                f"SELECT scenario_key FROM scenarios WHERE sweep_id=? AND scenario_key IN ({marks})", (sweep_id, *keys))}
+            held = cur.execute(f"SELECT scenario_key, owner, pid FROM scenario_claims WHERE sweep_id=?"
+                               f" AND scenario_key IN ({marks}) AND owner != ?", (sweep_id, *keys, owner)).fetchall()
+            dead = {r[1] for r in held if not pid_alive(int(r[2]))}
+            cur.executemany("DELETE FROM scenario_claims WHERE sweep_id=? AND owner=?", [(sweep_id, o) for o in dead])
+            taken = {r[0] for r in held if r[1] not in dead}
+            mine = [key for key in dict.fromkeys(keys) if key not in stored and key not in taken]
+            now = time.time()
+            cur.executemany("INSERT OR REPLACE INTO scenario_claims(sweep_id, scenario_key, owner, pid, claimed)"
+                            " VALUES(?, ?, ?, ?, ?)", [(sweep_id, key, owner, os.getpid(), now) for key in mine])
+            return set(mine)
+
+    def scenario_claims(self, sweep_id: int, keys: Sequence[str]) -> dict[str, int]:
+        """Which of ``keys`` are claimed by a running sweep, and by which process (key → pid)."""
+        if not keys:
+            return {}
+        rows = self._rows(f"SELECT scenario_key, pid FROM scenario_claims WHERE sweep_id=? AND scenario_key IN"
+                          f" ({_marks(keys)})", (int(sweep_id), *keys))
+        return {r[0]: int(r[1]) for r in rows}
+
+    def release_claims(self, sweep_id: int, owner: str) -> None:
+        """Drop every claim ``owner`` holds on the sweep (its run ended, finished or not)."""
+        with self.transaction() as cur:
+            cur.execute("DELETE FROM scenario_claims WHERE sweep_id=? AND owner=?", (int(sweep_id), owner))
 
     def add_scenarios(self, sweep_id: int, rows: Iterable[Mapping[str, Any]]) -> int:
         """Insert scenario rows in one transaction, skipping keys already stored; returns the count offered."""

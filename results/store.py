@@ -1,6 +1,6 @@
 """The results store: one SQLite file that every part of the testbed writes to.
 
-Schema (version 5; all times in seconds, sizes in bytes, bandwidths in bits/s):
+Schema (version 6; all times in seconds, sizes in bytes, bandwidths in bits/s):
 
 ``traces``       one row per registered trace directory (``path`` is unique).
 ``replays``      one row per replay run of a trace; ``config_key`` identifies the
@@ -10,6 +10,9 @@ Schema (version 5; all times in seconds, sizes in bytes, bandwidths in bits/s):
 ``sweeps``       one row per simulator sweep; ``config_key`` makes reruns resume.
 ``scenarios``    one row per simulated scenario of a sweep; (sweep_id,
                  scenario_key) is the primary key, so each scenario lands once.
+``scenario_claims`` one row per scenario a running sweep is computing: its owner (one run)
+                 and that run's process id, so a second run of the same sweep waits
+                 for it instead of computing it again (a dead process's claims lapse).
 ``calibrations`` fitted α (s), β (s/byte) and efficiency from emulated collectives.
 ``emulations``   one row per real emulated run (configuration, core count).
 ``collective_measurements`` measured collective times of an emulation.
@@ -24,7 +27,8 @@ Version 2 added ``replay_rows.backend`` / ``call_index``, ``calibrations.op`` /
 ``scenarios.device`` / ``cost_source`` and the four tables above; version 3 the scenarios'
 error band; version 4 ``replay_rows.energy`` / ``topk_energy`` (what a call sends of its input's
 squared norm, and what exact Top-k at the target density would send); version 5
-``replay_rows.fallback`` (1 when the count guard sent the exact top-k). A store is
+``replay_rows.fallback`` (1 when the count guard sent the exact top-k); version 6
+``scenario_claims``. A store is
 brought up to date by :data:`MIGRATIONS`: step *n* takes a store from version
 *n - 1* to *n*; the missing steps run in order inside one transaction, so an
 upgrade either completes or leaves the file as it was.
@@ -48,9 +52,26 @@ from typing import Any
 from results.errors import StoreError, guard
 from results.queries import Queries, config_key
 
-__all__ = ["DEFAULT_PATH", "MIGRATIONS", "SCHEMA_VERSION", "Store", "StoreError", "config_key"]
+__all__ = ["DEFAULT_PATH", "MAX_ROW_ID", "MIGRATIONS", "SCHEMA_VERSION", "Store", "StoreError", "config_key", "row_id"]
 
 DEFAULT_PATH = Path("runs/results.sqlite")
+
+MAX_ROW_ID = 2**63 - 1
+"""The largest id a row can have: SQLite's largest INTEGER (a larger number cannot even be looked up)."""
+
+
+def row_id(value: object, what: str) -> int:
+    """The one rule of a stored row's id (a trace's, a sweep's, a device profile's): a whole number
+    from 1 to :data:`MAX_ROW_ID`, given as an int or as its ASCII digits. Returns it as an int;
+    ValueError ``unknown <what> <value>`` (one line) otherwise, as no row can have that id."""
+    number = 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= len(str(MAX_ROW_ID)):
+        number = int(value)
+    if not 1 <= number <= MAX_ROW_ID:
+        raise ValueError(f"unknown {what} {value!r:.40}")
+    return number
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -234,7 +255,19 @@ _V5 = """
 ALTER TABLE replay_rows ADD COLUMN fallback INTEGER;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+_V6 = """
+CREATE TABLE scenario_claims (
+    sweep_id     INTEGER NOT NULL REFERENCES sweeps(id),
+    scenario_key TEXT NOT NULL,
+    owner        TEXT NOT NULL,
+    pid          INTEGER NOT NULL,
+    claimed      REAL NOT NULL,
+    PRIMARY KEY (sweep_id, scenario_key)
+);
+CREATE INDEX scenario_claims_by_owner ON scenario_claims(sweep_id, owner);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 """``MIGRATIONS[n - 1]`` is the DDL taking a store from schema version ``n - 1`` to ``n``
 (version 0 is an empty file). Append a step to change the schema; never edit one."""
 

@@ -178,3 +178,15 @@ def test_more_than_one_gpu_per_node_defaults_to_the_hierarchical_topology(capsys
     assert main([*base, "--topology", "ring"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "8 GPUs per node need the hierarchical topology" in err[0]
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"trace_id": 2**63}, f"unknown trace {2**63}"),
+    ({"trace_id": 0}, "unknown trace 0"),
+    ({"trace_id": True}, "unknown trace True"),
+    ({"layout": "resnet50", "profile_id": 2**70}, f"unknown device profile {2**70}"),
+    ({"layout": "resnet50", "profile_id": 0}, "unknown device profile 0"),
+])
+def test_a_stored_id_no_row_can_have_is_refused_by_the_request(fields, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        Request(CLUSTER, **fields)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from results.errors import StoreError
-from results.store import SCHEMA_VERSION, Store
+from results.store import MAX_ROW_ID, SCHEMA_VERSION, Store, row_id
 
 # The schema as version 1 wrote it (frozen here: it is the format of files already on disk).
 V1_DDL = """
@@ -81,7 +82,7 @@ def test_v1_store_upgrades_to_the_current_version_and_keeps_its_rows(tmp_path):
     path = tmp_path / "v1.sqlite"
     _v1_store(path)
     with Store(path) as store:
-        assert store.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "5"
+        assert store.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "6"
         assert {"iteration_s_low", "iteration_s_high", "speedup_low", "speedup_high"} <= _columns(store.conn,
                                                                                                    "scenarios")
         assert {"energy", "topk_energy", "fallback"} <= _columns(store.conn, "replay_rows")
@@ -103,7 +104,7 @@ def test_fresh_store_has_the_same_schema_as_an_upgraded_one(tmp_path):
         assert names == [r[0] for r in old.conn.execute(tables)]
         for name in names:
             assert _columns(new.conn, name) == _columns(old.conn, name), name
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
 
 
 def test_newer_store_is_refused_with_one_line_naming_the_file(tmp_path):
@@ -183,3 +184,46 @@ def test_processes_opening_one_fresh_store_at_once_all_open_it(tmp_path):
         results = [child.communicate(timeout=60) for child in children]
         assert [child.returncode for child in children] == [0] * 4, [err for _, err in results]
         assert len({out.strip() for out, _ in results}) == 1
+
+
+@pytest.mark.parametrize("value", [1, "1", 42, "42", MAX_ROW_ID, str(MAX_ROW_ID)])
+def test_a_row_id_is_a_whole_number_sqlite_can_hold(value):
+    assert row_id(value, "trace") == int(value)
+
+
+@pytest.mark.parametrize("value", [0, -1, "0", "-1", MAX_ROW_ID + 1, str(MAX_ROW_ID + 1), "9" * 5000, True, 1.0, "1.0",
+                                   " 1", "²", "١", "", None, "abc"])
+def test_an_id_no_row_can_have_is_one_line_naming_it(value, tmp_path):
+    with pytest.raises(ValueError) as info:
+        row_id(value, "sweep")
+    message = str(info.value)
+    assert message.startswith("unknown sweep ") and "\n" not in message and len(message) < 60
+    with Store(tmp_path / "r.sqlite") as store:  # what the rule lets through, SQLite can look up
+        assert store.trace(MAX_ROW_ID) is None
+
+
+def test_a_scenario_is_claimed_once_and_a_dead_processs_claims_lapse(tmp_path):
+    """Claims: stored scenarios are never claimed; another live run's claims are kept (this
+    process's other run counts as alive); a finished process's claims are taken over, all of them."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "r.sqlite"
+    with Store(path) as store:
+        sweep_id, _ = store.get_or_create("sweeps", {"claims": 1}, total=6)
+        store.add_scenarios(sweep_id, [{"scenario_key": "a", "compressor": "none", "density": None, "nodes": 2,
+                                        "bandwidth_bps": 1e9, "latency_s": 1e-5, "topology": "ring",
+                                        "fidelity": "analytic", "iteration_s": 1.0, "result_json": "{}"}])
+        assert store.claim_scenarios(sweep_id, ["a", "b", "c"], "first") == {"b", "c"}
+        assert store.claim_scenarios(sweep_id, ["b", "c", "d"], "second") == {"d"}
+        assert store.claim_scenarios(sweep_id, ["b", "c"], "first") == {"b", "c"}  # its own, kept
+        child = subprocess.run([sys.executable, "-c", "import sys; from results.store import Store;"
+                                "s = Store(sys.argv[1]); print(sorted(s.claim_scenarios(int(sys.argv[2]),"
+                                " ['e', 'f'], 'gone')))", str(path), str(sweep_id)],
+                               capture_output=True, text=True, timeout=60)
+        assert child.stdout.strip() == "['e', 'f']", child.stderr
+        assert set(store.scenario_claims(sweep_id, ["e", "f"])) == {"e", "f"}
+        assert store.claim_scenarios(sweep_id, ["e"], "second") == {"e"}
+        assert store.scenario_claims(sweep_id, ["e", "f"]) == {"e": os.getpid()}  # every claim of the dead one went
+        store.release_claims(sweep_id, "first")
+        assert store.claim_scenarios(sweep_id, ["b", "c", "d"], "third") == {"b", "c"}

@@ -289,3 +289,75 @@ def test_unreachable_dask_scheduler_is_a_one_line_error(tmp_path, trace_dir, cap
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("sidco sweep: error:") and err.strip().count("\n") == 0
+
+
+AT_ONCE = """
+import sys, time
+from sidco.cli import main
+start = float(sys.argv[1])
+while time.time() < start:
+    time.sleep(0.001)
+sys.exit(main(sys.argv[2:]))
+"""
+"""Runs ``sidco ARGS…`` once its imports are done and the wall clock reaches ``argv[1]``."""
+
+TWIN_SWEEP = ["sweep", "--layout", "resnet50", "--nodes", "16,32", "--bandwidth", "1Gbit,10Gbit", "--latency",
+              "10us,100us", "--compressors", "none,topk,sidco-e", "--densities", "0.1,0.01", "--fidelity", "des",
+              "--bucket-mode", "layer", "--jobs", "1", "--chunk-size", "2", "--no-progress"]
+TWIN_TOTAL = 2 * 2 * 2 * (1 + 2 * 2)
+
+
+def test_two_identical_sweeps_started_at_once_compute_each_scenario_once(tmp_path):
+    """Two ``sidco sweep`` processes of one grid on one store, started at the same instant: they
+    share the work (each computes what it claimed, waits for the rest), so the scenarios they
+    say they computed add up to the grid, and both print the same rows and findings."""
+    store = tmp_path / "r.sqlite"
+    start = time.time() + 3.0
+    twins = [subprocess.Popen([sys.executable, "-c", AT_ONCE, repr(start), *TWIN_SWEEP, "--store", str(store),
+                               "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outputs = [twin.communicate(timeout=300) for twin in twins]
+    assert [twin.returncode for twin in twins] == [0, 0], [err[-500:] for _, err in outputs]
+    first, second = (json.loads(out) for out, _ in outputs)
+    assert first["computed"] + second["computed"] == TWIN_TOTAL
+    assert first["stored"] == second["stored"] == TWIN_TOTAL
+    assert first["rows"] == second["rows"] and first["findings"] == second["findings"]
+    with sqlite3.connect(store) as conn:
+        assert conn.execute("SELECT COUNT(*), COUNT(DISTINCT scenario_key) FROM scenarios").fetchone() == (
+            TWIN_TOTAL, TWIN_TOTAL)
+        assert conn.execute("SELECT COUNT(*) FROM scenario_claims").fetchone()[0] == 0  # released at the end
+    conn.close()
+
+
+def test_claims_left_by_a_killed_sweep_do_not_block_its_twin(tmp_path):
+    """A sweep killed with SIGKILL while it holds claims leaves them in the store; the same sweep
+    run again takes them over (their process is gone) and finishes, computing only what is missing."""
+    store = tmp_path / "r.sqlite"
+    proc = subprocess.Popen(SIDCO + TWIN_SWEEP + ["--store", str(store)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    claims = seen = 0
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None and not (claims and seen):
+            time.sleep(0.02)
+            try:
+                with sqlite3.connect(store, timeout=1) as conn:
+                    claims = conn.execute("SELECT COUNT(*) FROM scenario_claims").fetchone()[0]
+                    seen = conn.execute("SELECT COUNT(*) FROM scenarios").fetchone()[0]
+                conn.close()
+            except sqlite3.OperationalError:
+                continue
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with sqlite3.connect(store) as conn:
+        left = conn.execute("SELECT COUNT(*) FROM scenario_claims WHERE scenario_key NOT IN"
+                            " (SELECT scenario_key FROM scenarios)").fetchone()[0]
+        seen = conn.execute("SELECT COUNT(*) FROM scenarios").fetchone()[0]
+    conn.close()
+    assert left > 0 and seen < TWIN_TOTAL, proc.stderr.read().decode()[-500:]
+    done = subprocess.run(SIDCO + TWIN_SWEEP + ["--store", str(store), "--json"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]
+    summary = json.loads(done.stdout)
+    assert summary["resumed"] and summary["stored"] == TWIN_TOTAL and summary["computed"] == TWIN_TOTAL - seen

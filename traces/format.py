@@ -26,6 +26,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
+from results.processes import pid_alive
 from traces.errors import TraceError
 from traces.flops import COUNTER, ForwardFlops
 
@@ -77,17 +78,6 @@ def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
     os.replace(tmp, path)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (a process of another user counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 _PARTIAL = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]{8}\.partial$")

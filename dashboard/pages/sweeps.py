@@ -122,9 +122,12 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
         State("sweep-bandwidth", "value"),
     )
     def _filters(sweep_id, _ticks, latency, topology, nodes, bandwidth):
-        if sweep_id is None:
+        try:
+            axes = data.sweep_axes(reader.store(), sweep_id) if sweep_id is not None else None
+        except ValueError:  # a sweep no row can have: the figures callback says so
+            axes = None
+        if axes is None:
             return [], None, [], None, [], None, [], None
-        axes = data.sweep_axes(reader.store(), sweep_id)
 
         def keep(current, values, default):
             return current if current in values else (default(values) if values else None)
@@ -158,8 +161,14 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
             blank = ui.empty_figure("no scenario of this sweep has landed yet" if sweep_id else "no sweep selected")
             return blank, blank, blank, blank, None
         store = reader.store()
+        try:
+            sweep_id = data.check_sweep_filters(store, sweep_id, latency_s=latency, topology=topology, nodes=nodes,
+                                                bandwidth_bps=bandwidth)
+        except ValueError as exc:
+            blank = ui.empty_figure("fix the highlighted filter")
+            return blank, blank, blank, blank, ui.error(str(exc))
         axes = data.sweep_axes(store, sweep_id)
-        at_nodes = store.scenarios(int(sweep_id), nodes=nodes, latency_s=latency, topology=topology)
+        at_nodes = store.scenarios(sweep_id, nodes=nodes, latency_s=latency, topology=topology)
         points = [] if bandwidth is None else data.crossover_points(store, sweep_id, bandwidth, latency, topology)
         message = ui.note(
             f"{', '.join(axes['fidelity'])} fidelity · latency {format_seconds(latency)} · {topology} · bandwidth "

@@ -241,6 +241,7 @@ def test_empty_store_pages_name_the_command_that_fills_them(tmp_path):
     ("topology", "mesh", "unknown topology"),
     ("source", "/etc/passwd", "choose a trace or a model layout"),
     ("source", "trace:../x", "unknown trace"),
+    ("source", "trace:99999999999999999999999", "unknown trace"),
 ])
 def test_invalid_controls_give_one_line_messages(field, value, message):
     controls = {"source": "layout:resnet50", "compressors": ["none"], "density": "0.01", "nodes": "8",
