@@ -20,7 +20,7 @@ from convergence.tta import mean_spread, target_text, time_to_target
 from pipeline import project
 from pipeline.request import takes_density
 from pipeline.verdict import iteration_band
-from results.store import Store
+from results.store import Store, row_id
 from units import format_seconds
 
 
@@ -32,8 +32,8 @@ def convergence_run(store: Store, convergence: int | str | None) -> dict[str, An
     ref = "latest" if convergence in (None, "latest") else convergence
     if ref != "latest":
         try:
-            ref = int(ref)
-        except (TypeError, ValueError):
+            ref = row_id(ref, "convergence run")
+        except ValueError:
             raise ValueError(f"invalid convergence {convergence!r}: an id or 'latest'") from None
     row = store.convergence(ref)
     if row is None:

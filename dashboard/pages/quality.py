@@ -71,6 +71,12 @@ THRESHOLD_NOTE = (
 """Why the histogram's threshold line and the thresholds over iterations differ (issue 24)."""
 
 
+def _replay(store, replay_id: object) -> dict | None:
+    """The stored replay the picker names, or None for a value no replay has (the picker offers
+    only stored replays; a crafted request may send anything)."""
+    return next((r for r in store.replay_list() if str(r["id"]) == str(replay_id)), None)
+
+
 def register(app: Dash, reader: StoreReader) -> None:
     """Wire the pickers and figures."""
 
@@ -85,12 +91,14 @@ def register(app: Dash, reader: StoreReader) -> None:
     )
     def _pickers(replay_id):
         store = reader.store()
-        names = sorted({s["compressor"] for s in store.replay_series(int(replay_id))})
-        replay = next((r for r in store.replay_list() if r["id"] == replay_id), None)
+        replay = _replay(store, replay_id)
+        if replay is None:
+            return [], [], [], None, [], None
+        names = sorted({s["compressor"] for s in store.replay_series(replay["id"])})
         try:
             iterations, workers = fits.trace_axes(replay["path"])
         except (ValueError, OSError, TypeError):
-            iterations, workers = store.replay_iterations(int(replay_id)), [0]
+            iterations, workers = store.replay_iterations(replay["id"]), [0]
         return (names, names, iterations, iterations[-1] if iterations else None,
                 [{"label": f"worker {w}", "value": w} for w in workers], 0)
 
@@ -104,9 +112,13 @@ def register(app: Dash, reader: StoreReader) -> None:
     )
     def _figures(replay_id, compressors):
         store = reader.store()
+        replay = _replay(store, replay_id)
+        if replay is None:
+            blank = ui.empty_figure("choose a replay from the list")
+            return blank, blank, blank, blank
         chosen = set(compressors or [])
-        rows = [r for r in store.quality_by_iteration(int(replay_id)) if r["compressor"] in chosen]
-        timing = [r for r in store.compress_time_by_size(int(replay_id)) if r["compressor"] in chosen]
+        rows = [r for r in store.quality_by_iteration(replay["id"]) if r["compressor"] in chosen]
+        timing = [r for r in store.compress_time_by_size(replay["id"]) if r["compressor"] in chosen]
         if not rows:
             blank = ui.empty_figure("choose at least one compressor")
             return blank, blank, blank, blank
@@ -129,7 +141,7 @@ def register(app: Dash, reader: StoreReader) -> None:
     )
     def _histogram(replay_id, iteration, worker, density):
         store = reader.store()
-        replay = next((r for r in store.replay_list() if r["id"] == replay_id), None)
+        replay = _replay(store, replay_id)
         if replay is None or iteration is None or worker is None:
             return ui.empty_figure("choose an iteration"), None
         try:

@@ -129,6 +129,8 @@ def register(app: Dash, reader: StoreReader) -> None:
         Input("validation-share", "value"),
     )
     def _update(calibrated_only, fidelity, min_share):
+        if min_share not in (None, *SHARE_CHOICES):
+            return ui.empty_figure("choose a network share from the list"), []
         rows = filter_rows(reader.store().validation(), fidelity or "all", bool(calibrated_only),
                            float(min_share or 0.0))
         if not rows:

@@ -23,8 +23,9 @@ def served(tmp_path_factory):
         fill(store, rows=3000)
         sweep_id = store.sweep_list()[0]["id"]
         axes = store.sweep_axes(sweep_id)
+        replay_id = store.replay_list()[0]["id"]
     app = create_app(root / "r.sqlite", cache_dir=root / "cache")
-    return {"app": app, "client": app.server.test_client(), "sweep": sweep_id, "axes": axes}
+    return {"app": app, "client": app.server.test_client(), "sweep": sweep_id, "axes": axes, "replay": replay_id}
 
 
 def call(served, marker: str, values: dict) -> tuple[int, dict]:
@@ -136,3 +137,36 @@ def test_the_filters_of_a_sweep_no_row_has_are_empty(served, sweep):
     status, body = call(served, "sweep-latency", sweep_values(served, select=sweep))
     assert status == 200
     assert json.dumps(body["sweep-latency"]) == json.dumps({"options": [], "value": None})
+
+
+@pytest.mark.parametrize("replay", ["abc", HUGE, 10**30, 12345])
+def test_a_replay_id_no_row_has_leaves_the_quality_page_blank(served, replay):
+    status, body = call(served, "quality-compressors", {"quality-replay": replay})
+    assert status == 200 and body["quality-compressors"] == {"options": [], "value": []}
+    status, body = call(served, "quality-aot", {"quality-replay": replay, "quality-compressors": ["topk"]})
+    assert status == 200
+    figure = body['{"fig":"quality-aot","type":"graph"}']["figure"]
+    assert not figure["data"] and "choose a replay from the list" in json.dumps(figure["layout"])
+
+
+def test_the_quality_page_still_plots_a_stored_replay(served):
+    status, body = call(served, "quality-compressors", {"quality-replay": served["replay"]})
+    assert status == 200 and body["quality-compressors"]["options"]
+
+
+@pytest.mark.parametrize("share", ["abc", 0.2, HUGE])
+def test_a_network_share_the_validation_filter_does_not_offer_is_a_blank_plot(served, share):
+    status, body = call(served, "validation-scatter", {"validation-calibrated": [], "validation-fidelity": "all",
+                                                       "validation-share": share})
+    assert status == 200
+    figure = body['{"fig":"validation-scatter","type":"graph"}']["figure"]
+    assert not figure["data"] and "choose a network share from the list" in json.dumps(figure["layout"])
+
+
+@pytest.mark.parametrize("run", ["abc", HUGE, "0"])
+def test_a_convergence_id_no_row_can_have_is_an_inline_error_on_the_tta_page(served, run):
+    status, body = call(served, "tta-message", {"tta-run": run, "tta-nodes": "8", "tta-bandwidth": "1Gbit",
+                                                "tta-latency": "50us", "tta-topology": "ring",
+                                                "tta-metric": "accuracy", "tta-target": "0.5"})
+    assert status == 200
+    assert inline_errors(body) == [f"invalid convergence {run!r}: an id or 'latest'"]
