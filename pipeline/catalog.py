@@ -31,7 +31,6 @@ _FROM: dict[str, tuple[str, str]] = {
     "MESSAGE_BUDGET": ("simulator.limits", "MESSAGE_BUDGET"),
     "check_jobs": ("simulator.limits", "check_jobs"),
     "max_jobs": ("simulator.limits", "max_jobs"),
-    "local_pool": ("simulator.pool", "local_pool"),
     "COMPRESS_ON": ("simulator.scenario", "COMPRESS_ON"),
     "TOPOLOGIES": ("simulator.scenario", "TOPOLOGIES"),
     "Grid": ("simulator.sweep", "Grid"),
@@ -53,7 +52,7 @@ __all__ = [
     "adopt", "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",
     "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "check_capture_request", "check_jobs", "check_shaping",
     "check_output_path", "check_target", "curves_document", "data_source", "load_curves", "check_training_request", "chrome_trace", "compressor_names",
-    "device_identity", "Grid", "layout_names", "local_pool", "max_jobs", "takes_density",
+    "device_identity", "Grid", "layout_names", "max_jobs", "takes_density",
     "remove_stale", "require_emulation", "RunConfig", "target_text", "Workload",
     "workload_names", "write_chrome_trace",
 ]

@@ -10,13 +10,15 @@ its compression costs came from (``device``, ``cost_source``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import simulator
 from simulator.limits import check_scenario
+from simulator.pool import local_pool
 from compressors import takes_density
 from pipeline.costs import compression_profile, cost_band
 from pipeline.project import Projection, Source, calibration, register
@@ -28,6 +30,24 @@ from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid, SweepContext, describe, run_sweep
 
 PROFILE_META = "sweep-profile:{}"
+
+DASK_CONNECT_TIMEOUT_S = 10.0
+"""How long a Dask sweep waits for the scheduler before the one-line error (seconds)."""
+
+
+@contextmanager
+def executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]:
+    """The sweep's own pool: ``jobs`` local processes, or the executor of the existing Dask
+    cluster at address ``dask``; yields (executor, slots)."""
+    if dask:
+        from distributed import Client
+
+        with Client(dask, timeout=DASK_CONNECT_TIMEOUT_S) as client:
+            slots = max(1, sum(client.nthreads().values()))
+            yield client.get_executor(pure=False), slots
+    else:
+        with local_pool(jobs) as pool:
+            yield pool, jobs
 
 
 @dataclass(frozen=True)

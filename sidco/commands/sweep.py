@@ -10,15 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from concurrent.futures import Executor
-from contextlib import contextmanager
-from collections.abc import Iterator
 from typing import Any
 
 from tqdm import tqdm
 
 import pipeline.sweep
-from pipeline.catalog import TOPOLOGIES, Grid, check_jobs, check_target, compressor_names, local_pool, target_text
+from pipeline.catalog import TOPOLOGIES, Grid, check_jobs, check_target, compressor_names, target_text
 from pipeline import project as projection
 from pipeline.request import WorkloadRequest, default_topology
 from pipeline.verdict import names_text
@@ -32,9 +29,6 @@ from sidco.commands import COMMANDS
 
 MAX_CHUNK_SIZE = 100_000
 """Scenarios per task at most (a chunk's rows are held in memory until they land)."""
-
-DASK_CONNECT_TIMEOUT_S = 10.0
-"""How long ``--dask`` waits for the scheduler before the one-line error (seconds)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -90,20 +84,6 @@ def parse_grid(args: argparse.Namespace) -> Grid:
         [default_topology(positive_int(args.gpus_per_node, "--gpus-per-node"))],
         ranks=parse_list(args.rank, lambda t: positive_int(t, "--rank")),
     )
-
-
-@contextmanager
-def make_executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]:
-    """A local process pool, or the executor of an existing Dask cluster; yields (executor, slots)."""
-    if dask:
-        from distributed import Client
-
-        with Client(dask, timeout=DASK_CONNECT_TIMEOUT_S) as client:
-            slots = max(1, sum(client.nthreads().values()))
-            yield client.get_executor(pure=False), slots
-    else:
-        with local_pool(jobs) as pool:
-            yield pool, jobs
 
 
 def _convergence_source(args: argparse.Namespace) -> None:
@@ -177,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
             bars[0].update(stored - bars[0].n)
 
         try:
-            with make_executor(args.dask, jobs) as (executor, slots):
+            with pipeline.sweep.executor(args.dask, jobs) as (executor, slots):
                 done = pipeline.sweep.run(
                     store, asked, grid, executor, fidelity=args.fidelity, options=options, chunk_size=chunk_size,
                     in_flight=2 * slots, started=started, progress=progress,
