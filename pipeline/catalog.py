@@ -19,8 +19,6 @@ _FROM: dict[str, tuple[str, str]] = {
     "check_target": ("convergence.tta", "check_target"),
     "target_text": ("convergence.tta", "target_text"),
     "COLLECTIVES": ("emulation.collectives", "OPS"),
-    "remove_stale": ("emulation.network", "remove_stale"),
-    "require_emulation": ("emulation.network", "require_emulation"),
     "check_training_request": ("emulation.training", "check_request"),
     "FIDELITIES": ("simulator", "FIDELITIES"),
     "Workload": ("simulator", "Workload"),
@@ -53,7 +51,7 @@ __all__ = [
     "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "check_capture_request", "check_jobs", "check_shaping",
     "check_output_path", "check_target", "curves_document", "data_source", "load_curves", "check_training_request", "chrome_trace", "compressor_names",
     "device_identity", "Grid", "layout_names", "max_jobs", "takes_density",
-    "remove_stale", "require_emulation", "RunConfig", "target_text", "Workload",
+    "RunConfig", "target_text", "Workload",
     "workload_names", "write_chrome_trace",
 ]
 
