@@ -39,7 +39,6 @@ _FROM: dict[str, tuple[str, str]] = {
     "layout_names": ("traces.layouts", "names"),
     "data_source": ("traces.workloads", "data_source"),
     "workload_names": ("traces.workloads", "names"),
-    "adopt": ("simulator.children", "adopt"),
     "check_shaping": ("emulation.plan", "check_shaping"),
 }
 """Where each name comes from, imported on first use: the doors ask for a few of them per
@@ -47,7 +46,7 @@ command, and most of the modules behind the others import torch (``sidco --help`
 projection need none of it)."""
 
 __all__ = [
-    "adopt", "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",
+    "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",
     "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "check_capture_request", "check_jobs", "check_shaping",
     "check_output_path", "check_target", "curves_document", "data_source", "load_curves", "check_training_request", "chrome_trace", "compressor_names",
     "device_identity", "Grid", "layout_names", "max_jobs", "takes_density",
