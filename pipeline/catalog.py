@@ -31,7 +31,6 @@ _FROM: dict[str, tuple[str, str]] = {
     "max_jobs": ("simulator.limits", "max_jobs"),
     "COMPRESS_ON": ("simulator.scenario", "COMPRESS_ON"),
     "TOPOLOGIES": ("simulator.scenario", "TOPOLOGIES"),
-    "Grid": ("simulator.sweep", "Grid"),
     "DEFAULT_PRECISION": ("simulator.throughput", "DEFAULT_PRECISION"),
     "PRECISIONS": ("simulator.throughput", "PRECISIONS"),
     "BUCKET_MODES": ("simulator.workload", "BUCKET_MODES"),
@@ -49,7 +48,7 @@ __all__ = [
     "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",
     "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "check_capture_request", "check_jobs", "check_shaping",
     "check_output_path", "check_target", "curves_document", "data_source", "load_curves", "check_training_request", "chrome_trace", "compressor_names",
-    "device_identity", "Grid", "layout_names", "max_jobs", "takes_density",
+    "device_identity", "layout_names", "max_jobs", "takes_density",
     "RunConfig", "target_text", "Workload",
     "workload_names", "write_chrome_trace",
 ]

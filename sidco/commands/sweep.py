@@ -15,7 +15,8 @@ from typing import Any
 from tqdm import tqdm
 
 import pipeline.sweep
-from pipeline.catalog import TOPOLOGIES, Grid, check_jobs, check_target, compressor_names, target_text
+from pipeline.sweep import Grid
+from pipeline.catalog import TOPOLOGIES, check_jobs, check_target, compressor_names, target_text
 from pipeline import project as projection
 from pipeline.request import WorkloadRequest, default_topology
 from pipeline.verdict import names_text
