@@ -110,7 +110,7 @@ def _print_time_to_target(result: dict[str, Any]) -> None:
     for w in result["winners"]:
         margin = "" if w["margin_ratio"] is None else f", {w['margin_ratio']:.2f}x ahead of the runner-up"
         print(f"  {w['nodes']:>5} nodes {format_bandwidth(w['bandwidth_bps']):>12} {w['topology']:<10} "
-              f"{label(w['compressor'], 1.0 if w['density'] is None else w['density']):<16} "
+              f"{label(w['compressor'], w['density']):<16} "
               f"{format_seconds(w['time_to_target_s'])}{margin}")
     unreached = sum(1 for r in result["rows"] if r["time_to_target_s"] is None)
     if unreached:
