@@ -53,7 +53,7 @@ def seconds_per_iteration(workload: str, width: float, workers: int, iterations:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--workloads", default="resnet20:0.5,lstm:1", help="workload:width list")
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--threads", default="1,2")

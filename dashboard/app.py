@@ -22,15 +22,10 @@ from dashboard import components as ui
 from dashboard import projection
 from dashboard.data import StoreReader
 from dashboard.pages import quality, sweeps, timeline, tta, validation, whatif
-from pipeline.catalog import adopt
+from pipeline.jobs import run_as_child
 
 PAGES = (whatif, sweeps, quality, timeline, validation, tta)
 ASSETS = Path(__file__).parent / "assets"
-
-
-def _as_child(parent_pid: int, job_fn, *args) -> None:
-    adopt(parent_pid, death_signal=False)  # started from a request thread that ends at once
-    job_fn(*args)
 
 
 class ChildManager(DiskcacheManager):
@@ -39,7 +34,7 @@ class ChildManager(DiskcacheManager):
     the dashboard ends and import nothing from its working directory."""
 
     def call_job_fn(self, key, job_fn, args, context):
-        return super().call_job_fn(key, functools.partial(_as_child, os.getpid(), job_fn), args, context)
+        return super().call_job_fn(key, functools.partial(run_as_child, os.getpid(), job_fn), args, context)
 
 
 def _nav(pathname: str) -> list:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pipeline.project
 import pipeline.sweep
 from results.store import Store
-from pipeline.catalog import Grid
+from pipeline.sweep import Grid
 from pipeline.request import WorkloadRequest
 from units import parse_bandwidth, parse_density, parse_duration, parse_list
 

@@ -19,8 +19,6 @@ _FROM: dict[str, tuple[str, str]] = {
     "check_target": ("convergence.tta", "check_target"),
     "target_text": ("convergence.tta", "target_text"),
     "COLLECTIVES": ("emulation.collectives", "OPS"),
-    "remove_stale": ("emulation.network", "remove_stale"),
-    "require_emulation": ("emulation.network", "require_emulation"),
     "check_training_request": ("emulation.training", "check_request"),
     "FIDELITIES": ("simulator", "FIDELITIES"),
     "Workload": ("simulator", "Workload"),
@@ -31,10 +29,8 @@ _FROM: dict[str, tuple[str, str]] = {
     "MESSAGE_BUDGET": ("simulator.limits", "MESSAGE_BUDGET"),
     "check_jobs": ("simulator.limits", "check_jobs"),
     "max_jobs": ("simulator.limits", "max_jobs"),
-    "local_pool": ("simulator.pool", "local_pool"),
     "COMPRESS_ON": ("simulator.scenario", "COMPRESS_ON"),
     "TOPOLOGIES": ("simulator.scenario", "TOPOLOGIES"),
-    "Grid": ("simulator.sweep", "Grid"),
     "DEFAULT_PRECISION": ("simulator.throughput", "DEFAULT_PRECISION"),
     "PRECISIONS": ("simulator.throughput", "PRECISIONS"),
     "BUCKET_MODES": ("simulator.workload", "BUCKET_MODES"),
@@ -42,7 +38,6 @@ _FROM: dict[str, tuple[str, str]] = {
     "layout_names": ("traces.layouts", "names"),
     "data_source": ("traces.workloads", "data_source"),
     "workload_names": ("traces.workloads", "names"),
-    "adopt": ("simulator.children", "adopt"),
     "check_shaping": ("emulation.plan", "check_shaping"),
 }
 """Where each name comes from, imported on first use: the doors ask for a few of them per
@@ -50,11 +45,11 @@ command, and most of the modules behind the others import torch (``sidco --help`
 projection need none of it)."""
 
 __all__ = [
-    "adopt", "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",
+    "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",
     "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "check_capture_request", "check_jobs", "check_shaping",
     "check_output_path", "check_target", "curves_document", "data_source", "load_curves", "check_training_request", "chrome_trace", "compressor_names",
-    "device_identity", "Grid", "layout_names", "local_pool", "max_jobs", "takes_density",
-    "remove_stale", "require_emulation", "RunConfig", "target_text", "Workload",
+    "device_identity", "layout_names", "max_jobs", "takes_density",
+    "RunConfig", "target_text", "Workload",
     "workload_names", "write_chrome_trace",
 ]
 

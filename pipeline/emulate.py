@@ -22,6 +22,7 @@ from typing import Any
 
 import simulator
 from emulation.collectives import measure_collectives
+from emulation.network import remove_stale, require_emulation
 from emulation.projection import network_share, project
 from emulation.training import run_training
 from compressors import takes_density
@@ -35,6 +36,19 @@ PROJECTED_KEYS = ("iteration_s", "forward_s", "backward_s", "compress_s", "expos
                   "jitter")
 NETWORK_HEAVY = 0.30  # network share of the iteration above which a cell tests the network model
 REPLAY_DEVICE = "cpu"  # the emulated workers run on CPU
+
+
+def require_shaping() -> None:
+    """Refuse in one line (:class:`emulation.network.EmulationUnavailable`) when this machine
+    cannot build the namespaces and shaped links an emulation needs."""
+    require_emulation()
+
+
+def cleanup() -> list[str]:
+    """Delete the namespaces a killed run left behind (needs what :func:`require_shaping` checks);
+    returns their names."""
+    require_emulation()
+    return remove_stale()
 
 
 @contextmanager

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import simulator
 from simulator.limits import check_scenario
+from simulator.pool import local_pool
 from compressors import takes_density
 from pipeline.costs import compression_profile, cost_band
 from pipeline.project import Projection, Source, calibration, register
@@ -38,6 +40,24 @@ WAIT_PAUSE_S = 0.2
 """Seconds between two checks of the scenarios another run of the same sweep computes."""
 WAIT_BATCH = 500
 """Scenario keys per store query while waiting (well under SQLite's bound parameters)."""
+
+DASK_CONNECT_TIMEOUT_S = 10.0
+"""How long a Dask sweep waits for the scheduler before the one-line error (seconds)."""
+
+
+@contextmanager
+def executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]:
+    """The sweep's own pool: ``jobs`` local processes, or the executor of the existing Dask
+    cluster at address ``dask``; yields (executor, slots)."""
+    if dask:
+        from distributed import Client
+
+        with Client(dask, timeout=DASK_CONNECT_TIMEOUT_S) as client:
+            slots = max(1, sum(client.nthreads().values()))
+            yield client.get_executor(pure=False), slots
+    else:
+        with local_pool(jobs) as pool:
+            yield pool, jobs
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from convergence.tta import mean_spread, target_text, time_to_target
 from pipeline import project
 from pipeline.request import takes_density
 from pipeline.verdict import iteration_band
+from pipeline.verdict import label as speed_label
 from results.store import Store, row_id
 from units import format_seconds
 
@@ -282,9 +283,11 @@ def verdict_text(result: Mapping[str, Any]) -> str:
     return text if not result["caveat"] else f"{text}; caveat: {result['caveat']}"
 
 
-def label(compressor: str, density: float) -> str:
-    """``none`` or ``topk@0.01``: how a (compressor, density) pair is named in tables and legends."""
-    return compressor if compressor == "none" else f"{compressor}@{density:g}"
+def label(compressor: str, density: float | None) -> str:
+    """A trained (compressor, density) pair named by the one rule, :func:`pipeline.verdict.label`:
+    ``topk@0.01``, or the bare name for a compressor that takes no density (whose recorded
+    density, ``1.0`` or ``None``, names nothing)."""
+    return speed_label(compressor, density if takes_density(compressor) else None)
 
 
 SWEEP_COLUMNS = ("nodes", "bandwidth_bps", "latency_s", "topology", "compressor", "density", "iteration_s")

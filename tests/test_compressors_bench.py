@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import compressors
-from benchmarks import compressor_bench as benchmark
+from pipeline import bench as benchmark
 from compressors.samples import gradient_like
 from sidco.cli import main
 
@@ -59,7 +59,7 @@ def test_bench_runs_on_cuda():
 
 
 def test_bench_rows_record_backend_and_device_and_run_dense_baselines_once():
-    from benchmarks import compressor_bench as benchmark
+    from pipeline import bench as benchmark
     from compressors.machine import device_identity
 
     rows = benchmark.run(20_000, [0.1, 0.01], names=["fp16", "powersgd", "topk"], repeats=1, warmup=1)

@@ -281,9 +281,9 @@ def test_simulate_uses_the_latest_calibration(tmp_path, trace_dir, capsys):
 
 
 def test_unreachable_dask_scheduler_is_a_one_line_error(tmp_path, trace_dir, capsys, monkeypatch):
-    import sidco.commands.sweep
+    import pipeline.sweep
 
-    monkeypatch.setattr(sidco.commands.sweep, "DASK_CONNECT_TIMEOUT_S", 1.0)  # the same error, sooner
+    monkeypatch.setattr(pipeline.sweep, "DASK_CONNECT_TIMEOUT_S", 1.0)  # the same error, sooner
     argv = ["sweep", "--trace", str(trace_dir), "--nodes", "2", "--bandwidth", "1Gbit", "--compressors", "none",
             "--store", str(tmp_path / "r.sqlite"), "--dask", "tcp://127.0.0.1:9", "--no-progress"]
     assert main(argv) == 2

@@ -305,3 +305,13 @@ def test_a_dense_compressors_curve_row_may_leave_its_density_out(given):
     assert curves.check_row(row, "row 0")["density"] == 1.0
     with pytest.raises(ValueError, match="row 0: density is missing"):
         curves.check_row({**row, "compressor": "topk", "density": None}, "row 0")
+
+
+def test_a_trained_pair_is_named_by_the_one_label_rule():
+    """``sidco sweep`` printed ``fp16@1`` in its time-to-target lines and ``fp16`` in its findings:
+    a compressor that takes no density is named bare whether its density is recorded as 1.0 or None."""
+    from pipeline import tta, verdict
+
+    assert tta.label("fp16", 1.0) == tta.label("fp16", None) == verdict.label("fp16", None) == "fp16"
+    assert tta.label("none", 1.0) == "none"
+    assert tta.label("topk", 0.01) == verdict.label("topk", 0.01) == "topk@0.01"

@@ -8,7 +8,7 @@ import sys
 
 from tqdm import tqdm
 
-from benchmarks import compressor_bench as benchmark
+from pipeline import bench as benchmark
 from pipeline.catalog import compressor_names
 from sidco.commands import COMMANDS, add_run_on_argument
 from units import parse_density, parse_list

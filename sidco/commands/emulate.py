@@ -10,8 +10,7 @@ import sys
 from tqdm import tqdm
 
 from pipeline import emulate
-from pipeline.catalog import (COLLECTIVES, FIDELITIES, JOB_BYTES, check_shaping, check_training_request, max_jobs,
-                              remove_stale, require_emulation)
+from pipeline.catalog import COLLECTIVES, FIDELITIES, JOB_BYTES, check_shaping, check_training_request, max_jobs
 from results.store import Store
 from sidco.commands import COMMANDS, add_calibration_argument, add_renamed_argument, add_store_argument, dump_json
 from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_density, parse_duration, parse_list
@@ -123,8 +122,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the chosen mode."""
     if args.cleanup:
-        require_emulation()
-        removed = remove_stale()
+        removed = emulate.cleanup()
         print(f"removed {len(removed)} stale namespace(s){': ' + ', '.join(removed) if removed else ''}")
         return 0
     workers = _positive_int_list(args.workers, "worker count", 2)
@@ -137,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         if bandwidth is not None:
             check_shaping(bandwidth)
     if not args.no_shaping:
-        require_emulation()
+        emulate.require_shaping()
     if args.mode == "collective":
         return _run_collective(args, workers, bandwidths)
     return _run_train(args, workers, bandwidths)

@@ -10,15 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from concurrent.futures import Executor
-from contextlib import contextmanager
-from collections.abc import Iterator
 from typing import Any
 
 from tqdm import tqdm
 
 import pipeline.sweep
-from pipeline.catalog import TOPOLOGIES, Grid, check_jobs, check_target, compressor_names, local_pool, target_text
+from pipeline.sweep import Grid
+from pipeline.catalog import TOPOLOGIES, check_jobs, check_target, compressor_names, target_text
 from pipeline import project as projection
 from pipeline.request import WorkloadRequest, default_topology
 from pipeline.verdict import names_text
@@ -32,9 +30,6 @@ from sidco.commands import COMMANDS
 
 MAX_CHUNK_SIZE = 100_000
 """Scenarios per task at most (a chunk's rows are held in memory until they land)."""
-
-DASK_CONNECT_TIMEOUT_S = 10.0
-"""How long ``--dask`` waits for the scheduler before the one-line error (seconds)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -92,20 +87,6 @@ def parse_grid(args: argparse.Namespace) -> Grid:
     )
 
 
-@contextmanager
-def make_executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]:
-    """A local process pool, or the executor of an existing Dask cluster; yields (executor, slots)."""
-    if dask:
-        from distributed import Client
-
-        with Client(dask, timeout=DASK_CONNECT_TIMEOUT_S) as client:
-            slots = max(1, sum(client.nthreads().values()))
-            yield client.get_executor(pure=False), slots
-    else:
-        with local_pool(jobs) as pool:
-            yield pool, jobs
-
-
 def _convergence_source(args: argparse.Namespace) -> None:
     """Check --convergence / target / source together; sweep the run's trace when no source is given."""
     targeted = args.target_accuracy is not None or args.target_loss is not None
@@ -129,7 +110,7 @@ def _print_time_to_target(result: dict[str, Any]) -> None:
     for w in result["winners"]:
         margin = "" if w["margin_ratio"] is None else f", {w['margin_ratio']:.2f}x ahead of the runner-up"
         print(f"  {w['nodes']:>5} nodes {format_bandwidth(w['bandwidth_bps']):>12} {w['topology']:<10} "
-              f"{label(w['compressor'], 1.0 if w['density'] is None else w['density']):<16} "
+              f"{label(w['compressor'], w['density']):<16} "
               f"{format_seconds(w['time_to_target_s'])}{margin}")
     unreached = sum(1 for r in result["rows"] if r["time_to_target_s"] is None)
     if unreached:
@@ -177,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
             bars[0].update(stored - bars[0].n)
 
         try:
-            with make_executor(args.dask, jobs) as (executor, slots):
+            with pipeline.sweep.executor(args.dask, jobs) as (executor, slots):
                 done = pipeline.sweep.run(
                     store, asked, grid, executor, fidelity=args.fidelity, options=options, chunk_size=chunk_size,
                     in_flight=2 * slots, started=started, progress=progress,
