@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from compressors import work as declared
 from simulator import costmodel, devices
+from units import parse_density
 
 ROWS = (("sidco-e", "fused"), ("sidco-e", "cuda"), ("topk", "cuda"), ("dgc", "cuda"))
 """(compressor, declared backend) of each row."""
@@ -44,10 +45,15 @@ def rows(density: float = 0.001) -> list[dict]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the table (or ``--json``)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.fused_table", description=__doc__.split("\n")[0])
-    parser.add_argument("--density", type=float, default=0.001)
-    parser.add_argument("--json", action="store_true")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fused_table", description=__doc__.split("\n")[0],
+                                     allow_abbrev=False)
+    parser.add_argument("--density", default="0.001", help="target density, a fraction in (0, 1] (default: %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args(argv)
+    try:
+        args.density = parse_density(args.density)
+    except ValueError as exc:
+        parser.error(str(exc))
     table = rows(args.density)
     if args.json:
         json.dump(table, sys.stdout, indent=1)
