@@ -158,16 +158,21 @@ def test_the_cluster_model_measures_nothing():
     assert not found + imported, "\n".join(found + imported)
 
 
+def _lines_matching(match, packages=(*LAYERS, "tools"), home: Path | None = None) -> list[str]:
+    """``path:line: text`` of every source line in ``packages`` (but ``home``) for which
+    ``match(line)`` holds: what a one-home test expects to find nowhere but in the home."""
+    return [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+            for package in packages for p in _sources(package) if p != home
+            for n, line in enumerate(p.read_text().splitlines(), 1) if match(line)]
+
+
 DENSITY_RULE = re.compile(r"0(\.0)?\s*<\s*[\w.\[\]()\"']+\s*<=\s*1(\.0)?\b|not\s+\w+\s*>\s*0\s+or\s+\w+\s*>\s*1\b")
 
 
 def test_the_density_rule_has_one_home():
     """``0 < density <= 1`` is written once, in units.check_density; everything else calls it."""
     home = ROOT / "units" / "__init__.py"
-    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
-             for package in [*LAYERS, "tools"] for p in _sources(package) if p != home
-             for n, line in enumerate(p.read_text().splitlines(), 1)
-             if DENSITY_RULE.search(line) and "density" in line.lower()]
+    found = _lines_matching(lambda line: DENSITY_RULE.search(line) and "density" in line.lower(), home=home)
     assert not found, "\n".join(found)
     assert DENSITY_RULE.search(home.read_text())
 
@@ -178,9 +183,7 @@ COUNT_RULE = re.compile(r"not isinstance\((\w+|self\.\w+), \(?(int|numbers\.Inte
 def test_the_count_rule_has_one_home():
     """"a whole number >= 1" (nodes, ranks, rounds, seeds, a batch) is checked once, in units.check_count."""
     home = ROOT / "units" / "__init__.py"
-    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
-             for package in [*LAYERS, "tools"] for p in _sources(package) if p != home
-             for n, line in enumerate(p.read_text().splitlines(), 1) if COUNT_RULE.search(line)]
+    found = _lines_matching(COUNT_RULE.search, home=home)
     assert not found, "\n".join(found)
     assert COUNT_RULE.search(home.read_text())
 
@@ -188,10 +191,7 @@ def test_the_count_rule_has_one_home():
 def test_the_unknown_compressor_rule_has_one_home():
     """"unknown compressor …; choose from" is written once, in compressors.check_names; everything else calls it."""
     home = ROOT / "compressors" / "__init__.py"
-    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
-             for package in [*LAYERS, "tools"] for p in _sources(package)
-             for n, line in enumerate(p.read_text().splitlines(), 1)
-             if "unknown compressor" in line and "choose from" in line]
+    found = _lines_matching(lambda line: "unknown compressor" in line and "choose from" in line)
     assert found == [f"compressors/__init__.py:{n}: {line.strip()}" for n, line in
                      enumerate(home.read_text().splitlines(), 1) if "unknown compressor" in line], "\n".join(found)
     assert len(found) == 1
@@ -213,9 +213,7 @@ def test_the_quality_rule_has_one_home():
     above a floor) is written once, in pipeline/quality.py: nothing else compares energy_vs_topk with
     a number or reads the rule's constants but to quote them (--help, docs)."""
     home = ROOT / "pipeline" / "quality.py"
-    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
-             for package in [*LAYERS, "tools"] for p in _sources(package) if p != home
-             for n, line in enumerate(p.read_text().splitlines(), 1) if QUALITY_RULE_USE.search(line)]
+    found = _lines_matching(QUALITY_RULE_USE.search, home=home)
     assert not found, "\n".join(found)
     assert "def called(" in home.read_text() and QUALITY_RULE_USE.search(home.read_text())
 
@@ -235,9 +233,7 @@ def test_the_request_is_resolved_once_and_travels_as_a_projection():
     """``pipeline.project.resolve`` is the one resolver (issue 32): no second device channel
     (``device_name``), no re-entry (``resolved=``), no untyped store in the model or the
     pipeline, no "workload alone" spelled as a request without a cluster."""
-    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
-             for package in ("pipeline", "simulator", "sidco", "dashboard") for p in _sources(package)
-             for n, line in enumerate(p.read_text().splitlines(), 1) if RESOLVED_ONCE.search(line)]
+    found = _lines_matching(RESOLVED_ONCE.search, ("pipeline", "simulator", "sidco", "dashboard"))
     assert not found, "\n".join(found)
 
 
@@ -247,8 +243,6 @@ TTA_VERDICT = re.compile(r"winner: \{|winner: (none|not named)|winner not named"
 def test_the_time_to_accuracy_verdict_text_has_one_home():
     """The time-to-accuracy verdict in words is written once, pipeline.tta.verdict_text; both doors print it."""
     home = ROOT / "pipeline" / "tta.py"
-    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
-             for package in [*LAYERS, "tools"] for p in _sources(package) if p != home
-             for n, line in enumerate(p.read_text().splitlines(), 1) if TTA_VERDICT.search(line)]
+    found = _lines_matching(TTA_VERDICT.search, home=home)
     assert not found, "\n".join(found)
     assert TTA_VERDICT.search(home.read_text())
