@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.catalog import RunConfig
 from pipeline import converge
+from pipeline.converge import RunConfig
 from results.store import Store
 from units import parse_density, parse_list
 

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import traces
+from traces.capture import check_request  # the door checks a request before it opens the store
+from traces.workloads import data_source  # a bad --data fails before the store
 from results.errors import StoreError
 from results.store import Store
 

@@ -10,14 +10,7 @@ import importlib
 from typing import Any
 
 _FROM: dict[str, tuple[str, str]] = {
-    "takes_density": ("compressors", "takes_density"),
     "compressor_names": ("compressors", "names"),
-    "device_identity": ("compressors.machine", "device_identity"),
-    "RunConfig": ("convergence", "RunConfig"),
-    "curves_document": ("convergence.curves", "document"),
-    "load_curves": ("convergence.curves", "load"),
-    "check_target": ("convergence.tta", "check_target"),
-    "target_text": ("convergence.tta", "target_text"),
     "COLLECTIVES": ("emulation.collectives", "OPS"),
     "check_training_request": ("emulation.training", "check_request"),
     "FIDELITIES": ("simulator", "FIDELITIES"),
@@ -27,16 +20,13 @@ _FROM: dict[str, tuple[str, str]] = {
     "write_chrome_trace": ("simulator", "write_chrome_trace"),
     "JOB_BYTES": ("simulator.limits", "JOB_BYTES"),
     "MESSAGE_BUDGET": ("simulator.limits", "MESSAGE_BUDGET"),
-    "check_jobs": ("simulator.limits", "check_jobs"),
     "max_jobs": ("simulator.limits", "max_jobs"),
     "COMPRESS_ON": ("simulator.scenario", "COMPRESS_ON"),
     "TOPOLOGIES": ("simulator.scenario", "TOPOLOGIES"),
     "DEFAULT_PRECISION": ("simulator.throughput", "DEFAULT_PRECISION"),
     "PRECISIONS": ("simulator.throughput", "PRECISIONS"),
     "BUCKET_MODES": ("simulator.workload", "BUCKET_MODES"),
-    "check_capture_request": ("traces.capture", "check_request"),
     "layout_names": ("traces.layouts", "names"),
-    "data_source": ("traces.workloads", "data_source"),
     "workload_names": ("traces.workloads", "names"),
     "check_shaping": ("emulation.plan", "check_shaping"),
 }
@@ -46,10 +36,10 @@ projection need none of it)."""
 
 __all__ = [
     "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",
-    "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "check_capture_request", "check_jobs", "check_shaping",
-    "check_output_path", "check_target", "curves_document", "data_source", "load_curves", "check_training_request", "chrome_trace", "compressor_names",
-    "device_identity", "layout_names", "max_jobs", "takes_density",
-    "RunConfig", "target_text", "Workload",
+    "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "check_shaping",
+    "check_output_path", "check_training_request", "chrome_trace", "compressor_names",
+    "layout_names", "max_jobs",
+    "Workload",
     "workload_names", "write_chrome_trace",
 ]
 

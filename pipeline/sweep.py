@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import simulator
-from simulator.limits import check_scenario
+from simulator.limits import check_jobs, check_scenario  # check_jobs: the door checks --jobs by it
 from simulator.pool import local_pool
 from compressors import takes_density
 from pipeline.costs import compression_profile, cost_band

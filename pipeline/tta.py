@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from convergence.tta import mean_spread, target_text, time_to_target
+from convergence.curves import load as load_curves  # a curves file the doors read
+from convergence.tta import check_target, mean_spread, target_text, time_to_target  # check_target: the doors check a target by it
 from pipeline import project
 from pipeline.request import takes_density
 from pipeline.verdict import iteration_band

@@ -50,7 +50,7 @@ CASES: dict[str, list[str]] = {
 
 def _density(compressor: str, density: Any) -> float | None:
     """The row's density, ``None`` for a compressor whose message ignores it."""
-    from pipeline.catalog import takes_density
+    from pipeline.request import takes_density
 
     return float(density) if density is not None and takes_density(compressor) else None
 

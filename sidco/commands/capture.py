@@ -11,7 +11,8 @@ from tqdm import tqdm
 from pipeline import capture
 from results.store import Store
 from sidco.commands import COMMANDS, add_run_on_argument, add_store_argument, dump_json
-from pipeline.catalog import check_capture_request, data_source, workload_names
+from pipeline.capture import check_request as check_capture_request, data_source
+from pipeline.catalog import workload_names
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

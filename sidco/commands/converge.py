@@ -9,7 +9,8 @@ import torch
 from tqdm import tqdm
 
 from pipeline import converge
-from pipeline.catalog import RunConfig, curves_document, data_source, workload_names
+from pipeline.catalog import workload_names
+from pipeline.converge import RunConfig, curves_document, data_source
 from results.store import Store
 from sidco.commands import COMMANDS, add_run_on_argument, add_store_argument, dump_json
 from units import parse_density, parse_list

@@ -9,9 +9,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from pipeline.catalog import compressor_names, device_identity, takes_density
+from pipeline.catalog import compressor_names
 from pipeline import replay
-from pipeline.replay import FIRST_CALLS
+from pipeline.replay import FIRST_CALLS, device_identity
+from pipeline.request import takes_density
 from results.store import Store
 from sidco.commands import COMMANDS, add_renamed_argument, add_run_on_argument, add_store_argument, dump_json
 from units import parse_bytes, parse_density, parse_list

@@ -15,12 +15,12 @@ from typing import Any
 from tqdm import tqdm
 
 import pipeline.sweep
-from pipeline.sweep import Grid
-from pipeline.catalog import TOPOLOGIES, check_jobs, check_target, compressor_names, target_text
+from pipeline.catalog import TOPOLOGIES, compressor_names
 from pipeline import project as projection
 from pipeline.request import WorkloadRequest, default_topology
 from pipeline.verdict import names_text
-from pipeline.tta import convergence_run, label, sweep_time_to_target, trace_path
+from pipeline.sweep import Grid, check_jobs
+from pipeline.tta import check_target, convergence_run, label, sweep_time_to_target, target_text, trace_path
 from results.store import Store
 from sidco.commands import dump_json
 from sidco.commands.tta import add_target_args

@@ -6,9 +6,10 @@ import argparse
 from typing import Any
 
 from pipeline import project
-from pipeline.catalog import TOPOLOGIES, check_target, load_curves, target_text
+from pipeline.catalog import TOPOLOGIES
 from pipeline.request import Request, check_compressors
-from pipeline.tta import convergence_run, curves_time_to_accuracy, time_to_accuracy, trace_path, verdict_text
+from pipeline.tta import (check_target, convergence_run, curves_time_to_accuracy, load_curves, target_text,
+                          time_to_accuracy, trace_path, verdict_text)
 from results.store import Store
 from sidco.commands import dump_json
 from sidco.commands.simulate import add_scenario_args, add_source_args, cluster, workload_fields
