@@ -18,7 +18,8 @@ from typing import Any
 from pipeline import project as pipeline_project
 from pipeline import settle
 from pipeline import quality as pipeline_quality
-from pipeline.catalog import TOPOLOGIES, chrome_trace, compressor_names as _compressor_names, layout_names as _layout_names
+from pipeline.catalog import TOPOLOGIES, compressor_names as _compressor_names, layout_names as _layout_names
+from pipeline.project import chrome_trace
 from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, takes_density
 from pipeline.verdict import label
 from results.store import Store, row_id

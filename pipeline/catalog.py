@@ -12,15 +12,9 @@ from typing import Any
 _FROM: dict[str, tuple[str, str]] = {
     "compressor_names": ("compressors", "names"),
     "COLLECTIVES": ("emulation.collectives", "OPS"),
-    "check_training_request": ("emulation.training", "check_request"),
     "FIDELITIES": ("simulator", "FIDELITIES"),
-    "Workload": ("simulator", "Workload"),
-    "check_output_path": ("simulator", "check_output_path"),
-    "chrome_trace": ("simulator", "chrome_trace"),
-    "write_chrome_trace": ("simulator", "write_chrome_trace"),
     "JOB_BYTES": ("simulator.limits", "JOB_BYTES"),
     "MESSAGE_BUDGET": ("simulator.limits", "MESSAGE_BUDGET"),
-    "max_jobs": ("simulator.limits", "max_jobs"),
     "COMPRESS_ON": ("simulator.scenario", "COMPRESS_ON"),
     "TOPOLOGIES": ("simulator.scenario", "TOPOLOGIES"),
     "DEFAULT_PRECISION": ("simulator.throughput", "DEFAULT_PRECISION"),
@@ -28,7 +22,6 @@ _FROM: dict[str, tuple[str, str]] = {
     "BUCKET_MODES": ("simulator.workload", "BUCKET_MODES"),
     "layout_names": ("traces.layouts", "names"),
     "workload_names": ("traces.workloads", "names"),
-    "check_shaping": ("emulation.plan", "check_shaping"),
 }
 """Where each name comes from, imported on first use: the doors ask for a few of them per
 command, and most of the modules behind the others import torch (``sidco --help`` and a layout
@@ -36,11 +29,7 @@ projection need none of it)."""
 
 __all__ = [
     "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",
-    "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "check_shaping",
-    "check_output_path", "check_training_request", "chrome_trace", "compressor_names",
-    "layout_names", "max_jobs",
-    "Workload",
-    "workload_names", "write_chrome_trace",
+    "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "compressor_names", "layout_names", "workload_names",
 ]
 
 

@@ -24,13 +24,15 @@ import simulator
 from emulation.collectives import measure_collectives
 from emulation.network import remove_stale, require_emulation
 from emulation.projection import network_share, project
-from emulation.training import run_training
+from emulation.plan import check_shaping  # the door checks a --bandwidth it shapes by it
+from emulation.training import check_request as check_training_request, run_training
 from compressors import takes_density
 from pipeline import replay
 from pipeline.costs import compression_profile
 from pipeline.project import calibration as load_calibration
 from pipeline.request import parse_calibration, resolve_device
 from results.store import Store
+from simulator.limits import max_jobs  # the door's cap on worker processes
 
 PROJECTED_KEYS = ("iteration_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "comm_s", "idle_s",
                   "jitter")

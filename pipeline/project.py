@@ -21,6 +21,7 @@ from typing import Any
 import simulator
 from simulator.band import band
 from simulator.limits import check_scenario
+from simulator.timeline import check_output_path, chrome_trace, write_chrome_trace  # a projection's timeline, written by the doors
 import traces
 from pipeline.costs import compression_profile, cost_band
 from pipeline.request import Cluster, Request, WorkloadRequest, parse_calibration, resolve_device
@@ -30,8 +31,8 @@ from simulator.throughput import DEFAULT_PRECISION
 from simulator.workload import scaled, workload_by_flops
 
 __all__ = ["Cluster", "Projection", "Request", "Source", "WorkloadRequest", "calibration", "check_options",
-           "layout_source", "options", "project", "project_pairs", "register", "registered", "resolve", "scenarios",
-           "trace_source", "workload", "workload_facts", "workload_text"]
+           "check_output_path", "chrome_trace", "layout_source", "options", "project", "project_pairs", "register", "registered", "resolve", "scenarios",
+           "trace_source", "workload", "workload_facts", "workload_text", "write_chrome_trace"]
 
 
 @dataclass(frozen=True)

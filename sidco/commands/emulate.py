@@ -10,7 +10,8 @@ import sys
 from tqdm import tqdm
 
 from pipeline import emulate
-from pipeline.catalog import COLLECTIVES, FIDELITIES, JOB_BYTES, check_shaping, check_training_request, max_jobs
+from pipeline.catalog import COLLECTIVES, FIDELITIES, JOB_BYTES
+from pipeline.emulate import check_shaping, check_training_request, max_jobs
 from results.store import Store
 from sidco.commands import COMMANDS, add_calibration_argument, add_renamed_argument, add_store_argument, dump_json
 from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_density, parse_duration, parse_list

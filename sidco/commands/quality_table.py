@@ -16,7 +16,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from pipeline import quality
-from pipeline.catalog import check_output_path
+from pipeline.project import check_output_path
 from results.store import Store
 from sidco.commands import COMMANDS
 from sidco.commands.simulate import positive_int

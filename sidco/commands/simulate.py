@@ -11,8 +11,8 @@ import argparse
 from typing import Any
 
 from pipeline import project as projection
-from pipeline.catalog import (BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES,
-                              check_output_path, write_chrome_trace)
+from pipeline.catalog import BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES
+from pipeline.project import check_output_path, write_chrome_trace
 from pipeline.costs import KERNEL_BAND_NOTE
 from pipeline.request import DEVICE_RULE, Cluster, Request, modelled_devices
 from results.store import Store
