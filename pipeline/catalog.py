@@ -1,7 +1,10 @@
-"""What the layers below offer the front doors: names to choose from, their checks and readers.
+"""What the layers below offer the front doors to choose from: names and choices only.
 
 The doors (``sidco``, the dashboard) import the pipeline, the store and :mod:`units` only
-(``tests/test_architecture.py``); the names here are the library's own, re-exported once.
+(``tests/test_architecture.py``); the names here are the library's own, re-exported once. Each
+is a constant (a tuple of names, a default name, a stated limit) or one of :data:`CHOICES`, a
+function that returns names only; behaviour the doors need is a function of the pipeline module
+that owns it (``tests/test_architecture.py`` holds the catalog to this).
 """
 
 from __future__ import annotations
@@ -27,9 +30,13 @@ _FROM: dict[str, tuple[str, str]] = {
 command, and most of the modules behind the others import torch (``sidco --help`` and a layout
 projection need none of it)."""
 
+CHOICES = frozenset({"compressor_names", "layout_names", "workload_names"})
+"""The catalog's callables: each returns a list of names (those :func:`compressors.create`,
+:func:`traces.layouts.layout` and :func:`traces.workloads.build` accept) and does nothing else."""
+
 __all__ = [
     "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",
-    "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", "compressor_names", "layout_names", "workload_names",
+    "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", *sorted(CHOICES),
 ]
 
 

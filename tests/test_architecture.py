@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import inspect
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -246,3 +248,29 @@ def test_the_time_to_accuracy_verdict_text_has_one_home():
     found = _lines_matching(TTA_VERDICT.search, home=home)
     assert not found, "\n".join(found)
     assert TTA_VERDICT.search(home.read_text())
+
+
+def _names(value: object) -> bool:
+    """Whether ``value`` is a list, tuple or frozenset of names (strings), none empty."""
+    return isinstance(value, (list, tuple, frozenset)) and all(isinstance(v, str) and v for v in value)
+
+
+def test_the_catalog_exports_names_and_choices_only():
+    """pipeline.catalog offers the doors names, never behaviour: each name it exports is a constant
+    (a name, a stated limit, a tuple or frozenset of names) or one of its CHOICES, a function that
+    takes nothing and returns names; everything else a door needs is a pipeline module's function."""
+    from pipeline import catalog
+
+    assert set(catalog.__all__) == set(catalog._FROM), "every name the catalog serves is exported, and no other"
+    assert catalog.CHOICES <= set(catalog.__all__)
+    wrong = []
+    for name in catalog.__all__:
+        value = getattr(catalog, name)
+        if callable(value):
+            if name not in catalog.CHOICES or not inspect.isfunction(value) or not _names(value()):
+                wrong.append(f"{name} is {value!r}: behaviour, not a name list or a choice")
+        elif not (isinstance(value, (str, int)) and not isinstance(value, bool) or _names(value)):
+            wrong.append(f"{name} is {value!r}: neither a name, a limit nor a list of names")
+    assert not wrong, "\n".join(wrong)
+    public = {n for n, v in vars(catalog).items() if not n.startswith("_") and callable(v) and v is not Any}
+    assert public <= catalog.CHOICES, f"callables outside CHOICES: {sorted(public - catalog.CHOICES)}"
