@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import compressors
 import compressors.ddp
-from measuring import ranks
+from processes import ranks
 
 WIDTH_IN = 256
 """Input features of the synthetic model."""

@@ -22,7 +22,7 @@ from dashboard import components as ui
 from dashboard import projection
 from dashboard.data import StoreReader
 from dashboard.pages import quality, sweeps, timeline, tta, validation, whatif
-from pipeline.jobs import run_as_child
+from processes.jobs import run_as_child
 
 PAGES = (whatif, sweeps, quality, timeline, validation, tta)
 ASSETS = Path(__file__).parent / "assets"
@@ -30,7 +30,7 @@ ASSETS = Path(__file__).parent / "assets"
 
 class ChildManager(DiskcacheManager):
     """Dash's disk-cache manager whose background jobs (sweeps and training runs launched from the
-    pages) are safe children of the dashboard (:func:`simulator.children.adopt`): they end when
+    pages) are safe children of the dashboard (:func:`processes.children.adopt`): they end when
     the dashboard ends and import nothing from its working directory."""
 
     def call_job_fn(self, key, job_fn, args, context):

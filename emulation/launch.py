@@ -2,7 +2,7 @@
 
 Each worker is ``python -m <module> --rank R --world-size W --master-addr A --master-port P
 --out FILE [module args]``, started as a child that never imports from the working directory
-and dies with this process (:func:`simulator.children.module_argv`); it writes one JSON object to ``FILE``. The launcher fails fast
+and dies with this process (:func:`processes.children.module_argv`); it writes one JSON object to ``FILE``. The launcher fails fast
 when any worker exits non-zero, kills every worker on timeout, failure or interrupt, and
 returns the per-rank JSON objects in rank order.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from emulation.plan import NetworkPlan
-from simulator.children import module_argv
+from processes.children import module_argv
 
 LOOPBACK_IFNAME = "lo"
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from emulation.plan import PREFIX_ROOT, NetworkPlan
-from results.processes import pid_alive
+from processes.liveness import pid_alive
 
 COMMAND_TIMEOUT_S = 20.0
 

@@ -38,7 +38,8 @@ from compressors.rules import trains_with_error_feedback
 from compressors.samples import gradient_like
 from compressors.work import FUSED
 from measuring.host import MMAP_THRESHOLD_BYTES, host_cache_bytes, host_clock
-from simulator import children, devices
+from processes import children
+from simulator import devices
 from simulator.costmodel import backend_on
 from simulator.device_profile import DeviceProfile
 
@@ -299,7 +300,7 @@ def refuse_beside_others() -> None:
 
 def _size_in_child(device: str, numel: int, plan: Sequence[tuple[str, float]], warmup: int, repeats: int,
                    progress: Callable[[str], None] | None, on_row: Callable[[dict[str, Any]], None]) -> None:
-    """:func:`measure_size` in a fresh Python process (:func:`simulator.children.module_argv`, this
+    """:func:`measure_size` in a fresh Python process (:func:`processes.children.module_argv`, this
     process's thread count; the CPUs it may use are inherited), passing its progress and rows on as
     they come, one JSON line each; ChildProcessError (an OSError: the CLI's one-line error) when it
     fails or dies (the rows it sent before are kept)."""

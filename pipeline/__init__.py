@@ -13,7 +13,7 @@ and the dashboard) call.
 :mod:`pipeline.calibrate`   fit α, β, efficiency to measured collectives
 :mod:`pipeline.converge`    train with compressed gradients into the store, resumably (``converge``)
 :mod:`pipeline.tta`         time to accuracy: iterations to target × projected iteration time
-:mod:`pipeline.jobs`        a door's background jobs as safe children of it
+:mod:`processes.jobs`        a door's background jobs as safe children of it
 ==========================  ===================================================================
 
 Dependencies point one way: results ← compressors ← traces ← {simulator, convergence} ←

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from results.errors import guard
-from results.processes import pid_alive
+from processes.liveness import pid_alive
 
 REPLAY_ROW_COLUMNS = (
     "compressor", "density", "error_feedback", "iteration", "worker", "bucket", "numel", "selected",
@@ -385,7 +385,7 @@ class Queries:
         """Claim for ``owner`` (one run of the sweep, in this process) the scenarios of ``keys``
         that are neither stored nor claimed by another owner whose process is alive, in one
         transaction; returns the keys ``owner`` holds now (the ones it computes). The claims of
-        an owner whose process is gone (:func:`results.processes.pid_alive`) are dropped, all of
+        an owner whose process is gone (:func:`processes.liveness.pid_alive`) are dropped, all of
         them on the sweep, so a killed run never blocks another."""
         if not keys:
             return set()

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Each package may import the packages of its own and lower layers only.
 LAYERS = {
+    "processes": 0,  # process hygiene (children's argv, /proc scans, pools, rank starter): imports nothing of ours
     "profiles": 0,  # data only
     "results": 0,
     "units": 0,  # parsing and printing sizes, rates, durations, densities: imports nothing of ours
@@ -65,7 +66,7 @@ def test_dependencies_point_one_way(package):
 # The front doors map input to the orchestration layer and print or plot its result: they import
 # the pipeline, the store and the units only (the dashboard may be started by the command line).
 DOORS = {"sidco": {"pipeline", "results", "units", "dashboard", "sidco"},
-         "dashboard": {"pipeline", "results", "units", "dashboard"}}
+         "dashboard": {"pipeline", "processes", "results", "units", "dashboard"}}
 # Edges the layer order allows but the house forbids: the model never reads the store.
 FORBIDDEN = {"simulator": {"results"}}
 

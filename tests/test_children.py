@@ -1,5 +1,5 @@
 """Children of the testbed never import from the working directory and never outlive their parent
-(:mod:`simulator.children`): a folder of decoy packages in the working directory is never
+(:mod:`processes.children`): a folder of decoy packages in the working directory is never
 imported by emulate, profile or a local sweep; a SIGKILLed ``sidco profile`` leaves no
 measuring child; a second ``sidco profile`` refuses to measure beside a live one."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import children
+from processes import children
 from test_kill_safety import children as children_of
 from test_kill_safety import quiet_for_profiling, running, wait_for
 
@@ -64,7 +64,7 @@ def test_import_path_never_holds_the_working_directory(path):
 def test_a_child_runs_its_module_with_the_parent_path_minus_the_working_directory(tmp_path):
     _decoy_folder(tmp_path)
     script = ("import json, subprocess, sys\n"
-              "from simulator.children import module_argv\n"
+              "from processes.children import module_argv\n"
               "sys.path.insert(0, '')\n"
               "argv = module_argv('json.tool', '--compact')\n"
               "done = subprocess.run(argv, input='{\"a\": 1}', capture_output=True, text=True)\n"
@@ -143,7 +143,7 @@ def test_sigkilled_profile_leaves_no_measuring_child_and_a_live_one_blocks_the_n
 
 def test_a_forked_child_drops_the_working_directory_and_dies_with_its_parent(tmp_path):
     script = ("import os, sys, time\n"
-              "from simulator.children import adopt\n"
+              "from processes.children import adopt\n"
               "sys.path.insert(0, '')\n"
               "parent = os.getpid()\n"
               "if os.fork() == 0:\n"

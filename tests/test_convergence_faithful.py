@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from torch.nn.parallel import DistributedDataParallel
 
 import compressors.ddp
-from measuring import ranks
+from processes import ranks
 from convergence import RunConfig, train
 
 DENSITY = 0.05

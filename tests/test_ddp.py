@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import compressors.ddp
-from measuring import ranks
+from processes import ranks
 
 STEPS = 40
 DENSITY = 0.05

@@ -23,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import compressors
 import compressors.ddp
-from measuring import ranks
+from processes import ranks
 
 WORLD = 2
 DENSITY = 0.05

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compressors
-from measuring import ranks
+from processes import ranks
 from compressors.ddp_exchange import pack, resolve_gather, sparse_allgather_sum, unpack_rank
 from compressors.ddp_memory import BucketMemory
 

@@ -53,7 +53,7 @@ def quiet_for_profiling(timeout_s: float = 120.0) -> None:
     """Wait until no measuring process of the testbed runs on this machine (another checkout's
     tests may be profiling): ``sidco profile`` refuses to measure beside one. Skip if it stays busy."""
     from measuring import profiling
-    from simulator import children
+    from processes import children
 
     if not wait_for(lambda: not children.running(profiling.MEASURING_MODULE), timeout_s=timeout_s, interval_s=1.0):
         pytest.skip("another measuring process of the testbed kept running on this machine")
@@ -103,7 +103,7 @@ def test_pool_worker_exits_when_its_parent_is_gone():
     """The watchdog alone (no parent-death signal) ends a worker whose parent died."""
     script = (
         "import os, sys, time\n"
-        "from simulator.children import _watch\n"
+        "from processes.children import _watch\n"
         "pid = os.fork()\n"
         "if pid == 0:\n"
         "    parent = os.getppid()\n"

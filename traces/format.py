@@ -26,7 +26,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
-from results.processes import pid_alive
+from processes.liveness import pid_alive
 from traces.errors import TraceError
 from traces.flops import COUNTER, ForwardFlops
 

@@ -2,7 +2,7 @@
 
 A ``ProcessPoolExecutor`` worker blocks on its call queue forever when its parent is
 killed with SIGKILL (no shutdown message ever comes). :func:`local_pool` starts workers
-whose initializer makes each a safe child (:func:`simulator.children.adopt`): it dies with
+whose initializer makes each a safe child (:func:`processes.children.adopt`): it dies with
 the parent and imports nothing from the working directory. Workers are forked (where the
 platform can), so they start with the parent's modules and import path rather than
 re-importing the project through a fresh interpreter that would look in the working
@@ -15,7 +15,7 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 
-from simulator.children import adopt
+from processes.children import adopt
 
 
 def local_pool(jobs: int) -> ProcessPoolExecutor:

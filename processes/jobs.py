@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from simulator.children import adopt
+from processes.children import adopt
 
 
 def run_as_child(parent_pid: int, job: Callable[..., Any], *args: Any) -> None:
     """Run ``job(*args)`` in this forked process as a safe child of ``parent_pid``
-    (:func:`simulator.children.adopt`): it ends when the parent ends and imports nothing from
+    (:func:`processes.children.adopt`): it ends when the parent ends and imports nothing from
     the working directory. No parent-death signal: the forking thread ends at once."""
     adopt(parent_pid, death_signal=False)
     job(*args)
