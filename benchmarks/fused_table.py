@@ -1,10 +1,10 @@
 """Modelled cost of SIDCo's fused path against its eager path and Top-k/DGC on the modelled GPUs:
 ``python -m benchmarks.fused_table``.
 
-For each GPU of :data:`simulator.devices.GPUS`, size and compressor: the declared work of one
+For each GPU of :data:`costs.devices.GPUS`, size and compressor: the declared work of one
 compress call with error feedback (:func:`compressors.work.work`: launches, syncs, bytes read and
 written by streaming kernels, bytes read on the host) and its modelled time
-(:func:`simulator.costmodel.seconds`) at δ = 0.001: SIDCo-E fused (``backend="fused"``) and eager
+(:func:`costs.costmodel.seconds`) at δ = 0.001: SIDCo-E fused (``backend="fused"``) and eager
 (``"cuda"``, the torch path on a GPU), Top-k and DGC (``"cuda"``). Model only: no kernel runs.
 Prints a Markdown table of modelled ms, one row per compressor and backend (``--json``: every
 figure, host MB too).
@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from compressors import work as declared
-from simulator import costmodel, devices
+from costs import costmodel, devices
 from units import parse_density
 
 ROWS = (("sidco-e", "fused"), ("sidco-e", "cuda"), ("topk", "cuda"), ("dgc", "cuda"))

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from simulator.profile import CompressionProfile
+from costs.profile import CompressionProfile
 from simulator.scenario import Scenario
 from simulator.simulate import iteration
 from simulator.sweep import Grid, SweepContext, run_chunk
@@ -90,7 +90,7 @@ def model_rate(trace_dir: Path, scenarios: int, device: str = "h200") -> tuple[f
     the costs of all compressor × density pairs."""
     import compressors
     import traces
-    from simulator import costmodel, devices
+    from costs import costmodel, devices
 
     names = compressors.names()
     start = time.perf_counter()
@@ -138,7 +138,7 @@ def des_time(nodes: int, buckets: int = 50, repeats: int = 1) -> float:
 SCALE_SNIPPET = """
 import json, resource, sys, time
 import simulator
-from simulator.profile import CompressionCost, CompressionProfile
+from costs.profile import CompressionCost, CompressionProfile
 p, fidelity, compressor = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 wl = simulator.workload_from_layout("resnet50")
 profile = CompressionProfile({("topk", 0.01): CompressionCost(1e-4, 1e-9, 1e-5, 1e-10, (0.08,))}, "fixed")

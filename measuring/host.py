@@ -1,7 +1,7 @@
 """Measuring this host's ``cpu`` device numbers (explicit job only: ``sidco profile --run-on cpu``).
 
-The timing loops behind :func:`measure_host`; the cluster model (:mod:`simulator.devices`) only
-reads the :class:`~simulator.devices.Device` they produce.
+The timing loops behind :func:`measure_host`; the cluster model (:mod:`costs.devices`) only
+reads the :class:`~costs.devices.Device` they produce.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from simulator.devices import NO_TENSOR_UNITS, Device, host_identity, host_key
+from costs.devices import NO_TENSOR_UNITS, Device, host_identity, host_key
 
 
 def host_clock():

@@ -39,9 +39,9 @@ from compressors.samples import gradient_like
 from compressors.work import FUSED
 from measuring.host import MMAP_THRESHOLD_BYTES, host_cache_bytes, host_clock
 from processes import children
-from simulator import devices
-from simulator.costmodel import backend_on
-from simulator.device_profile import DeviceProfile
+from costs import devices
+from costs.costmodel import backend_on
+from costs.device_profile import DeviceProfile
 
 AS_TRAINED = "as trained: on, except for none, fp16 and bf16"
 """A profile's ``method.error_feedback``: each compressor with the memory training gives it

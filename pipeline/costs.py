@@ -10,8 +10,8 @@ places, in order, and takes each pair from the first place that has it:
    newest replay that holds a pair wins for that pair;
 3. the newest stored device profile of this device that holds the pair (``sidco profile``);
 4. a device profile shipped with the testbed (``profiles/<device>.json``);
-5. the cost model (:mod:`simulator.costmodel`: the compressor's declared work on the device's
-   numbers) when the projection's device is a modelled one (a :class:`simulator.devices.Device`,
+5. the cost model (:mod:`costs.costmodel`: the compressor's declared work on the device's
+   numbers) when the projection's device is a modelled one (a :class:`costs.devices.Device`,
    resolved once by the request, :func:`pipeline.request.resolve_device`; never looked up here);
 6. otherwise a one-line :class:`MissingCosts` error naming the command that fills the gap.
 
@@ -19,7 +19,7 @@ A stored or shipped ``cpu`` profile is used only on a host with the same CPU mod
 flags as the one it was measured on.
 
 Tiers 2 and on are the entries of :data:`TIERS`; a new source of costs is one more entry.
-Densities are matched by their canonical key (:func:`simulator.profile.density_key`), never
+Densities are matched by their canonical key (:func:`costs.profile.density_key`), never
 by float equality. Nothing here runs a compressor: measuring is an explicit job (``sidco
 replay``, ``sidco profile``). Every returned cost carries its ``source``.
 """
@@ -39,8 +39,8 @@ from typing import Any
 from compressors import work as declared_work
 from compressors.wire import sparse_bytes
 from results.store import Store
-from simulator import costmodel, device_profile, devices, kernel_bands
-from simulator.profile import CompressionCost, CompressionProfile, density_key
+from costs import costmodel, device_profile, devices, kernel_bands
+from costs.profile import CompressionCost, CompressionProfile, density_key
 
 Key = tuple[str, float | None]
 VALUE_BYTES = 4  # fp32 values, as replay and the traces store them
@@ -183,7 +183,7 @@ TIERS: list[tuple[str, Tier]] = [
 
 
 def read_profile_file(path: str | Path, device: str) -> dict[Key, CompressionCost]:
-    """The costs in a profile JSON file (format: :mod:`simulator.device_profile`); ValueError
+    """The costs in a profile JSON file (format: :mod:`costs.device_profile`); ValueError
     naming the file when it is unreadable, malformed or for another device."""
     path = Path(path)
     try:
@@ -236,7 +236,7 @@ def compression_profile(
     """The compression costs of ``pairs`` ((compressor, density) list; ``none`` needs none) on
     ``device`` for the trace ``trace_id`` (``None`` for a layout), by the policy of this module.
     ``device``: the device a projection resolved (:func:`pipeline.request.resolve_device`; it
-    reaches the cost model as it is; a device it does not model, :func:`simulator.devices.unrecorded_gpu`,
+    reaches the cost model as it is; a device it does not model, :func:`costs.devices.unrecorded_gpu`,
     gets stored costs only).
 
     ``numel``: the bucket size (elements) the costs will mostly be asked for, for tiers that
@@ -332,7 +332,7 @@ def cost_band(cost: CompressionCost, device: str, compressor: str | None = None,
     """Factors ``(low, high)`` on ``cost``'s seconds spanning what is known of its error. Modelled
     costs of ``compressor`` at ``density`` on a GPU (``model``, the projection's device): the bands
     of the kinds of kernel its declared work uses, from published GPU timings
-    (:func:`simulator.kernel_bands.compressor_band`); other modelled costs: the model's measured
+    (:func:`costs.kernel_bands.compressor_band`); other modelled costs: the model's measured
     error on ``device`` (:func:`model_band`). Measured costs (a ``--profile`` file, replays, stored
     or shipped profiles): the spread of measured calls (:func:`measured_band`), whatever the
     kernels: a measurement removes the kernel band for the pairs it covers."""

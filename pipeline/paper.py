@@ -3,7 +3,7 @@
 The paper (Abdelmoniem et al., MLSys 2021) trains on 8 V100 nodes over 1 and 10 Gbit/s links
 and compares SIDCo-E/-P/-GP with Top-k, DGC and no compression; its code pins PyTorch 1.3,
 whose ``torch.topk`` on one large slice ran in a single thread block
-(:data:`simulator.devices.OLD_TOPK_S_PER_ELEMENT`). :func:`project_paper` runs that grid through
+(:data:`costs.devices.OLD_TOPK_S_PER_ELEMENT`). :func:`project_paper` runs that grid through
 the one projection (:func:`pipeline.project.project`) on ``v100@pytorch-1.3`` and on ``v100``
 and reports, per setting and at the best setting, SIDCo's speed-up over each baseline (the
 baseline's iteration time over the fastest SIDCo variant's) with its band, beside the figures

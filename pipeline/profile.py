@@ -14,8 +14,8 @@ from typing import Any
 import compressors
 from compressors import work as declared
 from results.store import Store
-from simulator import costmodel, devices
-from simulator import device_profile as dp
+from costs import costmodel, devices
+from costs import device_profile as dp
 
 CHECK_MIN_NUMEL = 1 << 20
 """``--check`` judges the model on calls of at least this many elements (smaller ones are
@@ -32,7 +32,7 @@ def store_profile(store: Store, profile: dp.DeviceProfile) -> int:
 
     The identity column holds the identity, the creation date, the method and the measured
     device numbers, so that :func:`stored_profiles` rebuilds the same profile (the pipeline writes
-    the store; :mod:`simulator.device_profile` keeps to the file format)."""
+    the store; :mod:`costs.device_profile` keeps to the file format)."""
     identity = {"identity": dict(profile.identity), "created": profile.created, "method": dict(profile.method),
                 "device_model": profile.device_model}
     return store.add_device_profile(profile.device, identity, profile.source, profile.rows)
@@ -161,7 +161,7 @@ def check_rows(profile: dp.DeviceProfile, device: devices.Device) -> list[dict[s
 
 
 def check_kernels(profile: dp.DeviceProfile, device: devices.Device) -> list[dict[str, Any]]:
-    """Model vs published, kernel row by kernel row (:func:`simulator.costmodel.row_seconds`):
+    """Model vs published, kernel row by kernel row (:func:`costs.costmodel.row_seconds`):
     seconds, the relative error ``model / published − 1`` and the row's source."""
     out = []
     for r in profile.kernels:
@@ -200,8 +200,8 @@ def worst(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 def kernel_bands() -> list[dict[str, Any]]:
     """The cost model's band per kind of kernel on published GPU timings, held out by harness
-    (:func:`simulator.kernel_bands.table`: kind, low, high, rows, harnesses)."""
-    from simulator import kernel_bands as bands
+    (:func:`costs.kernel_bands.table`: kind, low, high, rows, harnesses)."""
+    from costs import kernel_bands as bands
 
     return bands.table()
 

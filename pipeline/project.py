@@ -26,8 +26,8 @@ import traces
 from pipeline.costs import compression_profile, cost_band
 from pipeline.request import Cluster, Request, WorkloadRequest, parse_calibration, resolve_device
 from results.store import Store
-from simulator import anchor, devices, throughput
-from simulator.throughput import DEFAULT_PRECISION
+from costs import anchor, devices, throughput
+from costs.throughput import DEFAULT_PRECISION
 from simulator.workload import scaled, workload_by_flops
 
 __all__ = ["Cluster", "Projection", "Request", "Source", "WorkloadRequest", "calibration", "check_options",
@@ -46,10 +46,10 @@ class Source:
     ``compute`` says where the compute times come from (every result repeats it);
     ``precision`` what it was projected for (``fp32``, ``tf32``, ``amp``); ``compute_low`` /
     ``compute_high``: factors on every compute time spanning the compute rule's measured error
-    (:func:`simulator.throughput.compute`; 1 for the trace's own timings). ``device``: the
+    (:func:`costs.throughput.compute`; 1 for the trace's own timings). ``device``: the
     modelled device (:func:`pipeline.request.resolve_device`, looked up once), the one channel
     on which it reaches the compute rule and the compression costs
-    (:func:`simulator.devices.unrecorded_gpu` for a trace kept on the GPU it was captured on). It
+    (:func:`costs.devices.unrecorded_gpu` for a trace kept on the GPU it was captured on). It
     takes no part in equality: the workload depends on the device only through the numbers above. ``tokens``: a transformer
     layout's sequence length (``None``: its stated input, :data:`traces.layouts.TOKENS`);
     ``compute_from``: where compute came from in one word: ``rule`` (fitted to published
@@ -101,7 +101,7 @@ def _ratio(captured: str, target: devices.Device, precision: str) -> tuple[float
 def _projected(path: str, target: devices.Device, precision: str) -> dict[str, Any]:
     """The :class:`Source` fields projecting the trace at ``path`` onto ``target`` in
     ``precision``. The rule: the trace's own timings on the device it was captured on;
-    elsewhere its per-layer FLOPs at the compute rule's FLOP/s (:func:`simulator.throughput.compute`,
+    elsewhere its per-layer FLOPs at the compute rule's FLOP/s (:func:`costs.throughput.compute`,
     the kind of model from the trace's shapes) when the trace carries them (layers without
     FLOPs by the ratio rule), else every time × the ratio rule (:func:`_ratio`, with the
     unfitted CPU band)."""
@@ -169,9 +169,9 @@ def layout_source(name: str, *, device: str | None = None, device_flops_per_s: f
     """The source of a full-size layout (:mod:`traces.layouts`, at ``tokens`` tokens per sample
     for a transformer) on the modelled ``device`` (a name; ``None``: the default rule of
     :func:`pipeline.request.resolve_device`) in ``precision``: its FLOPs at the compute rule's
-    FLOP/s (:func:`simulator.throughput.compute`, fitted to published training throughput), or
+    FLOP/s (:func:`costs.throughput.compute`, fitted to published training throughput), or
     at the rate a measured single-GPU throughput ``samples_per_s`` at ``batch_size`` implies
-    (:func:`simulator.anchor.measured`, with the measurement's band), or at
+    (:func:`costs.anchor.measured`, with the measurement's band), or at
     ``device_flops_per_s`` as given (no band); its optimizer at the device's memory bandwidth."""
     throughput.check_precision(precision)
     target = resolve_device(device, layout=True)
@@ -236,7 +236,7 @@ class Projection:
     """What was asked, with nothing left to look up: the checked ``request`` (a
     :class:`pipeline.request.Request`, or a :class:`pipeline.request.WorkloadRequest` where a
     sweep's grid or a convergence run gives the cluster and the pairs), its ``source`` (the
-    workload on one resolved :class:`simulator.devices.Device`), the ``workload`` built from it
+    workload on one resolved :class:`costs.devices.Device`), the ``workload`` built from it
     and the (compressor, density) ``pairs`` to project (density ``None`` for a compressor that
     takes none). Made by :func:`resolve` only."""
 

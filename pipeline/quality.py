@@ -182,11 +182,11 @@ def read_table(path: str | Path | None = None) -> dict[str, Any] | None:
 
 
 def nearest(layout: str, table: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The table's workload nearest to ``layout``: of the same family (:func:`simulator.throughput.layout_kind`,
+    """The table's workload nearest to ``layout``: of the same family (:func:`costs.throughput.layout_kind`,
     ``cnn`` or ``transformer``; the table's entries were classified by the same rule), the one
     whose name shares the longest beginning with the layout's (``resnet50`` → ``resnet20``,
     ``vgg19`` → ``vgg16``), the first in the table on a tie; ``None`` when the family has none."""
-    from simulator.throughput import layout_kind
+    from costs.throughput import layout_kind
 
     family = layout_kind(layout)
 
@@ -417,7 +417,7 @@ def build_table(store: Store, work: str | Path, *, workers: int = 4, iterations:
     import compressors
     from compressors.machine import device_identity
     from pipeline import capture
-    from simulator.throughput import kind_of
+    from costs.throughput import kind_of
     from traces import workloads
 
     names = compressors.names()

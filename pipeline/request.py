@@ -6,7 +6,7 @@ Timeline and Sweeps pages their controls, to a :class:`Request`; constructing it
 takes one, the cluster's numbers, the precision, the calibration choice), so the doors carry
 none of them. The modelled device is looked up in one place, :func:`resolve_device`, by one
 default rule; :func:`pipeline.project.resolve` calls it once per request and the resolved
-:class:`simulator.devices.Device` travels on the projection's source to the compute rule and the
+:class:`costs.devices.Device` travels on the projection's source to the compute rule and the
 compression-cost policy. :class:`WorkloadRequest` is the workload alone (a sweep's grid or a
 convergence run gives the cluster and the pairs). Units: bits/s, seconds, bytes, FLOP/s.
 """
@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator import devices
+from costs import devices
 from simulator.limits import MESSAGE_BUDGET
 from simulator.scenario import FIDELITIES, TOPOLOGIES
-from simulator.throughput import DEFAULT_PRECISION, check_precision
+from costs.throughput import DEFAULT_PRECISION, check_precision
 from results.store import row_id
 from units import check_bandwidth, check_count, check_density, check_latency
 
@@ -38,7 +38,7 @@ def resolve_device(asked: str | None, *, layout: bool, captured: str = "cpu") ->
     ``NAME@ERA`` for a GPU with an earlier PyTorch's kernels; ValueError listing the known names
     otherwise), else the one default rule (:data:`DEVICE_RULE`): :data:`DEFAULT_LAYOUT_DEVICE`
     for a ``layout``, the device a trace was ``captured`` on (``cpu``, ``cuda:0``…):
-    :func:`simulator.devices.unrecorded_gpu` for a trace captured on a GPU whose model is not
+    :func:`costs.devices.unrecorded_gpu` for a trace captured on a GPU whose model is not
     recorded (its timings are kept; its costs come from stored replays and profiles of ``cuda``).
     The only place a projection looks a device up."""
     if asked:

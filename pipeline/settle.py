@@ -1,8 +1,8 @@
 """What to measure: the unmeasured input whose band decides the order of the winner and the runner-up.
 
 A projection rests on inputs nobody measured on the user's cluster: single-GPU compute (the rule
-fitted to published throughput, :mod:`simulator.throughput`, unless ``--samples-per-s`` anchors
-it), each compressor's kernel costs (the cost model, :mod:`simulator.kernel_bands`, unless a
+fitted to published throughput, :mod:`costs.throughput`, unless ``--samples-per-s`` anchors
+it), each compressor's kernel costs (the cost model, :mod:`costs.kernel_bands`, unless a
 ``--profile`` or a replay measured them) and the links' efficiency (the share of the nominal
 bandwidth a collective reaches: 1 unless a calibration is applied). :func:`settle` takes the two
 fastest configurations of a comparison and moves each input, alone, from its point to each end

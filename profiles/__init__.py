@@ -1,20 +1,20 @@
 """Device profiles shipped with the testbed: ``profiles/<device>.json`` in the format of
-:mod:`simulator.device_profile`, each saying in its ``source`` how and when it was measured.
+:mod:`costs.device_profile`, each saying in its ``source`` how and when it was measured.
 
 A shipped CPU profile is named after the CPU it was measured on (``cpu-<model>.json``) and is
 used for ``--device cpu`` only on a host with the same CPU model and SIMD flags.
 
 ``published-<gpu>.json`` hold published kernel timings of a GPU (kernel rows, each citing its
-source); the GPU rules' bandwidth, launch and sync are fitted to them (:mod:`simulator.published`).
+source); the GPU rules' bandwidth, launch and sync are fitted to them (:mod:`costs.published`).
 
 ``throughput.json`` is not a device profile: it holds published training throughput of several
-harnesses, the anchors of the compute rule (:mod:`simulator.throughput`); ``throughput-fit.json``
+harnesses, the anchors of the compute rule (:mod:`costs.throughput`); ``throughput-fit.json``
 holds that rule's solved constants, leave-one-harness-out predictions and widening factors, keyed
-by its inputs (``python -m simulator.throughput`` writes it).
+by its inputs (``python -m costs.throughput`` writes it).
 
 ``kernel-evidence.json`` is not a device profile either: it holds published GPU kernel timings
 fitted to nothing, on modelled GPUs and others, that check the cost model kind of kernel by
-kind (:mod:`simulator.kernel_bands`).
+kind (:mod:`costs.kernel_bands`).
 
 ``quality.json`` is not a device profile either: it holds what every compressor sends of real
 gradients per built-in workload and density, the quality ``sidco compare`` shows for layouts

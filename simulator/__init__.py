@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from simulator.calibration import Calibration
 from simulator.collectives import collective_time
-from simulator.profile import CompressionCost, CompressionProfile
+from costs.profile import CompressionCost, CompressionProfile
 from simulator.scenario import FIDELITIES, TOPOLOGIES, Scenario
 from simulator.simulate import simulate
 from simulator.timeline import check_output_path, chrome_trace, write_chrome_trace

@@ -1,7 +1,7 @@
 """The error band of a projection: the same scenario re-run with its inputs at the ends of their measured error.
 
 A projection rests on inputs whose error is measured elsewhere: compute (the rule fitted to
-published training throughput, :mod:`simulator.throughput`, or the trace's own timings) and
+published training throughput, :mod:`costs.throughput`, or the trace's own timings) and
 compression costs (the cost model checked against shipped profiles, or a measured profile's
 spread, :func:`pipeline.costs.cost_band`). :func:`band` re-runs the scenario with every compute
 time and every compression time at each end of those errors and reports the range of the
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from simulator.profile import CompressionCost, CompressionProfile
+from costs.profile import CompressionCost, CompressionProfile
 from simulator.scenario import Scenario
 from simulator.simulate import iteration as simulate_alone
 from simulator.workload import scaled
@@ -35,7 +35,7 @@ def band(scenario: Scenario, result: Mapping[str, Any], compute: tuple[float, fl
     """The error band of one projection: ``iteration_s_low``/``iteration_s_high`` and
     ``speedup_low``/``speedup_high``, the projection re-run with every compute time × each end
     of ``compute`` and every compression time × each end of ``costs`` (factors ``(low, high)``
-    spanning the inputs' measured error: :func:`simulator.throughput.compute`,
+    spanning the inputs' measured error: :func:`costs.throughput.compute`,
     :func:`pipeline.costs.cost_band`). Compute moves the baseline and the compressed iteration
     together (one device), costs only the compressed one. The corners run at the analytic
     fidelity and scale the point estimate (a DES point keeps its queueing detail); each band

@@ -10,7 +10,7 @@ from typing import Any
 from compressors.wire import ALLGATHER, collective
 from simulator.calibration import Calibration
 from simulator.limits import check_scenario
-from simulator.profile import CompressionProfile
+from costs.profile import CompressionProfile
 from units import check_bandwidth, check_count, check_density, check_latency
 from simulator.workload import (
     BUCKET_MODES,

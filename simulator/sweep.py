@@ -21,7 +21,7 @@ from typing import Any
 from simulator.band import band
 from simulator.calibration import Calibration
 from units import check_count, check_density
-from simulator.profile import CompressionProfile, density_key
+from costs.profile import CompressionProfile, density_key
 from simulator.scenario import Scenario
 from simulator.simulate import iteration, simulate
 from simulator.workload import Workload

@@ -145,7 +145,7 @@ def workload_from_trace(trace: Any) -> Workload:
 def scaled(workload: Workload, factor: float) -> Workload:
     """``workload`` with every compute time (forward, per-layer backward, optimizer) × ``factor``
     (> 0): the projection of a trace captured on one device onto another (see
-    :func:`simulator.devices.compute_ratio`)."""
+    :func:`costs.devices.compute_ratio`)."""
     if not factor > 0:
         raise ValueError(f"compute scale must be > 0, got {factor!r}")
     if factor == 1.0:

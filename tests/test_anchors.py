@@ -14,7 +14,7 @@ from pipeline import project, settle
 from pipeline.request import Cluster, Request
 from results.store import Store
 from sidco.cli import build_parser, main
-from simulator import anchor, devices
+from costs import anchor, devices
 from simulator.band import scaled_costs
 from simulator.simulate import iteration as simulate_alone
 from simulator.workload import OPTIMIZER_BYTES_PER_PARAMETER

@@ -22,6 +22,7 @@ LAYERS = {
     "compressors": 1,
     "traces": 2,
     "simulator": 3,
+    "costs": 3,  # the cost inputs beside the cluster model: devices, cost model, profiles, compute
     "convergence": 3,  # real training with simulated workers: compressors and traces only
     "measuring": 4,  # the lab (host timing, profiling children): the model above never imports it
     "emulation": 4,

@@ -52,7 +52,7 @@ def test_projecting_a_layout_imports_no_torch(tmp_path):
     assert "torch" not in modules and "convergence.tta" in modules
     on_this_cpu = [a if a != "a100" else "cpu" for a in scenario]  # the host's identity is read, not torch's
     modules = _imported("simulate", *on_this_cpu, "--compressor", "sidco-e", "--density", "0.01")
-    assert "torch" not in modules and "simulator.devices" in modules
+    assert "torch" not in modules and "costs.devices" in modules
 
 
 def test_the_catalog_names_each_compressors_class_and_message():

@@ -11,8 +11,8 @@ import torch
 
 from compressors import work as declared
 from sidco.cli import main
-from simulator import costmodel, devices
-from simulator import device_profile as dp
+from costs import costmodel, devices
+from costs import device_profile as dp
 
 
 @pytest.fixture(autouse=True)

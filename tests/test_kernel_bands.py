@@ -10,8 +10,8 @@ import pytest
 import profiles
 from compressors import work as declared
 from pipeline.costs import cost_band, measured_band
-from simulator import costmodel, devices, kernel_bands, published
-from simulator.profile import CompressionCost
+from costs import costmodel, devices, kernel_bands, published
+from costs.profile import CompressionCost
 
 
 @pytest.mark.parametrize("device", ("a100", "v100@pytorch-1.3", "cpu"))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from sidco.cli import main
-from simulator import costmodel, devices
+from costs import costmodel, devices
 
 
 def test_the_era_device_is_todays_v100_with_the_single_block_topk():

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import traces
-from simulator import devices
+from costs import devices
 from pipeline import costs, replay
 from pipeline.costs import MissingCosts, compression_profile
 from results.store import Store
@@ -110,7 +110,7 @@ def test_missing_costs_name_the_command_that_measures_them(store, trace_id, tmp_
 
 
 def test_a_new_tier_is_one_entry(store, monkeypatch):
-    from simulator.profile import CompressionCost
+    from costs.profile import CompressionCost
 
     def model(request, missing):
         return {key: CompressionCost(0.0, 1e-9, 0.0, 1e-10, (0.08,), f"model {request.device}") for key in missing}

@@ -1,4 +1,4 @@
-"""``--profile FILE`` is read by one loader (:func:`simulator.device_profile.load`) for simulate,
+"""``--profile FILE`` is read by one loader (:func:`costs.device_profile.load`) for simulate,
 sweep, tta and ``profile --check``: regular files only, at most ``MAX_PROFILE_BYTES`` bytes and
 ``MAX_PROFILE_ROWS`` rows, any bytes refused in one line (exit 2 from the CLI)."""
 
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidco.cli import main
-from simulator import device_profile as dp
+from costs import device_profile as dp
 
 ROW = {"compressor": "topk", "density": 0.01, "numel": 1048576, "compress_s": 0.001, "decompress_s": 0.0001}
 SIMULATE = ["simulate", "--layout", "resnet50", "--nodes", "8", "--bandwidth", "10Gbit", "--compressor", "topk",

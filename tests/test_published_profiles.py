@@ -17,8 +17,8 @@ from pipeline import profile as device_profiles
 from pipeline.costs import compression_profile
 from results.store import Store
 from sidco.cli import main
-from simulator import costmodel, devices, published
-from simulator import device_profile as dp
+from costs import costmodel, devices, published
+from costs import device_profile as dp
 
 GPUS = ("v100", "a100", "h100")
 SHIPPED = profiles.paths()  # read before conftest hides the shipped profiles from in-process tests

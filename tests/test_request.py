@@ -8,12 +8,12 @@ import math
 import pytest
 
 import pipeline.project
-import simulator.costmodel
+import costs.costmodel
 from dashboard import projection
 from pipeline.costs import same_device
 from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, pairs, resolve_device
 from sidco.cli import main
-from simulator import devices
+from costs import devices
 
 CLUSTER = Cluster(8, 10e9, 50e-6)
 
@@ -22,12 +22,12 @@ CLUSTER = Cluster(8, 10e9, 50e-6)
 def walk(monkeypatch):
     """Counts, with the real functions running: every ``devices.get`` (the names asked), every
     call of the one resolver, and the device object each cost-model call receives."""
-    from simulator import kernel_bands, throughput
+    from costs import kernel_bands, throughput
 
     # the published evidence's fits (cached per process) look up every device they cite: made first
     throughput.fitted(), kernel_bands.kind_bands()
     seen = {"get": [], "resolved": [], "costed": []}
-    real_get, real_resolve, real_cost = devices.get, pipeline.project.resolve_device, simulator.costmodel.cost
+    real_get, real_resolve, real_cost = devices.get, pipeline.project.resolve_device, costs.costmodel.cost
 
     def get(name):
         seen["get"].append(name)
@@ -44,7 +44,7 @@ def walk(monkeypatch):
 
     monkeypatch.setattr(devices, "get", get)
     monkeypatch.setattr(pipeline.project, "resolve_device", resolve)
-    monkeypatch.setattr(simulator.costmodel, "cost", cost)
+    monkeypatch.setattr(costs.costmodel, "cost", cost)
     return seen
 
 

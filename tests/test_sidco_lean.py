@@ -14,7 +14,7 @@ from compressors import sidco_work
 from compressors import work as declared
 from compressors.samples import gradient_like
 from opcount import OpCounter
-from simulator import costmodel, devices
+from costs import costmodel, devices
 
 LAUNCHES = 60
 """Kernel launches a SIDCo compress with error feedback may issue on the torch path."""
@@ -166,7 +166,7 @@ def test_a_profile_row_prices_the_stages_sidco_planned_and_added():
     pool, not two full stages (which the used count alone would mean)."""
     from measuring.profiling import loops_of_call
     from pipeline import profile as device_profiles
-    from simulator import device_profile as dp
+    from costs import device_profile as dp
 
     n, density = 1 << 16, 0.001
     grads = [gradient_like(n, seed) for seed in range(10, 20)]

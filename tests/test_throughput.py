@@ -10,7 +10,7 @@ import pytest
 from pipeline import project as projection
 from results.store import Store
 from sidco.cli import main
-from simulator import devices, throughput
+from costs import devices, throughput
 from simulator.band import BAND_KEYS
 
 
@@ -150,8 +150,8 @@ def test_the_shipped_solution_is_current_and_equals_a_fresh_fit():
     """profiles/throughput-fit.json answers for the table and devices as they are (its key
     matches), and holds what SciPy's least squares solves now: every constant, every
     leave-one-harness-out prediction and the widening factors. A stale file is not used
-    (``python -m simulator.throughput`` rewrites it)."""
-    assert throughput.shipped_is_current(), "profiles/throughput-fit.json is stale: run python -m simulator.throughput"
+    (``python -m costs.throughput`` rewrites it)."""
+    assert throughput.shipped_is_current(), "profiles/throughput-fit.json is stale: run python -m costs.throughput"
     problem, shipped = throughput._solution()
     fresh = throughput._solve_all(problem)
     assert shipped["constants"] == pytest.approx(fresh["constants"], rel=1e-6)

@@ -15,7 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import traces
 from pipeline import project as projection
 from results.store import Store
-from simulator import devices, throughput
+from costs import devices, throughput
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

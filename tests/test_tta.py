@@ -164,7 +164,7 @@ def test_tta_projects_the_named_device_exactly_as_simulate_does(store_with_table
     """``sidco tta --device a100`` takes each pair's iteration time from the projection ``sidco simulate
     --trace ... --device a100`` makes for the same trace and scenario; on one node (no communication)
     a100 and cpu differ by the compute ratio of the two devices."""
-    from simulator import devices
+    from costs import devices
 
     trace = str(Path(store_with_table).parent / "trace")
     cluster = ["--nodes", "8", "--bandwidth", "100Mbit", "--store", str(store_with_table)]

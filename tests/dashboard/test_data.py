@@ -254,7 +254,7 @@ def test_invalid_controls_give_one_line_messages(field, value, message):
 
 def test_layout_projection_matches_the_simulator(tmp_path):
     import simulator
-    from simulator import devices, throughput
+    from costs import devices, throughput
 
     store = Store(tmp_path / "r.sqlite")
     controls = projection.parse_controls("layout:resnet50", ["none"], "0.01", "16", "25Gbit", "20us", "ring")

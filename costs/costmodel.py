@@ -1,5 +1,5 @@
 """The compression cost model: a compressor's declared work (:mod:`compressors.work`) in seconds
-on a :class:`~simulator.devices.Device`.
+on a :class:`~costs.devices.Device`.
 
 One call costs
 
@@ -35,8 +35,8 @@ from typing import Any
 
 from compressors import work as declared
 from compressors.rules import trains_with_error_feedback
-from simulator.devices import Device, radix_sort_bytes
-from simulator.profile import CompressionCost, CompressionProfile, density_key
+from costs.devices import Device, radix_sort_bytes
+from costs.profile import CompressionCost, CompressionProfile, density_key
 
 NOT_OVERLAPPED = ("native_select",)
 """Kernel kinds whose memory traffic and compute add up instead of overlapping: a selecting
@@ -49,7 +49,7 @@ FIT_SIZES = (1 << 20, 1 << 24)
 
 KERNEL_KINDS = ("elementwise", "reduction", "sort/top-k", "compaction", "scatter/gather", "matmul", "latency")
 """The kinds of kernel a call's modelled seconds are split into (:func:`seconds_by_kind`), each
-checked against its own published GPU timings (:mod:`simulator.kernel_bands`): streaming maps,
+checked against its own published GPU timings (:mod:`costs.kernel_bands`): streaming maps,
 casts and comparisons (and fresh-page faults); reductions (sum, amax, min/max, counts);
 ``torch.topk`` and sorts; ``nonzero`` and the positions it writes; gathers and scatters;
 matrix products (PowerSGD's ``P·Qᵀ`` and its FLOPs); launches, synchronisations and the host's
@@ -102,13 +102,13 @@ def kernel_seconds(kernel: str, numel: int, device: Device, *, element_bytes: fl
                    syncs: int = 0, out_bytes: float | None = None, value_bytes: float = 0.0,
                    k: int | None = None, inner: int | None = None, rows: int | None = None) -> float:
     """Modelled seconds of one published kernel timing (a kernel row of
-    :mod:`simulator.device_profile`) on ``device``: ``copy`` and ``cast`` read ``numel``
+    :mod:`costs.device_profile`) on ``device``: ``copy`` and ``cast`` read ``numel``
     elements of ``element_bytes`` bytes and write ``out_bytes`` each (default ``element_bytes``),
     ``read`` reads them, ``fill`` writes them (at the read and write bandwidths), ``sort`` sorts
     ``numel`` keys of ``element_bytes`` with ``value_bytes`` of payload each (the device's rate
-    per int64 key, :meth:`~simulator.devices.Device.sort_s`, scaled by the bytes a radix sort
-    moves, :func:`~simulator.devices.radix_sort_bytes`), ``topk`` keeps ``k`` of ``numel``
-    (:meth:`~simulator.devices.Device.topk_s`), ``matmul`` is a product with ``numel`` outputs
+    per int64 key, :meth:`~costs.devices.Device.sort_s`, scaled by the bytes a radix sort
+    moves, :func:`~costs.devices.radix_sort_bytes`), ``topk`` keeps ``k`` of ``numel``
+    (:meth:`~costs.devices.Device.topk_s`), ``matmul`` is a product with ``numel`` outputs
     in ``rows`` rows (default a square) over an ``inner`` dimension (its FLOPs at the fp32 rate
     plus its operands and output at the bandwidth, as :func:`seconds` charges PowerSGD's), ``launch``
     has no device time; plus the ``launches`` and ``syncs`` the timing included, at ``launch_s``
@@ -140,7 +140,7 @@ def kernel_seconds(kernel: str, numel: int, device: Device, *, element_bytes: fl
 
 
 def row_seconds(row: Mapping[str, Any], device: Device) -> float:
-    """:func:`kernel_seconds` of one checked kernel row (:mod:`simulator.device_profile`) on ``device``."""
+    """:func:`kernel_seconds` of one checked kernel row (:mod:`costs.device_profile`) on ``device``."""
     return kernel_seconds(row["kernel"], int(row["numel"]), device, element_bytes=float(row["element_bytes"]),
                           launches=int(row["launches"]), syncs=int(row["syncs"]), out_bytes=float(row["out_bytes"]),
                           value_bytes=float(row["value_bytes"]), k=row.get("k"), inner=row.get("inner"),

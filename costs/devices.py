@@ -9,7 +9,7 @@
 Every number carries its source (``Device.sources``; docs/devices.md cites them). GPU figures
 come from the vendors' spec sheets, except where measurements exist: the sustained bandwidth,
 launch and sync latency are fitted to published kernel timings on such GPUs
-(``profiles/published-<gpu>.json``, :mod:`simulator.published`; the H200's bandwidth from a copy
+(``profiles/published-<gpu>.json``, :mod:`costs.published`; the H200's bandwidth from a copy
 measured on one); the per-operation rates a GPU needs for top-k, sorting,
 compaction and gathers are derived from its memory bandwidth by the rules written next to
 them (:data:`GPU_RULES`). ``cpu`` is this host: its numbers are measured by an explicit job
@@ -30,12 +30,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from simulator import published
+from costs import published
 
 LAYOUT_UTILISATION = 0.3
 """Fraction of a CPU's measured peak that a layout's FLOPs are assumed to run at (stated, not
 fitted: no published CPU training table is shipped). GPUs take the rule fitted to published
-training throughput instead (:mod:`simulator.throughput`). ``--device-flops`` overrides both."""
+training throughput instead (:mod:`costs.throughput`). ``--device-flops`` overrides both."""
 
 
 @dataclass(frozen=True)
@@ -247,12 +247,12 @@ GPU_RULES = {
            "logarithms: one special-function unit per 8 fp32 lanes, fp32 FLOP/s ÷ 16 elements/s",
     "alloc": "the caching allocator reuses device memory: fresh buffers cost nothing per call",
     "launch": "per eager operation, the median of the published launch rows of profiles/published-<gpu>.json "
-              "(simulator.published): 7 µs, the launch overhead of meta-pytorch/autoparallel's compute cost model "
+              "(costs.published): 7 µs, the launch overhead of meta-pytorch/autoparallel's compute cost model "
               "(PR #146, 2025), fitted to runtimes measured on H100s (every operator costs at least 7 µs); taken "
               "for every GPU, measured on none here",
     "sync": "fitted with the bandwidth to the device's published copy rows that include a synchronisation "
             "(torch copy_ then torch.cuda.synchronize(), timed from Python: what they take beyond one launch and "
-            "their bytes at the bandwidth); a GPU without such rows takes the median of the others (simulator.published)",
+            "their bytes at the bandwidth); a GPU without such rows takes the median of the others (costs.published)",
 }
 
 
@@ -274,7 +274,7 @@ def _bandwidth_rules(bandwidth: float) -> dict[str, Any]:
 def with_bandwidth(device: Device, bandwidth: float, sync_s: float | None = None, name: str | None = None) -> Device:
     """GPU ``device`` with another sustained ``bandwidth`` (bytes/s) and every rate :data:`GPU_RULES`
     derive from it, and ``sync_s`` (s) when given: the same GPU rules refitted without some
-    published rows (:mod:`simulator.kernel_bands`), or a GPU that is not modelled, described by
+    published rows (:mod:`costs.kernel_bands`), or a GPU that is not modelled, described by
     its bandwidth (``name``)."""
     if device.kind != "gpu":
         raise ValueError(f"bandwidth rules are modelled for GPUs only, not {device.name!r}")
@@ -284,7 +284,7 @@ def with_bandwidth(device: Device, bandwidth: float, sync_s: float | None = None
 
 def _gpu(name: str, label: str, bandwidth: float | None, bandwidth_source: str, fp32: float, bf16: float,
          bf16_source: str, pcie: float, pcie_source: str, spec: str, fp16: float, tf32: float) -> Device:
-    """A GPU from its spec sheet and its published rows (:mod:`simulator.published`): launch and
+    """A GPU from its spec sheet and its published rows (:mod:`costs.published`): launch and
     sync always from them; the bandwidth from them when ``bandwidth`` is ``None`` (``bandwidth_source``
     then names the peak it is a fraction of), else as given."""
     found, launch = published.numbers(name), published.launch_s()
@@ -482,7 +482,7 @@ def shipped_host() -> Device | None:
     """This host's numbers from a profile shipped in ``profiles/`` that was measured on the same
     CPU model and flags (its ``device_model``), or ``None``."""
     import profiles
-    from simulator import device_profile
+    from costs import device_profile
 
     here = host_key(host_identity())
     for path in profiles.paths():

@@ -1,7 +1,7 @@
 """The numbers the GPU device rules take from published kernel timings.
 
 ``profiles/published-<gpu>.json`` hold published GPU timings (kernel rows of
-:mod:`simulator.device_profile`, each citing where it was published). From them:
+:mod:`costs.device_profile`, each citing where it was published). From them:
 
 - ``launch_s``, the host cost of one eager operation: the median over every published
   ``launch`` row of its seconds per launch, for every GPU;
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator import device_profile
+from costs import device_profile
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
 """Kernel bands: the cost model's error on published GPU timings, one band per kind of kernel.
 
-The GPU cost model (:mod:`simulator.costmodel`) prices every call as a sum over kinds of kernel
-(:data:`simulator.costmodel.KERNEL_KINDS`: elementwise and casts, reductions, sort and top-k,
+The GPU cost model (:mod:`costs.costmodel`) prices every call as a sum over kinds of kernel
+(:data:`costs.costmodel.KERNEL_KINDS`: elementwise and casts, reductions, sort and top-k,
 compaction, scatter/gather, matrix products, launch and sync latency). Each kind's rule is
 checked here against every published GPU timing of that kind of kernel found: the kernel rows
 of ``profiles/published-<gpu>.json`` (the rows the GPU rules are fitted to) and of
 ``profiles/kernel-evidence.json`` (rows fitted to nothing, on modelled GPUs and on others, the
 latter described by their sustained bandwidth). A row's ratio is published ÷ modelled seconds
-(:func:`simulator.costmodel.row_seconds`), the model being the GPU's rules **refitted without the
+(:func:`costs.costmodel.row_seconds`), the model being the GPU's rules **refitted without the
 row's own harness** (:func:`held_out_device`): a copy row of one benchmark suite is predicted by
 the bandwidth and sync fitted to the other suites' copies, never by a fit it took part in. A
 row no other harness can predict (the H100's one published copy, the one published launch
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator import costmodel, device_profile, devices, published
+from costs import costmodel, device_profile, devices, published
 
 UNMEASURED = (0.5, 2.0)
 """Band of a kind of kernel no published GPU timing checks: a factor of 2 either way (the cost
@@ -40,10 +40,10 @@ model's goal on every row, not a measured error)."""
 
 KIND_OF_KERNEL = {"copy": "elementwise", "cast": "elementwise", "fill": "elementwise", "read": "reduction",
                   "sort": "sort/top-k", "topk": "sort/top-k", "matmul": "matmul", "launch": "latency"}
-"""The kind of kernel (:data:`simulator.costmodel.KERNEL_KINDS`) each kernel row checks."""
+"""The kind of kernel (:data:`costs.costmodel.KERNEL_KINDS`) each kernel row checks."""
 
 ERA_KINDS = {"topk_s_per_element": "sort/top-k", "topk_cache_s_per_element": "sort/top-k"}
-"""The kind of kernel each field an earlier PyTorch's kernels replace (:data:`simulator.devices.ERAS`)
+"""The kind of kernel each field an earlier PyTorch's kernels replace (:data:`costs.devices.ERAS`)
 belongs to: on such a device that kind is unmeasured (its rate was published on another GPU)."""
 
 
@@ -90,7 +90,7 @@ def _harness(row: Mapping[str, Any]) -> str:
 def held_out_device(name: str, harness: str, kind: str) -> devices.Device | None:
     """GPU ``name`` as the cost model sees it with its published rules refitted without the rows
     of ``harness``: its bandwidth and sync from the other harnesses' copy rows on it (the sync
-    the other GPUs' median where none of them includes one, :func:`simulator.published.sync_s`).
+    the other GPUs' median where none of them includes one, :func:`costs.published.sync_s`).
     A GPU whose rules no published copy fits (the H200) is as modelled. ``None`` when nothing
     else predicts a row of ``kind`` from ``harness``: every copy on the GPU is the harness's, or
     the row is a launch and every published launch row is the harness's."""
@@ -141,7 +141,7 @@ def evidence() -> tuple[Evidence, ...]:
 
 @functools.lru_cache(maxsize=1)
 def kind_bands() -> dict[str, Band]:
-    """The band of every kind of kernel (:data:`simulator.costmodel.KERNEL_KINDS`) over its
+    """The band of every kind of kernel (:data:`costs.costmodel.KERNEL_KINDS`) over its
     published timings (the module docstring); :data:`UNMEASURED` for a kind without any."""
     bands = {}
     for kind in costmodel.KERNEL_KINDS:
@@ -180,7 +180,7 @@ def mix(parts: Mapping[str, float], bands: Mapping[str, tuple[float, float]]) ->
 def shares(compressor: str, density: float | None, device: devices.Device, numel: int) -> dict[str, float]:
     """Modelled seconds of one compress and one decompress call of ``compressor`` at ``density``
     on ``numel`` elements on ``device``, by kind of kernel (as training runs it, error feedback
-    included: :func:`simulator.costmodel.call_work`)."""
+    included: :func:`costs.costmodel.call_work`)."""
     work = costmodel.call_work(compressor, numel, 1.0 if density is None else float(density), device)
     parts = dict.fromkeys(costmodel.KERNEL_KINDS, 0.0)
     for side in (work.compress, work.decompress):
@@ -196,7 +196,7 @@ def compressor_band(compressor: str, density: float | None, device: devices.Devi
     """Factors ``(low, high)`` on the modelled compression costs of ``compressor`` at ``density``
     on GPU ``device``: the kind bands (:func:`bands_on`) mixed by where its modelled time goes
     (:func:`shares`), the wider end of the two bucket sizes the costs are fitted at
-    (:data:`simulator.costmodel.FIT_SIZES`). Cached per compressor, density and device."""
+    (:data:`costs.costmodel.FIT_SIZES`). Cached per compressor, density and device."""
     key = (compressor, density, device.name, device.memory_bandwidth_Bps, device.launch_s, device.sync_s)
     if key not in _BANDS:
         bands = bands_on(device)

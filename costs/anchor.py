@@ -8,8 +8,8 @@ bandwidth (:func:`simulator.workload.workload_from_layout`), so the measurement 
     rate = B · F / (B / N − optimizer_s)
 
 with ``F`` the training FLOPs of one sample (3 × its forward FLOPs at ``tokens`` tokens,
-:func:`simulator.throughput.layout_flops`) and ``optimizer_s`` the layout's optimizer step on
-the device (:func:`simulator.throughput.optimizer_s`): projected on one node the iteration is
+:func:`costs.throughput.layout_flops`) and ``optimizer_s`` the layout's optimizer step on
+the device (:func:`costs.throughput.optimizer_s`): projected on one node the iteration is
 exactly ``B / N``. The rule fitted to published throughput is then not used, and its band with
 it: what remains is the measurement's own noise, :data:`MEASUREMENT_NOISE`. Units: samples/s,
 FLOP, FLOP/s, seconds.
@@ -17,8 +17,8 @@ FLOP, FLOP/s, seconds.
 
 from __future__ import annotations
 
-from simulator import throughput
-from simulator.devices import Device
+from costs import throughput
+from costs.devices import Device
 
 MEASUREMENT_NOISE = 0.05
 """Band (±, a fraction of compute time) on compute anchored on a measured throughput: stated,

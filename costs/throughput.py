@@ -11,7 +11,7 @@ seconds has three constants:
     seconds per sample = F / (η · peak(device, precision))
 
 with ``peak`` the device's dense peak in the format the precision runs in
-(:meth:`~simulator.devices.Device.peak_flops`: ``amp`` on fp16 tensor cores on a V100, bf16 on an
+(:meth:`~costs.devices.Device.peak_flops`: ``amp`` on fp16 tensor cores on a V100, bf16 on an
 A100 and later; ``tf32`` as fp32 where there are no TF32 units) and ``η`` the fraction of it
 training reaches: one for fp32 SIMT units, one per kind of model on tensor cores (``cnn``,
 ``transformer``; a trace is ``cnn`` when most of its FLOPs are in 4-D weights). A constant per GPU,
@@ -29,7 +29,7 @@ widens the band by a measured factor each (:class:`Compute`'s ``unmeasured``; :f
 GPU without rows, or a precision without rows on that GPU, by the largest shift of a GPU's
 predictions when all its rows are left out of the fit; a layout not in the table (its kind's η)
 likewise for layouts. A CPU is not fitted: its measured peak of the precision ×
-:data:`~simulator.devices.LAYOUT_UTILISATION`.
+:data:`~costs.devices.LAYOUT_UTILISATION`.
 
 Batch size enters only through the optimizer step (the simulator's rule, :func:`optimizer_s`),
 once per ``batch_size`` samples (per GPU, gradient accumulation included).
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator.devices import LAYOUT_UTILISATION, Device, base_name, get
+from costs.devices import LAYOUT_UTILISATION, Device, base_name, get
 
 PRECISIONS = ("fp32", "tf32", "amp")
 DEFAULT_PRECISION = "amp"
@@ -182,7 +182,7 @@ class Fit:
 # leave-one-harness-out prediction and the widening factors, keyed by a digest of the inputs
 # (rows, layout FLOPs, device peaks, optimizer times). A projection uses it while the key matches
 # and solves afresh otherwise, so it never goes stale; it saves each process SciPy's optimiser and
-# the folds (about 1 s). Written by ``python -m simulator.throughput``; a test holds it equal to a
+# the folds (about 1 s). Written by ``python -m costs.throughput``; a test holds it equal to a
 # fresh solution.
 
 

@@ -10,7 +10,7 @@ ships)::
 ``rows`` carry the fields of replay rows (seconds, elements, bytes; ``wire_bytes`` optional).
 Optional keys written by ``sidco profile``: ``created`` (ISO date, UTC), ``identity`` (CPU
 model and flags or GPU name, torch version, threads), ``method`` (warm-up, repeats, statistic),
-``device_model`` (the host's measured :class:`~simulator.devices.Device` numbers, for ``cpu``);
+``device_model`` (the host's measured :class:`~costs.devices.Device` numbers, for ``cpu``);
 rows may add ``compress_min_s``, ``compress_max_s``, ``decompress_min_s`` (``compress_s`` and
 ``decompress_s`` are then the median call's), ``stages``, ``backend`` and the loop counts of the
 call reported (``rounds``, ``trim``, ``steps``, ``pool``, ``collects``, ``hits``: the
@@ -118,7 +118,7 @@ class DeviceProfile:
 
     def pairs(self) -> list[tuple[str, float]]:
         """The (compressor, density) pairs measured."""
-        from simulator.profile import density_key
+        from costs.profile import density_key
 
         return sorted({(str(r["compressor"]), density_key(r["density"])) for r in self.rows})
 
