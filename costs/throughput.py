@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from costs.compute import optimizer_from_bandwidth
 from costs.devices import LAYOUT_UTILISATION, Device, base_name, get
 
 PRECISIONS = ("fp32", "tf32", "amp")
@@ -143,9 +144,7 @@ def layout_numel(layout: str) -> int:
 
 def optimizer_s(layout: str, device: Device) -> float:
     """Seconds of the layout's optimizer step on ``device`` (the simulator's rule,
-    :func:`simulator.workload.optimizer_from_bandwidth`), held apart from the per-sample fit."""
-    from simulator.workload import optimizer_from_bandwidth
-
+    :func:`costs.compute.optimizer_from_bandwidth`), held apart from the per-sample fit."""
     return optimizer_from_bandwidth(layout_numel(layout), device.memory_bandwidth_Bps)
 
 

@@ -37,11 +37,11 @@ from compressors import counting
 from compressors.rules import trains_with_error_feedback
 from compressors.samples import gradient_like
 from compressors.work import FUSED
-from measuring.host import MMAP_THRESHOLD_BYTES, host_cache_bytes, host_clock
-from processes import children
 from costs import devices
 from costs.costmodel import backend_on
 from costs.device_profile import DeviceProfile
+from measuring.host import MMAP_THRESHOLD_BYTES, host_cache_bytes, host_clock
+from processes import children
 
 AS_TRAINED = "as trained: on, except for none, fp16 and bf16"
 """A profile's ``method.error_feedback``: each compressor with the memory training gives it

@@ -38,9 +38,9 @@ from typing import Any
 
 from compressors import work as declared_work
 from compressors.wire import sparse_bytes
-from results.store import Store
 from costs import costmodel, device_profile, devices, kernel_bands
 from costs.profile import CompressionCost, CompressionProfile, density_key
+from results.store import Store
 
 Key = tuple[str, float | None]
 VALUE_BYTES = 4  # fp32 values, as replay and the traces store them

@@ -13,9 +13,9 @@ from typing import Any
 
 import compressors
 from compressors import work as declared
-from results.store import Store
 from costs import costmodel, devices
 from costs import device_profile as dp
+from results.store import Store
 
 CHECK_MIN_NUMEL = 1 << 20
 """``--check`` judges the model on calls of at least this many elements (smaller ones are

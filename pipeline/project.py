@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from costs import anchor, devices, throughput
+from costs.throughput import DEFAULT_PRECISION
 import simulator
 from simulator.band import band
 from simulator.limits import check_scenario
@@ -26,8 +28,6 @@ import traces
 from pipeline.costs import compression_profile, cost_band
 from pipeline.request import Cluster, Request, WorkloadRequest, parse_calibration, resolve_device
 from results.store import Store
-from costs import anchor, devices, throughput
-from costs.throughput import DEFAULT_PRECISION
 from simulator.workload import scaled, workload_by_flops
 
 __all__ = ["Cluster", "Projection", "Request", "Source", "WorkloadRequest", "calibration", "check_options",

@@ -416,8 +416,8 @@ def build_table(store: Store, work: str | Path, *, workers: int = 4, iterations:
 
     import compressors
     from compressors.machine import device_identity
-    from pipeline import capture
     from costs.throughput import kind_of
+    from pipeline import capture
     from traces import workloads
 
     names = compressors.names()

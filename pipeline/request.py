@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from costs import devices
+from costs.throughput import DEFAULT_PRECISION, check_precision
 from simulator.limits import MESSAGE_BUDGET
 from simulator.scenario import FIDELITIES, TOPOLOGIES
-from costs.throughput import DEFAULT_PRECISION, check_precision
 from results.store import row_id
 from units import check_bandwidth, check_count, check_density, check_latency
 

@@ -21,16 +21,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from processes.liveness import pid_alive
+from processes.pool import local_pool
 import simulator
 from simulator.limits import check_jobs, check_scenario  # check_jobs: the door checks --jobs by it
-from processes.pool import local_pool
 from compressors import takes_density
 from pipeline.costs import compression_profile, cost_band
 from pipeline.project import Projection, Source, calibration, register
 from pipeline.project import options as scenario_options
 from pipeline.request import check_compressors
 from pipeline.verdict import label, rank, verdict
-from processes.liveness import pid_alive
 from results.store import Store
 from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid, SweepContext, chunks, describe, run_sweep, scenario_key

@@ -16,8 +16,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from results.errors import guard
 from processes.liveness import pid_alive
+from results.errors import guard
 
 REPLAY_ROW_COLUMNS = (
     "compressor", "density", "error_feedback", "iteration", "worker", "bucket", "numel", "selected",

@@ -10,9 +10,9 @@ Units everywhere: seconds, bytes, bits/s (bandwidths), elements (numel).
 
 from __future__ import annotations
 
+from costs import CompressionCost, CompressionProfile
 from simulator.calibration import Calibration
 from simulator.collectives import collective_time
-from costs.profile import CompressionCost, CompressionProfile
 from simulator.scenario import FIDELITIES, TOPOLOGIES, Scenario
 from simulator.simulate import simulate
 from simulator.timeline import check_output_path, chrome_trace, write_chrome_trace

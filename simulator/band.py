@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from costs.profile import CompressionCost, CompressionProfile
+from costs import CompressionCost, CompressionProfile
 from simulator.scenario import Scenario
 from simulator.simulate import iteration as simulate_alone
 from simulator.workload import scaled

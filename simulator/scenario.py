@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compressors.wire import ALLGATHER, collective
+from costs import CompressionProfile
 from simulator.calibration import Calibration
 from simulator.limits import check_scenario
-from costs.profile import CompressionProfile
 from units import check_bandwidth, check_count, check_density, check_latency
 from simulator.workload import (
     BUCKET_MODES,

@@ -18,10 +18,10 @@ from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from costs import CompressionProfile, density_key
 from simulator.band import band
 from simulator.calibration import Calibration
 from units import check_count, check_density
-from costs.profile import CompressionProfile, density_key
 from simulator.scenario import Scenario
 from simulator.simulate import iteration, simulate
 from simulator.workload import Workload

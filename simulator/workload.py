@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from compressors.ddp_buckets import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, assign
+from costs import compute_from_flops, optimizer_from_bandwidth
 
 BUCKET_MODES = ("ddp", "single", "layer")
 
@@ -155,37 +156,13 @@ def scaled(workload: Workload, factor: float) -> Workload:
                     workload.itemsize, workload.name, workload.compute_cv)
 
 
-OPTIMIZER_BYTES_PER_PARAMETER = 20.0
-"""Bytes an SGD-with-momentum step moves per fp32 parameter: reads parameter, gradient and
-momentum, writes parameter and momentum (5 × 4 bytes)."""
-
-
-def compute_from_flops(forward_flops: Sequence[float], batch_size: int,
-                       device_flops_per_s: float) -> tuple[float, list[float]]:
-    """Forward time (s) and per-layer backward times (s) of layers doing ``forward_flops`` FLOPs
-    per sample each, for ``batch_size`` samples at ``device_flops_per_s`` FLOP/s: forward =
-    Σ FLOPs × batch ÷ FLOP/s, a layer's backward = 2 × its forward FLOPs × batch ÷ FLOP/s (the
-    input and the weight gradient each cost one forward)."""
-    if not device_flops_per_s > 0 or batch_size < 1:
-        raise ValueError("device FLOP/s must be > 0 and batch size >= 1")
-    forward_s = sum(forward_flops) * batch_size / device_flops_per_s
-    return forward_s, [2.0 * f * batch_size / device_flops_per_s for f in forward_flops]
-
-
-def optimizer_from_bandwidth(numel: int, memory_bandwidth_Bps: float) -> float:
-    """Seconds of one optimizer step over ``numel`` fp32 parameters at ``memory_bandwidth_Bps``
-    (bytes/s): :data:`OPTIMIZER_BYTES_PER_PARAMETER` bytes moved per parameter."""
-    if not memory_bandwidth_Bps > 0:
-        raise ValueError("memory bandwidth must be > 0")
-    return OPTIMIZER_BYTES_PER_PARAMETER * numel / memory_bandwidth_Bps
-
-
 def workload_by_flops(trace: Any, device_flops_per_s: float, memory_bandwidth_Bps: float,
                       fallback_scale: float) -> Workload:
     """The workload of a trace that carries per-layer forward FLOPs (``trace.forward_flops``),
     projected onto a device running at ``device_flops_per_s`` FLOP/s with ``memory_bandwidth_Bps``
     bytes/s: forward and per-layer backward from the FLOPs for the trace's batch
-    (:func:`compute_from_flops`), the optimizer from the bandwidth (:func:`optimizer_from_bandwidth`);
+    (:func:`costs.compute.compute_from_flops`), the optimizer from the bandwidth
+    (:func:`costs.compute.optimizer_from_bandwidth`);
     a layer the counter gave no FLOPs keeps its measured backward time × ``fallback_scale``."""
     import traces
 
@@ -219,9 +196,9 @@ def workload_from_layout(
 
     Compute model: forward time of a layer = per-sample forward FLOPs × ``batch_size`` ÷
     ``device_flops_per_s`` (FLOP/s; default 100 TFLOP/s, a modern GPU at realistic
-    utilisation); backward = 2 × forward (:func:`compute_from_flops`); optimizer = an
+    utilisation); backward = 2 × forward (:func:`costs.compute.compute_from_flops`); optimizer = an
     SGD-with-momentum update moving 20 bytes per fp32 parameter at ``memory_bandwidth_Bps``
-    (bytes/s; :func:`optimizer_from_bandwidth`).
+    (bytes/s; :func:`costs.compute.optimizer_from_bandwidth`).
     """
     import traces
 

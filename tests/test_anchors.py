@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+from costs import anchor, devices
+from costs.compute import OPTIMIZER_BYTES_PER_PARAMETER
 import pipeline.request
 import traces
 from dashboard import projection as page
@@ -14,10 +16,8 @@ from pipeline import project, settle
 from pipeline.request import Cluster, Request
 from results.store import Store
 from sidco.cli import build_parser, main
-from costs import anchor, devices
 from simulator.band import scaled_costs
 from simulator.simulate import iteration as simulate_alone
-from simulator.workload import OPTIMIZER_BYTES_PER_PARAMETER
 
 DONE = ["--layout", "bert-large", "--device", "a100", "--nodes", "16", "--gpus-per-node", "8", "--topology",
         "hierarchical", "--bandwidth", "25Gbit", "--compressors", "topk,sidco-e,dgc", "--densities", "0.001"]

@@ -21,8 +21,8 @@ LAYERS = {
     "units": 0,  # parsing and printing sizes, rates, durations, densities: imports nothing of ours
     "compressors": 1,
     "traces": 2,
-    "simulator": 3,
-    "costs": 3,  # the cost inputs beside the cluster model: devices, cost model, profiles, compute
+    "simulator": 3,  # the cluster model: asks the costs through their one interface (the top of costs/)
+    "costs": 3,  # the cost inputs beside the model: devices, cost model, profiles, compute; never the model
     "convergence": 3,  # real training with simulated workers: compressors and traces only
     "measuring": 4,  # the lab (host timing, profiling children): the model above never imports it
     "emulation": 4,
@@ -68,8 +68,9 @@ def test_dependencies_point_one_way(package):
 # the pipeline, the store and the units only (the dashboard may be started by the command line).
 DOORS = {"sidco": {"pipeline", "results", "units", "dashboard", "sidco"},
          "dashboard": {"pipeline", "processes", "results", "units", "dashboard"}}
-# Edges the layer order allows but the house forbids: the model never reads the store.
-FORBIDDEN = {"simulator": {"results"}}
+# Edges the layer order allows but the house forbids: the model and its cost inputs never read the
+# store nor start processes, and the costs stand beside the model, never importing it.
+FORBIDDEN = {"simulator": {"results", "processes"}, "costs": {"results", "processes", "simulator"}}
 
 
 @pytest.mark.parametrize("door", sorted(DOORS))
@@ -150,16 +151,84 @@ def test_every_sidco_subcommand_refuses_abbreviations(capsys):
     assert "unrecognized arguments: --device-flop 1e12" in capsys.readouterr().err
 
 
-def test_the_cluster_model_measures_nothing():
-    """Timing loops and measuring children live in measuring/; the model only reads their results."""
+@pytest.mark.parametrize("package", ["simulator", "costs"])
+def test_the_cluster_model_measures_nothing(package):
+    """Timing loops and measuring children live in measuring/; the model and the pricing of its
+    costs only read their results."""
     clocks = ("perf_counter", "process_time", "monotonic", "subprocess", "synchronize")
     found = [f"{p.relative_to(ROOT)}:{n.lineno} {n.attr if isinstance(n, ast.Attribute) else n.id}"
-             for p in _sources("simulator") for n in ast.walk(ast.parse(p.read_text()))
+             for p in _sources(package) for n in ast.walk(ast.parse(p.read_text()))
              if (isinstance(n, ast.Attribute) and n.attr in clocks) or (isinstance(n, ast.Name) and n.id in clocks)]
-    imported = [f"{p.relative_to(ROOT)} imports subprocess" for p in _sources("simulator")
+    imported = [f"{p.relative_to(ROOT)} imports subprocess" for p in _sources(package)
                 if any(isinstance(n, ast.Import) and any(a.name == "subprocess" for a in n.names)
                        for n in ast.walk(ast.parse(p.read_text())))]
     assert not found + imported, "\n".join(found + imported)
+
+
+def _modules_imported(path: Path) -> list[tuple[str, int]]:
+    """Every module ``path`` imports (``from m import a`` counts ``m`` and ``m.a``), with its line."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found += [(node.module, node.lineno)] + [(f"{node.module}.{a.name}", node.lineno) for a in node.names]
+    return found
+
+
+def test_the_model_asks_the_costs_through_one_interface():
+    """The cluster model takes costs as input through the top of costs/ (its ``__all__``: compression
+    costs, compute from FLOPs and bandwidth), as a simulator asks a compute back end for a kernel's
+    time; it never reaches into a cost module (devices, the cost model, profiles, throughput)."""
+    import costs
+
+    wrong = []
+    for path in _sources("simulator"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "costs" for a in node.names):
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} imports a costs module")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "costs":
+                asked = {a.name for a in node.names}
+                if node.module != "costs" or not asked <= set(costs.__all__):
+                    wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} from {node.module} import {sorted(asked)}")
+    assert not wrong, "\n".join(wrong)
+    interface = {n.module for n in ast.walk(ast.parse((ROOT / "costs" / "__init__.py").read_text()))
+                 if isinstance(n, (ast.Import, ast.ImportFrom))}
+    assert interface == {"__future__", "costs.compute", "costs.profile"}, "the interface imports no cost builder"
+
+
+NO_COMPILER = ("compressors.native", "measuring", "subprocess", "multiprocessing", "ctypes")
+
+
+def test_pricing_never_compiles_or_measures():
+    """Pricing asks whether the native kernels are built (compressors.native_build.built), never
+    builds them: no cost module imports compressors.native (whose library() compiles), the
+    measuring lab, or a way to start a process or load a library."""
+    found = [f"{p.relative_to(ROOT)}:{line} imports {name}" for p in _sources("costs")
+             for name, line in _modules_imported(p)
+             if any(name == bad or name.startswith(bad + ".") for bad in NO_COMPILER)]
+    assert not found, "\n".join(found)
+
+
+PROCESS_OR_STORE = ("subprocess", "multiprocessing", "signal", "ctypes", "sqlite3", "concurrent.futures.process",
+                    "processes", "results")
+
+
+def test_the_simulator_has_no_process_or_store_code():
+    """simulator/ is the cluster model only: the process hygiene lives in processes/, the store in
+    results/ (written by the pipeline); no simulator module starts, signals or scans a process, opens
+    the store or takes one (a parameter named ``store``)."""
+    found = [f"{p.relative_to(ROOT)}:{line} imports {name}" for p in _sources("simulator")
+             for name, line in _modules_imported(p)
+             if any(name == bad or name.startswith(bad + ".") for bad in PROCESS_OR_STORE)]
+    found += [f"{p.relative_to(ROOT)}:{n.lineno} {n.attr if isinstance(n, ast.Attribute) else n.id}"
+              for p in _sources("simulator") for n in ast.walk(ast.parse(p.read_text()))
+              if (isinstance(n, ast.Attribute) and n.attr in ("fork", "kill", "getppid", "ProcessPoolExecutor"))
+              or (isinstance(n, ast.Name) and n.id in ("ProcessPoolExecutor", "Store"))]
+    found += [f"{p.relative_to(ROOT)}:{n.lineno} takes a store" for p in _sources("simulator")
+              for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.arg) and n.arg == "store"]
+    found += _lines_matching(lambda line: "/proc" in line, ("simulator",))
+    assert not found, "\n".join(found)
 
 
 def _lines_matching(match, packages=(*LAYERS, "tools"), home: Path | None = None) -> list[str]:
@@ -237,7 +306,7 @@ def test_the_request_is_resolved_once_and_travels_as_a_projection():
     """``pipeline.project.resolve`` is the one resolver (issue 32): no second device channel
     (``device_name``), no re-entry (``resolved=``), no untyped store in the model or the
     pipeline, no "workload alone" spelled as a request without a cluster."""
-    found = _lines_matching(RESOLVED_ONCE.search, ("pipeline", "simulator", "sidco", "dashboard"))
+    found = _lines_matching(RESOLVED_ONCE.search, ("pipeline", "simulator", "costs", "sidco", "dashboard"))
     assert not found, "\n".join(found)
 
 

@@ -19,8 +19,8 @@ from safetensors.torch import load_file, save_file
 from torch.nn.parallel import DistributedDataParallel
 
 import compressors.ddp
-from processes import ranks
 from convergence import RunConfig, train
+from processes import ranks
 
 DENSITY = 0.05
 BUCKET_CAP_MB = 0.02

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from compressors import work as declared
-from sidco.cli import main
 from costs import costmodel, devices
 from costs import device_profile as dp
+from sidco.cli import main
 
 
 @pytest.fixture(autouse=True)

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
+from costs import costmodel, devices
 import traces
 from pipeline.costs import compression_profile
 from pipeline import project as projection
 from results.store import Store
 from sidco.cli import main
-from costs import costmodel, devices
 
 
 @pytest.fixture(autouse=True)
@@ -52,8 +52,8 @@ def test_policy_takes_replays_then_measured_profiles_then_the_model(tmp_path):
 
 
 def test_shipped_profiles_come_after_stored_ones_and_before_the_model(tmp_path, monkeypatch):
-    import profiles
     from costs import device_profile
+    import profiles
 
     rows = [{"compressor": c, "density": 0.01, "numel": n, "compress_s": 7e-9 * n, "decompress_s": 1e-10 * n}
             for c in ("topk", "dgc") for n in (1 << 20, 1 << 22)]

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
+from costs import costmodel, devices, kernel_bands, published
+from costs.profile import CompressionCost
 import profiles
 from compressors import work as declared
 from pipeline.costs import cost_band, measured_band
-from costs import costmodel, devices, kernel_bands, published
-from costs.profile import CompressionCost
 
 
 @pytest.mark.parametrize("device", ("a100", "v100@pytorch-1.3", "cpu"))

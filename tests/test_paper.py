@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from sidco.cli import main
 from costs import costmodel, devices
+from sidco.cli import main
 
 
 def test_the_era_device_is_todays_v100_with_the_single_block_topk():

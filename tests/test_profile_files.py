@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidco.cli import main
 from costs import device_profile as dp
+from sidco.cli import main
 
 ROW = {"compressor": "topk", "density": 0.01, "numel": 1048576, "compress_s": 0.001, "decompress_s": 0.0001}
 SIMULATE = ["simulate", "--layout", "resnet50", "--nodes", "8", "--bandwidth", "10Gbit", "--compressor", "topk",

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from costs import costmodel, devices, published
+from costs import device_profile as dp
 import profiles
 from pipeline import costs
 from pipeline import profile as device_profiles
 from pipeline.costs import compression_profile
 from results.store import Store
 from sidco.cli import main
-from costs import costmodel, devices, published
-from costs import device_profile as dp
 
 GPUS = ("v100", "a100", "h100")
 SHIPPED = profiles.paths()  # read before conftest hides the shipped profiles from in-process tests

@@ -7,13 +7,13 @@ import math
 
 import pytest
 
-import pipeline.project
 import costs.costmodel
+import pipeline.project
+from costs import devices
 from dashboard import projection
 from pipeline.costs import same_device
 from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, pairs, resolve_device
 from sidco.cli import main
-from costs import devices
 
 CLUSTER = Cluster(8, 10e9, 50e-6)
 

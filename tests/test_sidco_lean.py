@@ -164,9 +164,9 @@ def test_a_profile_row_prices_the_stages_sidco_planned_and_added():
     planned and added (``planned``, ``deepened``) beside the stages it used, and the cost model
     prices what the code did: on the torch/CUDA path one planned stage and an added read of the
     pool, not two full stages (which the used count alone would mean)."""
+    from costs import device_profile as dp
     from measuring.profiling import loops_of_call
     from pipeline import profile as device_profiles
-    from costs import device_profile as dp
 
     n, density = 1 << 16, 0.001
     grads = [gradient_like(n, seed) for seed in range(10, 20)]

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from costs import devices, throughput
 from pipeline import project as projection
 from results.store import Store
 from sidco.cli import main
-from costs import devices, throughput
 from simulator.band import BAND_KEYS
 
 

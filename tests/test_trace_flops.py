@@ -12,10 +12,10 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from costs import devices, throughput
 import traces
 from pipeline import project as projection
 from results.store import Store
-from costs import devices, throughput
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
