@@ -13,9 +13,9 @@ and the dashboard) call.
 :mod:`pipeline.calibrate`   fit α, β, efficiency to measured collectives
 :mod:`pipeline.converge`    train with compressed gradients into the store, resumably (``converge``)
 :mod:`pipeline.tta`         time to accuracy: iterations to target × projected iteration time
-:mod:`processes.jobs`        a door's background jobs as safe children of it
 ==========================  ===================================================================
 
-Dependencies point one way: results ← compressors ← traces ← {simulator, convergence} ←
-emulation ← pipeline ← {sidco, dashboard}. Nothing here imports the front doors.
+Dependencies point one way: processes ← results ← compressors ← traces ← {costs ← simulator,
+convergence} ← {measuring, emulation} ← pipeline ← {sidco, dashboard}. Nothing here imports the
+front doors.
 """
