@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processes import children
-from test_kill_safety import children as children_of
-from test_kill_safety import quiet_for_profiling, running, wait_for
+from processes.liveness import children_of, pid_alive, pid_running
+from test_kill_safety import quiet_for_profiling, wait_for
 
 ROOT = str(Path(__file__).resolve().parents[1])
 
@@ -129,14 +129,14 @@ def test_sigkilled_profile_leaves_no_measuring_child_and_a_live_one_blocks_the_n
         assert "another measuring process" in line and "PID " in line  # kids[0], or another checkout's
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-        assert wait_for(lambda: not any(running(k) for k in kids), timeout_s=2), \
-            [Path(f"/proc/{k}/cmdline").read_bytes() for k in kids if running(k)]
+        assert wait_for(lambda: not any(pid_running(k) for k in kids), timeout_s=2), \
+            [Path(f"/proc/{k}/cmdline").read_bytes() for k in kids if pid_running(k)]
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         for k in kids:
-            if running(k):
+            if pid_running(k):
                 os.kill(k, signal.SIGKILL)
     assert not set(kids) & set(children.running("measuring.profiling"))
 
@@ -155,10 +155,10 @@ def test_a_forked_child_drops_the_working_directory_and_dies_with_its_parent(tmp
     proc = subprocess.Popen(isolated(script), cwd=tmp_path, stdout=subprocess.PIPE, text=True)
     try:
         pid, has_cwd = map(int, proc.stdout.readline().split())
-        assert has_cwd == 0 and running(pid)
+        assert has_cwd == 0 and pid_running(pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        assert wait_for(lambda: not running(pid), timeout_s=2)
+        assert wait_for(lambda: not pid_running(pid), timeout_s=2)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -189,13 +189,28 @@ def test_a_dashboard_job_outlives_its_request_thread_and_dies_with_the_dashboard
     try:
         job = int(proc.stdout.readline())
         time.sleep(1.5)
-        assert running(job), "the job died with the request thread that started it"
+        assert pid_running(job), "the job died with the request thread that started it"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        assert wait_for(lambda: not running(job), timeout_s=2)
+        assert wait_for(lambda: not pid_running(job), timeout_s=2)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        if job is not None and running(job):
+        if job is not None and pid_running(job):
             os.kill(job, signal.SIGKILL)
+
+
+def test_the_proc_scans_tell_a_child_running_a_zombie_and_a_reaped_one_apart():
+    """``children_of`` finds a child by its parent, ``pid_running`` says it runs until it ends,
+    ``pid_alive`` still counts it while it is a zombie (ended, not reaped), and neither after."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert child.pid in children_of(os.getpid()) and pid_running(child.pid) and pid_alive(child.pid)
+        os.kill(child.pid, signal.SIGKILL)
+        assert wait_for(lambda: not pid_running(child.pid), timeout_s=10)
+        assert pid_alive(child.pid), "a zombie still holds its pid"
+    finally:
+        child.kill()
+        child.wait()
+    assert not pid_running(child.pid) and not pid_alive(child.pid) and child.pid not in children_of(os.getpid())

@@ -12,31 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from processes.liveness import children_of, pid_running
+
 SIDCO = [sys.executable, "-m", "sidco"]
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-
-
-def children(pid: int) -> list[int]:
-    """Pids whose parent is ``pid``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` exists and is not a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def wait_for(condition, timeout_s: float = 60.0, interval_s: float = 0.1):
@@ -84,18 +63,19 @@ def test_sigkilled_sweep_leaves_no_pool_workers(tmp_path):
                     "--jobs", "2", "--chunk-size", "1", "--no-progress"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     try:
-        workers = wait_for(lambda: [c for c in children(proc.pid) if running(c)] if len(children(proc.pid)) >= 2 else [])
+        workers = wait_for(lambda: [c for c in children_of(proc.pid) if pid_running(c)]
+                           if len(children_of(proc.pid)) >= 2 else [])
         assert len(workers) >= 2, "the sweep did not start its pool"
         time.sleep(1.0)  # workers busy with a chunk
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-        assert wait_for(lambda: not any(running(w) for w in workers), timeout_s=15)
+        assert wait_for(lambda: not any(pid_running(w) for w in workers), timeout_s=15)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        for w in children(proc.pid):
-            if running(w):
+        for w in children_of(proc.pid):
+            if pid_running(w):
                 os.kill(w, signal.SIGKILL)
 
 
@@ -116,7 +96,7 @@ def test_pool_worker_exits_when_its_parent_is_gone():
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=ENV, timeout=30)
     orphan = int(out.stdout.split()[0])
-    assert wait_for(lambda: not running(orphan), timeout_s=10)
+    assert wait_for(lambda: not pid_running(orphan), timeout_s=10)
 
 
 def test_sigterm_of_capture_exits_143_in_one_line_and_leaves_no_partial(tmp_path):
@@ -214,14 +194,14 @@ def test_sigterm_during_a_profile_keeps_its_rows_and_leaves_no_measuring_process
     seen: list[int] = []
 
     def measuring(proc) -> bool:
-        kids = [c for c in children(proc.pid) if running(c)]
+        kids = [c for c in children_of(proc.pid) if pid_running(c)]
         seen.extend(kids)
         return bool(kids) and len(set(seen)) >= 2  # past the first size: its rows are in
 
     proc, err = sigterm_when(argv, measuring, "the profile never reached its second size", timeout_s=120)
     assert proc.returncode == 143 and "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("sidco profile: terminated by SIGTERM")
-    assert wait_for(lambda: not any(running(c) for c in set(seen)), timeout_s=15)
+    assert wait_for(lambda: not any(pid_running(c) for c in set(seen)), timeout_s=15)
     with Store(store) as s:
         kept = s.query("SELECT source FROM device_profiles")
     assert kept and "partial" in kept[-1]["source"]
