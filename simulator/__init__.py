@@ -5,7 +5,9 @@
 >>> wl = simulator.workload_from_layout("resnet50")
 >>> simulator.simulate(simulator.Scenario(wl, nodes=8, bandwidth_bps=10e9, latency_s=50e-6))
 
-Units everywhere: seconds, bytes, bits/s (bandwidths), elements (numel).
+The model takes its costs as input, asked through the one interface of :mod:`costs` (its top
+level: compression costs, compute from FLOPs and bandwidth); it measures nothing, starts no
+process and reads no store. Units everywhere: seconds, bytes, bits/s (bandwidths), elements (numel).
 """
 
 from __future__ import annotations
