@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from compressors import work as declared_work
-from compressors.wire import sparse_bytes
+from compressors.messages.wire import sparse_bytes
 from results.store import Store
 from simulator import costmodel, device_profile, devices, kernel_bands
 from simulator.profile import CompressionCost, CompressionProfile, density_key
@@ -90,7 +90,7 @@ def _fit(rows: Sequence[Mapping[str, Any]], source: str) -> dict[Key, Compressio
 
 def _profile_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Device-profile rows as replay-shaped rows (one worker, error feedback on). A row without
-    ``wire_bytes`` gets the sparse message size of :func:`compressors.wire.sparse_bytes`, k = max(1, round(δ·n))."""
+    ``wire_bytes`` gets the sparse message size of :func:`compressors.messages.wire.sparse_bytes`, k = max(1, round(δ·n))."""
     out = []
     for row in rows:
         numel, density = int(row["numel"]), float(row["density"])

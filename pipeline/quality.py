@@ -415,7 +415,7 @@ def build_table(store: Store, work: str | Path, *, workers: int = 4, iterations:
     import torch
 
     import compressors
-    from compressors.machine import device_identity
+    from machine import device_identity
     from pipeline import capture
     from simulator.throughput import kind_of
     from traces import workloads

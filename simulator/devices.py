@@ -53,7 +53,7 @@ class Device:
     ``torch.sort``; ``gather_s_per_element``: per element moved by ``index_select`` /
     ``index_add_`` / ``index_copy_``; ``compact_s_per_element``: per input element of
     ``nonzero``; ``op_s_per_element``: the compute time per element of each kind of streaming
-    kernel (:data:`compressors.declare.KINDS`; a kernel takes the longer of its memory traffic and
+    kernel (:data:`compressors.work.declare.KINDS`; a kernel takes the longer of its memory traffic and
     this); ``alloc_threshold_bytes`` / ``fault_s_per_byte``: a fresh buffer at least this large
     is mapped anew by the allocator and costs this per byte in page faults (GPU caching
     allocators reuse memory: no threshold); ``cache_bytes``: last-level cache; ``cache_speedup``: how much faster
@@ -420,7 +420,7 @@ def host_identity() -> dict[str, Any]:
     the installed package's metadata: a projection never imports torch)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from compressors.machine import cpuinfo
+    from machine import cpuinfo
 
     try:
         torch_version = version("torch")
@@ -441,7 +441,7 @@ def host_key(identity: Mapping[str, Any]) -> str:
 
 def _cache_file() -> Path:
     """This host's measured device numbers, in the testbed's cache directory."""
-    from compressors.machine import cache_dir
+    from machine import cache_dir
 
     return cache_dir() / "host-device.json"
 

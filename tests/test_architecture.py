@@ -18,6 +18,7 @@ LAYERS = {
     "profiles": 0,  # data only
     "results": 0,
     "units": 0,  # parsing and printing sizes, rates, durations, densities: imports nothing of ours
+    "machine": 0,  # which machine this is, its cache directory, torch devices by name: imports nothing of ours
     "compressors": 1,
     "traces": 2,
     "simulator": 3,
@@ -221,11 +222,11 @@ def test_the_quality_rule_has_one_home():
 
 
 def test_the_cache_directory_has_one_reader():
-    """``SIDCO_CACHE_DIR`` is read in one place, compressors.machine.cache_dir."""
+    """``SIDCO_CACHE_DIR`` is read in one place, machine.cache_dir."""
     found = {str(p.relative_to(ROOT)) for package in [*LAYERS, "tools"] for p in _sources(package)
              if "SIDCO_CACHE_DIR" in p.read_text().replace("``$SIDCO_CACHE_DIR``", "")
              and ("environ" in p.read_text())}
-    assert found == {"compressors/machine.py"}, found
+    assert found == {"machine/__init__.py"}, found
 
 
 RESOLVED_ONCE = re.compile(r"device_name|store: Any|resolved=|Request\(None\b|project_request")

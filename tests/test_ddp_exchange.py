@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import compressors
 from measuring import ranks
-from compressors.ddp_exchange import pack, resolve_gather, sparse_allgather_sum, unpack_rank
-from compressors.ddp_memory import BucketMemory
+from compressors.ddp.exchange import pack, resolve_gather, sparse_allgather_sum, unpack_rank
+from compressors.ddp.memory import BucketMemory
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 NAN_PATTERN_INDEX = 0x7FC00000  # read as a float32 value this bit pattern is NaN

@@ -1,11 +1,11 @@
 """The declared work of PowerSGD (:mod:`compressors.powersgd`), torch-free for the cost model
-(:mod:`compressors.declare`); tests/test_compressors_work.py holds it to the code."""
+(:mod:`compressors.work.declare`); tests/test_compressors_work.py holds it to the code."""
 
 from __future__ import annotations
 
 import math
 
-from compressors.declare import FINITE_OPS, Declaration, Work
+from compressors.work.declare import FINITE_OPS, Declaration, Work
 
 RANK = 1
 """PowerSGD rank assumed by its declaration (the compressor's default; the gradient viewed as a

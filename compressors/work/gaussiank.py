@@ -1,11 +1,11 @@
 """The declared work of Gaussian-k (:mod:`compressors.gaussiank`), torch-free for the cost model
-(:mod:`compressors.declare`); tests/test_compressors_work.py holds it to the code."""
+(:mod:`compressors.work.declare`); tests/test_compressors_work.py holds it to the code."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compressors.declare import ISFINITE_OPS, Declaration, Work, kept, select, sparse_decompress
+from compressors.work.declare import ISFINITE_OPS, Declaration, Work, kept, select, sparse_decompress
 from compressors.rules import target_count
 
 ROUNDS = 3

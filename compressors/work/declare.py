@@ -156,7 +156,7 @@ def sparse_decompress(n: int, k: float, itemsize: int) -> Work:
 
 
 def select(w: Work, n: int, hits: float, itemsize: int, backend: str, total: bool = False) -> None:
-    """:func:`compressors.selection.select_above`. Torch path: ``|x|`` into a reused buffer, the
+    """:func:`compressors.numerics.selection.select_above`. Torch path: ``|x|`` into a reused buffer, the
     ``>`` mask, ``nonzero`` (its one sync), optionally ``Σ|x|``, the hits' magnitudes. Native
     path (CPU float32): the threshold read back (one sync), one fused pass writing 8 bytes per
     hit (with ``total``: a second kernel over the hits, and ``Σ|x|`` wrapped in a tensor), the
@@ -174,7 +174,7 @@ def select(w: Work, n: int, hits: float, itemsize: int, backend: str, total: boo
 
 
 def count(w: Work, n: int, hits: float, itemsize: int, backend: str) -> None:
-    """:func:`compressors.selection.count_above`: on the torch path ``|x|``, the mask,
+    """:func:`compressors.numerics.selection.count_above`: on the torch path ``|x|``, the mask,
     ``count_nonzero`` and its sync; natively a selection (:func:`select`)."""
     if backend == "native":
         select(w, n, hits, itemsize, backend)

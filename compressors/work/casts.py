@@ -1,10 +1,10 @@
 """The declared work of the 16-bit casts ``fp16`` and ``bf16`` (:mod:`compressors.casts`),
-torch-free for the cost model (:mod:`compressors.declare`); tests/test_compressors_work.py holds it
+torch-free for the cost model (:mod:`compressors.work.declare`); tests/test_compressors_work.py holds it
 to the code."""
 
 from __future__ import annotations
 
-from compressors.declare import FINITE_OPS, ISFINITE_OPS, Declaration, Work
+from compressors.work.declare import FINITE_OPS, ISFINITE_OPS, Declaration, Work
 
 
 def cast(n: int, density: float, itemsize: int, stages: int, rounds: int | None, backend: str,

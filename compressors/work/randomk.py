@@ -1,9 +1,9 @@
 """The declared work of Random-k (:mod:`compressors.randomk`), torch-free for the cost model
-(:mod:`compressors.declare`); tests/test_compressors_work.py holds it to the code."""
+(:mod:`compressors.work.declare`); tests/test_compressors_work.py holds it to the code."""
 
 from __future__ import annotations
 
-from compressors.declare import Declaration, Work, finite, sparse_decompress
+from compressors.work.declare import Declaration, Work, finite, sparse_decompress
 from compressors.rules import target_count
 
 ROUNDS = 1

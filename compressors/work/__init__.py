@@ -9,14 +9,14 @@ transcendental functions. :mod:`simulator.costmodel` turns it into seconds on a 
 
 Each compressor declares its own work beside its code: the class's ``work``, a torch-free function
 in the companion module of the one that implements it (``compressors/<module>_work.py``, in the
-vocabulary of :mod:`compressors.declare`); :data:`DECLARATIONS` finds them through the registry
+vocabulary of :mod:`compressors.work.declare`); :data:`DECLARATIONS` finds them through the registry
 (:data:`compressors.rules.CATALOG`), and :func:`work` adds what the memory training gives a
 compressor does. The declarations mirror the code path by path (``backend="torch"``: the eager
 torch ops, any device; ``"cuda"``: the same where a GPU runs other code (exact Top-k);
 ``"native"``: the fused C kernels on CPU float32, SIDCo's and the selection primitive's) and are
 checked against what the code does, op by op and kernel by kernel (tests/test_compressors_work.py,
-with the op recorder :func:`compressors.counting.record_ops` and
-:func:`compressors.counting.loop_counts`). Work that depends on the data is declared as a function
+with the op recorder :func:`compressors.work.counting.record_ops` and
+:func:`compressors.work.counting.loop_counts`). Work that depends on the data is declared as a function
 of counts the call reveals, with defaults seen on gradient-like data: ``rounds`` (selection
 loops, each declaration's own default; SIDCo's native full passes), DGC's ``trim``, SIDCo's
 ``stages`` (:data:`DEFAULT_STAGES`), the stages it adds within a call (``deepened``) and its
@@ -34,16 +34,16 @@ import inspect
 from collections.abc import Sequence
 
 from compressors import message_kind
-from compressors.declare import CallWork, Declaration, Work
-from compressors.powersgd_work import factors as powersgd_factors
+from compressors.work.declare import CallWork, Declaration, Work
+from compressors.work.powersgd import factors as powersgd_factors
 from compressors.rules import CATALOG, target_count
-from compressors.sidco_work import CORRECTIONS as SIDCO_CORRECTIONS
-from compressors.sidco_work import NATIVE_POOL, fused_fits
-from compressors.wire import DENSE_ALLREDUCE, sparse_bytes
+from compressors.work.sidco import CORRECTIONS as SIDCO_CORRECTIONS
+from compressors.work.sidco import NATIVE_POOL, fused_fits
+from compressors.messages.wire import DENSE_ALLREDUCE, sparse_bytes
 
 FUSED = ("sidco-e", "sidco-p", "sidco-gp")
 """Compressors with a fused path of their own (``backend="fused"``: the Triton kernels of
-:mod:`compressors.fused` on a GPU, error feedback folded into its first read); the others
+:mod:`compressors.kernels.fused` on a GPU, error feedback folded into its first read); the others
 declare what they run on a GPU (``cuda``) there."""
 
 DEFAULT_STAGES = 1
@@ -53,7 +53,7 @@ in-call corrections keep every call's count within the band, so it stays there: 
 call on Gaussian, Student-t (3 d.o.f.), Laplace and gradient-like data at δ = 0.01 and 0.001,
 with and without error feedback (tests/test_sidco_lean.py). Where one stage's fit cannot reach
 the density, the call adds stages from the pool (``deepened``,
-:func:`compressors.sidco_work.default_deepened`)."""
+:func:`compressors.work.sidco.default_deepened`)."""
 
 def _ef_in(n: int, itemsize: int) -> Work:
     """Error feedback before compressing: ``grad + residual`` into a kept spare buffer (the
@@ -75,9 +75,9 @@ def _ef_out(name: str, n: int, density: float, itemsize: int, decompress: Work, 
 
 
 def _declaration(name: str, module: str) -> Declaration:
-    """Compressor ``name``'s declared work: ``DECLARES[name]`` of the companion ``<module>_work``
-    of the module that implements it."""
-    companion = f"{module}_work"
+    """Compressor ``name``'s declared work: ``DECLARES[name]`` of its companion
+    ``compressors.work.<module>`` of the module ``compressors.<module>`` that implements it."""
+    companion = f"compressors.work.{module.rpartition('.')[2]}"
     try:
         return importlib.import_module(companion).DECLARES[name]
     except ModuleNotFoundError as exc:
@@ -114,7 +114,7 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     ``stages``: SIDCo's planned stage count (its ``planned`` after a call; default
     :data:`DEFAULT_STAGES`); ``deepened``: the stages SIDCo added within the call from its pool
     (its ``deepened``; adaptive stages only; default, when ``stages`` is not given either,
-    :func:`compressors.sidco_work.default_deepened`; else 0: on the native path the stages a call
+    :func:`compressors.work.sidco.default_deepened`; else 0: on the native path the stages a call
     used, with no ``deepened``, price the same as its planned and added ones); ``rounds``: the
     loop count of Gaussian-k, RedSync, DGC, Top-k and Random-k, and for SIDCo's native path its
     full passes (default: the count each declaration states, seen on gradient-like data);
@@ -122,8 +122,8 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     1.3·k); ``corrections``: SIDCo's in-call correction steps (its torch path always runs all of
     them, masked); ``adapt``: SIDCo's ``adapt`` option (``"paper"``: fixed stage probabilities,
     no corrections); ``steps``: the correction steps SIDCo's native path took (it stops once
-    within the band; default :data:`compressors.sidco_work.NATIVE_STEPS`); ``pool``: the elements
-    each of its pool kernels read (default :data:`compressors.sidco_work.NATIVE_POOL` · k);
+    within the band; default :data:`compressors.work.sidco.NATIVE_STEPS`); ``pool``: the elements
+    each of its pool kernels read (default :data:`compressors.work.sidco.NATIVE_POOL` · k);
     ``collects``: its full passes that also collected a pool (default 1, the first); ``hits``:
     the elements each native selecting pass of Top-k, DGC, Gaussian-k and RedSync kept, in order
     (a selecting pass costs more the more it keeps, 0.15 to 0.5 ns per element on this testbed's
@@ -163,7 +163,7 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
 def fused_path(name: str, numel: int, density: float, pool: float | None = None) -> bool:
     """Whether ``backend="fused"`` declares compressor ``name``'s fused path for ``numel``
     elements at ``density`` (SIDCo, with its pool, default 5·k, within
-    :data:`compressors.sidco_work.FUSED_SLOTS`) rather than what it runs on a GPU otherwise."""
+    :data:`compressors.work.sidco.FUSED_SLOTS`) rather than what it runs on a GPU otherwise."""
     k = target_count(density, numel)
     return name in FUSED and fused_fits(numel, NATIVE_POOL * k if pool is None else pool, k)
 
@@ -201,7 +201,7 @@ def _merge(a: Work, b: Work) -> Work:
 def wire_bytes(name: str, numel: int, density: float, itemsize: int = 4) -> float:
     """Bytes one worker sends for an ``numel``-element gradient: dense for ``none``, half-width
     values for fp16/bf16, the two PowerSGD factors (the vector as one square matrix), else the
-    sparse message of ``k`` values and their indices (:mod:`compressors.wire`)."""
+    sparse message of ``k`` values and their indices (:mod:`compressors.messages.wire`)."""
     if name == "none":
         return float(numel * itemsize)
     if name in ("fp16", "bf16"):

@@ -1,12 +1,12 @@
 """The declared work of ``none`` and exact Top-k (:mod:`compressors.reference`), torch-free for the
-cost model (:mod:`compressors.declare`); tests/test_compressors_work.py holds it to the code."""
+cost model (:mod:`compressors.work.declare`); tests/test_compressors_work.py holds it to the code."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-from compressors.declare import FINITE_OPS, ISFINITE_OPS, Declaration, Work, finite, kept, select, sparse_decompress
+from compressors.work.declare import FINITE_OPS, ISFINITE_OPS, Declaration, Work, finite, kept, select, sparse_decompress
 from compressors.rules import TOPK_SAMPLE, target_count
 
 TOPK_ROUNDS = 0
@@ -24,7 +24,7 @@ def none(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
 
 def topk(n: int, density: float, itemsize: int, stages: int, rounds: int | None, backend: str,
          hits: Sequence[float] = ()) -> tuple[Work, Work]:
-    """Exact Top-k (:func:`compressors.selection.exact_topk`) on a CPU (torch or native
+    """Exact Top-k (:func:`compressors.numerics.selection.exact_topk`) on a CPU (torch or native
     selection): a threshold guess from a strided sample, the candidates above it (``rounds``
     halvings of the guess while too few), ``torch.topk`` among the candidates. ``n`` < 2¹⁴ or ``k ≥ n/4``: ``torch.topk``
     over ``|g|``, as on CUDA (``backend="cuda"``)."""

@@ -1,11 +1,11 @@
 """The declared work of RedSync (:mod:`compressors.redsync`), torch-free for the cost model
-(:mod:`compressors.declare`); tests/test_compressors_work.py holds it to the code."""
+(:mod:`compressors.work.declare`); tests/test_compressors_work.py holds it to the code."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compressors.declare import Declaration, Work, count, kept, select, sparse_decompress
+from compressors.work.declare import Declaration, Work, count, kept, select, sparse_decompress
 from compressors.rules import target_count
 
 ROUNDS = 5
