@@ -22,7 +22,7 @@ class Compressor:
     returns: ``"sparse"``, ``"dense"`` or ``"lowrank"``) and ``work``, its declared work: the
     work of one compress and one decompress call as a function of size, density and loop counts
     (:mod:`compressors.work.declare`), a torch-free function of the companion module
-    ``compressors/<module>_work.py`` that the cost model reads and tests/test_compressors_work.py
+    ``compressors/work/<module>.py`` that the cost model reads and tests/test_compressors_work.py
     holds to what ``_compress`` does. Instance attribute ``backend``: what ran
     the last call, ``"native"`` (the fused C kernels), ``"torch"`` (torch on the CPU) or
     ``"cuda"`` (torch on a GPU); before the first call, ``"torch"``.

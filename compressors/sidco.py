@@ -888,7 +888,7 @@ class SIDCoE(SIDCo):
 
     name = "sidco-e"
     tail_needs_var = False
-    work = staticmethod(sidco_work.DECLARES["sidco-e"])
+    work = staticmethod(sidco_work.DECLARES["sidco-e"].work)
 
     def first_threshold(self, moments, p):
         return estimators.exponential_threshold(moments.mean, p)
@@ -902,7 +902,7 @@ class SIDCoP(SIDCo):
 
     name = "sidco-p"
     first_needs_var = True
-    work = staticmethod(sidco_work.DECLARES["sidco-p"])
+    work = staticmethod(sidco_work.DECLARES["sidco-p"].work)
 
     def first_threshold(self, moments, p):
         return estimators.gpareto_threshold(moments.mean, moments.var, p)
@@ -914,7 +914,7 @@ class SIDCoGP(SIDCo):
 
     name = "sidco-gp"
     first_needs_log = True
-    work = staticmethod(sidco_work.DECLARES["sidco-gp"])
+    work = staticmethod(sidco_work.DECLARES["sidco-gp"].work)
 
     def first_threshold(self, moments, p):
         return estimators.gamma_threshold(moments.mean, moments.mean_log, p)

@@ -122,7 +122,7 @@ def test_every_compressor_class_declares_its_work_beside_its_code() -> None:
     assert not hasattr(compressors.Compressor, "work")
     for name in compressors.names():
         cls = compressors.compressor_class(name)
-        assert cls.work is declared.DECLARATIONS[name], name
+        assert cls.work is declared.DECLARATIONS[name].work, name
         assert cls.work.__module__ == cls.__module__.replace("compressors.", "compressors.work.", 1), name
     assert list(declared.DECLARATIONS) == compressors.names()
     with pytest.raises(ValueError, match="no work declared"):

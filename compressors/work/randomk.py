@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from compressors.work.declare import Declaration, Work, finite, sparse_decompress
+from compressors.work.declare import Declared, Work, finite, sparse_decompress, sparse_wire
 from compressors.rules import target_count
 
 ROUNDS = 1
@@ -30,5 +30,5 @@ def randomk(n: int, density: float, itemsize: int, stages: int, rounds: int | No
     return c.gather(k), sparse_decompress(n, k, itemsize)
 
 
-DECLARES: dict[str, Declaration] = {"randomk": randomk}
+DECLARES: dict[str, Declared] = {"randomk": Declared(randomk, sparse_wire)}
 """Random-k by name."""

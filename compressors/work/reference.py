@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from compressors.work.declare import FINITE_OPS, ISFINITE_OPS, Declaration, Work, finite, kept, select, sparse_decompress
+from compressors.work.declare import (FINITE_OPS, ISFINITE_OPS, Declared, Work, dense_wire, finite, kept, select,
+                                      sparse_decompress, sparse_wire)
 from compressors.rules import TOPK_SAMPLE, target_count
 
 TOPK_ROUNDS = 0
@@ -51,5 +52,6 @@ def topk(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
     return c, sparse_decompress(n, k, itemsize)
 
 
-DECLARES: dict[str, Declaration] = {"none": none, "topk": topk}
-"""Each compressor of :mod:`compressors.reference` by name."""
+DECLARES: dict[str, Declared] = {"none": Declared(none, dense_wire, residual="fresh"), "topk": Declared(topk, sparse_wire)}
+"""Each compressor of :mod:`compressors.reference` by name: ``none`` sends the whole vector and
+leaves a fresh zero residual."""

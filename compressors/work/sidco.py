@@ -9,7 +9,7 @@ stage count, the pool, and on the native path its full passes and correction ``s
 
 from __future__ import annotations
 
-from compressors.work.declare import Declaration, Work, sparse_decompress
+from compressors.work.declare import Declaration, Declared, Work, sparse_decompress, sparse_wire
 from compressors.rules import stage_probabilities, target_count
 
 NATIVE_STEPS = 5
@@ -87,6 +87,13 @@ def fused_fits(n: int, pool: float, k: int) -> bool:
     return pool_slots(n, pool, k) <= FUSED_SLOTS
 
 
+def fused_runs(n: int, density: float, pool: float | None = None) -> bool:
+    """Whether SIDCo's fused path takes an ``n``-element call at target ``density`` after one that
+    pooled ``pool`` elements (default :data:`NATIVE_POOL` · k): :func:`fused_fits`."""
+    k = target_count(density, n)
+    return fused_fits(n, NATIVE_POOL * k if pool is None else pool, k)
+
+
 def _sidco_fused(name: str, n: int, k: int, itemsize: int, planned: int, pool: float) -> Work:
     """SIDCo's fused path (:mod:`compressors.kernels.sidco_fused`), a call after one of the same size
     (its pool guess held). Stage 1: its two counters zeroed, the statistics kernel over ``g``
@@ -113,7 +120,7 @@ def _sidco_fused(name: str, n: int, k: int, itemsize: int, planned: int, pool: f
     return c.stream(k, 8, 8).gather(k)
 
 
-def _sidco(name):
+def _sidco(name: str) -> Declaration:
     def declare(n, density, itemsize, stages, rounds, backend, corrections=CORRECTIONS, adapt="count", steps=None,
                 pool=None, collects=1, deepened=None):
         planned = len(stage_probabilities(density, stages, 0.25))
@@ -251,5 +258,6 @@ def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps, collec
     return c.scalars(NATIVE_HOST_LAUNCHES * kernels).stream(k, 4, 8).gather(k)
 
 
-DECLARES: dict[str, Declaration] = {name: _sidco(name) for name in ("sidco-e", "sidco-p", "sidco-gp")}
-"""Each SIDCo variant by name."""
+DECLARES: dict[str, Declared] = {name: Declared(_sidco(name), sparse_wire, fused=fused_runs)
+                                 for name in ("sidco-e", "sidco-p", "sidco-gp")}
+"""Each SIDCo variant by name; each has a fused path of its own (:func:`fused_runs`)."""
