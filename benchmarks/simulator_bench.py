@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import host_identity
 from simulator.profile import CompressionProfile
 from simulator.scenario import Scenario
 from simulator.simulate import iteration
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         scale_table()
         return 0
     print(f"# simulator benchmarks — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-          f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n")
+          f"{host_identity()['cpu']}, {os.cpu_count()} cores, Python {platform.python_version()}\n")
     with tempfile.TemporaryDirectory(prefix="sidco-bench-") as tmp:
         root = Path(tmp)
         trace_dir = make_trace(root)

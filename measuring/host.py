@@ -13,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from simulator.devices import NO_TENSOR_UNITS, Device, host_identity, host_key
+from machine import host_identity, host_key
+from simulator.devices import NO_TENSOR_UNITS, Device
 
 
 def host_clock():

@@ -33,11 +33,11 @@ from typing import Any
 import torch
 
 import compressors
-from compressors.work import counting
 from compressors.rules import trains_with_error_feedback
-from measuring.samples import gradient_like
-from compressors.work import FUSED
+from compressors.work import FUSED, counting
+from machine import host_identity, host_key
 from measuring.host import MMAP_THRESHOLD_BYTES, host_cache_bytes, host_clock
+from measuring.samples import gradient_like
 from simulator import children, devices
 from simulator.costmodel import backend_on
 from simulator.device_profile import DeviceProfile
@@ -83,7 +83,7 @@ def device_identity(device: torch.device) -> tuple[str, dict[str, Any]]:
         major, minor = torch.cuda.get_device_capability(device)
         return short, {"gpu": name, "capability": f"{major}.{minor}", "torch": torch.__version__,
                        "cuda": torch.version.cuda}
-    return "cpu", {**devices.host_identity(), "threads": torch.get_num_threads()}
+    return "cpu", {**host_identity(), "threads": torch.get_num_threads()}
 
 
 def as_trained(compressor: compressors.Compressor) -> compressors.Compressor | compressors.ErrorFeedback:
@@ -376,7 +376,7 @@ def profile(device: str, sizes: Sequence[int], names: Sequence[str], densities: 
 def _profile(name: str, identity: dict[str, Any], created: str, dev: torch.device, rows: list[dict[str, Any]],
              warmup: int, repeats: int, sessions: int, host: devices.Device | None,
              partial: bool = False) -> DeviceProfile:
-    what = identity.get("gpu") or devices.host_key(identity)
+    what = identity.get("gpu") or host_key(identity)
     threads = f", {torch.get_num_threads()} CPU threads" if dev.type == "cpu" else ""
     timer = "" if dev.type == "cuda" or torch.get_num_threads() > 1 else " (process CPU time)"
     source = (f"sidco profile on {what}{threads}, torch {torch.__version__}, {created}: error feedback as trained (none for none, fp16, bf16), "

@@ -38,6 +38,7 @@ from typing import Any
 
 from compressors import work as declared_work
 from compressors.messages.wire import sparse_bytes
+from machine import host_identity, host_key
 from results.store import Store
 from simulator import costmodel, device_profile, devices, kernel_bands
 from simulator.profile import CompressionCost, CompressionProfile, density_key
@@ -129,7 +130,7 @@ def _this_host(device: str, identity: Mapping[str, Any]) -> bool:
     host = identity.get("identity", identity)
     if not isinstance(host, Mapping) or "cpu" not in host or "flags" not in host:
         return True
-    return devices.host_key(host) == devices.host_key(devices.host_identity())
+    return host_key(host) == host_key(host_identity())
 
 
 def from_device_profiles(request: CostRequest, missing: Sequence[Key]) -> dict[Key, CompressionCost]:

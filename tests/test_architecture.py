@@ -221,6 +221,19 @@ def test_the_quality_rule_has_one_home():
     assert "def called(" in home.read_text() and QUALITY_RULE_USE.search(home.read_text())
 
 
+WHICH_MACHINE = re.compile(r"/proc/cpuinfo|platform\.(processor|machine)\(|def (cpuinfo|host_identity|host_key|cpu_identity|march_key)\(")
+
+
+def test_which_machine_has_one_home():
+    """Which machine this is (the CPU read from ``/proc/cpuinfo`` or the platform; the host's identity,
+    its key, the CPU identity string, the native build's key) is read and defined once, in
+    machine/__init__.py; everything else imports it from there."""
+    home = ROOT / "machine" / "__init__.py"
+    found = _lines_matching(WHICH_MACHINE.search, home=home)
+    assert not found, "\n".join(found)
+    assert len(WHICH_MACHINE.findall(home.read_text())) >= 6
+
+
 def test_the_cache_directory_has_one_reader():
     """``SIDCO_CACHE_DIR`` is read in one place, machine.cache_dir."""
     found = {str(p.relative_to(ROOT)) for package in [*LAYERS, "tools"] for p in _sources(package)
