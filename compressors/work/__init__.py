@@ -46,7 +46,8 @@ if set(_DECLARED) != set(CATALOG):
                       "here (docs/extending.md)")
 
 DECLARATIONS: dict[str, Declared] = {name: _DECLARED[name] for name in CATALOG}
-"""Every registered compressor's declared work by name, in the registry's order."""
+"""Every registered compressor's declaration (its work and what is priced differently for it) by name, in
+the registry's order."""
 
 FUSED: tuple[str, ...] = tuple(name for name, declared in DECLARATIONS.items() if declared.fused is not None)
 """Compressors with a fused path of their own (``backend="fused"``: the Triton kernels of
