@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 from typing import Any
@@ -21,24 +20,13 @@ from typing import Any
 import torch
 
 from convergence import RunConfig, train
-
-
-def _cpu() -> str:
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+from machine import host_identity
 
 
 def _flags() -> str:
-    try:
-        text = open("/proc/cpuinfo", encoding="utf-8").read()
-    except OSError:
-        return "unknown"
-    return "AVX-512" if "avx512f" in text else "AVX2" if "avx2" in text else "neither AVX2 nor AVX-512"
+    """This CPU's widest x86 vector extension in words (:func:`machine.host_identity`)."""
+    flags = host_identity()["flags"]
+    return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "neither AVX2 nor AVX-512"
 
 
 def seconds_per_iteration(workload: str, width: float, workers: int, iterations: int) -> float:
@@ -74,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         record: dict[str, Any] = {
             "bench": "converge", "workload": name, "width": width, "workers": workers, "threads": threads,
             "s_per_iteration": seconds, "iterations_per_s": 1 / seconds, "worker_passes_per_s": workers / seconds,
-            "rounds": times[config], "cpu": _cpu(), "flags": _flags(), "torch": torch.__version__,
+            "rounds": times[config], "cpu": host_identity()["cpu"], "flags": _flags(), "torch": torch.__version__,
             "loadavg": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         }
         print(json.dumps(record, sort_keys=True), flush=True)

@@ -20,7 +20,7 @@ import time
 import torch
 
 import compressors
-from compressors.samples import gradient_like
+from measuring.samples import gradient_like
 
 CASES = (("topk", 0.01), ("dgc", 0.01), ("sidco-e", 0.01), ("sidco-p", 0.01), ("sidco-gp", 0.01),
          ("sidco-e", 0.001), ("fp16", 1.0), ("powersgd", 1.0), ("none", 1.0))

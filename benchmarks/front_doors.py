@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 
+from machine import host_identity
+
 SCENARIO = ["--layout", "bert-base", "--device", "a100", "--nodes", "16", "--bandwidth", "25Gbit"]
 COMMANDS: dict[str, list[str]] = {
     "sidco --help": ["--help"],
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 times[name].append(_wall(argv_))
         counts = {name: _modules(cmd + (store if cmd != ["--help"] else [])) for name, cmd in COMMANDS.items()}
     torch_s = statistics.median(times[TORCH])
-    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "
+    print(f"# {host_identity()['cpu']}, {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.1f}, python {platform.python_version()}, {args.repeats} runs each")
     print("| command | median wall (s) | min (s) | / import torch | modules imported | torch imported |")
     print("|---|---:|---:|---:|---:|---|")

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from costs.profile import CompressionProfile
+from machine import host_identity
 from simulator.scenario import Scenario
 from simulator.simulate import iteration
 from simulator.sweep import Grid, SweepContext, run_chunk
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         scale_table()
         return 0
     print(f"# simulator benchmarks — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-          f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n")
+          f"{host_identity()['cpu']}, {os.cpu_count()} cores, Python {platform.python_version()}\n")
     with tempfile.TemporaryDirectory(prefix="sidco-bench-") as tmp:
         root = Path(tmp)
         trace_dir = make_trace(root)

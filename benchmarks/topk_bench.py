@@ -3,7 +3,7 @@
 Times, side by side on one seeded gradient-like vector (min of ``--repeats``, ms): the one-pass
 floor ``torch.sum``; ``torch.topk`` over ``|g|``; ``torch.kthvalue`` over ``|g|`` (the k-th
 largest value, then the selection of everything above it: it needs the value first, so at least
-that); and :func:`compressors.selection.exact_topk` (sampled threshold guess, the fused
+that); and :func:`compressors.numerics.selection.exact_topk` (sampled threshold guess, the fused
 above-threshold selection, ``torch.topk`` among the candidates). All three give the same k
 magnitudes; the table says how many of the exact Top-k's magnitudes differ from ``torch.topk``'s
 (0: exact).
@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from compressors.samples import gradient_like
-from compressors.machine import device_identity
-from compressors.selection import Workspace, exact_topk
+from measuring.samples import gradient_like
+from machine import device_identity
+from compressors.numerics.selection import Workspace, exact_topk
 from units import parse_density
 
 

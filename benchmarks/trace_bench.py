@@ -26,6 +26,7 @@ import torch
 
 import compressors
 import traces
+from machine import cpu_identity
 from traces.recorder import Recorder
 from traces.replay import replay
 
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: steadier on a shared machine)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    _emit({"bench": "machine", "platform": platform.platform(), "processor": platform.processor(),
+    _emit({"bench": "machine", "platform": platform.platform(), "processor": cpu_identity(),
            "torch": torch.__version__, "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
     if args.which in ("capture", "all"):
         _emit(capture_overhead(args.workload))

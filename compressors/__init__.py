@@ -17,7 +17,7 @@ import importlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from compressors import wire
+from compressors.messages import wire
 from compressors.rules import CATALOG
 
 if TYPE_CHECKING:
@@ -28,8 +28,8 @@ _LAZY: dict[str, str] = {
     "RandomK": "compressors.randomk", "DGC": "compressors.dgc", "GaussianK": "compressors.gaussiank",
     "RedSync": "compressors.redsync", "SIDCo": "compressors.sidco", "SIDCoE": "compressors.sidco",
     "SIDCoP": "compressors.sidco", "SIDCoGP": "compressors.sidco", "FP16": "compressors.casts",
-    "BF16": "compressors.casts", "PowerSGD": "compressors.powersgd", "Sparse": "compressors.sparse",
-    "Dense": "compressors.messages", "LowRank": "compressors.messages", "Message": "compressors.messages",
+    "BF16": "compressors.casts", "PowerSGD": "compressors.powersgd", "Sparse": "compressors.messages.sparse",
+    "Dense": "compressors.messages.kinds", "LowRank": "compressors.messages.kinds", "Message": "compressors.messages.kinds",
     "Memory": "compressors.memory", "ErrorFeedback": "compressors.memory", "DGCMemory": "compressors.memory",
 }
 """Classes exported here, imported (with torch) on first use: ``names()``, ``message_kind()``
@@ -78,7 +78,7 @@ def takes_density(name: str) -> bool:
 def exchange(name: str, **options: Any) -> str:
     """How workers combine compressor ``name``'s messages: ``"allreduce"`` (``none``, the dense
     casts, PowerSGD, Random-k with a shared ``seed``) or ``"allgather"`` (the sparse selections);
-    the one rule is :func:`compressors.wire.collective`."""
+    the one rule is :func:`compressors.messages.wire.collective`."""
     return wire.collective(name, options)
 
 

@@ -1,7 +1,7 @@
 """The compressor role: ``compress(grad) -> message`` and ``decompress(message) -> dense``.
 
-Messages are :class:`~compressors.sparse.Sparse` (values at indices) or, for the dense and
-low-rank compressors, the siblings in :mod:`compressors.messages`.
+Messages are :class:`~compressors.messages.sparse.Sparse` (values at indices) or, for the dense and
+low-rank compressors, the siblings in :mod:`compressors.messages.kinds`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from compressors._validate import check_density, check_gradient
-from compressors.sparse import Sparse
+from compressors.messages.sparse import Sparse
 
 
 class Compressor:
@@ -21,8 +21,8 @@ class Compressor:
     Class attributes: ``name`` (the registry name), ``message`` (the kind of message it
     returns: ``"sparse"``, ``"dense"`` or ``"lowrank"``) and ``work``, its declared work: the
     work of one compress and one decompress call as a function of size, density and loop counts
-    (:mod:`compressors.declare`), a torch-free function of the companion module
-    ``compressors/<module>_work.py`` that the cost model reads and tests/test_compressors_work.py
+    (:mod:`compressors.work.declare`), a torch-free function of the companion module
+    ``compressors/work/<module>.py`` that the cost model reads and tests/test_compressors_work.py
     holds to what ``_compress`` does. Instance attribute ``backend``: what ran
     the last call, ``"native"`` (the fused C kernels), ``"torch"`` (torch on the CPU) or
     ``"cuda"`` (torch on a GPU); before the first call, ``"torch"``.

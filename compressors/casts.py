@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import torch
 
-from compressors import casts_work
+from compressors.work import casts as casts_work
 from compressors._validate import raise_if_not_finite
 from compressors.base import Compressor
-from compressors.messages import Dense
+from compressors.messages.kinds import Dense
 
 
 class DenseCast(Compressor):

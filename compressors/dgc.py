@@ -8,7 +8,7 @@ count rule (:data:`compressors.rules.COUNT_BAND`) sends the exact top-``k`` inst
 Tie rule: ``|g| >= threshold`` (greater or equal, as the reference), computed with the shared
 strict primitive as ``|g| > nextafter(threshold, −∞)``. The sample is taken from ``g`` itself (only
 the sampled elements' ``|g|`` is computed) and the selection is one pass of
-:func:`compressors.selection.select_above` (the fused kernel on contiguous float32 CPU tensors),
+:func:`compressors.numerics.selection.select_above` (the fused kernel on contiguous float32 CPU tensors),
 which also yields the magnitudes the hierarchical top-k needs. Momentum correction is the
 memory :class:`compressors.DGCMemory`.
 """
@@ -20,12 +20,12 @@ import random
 
 import torch
 
-from compressors import dgc_work
+from compressors.work import dgc as dgc_work
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.base import Compressor
 from compressors.rules import sample_stride
-from compressors.selection import Workspace, guard_count, select_above
-from compressors.sparse import Sparse
+from compressors.numerics.selection import Workspace, guard_count, select_above
+from compressors.messages.sparse import Sparse
 from units import check_count
 
 

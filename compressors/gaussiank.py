@@ -8,7 +8,7 @@ the exact top-``k`` instead.
 Range-safe: when ``μ`` or ``σ²`` overflow (finite ``|g|`` near fp32's maximum), they are computed
 on ``g / 2^⌈log₂ max|g|⌉`` and scaled back; the threshold is kept in float64, so one beyond the
 dtype's range selects nothing and the corrections bring it back into range. Counting and selecting go through the shared
-primitive :func:`compressors.selection.select_above` (the fused kernel on float32 CPU tensors).
+primitive :func:`compressors.numerics.selection.select_above` (the fused kernel on float32 CPU tensors).
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from statistics import NormalDist
 
 import torch
 
-from compressors import estimators, gaussiank_work
+from compressors.numerics import estimators
+from compressors.work import gaussiank as gaussiank_work
 from compressors._validate import power_of_two_above, raise_if_not_finite, target_count
 from compressors.base import Compressor
 from compressors.rules import ESTIMATOR_BAND
-from compressors.selection import Workspace, guard_count, select_above
-from compressors.sparse import Sparse
+from compressors.numerics.selection import Workspace, guard_count, select_above
+from compressors.messages.sparse import Sparse
 
 
 class GaussianK(Compressor):

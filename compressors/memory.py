@@ -16,7 +16,7 @@ import torch
 
 from compressors._validate import check_gradient
 from compressors.base import Compressor
-from compressors.messages import Message, Sparse
+from compressors.messages.kinds import Message, Sparse
 
 
 class Memory:

@@ -39,10 +39,10 @@ import numpy as np
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogonalize
 
-from compressors import powersgd_work
+from compressors.work import powersgd as powersgd_work
 from compressors._validate import raise_if_not_finite
 from compressors.base import Compressor
-from compressors.messages import Block, LowRank
+from compressors.messages.kinds import Block, LowRank
 from compressors.rules import plan
 from units import check_count
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from compressors import randomk_work
+from compressors.work import randomk as randomk_work
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.base import Compressor
-from compressors.sparse import Sparse
+from compressors.messages.sparse import Sparse
 
 
 class RandomK(Compressor):

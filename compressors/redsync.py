@@ -7,7 +7,7 @@ Tie rule: ``|g| > thr`` (strict). A selection outside the count rule (:data:`com
 none found, or the closest probe still too far from ``k``) sends the exact top-``k`` instead.
 Range-safe: when the mean of ``|g|`` overflows (finite ``|g|`` near fp32's maximum) it is computed
 on ``|g| / 2^⌈log₂ max|g|⌉`` and scaled back. Probes and the selection go through the shared
-primitive :func:`compressors.selection.select_above` / ``count_above``.
+primitive :func:`compressors.numerics.selection.select_above` / ``count_above``.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import math
 
 import torch
 
-from compressors import estimators, redsync_work
+from compressors.numerics import estimators
+from compressors.work import redsync as redsync_work
 from compressors._validate import power_of_two_above, raise_if_not_finite, target_count
 from compressors.base import Compressor
-from compressors.selection import Workspace, count_above, guard_count, magnitude, select_above
-from compressors.sparse import Sparse
+from compressors.numerics.selection import Workspace, count_above, guard_count, magnitude, select_above
+from compressors.messages.sparse import Sparse
 from units import check_count
 
 

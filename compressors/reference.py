@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from compressors import reference_work
+from compressors.work import reference as reference_work
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.base import Compressor
-from compressors.selection import Workspace, exact_topk
-from compressors.sparse import Sparse
+from compressors.numerics.selection import Workspace, exact_topk
+from compressors.messages.sparse import Sparse
 
 
 class NoCompression(Compressor):
@@ -39,7 +39,7 @@ class NoCompression(Compressor):
 class TopK(Compressor):
     """Exact Top-k: the ``k = max(1, round(density * n))`` largest ``|g|``.
 
-    Implementation: :func:`compressors.selection.exact_topk`, the fastest exact method for the
+    Implementation: :func:`compressors.numerics.selection.exact_topk`, the fastest exact method for the
     device (``torch.topk`` on CUDA; on the CPU a sampled threshold guess, the fused
     above-threshold selection and ``torch.topk`` among the candidates).
     Tie rule: exactly ``k`` elements are sent; among elements tied with the k-th largest

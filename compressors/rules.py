@@ -1,5 +1,5 @@
 """The compressors' torch-free facts: their names and messages, and the few counting rules the
-cost model (:mod:`compressors.work`, :mod:`simulator.costmodel`) shares with the tensor code.
+cost model (:mod:`compressors.work`, :mod:`costs.costmodel`) shares with the tensor code.
 
 This module imports nothing but the standard library, so projecting an iteration (``sidco
 simulate``/``compare`` on a layout) never loads torch; the tensor modules import these rules
@@ -36,7 +36,7 @@ everything; PyTorch's fp16/bf16 hooks keep no residual); every other one carries
 by default (PowerSGD through PyTorch's ``use_error_feedback``)."""
 
 TOPK_SAMPLE = 4096
-"""Minimum sample size (elements) of :func:`compressors.selection.exact_topk`'s threshold guess."""
+"""Minimum sample size (elements) of :func:`compressors.numerics.selection.exact_topk`'s threshold guess."""
 
 
 def trains_with_error_feedback(name: str) -> bool:
@@ -54,7 +54,7 @@ COUNT_BAND = (0.5, 2.0)
 """The count rule of the threshold compressors that aim at the count (SIDCo with its in-call
 corrections, the default; DGC; RedSync): a call sends between ``0.5·k`` and ``2·k`` elements,
 never the whole vector unless ``k`` is all of it, never none (:func:`keeps_count`). A call whose
-threshold misses it sends the exact top-``k`` instead (:func:`compressors.selection.guard_count`;
+threshold misses it sends the exact top-``k`` instead (:func:`compressors.numerics.selection.guard_count`;
 the message says ``fallback``)."""
 
 ESTIMATOR_BAND = (0.1, 10.0)

@@ -33,7 +33,7 @@ variance) or when a stage would leave no exceedances, keeping the last threshold
 something; a final count outside the count rule (:data:`compressors.rules.COUNT_BAND`, or
 ``ESTIMATOR_BAND`` without corrections: nothing selected, the whole vector, far from ``k``, as on
 one huge outlier or a constant vector) sends the exact top-``k`` instead
-(:func:`compressors.selection.guard_count`). NaN/Inf raise ``ValueError``.
+(:func:`compressors.numerics.selection.guard_count`). NaN/Inf raise ``ValueError``.
 Range: when a statistic overflows (huge finite ``|g|``), the whole call is computed on
 ``g / 2^⌈log₂ max|g|⌉`` (all three fits are scale-equivariant; a power of two keeps every
 comparison exact) and the threshold scaled back, so the selection is the one of the scaled data.
@@ -46,7 +46,7 @@ with the last statistics the plan reads; every later count and the selection com
 correction's try below a pool of more than ``(1 + band)·k`` elements is known to select too many
 without being counted. A try the pool cannot answer is counted by a full pass (that collects a
 new pool just below it). What differs is how a backend reads the data: fused C kernels
-(:mod:`compressors.native`) for contiguous float32 CPU tensors (one read pass per stage's
+(:mod:`compressors.kernels.native`) for contiguous float32 CPU tensors (one read pass per stage's
 statistics, collecting the pool in the same pass; the counts over the pool by numpy on the host,
 without a kernel call), and torch operations for anything else (CUDA,
 fp16/bf16/fp64): per stage a few reductions of ``g`` or of one ``hardshrink`` of it written into
@@ -56,7 +56,7 @@ on the device. With corrections every count the loop asks for is at a lattice po
 (:data:`LATTICE_SHIFT`, :func:`_snap`), which that histogram answers exactly. So a call of ``M``
 stages reads the host ``M`` times once a call of the same size has been made (plus one when the
 pool overflowed its slots, two when a try fell below it), issues a few dozen kernels and no scalar arithmetic on the device.
-The fused path (:mod:`compressors.sidco_fused`: Triton kernels, the same stage loop, one transfer
+The fused path (:mod:`compressors.kernels.sidco_fused`: Triton kernels, the same stage loop, one transfer
 per read) reads the gradient twice in a call of one stage and syncs once.
 Native and torch agree up to the summation order of the statistics (relative differences of ~1e-7
 or less): thresholds agree to that precision and, when equal, so do the selections.
@@ -72,14 +72,16 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from compressors import estimators, native, sidco_work
+from compressors.numerics import estimators
+from compressors.kernels import native
+from compressors.work import sidco as sidco_work
 from compressors._validate import check_gradient, raise_if_not_finite, target_count
 from compressors.adaptive import StageController, max_stages
 from compressors.base import Compressor
 from compressors.rules import COUNT_BAND, ESTIMATOR_BAND, stage_probabilities
-from compressors.selection import Workspace, guard_count
-from compressors.sidco_work import CORRECTIONS, POOL_BINS, fused_fits, pool_slots, ships_values
-from compressors.sparse import Sparse
+from compressors.numerics.selection import Workspace, guard_count
+from compressors.work.sidco import CORRECTIONS, POOL_BINS, fused_fits, pool_slots, ships_values
+from compressors.messages.sparse import Sparse
 from units import check_count
 
 GUESS_MARGIN = 0.9
@@ -217,7 +219,7 @@ class _Ops:
 
 
 class _NativeOps(_Ops):
-    """Fused C kernels (:func:`compressors.native.scan`); the pool is the compacted
+    """Fused C kernels (:func:`compressors.kernels.native.scan`); the pool is the compacted
     ``{|g| > pool_at}`` (positions and magnitudes) in reused buffers."""
 
     def __init__(self, owner: SIDCo, grad: torch.Tensor, logs: bool):
@@ -283,7 +285,7 @@ class _TorchOps(_Ops):
     and widened exactly to float64 by one ``minimum``, binned by ``histc`` at bin edges the bits
     cannot fall on), from which the count above any
     lattice point in the window is exact on the host. Float64 data ship the pool's values instead,
-    and so does a pool of at most :data:`~compressors.sidco_work.SHIP_SLOTS` slots after a call of
+    and so does a pool of at most :data:`~compressors.work.sidco.SHIP_SLOTS` slots after a call of
     the same size that added a stage within itself: that stage's statistics and every count are
     then read on the host. A later stage's statistics from the pool, and a count the histogram cannot answer,
     are reductions of the pool read in one more transfer. The selection is a ``nonzero_static``
@@ -435,7 +437,7 @@ class _TorchOps(_Ops):
 
 def _triton_present() -> bool:
     """Whether Triton (the ``gpu`` extra) is installed, for the fused path."""
-    from compressors import fused  # imports Triton: only where the fused path is asked for
+    from compressors.kernels import fused  # imports Triton: only where the fused path is asked for
 
     return fused.available()
 
@@ -543,14 +545,14 @@ class SIDCo(Compressor):
     fused C kernels for contiguous float32 CPU tensors when they are available, the fused Triton
     kernels for CUDA float32/16/bf16 tensors when Triton is installed, torch otherwise),
     ``"torch"`` (always the torch path) or ``"fused"`` (the Triton kernels wherever
-    :func:`compressors.sidco_fused.usable` allows: also CPU tensors under ``TRITON_INTERPRET=1``,
+    :func:`compressors.kernels.sidco_fused.usable` allows: also CPU tensors under ``TRITON_INTERPRET=1``,
     as the tests run them; needs Triton). After a call, :attr:`backend` names what ran it
     (``"native"``, ``"fused"``, ``"torch"`` or ``"cuda"``; ``"auto"`` leaves a gradient whose pool
-    would exceed :data:`~compressors.sidco_work.FUSED_SLOTS` to the eager path), :attr:`planned` the stage count it planned and
+    would exceed :data:`~compressors.work.sidco.FUSED_SLOTS` to the eager path), :attr:`planned` the stage count it planned and
     :attr:`deepened` the stages it added within itself (each a read of a tail: what its work
     follows; the message's ``stages`` counts the stages that lowered the threshold) and
     :attr:`estimated` the count its threshold selected, before the count guard
-    (:func:`compressors.selection.guard_count`; what the stage controller sees).
+    (:func:`compressors.numerics.selection.guard_count`; what the stage controller sees).
     """
 
     name = "sidco"
@@ -645,7 +647,7 @@ class SIDCo(Compressor):
         if self.backend_choice == "auto" and native.usable(grad):
             ops, self.backend = _NativeOps(self, grad, self.first_needs_log), "native"
         elif self._fused(grad):
-            from compressors.sidco_fused import FusedOps  # imports Triton: only where the fused path runs
+            from compressors.kernels.sidco_fused import FusedOps  # imports Triton: only where the fused path runs
 
             try:
                 ops, self.backend = FusedOps(self, grad, self.first_needs_log, self.first_needs_var, capacity), "fused"
@@ -686,11 +688,11 @@ class SIDCo(Compressor):
             self._feedback = None
 
     def _fused(self, grad: torch.Tensor) -> bool:
-        """Whether this call runs the fused path (:mod:`compressors.sidco_fused`): asked for
+        """Whether this call runs the fused path (:mod:`compressors.kernels.sidco_fused`): asked for
         (``backend="fused"``) or, with ``"auto"``, on a CUDA tensor, where it serves the tensor."""
         if self.backend_choice == "torch" or (self.backend_choice == "auto" and not grad.is_cuda):
             return False
-        from compressors.sidco_fused import usable
+        from compressors.kernels.sidco_fused import usable
 
         if self.backend_choice == "auto":  # a pool too large to ship to the host: the eager path
             n, guess = grad.numel(), self._guesses.get(grad.numel())
@@ -886,7 +888,7 @@ class SIDCoE(SIDCo):
 
     name = "sidco-e"
     tail_needs_var = False
-    work = staticmethod(sidco_work.DECLARES["sidco-e"])
+    work = staticmethod(sidco_work.DECLARES["sidco-e"].work)
 
     def first_threshold(self, moments, p):
         return estimators.exponential_threshold(moments.mean, p)
@@ -900,7 +902,7 @@ class SIDCoP(SIDCo):
 
     name = "sidco-p"
     first_needs_var = True
-    work = staticmethod(sidco_work.DECLARES["sidco-p"])
+    work = staticmethod(sidco_work.DECLARES["sidco-p"].work)
 
     def first_threshold(self, moments, p):
         return estimators.gpareto_threshold(moments.mean, moments.var, p)
@@ -912,7 +914,7 @@ class SIDCoGP(SIDCo):
 
     name = "sidco-gp"
     first_needs_log = True
-    work = staticmethod(sidco_work.DECLARES["sidco-gp"])
+    work = staticmethod(sidco_work.DECLARES["sidco-gp"].work)
 
     def first_threshold(self, moments, p):
         return estimators.gamma_threshold(moments.mean, moments.mean_log, p)

@@ -1,7 +1,7 @@
 """W data-parallel workers in one process, averaging gradients exactly as the DDP hook does.
 
 Every simulated worker owns the state :func:`compressors.ddp.comm_hook` would give its rank
-(the hook's own :class:`~compressors.ddp_memory.BucketMemory`: a compressor and an
+(the hook's own :class:`~compressors.ddp.memory.BucketMemory`: a compressor and an
 error-feedback memory per bucket, keyed by the bucket's parameters). Gradients are grouped
 into buckets as ``DistributedDataParallel`` groups them (torch 2.13):
 
@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 import compressors.ddp
-from compressors.ddp_memory import BucketMemory, layout_of
+from compressors.ddp.memory import BucketMemory, layout_of
 from convergence.torch_hooks import cast_mean, check_powersgd, powersgd_mean
 
 DEFAULT_BUCKET_CAP_BYTES = 25 * 1024 * 1024

@@ -56,7 +56,7 @@ matrix products (PowerSGD's ``P·Qᵀ`` and its FLOPs); launches, synchronisatio
 reads over PCIe."""
 
 STREAM_KIND = {"reduce": "reduction", "minmax": "reduction", "count": "reduction", "outer": "matmul"}
-"""The kind of kernel of each streaming kind (:data:`compressors.declare.KINDS`) that is not elementwise."""
+"""The kind of kernel of each streaming kind (:data:`compressors.work.declare.KINDS`) that is not elementwise."""
 
 
 def seconds_by_kind(work: declared.Work, device: Device) -> dict[str, float]:
@@ -149,13 +149,13 @@ def row_seconds(row: Mapping[str, Any], device: Device) -> float:
 
 def backend_on(kind: str, compressor: str) -> str:
     """The code path ``compressor`` takes on a device of ``kind`` (``cpu``/``gpu``) for float32:
-    the fused native kernels on a CPU where they are built (:func:`compressors.native_build.built`
+    the fused native kernels on a CPU where they are built (:func:`compressors.kernels.native_build.built`
     asks, never builds: pricing compiles nothing; SIDCo, and the selection of Top-k, DGC,
     Gaussian-k and RedSync), on a GPU SIDCo's fused Triton kernels (``fused``,
     :data:`compressors.work.FUSED`: what ``backend="auto"`` runs there with the ``gpu`` extra
     installed) and ``cuda`` for the others, torch otherwise."""
     if kind == "cpu" and compressor in NATIVE_ON_CPU:
-        from compressors import native_build
+        from compressors.kernels import native_build
 
         return "native" if native_build.built() else "torch"
     if kind == "gpu":
@@ -164,7 +164,7 @@ def backend_on(kind: str, compressor: str) -> str:
 
 
 NATIVE_ON_CPU = ("sidco-e", "sidco-p", "sidco-gp", "topk", "dgc", "gaussiank", "redsync")
-"""Compressors whose CPU float32 path runs the fused kernels of :mod:`compressors.native`."""
+"""Compressors whose CPU float32 path runs the fused kernels of :mod:`compressors.kernels.native`."""
 
 
 def call_work(compressor: str, numel: int, density: float, device: Device, *,

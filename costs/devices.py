@@ -1,6 +1,6 @@
 """Device models: the numbers a cost model needs about one accelerator or this host.
 
->>> from simulator import devices
+>>> from costs import devices
 >>> devices.names()
 ['cpu', 'v100', 'a100', 'h100', 'h200']
 >>> devices.get("h200").memory_bandwidth_Bps
@@ -24,13 +24,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from costs import published
+from machine import cache_dir, host_identity, host_key
 
 LAYOUT_UTILISATION = 0.3
 """Fraction of a CPU's measured peak that a layout's FLOPs are assumed to run at (stated, not
@@ -53,7 +53,7 @@ class Device:
     ``torch.sort``; ``gather_s_per_element``: per element moved by ``index_select`` /
     ``index_add_`` / ``index_copy_``; ``compact_s_per_element``: per input element of
     ``nonzero``; ``op_s_per_element``: the compute time per element of each kind of streaming
-    kernel (:data:`compressors.declare.KINDS`; a kernel takes the longer of its memory traffic and
+    kernel (:data:`compressors.work.declare.KINDS`; a kernel takes the longer of its memory traffic and
     this); ``alloc_threshold_bytes`` / ``fault_s_per_byte``: a fresh buffer at least this large
     is mapped anew by the allocator and costs this per byte in page faults (GPU caching
     allocators reuse memory: no threshold); ``cache_bytes``: last-level cache; ``cache_speedup``: how much faster
@@ -415,34 +415,8 @@ two-core server share (about 20 GB/s read, 100 GFLOP/s); projections made with t
 NO_TENSOR_UNITS = "a CPU has no fp16 or TF32 matrix units: 0 (fp16 runs at bf16_flops, TF32 at fp32_flops)"
 
 
-def host_identity() -> dict[str, Any]:
-    """This host: CPU model, the SIMD flags that matter here, core count, torch version (read from
-    the installed package's metadata: a projection never imports torch)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from compressors.machine import cpuinfo
-
-    try:
-        torch_version = version("torch")
-    except PackageNotFoundError:
-        torch_version = "not installed"
-
-    info = cpuinfo()
-    model = info.get("model name") or platform.processor() or platform.machine()
-    flags = set(info.get("flags", "").split())
-    simd = [f for f in ("avx512f", "avx512_bf16", "avx2", "fma", "neon", "asimd") if f in flags]
-    return {"cpu": model, "flags": simd, "cores": os.cpu_count() or 1, "torch": torch_version}
-
-
-def host_key(identity: Mapping[str, Any]) -> str:
-    """What makes two hosts the same for measured numbers: CPU model and SIMD flags."""
-    return f"{identity.get('cpu', '?')} ({','.join(identity.get('flags', [])) or 'no SIMD flags'})"
-
-
 def _cache_file() -> Path:
     """This host's measured device numbers, in the testbed's cache directory."""
-    from compressors.machine import cache_dir
-
     return cache_dir() / "host-device.json"
 
 

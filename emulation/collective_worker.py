@@ -6,7 +6,7 @@ on the machine, so the driver can take the collective's span from the last rank'
 to the last rank's end). For ``allgather`` ``nbytes`` is the size of the gathered output
 (each rank contributes ``nbytes / world_size``), the convention of the α–β formula. The
 all-gather goes through the same entry point as the compression hook's sparse exchange
-(:func:`compressors.ddp_exchange.all_gather_flat`: one flat output buffer), so its fit
+(:func:`compressors.ddp.exchange.all_gather_flat`: one flat output buffer), so its fit
 applies to the hook's all-gathers.
 
 With ``--compute-load S`` every rank first computes for about ``S`` seconds (a fixed
@@ -21,7 +21,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from compressors.ddp_exchange import all_gather_flat
+from compressors.ddp.exchange import all_gather_flat
 from emulation.process_group import base_parser, finish, init_gloo
 
 LOAD_SIZE = 128

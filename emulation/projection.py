@@ -20,7 +20,7 @@
 - Network: the emulated link rate (bits/s), no added latency, and optionally a
   :class:`simulator.Calibration` (α per message step, efficiency × bandwidth; all-reduces
   and all-gathers each with their own fit when it has one).
-- Buckets: what DDP uses in steady state (:mod:`compressors.ddp_buckets`): the workers
+- Buckets: what DDP uses in steady state (:mod:`compressors.ddp.buckets`): the workers
   build ``DistributedDataParallel(bucket_cap_mb=...)``, which caps every bucket, the first
   included, at ``bucket_cap_mb`` MiB.
 """
@@ -35,7 +35,7 @@ from typing import Any
 
 import simulator
 import traces
-from compressors.ddp_buckets import bucket_caps
+from compressors.ddp.buckets import bucket_caps
 
 LINK_LATENCY_S = 0.0  # the emulated links add no delay (no netem); α comes from calibration
 JITTER_SEEDS = 16

@@ -13,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from costs.devices import NO_TENSOR_UNITS, Device, host_identity, host_key
+from costs.devices import NO_TENSOR_UNITS, Device
+from machine import host_identity, host_key
 
 
 def host_clock():
@@ -109,7 +110,7 @@ def _measure_ops(torch, gen, repeats: int, large) -> dict[str, float]:
     memory traffic included), timed whole for :meth:`Device.select_s`. Without that table (older
     measurements, the stated defaults) a selecting pass is charged ``native_select`` per element
     plus its memory traffic."""
-    from compressors import native
+    from compressors.kernels import native
 
     m = 1 << 18
     a = torch.randn(m, generator=gen).abs()
@@ -202,8 +203,8 @@ def _launch_s(torch, repeats: int) -> float:
     generalized-Pareto formula alone, a tight loop of float64 0-d operations, at 1.24 µs per
     operation against the 2.0 µs the compressors pay on this testbed's CPU)."""
     import compressors
-    from compressors.counting import HITS_MARKER, record_ops
-    from compressors.samples import gradient_like
+    from compressors.work.counting import HITS_MARKER, record_ops
+    from measuring.samples import gradient_like
 
     name, numel, density = LAUNCH_PROBE
     grad = gradient_like(numel, 0, torch.device("cpu"))

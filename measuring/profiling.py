@@ -10,7 +10,7 @@ inflate them). Rows keep the median call as ``compress_s``/``decompress_s`` (a c
 the typical cost, fresh-page faults and data-dependent loops included as often as they occur;
 the fastest call skips them when it is lucky) and add the fastest and the slowest. Every call is
 reseeded (``reseed(call)``), so a second, untimed run of the same sequence with the op recorder
-(:func:`compressors.counting.record_ops`) makes the same calls: for the compressors whose work depends
+(:func:`compressors.work.counting.record_ops`) makes the same calls: for the compressors whose work depends
 on the data (Gaussian-k's corrections, RedSync's probes, DGC's lowerings and trim, Top-k's
 halvings, Random-k's draws, SIDCo's stages, pool, passes and correction steps) a row carries the
 loop counts of the very call it reports, so the cost model is checked with the loops that ran. Nothing else in the testbed times compressors
@@ -33,14 +33,14 @@ from typing import Any
 import torch
 
 import compressors
-from compressors import counting
 from compressors.rules import trains_with_error_feedback
-from compressors.samples import gradient_like
-from compressors.work import FUSED
+from compressors.work import FUSED, counting
 from costs import devices
 from costs.costmodel import backend_on
 from costs.device_profile import DeviceProfile
+from machine import host_identity, host_key
 from measuring.host import MMAP_THRESHOLD_BYTES, host_cache_bytes, host_clock
+from measuring.samples import gradient_like
 from processes import children
 
 AS_TRAINED = "as trained: on, except for none, fp16 and bf16"
@@ -84,7 +84,7 @@ def device_identity(device: torch.device) -> tuple[str, dict[str, Any]]:
         major, minor = torch.cuda.get_device_capability(device)
         return short, {"gpu": name, "capability": f"{major}.{minor}", "torch": torch.__version__,
                        "cuda": torch.version.cuda}
-    return "cpu", {**devices.host_identity(), "threads": torch.get_num_threads()}
+    return "cpu", {**host_identity(), "threads": torch.get_num_threads()}
 
 
 def as_trained(compressor: compressors.Compressor) -> compressors.Compressor | compressors.ErrorFeedback:
@@ -106,7 +106,7 @@ def rotation(numel: int, dev: torch.device) -> int:
 def check_sizes(sizes: Sequence[int], dev: torch.device) -> None:
     """Raise ValueError (one line) before anything is allocated when a size cannot fit on ``dev``:
     its rotation of gradients and output buffers (:func:`rotation`) plus three work copies, fp32."""
-    from compressors.device import available_memory
+    from machine.device import available_memory
 
     free = available_memory(dev)
     for numel in sorted(set(sizes), reverse=True):
@@ -152,7 +152,7 @@ DATA_DEPENDENT = ("gaussiank", "redsync", "dgc", "randomk", "topk", "sidco-e", "
 
 def loops_of_call(name: str, density: float, grads: Sequence[torch.Tensor], call: int, out: torch.Tensor
                   ) -> dict[str, Any]:
-    """The loop counts (:func:`compressors.counting.loop_counts`) of call number ``call`` (0-based,
+    """The loop counts (:func:`compressors.work.counting.loop_counts`) of call number ``call`` (0-based,
     warm-up included) of the sequence :func:`measure` times: the same calls, reseeded alike, run
     again untimed, the last one under the op recorder; for SIDCo also the stage count it planned
     (``planned``) and the stages it added within the call (``deepened``)."""
@@ -377,7 +377,7 @@ def profile(device: str, sizes: Sequence[int], names: Sequence[str], densities: 
 def _profile(name: str, identity: dict[str, Any], created: str, dev: torch.device, rows: list[dict[str, Any]],
              warmup: int, repeats: int, sessions: int, host: devices.Device | None,
              partial: bool = False) -> DeviceProfile:
-    what = identity.get("gpu") or devices.host_key(identity)
+    what = identity.get("gpu") or host_key(identity)
     threads = f", {torch.get_num_threads()} CPU threads" if dev.type == "cpu" else ""
     timer = "" if dev.type == "cuda" or torch.get_num_threads() > 1 else " (process CPU time)"
     source = (f"sidco profile on {what}{threads}, torch {torch.__version__}, {created}: error feedback as trained (none for none, fp16, bf16), "

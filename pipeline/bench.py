@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 import compressors
-from compressors.samples import gradient_like
-from compressors.device import available_memory, resolve as resolve_device
-from compressors.machine import device_identity
+from measuring.samples import gradient_like
+from machine.device import available_memory, resolve as resolve_device
+from machine import device_identity
 from units import check_count
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}

@@ -37,9 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from compressors import work as declared_work
-from compressors.wire import sparse_bytes
+from compressors.messages.wire import sparse_bytes
 from costs import costmodel, device_profile, devices, kernel_bands
 from costs.profile import CompressionCost, CompressionProfile, density_key
+from machine import host_identity, host_key
 from results.store import Store
 
 Key = tuple[str, float | None]
@@ -90,7 +91,7 @@ def _fit(rows: Sequence[Mapping[str, Any]], source: str) -> dict[Key, Compressio
 
 def _profile_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Device-profile rows as replay-shaped rows (one worker, error feedback on). A row without
-    ``wire_bytes`` gets the sparse message size of :func:`compressors.wire.sparse_bytes`, k = max(1, round(δ·n))."""
+    ``wire_bytes`` gets the sparse message size of :func:`compressors.messages.wire.sparse_bytes`, k = max(1, round(δ·n))."""
     out = []
     for row in rows:
         numel, density = int(row["numel"]), float(row["density"])
@@ -129,7 +130,7 @@ def _this_host(device: str, identity: Mapping[str, Any]) -> bool:
     host = identity.get("identity", identity)
     if not isinstance(host, Mapping) or "cpu" not in host or "flags" not in host:
         return True
-    return devices.host_key(host) == devices.host_key(devices.host_identity())
+    return host_key(host) == host_key(host_identity())
 
 
 def from_device_profiles(request: CostRequest, missing: Sequence[Key]) -> dict[Key, CompressionCost]:

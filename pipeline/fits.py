@@ -1,14 +1,14 @@
 """The distribution-fit picture: histogram of |g| with SIDCo's fitted densities.
 
-The fitted parameters are SIDCo's own, computed by :mod:`compressors.estimators` on the
+The fitted parameters are SIDCo's own, computed by :mod:`compressors.numerics.estimators` on the
 float32 magnitudes (as the compressor sees an fp32 gradient); :mod:`scipy.stats` only draws
 the densities:
 
 - exponential: scale ``β = μ`` (``μ`` the mean of all magnitudes, zeros included);
 - gamma: shape ``α`` from ``s = ln μ − mean(ln a)`` (the mean of ``ln`` over the non-zero
-  magnitudes, :func:`compressors.estimators.gamma_shape`), scale ``μ/α``;
+  magnitudes, :func:`compressors.numerics.estimators.gamma_shape`), scale ``μ/α``;
 - generalized Pareto (location 0): moments, ``r = μ²/v``, ``ξ = (1 − r)/2``,
-  ``σ = μ(r + 1)/2`` (:func:`compressors.estimators.gpareto_params`).
+  ``σ = μ(r + 1)/2`` (:func:`compressors.numerics.estimators.gpareto_params`).
 
 A law is left out of the picture (``ValueError``) where its fit is degenerate.
 """
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from compressors import estimators
+from compressors.numerics import estimators
 
 
 def _magnitudes(a: np.ndarray) -> torch.Tensor:

@@ -415,8 +415,8 @@ def build_table(store: Store, work: str | Path, *, workers: int = 4, iterations:
     import torch
 
     import compressors
-    from compressors.machine import device_identity
     from costs.throughput import kind_of
+    from machine import device_identity
     from pipeline import capture
     from traces import workloads
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 import traces
-from compressors.machine import device_identity
+from machine import device_identity
 import traces.replay as trace_replay
 from results.store import Store
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from compressors.rules import plan
-from compressors.wire import COUNT_BYTES, allreduce_bytes
+from compressors.messages.wire import COUNT_BYTES, allreduce_bytes
 from simulator import plans
 from simulator.collectives import analytic_time
 from simulator.interference import advance

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from compressors.wire import ALLGATHER, collective
+from compressors.messages.wire import ALLGATHER, collective
 from costs import CompressionProfile
 from simulator.calibration import Calibration
 from simulator.limits import check_scenario
@@ -37,7 +37,7 @@ class Scenario:
     / ``density``: ``none`` sends dense gradients; ``profile``: compression costs
     (required unless ``none``); ``bucket_mode``: ``ddp`` | ``single`` | ``layer``;
     ``compressor_options``: the compressor's keyword options (as for ``compressors.create``;
-    they decide its collective, :func:`compressors.wire.collective`: ``randomk`` with a
+    they decide its collective, :func:`compressors.messages.wire.collective`: ``randomk`` with a
     ``seed`` all-reduces its values, without one it all-gathers values + indices);
     ``compress_on``: the stream compression runs on; ``padded``: sparse all-gathers pad
     to the largest message (as gloo needs; counts are exchanged first); ``jitter``:
@@ -128,5 +128,5 @@ class Scenario:
     @property
     def sparse(self) -> bool:
         """Whether gradients travel as sparse (values + indices) messages through an all-gather
-        (:func:`compressors.wire.collective`); otherwise they are all-reduced."""
+        (:func:`compressors.messages.wire.collective`); otherwise they are all-reduced."""
         return collective(self.compressor, self.compressor_options) == ALLGATHER

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from compressors.ddp_buckets import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, assign
+from compressors.ddp.buckets import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, assign
 from costs import compute_from_flops, optimizer_from_bandwidth
 
 BUCKET_MODES = ("ddp", "single", "layer")
@@ -84,7 +84,7 @@ class Workload:
     ) -> list[Bucket]:
         """Group the layers in backward order (memoised per arguments; treat the list as read-only).
 
-        ``ddp``: PyTorch DDP's rule (:func:`compressors.ddp_buckets.assign`): fill in reverse
+        ``ddp``: PyTorch DDP's rule (:func:`compressors.ddp.buckets.assign`): fill in reverse
         parameter order and close a bucket once it holds ≥ ``first_bytes`` (the first) or
         ≥ ``cap_bytes`` (the others), caps in bytes;
         ``single``: one bucket for the whole model (the SIDCo paper's harness);

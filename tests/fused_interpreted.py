@@ -1,4 +1,4 @@
-"""The fused kernels (compressors/fused.py) under the Triton interpreter, against the eager torch
+"""The fused kernels (compressors/kernels/fused.py) under the Triton interpreter, against the eager torch
 path. Run by tests/test_fused_kernels.py in a child process with ``TRITON_INTERPRET=1`` (it must be
 set before Triton is imported); not collected by itself (its name does not start with ``test_``)."""
 
@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compressors
-from compressors import counting, fused
-from compressors.samples import gradient_like
-from compressors.selection import Workspace, select_above
+from compressors.work import counting
+from compressors.kernels import fused
+from measuring.samples import gradient_like
+from compressors.numerics.selection import Workspace, select_above
 
 assert fused.interpreted(), "run with TRITON_INTERPRET=1"
 

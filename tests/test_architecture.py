@@ -19,6 +19,7 @@ LAYERS = {
     "profiles": 0,  # data only
     "results": 0,
     "units": 0,  # parsing and printing sizes, rates, durations, densities: imports nothing of ours
+    "machine": 0,  # which machine this is, its cache directory, torch devices by name: imports nothing of ours
     "compressors": 1,
     "traces": 2,
     "simulator": 3,  # the cluster model: asks the costs through their one interface (the top of costs/)
@@ -199,12 +200,12 @@ def test_the_model_asks_the_costs_through_one_interface():
     assert interface == {"__future__", "costs.compute", "costs.profile"}, "the interface imports no cost builder"
 
 
-NO_COMPILER = ("compressors.native", "measuring", "subprocess", "multiprocessing", "ctypes")
+NO_COMPILER = ("compressors.kernels.native", "measuring", "subprocess", "multiprocessing", "ctypes")
 
 
 def test_pricing_never_compiles_or_measures():
-    """Pricing asks whether the native kernels are built (compressors.native_build.built), never
-    builds them: no cost module imports compressors.native (whose library() compiles), the
+    """Pricing asks whether the native kernels are built (compressors.kernels.native_build.built), never
+    builds them: no cost module imports compressors.kernels.native (whose library() compiles), the
     measuring lab, or a way to start a process or load a library."""
     found = [f"{p.relative_to(ROOT)}:{line} imports {name}" for p in _sources("costs")
              for name, line in _modules_imported(p)
@@ -293,12 +294,25 @@ def test_the_quality_rule_has_one_home():
     assert "def called(" in home.read_text() and QUALITY_RULE_USE.search(home.read_text())
 
 
+WHICH_MACHINE = re.compile(r"/proc/cpuinfo|platform\.(processor|machine)\(|def (cpuinfo|host_identity|host_key|cpu_identity|march_key)\(")
+
+
+def test_which_machine_has_one_home():
+    """Which machine this is (the CPU read from ``/proc/cpuinfo`` or the platform; the host's identity,
+    its key, the CPU identity string, the native build's key) is read and defined once, in
+    machine/__init__.py; everything else imports it from there."""
+    home = ROOT / "machine" / "__init__.py"
+    found = _lines_matching(WHICH_MACHINE.search, home=home)
+    assert not found, "\n".join(found)
+    assert len(WHICH_MACHINE.findall(home.read_text())) >= 6
+
+
 def test_the_cache_directory_has_one_reader():
-    """``SIDCO_CACHE_DIR`` is read in one place, compressors.machine.cache_dir."""
+    """``SIDCO_CACHE_DIR`` is read in one place, machine.cache_dir."""
     found = {str(p.relative_to(ROOT)) for package in [*LAYERS, "tools"] for p in _sources(package)
              if "SIDCO_CACHE_DIR" in p.read_text().replace("``$SIDCO_CACHE_DIR``", "")
              and ("environ" in p.read_text())}
-    assert found == {"compressors/machine.py"}, found
+    assert found == {"machine/__init__.py"}, found
 
 
 RESOLVED_ONCE = re.compile(r"device_name|store: Any|resolved=|Request\(None\b|project_request")

@@ -53,12 +53,12 @@ def test_projecting_a_layout_imports_no_torch(tmp_path):
     on_this_cpu = [a if a != "a100" else "cpu" for a in scenario]  # the host's identity is read, not torch's
     modules = _imported("simulate", *on_this_cpu, "--compressor", "sidco-e", "--density", "0.01")
     assert "torch" not in modules and "costs.devices" in modules
-    assert "compressors.native" not in modules and not {m for m in modules if m.split(".")[0] == "measuring"}
+    assert "compressors.kernels.native" not in modules and not {m for m in modules if m.split(".")[0] == "measuring"}
 
 
 def test_pricing_on_this_cpu_never_compiles_or_measures():
     """The cost model prices SIDCo's native path on a CPU by asking whether the kernels are built
-    (compressors.native_build.built): compressors.native, whose library() compiles, is never
+    (compressors.kernels.native_build.built): compressors.kernels.native, whose library() compiles, is never
     imported, nor the measuring lab, nor torch."""
     code = ("import sys\nfrom costs import costmodel, devices\n"
             "profile = costmodel.compression_profile(devices.get('cpu'), [('sidco-e', 0.01), ('topk', 0.01)])\n"
@@ -67,7 +67,7 @@ def test_pricing_on_this_cpu_never_compiles_or_measures():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     modules = set(done.stdout.split())
-    assert "compressors.native_build" in modules and "compressors.native" not in modules
+    assert "compressors.kernels.native_build" in modules and "compressors.kernels.native" not in modules
     assert "torch" not in modules and not {m for m in modules if m.split(".")[0] == "measuring"}
 
 

@@ -9,7 +9,7 @@ import torch
 
 import compressors
 from pipeline import bench as benchmark
-from compressors.samples import gradient_like
+from measuring.samples import gradient_like
 from sidco.cli import main
 
 
@@ -60,7 +60,7 @@ def test_bench_runs_on_cuda():
 
 def test_bench_rows_record_backend_and_device_and_run_dense_baselines_once():
     from pipeline import bench as benchmark
-    from compressors.machine import device_identity
+    from machine import device_identity
 
     rows = benchmark.run(20_000, [0.1, 0.01], names=["fp16", "powersgd", "topk"], repeats=1, warmup=1)
     assert [(r["compressor"], r["density"]) for r in rows] == [

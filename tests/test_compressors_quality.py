@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compressors
-from compressors import estimators, sidco
+from compressors import sidco
+from compressors.numerics import estimators
 from compressors.sidco import stage_probabilities
 
 RNG_SEED = 20210125

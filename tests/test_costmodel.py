@@ -189,8 +189,8 @@ def test_the_profiles_untimed_rerun_makes_the_calls_it_timed(name):
     """A profile row carries the loop counts of the call it timed fastest, taken from an untimed
     rerun of the same reseeded sequence: the rerun must make the same calls."""
     import compressors
-    from compressors import counting
-    from compressors.samples import gradient_like
+    from compressors.work import counting
+    from measuring.samples import gradient_like
     from measuring.profiling import loops_of_call
 
     n = 1 << 16
@@ -317,8 +317,8 @@ def test_selecting_passes_are_charged_for_what_each_kept():
     selection's hits, the declaration charges each pass for them, and a pass that keeps almost
     nothing costs less than one that keeps 2·k (the default without a count)."""
     import compressors
-    from compressors import counting
-    from compressors.samples import gradient_like
+    from compressors.work import counting
+    from measuring.samples import gradient_like
 
     grad = gradient_like(1 << 16, 0)
     comp = compressors.create("redsync", 0.01)

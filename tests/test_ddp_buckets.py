@@ -1,4 +1,4 @@
-"""DDP bucketing: compressors.ddp_buckets against torch's own bucket assignment and against the
+"""DDP bucketing: compressors.ddp.buckets against torch's own bucket assignment and against the
 buckets a real DistributedDataParallel (1-rank gloo) hands to its communication hook."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.nn.parallel import DistributedDataParallel
 
-from compressors.ddp_buckets import (
+from compressors.ddp.buckets import (
     DEFAULT_BUCKET_CAP_BYTES,
     DEFAULT_FIRST_BUCKET_BYTES,
     assign,

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compressors
-from compressors.ddp_exchange import pack, resolve_gather, sparse_allgather_sum, unpack_rank
-from compressors.ddp_memory import BucketMemory
+from compressors.ddp.exchange import pack, resolve_gather, sparse_allgather_sum, unpack_rank
+from compressors.ddp.memory import BucketMemory
 from processes import ranks
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]

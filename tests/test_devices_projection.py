@@ -12,6 +12,7 @@ import pytest
 
 from costs import costmodel, devices
 import traces
+from machine import host_identity
 from pipeline.costs import compression_profile
 from pipeline import project as projection
 from results.store import Store
@@ -57,7 +58,7 @@ def test_shipped_profiles_come_after_stored_ones_and_before_the_model(tmp_path, 
 
     rows = [{"compressor": c, "density": 0.01, "numel": n, "compress_s": 7e-9 * n, "decompress_s": 1e-10 * n}
             for c in ("topk", "dgc") for n in (1 << 20, 1 << 22)]
-    here = devices.host_identity()
+    here = host_identity()
     elsewhere = {**here, "cpu": "Some Other CPU"}
     shipped = [device_profile.DeviceProfile("cpu", "measured elsewhere", tuple(rows), "2026-11-30", elsewhere),
                device_profile.DeviceProfile("cpu", "measured here", tuple(rows), "2026-12-01", here),

@@ -1,8 +1,8 @@
-"""The fused Triton kernels of compressors/fused.py, checked without a GPU: exactly against the
+"""The fused Triton kernels of compressors/kernels/fused.py, checked without a GPU: exactly against the
 eager torch path under the Triton interpreter (tests/fused_interpreted.py, in a child process:
 ``TRITON_INTERPRET=1`` must be set before Triton is imported), and compiled ahead of time to
 sm_80 and sm_90 binaries whose register use is read from the binary (``cuobjdump -res-usage``)
-and held under :data:`compressors.fused.REGISTER_CEILING` with no stack (no spill)."""
+and held under :data:`compressors.kernels.fused.REGISTER_CEILING` with no stack (no spill)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from compressors import fused
+from compressors.kernels import fused
 
 HERE = Path(__file__).parent
 

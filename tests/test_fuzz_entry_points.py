@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import compressors
 import traces
-from compressors.device import resolve as resolve_device
+from machine.device import resolve as resolve_device
 from results import Store, StoreError
 from sidco.cli import main
 from units import parse_bandwidth, parse_bytes, parse_density, parse_duration

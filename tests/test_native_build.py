@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compressors import native
+from compressors.kernels import native
 
 
 @pytest.fixture()

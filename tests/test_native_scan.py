@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compressors import native
+from compressors.kernels import native
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler for the native kernels")
 

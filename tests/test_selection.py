@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compressors
-from compressors import native
-from compressors.selection import Workspace, count_above, exact_topk, select_above
+from compressors.kernels import native
+from compressors.numerics.selection import Workspace, count_above, exact_topk, select_above
 
 NATIVE = native.library() is not None
 THRESHOLD_COMPRESSORS = ["dgc", "gaussiank", "redsync"]

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import compressors
-from compressors import sidco_work
+from compressors.work import sidco as sidco_work
 from compressors import work as declared
-from compressors.samples import gradient_like
+from measuring.samples import gradient_like
 from opcount import OpCounter
 from costs import costmodel, devices
 
@@ -85,8 +85,8 @@ devices whose memory is slowest against their launch cost."""
 
 SHORT_BY_DEFAULT = {("sidco-p", "v100", 1 << 24, 0.001): 1.02}
 """With its default options SIDCo-P adds a stage from the pool below δ = 0.002
-(:func:`compressors.sidco_work.default_deepened`). A small pool's values travel with stage 1's
-statistics and the stage is read on the host (:data:`compressors.sidco_work.SHIP_SLOTS`: at 2²⁰
+(:func:`compressors.work.sidco.default_deepened`). A small pool's values travel with stage 1's
+statistics and the stage is read on the host (:data:`compressors.work.sidco.SHIP_SLOTS`: at 2²⁰
 elements, 0.90–0.93×); a pool too large to ship (2²⁴ elements: 148 k slots) costs its
 ``hardshrink``, three reductions and a transfer on the device, ≈ 35 µs, 1.01× on a v100."""
 
@@ -120,11 +120,11 @@ def test_default_options_plan_one_stage_and_match_the_declared_default(name, den
     """SIDCo with its default options (adaptive stages, count corrections, error feedback) plans
     one stage on every call, on light and heavy tails and on gradient-like data (what
     :data:`compressors.work.DEFAULT_STAGES` declares), adding stages within a call only where the
-    declared default says (:func:`compressors.sidco_work.default_deepened`); on the torch path
+    declared default says (:func:`compressors.work.sidco.default_deepened`); on the torch path
     each call selects what the reference path selects, and its launches and host reads are those
     declared for the stages it added (where the call
     before it added as many: a small pool's values then travel with stage 1's statistics and the
-    added stage is read on the host, :data:`compressors.sidco_work.SHIP_SLOTS`)."""
+    added stage is read on the host, :data:`compressors.work.sidco.SHIP_SLOTS`)."""
     n = 1 << 16
     gen = torch.Generator().manual_seed(3)
     draws = {"gaussian": lambda: torch.randn(n, generator=gen),

@@ -1,4 +1,4 @@
-"""The wire format and the all-reduce rule: one definition (compressors.wire) that the
+"""The wire format and the all-reduce rule: one definition (compressors.messages.wire) that the
 compressors' byte counts, the DDP hook's buffers and the simulator's charges all follow."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import compressors
 import compressors.ddp
-from compressors import wire
-from compressors.ddp_exchange import index_dtype_for, pack
+from compressors.messages import wire
+from compressors.ddp.exchange import index_dtype_for, pack
 from simulator import CompressionCost, CompressionProfile, Layer, Scenario, Workload, simulate
 from simulator.collectives import collective_time
 from simulator.iteration import prepare

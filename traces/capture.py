@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from compressors.device import available_memory, resolve as resolve_device
+from machine.device import available_memory, resolve as resolve_device
 
 from traces import workloads
 from traces.errors import TraceError

@@ -42,7 +42,7 @@ Compressors are created once per combination and shared by every (worker, bucket
 (PowerSGD's warm-started Q, ``message == "lowrank"``) gets one instance per (worker, bucket),
 created with that bucket's layer ``shapes`` from the trace.
 
-Buckets follow DistributedDataParallel (:func:`compressors.ddp_buckets.assign`): layers are
+Buckets follow DistributedDataParallel (:func:`compressors.ddp.buckets.assign`): layers are
 taken in reverse order (the order backward produces them) and a bucket is closed as soon as
 it holds at least its cap in bytes of float32 gradient: ``first_bucket_bytes`` for the first,
 ``bucket_bytes`` for the others (a layer larger than that gets a bucket of its own). As in
@@ -62,10 +62,10 @@ from typing import Any
 import torch
 
 import compressors as compressor_lib
-from compressors.ddp_buckets import assign
+from compressors.ddp.buckets import assign
 from compressors.rules import target_count
-from compressors.selection import Workspace, exact_topk
-from compressors.device import resolve as resolve_device
+from compressors.numerics.selection import Workspace, exact_topk
+from machine.device import resolve as resolve_device
 from traces.reader import Trace, open_trace
 from units import check_density
 

@@ -40,13 +40,13 @@ def test_fits_recover_known_parameters():
 
 
 def test_page_fits_are_sidcos_estimators_on_a_gradient_with_zeros():
-    """The quality page draws the laws SIDCo fits: the same parameters as compressors.estimators
+    """The quality page draws the laws SIDCo fits: the same parameters as compressors.numerics.estimators
     (zeros count in μ, not in mean ln), and each law's tail quantile (SciPy) is the estimator's
     threshold."""
     import torch
     from scipy import stats
 
-    from compressors import estimators
+    from compressors.numerics import estimators
 
     rng = np.random.default_rng(3)
     g = (rng.laplace(0, 1e-3, 50_000) * (rng.random(50_000) > 0.3)).astype(np.float32)  # ~30 % zeros

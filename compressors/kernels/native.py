@@ -10,9 +10,9 @@ The library is built on first use into ``$SIDCO_CACHE_DIR`` (default
 ``~/.cache/sidco-testbed``), keyed by a hash of the source, the compiler flags (with
 ``SIDCO_NATIVE_FLAGS``, which adds flags, e.g. ``-mno-avx512f`` to measure the AVX2 build on an
 AVX-512 machine) and the CPU's
-identity (:func:`compressors.native_build.march_key`): it is built with ``-march=native``, so a build is never
+identity (:func:`machine.march_key`): it is built with ``-march=native``, so a build is never
 loaded on another CPU model (a cache directory shared over NFS, a copied home). Where it goes and
-whether it is built are :mod:`compressors.native_build`'s (no torch, no compiler). Set
+whether it is built are :mod:`compressors.kernels.native_build`'s (no torch, no compiler). Set
 ``SIDCO_NATIVE=0`` to disable it. Without a C compiler, or when the build fails, one
 ``RuntimeWarning`` says why (the compiler's first error line) and SIDCo takes the torch path.
 """
@@ -34,8 +34,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from compressors._kernels_c import SOURCE
-from compressors.native_build import cache_path, enabled, flags, march_key
+from compressors.kernels.c_source import SOURCE
+from compressors.kernels.native_build import cache_path, enabled, flags
+from machine import march_key
 
 PARALLEL_MIN = 1 << 19
 """Inputs shorter than this run on one thread: waking threads costs more than it saves, and on a

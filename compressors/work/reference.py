@@ -1,12 +1,13 @@
 """The declared work of ``none`` and exact Top-k (:mod:`compressors.reference`), torch-free for the
-cost model (:mod:`compressors.declare`); tests/test_compressors_work.py holds it to the code."""
+cost model (:mod:`compressors.work.declare`); tests/test_compressors_work.py holds it to the code."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-from compressors.declare import FINITE_OPS, ISFINITE_OPS, Declaration, Work, finite, kept, select, sparse_decompress
+from compressors.work.declare import (FINITE_OPS, ISFINITE_OPS, Declared, Work, dense_wire, finite, kept, select,
+                                      sparse_decompress, sparse_wire)
 from compressors.rules import TOPK_SAMPLE, target_count
 
 TOPK_ROUNDS = 0
@@ -24,7 +25,7 @@ def none(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
 
 def topk(n: int, density: float, itemsize: int, stages: int, rounds: int | None, backend: str,
          hits: Sequence[float] = ()) -> tuple[Work, Work]:
-    """Exact Top-k (:func:`compressors.selection.exact_topk`) on a CPU (torch or native
+    """Exact Top-k (:func:`compressors.numerics.selection.exact_topk`) on a CPU (torch or native
     selection): a threshold guess from a strided sample, the candidates above it (``rounds``
     halvings of the guess while too few), ``torch.topk`` among the candidates. ``n`` < 2¹⁴ or ``k ≥ n/4``: ``torch.topk``
     over ``|g|``, as on CUDA (``backend="cuda"``)."""
@@ -51,5 +52,6 @@ def topk(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
     return c, sparse_decompress(n, k, itemsize)
 
 
-DECLARES: dict[str, Declaration] = {"none": none, "topk": topk}
-"""Each compressor of :mod:`compressors.reference` by name."""
+DECLARES: dict[str, Declared] = {"none": Declared(none, dense_wire, residual="fresh"), "topk": Declared(topk, sparse_wire)}
+"""Each compressor of :mod:`compressors.reference` by name: ``none`` sends the whole vector and
+leaves a fresh zero residual."""

@@ -5,7 +5,7 @@ of ``torch.distributed`` need equal sizes on every rank (uneven ``all_gather``
 raises on gloo). :func:`sparse_allgather_sum` therefore runs the two-phase padded
 all-gather:
 
-1. all-gather the selection counts (one int64 per rank, ``compressors.wire.COUNT_BYTES``);
+1. all-gather the selection counts (one int64 per rank, ``compressors.messages.wire.COUNT_BYTES``);
 2. pad every rank's selection to the largest count and all-gather one flat buffer
    per rank holding its indices (bit-cast into the value dtype with ``Tensor.view``,
    never converted by value) followed by its values;
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from compressors.wire import allgather_bytes, index_bytes, packed_slots, sparse_bytes
+from compressors.messages.wire import allgather_bytes, index_bytes, packed_slots, sparse_bytes
 
 GATHER_METHODS: tuple[str, ...] = ("auto", "single", "into_tensor")
 
@@ -45,8 +45,8 @@ class SparseExchange:
         counts: the number of elements each rank selected, in rank order.
         padded_count: the largest count; every rank sent this many slots.
         bytes_sent: bytes this rank put into the collectives (bytes): the count
-            (``compressors.wire.COUNT_BYTES``) plus ``padded_count`` values and indices
-            (``compressors.wire.allgather_bytes``).
+            (``compressors.messages.wire.COUNT_BYTES``) plus ``padded_count`` values and indices
+            (``compressors.messages.wire.allgather_bytes``).
         payload_bytes: bytes of this rank's own selection without padding (bytes):
             its values in their dtype plus int32 (int64 for 64-bit values) indices.
     """

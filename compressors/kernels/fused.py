@@ -6,7 +6,7 @@ feedback fused in, and one threshold compaction.
   accumulated in float32 within a block and summed over blocks in float64 on the device: one read
   of the gradient (and of the residual), no host round trip.
 - :func:`compact`: the positions and values of ``|x| > threshold`` (strict, the threshold first
-  rounded to ``x``'s dtype: the tie rule of :mod:`compressors.selection`), each block reserving
+  rounded to ``x``'s dtype: the tie rule of :mod:`compressors.numerics.selection`), each block reserving
   its output range with one atomic and placing its elements by an in-block prefix sum, plus the
   survivors' count, ``Σ(|x| − t)`` and ``Σ(|x| − t)²`` (what a later peak-over-threshold stage
   fits on). The count is the one device→host read a call needs (the message size); blocks land
@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-from compressors.sidco_work import FUSED_BLOCK
+from compressors.work.sidco import FUSED_BLOCK
 
 try:
     import triton
@@ -37,7 +37,7 @@ except ImportError:  # the CPU install: the eager path serves every tensor
     tl = None
 
 BLOCK = FUSED_BLOCK
-"""Elements per program of both kernels (its home is :data:`compressors.sidco_work.FUSED_BLOCK`,
+"""Elements per program of both kernels (its home is :data:`compressors.work.sidco.FUSED_BLOCK`,
 where the declared work reads it without torch). Large blocks keep the interpreter's checks about a
 second each (its cost grows with the number of programs, not with ``n``)."""
 
@@ -143,7 +143,7 @@ def programs(n: int) -> int:
 
 def _launch(kernel: str, grid: int, *args, **meta) -> None:
     """The one place the kernels are launched (``kernel``: ``"statistics"`` or ``"compact"``), over
-    ``grid`` programs (none launched for 0): :func:`compressors.counting.record_ops` counts the
+    ``grid`` programs (none launched for 0): :func:`compressors.work.counting.record_ops` counts the
     launches here, since a Triton launch is no torch dispatch."""
     if grid:
         fn = _statistics_kernel if kernel == "statistics" else _compact_kernel

@@ -1,4 +1,4 @@
-"""The dense and low-rank siblings of :class:`compressors.sparse.Sparse`: every message a compressor
+"""The dense and low-rank siblings of :class:`compressors.messages.sparse.Sparse`: every message a compressor
 can return, and how it travels.
 
 Every message (``Sparse``, :class:`Dense`, :class:`LowRank`) answers the same questions, so that
@@ -29,7 +29,7 @@ import torch
 
 from compressors.rules import Block
 
-from compressors.sparse import Sparse
+from compressors.messages.sparse import Sparse
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The declared work of SIDCo-E, -P and -GP (:mod:`compressors.sidco`), torch-free for the cost
-model (:mod:`compressors.declare`); tests/test_compressors_work.py holds it to the code.
+model (:mod:`compressors.work.declare`); tests/test_compressors_work.py holds it to the code.
 
 Three code paths: the torch path (any device), the native path (the fused C kernels on CPU
 float32) and the fused path (the Triton kernels on a GPU). Work that depends on the data is a function of counts the call reveals: the planned
@@ -9,7 +9,7 @@ stage count, the pool, and on the native path its full passes and correction ``s
 
 from __future__ import annotations
 
-from compressors.declare import Declaration, Work, sparse_decompress
+from compressors.work.declare import Declaration, Declared, Work, sparse_decompress, sparse_wire
 from compressors.rules import stage_probabilities, target_count
 
 NATIVE_STEPS = 5
@@ -70,7 +70,7 @@ def default_deepened(name: str, density: float, adapt: str = "count", correction
 
 
 FUSED_BLOCK = 4096
-"""Elements per program of the fused Triton kernels (:data:`compressors.fused.BLOCK`): each
+"""Elements per program of the fused Triton kernels (:data:`compressors.kernels.fused.BLOCK`): each
 writes its partial statistics per block (16 bytes from the statistics kernel, 12 from a tail's
 compaction)."""
 
@@ -87,8 +87,15 @@ def fused_fits(n: int, pool: float, k: int) -> bool:
     return pool_slots(n, pool, k) <= FUSED_SLOTS
 
 
+def fused_runs(n: int, density: float, pool: float | None = None) -> bool:
+    """Whether SIDCo's fused path takes an ``n``-element call at target ``density`` after one that
+    pooled ``pool`` elements (default :data:`NATIVE_POOL` · k): :func:`fused_fits`."""
+    k = target_count(density, n)
+    return fused_fits(n, NATIVE_POOL * k if pool is None else pool, k)
+
+
 def _sidco_fused(name: str, n: int, k: int, itemsize: int, planned: int, pool: float) -> Work:
-    """SIDCo's fused path (:mod:`compressors.sidco_fused`), a call after one of the same size
+    """SIDCo's fused path (:mod:`compressors.kernels.sidco_fused`), a call after one of the same size
     (its pool guess held). Stage 1: its two counters zeroed, the statistics kernel over ``g``
     (error feedback folds ``+ residual`` into it: :func:`compressors.work.work`), for SIDCo-GP the
     eager path's four-op ``Σ ln|g|``; with one stage the pool's compaction at the guess in the same
@@ -113,7 +120,7 @@ def _sidco_fused(name: str, n: int, k: int, itemsize: int, planned: int, pool: f
     return c.stream(k, 8, 8).gather(k)
 
 
-def _sidco(name):
+def _sidco(name: str) -> Declaration:
     def declare(n, density, itemsize, stages, rounds, backend, corrections=CORRECTIONS, adapt="count", steps=None,
                 pool=None, collects=1, deepened=None):
         planned = len(stage_probabilities(density, stages, 0.25))
@@ -233,7 +240,7 @@ def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps, collec
     kernel: the count at the last stage's threshold and one per correction step (``steps``: how
     many, between 0 and ``corrections``; a try below a pool of more than (1 + band)·k elements is
     not counted) are numpy passes over the pool's magnitudes on the host
-    (:func:`compressors.native.count_above`), each one launch of host time with the correction's
+    (:func:`compressors.kernels.native.count_above`), each one launch of host time with the correction's
     float algebra around it. Host floats throughout: no 0-d operations, no synchronisations; each
     kernel's host time is :data:`NATIVE_HOST_LAUNCHES` launches more."""
     kernels = stages + 1 + max(0, full_passes - min(stages, 2))
@@ -251,5 +258,6 @@ def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps, collec
     return c.scalars(NATIVE_HOST_LAUNCHES * kernels).stream(k, 4, 8).gather(k)
 
 
-DECLARES: dict[str, Declaration] = {name: _sidco(name) for name in ("sidco-e", "sidco-p", "sidco-gp")}
-"""Each SIDCo variant by name."""
+DECLARES: dict[str, Declared] = {name: Declared(_sidco(name), sparse_wire, fused=fused_runs)
+                                 for name in ("sidco-e", "sidco-p", "sidco-gp")}
+"""Each SIDCo variant by name; each has a fused path of its own (:func:`fused_runs`)."""

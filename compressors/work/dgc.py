@@ -1,12 +1,12 @@
 """The declared work of DGC's selection (:mod:`compressors.dgc`), torch-free for the cost model
-(:mod:`compressors.declare`); tests/test_compressors_work.py holds it to the code."""
+(:mod:`compressors.work.declare`); tests/test_compressors_work.py holds it to the code."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-from compressors.declare import FINITE_OPS, Declaration, Work, kept, select, sparse_decompress
+from compressors.work.declare import FINITE_OPS, Declared, Work, kept, select, sparse_decompress, sparse_wire
 from compressors.rules import sample_stride, target_count
 
 ROUNDS = 0
@@ -35,5 +35,5 @@ def dgc(n: int, density: float, itemsize: int, stages: int, rounds: int | None, 
     return c.gather(k), sparse_decompress(n, k, itemsize)
 
 
-DECLARES: dict[str, Declaration] = {"dgc": dgc}
+DECLARES: dict[str, Declared] = {"dgc": Declared(dgc, sparse_wire)}
 """DGC by name."""

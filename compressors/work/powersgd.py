@@ -1,11 +1,11 @@
 """The declared work of PowerSGD (:mod:`compressors.powersgd`), torch-free for the cost model
-(:mod:`compressors.declare`); tests/test_compressors_work.py holds it to the code."""
+(:mod:`compressors.work.declare`); tests/test_compressors_work.py holds it to the code."""
 
 from __future__ import annotations
 
 import math
 
-from compressors.declare import FINITE_OPS, Declaration, Work
+from compressors.work.declare import FINITE_OPS, Declared, Work
 
 RANK = 1
 """PowerSGD rank assumed by its declaration (the compressor's default; the gradient viewed as a
@@ -52,5 +52,11 @@ def _expand(n: int, itemsize: int) -> Work:
     return d
 
 
-DECLARES: dict[str, Declaration] = {"powersgd": powersgd}
+def wire(n: int, density: float, itemsize: int) -> float:
+    """Bytes one worker sends: the two factors of the vector as one square matrix (:func:`factors`)."""
+    rows, cols, r = factors(n)
+    return float((rows + cols) * r * itemsize)
+
+
+DECLARES: dict[str, Declared] = {"powersgd": Declared(powersgd, wire, residual="decompressed")}
 """PowerSGD by name."""

@@ -1,5 +1,5 @@
 """SIDCo's fused path: the stage loop of :meth:`compressors.sidco.SIDCo._chain` reading the data
-through the Triton kernels of :mod:`compressors.fused` (``backend="fused"``, or ``"auto"`` on a
+through the Triton kernels of :mod:`compressors.kernels.fused` (``backend="fused"``, or ``"auto"`` on a
 CUDA tensor when Triton is present; :func:`usable` says which tensors it serves).
 
 The stage loop, its fits, count-targeted split, corrections, in-call stages and count guard are
@@ -33,10 +33,11 @@ import math
 import numpy as np
 import torch
 
-from compressors import estimators, fused
+from compressors.numerics import estimators
+from compressors.kernels import fused
 from compressors._validate import target_count
 from compressors.sidco import POOL_REGROW, Moments, Tail, _Ops, _Overflow, _round, host_count, host_tail, log_sum
-from compressors.sidco_work import pool_slots
+from compressors.work.sidco import pool_slots
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 """Gradient dtypes the fused path serves (float64 stays on the eager path)."""

@@ -1,4 +1,4 @@
-"""C source of the fused CPU kernels used by :mod:`compressors.native` (compiled on first use).
+"""C source of the fused CPU kernels used by :mod:`compressors.kernels.native` (compiled on first use).
 
 One kernel, ``sidco_scan``, OpenMP-parallel over contiguous float32 input, does in one read pass
 what a SIDCo stage needs (``y = |x|`` or ``y = x``):

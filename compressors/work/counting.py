@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 FUSED_MARKER = "fused."
-"""Prefix of :func:`record_ops`'s name for each Triton kernel launch of :mod:`compressors.fused`
+"""Prefix of :func:`record_ops`'s name for each Triton kernel launch of :mod:`compressors.kernels.fused`
 (``fused.statistics``, ``fused.compact``): a launch, though no torch dispatch."""
 
 HITS_MARKER = "native.hits:"
@@ -28,11 +28,11 @@ def record_ops(call: Callable[[], Any]) -> tuple[Any, list[str]]:
     ``native.scan:full`` (over as many elements as the call's first kernel; followed by
     ``native.scan:collect`` when it also selected) or ``native.scan:pool:<elements>``, and each
     host count over a pool (``native.count_above``, no kernel) as ``native.count:<elements>``, and
-each Triton kernel launched by :mod:`compressors.fused` as ``fused.<kernel>``."""
+each Triton kernel launched by :mod:`compressors.kernels.fused` as ``fused.<kernel>``."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from compressors import native
+    from compressors.kernels import native
 
     names: list[str] = []
     select, scan, count = native.select_above, native.scan, native.count_above
@@ -82,12 +82,12 @@ each Triton kernel launched by :mod:`compressors.fused` as ``fused.<kernel>``.""
 
 
 def _fused_module() -> Any:
-    """:mod:`compressors.fused` when Triton is installed (its launches are counted), else None."""
+    """:mod:`compressors.kernels.fused` when Triton is installed (its launches are counted), else None."""
     import importlib.util
 
     if importlib.util.find_spec("triton") is None:
         return None
-    from compressors import fused
+    from compressors.kernels import fused
 
     return fused
 

@@ -2,8 +2,9 @@
 several compressors' declarations.
 
 A compressor declares the work of one compress and one decompress call beside its code, in a
-torch-free companion module (``compressors/<module>_work.py`` for ``compressors/<module>.py``,
-bound to the class as its ``work``) so that the cost model reads it without loading torch; see
+torch-free companion module (``compressors/work/<module>.py`` for ``compressors/<module>.py``,
+bound to the class as its ``work``) so that the cost model reads it without loading torch, and
+with it (:class:`Declared`) what the cost model prices differently for it around its calls; see
 :func:`compressors.work.work` for what it counts and docs/extending.md for how to add one. A
 declaration is a function ``(n, density, itemsize, stages, rounds, backend, **counts) -> (compress,
 decompress)``: ``n`` elements of ``itemsize`` bytes at target ``density``, the code path
@@ -17,6 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
+
+from compressors.messages.wire import sparse_bytes
+from compressors.rules import target_count
 
 FINITE_OPS = 5
 """Launches of 0-d tensor arithmetic in ``raise_if_not_finite``'s check of a sum, as the torch path
@@ -143,6 +148,46 @@ Declaration = Callable[..., tuple[Work, Work]]
 """A compressor's declaration: ``(n, density, itemsize, stages, rounds, backend, **counts)`` to
 the work of one compress and one decompress call."""
 
+Wire = Callable[[int, float, int], float]
+"""Bytes one worker sends for ``(n, density, itemsize)``: ``n`` elements of ``itemsize`` bytes at
+target ``density``."""
+
+Residual = Literal["fresh", "decompressed", "sent"]
+"""How error feedback makes a compressor's new residual (:class:`Declared`)."""
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What the cost model reads of one compressor: the work of its calls and what it prices
+    differently for it around them (:func:`compressors.work.work`, :func:`compressors.work.wire_bytes`)."""
+
+    work: Declaration
+    """The work of one compress and one decompress call (the class binds it as its ``work``)."""
+    wire: Wire
+    """Bytes one worker sends (:data:`Wire`)."""
+    residual: Residual = "sent"
+    """Error feedback's new residual: ``fresh`` (a zero vector: everything was sent), ``decompressed``
+    (``sub_`` of the message decompressed into a kept scratch buffer: dense and low-rank messages)
+    or ``sent`` (``index_add_`` of the elements a call sent)."""
+    sent: float = 1.0
+    """Elements a call sends per target count ``k`` (RedSync's selection: about 1.5·k)."""
+    sends_last_hits: bool = False
+    """Whether what its last selecting pass kept (``hits[-1]``) is what a call sent."""
+    fused: Callable[[int, float, float | None], bool] | None = None
+    """Whether its own fused GPU path (``backend="fused"``) takes ``(n, density, pool)``; ``None``:
+    it has none and runs what it runs on a GPU otherwise (``cuda``)."""
+
+
+def dense_wire(n: int, density: float, itemsize: int) -> float:
+    """Bytes of the whole vector (``none``): ``n · itemsize``."""
+    return float(n * itemsize)
+
+
+def sparse_wire(n: int, density: float, itemsize: int) -> float:
+    """Bytes of the sparse message of ``k`` values and their indices
+    (:func:`compressors.messages.wire.sparse_bytes`)."""
+    return float(sparse_bytes(target_count(density, n), itemsize))
+
 
 def finite(w: Work, n: int, itemsize: int) -> None:
     """``raise_if_not_finite`` with a fresh sum: one read pass, scalar checks, one sync."""
@@ -156,7 +201,7 @@ def sparse_decompress(n: int, k: float, itemsize: int) -> Work:
 
 
 def select(w: Work, n: int, hits: float, itemsize: int, backend: str, total: bool = False) -> None:
-    """:func:`compressors.selection.select_above`. Torch path: ``|x|`` into a reused buffer, the
+    """:func:`compressors.numerics.selection.select_above`. Torch path: ``|x|`` into a reused buffer, the
     ``>`` mask, ``nonzero`` (its one sync), optionally ``Σ|x|``, the hits' magnitudes. Native
     path (CPU float32): the threshold read back (one sync), one fused pass writing 8 bytes per
     hit (with ``total``: a second kernel over the hits, and ``Σ|x|`` wrapped in a tensor), the
@@ -174,7 +219,7 @@ def select(w: Work, n: int, hits: float, itemsize: int, backend: str, total: boo
 
 
 def count(w: Work, n: int, hits: float, itemsize: int, backend: str) -> None:
-    """:func:`compressors.selection.count_above`: on the torch path ``|x|``, the mask,
+    """:func:`compressors.numerics.selection.count_above`: on the torch path ``|x|``, the mask,
     ``count_nonzero`` and its sync; natively a selection (:func:`select`)."""
     if backend == "native":
         select(w, n, hits, itemsize, backend)

@@ -1,9 +1,9 @@
 """The declared work of Random-k (:mod:`compressors.randomk`), torch-free for the cost model
-(:mod:`compressors.declare`); tests/test_compressors_work.py holds it to the code."""
+(:mod:`compressors.work.declare`); tests/test_compressors_work.py holds it to the code."""
 
 from __future__ import annotations
 
-from compressors.declare import Declaration, Work, finite, sparse_decompress
+from compressors.work.declare import Declared, Work, finite, sparse_decompress, sparse_wire
 from compressors.rules import target_count
 
 ROUNDS = 1
@@ -30,5 +30,5 @@ def randomk(n: int, density: float, itemsize: int, stages: int, rounds: int | No
     return c.gather(k), sparse_decompress(n, k, itemsize)
 
 
-DECLARES: dict[str, Declaration] = {"randomk": randomk}
+DECLARES: dict[str, Declared] = {"randomk": Declared(randomk, sparse_wire)}
 """Random-k by name."""

@@ -1,7 +1,7 @@
 """The wire format of a compressed gradient and the rule for which collective carries it.
 
 One home for what :class:`compressors.Sparse` counts, what the DDP hook
-(:mod:`compressors.ddp`, :mod:`compressors.ddp_exchange`) really sends and what the simulator
+(:mod:`compressors.ddp`, :mod:`compressors.ddp.exchange`) really sends and what the simulator
 charges (:mod:`simulator.iteration`). All sizes are bytes.
 
 - **Values** travel in the gradient's own dtype (``value_itemsize`` bytes each).

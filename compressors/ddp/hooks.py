@@ -14,15 +14,15 @@ gradient bucket. Works on gloo (CPU) and NCCL (CUDA). Each bucket is compressed 
 1-D vector at the target density.
 
 Three exchange paths, chosen from the compressor and its options alone by
-:func:`compressors.wire.collective` (so every rank takes the same), with the byte counts of
-:mod:`compressors.wire`:
+:func:`compressors.messages.wire.collective` (so every rank takes the same), with the byte counts of
+:mod:`compressors.messages.wire`:
 
 - ``none``: plain all-reduce of the dense bucket;
 - ``randomk`` with ``seed=``: every rank draws the same indices (each bucket's compressor
   is seeded with ``seed + 1_000_003 * bucket.index()``, identical on all ranks), so only
   the values are all-reduced (plus one float flag, see below);
 - every other compressor: the two-phase padded all-gather of values and indices
-  (:mod:`compressors.ddp_exchange`).
+  (:mod:`compressors.ddp.exchange`).
 
 Per-bucket log (for measuring communication time per bucket): ``state.log`` is a
 ``collections.deque`` (the newest ``log_size`` entries) of dicts with the keys
@@ -74,11 +74,11 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_p
 import compressors
 from compressors._validate import target_count
 from compressors.base import Compressor
-from compressors.ddp_exchange import resolve_gather, sparse_allgather_sum
-from compressors.ddp_memory import BucketMemory, layout_of
+from compressors.ddp.exchange import resolve_gather, sparse_allgather_sum
+from compressors.ddp.memory import BucketMemory, layout_of
 from compressors.memory import DGCMemory, ErrorFeedback, Memory
 from compressors.powersgd import plan as powersgd_plan
-from compressors.wire import ALLREDUCE, FLAG_ELEMENTS, collective, values_allreduce_bytes
+from compressors.messages.wire import ALLREDUCE, FLAG_ELEMENTS, collective, values_allreduce_bytes
 from units import check_count
 
 HookFn = Callable[["CompressionHookState", dist.GradBucket], torch.futures.Future[torch.Tensor]]
@@ -231,7 +231,7 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
     2. ``none``: all-reduce the dense bucket, divide by the world size, done.
     3. Find this bucket's slot (compressor + memory) by its parameters' layout. After
        DDP rebuilds its buckets (after the first step), a new layout's memory state is
-       assembled from its parameters' old slices (:mod:`compressors.ddp_memory`).
+       assembled from its parameters' old slices (:mod:`compressors.ddp.memory`).
     4. Compress through the memory: error feedback adds the residual, compresses, and
        keeps what was not sent. A ``ValueError`` from the compressor is held, not raised
        yet, so that this rank still joins the collective below and reports it there.

@@ -1,11 +1,11 @@
 """The declared work of Gaussian-k (:mod:`compressors.gaussiank`), torch-free for the cost model
-(:mod:`compressors.declare`); tests/test_compressors_work.py holds it to the code."""
+(:mod:`compressors.work.declare`); tests/test_compressors_work.py holds it to the code."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compressors.declare import ISFINITE_OPS, Declaration, Work, kept, select, sparse_decompress
+from compressors.work.declare import ISFINITE_OPS, Declared, Work, kept, select, sparse_decompress, sparse_wire
 from compressors.rules import target_count
 
 ROUNDS = 3
@@ -39,5 +39,5 @@ def gaussiank(n: int, density: float, itemsize: int, stages: int, rounds: int | 
     return c.gather(sent), sparse_decompress(n, sent, itemsize)
 
 
-DECLARES: dict[str, Declaration] = {"gaussiank": gaussiank}
+DECLARES: dict[str, Declared] = {"gaussiank": Declared(gaussiank, sparse_wire, sends_last_hits=True)}
 """Gaussian-k by name."""

@@ -4,7 +4,7 @@ on the best backend for the tensor; exact Top-k built on it; reusable buffers; t
 
 Every threshold compressor (SIDCo's torch path, DGC's final selection, Gaussian-k, RedSync) and
 exact Top-k select through :func:`select_above` / :func:`count_above`, so they get the same
-engineering: on a contiguous float32 CPU tensor the fused C kernel of :mod:`compressors.native`
+engineering: on a contiguous float32 CPU tensor the fused C kernel of :mod:`compressors.kernels.native`
 (one pass that reads ``x``, compares ``|x|``, writes the hits and, on request, sums ``|x|``);
 elsewhere (CUDA, fp16/bf16/fp64, native library unavailable) torch (``abs`` into a reused buffer,
 ``gt``, ``nonzero``). Both return the same positions, ascending; the result says which ran
@@ -22,12 +22,12 @@ from typing import NamedTuple
 
 import torch
 
-from compressors import native
+from compressors.kernels import native
 from compressors.rules import COUNT_BAND, TOPK_SAMPLE, keeps_count
 
 def _native_ok(x: torch.Tensor, allow_native: bool) -> bool:
     """Whether the fused kernel serves ``x`` (a library that could not be built is reported once
-    by :mod:`compressors.native`; results are the same, only slower: ``backend`` reads ``torch``)."""
+    by :mod:`compressors.kernels.native`; results are the same, only slower: ``backend`` reads ``torch``)."""
     return allow_native and native.usable(x)
 
 

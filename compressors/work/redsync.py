@@ -1,11 +1,11 @@
 """The declared work of RedSync (:mod:`compressors.redsync`), torch-free for the cost model
-(:mod:`compressors.declare`); tests/test_compressors_work.py holds it to the code."""
+(:mod:`compressors.work.declare`); tests/test_compressors_work.py holds it to the code."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compressors.declare import Declaration, Work, count, kept, select, sparse_decompress
+from compressors.work.declare import Declared, Work, count, kept, select, sparse_decompress, sparse_wire
 from compressors.rules import target_count
 
 ROUNDS = 5
@@ -37,5 +37,5 @@ def redsync(n: int, density: float, itemsize: int, stages: int, rounds: int | No
     return c.gather(sent), sparse_decompress(n, sent, itemsize)
 
 
-DECLARES: dict[str, Declaration] = {"redsync": redsync}
+DECLARES: dict[str, Declared] = {"redsync": Declared(redsync, sparse_wire, sent=1.5, sends_last_hits=True)}
 """RedSync by name."""

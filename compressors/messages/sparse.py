@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from compressors.wire import sparse_bytes
+from compressors.messages.wire import sparse_bytes
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Sparse:
       so only the values travel.
     - ``fallback``: the estimator's threshold missed the count rule
       (:data:`compressors.rules.COUNT_BAND`) and the exact top-k was sent instead
-      (:func:`compressors.selection.guard_count`); ``threshold`` is then the k-th largest ``|g|``.
+      (:func:`compressors.numerics.selection.guard_count`); ``threshold`` is then the k-th largest ``|g|``.
     """
 
     values: torch.Tensor
@@ -62,7 +62,7 @@ class Sparse:
         return self.selected / self.numel if self.numel else 0.0
 
     def wire_bytes(self) -> int:
-        """Bytes on the wire (:mod:`compressors.wire`): values in their own dtype plus int32
+        """Bytes on the wire (:mod:`compressors.messages.wire`): values in their own dtype plus int32
         indices (int64 beside 64-bit values).
 
         ``dense`` messages send ``numel * itemsize`` bytes; ``shared_indices`` messages send the

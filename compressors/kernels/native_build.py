@@ -1,9 +1,9 @@
-"""Where the fused CPU kernels of :mod:`compressors.native` are built, and whether they are: no
+"""Where the fused CPU kernels of :mod:`compressors.kernels.native` are built, and whether they are: no
 torch, no compiler (a projection that prices the native path asks :func:`built`, it never builds).
 
-The library is cached in the testbed's cache directory (:func:`compressors.machine.cache_dir`),
+The library is cached in the testbed's cache directory (:func:`machine.cache_dir`),
 keyed by a hash of the C source, the compiler flags (:data:`FLAGS` plus ``SIDCO_NATIVE_FLAGS``)
-and the CPU fields a ``-march=native`` build depends on (:func:`march_key`): a ``-march=native`` build is never loaded on
+and the CPU fields a ``-march=native`` build depends on (:func:`machine.march_key`): a ``-march=native`` build is never loaded on
 another CPU model.
 """
 
@@ -14,8 +14,8 @@ import os
 import shlex
 from pathlib import Path
 
-from compressors._kernels_c import SOURCE
-from compressors.machine import cache_dir, cpuinfo
+from compressors.kernels.c_source import SOURCE
+from machine import cache_dir, march_key
 
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno",
          "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"]
@@ -30,18 +30,6 @@ def flags() -> list[str]:
     """Compiler flags: :data:`FLAGS` plus the words of ``$SIDCO_NATIVE_FLAGS`` (e.g. ``-mno-avx512f``
     to build without AVX-512 on a machine that has it); both are part of the cache key."""
     return FLAGS + shlex.split(os.environ.get("SIDCO_NATIVE_FLAGS", ""))
-
-
-def march_key() -> str:
-    """What a ``-march=native`` build depends on: this CPU's model name and all its feature flags
-    (:func:`compressors.machine.cpuinfo`; elsewhere the platform's processor and machine strings)."""
-    info = cpuinfo()
-    fields = {key: info[key] for key in ("model name", "flags", "Features", "CPU part") if key in info}
-    if not fields:
-        import platform
-
-        return f"{platform.processor()} {platform.machine()}"
-    return "; ".join(f"{key}: {value}" for key, value in sorted(fields.items()))
 
 
 def cache_path(identity: str | None = None) -> Path:

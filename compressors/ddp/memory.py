@@ -28,7 +28,7 @@ import torch
 
 from compressors.base import Compressor
 from compressors.memory import Memory
-from compressors.sparse import Sparse
+from compressors.messages.sparse import Sparse
 
 Layout = tuple[tuple[int, int], ...]
 """A bucket's parameters in buffer order: ``((parameter key, numel), ...)``."""

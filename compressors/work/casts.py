@@ -1,10 +1,13 @@
 """The declared work of the 16-bit casts ``fp16`` and ``bf16`` (:mod:`compressors.casts`),
-torch-free for the cost model (:mod:`compressors.declare`); tests/test_compressors_work.py holds it
+torch-free for the cost model (:mod:`compressors.work.declare`); tests/test_compressors_work.py holds it
 to the code."""
 
 from __future__ import annotations
 
-from compressors.declare import FINITE_OPS, ISFINITE_OPS, Declaration, Work
+import functools
+
+from compressors.messages.wire import DENSE_ALLREDUCE
+from compressors.work.declare import FINITE_OPS, ISFINITE_OPS, Declared, Work
 
 
 def cast(n: int, density: float, itemsize: int, stages: int, rounds: int | None, backend: str,
@@ -21,5 +24,12 @@ def cast(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
     return c, Work().stream(n, half, itemsize, full=True)
 
 
-DECLARES: dict[str, Declaration] = {"fp16": cast, "bf16": cast}
+def _wire(name: str, n: int, density: float, itemsize: int) -> float:
+    """Bytes one worker sends for cast ``name``: the half-width values
+    (:data:`compressors.messages.wire.DENSE_ALLREDUCE`)."""
+    return float(n * DENSE_ALLREDUCE[name])
+
+
+DECLARES: dict[str, Declared] = {name: Declared(cast, functools.partial(_wire, name), residual="decompressed")
+                                 for name in ("fp16", "bf16")}
 """Each cast by name (the same work: both send 2 bytes per element)."""

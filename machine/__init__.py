@@ -2,9 +2,9 @@
 
 The one home of the machine's identity: :func:`host_identity` (CPU model, the SIMD flags that
 decide measured numbers, cores, torch version), the key two hosts share when their measured
-numbers may stand for each other (:func:`host_key`), and the identity string recorded with every
-benchmark and replay (:func:`device_identity`: ``"cpu: AMD EPYC 7B13 (avx2, avx512f)"``,
-``"cuda: NVIDIA H200"``). Reading the CPU's identity imports no torch (a projection onto this CPU
+numbers may stand for each other (:func:`host_key`), what a ``-march=native`` build depends on
+(:func:`march_key`), and the identity string recorded with every benchmark and replay
+(:func:`device_identity`: ``"cpu: AMD EPYC 7B13 (avx2, avx512f)"``, ``"cuda: NVIDIA H200"``). Reading the CPU's identity imports no torch (a projection onto this CPU
 reads it). :func:`cache_dir` is the one reader of ``SIDCO_CACHE_DIR``.
 """
 
@@ -44,6 +44,17 @@ def cpuinfo() -> dict[str, str]:
     read once; empty where there is no such file. The one reader of it: the CPU identity of
     measurements, the native build's cache key and the device model's host all use it."""
     return dict(_cpuinfo())
+
+
+def march_key() -> str:
+    """What a ``-march=native`` build depends on (the native kernels' cache key): this CPU's model
+    name and all its feature flags (:func:`cpuinfo`; elsewhere the platform's processor and machine
+    strings)."""
+    info = cpuinfo()
+    fields = {key: info[key] for key in ("model name", "flags", "Features", "CPU part") if key in info}
+    if not fields:
+        return f"{platform.processor()} {platform.machine()}"
+    return "; ".join(f"{key}: {value}" for key, value in sorted(fields.items()))
 
 
 CACHE_ENV = "SIDCO_CACHE_DIR"

@@ -5,18 +5,20 @@ counts, for one call on an ``numel``-element gradient, the kernels the code issu
 the whole vector, bytes read and written by streaming kernels (whole or partial vectors),
 kernel launches (eager op dispatches on a CPU), device→host synchronisations, and the
 elements that go through top-k, sort, gather/scatter, compaction (``nonzero``) and
-transcendental functions. :mod:`simulator.costmodel` turns it into seconds on a device.
+transcendental functions. :mod:`costs.costmodel` turns it into seconds on a device.
 
 Each compressor declares its own work beside its code: the class's ``work``, a torch-free function
-in the companion module of the one that implements it (``compressors/<module>_work.py``, in the
-vocabulary of :mod:`compressors.declare`); :data:`DECLARATIONS` finds them through the registry
-(:data:`compressors.rules.CATALOG`), and :func:`work` adds what the memory training gives a
-compressor does. The declarations mirror the code path by path (``backend="torch"``: the eager
+in the companion module of the one that implements it (``compressors/work/<module>.py`` for
+``compressors/<module>.py``, in the vocabulary of :mod:`compressors.work.declare`), and with it what
+is priced differently for it around its calls (:class:`compressors.work.declare.Declared`: its wire
+bytes, its residual, a fused path); :data:`DECLARATIONS` holds them, by plain import of each
+companion, in the registry's order (:data:`compressors.rules.CATALOG`), and :func:`work` adds what
+the memory training gives a compressor does. The declarations mirror the code path by path (``backend="torch"``: the eager
 torch ops, any device; ``"cuda"``: the same where a GPU runs other code (exact Top-k);
 ``"native"``: the fused C kernels on CPU float32, SIDCo's and the selection primitive's) and are
 checked against what the code does, op by op and kernel by kernel (tests/test_compressors_work.py,
-with the op recorder :func:`compressors.counting.record_ops` and
-:func:`compressors.counting.loop_counts`). Work that depends on the data is declared as a function
+with the op recorder :func:`compressors.work.counting.record_ops` and
+:func:`compressors.work.counting.loop_counts`). Work that depends on the data is declared as a function
 of counts the call reveals, with defaults seen on gradient-like data: ``rounds`` (selection
 loops, each declaration's own default; SIDCo's native full passes), DGC's ``trim``, SIDCo's
 ``stages`` (:data:`DEFAULT_STAGES`), the stages it adds within a call (``deepened``) and its
@@ -29,21 +31,27 @@ training runs them) the residual update is part of compress. Units: elements, by
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 from collections.abc import Sequence
 
-from compressors import message_kind
-from compressors.declare import CallWork, Declaration, Work
-from compressors.powersgd_work import factors as powersgd_factors
 from compressors.rules import CATALOG, target_count
-from compressors.sidco_work import CORRECTIONS as SIDCO_CORRECTIONS
-from compressors.sidco_work import NATIVE_POOL, fused_fits
-from compressors.wire import DENSE_ALLREDUCE, sparse_bytes
+from compressors.work import casts, dgc, gaussiank, powersgd, randomk, redsync, reference, sidco
+from compressors.work.declare import CallWork, Declaration, Declared, Work
 
-FUSED = ("sidco-e", "sidco-p", "sidco-gp")
+_DECLARED: dict[str, Declared] = {**reference.DECLARES, **randomk.DECLARES, **dgc.DECLARES, **gaussiank.DECLARES,
+                                  **redsync.DECLARES, **sidco.DECLARES, **casts.DECLARES, **powersgd.DECLARES}
+if set(_DECLARED) != set(CATALOG):
+    raise ImportError(f"declared work and registry disagree: {sorted(set(_DECLARED) ^ set(CATALOG))}; add the "
+                      "compressor's Declared to DECLARES in its compressors/work/<module>.py and import that module "
+                      "here (docs/extending.md)")
+
+DECLARATIONS: dict[str, Declared] = {name: _DECLARED[name] for name in CATALOG}
+"""Every registered compressor's declaration (its work and what is priced differently for it) by name, in
+the registry's order."""
+
+FUSED: tuple[str, ...] = tuple(name for name, declared in DECLARATIONS.items() if declared.fused is not None)
 """Compressors with a fused path of their own (``backend="fused"``: the Triton kernels of
-:mod:`compressors.fused` on a GPU, error feedback folded into its first read); the others
+:mod:`compressors.kernels.fused` on a GPU, error feedback folded into its first read); the others
 declare what they run on a GPU (``cuda``) there."""
 
 DEFAULT_STAGES = 1
@@ -53,7 +61,7 @@ in-call corrections keep every call's count within the band, so it stays there: 
 call on Gaussian, Student-t (3 d.o.f.), Laplace and gradient-like data at δ = 0.01 and 0.001,
 with and without error feedback (tests/test_sidco_lean.py). Where one stage's fit cannot reach
 the density, the call adds stages from the pool (``deepened``,
-:func:`compressors.sidco_work.default_deepened`)."""
+:func:`compressors.work.sidco.default_deepened`)."""
 
 def _ef_in(n: int, itemsize: int) -> Work:
     """Error feedback before compressing: ``grad + residual`` into a kept spare buffer (the
@@ -61,36 +69,18 @@ def _ef_in(n: int, itemsize: int) -> Work:
     return Work().stream(n, 2 * itemsize, itemsize, full=True, cold=True)
 
 
-def _ef_out(name: str, n: int, density: float, itemsize: int, decompress: Work, sent: float | None = None) -> Work:
-    """Error feedback after compressing, the new residual: a fresh zero vector for ``none``,
-    ``index_add_`` of what was sent for sparse messages, else ``sub_`` of the message
-    decompressed into a kept scratch buffer (``decompress``: the work of decompressing it)."""
-    if name == "none":
+def _ef_out(declared: Declared, n: int, density: float, itemsize: int, decompress: Work,
+            hits: Sequence[float]) -> Work:
+    """Error feedback after compressing, the new residual (``declared.residual``): a fresh zero
+    vector, ``sub_`` of the message decompressed into a kept scratch buffer (``decompress``: the
+    work of decompressing it), or ``index_add_`` of what was sent (the last of ``hits`` where
+    that is what a call sent, else ``declared.sent`` · k)."""
+    if declared.residual == "fresh":
         return Work().stream(n, 0, itemsize, full=True).allocate(n * itemsize)
-    if message_kind(name) in ("dense", "lowrank"):
+    if declared.residual == "decompressed":
         return _merge(decompress, Work().stream(n, 2 * itemsize, itemsize, full=True))
-    if sent is None:
-        sent = 1.5 * target_count(density, n) if name == "redsync" else target_count(density, n)
+    sent = float(hits[-1]) if hits and declared.sends_last_hits else declared.sent * target_count(density, n)
     return Work().gather(sent)
-
-
-def _declaration(name: str, module: str) -> Declaration:
-    """Compressor ``name``'s declared work: ``DECLARES[name]`` of the companion ``<module>_work``
-    of the module that implements it."""
-    companion = f"{module}_work"
-    try:
-        return importlib.import_module(companion).DECLARES[name]
-    except ModuleNotFoundError as exc:
-        if exc.name != companion:
-            raise
-    except KeyError:
-        pass
-    raise ImportError(f"compressor {name!r} declares no work: add DECLARES[{name!r}] to {companion} "
-                      "and bind it to the class as its work (docs/extending.md)")
-
-
-DECLARATIONS: dict[str, Declaration] = {name: _declaration(name, module) for name, (module, _, _) in CATALOG.items()}
-"""Every registered compressor's declared work by name, in the registry's order."""
 
 
 @functools.cache
@@ -101,7 +91,7 @@ def _keywords(declaration: Declaration) -> frozenset[str]:
 
 def work(name: str, numel: int, density: float, *, stages: int | None = None, rounds: int | None = None,
          backend: str = "torch", error_feedback: bool = True, itemsize: int = 4, trim: bool = True,
-         corrections: int = SIDCO_CORRECTIONS, adapt: str = "count",
+         corrections: int = sidco.CORRECTIONS, adapt: str = "count",
          steps: int | None = None, pool: float | None = None, collects: int = 1,
          hits: Sequence[float] | None = None, deepened: int | None = None) -> CallWork:
     """The declared work of one compress and one decompress call of compressor ``name``.
@@ -114,7 +104,7 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     ``stages``: SIDCo's planned stage count (its ``planned`` after a call; default
     :data:`DEFAULT_STAGES`); ``deepened``: the stages SIDCo added within the call from its pool
     (its ``deepened``; adaptive stages only; default, when ``stages`` is not given either,
-    :func:`compressors.sidco_work.default_deepened`; else 0: on the native path the stages a call
+    :func:`compressors.work.sidco.default_deepened`; else 0: on the native path the stages a call
     used, with no ``deepened``, price the same as its planned and added ones); ``rounds``: the
     loop count of Gaussian-k, RedSync, DGC, Top-k and Random-k, and for SIDCo's native path its
     full passes (default: the count each declaration states, seen on gradient-like data);
@@ -122,8 +112,8 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     1.3·k); ``corrections``: SIDCo's in-call correction steps (its torch path always runs all of
     them, masked); ``adapt``: SIDCo's ``adapt`` option (``"paper"``: fixed stage probabilities,
     no corrections); ``steps``: the correction steps SIDCo's native path took (it stops once
-    within the band; default :data:`compressors.sidco_work.NATIVE_STEPS`); ``pool``: the elements
-    each of its pool kernels read (default :data:`compressors.sidco_work.NATIVE_POOL` · k);
+    within the band; default :data:`compressors.work.sidco.NATIVE_STEPS`); ``pool``: the elements
+    each of its pool kernels read (default :data:`compressors.work.sidco.NATIVE_POOL` · k);
     ``collects``: its full passes that also collected a pool (default 1, the first); ``hits``:
     the elements each native selecting pass of Top-k, DGC, Gaussian-k and RedSync kept, in order
     (a selecting pass costs more the more it keeps, 0.15 to 0.5 ns per element on this testbed's
@@ -137,7 +127,7 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     folds = backend == "fused" and fused_path(name, numel, density, pool)
     if backend == "fused" and not folds:  # no fused path of its own: what it runs on a GPU
         backend = "cuda"
-    declaration = DECLARATIONS[name]
+    declared = DECLARATIONS[name]
     n = int(numel)
     if deepened is None and stages is not None:
         deepened = 0  # a given stage count: a fixed one, or one a call reported (the stages it used)
@@ -145,14 +135,13 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     rounds = None if rounds is None else int(rounds)
     counts = {"trim": trim, "hits": list(hits or ()), "corrections": corrections, "adapt": adapt, "steps": steps,
               "pool": pool, "collects": collects, "deepened": deepened}
-    taken = _keywords(declaration)
-    compress, decompress = declaration(n, float(density), itemsize, stages, rounds, backend,
+    taken = _keywords(declared.work)
+    compress, decompress = declared.work(n, float(density), itemsize, stages, rounds, backend,
                                        **{key: value for key, value in counts.items() if key in taken})
     if not error_feedback:  # the compressor reads the caller's gradient, written long before the call
         _read_input_cold(compress, n)
     else:
-        sent = float(hits[-1]) if hits and name in ("gaussiank", "redsync") else None
-        ef_out = _ef_out(name, n, density, itemsize, decompress, sent)
+        ef_out = _ef_out(declared, n, density, itemsize, decompress, counts["hits"])
         compress = _merge(_fold_feedback(compress, n, itemsize) if folds else _merge(_ef_in(n, itemsize), compress),
                           ef_out)
     compress.working_set_bytes = (4.0 if error_feedback else 2.0) * n * itemsize
@@ -162,10 +151,10 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
 
 def fused_path(name: str, numel: int, density: float, pool: float | None = None) -> bool:
     """Whether ``backend="fused"`` declares compressor ``name``'s fused path for ``numel``
-    elements at ``density`` (SIDCo, with its pool, default 5·k, within
-    :data:`compressors.sidco_work.FUSED_SLOTS`) rather than what it runs on a GPU otherwise."""
-    k = target_count(density, numel)
-    return name in FUSED and fused_fits(numel, NATIVE_POOL * k if pool is None else pool, k)
+    elements at ``density`` (its ``Declared.fused``: SIDCo, with its pool, default 5·k, within
+    :data:`compressors.work.sidco.FUSED_SLOTS`) rather than what it runs on a GPU otherwise."""
+    fused = DECLARATIONS[name].fused
+    return fused is not None and fused(numel, density, pool)
 
 
 def _fold_feedback(w: Work, n: int, itemsize: int) -> Work:
@@ -199,14 +188,7 @@ def _merge(a: Work, b: Work) -> Work:
 
 
 def wire_bytes(name: str, numel: int, density: float, itemsize: int = 4) -> float:
-    """Bytes one worker sends for an ``numel``-element gradient: dense for ``none``, half-width
-    values for fp16/bf16, the two PowerSGD factors (the vector as one square matrix), else the
-    sparse message of ``k`` values and their indices (:mod:`compressors.wire`)."""
-    if name == "none":
-        return float(numel * itemsize)
-    if name in ("fp16", "bf16"):
-        return float(numel * DENSE_ALLREDUCE[name])
-    if name == "powersgd":
-        rows, cols, r = powersgd_factors(numel)
-        return float((rows + cols) * r * itemsize)
-    return float(sparse_bytes(target_count(density, numel), itemsize))
+    """Bytes one worker sends for an ``numel``-element gradient of ``itemsize``-byte elements at
+    ``density``: its declaration's ``wire`` (dense for ``none``, half-width values for fp16/bf16,
+    the two PowerSGD factors, else the sparse message of ``k`` values and their indices)."""
+    return DECLARATIONS[name].wire(numel, density, itemsize)
