@@ -24,7 +24,6 @@ from typing import Any
 import traces
 from convergence import RunConfig, train
 from convergence.curves import document as curves_document  # the door prints a run's curves by it
-from traces.workloads import data_source  # a bad --data fails before the store
 import pipeline.replay
 from pipeline.request import check_compressors, takes_density
 from units import check_count, check_density

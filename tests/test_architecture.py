@@ -250,6 +250,15 @@ def test_the_time_to_accuracy_verdict_text_has_one_home():
     assert TTA_VERDICT.search(home.read_text())
 
 
+def test_the_data_check_has_one_home():
+    """A workload's ``--data`` is checked in one place the doors call, pipeline.capture.check_data:
+    no other module of the pipeline or the doors builds a data source or re-exports it."""
+    home = ROOT / "pipeline" / "capture.py"
+    found = _lines_matching(lambda line: "data_source" in line, ("pipeline", "sidco", "dashboard"), home=home)
+    assert not found, "\n".join(found)
+    assert "def check_data(" in home.read_text()
+
+
 def _names(value: object) -> bool:
     """Whether ``value`` is a list, tuple or frozenset of names (strings), none empty."""
     return isinstance(value, (list, tuple, frozenset)) and all(isinstance(v, str) and v for v in value)

@@ -9,8 +9,9 @@ import torch
 from tqdm import tqdm
 
 from pipeline import converge
+from pipeline.capture import check_data
 from pipeline.catalog import workload_names
-from pipeline.converge import RunConfig, curves_document, data_source
+from pipeline.converge import RunConfig, curves_document
 from results.store import Store
 from sidco.commands import COMMANDS, add_run_on_argument, add_store_argument, dump_json
 from units import parse_density, parse_list
@@ -88,7 +89,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     config.check()
     if args.seeds < 1:
         raise ValueError(f"invalid --seeds {args.seeds}: must be >= 1")
-    data_source(config.workload, config.data, config.seed)  # a bad --data fails before the store
+    check_data(config.workload, config.data, config.seed)
     if args.width is not None and not args.width > 0:
         raise ValueError(f"invalid --width {args.width}: must be > 0")
     if args.batch_size is not None and args.batch_size < 1:
