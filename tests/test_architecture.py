@@ -250,6 +250,18 @@ def test_the_time_to_accuracy_verdict_text_has_one_home():
     assert TTA_VERDICT.search(home.read_text())
 
 
+LABEL_RULE = re.compile(r"\}@\{[^}]*(densit|\bd\b|:g\})")
+
+
+def test_the_pair_label_rule_has_one_home():
+    """A (compressor, density) pair is named by one rule, units.Pair.label (``topk@0.01``, the bare
+    name without a density): nothing else writes ``name@density``."""
+    home = ROOT / "units" / "__init__.py"
+    found = _lines_matching(LABEL_RULE.search, home=home)
+    assert not found, "\n".join(found)
+    assert LABEL_RULE.search(home.read_text())
+
+
 def test_the_data_check_has_one_home():
     """A workload's ``--data`` is checked in one place the doors call, pipeline.capture.check_data:
     no other module of the pipeline or the doors builds a data source or re-exports it."""

@@ -12,6 +12,7 @@ from pipeline import converge
 from pipeline.capture import check_data
 from pipeline.catalog import workload_names
 from pipeline.converge import RunConfig, curves_document
+from pipeline.request import paired_rows
 from results.store import Store
 from sidco.commands import COMMANDS, add_run_on_argument, add_store_argument, dump_json
 from units import parse_density, parse_list
@@ -131,9 +132,9 @@ def run(args: argparse.Namespace) -> int:
         wanted = set(combinations)
         rows, all_rows = [], []
         for offset, item in enumerate(results):
-            for r in store.convergence_rows(item.convergence_id):
-                if (r["compressor"], float(r["density"])) in wanted:
-                    row = {**dict(r), "seed": config.seed + offset}
+            for r in paired_rows(store.convergence_rows(item.convergence_id)):
+                if (r["compressor"], r["density"]) in wanted:
+                    row = {**r, "seed": config.seed + offset}
                     row.pop("convergence_id", None)
                     all_rows.append(row)
                     if offset == 0:
@@ -158,12 +159,13 @@ def run(args: argparse.Namespace) -> int:
     print(header)
     print("-" * len(header))
     for compressor, density in combinations:
-        items = [r for r in rows if r["compressor"] == compressor and float(r["density"]) == density]
+        items = [r for r in rows if (r["compressor"], r["density"]) == (compressor, density)]
         evaluated = [r for r in items if r["accuracy"] is not None]
         if not items:
             continue
         last = evaluated[-1] if evaluated else None
-        print(f"{compressor:<10} {density:>8g} {items[0]['loss']:>10.4f} {items[-1]['loss']:>9.4f} "
+        shown = "-" if density is None else f"{density:g}"
+        print(f"{compressor:<10} {shown:>8} {items[0]['loss']:>10.4f} {items[-1]['loss']:>9.4f} "
               f"{last['eval_loss'] if last else float('nan'):>9.4f} {last['accuracy'] if last else float('nan'):>8.4f}")
     print("loss = mean training loss of the workers (cross-entropy, nats); eval loss and accuracy (fraction "
           "correct) on held-out samples at the last iteration. Next: sidco tta --convergence "
