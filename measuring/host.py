@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from compressors.timing import timed
 from simulator.devices import NO_TENSOR_UNITS, Device, host_identity, host_key
 
 
@@ -34,9 +35,7 @@ def _timings(fn, repeats: int, before=None) -> list[float]:
     for _ in range(repeats):
         if before is not None:
             before()
-        start = clock()
-        fn()
-        times.append(clock() - start)
+        times.append(timed(fn, clock)[0])
     return times
 
 

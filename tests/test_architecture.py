@@ -262,6 +262,19 @@ def test_the_pair_label_rule_has_one_home():
     assert LABEL_RULE.search(home.read_text())
 
 
+CLOCK_START = re.compile(r"=\s*(time\.)?(perf_counter|process_time|clock|now)\(\)\s*$", re.MULTILINE)
+
+
+def test_the_compressor_timing_loop_has_one_home():
+    """A compress or decompress is timed in one place, compressors.timing.timed (a call between two
+    synchronisations on one clock): bench, the profiling children, the host measurements and a
+    replay call it instead of starting a clock themselves."""
+    home = ROOT / "compressors" / "timing.py"
+    found = _lines_matching(CLOCK_START.search, ("traces", "measuring", "pipeline"), home=home)
+    assert not found, "\n".join(found)
+    assert CLOCK_START.search(home.read_text())
+
+
 def test_the_data_check_has_one_home():
     """A workload's ``--data`` is checked in one place the doors call, pipeline.capture.check_data:
     no other module of the pipeline or the doors builds a data source or re-exports it."""
