@@ -21,6 +21,7 @@ import torch
 
 import compressors
 from measuring.samples import gradient_like
+from units import Pair
 
 CASES = (("topk", 0.01), ("dgc", 0.01), ("sidco-e", 0.01), ("sidco-p", 0.01), ("sidco-gp", 0.01),
          ("sidco-e", 0.001), ("fp16", 1.0), ("powersgd", 1.0), ("none", 1.0))
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     torch.set_num_threads(1)
     grads = [gradient_like(args.size, seed) for seed in range(3)]
-    print(json.dumps({f"{name}@{density:g}": median_ms(name, density, grads, args.warmup, args.repeats)
+    print(json.dumps({Pair(name, density).label: median_ms(name, density, grads, args.warmup, args.repeats)
                       for name, density in CASES}))
     return 0
 

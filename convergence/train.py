@@ -117,7 +117,7 @@ def evaluate(work: workloads.Workload, model: nn.Module, batches: list[tuple[tor
 def train(
     config: RunConfig,
     compressor: str,
-    density: float,
+    density: float | None,
     *,
     recorder_factory: Callable[[nn.Module, int], Recorder] | None = None,
     progress: Callable[[int, float], None] | None = None,
@@ -127,7 +127,7 @@ def train(
     (mean training loss of the workers), ``eval_loss`` and ``accuracy`` (held-out; ``None`` on
     iterations that are not evaluated).
 
-    ``density`` is ignored by ``none``, the dense casts and PowerSGD (reported as 1.0). ``recorder_factory(model, batch_size)``
+    ``density`` (``None`` or ignored for ``none``, the dense casts and PowerSGD: reported as 1.0, the store's number for no density). ``recorder_factory(model, batch_size)``
     returns a :class:`traces.Recorder` (with ``workers`` set) that records this run's per-worker
     gradients; it is closed (the trace written) after the last iteration. ``progress(iteration,
     loss)`` and ``observe(iteration, model)`` are called after every step. Raises ``ValueError`` when the loss stops being finite.

@@ -70,18 +70,18 @@ def mean_spread(values: Sequence[float]) -> tuple[float, float | None]:
 
 def time_to_target(
     rows: Iterable[Mapping[str, Any]],
-    iteration_s: Mapping[tuple[str, float], float | None],
+    iteration_s: Mapping[tuple[str, float | None], float | None],
     *,
     target_accuracy: float | None = None,
     target_loss: float | None = None,
-    bands: Mapping[tuple[str, float], tuple[float, float]] | None = None,
+    bands: Mapping[tuple[str, float | None], tuple[float, float]] | None = None,
 ) -> list[dict[str, Any]]:
     """The time-to-target table of a convergence run trained with one or more seeds.
 
-    ``rows``: convergence rows (``compressor``, ``density``, ``iteration``, ``eval_loss``,
-    ``accuracy``, optionally ``seed``: rows of different seeds are separate runs of the same
-    pair) of any number of (compressor, density) runs. ``iteration_s``: projected seconds per
-    iteration per ``(compressor, density)``; ``bands``: its ``(low, high)`` error band (seconds)
+    ``rows``: convergence rows (``compressor``, ``density``: ``None`` for a compressor that takes
+    none, ``iteration``, ``eval_loss``, ``accuracy``, optionally ``seed``: rows of different seeds
+    are separate runs of the same pair) of any number of (compressor, density) runs.
+    ``iteration_s``: projected seconds per iteration per ``(compressor, density)``; ``bands``: its ``(low, high)`` error band (seconds)
     where the projection has one.
 
     Returns one row per pair, sorted by time (unreached last): ``compressor``, ``density``,
@@ -94,9 +94,10 @@ def time_to_target(
     projected time).
     """
     check_target(target_accuracy, target_loss)
-    runs: dict[tuple[str, float], dict[int, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    runs: dict[tuple[str, float | None], dict[int, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
-        runs[(str(row["compressor"]), float(row["density"]))][int(row.get("seed") or 0)].append(row)
+        density = None if row["density"] is None else float(row["density"])
+        runs[(str(row["compressor"]), density)][int(row.get("seed") or 0)].append(row)
     table = []
     for (compressor, density), by_seed in runs.items():
         reached, reasons = [], []
@@ -121,5 +122,5 @@ def time_to_target(
                       "time_to_target_s_high": None if mean is None or high is None else mean * high,
                       "time_spread_s": None if total is None or spread is None else spread * seconds,
                       "reason": reason})
-    table.sort(key=lambda r: (r["time_to_target_s"] is None, r["time_to_target_s"] or 0.0, r["compressor"], r["density"]))
+    table.sort(key=lambda r: (r["time_to_target_s"] is None, r["time_to_target_s"] or 0.0, r["compressor"], r["density"] or 0.0))
     return table

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from units import Pair
+
 
 def density_key(density: float | None) -> float | None:
     """Canonical density used as a lookup key (6 significant digits)."""
@@ -75,7 +77,7 @@ class CompressionProfile:
         """The costs of ``compressor`` at ``density``; ValueError when they were not measured."""
         key = (compressor, density_key(density))
         if key not in self.costs:
-            have = ", ".join(f"{c}@{d:g}" for c, d in sorted(self.costs, key=str) if d is not None) or "none"
+            have = ", ".join(Pair(c, d).label for c, d in sorted(self.costs, key=str) if d is not None) or "none"
             raise ValueError(f"no compression profile for {compressor} at density {density}; profiled: {have}")
         return self.costs[key]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from pipeline import converge
 from pipeline.converge import RunConfig
 from results.store import Store
-from units import parse_density, parse_list
+from units import Pair, parse_density, parse_list
 
 MAX_STEPS = 20_000
 """Most worker passes (workers × iterations × pairs) the page launches; bigger runs: ``sidco converge``."""
@@ -24,7 +24,7 @@ class ConvergeSpec:
     """A run launched from the page: its configuration and its (compressor, density) pairs."""
 
     config: RunConfig
-    pairs: tuple[tuple[str, float], ...]
+    pairs: tuple[Pair, ...]
 
 
 def _whole(text: str | None, name: str) -> int:
@@ -71,7 +71,7 @@ def run(store_path: str | Path, spec: ConvergeSpec, progress: Callable[[int, int
 
     with Store(store_path) as store:
         convergence_id = converge.open_run(store, spec.config)
-        skipped = len(store.convergence_done(convergence_id, spec.config.iterations) & set(spec.pairs))
+        skipped = len(converge.trained(store, convergence_id, spec.config.iterations) & set(spec.pairs))
         state["done"] = skipped * spec.config.iterations
         result = converge.run(store, spec.config, spec.pairs, progress=step, started=started)
     return result.convergence_id

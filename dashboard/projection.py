@@ -20,8 +20,7 @@ from pipeline import settle
 from pipeline import quality as pipeline_quality
 from pipeline.catalog import TOPOLOGIES, compressor_names as _compressor_names, layout_names as _layout_names
 from pipeline.project import chrome_trace
-from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, takes_density
-from pipeline.verdict import label
+from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, pair
 from results.store import Store, row_id
 from units import parse_bandwidth, parse_duration
 
@@ -165,11 +164,9 @@ def _run(store: Store, request: Request, compressors: list[str], fidelity: str,
 
 def _row(result: dict[str, Any], fidelity: str, density: float) -> dict[str, Any]:
     """One page row of a projection result (``density`` ``None`` where the message ignores it)."""
-    name = result["compressor"]
+    found = pair(result["compressor"], density)
     return {**{key: result.get(key) for key in RESULT_KEYS},
-            "compressor": name,
-            "density": density if takes_density(name) else None,
-            "label": label(name, density if takes_density(name) else None),
+            "compressor": found.compressor, "density": found.density, "label": found.label,
             "fidelity": fidelity, "device": result["device"], "compute_source": result["compute_source"],
             "cost_source": result["cost_source"],
             **{key: result[key] for key in ("precision", "cost_band", "batch_size", "tokens", "tokens_stated",

@@ -15,6 +15,7 @@ from typing import Any
 
 from costs.devices import NO_TENSOR_UNITS, Device
 from machine import host_identity, host_key
+from machine.timing import timed
 
 
 def host_clock():
@@ -35,9 +36,7 @@ def _timings(fn, repeats: int, before=None) -> list[float]:
     for _ in range(repeats):
         if before is not None:
             before()
-        start = clock()
-        fn()
-        times.append(clock() - start)
+        times.append(timed(fn, clock)[0])
     return times
 
 

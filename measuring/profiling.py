@@ -39,6 +39,7 @@ from costs import devices
 from costs.costmodel import backend_on
 from costs.device_profile import DeviceProfile
 from machine import host_identity, host_key
+from machine.timing import no_sync, timed
 from measuring.host import MMAP_THRESHOLD_BYTES, host_cache_bytes, host_clock
 from measuring.samples import gradient_like
 from processes import children
@@ -237,7 +238,7 @@ def measure_size(device: str, numel: int, plan: Sequence[tuple[str, float]], war
     """The rows of one size, in this process: each ``(compressor, density)`` of ``plan`` with the
     memory training gives it, ``warmup`` untimed calls then ``repeats`` timed ones."""
     dev = torch_device(device)
-    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
+    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else no_sync
     clock = time.perf_counter if dev.type == "cuda" else host_clock()
     if dev.type == "cpu":
         settle_heap()
@@ -256,17 +257,11 @@ def measure_size(device: str, numel: int, plan: Sequence[tuple[str, float]], war
         for call in range(warmup + repeats):
             grad = grads[call % len(grads)]
             comp.reseed(call)
-            sync()
-            t0 = clock()
-            sparse = ef.compress(grad)
-            sync()
-            t1 = clock()
-            comp.decompress(sparse, out=outs[call % count])
-            sync()
-            t2 = clock()
+            compress_s, sparse = timed(lambda: ef.compress(grad), clock, sync)
+            decompress_s, _ = timed(lambda: comp.decompress(sparse, out=outs[call % count]), clock, sync)
             if call >= warmup:
-                comp_s.append(t1 - t0)
-                decomp_s.append(t2 - t1)
+                comp_s.append(compress_s)
+                decomp_s.append(decompress_s)
                 messages.append((sparse.wire_bytes(), sparse.stages))
         typical = median_call(comp_s)
         loops = loops_of_call(name, density, grads, warmup + typical, out) if name in DATA_DEPENDENT else {}

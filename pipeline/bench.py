@@ -22,6 +22,7 @@ import compressors
 from measuring.samples import gradient_like
 from machine.device import available_memory, resolve as resolve_device
 from machine import device_identity
+from machine.timing import no_sync, timed
 from units import check_count
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
@@ -40,17 +41,14 @@ itself, with several it also counts threads waiting at a barrier)."""
 
 
 def _timer(device: torch.device, clock: str = "wall") -> Callable[[Callable[[], Any]], tuple[float, Any]]:
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync = torch.cuda.synchronize if device.type == "cuda" else no_sync
     now = CLOCKS[clock]
 
-    def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-        sync()
-        start = now()
-        result = fn()
-        sync()
-        return (now() - start) * 1e3, result
+    def timed_ms(fn: Callable[[], Any]) -> tuple[float, Any]:
+        seconds, result = timed(fn, now, sync)
+        return seconds * 1e3, result
 
-    return timed
+    return timed_ms
 
 
 def run(size: int, densities: Sequence[float], device: str = "cpu", names: Sequence[str] | None = None,

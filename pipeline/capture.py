@@ -8,9 +8,17 @@ from typing import Any
 
 import traces
 from traces.capture import check_request  # the door checks a request before it opens the store
-from traces.workloads import data_source  # a bad --data fails before the store
+from traces.workloads import data_source
 from results.errors import StoreError
 from results.store import Store
+
+
+def check_data(workload: str, data: str | None, seed: int = 0) -> None:
+    """The one check of a workload's training data (``--data``: ``None`` for its default, else
+    what :func:`traces.workloads.data_source` takes), which the doors of ``capture`` and
+    ``converge`` run before they open the store: ValueError, one line, for data the workload
+    cannot train on."""
+    data_source(workload, data, seed)
 
 
 def run(store: Store, workload: str, out: str | Path, *, progress: Callable[[int, float], None] | None = None,

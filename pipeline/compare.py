@@ -22,12 +22,13 @@ from pipeline import quality
 from pipeline import request as requests
 from pipeline.verdict import rank
 from results.store import Store
+from units import Pair
 
 ALWAYS: tuple[str, ...] = ("none", "fp16", "powersgd")
 """The baselines every comparison includes, whatever compressors are asked for."""
 
 
-def pairs(names: Sequence[str], densities: Sequence[float]) -> list[tuple[str, float | None]]:
+def pairs(names: Sequence[str], densities: Sequence[float]) -> list[Pair]:
     """The (compressor, density) pairs compared: :data:`ALWAYS` and ``names`` (repeats dropped)
     by the request's rule (:func:`pipeline.request.pairs`)."""
     return requests.pairs([*ALWAYS, *names], densities)

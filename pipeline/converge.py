@@ -24,10 +24,9 @@ from typing import Any
 import traces
 from convergence import RunConfig, train
 from convergence.curves import document as curves_document  # the door prints a run's curves by it
-from traces.workloads import data_source  # a bad --data fails before the store
 import pipeline.replay
-from pipeline.request import check_compressors, takes_density
-from units import check_count, check_density
+from pipeline.request import check_compressors, pair, takes_density
+from units import Pair, check_count, check_density
 from results.store import Store
 
 ProgressFn = Callable[[str, int, int], None]
@@ -39,30 +38,36 @@ class ConvergeResult:
     """What :func:`run` did: the run's id, the pairs trained now and skipped, its trace and replay."""
 
     convergence_id: int
-    trained: list[tuple[str, float]]
-    skipped: list[tuple[str, float]]
+    trained: list[Pair]
+    skipped: list[Pair]
     trace_id: int | None
     replay_id: int | None
 
 
-def pairs(names: Sequence[str], densities: Sequence[float]) -> list[tuple[str, float]]:
+def pairs(names: Sequence[str], densities: Sequence[float]) -> list[Pair]:
     """(compressor, density) combinations to train: ``none`` first and every compressor that
     ignores the density (the dense casts fp16/bf16 and low-rank PowerSGD:
-    :func:`pipeline.request.takes_density`) once at density 1.0, the sparsifiers at every
+    :func:`pipeline.request.takes_density`) once without one (``None``), the sparsifiers at every
     density. ``ValueError`` for an unknown compressor or a density outside (0, 1]."""
     check_compressors(names)
     if not names:
         raise ValueError("give at least one compressor")
     for density in densities:
         check_density(density, "invalid density:")
-    result = [("none", 1.0)] if "none" in names else []
+    result = [Pair("none")] if "none" in names else []
     others = [n for n in dict.fromkeys(names) if n != "none"]
-    result += [(n, 1.0) for n in others if not takes_density(n)]
+    result += [Pair(n) for n in others if not takes_density(n)]
     sparse = [n for n in others if takes_density(n)]
     if sparse and not densities:
         raise ValueError("give at least one density")
-    result += [(n, float(d)) for n in sparse for d in dict.fromkeys(densities)]
+    result += [Pair(n, float(d)) for n in sparse for d in dict.fromkeys(densities)]
     return result
+
+
+def trained(store: Store, convergence_id: int, iterations: int) -> set[Pair]:
+    """The pairs convergence run ``convergence_id`` holds all ``iterations`` rows of (a store
+    written by an older version, which recorded density 1.0 for the dense pairs, reads alike)."""
+    return {pair(c, d) for c, d in store.convergence_done(convergence_id, iterations)}
 
 
 def trace_dir(store: Store, convergence_id: int) -> Path:
@@ -105,7 +110,7 @@ def open_run(store: Store, config: RunConfig) -> int:
 def run(
     store: Store,
     config: RunConfig,
-    combinations: Sequence[tuple[str, float]],
+    combinations: Sequence[Pair],
     *,
     trace_every: int | None = None,
     replay: bool = True,
@@ -120,7 +125,9 @@ def run(
     ``replay``: replay the trace through the run's compressors (costs for projections).
     ``record``: record a trace at all (the further seeds of :func:`run_seeds` do not).
     A second launch of the same run while one trains waits for it and trains nothing it stored.
+    Each combination is read by :func:`pipeline.request.pair` (a dense one's 1.0 is ``None``).
     """
+    combinations = list(dict.fromkeys(pair(c, d) for c, d in combinations))
     convergence_id = open_run(store, config)
     if started is not None:
         started(convergence_id)
@@ -131,9 +138,9 @@ def run(
         return _run_locked(store, config, convergence_id, combinations, every, replay, record, progress)
 
 
-def _run_locked(store: Store, config: RunConfig, convergence_id: int, combinations: Sequence[tuple[str, float]],
+def _run_locked(store: Store, config: RunConfig, convergence_id: int, combinations: Sequence[Pair],
                 every: int, replay: bool, record: bool, progress: ProgressFn | None) -> ConvergeResult:
-    done = store.convergence_done(convergence_id, config.iterations)
+    done = trained(store, convergence_id, config.iterations)
     todo = [p for p in combinations if p not in done]
     skipped = [p for p in combinations if p in done]
     store.set_status("convergences", convergence_id, "running")
@@ -141,9 +148,7 @@ def _run_locked(store: Store, config: RunConfig, convergence_id: int, combinatio
         row = store.convergence(convergence_id)
         recording = record and row is not None and row["trace_id"] is None
         recorder_factory = _recorder_factory(store, convergence_id, config, every) if recording else None
-        label = compressor if compressor == "none" else f"{compressor}@{density:g}"
-
-        def step(iteration: int, loss: float, label: str = label) -> None:
+        def step(iteration: int, loss: float, label: str = Pair(compressor, density).label) -> None:
             if progress is not None:
                 progress(label, iteration, config.iterations)
 
@@ -161,14 +166,14 @@ def _run_locked(store: Store, config: RunConfig, convergence_id: int, combinatio
     return ConvergeResult(convergence_id, todo, skipped, trace_id, replay_id)
 
 
-def replay_run(store: Store, convergence_id: int, combinations: Sequence[tuple[str, float]],
+def replay_run(store: Store, convergence_id: int, combinations: Sequence[Pair],
                progress: ProgressFn | None = None) -> int | None:
     """Replay the run's trace through its compressors (whole model, error feedback, CPU); the replay id."""
     row = store.convergence(convergence_id)
     if row is None or row["trace_id"] is None:
         return None
     path = store.trace(int(row["trace_id"]))["path"]
-    compressed = [(c, d) for c, d in combinations if c != "none"]
+    compressed = [Pair(c, d) for c, d in combinations if c != "none"]
     if not compressed:
         return None
 
@@ -177,13 +182,13 @@ def replay_run(store: Store, convergence_id: int, combinations: Sequence[tuple[s
             progress("replay", done, total)
 
     replay_id = None
-    for density in dict.fromkeys(d for _, d in compressed):  # one replay; each density with its own compressors
-        names = [c for c, d in compressed if d == density]
+    for density in dict.fromkeys(p.stored_density for p in compressed):  # one replay; each density its compressors
+        names = [p.compressor for p in compressed if p.stored_density == density]
         replay_id = pipeline.replay.run(store, path, names, [density], progress=step).replay_id
     return replay_id
 
 
-def run_seeds(store: Store, config: RunConfig, combinations: Sequence[tuple[str, float]], seeds: int,
+def run_seeds(store: Store, config: RunConfig, combinations: Sequence[Pair], seeds: int,
               **options: Any) -> list[ConvergeResult]:
     """:func:`run` for ``seeds`` runs of ``config`` with seeds ``config.seed``, ``config.seed + 1``, …
     (model and data drawn from each); the first records the trace and replays it, the others only

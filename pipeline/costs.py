@@ -42,6 +42,7 @@ from costs import costmodel, device_profile, devices, kernel_bands
 from costs.profile import CompressionCost, CompressionProfile, density_key
 from machine import host_identity, host_key
 from results.store import Store
+from units import Pair
 
 Key = tuple[str, float | None]
 VALUE_BYTES = 4  # fp32 values, as replay and the traces store them
@@ -263,9 +264,7 @@ def compression_profile(
         costs.update({k: v for k, v in tier(request, missing).items() if k in missing})
     missing = [k for k in wanted if k not in costs]
     if missing:
-        compressor, density = missing[0]
-        pair = compressor if density is None else f"{compressor}@{density:g}"
-        raise MissingCosts(f"no compression costs for {pair} on {device}: "
+        raise MissingCosts(f"no compression costs for {Pair(*missing[0]).label} on {device}: "
                            f"{_fill_command(store, trace_id, device, missing)}")
     sources = list(dict.fromkeys(costs[k].source for k in wanted))
     return CompressionProfile({k: costs[k] for k in wanted}, "; ".join(sources) or "none")

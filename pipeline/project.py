@@ -28,6 +28,7 @@ import traces
 from pipeline.costs import compression_profile, cost_band
 from pipeline.request import Cluster, Request, WorkloadRequest, parse_calibration, resolve_device
 from results.store import Store
+from units import Pair
 from simulator.workload import scaled, workload_by_flops
 
 __all__ = ["Cluster", "Projection", "Request", "Source", "WorkloadRequest", "calibration", "check_options",
@@ -243,7 +244,7 @@ class Projection:
     request: WorkloadRequest
     source: Source
     workload: simulator.Workload = field(compare=False)
-    pairs: tuple[tuple[str, float | None], ...] = ()
+    pairs: tuple[Pair, ...] = ()
 
     @property
     def cluster(self) -> Cluster:
@@ -334,7 +335,7 @@ def scenarios(store: Store, projection: Projection, compressors: Sequence[str],
     ]
 
 
-def _groups(pairs: Sequence[tuple[str, float | None]]) -> list[tuple[list[str], float | None]]:
+def _groups(pairs: Sequence[Pair]) -> list[tuple[list[str], float | None]]:
     """``pairs`` grouped as they are projected: the density-free compressors together, at 1
     (the casts and PowerSGD send what their dtype or rank sets), then each density's."""
     free = [c for c, d in pairs if d is None]
@@ -343,7 +344,7 @@ def _groups(pairs: Sequence[tuple[str, float | None]]) -> list[tuple[list[str], 
                      for density in dict.fromkeys(d for _, d in pairs if d is not None)]
 
 
-def project_pairs(store: Store, projection: Projection) -> list[tuple[tuple[str, float | None], dict[str, Any]]]:
+def project_pairs(store: Store, projection: Projection) -> list[tuple[Pair, dict[str, Any]]]:
     """Simulate one iteration per pair of ``projection``, density-free pairs first, then by
     density: each pair (density ``None`` for a compressor that takes none) with its result, the
     :func:`simulator.simulate` result (seconds, bytes, samples/s, speed-up over ``none``) plus
@@ -363,7 +364,7 @@ def project_pairs(store: Store, projection: Projection) -> list[tuple[tuple[str,
             cost = None if scenario.profile is None else scenario.profile.cost(scenario.compressor, scenario.density)
             costs = (1.0, 1.0) if cost is None else cost_band(cost, device, scenario.compressor, scenario.density,
                                                               source.device)
-            pair = (scenario.compressor, None if (scenario.compressor, None) in projection.pairs else density)
+            pair = Pair(scenario.compressor, None if (scenario.compressor, None) in projection.pairs else density)
             results.append((pair, {
                 **result, "compressor": scenario.compressor, "device": device, "precision": source.precision,
                 "compute_source": source.compute, "cost_source": None if cost is None else cost.source,

@@ -33,14 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import profiles
 from pipeline import verdict as speed
-from pipeline.request import takes_density
+from pipeline.request import pair as pair_of, paired_rows, takes_density
 from results.store import Store
+from units import NO_DENSITY_STORED, Pair
 
 if TYPE_CHECKING:
     from pipeline.project import Source
-
-Pair = tuple[str, float | None]
-"""A compared (compressor, density) pair; density ``None`` for compressors that take none."""
 
 DENSITY_FACTOR = 2.0
 """A sparsifier is called only if its achieved density is within this factor of its target."""
@@ -82,12 +80,6 @@ COLUMNS = ("achieved_density", "achieved_over_target", "energy", "energy_vs_topk
 TTA_TARGET_SHARE = 0.95
 """Time to accuracy is cited for the target of this share of the best held-out accuracy the
 convergence run's dense fp32 (``none``) pair reached (of any pair where ``none`` was not trained)."""
-
-
-def _key(pair: Pair) -> tuple[str, float]:
-    """The stored density of a pair: a compressor that takes no density is replayed at 1."""
-    name, density = pair
-    return name, 1.0 if density is None else float(density)
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
@@ -135,10 +127,10 @@ def _summaries(store: Store, trace_id: int, pairs: Sequence[Pair],
         config = json.loads(replay.get("config_json") or "{}")
         if not config.get("error_feedback", True):
             continue
-        for pair in pairs:
+        for pair in map(Pair._make, pairs):
             if pair in found or (pair[0] == "powersgd" and _replay_rank(config) != rank):
                 continue
-            summary = store.replay_quality(replay["id"], *_key(pair))
+            summary = store.replay_quality(replay["id"], pair.compressor, pair.stored_density)
             if summary is not None and summary["measured"] == summary["calls"]:
                 found[pair] = (int(replay["id"]), summary)
     return found
@@ -164,7 +156,7 @@ def replay_missing(store: Store, trace_path: str | Path, trace_id: int, pairs: S
     options = {"powersgd": {"rank": rank}} if rank != 1 else None
     sparse = [n for n, d in missing if d is not None]
     groups = [(list(dict.fromkeys(sparse)), list(dict.fromkeys(d for _, d in missing if d is not None))),
-              ([n for n, d in missing if d is None], [1.0])]
+              ([n for n, d in missing if d is None], [NO_DENSITY_STORED])]
     for names, densities in groups:
         if not names:
             continue
@@ -211,10 +203,10 @@ def from_table(layout: str, pairs: Sequence[Pair], rank: int = 1,
     if entry is None:
         return {}
     names = entry["columns"]
-    rows = {(r["compressor"], float(r["density"])): r for r in (dict(zip(names, values)) for values in entry["rows"])}
+    rows = {pair_of(r["compressor"], r["density"]): r for r in (dict(zip(names, values)) for values in entry["rows"])}
     found: dict[Pair, dict[str, Any]] = {}
     for pair in pairs:
-        row = rows.get(_key(pair))
+        row = rows.get(pair)
         if row is None or (pair[0] == "powersgd" and rank != int(table.get("powersgd_rank", TABLE_RANK))):
             continue
         source = f"shipped table: {entry['name']} (nearest {entry['family']}), {row['calls']} calls"
@@ -230,7 +222,7 @@ def measure(store: Store, kind: str, ref: str, trace_id: int | None, pairs: Sequ
     a trace's stored replays (replayed now where missing when ``run_missing``, with
     ``progress(what, calls_done, calls_total)``; a dashboard request passes ``False``: nothing is
     run inside a web request), a layout's shipped table, otherwise :func:`unmeasured` with the reason."""
-    pairs = list(dict.fromkeys(pairs))
+    pairs = list(dict.fromkeys(Pair(*p) for p in pairs))
     if kind == "trace" and trace_id is not None:
         if run_missing:
             replay_missing(store, ref, trace_id, pairs, rank, progress)
@@ -317,22 +309,22 @@ def time_to_accuracy(store: Store, trace_id: int | None,
     run = next((c for c in store.convergences() if c["trace_id"] == trace_id), None)
     if run is None:
         return None
-    trained = [dict(r) for r in store.convergence_rows(run["id"])]
+    trained = paired_rows(store.convergence_rows(run["id"]))
     accuracy = [r for r in trained if r.get("accuracy") is not None]
     if not accuracy:
         return None
     reference = [r for r in accuracy if r["compressor"] == "none"] or accuracy
     target = TTA_TARGET_SHARE * max(float(r["accuracy"]) for r in reference)
-    times = {_key((r["compressor"], r.get("density"))): float(r["iteration_s"]) for r in rows}
-    bands = {_key((r["compressor"], r.get("density"))): speed.iteration_band(r) for r in rows
+    times = {pair_of(r["compressor"], r.get("density")): float(r["iteration_s"]) for r in rows}
+    bands = {pair_of(r["compressor"], r.get("density")): speed.iteration_band(r) for r in rows
              if speed.iteration_band(r) is not None}
     table = {(t["compressor"], t["density"]): t for t in time_to_target(trained, times, target_accuracy=target,
                                                                         bands=bands)}
     per_label = {}
     for r in rows:
-        t = table.get(_key((r["compressor"], r.get("density"))))
-        label = speed.label(r["compressor"], r.get("density"))
-        per_label[label] = (
+        compared = pair_of(r["compressor"], r.get("density"))
+        t = table.get(compared)
+        per_label[compared.label] = (
             {"iterations_to_target": None, "time_to_target_s": None,
              "reason": f"convergence #{run['id']} did not train it"} if t is None else
             {k: t[k] for k in ("iterations_to_target", "time_to_target_s", "time_to_target_s_low",
@@ -431,14 +423,14 @@ def build_table(store: Store, work: str | Path, *, workers: int = 4, iterations:
         tick = None if progress is None else (lambda i, loss, w=workload: progress(f"capture {w}", i + 1, iterations))
         trace_id, trace = capture.run(store, workload, out, workers=workers, iterations=iterations, every=every,
                                       data=data, overwrite=True, progress=tick)
-        pairs = [(n, d) for d in TABLE_DENSITIES for n in sparse] + [(n, None) for n in dense]
+        pairs = [Pair(n, d) for d in TABLE_DENSITIES for n in sparse] + [Pair(n) for n in dense]
         replay_missing(store, trace.path, trace_id, pairs, TABLE_RANK, progress)
         found = _summaries(store, trace_id, pairs, TABLE_RANK)
         rows = []
-        for name, density in pairs:
-            summary = found[(name, density)][1]
-            q = columns(summary, name, density, "")
-            rows.append([name, _key((name, density))[1], summary["calls"], _round(q["achieved_density"]),
+        for measured in pairs:
+            summary = found[measured][1]
+            q = columns(summary, *measured, "")
+            rows.append([measured.compressor, measured.stored_density, summary["calls"], _round(q["achieved_density"]),
                          _round(q["achieved_over_target"]), _round(q["energy"]), _round(q["energy_vs_topk"])])
         shapes = [tuple(shape) for _, shape in trace.layers]
         spec = workloads.SPECS[workload]

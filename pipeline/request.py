@@ -14,7 +14,7 @@ convergence run gives the cluster and the pairs). Units: bits/s, seconds, bytes,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,7 @@ from costs.throughput import DEFAULT_PRECISION, check_precision
 from simulator.limits import MESSAGE_BUDGET
 from simulator.scenario import FIDELITIES, TOPOLOGIES
 from results.store import row_id
-from units import check_bandwidth, check_count, check_density, check_latency
+from units import Pair, check_bandwidth, check_count, check_density, check_latency
 
 DEFAULT_LAYOUT_DEVICE = "a100"
 """Layouts are GPU models by construction: without ``--device`` they run on this device."""
@@ -116,7 +116,26 @@ def takes_density(name: str) -> bool:
     return compressors.takes_density(name)
 
 
-def pairs(names: Sequence[str], densities: Sequence[float]) -> list[tuple[str, float | None]]:
+def pair(compressor: str, density: float | None) -> Pair:
+    """The :class:`units.Pair` of ``compressor`` at ``density``: ``None`` for a compressor that
+    takes no density (:func:`takes_density`), whatever was recorded for it (the ``1.0`` a store
+    row or a curve holds, a sweep grid's density), else ``density`` (checked: in (0, 1]). The one
+    place a (compressor, density) read from a door, a store or a file becomes a pair."""
+    if not takes_density(compressor):
+        return Pair(compressor)
+    if density is None:
+        raise ValueError(f"{compressor} needs a density")
+    return Pair(compressor, check_density(density))
+
+
+def paired_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (each with ``compressor`` and ``density``: convergence rows a store or an older
+    store holds, a curves file's rows, stored scenarios) each with its density by :func:`pair`:
+    ``None`` for a compressor that takes none, whatever the row recorded."""
+    return [{**row, "density": pair(row["compressor"], row["density"]).density} for row in rows]
+
+
+def pairs(names: Sequence[str], densities: Sequence[float]) -> list[Pair]:
     """The (compressor, density) pairs of ``names`` (known compressors, repeats dropped) at
     ``densities`` (each in (0, 1]): a compressor that takes no density once with ``None``, every
     one that takes one at each density (ValueError when there is none)."""
@@ -125,7 +144,7 @@ def pairs(names: Sequence[str], densities: Sequence[float]) -> list[tuple[str, f
     sparse = [n for n in chosen if takes_density(n)]
     if sparse and not checked:
         raise ValueError(f"--density is needed with --compressor {sparse[0]}")
-    return [(n, None) for n in chosen if not takes_density(n)] + [(n, d) for d in checked for n in sparse]
+    return [Pair(n) for n in chosen if not takes_density(n)] + [Pair(n, d) for d in checked for n in sparse]
 
 
 def parse_calibration(text: str | int) -> str | int:
@@ -235,6 +254,6 @@ class Request(WorkloadRequest):
         object.__setattr__(self, "compressors", tuple(self.compressors))
         object.__setattr__(self, "densities", tuple(check_density(d) for d in self.densities))
 
-    def pairs(self) -> list[tuple[str, float | None]]:
+    def pairs(self) -> list[Pair]:
         """The request's (compressor, density) pairs (:func:`pairs`)."""
         return pairs(self.compressors, self.densities)

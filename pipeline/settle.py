@@ -25,13 +25,13 @@ from typing import Any
 import simulator
 from pipeline import project as projection
 from pipeline import quality
-from pipeline.verdict import label, rank, with_settle
+from pipeline.verdict import rank, with_settle
 from results.store import Store
 from simulator.band import scaled_costs
 from simulator.calibration import Calibration
 from simulator.simulate import iteration as simulate_alone
 from simulator.workload import scaled
-from units import format_bandwidth, format_seconds
+from units import Pair, format_bandwidth, format_seconds
 
 LINK_EFFICIENCY = (0.69, 1.0)
 """Band of the links' efficiency when no calibration is applied: from the lowest efficiency the
@@ -81,7 +81,7 @@ def inputs(source: projection.Source, rows: Sequence[Mapping[str, Any]],
         cost = row.get("cost_source") or ""
         if row["compressor"] == "none" or not cost.startswith("model "):
             continue
-        name = label(row["compressor"], row.get("density"))
+        name = Pair(row["compressor"], row.get("density")).label
         found.append(Input(f"kernel:{name}", f"the kernel cost of {name}", tuple(row["cost_band"]), (name,),
                            lambda sc, f: replace(sc, profile=scaled_costs(sc.profile, f))))
     if not calibrated:
@@ -121,7 +121,7 @@ def command(item: Input, projected: projection.Projection, rows: Sequence[Mappin
     the links' efficiency."""
     source = projected.source
     if item.key.startswith("kernel:"):
-        row = next(r for r in rows if label(r["compressor"], r.get("density")) == item.key.split(":", 1)[1])
+        row = next(r for r in rows if Pair(r["compressor"], r.get("density")).label == item.key.split(":", 1)[1])
         densities = "" if row.get("density") is None else f" --densities {row['density']:g}"
         return (f"sidco profile --run-on cuda --compressors {row['compressor']}{densities} "
                 f"--out {source.device.name}-profile.json")

@@ -29,8 +29,8 @@ from compressors import takes_density
 from pipeline.costs import compression_profile, cost_band
 from pipeline.project import Projection, Source, calibration, register
 from pipeline.project import options as scenario_options
-from pipeline.request import check_compressors
-from pipeline.verdict import label, rank, verdict
+from pipeline.request import check_compressors, pair
+from pipeline.verdict import rank, verdict
 from results.store import Store
 from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid, SweepContext, chunks, describe, run_sweep, scenario_key
@@ -196,7 +196,7 @@ def run(store: Store, projection: Projection, grid: Grid, executor: Executor, *,
     finally:
         store.release_claims(sweep_id, owner)
     store.set_status("sweeps", sweep_id, "done")
-    sources = {} if profile is None else {f"{c}@{d:g}": cost.source for (c, d), cost in profile.costs.items()}
+    sources = {} if profile is None else {pair(*key).label: cost.source for key, cost in profile.costs.items()}
     return SweepRun(sweep_id, total, store.scenario_count(sweep_id), computed, not created, sources)
 
 
@@ -229,14 +229,11 @@ def findings(store: Store, sweep_id: int) -> list[dict[str, Any]]:
     its speed-up over ``none`` and over the best dense baseline (×). Compressors whose message
     ignores the density count once (the grid simulates them at every density, to the same time)."""
     clusters: dict[tuple, dict[str, dict[str, Any]]] = {}
-    free: dict[str, bool] = {}
     for row in store.scenarios(sweep_id):
         key = (row["nodes"], row["bandwidth_bps"], row["latency_s"], row["topology"], row["fidelity"])
-        name = row["compressor"]
-        if name not in free:
-            free[name] = not takes_density(name)
-        entry = {**row, "density": None if free[name] else row["density"]}
-        tag = label(name, entry["density"])
+        found = pair(row["compressor"], row["density"])
+        entry = {**row, "density": found.density}
+        tag = found.label
         best = clusters.setdefault(key, {})
         if tag not in best or entry["iteration_s"] < best[tag]["iteration_s"]:
             best[tag] = entry

@@ -19,11 +19,10 @@ from typing import Any
 from convergence.curves import load as load_curves  # a curves file the doors read
 from convergence.tta import check_target, mean_spread, target_text, time_to_target  # check_target: the doors check a target by it
 from pipeline import project
-from pipeline.request import takes_density
+from pipeline.request import pair, paired_rows
 from pipeline.verdict import iteration_band
-from pipeline.verdict import label as speed_label
 from results.store import Store, row_id
-from units import format_seconds
+from units import Pair, format_seconds
 
 
 def convergence_run(store: Store, convergence: int | str | None) -> dict[str, Any]:
@@ -77,20 +76,19 @@ def seed_runs(store: Store, run: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [dict(run), *sorted(others, key=lambda r: r["config"].get("seed", 0))]
 
 
-def iteration_times(store: Store, projection: project.Projection, pairs: Sequence[tuple[str, float]]) -> tuple[
-        dict[tuple[str, float], float], dict[tuple[str, float], str | None], dict[tuple[str, float], tuple[float, float]]]:
-    """Projected seconds per iteration of each (compressor, density) of ``pairs`` (density 1 for
-    a compressor that takes none, as convergence runs key them) on ``projection``'s cluster by
+def iteration_times(store: Store, projection: project.Projection, pairs: Sequence[Pair]) -> tuple[
+        dict[Pair, float], dict[Pair, str | None], dict[Pair, tuple[float, float]]]:
+    """Projected seconds per iteration of each pair of ``pairs`` on ``projection``'s cluster by
     :func:`pipeline.project.project`, exactly as ``sidco simulate --trace … --device`` projects
     (compression costs on its device by the one cost policy, or its profile file); where each
     pair's costs came from (``None`` for ``none``); and the projection's error band
     ``(iteration_s_low, iteration_s_high)`` per pair where the projection gives one."""
-    times: dict[tuple[str, float], float] = {}
-    sources: dict[tuple[str, float], str | None] = {}
-    bands: dict[tuple[str, float], tuple[float, float]] = {}
-    asked = tuple(dict.fromkeys((c, float(d) if takes_density(c) else None) for c, d in pairs))
+    times: dict[Pair, float] = {}
+    sources: dict[Pair, str | None] = {}
+    bands: dict[Pair, tuple[float, float]] = {}
+    asked = tuple(dict.fromkeys(pair(c, d) for c, d in pairs))
     for (compressor, density), result in project.project_pairs(store, replace(projection, pairs=asked)):
-        key = (compressor, 1.0 if density is None else float(density))
+        key = pair(compressor, density)
         times[key] = float(result["iteration_s"])
         sources[key] = result["cost_source"]
         if result.get("iteration_s_low") is not None and result.get("iteration_s_high") is not None:
@@ -156,19 +154,19 @@ def verdict(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _table(rows: Sequence[Mapping[str, Any]], times: Mapping[tuple[str, float], float],
-           bands: Mapping[tuple[str, float], tuple[float, float]], target_accuracy: float | None,
+def _table(rows: Sequence[Mapping[str, Any]], times: Mapping[Pair, float],
+           bands: Mapping[Pair, tuple[float, float]], target_accuracy: float | None,
            target_loss: float | None) -> dict[str, Any]:
     """The table, its verdict and the curves (mean ± spread over seeds at each evaluation)."""
     table = time_to_target(rows, times, target_accuracy=target_accuracy, target_loss=target_loss, bands=bands)
     result: dict[str, Any] = {"rows": table, **verdict(table)}
     if result["leader"] is None and result["reason"] == "no run reached the target":
         result["reason"] = f"no run reached {target_text(target_accuracy, target_loss)}"
-    points: dict[tuple[str, float], dict[int, list[Mapping[str, Any]]]] = {}
+    points: dict[Pair, dict[int, list[Mapping[str, Any]]]] = {}
     for r in rows:
         if r.get("accuracy") is None and r.get("eval_loss") is None:
             continue
-        key = (str(r["compressor"]), float(r["density"]))
+        key = Pair(str(r["compressor"]), r["density"])
         points.setdefault(key, {}).setdefault(int(r["iteration"]), []).append(r)
     curves: dict[str, list[dict[str, Any]]] = {}
     for key, by_iteration in points.items():
@@ -180,7 +178,7 @@ def _table(rows: Sequence[Mapping[str, Any]], times: Mapping[tuple[str, float], 
                 values = [float(i[metric]) for i in items if i.get(metric) is not None]
                 mean, spread = mean_spread(values) if values else (None, None)
                 point[metric], point[f"{metric}_spread"] = mean, spread
-            curves.setdefault(label(*key), []).append(point)
+            curves.setdefault(key.label, []).append(point)
     result["curves"] = curves
     return result
 
@@ -209,11 +207,11 @@ def time_to_accuracy(store: Store, projection: project.Projection, run: Mapping[
     rows = []
     for item in runs:
         seed = int(item["config"].get("seed", 0))
-        rows += [{**r, "seed": seed} for r in store.convergence_rows(item["id"])]
+        rows += [{**r, "seed": seed} for r in paired_rows(store.convergence_rows(item["id"]))]
     if not rows:
         raise ValueError(f"convergence #{run['id']} has no finished (compressor, density) yet; "
                          "rerun its sidco converge command")
-    pairs = list(dict.fromkeys((r["compressor"], float(r["density"])) for r in rows))
+    pairs = list(dict.fromkeys(Pair(r["compressor"], r["density"]) for r in rows))
     projection = project.registered(store, projection)
     cluster = projection.cluster
     if "powersgd_rank" in run["config"] and "rank" not in cluster.options:  # project PowerSGD at the rank trained
@@ -227,7 +225,7 @@ def time_to_accuracy(store: Store, projection: project.Projection, run: Mapping[
         "trace_id": source.trace_id, "workers_trained": run["config"]["workers"],
         "workload": run["config"]["workload"], "cluster": _cluster_dict(cluster), "device": source.device.name,
         "precision": source.precision, "compute_source": source.compute, "target": {"accuracy": target_accuracy, "loss": target_loss},
-        "cost_sources": {label(*key): value for key, value in sources.items() if value is not None},
+        "cost_sources": {key.label: value for key, value in sources.items() if value is not None},
     })
     return result
 
@@ -240,8 +238,8 @@ def curves_time_to_accuracy(store: Store, projection: project.Projection, curves
     layout on its modelled device and cluster). Same fields as :func:`time_to_accuracy` except
     the convergence run's: ``curves_source`` (the file's ``source``), ``workload`` (the trace or
     layout), ``seeds`` (most seeds of a pair)."""
-    rows = list(curves["rows"])
-    pairs = list(dict.fromkeys((r["compressor"], float(r["density"])) for r in rows))
+    rows = paired_rows(curves["rows"])
+    pairs = list(dict.fromkeys(Pair(r["compressor"], r["density"]) for r in rows))
     times, sources, bands = iteration_times(store, projection, pairs)
     result = _table(rows, times, bands, target_accuracy, target_loss)
     source = projection.source
@@ -250,7 +248,7 @@ def curves_time_to_accuracy(store: Store, projection: project.Projection, curves
         "seeds": max((r["seeds"] for r in result["rows"]), default=0), "cluster": _cluster_dict(projection.cluster),
         "device": source.device.name, "precision": source.precision, "compute_source": source.compute,
         "target": {"accuracy": target_accuracy, "loss": target_loss},
-        "cost_sources": {label(*key): value for key, value in sources.items() if value is not None},
+        "cost_sources": {key.label: value for key, value in sources.items() if value is not None},
     })
     return result
 
@@ -269,26 +267,19 @@ def verdict_text(result: Mapping[str, Any]) -> str:
     if winner is None:
         if leader is None:
             return f"winner: none ({result['reason']})"
-        return (f"winner: not named, {result['reason']} (leader {label(leader['compressor'], leader['density'])} "
-                f"{_seconds(leader['time_to_target_s'])}, runner-up {label(runner['compressor'], runner['density'])} "
+        return (f"winner: not named, {result['reason']} (leader {pair(leader['compressor'], leader['density']).label} "
+                f"{_seconds(leader['time_to_target_s'])}, runner-up {pair(runner['compressor'], runner['density']).label} "
                 f"{_seconds(runner['time_to_target_s'])})")
-    text = (f"winner: {label(winner['compressor'], winner['density'])} reaches {target} in "
+    text = (f"winner: {pair(winner['compressor'], winner['density']).label} reaches {target} in "
             f"{_seconds(winner['time_to_target_s'])}")
     if runner is not None:
         text += (f", {_seconds(result['margin_s'])} ({result['margin_ratio']:.2f}x) ahead of "
-                 f"{label(runner['compressor'], runner['density'])}")
+                 f"{pair(runner['compressor'], runner['density']).label}")
         if result["seed_spread_s"] is not None:
             text += f", beyond the seed spread ({_seconds(result['seed_spread_s'])})"
         if result["band_s"] is not None:
             text += f" and the projection's error band ({_seconds(result['band_s'])})"
     return text if not result["caveat"] else f"{text}; caveat: {result['caveat']}"
-
-
-def label(compressor: str, density: float | None) -> str:
-    """A trained (compressor, density) pair named by the one rule, :func:`pipeline.verdict.label`:
-    ``topk@0.01``, or the bare name for a compressor that takes no density (whose recorded
-    density, ``1.0`` or ``None``, names nothing)."""
-    return speed_label(compressor, density if takes_density(compressor) else None)
 
 
 SWEEP_COLUMNS = ("nodes", "bandwidth_bps", "latency_s", "topology", "compressor", "density", "iteration_s")
@@ -314,15 +305,14 @@ def sweep_time_to_target(
     from convergence.tta import iterations_to_target
 
     run = convergence_run(store, convergence)
-    per_pair: dict[tuple[str, float], list[dict[str, Any]]] = {}
-    for r in store.convergence_rows(run["id"]):
-        per_pair.setdefault((r["compressor"], float(r["density"])), []).append(dict(r))
-    reached = {pair: iterations_to_target(items, target_accuracy=target_accuracy, target_loss=target_loss)
-               for pair, items in per_pair.items()}
+    per_pair: dict[Pair, list[dict[str, Any]]] = {}
+    for r in paired_rows(store.convergence_rows(run["id"])):
+        per_pair.setdefault(Pair(r["compressor"], r["density"]), []).append(r)
+    reached = {trained: iterations_to_target(items, target_accuracy=target_accuracy, target_loss=target_loss)
+               for trained, items in per_pair.items()}
     rows = []
     for s in store.scenarios(int(sweep_id)):
-        pair = (s["compressor"], 1.0 if s["compressor"] == "none" else float(s["density"]))
-        iterations, reason = reached.get(pair, (None, f"convergence #{run['id']} did not train this "
+        iterations, reason = reached.get(pair(s["compressor"], s["density"]), (None, f"convergence #{run['id']} did not train this "
                                                       "(compressor, density)"))
         low = s["iteration_s"] if s["iteration_s_low"] is None else s["iteration_s_low"]  # swept before bands
         high = s["iteration_s"] if s["iteration_s_high"] is None else s["iteration_s_high"]

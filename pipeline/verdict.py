@@ -22,20 +22,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from units import Pair
+
 BASELINES: tuple[str, ...] = ("none", "fp16", "bf16", "powersgd")
 """Compressors that send every coordinate (no compression, the dense casts) or a low-rank
 approximation (PowerSGD): the plain alternatives a sparsifier must beat."""
 
 TIE_MARGIN = 0.05
 """Without an error band, a winner less than this fraction faster than the runner-up is not called."""
-
-
-def label(compressor: str, density: float | None) -> str:
-    """How a row is named: ``topk@0.01``, or the bare name when ``density`` is ``None`` (the
-    compressors whose message ignores the density: ``none``, ``fp16``, ``powersgd``...)."""
-    if density is None:
-        return compressor
-    return f"{compressor}@{density:g}"
 
 
 def iteration_band(row: Mapping[str, Any]) -> tuple[float, float] | None:
@@ -63,10 +57,10 @@ def rank(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` fastest first, each with ``label``, ``rank`` (1 = fastest) and
     ``speedup_over_baseline`` (the best dense baseline's iteration time ÷ this row's;
     ``None`` when no baseline row is present) added; ``speedup`` (over ``none``) is kept."""
-    ordered = sorted(rows, key=lambda r: (float(r["iteration_s"]), label(r["compressor"], r.get("density"))))
+    ordered = sorted(rows, key=lambda r: (float(r["iteration_s"]), Pair(r["compressor"], r.get("density")).label))
     baselines = [r for r in ordered if r["compressor"] in BASELINES]
     best = float(baselines[0]["iteration_s"]) if baselines else None
-    return [{**row, "label": label(row["compressor"], row.get("density")), "rank": i + 1,
+    return [{**row, "label": Pair(row["compressor"], row.get("density")).label, "rank": i + 1,
              "speedup_over_baseline": None if best is None else best / float(row["iteration_s"])}
             for i, row in enumerate(ordered)]
 

@@ -337,6 +337,40 @@ def test_the_time_to_accuracy_verdict_text_has_one_home():
     assert TTA_VERDICT.search(home.read_text())
 
 
+LABEL_RULE = re.compile(r"\}@\{[^}]*(densit|\bd\b|:g\})")
+
+
+def test_the_pair_label_rule_has_one_home():
+    """A (compressor, density) pair is named by one rule, units.Pair.label (``topk@0.01``, the bare
+    name without a density): nothing else writes ``name@density``."""
+    home = ROOT / "units" / "__init__.py"
+    found = _lines_matching(LABEL_RULE.search, home=home)
+    assert not found, "\n".join(found)
+    assert LABEL_RULE.search(home.read_text())
+
+
+CLOCK_START = re.compile(r"=\s*(time\.)?(perf_counter|process_time|clock|now)\(\)\s*$", re.MULTILINE)
+
+
+def test_the_compressor_timing_loop_has_one_home():
+    """A compress or decompress is timed in one place, machine.timing.timed (a call between two
+    synchronisations on one clock): bench, the profiling children, the host measurements and a
+    replay call it instead of starting a clock themselves."""
+    home = ROOT / "compressors" / "timing.py"
+    found = _lines_matching(CLOCK_START.search, ("traces", "measuring", "pipeline"), home=home)
+    assert not found, "\n".join(found)
+    assert CLOCK_START.search(home.read_text())
+
+
+def test_the_data_check_has_one_home():
+    """A workload's ``--data`` is checked in one place the doors call, pipeline.capture.check_data:
+    no other module of the pipeline or the doors builds a data source or re-exports it."""
+    home = ROOT / "pipeline" / "capture.py"
+    found = _lines_matching(lambda line: "data_source" in line, ("pipeline", "sidco", "dashboard"), home=home)
+    assert not found, "\n".join(found)
+    assert "def check_data(" in home.read_text()
+
+
 def _names(value: object) -> bool:
     """Whether ``value`` is a list, tuple or frozenset of names (strings), none empty."""
     return isinstance(value, (list, tuple, frozenset)) and all(isinstance(v, str) and v for v in value)

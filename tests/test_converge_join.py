@@ -11,7 +11,7 @@ from pipeline import converge
 from results.store import Store
 
 CONFIG = RunConfig("resnet20", workers=2, iterations=3, eval_every=3, width=0.25, batch_size=4, eval_samples=8)
-PAIRS = [("none", 1.0), ("topk", 0.1)]
+PAIRS = [("none", None), ("topk", 0.1)]
 
 
 def test_a_second_launch_joins_the_first(tmp_path, one_thread):
@@ -38,3 +38,28 @@ def test_a_second_launch_joins_the_first(tmp_path, one_thread):
         rows = store.convergence_rows(results["first"].convergence_id)
     keys = [(r["compressor"], r["density"], r["iteration"]) for r in rows]
     assert len(keys) == len(set(keys)) == len(PAIRS) * CONFIG.iterations
+
+
+def test_a_store_written_with_density_one_for_dense_pairs_still_reads(tmp_path):
+    """An older version stored the pairs without a density at 1.0 (written here as it wrote them, with
+    SQL into a real store file): they read back as the pairs without one, are not trained again and
+    are named bare."""
+    import sqlite3
+
+    from pipeline.request import paired_rows, pair
+
+    path = tmp_path / "old.sqlite"
+    with Store(path) as store:
+        convergence_id = converge.open_run(store, CONFIG)
+    with sqlite3.connect(path) as db:
+        db.executemany("INSERT INTO convergence_rows(convergence_id, compressor, density, iteration, loss, eval_loss, "
+                       "accuracy) VALUES(?, ?, 1.0, ?, 2.0, NULL, NULL)",
+                       [(convergence_id, name, i) for name in ("none", "fp16") for i in range(1, 4)])
+    with Store(path) as store:
+        wanted = converge.pairs(["none", "fp16"], [])
+        assert converge.trained(store, convergence_id, CONFIG.iterations) == {("none", None), ("fp16", None)}
+        result = converge.run(store, CONFIG, wanted)
+        assert result.trained == [] and result.skipped == wanted
+        rows = paired_rows(store.convergence_rows(convergence_id))
+    assert {(r["compressor"], r["density"]) for r in rows} == {("none", None), ("fp16", None)}
+    assert [pair(r["compressor"], r["density"]).label for r in rows if r["iteration"] == 1] == ["fp16", "none"]

@@ -108,7 +108,7 @@ def test_sidco_tta_multiplies_iterations_by_the_projected_iteration_time(store_w
                                                 (0.01,), trace=str(Path(store_with_table).parent / "trace")), store)
         expected = project.project(store, asked)
     for item in expected:
-        key = (item["compressor"], 1.0 if item["compressor"] == "none" else 0.01)
+        key = (item["compressor"], None if item["compressor"] == "none" else 0.01)
         assert rows[key]["iteration_s"] == pytest.approx(item["iteration_s"])
         assert rows[key]["iteration_s_low"] == pytest.approx(item["iteration_s_low"])  # the projection's band
         assert rows[key]["iteration_s_low"] <= rows[key]["iteration_s"] <= rows[key]["iteration_s_high"]
@@ -309,9 +309,14 @@ def test_a_dense_compressors_curve_row_may_leave_its_density_out(given):
 
 def test_a_trained_pair_is_named_by_the_one_label_rule():
     """``sidco sweep`` printed ``fp16@1`` in its time-to-target lines and ``fp16`` in its findings:
-    a compressor that takes no density is named bare whether its density is recorded as 1.0 or None."""
-    from pipeline import tta, verdict
+    a compressor that takes no density is one pair without a density, named bare, whether its
+    density is recorded as 1.0 (an older store, a curves file) or None."""
+    from pipeline.request import pair
+    from units import Pair
 
-    assert tta.label("fp16", 1.0) == tta.label("fp16", None) == verdict.label("fp16", None) == "fp16"
-    assert tta.label("none", 1.0) == "none"
-    assert tta.label("topk", 0.01) == verdict.label("topk", 0.01) == "topk@0.01"
+    assert pair("fp16", 1.0) == pair("fp16", None) == Pair("fp16") == ("fp16", None)
+    assert pair("fp16", 1.0).label == "fp16" and pair("none", 1.0).label == "none"
+    assert pair("topk", 0.01) == Pair("topk", 0.01) and pair("topk", 0.01).label == "topk@0.01"
+    assert Pair("fp16").stored_density == 1.0 and Pair("topk", 0.01).stored_density == 0.01
+    with pytest.raises(ValueError, match="topk needs a density"):
+        pair("topk", None)

@@ -66,6 +66,7 @@ from compressors.ddp.buckets import assign
 from compressors.rules import target_count
 from compressors.numerics.selection import Workspace, exact_topk
 from machine.device import resolve as resolve_device
+from machine.timing import no_sync, timed
 from traces.reader import Trace, open_trace
 from units import check_density
 
@@ -135,7 +136,7 @@ def calls_per_combination(trace: Trace, bucket_bytes: int | None = None, first_b
 def _synchronizer(device: torch.device) -> Callable[[], None]:
     if device.type == "cuda":
         return lambda: torch.cuda.synchronize(device)
-    return lambda: None
+    return no_sync
 
 
 def _gather(flat: torch.Tensor, parts: Sequence[tuple[int, int]]) -> torch.Tensor:
@@ -251,18 +252,9 @@ def _combination(
                 call_index = calls.get(id(compressor), 0)
                 calls[id(compressor)] = call_index + 1
                 compressor.reseed(call_seed(seed, name, density, iteration, worker, index))
-                sync()
-                start = time.perf_counter()
-                if memory is not None:
-                    sparse = memory.compress(grad, (worker, index))
-                else:
-                    sparse = compressor.compress(grad)
-                sync()
-                compress_s = time.perf_counter() - start
-                start = time.perf_counter()
-                restored = compressor.decompress(sparse)
-                sync()
-                decompress_s = time.perf_counter() - start
+                compress_s, sparse = timed(lambda: compressor.compress(grad) if memory is None
+                                           else memory.compress(grad, (worker, index)), time.perf_counter, sync)
+                decompress_s, restored = timed(lambda: compressor.decompress(sparse), time.perf_counter, sync)
                 if memory is not None:
                     residual = memory.residual((worker, index))
                     given = residual + restored

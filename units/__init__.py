@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+from typing import NamedTuple
 
 _NUMBER = r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
@@ -153,6 +154,32 @@ def check_density(value: object, what: str = "density") -> float:
     if not 0 < float(value) <= 1:
         raise ValueError(f"{what} must be in (0, 1], got {value!r}")
     return float(value)
+
+
+NO_DENSITY_STORED = 1.0
+"""The number a store row or a replay records for a pair without a density (a store's density
+columns key their rows, so they hold a number): read back as ``None`` by :func:`pipeline.request.pair`."""
+
+
+class Pair(NamedTuple):
+    """A (compressor, density) pair: ``density`` the target fraction of elements sent, in (0, 1],
+    or ``None`` (the one "no density") for a compressor whose message ignores it (``none``, the
+    dense casts, PowerSGD). Which compressors take a density is the compressors' rule:
+    :func:`pipeline.request.pair` builds a pair by it, from a door's input or a stored row."""
+
+    compressor: str
+    density: float | None = None
+
+    @property
+    def label(self) -> str:
+        """The one label rule: ``topk@0.01``, or the bare name when there is no density (``fp16``)."""
+        return self.compressor if self.density is None else f"{self.compressor}@{self.density:g}"
+
+    @property
+    def stored_density(self) -> float:
+        """The density a store row and a replay record for this pair (:data:`NO_DENSITY_STORED`
+        for a pair without one)."""
+        return NO_DENSITY_STORED if self.density is None else self.density
 
 
 def check_count(value: object, what: str) -> int:

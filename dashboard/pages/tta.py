@@ -9,7 +9,8 @@ from dashboard import converge_runner, data, figures, projection
 from dashboard.data import StoreReader
 from pipeline import project
 from pipeline.catalog import workload_names
-from pipeline.tta import convergence_run, label, time_to_accuracy, trace_path, verdict_text
+from pipeline.request import pair
+from pipeline.tta import convergence_run, time_to_accuracy, trace_path, verdict_text
 from units import parse_bandwidth, parse_duration
 
 PATH = "/tta"
@@ -193,7 +194,7 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
         except ValueError as exc:
             return blank, blank, blank, [], ui.error(str(exc))
         curves = result["curves"]
-        names = [label(r["compressor"], r["density"]) for r in result["rows"]]
+        names = [pair(r["compressor"], r["density"]).label for r in result["rows"]]
         note = (f"{verdict_text(result)} · {result['seeds']} seed(s), mean ± spread · trained with "
                 f"{result['workers_trained']} workers, projected on {nodes_value} × {result['device']} · "
                 "compression costs: " + ("; ".join(f"{k}: {v}" for k, v in sorted(result["cost_sources"].items()))

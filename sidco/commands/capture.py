@@ -11,7 +11,7 @@ from tqdm import tqdm
 from pipeline import capture
 from results.store import Store
 from sidco.commands import COMMANDS, add_run_on_argument, add_store_argument, dump_json
-from pipeline.capture import check_request as check_capture_request, data_source
+from pipeline.capture import check_data, check_request as check_capture_request
 from pipeline.catalog import workload_names
 
 
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         args.workload, workers=args.workers, iterations=args.iterations, every=args.every, device=args.run_on,
         width=args.width, batch_size=args.batch_size, lr=args.lr,
     )
-    data_source(args.workload, args.data, args.seed)  # a bad --data fails before the store
+    check_data(args.workload, args.data, args.seed)
     store = Store(args.store)  # a bad store fails here, before any training
     bar = tqdm(total=args.iterations, desc=f"capture {args.workload}", unit="it", file=sys.stderr, disable=None)
 

@@ -9,8 +9,10 @@ import torch
 from tqdm import tqdm
 
 from pipeline import converge
+from pipeline.capture import check_data
 from pipeline.catalog import workload_names
-from pipeline.converge import RunConfig, curves_document, data_source
+from pipeline.converge import RunConfig, curves_document
+from pipeline.request import paired_rows
 from results.store import Store
 from sidco.commands import COMMANDS, add_run_on_argument, add_store_argument, dump_json
 from units import parse_density, parse_list
@@ -88,7 +90,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     config.check()
     if args.seeds < 1:
         raise ValueError(f"invalid --seeds {args.seeds}: must be >= 1")
-    data_source(config.workload, config.data, config.seed)  # a bad --data fails before the store
+    check_data(config.workload, config.data, config.seed)
     if args.width is not None and not args.width > 0:
         raise ValueError(f"invalid --width {args.width}: must be > 0")
     if args.batch_size is not None and args.batch_size < 1:
@@ -130,9 +132,9 @@ def run(args: argparse.Namespace) -> int:
         wanted = set(combinations)
         rows, all_rows = [], []
         for offset, item in enumerate(results):
-            for r in store.convergence_rows(item.convergence_id):
-                if (r["compressor"], float(r["density"])) in wanted:
-                    row = {**dict(r), "seed": config.seed + offset}
+            for r in paired_rows(store.convergence_rows(item.convergence_id)):
+                if (r["compressor"], r["density"]) in wanted:
+                    row = {**r, "seed": config.seed + offset}
                     row.pop("convergence_id", None)
                     all_rows.append(row)
                     if offset == 0:
@@ -157,12 +159,13 @@ def run(args: argparse.Namespace) -> int:
     print(header)
     print("-" * len(header))
     for compressor, density in combinations:
-        items = [r for r in rows if r["compressor"] == compressor and float(r["density"]) == density]
+        items = [r for r in rows if (r["compressor"], r["density"]) == (compressor, density)]
         evaluated = [r for r in items if r["accuracy"] is not None]
         if not items:
             continue
         last = evaluated[-1] if evaluated else None
-        print(f"{compressor:<10} {density:>8g} {items[0]['loss']:>10.4f} {items[-1]['loss']:>9.4f} "
+        shown = "-" if density is None else f"{density:g}"
+        print(f"{compressor:<10} {shown:>8} {items[0]['loss']:>10.4f} {items[-1]['loss']:>9.4f} "
               f"{last['eval_loss'] if last else float('nan'):>9.4f} {last['accuracy'] if last else float('nan'):>8.4f}")
     print("loss = mean training loss of the workers (cross-entropy, nats); eval loss and accuracy (fraction "
           "correct) on held-out samples at the last iteration. Next: sidco tta --convergence "

@@ -17,10 +17,10 @@ from tqdm import tqdm
 import pipeline.sweep
 from pipeline.catalog import TOPOLOGIES, compressor_names
 from pipeline import project as projection
-from pipeline.request import WorkloadRequest, default_topology
+from pipeline.request import WorkloadRequest, default_topology, pair
 from pipeline.verdict import names_text
 from pipeline.sweep import Grid, check_jobs
-from pipeline.tta import check_target, convergence_run, label, sweep_time_to_target, target_text, trace_path
+from pipeline.tta import check_target, convergence_run, sweep_time_to_target, target_text, trace_path
 from results.store import Store
 from sidco.commands import dump_json
 from sidco.commands.tta import add_target_args
@@ -110,7 +110,7 @@ def _print_time_to_target(result: dict[str, Any]) -> None:
     for w in result["winners"]:
         margin = "" if w["margin_ratio"] is None else f", {w['margin_ratio']:.2f}x ahead of the runner-up"
         print(f"  {w['nodes']:>5} nodes {format_bandwidth(w['bandwidth_bps']):>12} {w['topology']:<10} "
-              f"{label(w['compressor'], w['density']):<16} "
+              f"{pair(w['compressor'], w['density']).label:<16} "
               f"{format_seconds(w['time_to_target_s'])}{margin}")
     unreached = sum(1 for r in result["rows"] if r["time_to_target_s"] is None)
     if unreached:

@@ -96,7 +96,8 @@ def print_result(result: dict[str, Any]) -> None:
     print(header)
     print("-" * len(header))
     for row in result["rows"]:
-        print(f"{row['compressor']:<10} {row['density']:>8g} {_iterations(row):>14} {_seconds(row['iteration_s']):>11} "
+        density = "-" if row["density"] is None else f"{row['density']:g}"
+        print(f"{row['compressor']:<10} {density:>8} {_iterations(row):>14} {_seconds(row['iteration_s']):>11} "
               f"{_time(row):>22}  {row['reason'] or ''}")
     sources = "; ".join(f"{name}: {source}" for name, source in sorted(result["cost_sources"].items()))
     print("iterations = to the first evaluation at the target (mean ± sample standard deviation over the seeds); "

@@ -88,5 +88,5 @@ def populate(path: Path, trace_dir: Path) -> dict[str, int]:
                                    "1Gbit,10Gbit,100Gbit", "50us", "ring")
     sweep_id = sweep_runner.run(path, spec)
     with Store(path) as store:
-        convergence_id = converge.run(store, CONVERGENCE, [("none", 1.0), ("topk", 0.1)]).convergence_id
+        convergence_id = converge.run(store, CONVERGENCE, [("none", None), ("topk", 0.1)]).convergence_id
     return {"trace": trace_id, "replay": replay_id, "sweep": sweep_id, "convergence": convergence_id}
