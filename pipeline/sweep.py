@@ -25,7 +25,6 @@ from processes.liveness import pid_alive
 from processes.pool import local_pool
 import simulator
 from simulator.limits import check_jobs, check_scenario  # check_jobs: the door checks --jobs by it
-from compressors import takes_density
 from pipeline.costs import compression_profile, cost_band
 from pipeline.project import Projection, Source, calibration, register
 from pipeline.project import options as scenario_options

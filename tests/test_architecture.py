@@ -356,7 +356,7 @@ def test_the_compressor_timing_loop_has_one_home():
     """A compress or decompress is timed in one place, machine.timing.timed (a call between two
     synchronisations on one clock): bench, the profiling children, the host measurements and a
     replay call it instead of starting a clock themselves."""
-    home = ROOT / "compressors" / "timing.py"
+    home = ROOT / "machine" / "timing.py"
     found = _lines_matching(CLOCK_START.search, ("traces", "measuring", "pipeline"), home=home)
     assert not found, "\n".join(found)
     assert CLOCK_START.search(home.read_text())
