@@ -4,7 +4,10 @@ feedback fused in, and one threshold compaction.
 - :func:`statistics`: ``x = g + residual`` (written out when there is a residual) and, per block of
   :data:`BLOCK` elements, ``Σ|x|``, ``Σx²``, ``max|x|`` and the count of non-zero ``|x|``,
   accumulated in float32 within a block and summed over blocks in float64 on the device: one read
-  of the gradient (and of the residual), no host round trip.
+  of the gradient (and of the residual), no host round trip. The residual may still hold the
+  previous call's selection (error feedback's *lazy residual*: instead of scattering zeros into it
+  after selecting, the next read zeroes ``|r| > η`` as it goes), and the kernel zeroes the counters
+  the compaction after it adds to (no launch of their own).
 - :func:`compact`: the positions and values of ``|x| > threshold`` (strict, the threshold first
   rounded to ``x``'s dtype: the tie rule of :mod:`compressors.selection`), each block reserving
   its output range with one atomic and placing its elements by an in-block prefix sum, plus the
@@ -22,6 +25,7 @@ is false and the compressors keep their eager torch path.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import NamedTuple
 
@@ -69,13 +73,17 @@ def interpreted() -> bool:
 
 if triton is not None:
     @triton.jit
-    def _statistics_kernel(g_ptr, r_ptr, x_ptr, part_ptr, n, BLOCK: tl.constexpr, RESIDUAL: tl.constexpr):
+    def _statistics_kernel(g_ptr, r_ptr, x_ptr, part_ptr, counter_ptr, n, pending, BLOCK: tl.constexpr,
+                           RESIDUAL: tl.constexpr):
         pid = tl.program_id(0)
+        pair = tl.arange(0, 2)
+        tl.store(counter_ptr + pair, tl.zeros([2], dtype=tl.int32), mask=(pair < 2) & (pid == 0))
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         x = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         if RESIDUAL:
-            x = x + tl.load(r_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            r = tl.load(r_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            x = x + tl.where(tl.abs(r) > pending, 0.0, r)  # the previous call's selection, left pending
             if x_ptr.dtype.element_ty == tl.bfloat16:  # to nearest, ties to even, by the bits (exact everywhere)
                 bits = x.to(tl.uint32, bitcast=True)
                 bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
@@ -151,17 +159,22 @@ def _launch(kernel: str, grid: int, *args, **meta) -> None:
 
 
 def launch_statistics(grad: torch.Tensor, residual: torch.Tensor | None, x: torch.Tensor,
-                      parts: torch.Tensor) -> None:
+                      parts: torch.Tensor, counters: torch.Tensor, pending: float = math.inf) -> None:
     """Launch the statistics kernel over ``grad`` (plus ``residual``, the sum written into ``x``),
-    its per-block partials (:data:`STATISTICS` float32 a block) into ``parts``; no host read."""
-    _launch("statistics", programs(grad.numel()), grad, grad if residual is None else residual, x, parts,
-            grad.numel(), RESIDUAL=residual is not None)
+    its per-block partials (:data:`STATISTICS` float32 a block) into ``parts``; no host read.
+
+    The residual is read as :func:`compressors.memory.pending_residual` of ``pending`` (a threshold already rounded to
+    the residual's dtype: the selection of the call before, not yet zeroed; ``inf``: none), and the
+    kernel zeroes the two int32 ``counters`` a compaction launched after it (stream order) adds to."""
+    _launch("statistics", programs(grad.numel()), grad, grad if residual is None else residual, x, parts, counters,
+            grad.numel(), pending, RESIDUAL=residual is not None)
 
 
 def launch_compact(x: torch.Tensor, threshold: float, counter: torch.Tensor, indices: torch.Tensor,
                    values: torch.Tensor, parts: torch.Tensor, capacity: int) -> None:
     """Launch the compaction of ``|x| > threshold`` (``threshold`` already rounded to ``x``'s
-    dtype) adding its count to ``counter`` (int32, zeroed by the caller) and writing the first
+    dtype) adding its count to ``counter`` (int32, zeroed by the caller or by a statistics kernel
+    launched before it) and writing the first
     ``capacity`` hits' positions and values (in block order, any order of blocks) into ``indices``
     and ``values`` (any integer and floating dtypes: stored converted), the survivors' partials
     (:data:`SURVIVORS` float32 a block) into ``parts``; no host read."""
@@ -174,9 +187,10 @@ def _require() -> None:
 
 
 def statistics(grad: torch.Tensor, residual: torch.Tensor | None = None,
-               out: torch.Tensor | None = None) -> Statistics:
+               out: torch.Tensor | None = None, pending: float = math.inf) -> Statistics:
     """One pass over the 1-D floating ``grad`` (and ``residual``, same shape and dtype, when given:
-    ``x = grad + residual`` is written into ``out`` or a new tensor): the statistics of
+    ``x = grad + residual`` is written into ``out`` or a new tensor, the residual read with what
+    ``|r| > pending`` selects zeroed: :func:`launch_statistics`): the statistics of
     :class:`Statistics`, one kernel launch plus one reduction of the per-block partials."""
     _require()
     n = grad.numel()
@@ -186,7 +200,7 @@ def statistics(grad: torch.Tensor, residual: torch.Tensor | None = None,
                          f"got {residual.dtype} {tuple(residual.shape)}")
     x = grad if residual is None else (torch.empty_like(grad) if out is None else out)
     parts = torch.zeros(max(programs(n), 1), STATISTICS, dtype=torch.float32, device=device)
-    launch_statistics(grad, residual, x, parts)
+    launch_statistics(grad, residual, x, parts, torch.empty(2, dtype=torch.int32, device=device), pending)
     wide = parts.double()
     sums = wide.sum(0)
     return Statistics(x, sums[0], sums[1], wide[:, 2].max(), sums[3])
@@ -213,8 +227,8 @@ def compact(x: torch.Tensor, threshold: float) -> Survivors:
 
 
 SIGNATURES = {
-    "statistics": {"g_ptr": "*{v}", "r_ptr": "*{v}", "x_ptr": "*{v}", "part_ptr": "*fp32", "n": "i64",
-                   "BLOCK": "constexpr", "RESIDUAL": "constexpr"},
+    "statistics": {"g_ptr": "*{v}", "r_ptr": "*{v}", "x_ptr": "*{v}", "part_ptr": "*fp32", "counter_ptr": "*i32",
+                   "n": "i64", "pending": "fp32", "BLOCK": "constexpr", "RESIDUAL": "constexpr"},
     "compact": {"x_ptr": "*{v}", "n": "i64", "threshold": "fp32", "counter_ptr": "*i32", "idx_ptr": "*i32",
                 "val_ptr": "*fp32", "part_ptr": "*fp32", "capacity": "i64", "BLOCK": "constexpr"},
 }
