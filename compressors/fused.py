@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 import torch
 
+from compressors.estimators import LOG_FLOOR
 from compressors.sidco_work import FUSED_BLOCK
 
 try:
@@ -73,8 +74,8 @@ def interpreted() -> bool:
 
 if triton is not None:
     @triton.jit
-    def _statistics_kernel(g_ptr, r_ptr, x_ptr, part_ptr, counter_ptr, n, pending, BLOCK: tl.constexpr,
-                           RESIDUAL: tl.constexpr):
+    def _statistics_kernel(g_ptr, r_ptr, x_ptr, part_ptr, counter_ptr, log_ptr, n, pending, floor,
+                           BLOCK: tl.constexpr, RESIDUAL: tl.constexpr, LOGS: tl.constexpr):
         pid = tl.program_id(0)
         pair = tl.arange(0, 2)
         tl.store(counter_ptr + pair, tl.zeros([2], dtype=tl.int32), mask=(pair < 2) & (pid == 0))
@@ -96,6 +97,8 @@ if triton is not None:
         tl.store(part_ptr + pid * 4 + 1, tl.sum(x * x, axis=0))
         tl.store(part_ptr + pid * 4 + 2, tl.max(a, axis=0))
         tl.store(part_ptr + pid * 4 + 3, tl.sum((a != 0).to(tl.float32), axis=0))
+        if LOGS:  # SIDCo-GP's Σ ln max(|x|, floor), the masked tail left out
+            tl.store(log_ptr + pid, tl.sum(tl.where(mask, tl.log(tl.maximum(a, floor)), 0.0), axis=0))
 
     @triton.jit
     def _compact_kernel(x_ptr, n, threshold, counter_ptr, idx_ptr, val_ptr, part_ptr, capacity,
@@ -122,13 +125,15 @@ if triton is not None:
 class Statistics(NamedTuple):
     """What :func:`statistics` computed: ``x`` (``g + residual``, or ``g`` itself), and 0-d float64
     tensors on ``x``'s device: ``abs_sum`` (Σ|x|), ``square_sum`` (Σx²), ``abs_max`` (max|x|),
-    ``nonzero`` (#(x ≠ 0)). A non-finite ``abs_sum`` means ``x`` holds NaN/Inf (or overflowed)."""
+    ``nonzero`` (#(x ≠ 0)), ``log_sum`` (Σ ln max(|x|, LOG_FLOOR)). A non-finite ``abs_sum`` means
+    ``x`` holds NaN/Inf (or overflowed)."""
 
     x: torch.Tensor
     abs_sum: torch.Tensor
     square_sum: torch.Tensor
     abs_max: torch.Tensor
     nonzero: torch.Tensor
+    log_sum: torch.Tensor
 
 
 class Survivors(NamedTuple):
@@ -159,15 +164,19 @@ def _launch(kernel: str, grid: int, *args, **meta) -> None:
 
 
 def launch_statistics(grad: torch.Tensor, residual: torch.Tensor | None, x: torch.Tensor,
-                      parts: torch.Tensor, counters: torch.Tensor, pending: float = math.inf) -> None:
+                      parts: torch.Tensor, counters: torch.Tensor, pending: float = math.inf,
+                      logs: torch.Tensor | None = None) -> None:
     """Launch the statistics kernel over ``grad`` (plus ``residual``, the sum written into ``x``),
-    its per-block partials (:data:`STATISTICS` float32 a block) into ``parts``; no host read.
+    its per-block partials (:data:`STATISTICS` float32 a block) into ``parts``, and where ``logs``
+    is given (float32, one a block) each block's ``Σ ln max(|x|, LOG_FLOOR)`` (SIDCo-GP's first
+    statistic, :data:`compressors.estimators.LOG_FLOOR`) into it; no host read.
 
     The residual is read as :func:`compressors.memory.pending_residual` of ``pending`` (a threshold already rounded to
     the residual's dtype: the selection of the call before, not yet zeroed; ``inf``: none), and the
     kernel zeroes the two int32 ``counters`` a compaction launched after it (stream order) adds to."""
     _launch("statistics", programs(grad.numel()), grad, grad if residual is None else residual, x, parts, counters,
-            grad.numel(), pending, RESIDUAL=residual is not None)
+            parts if logs is None else logs, grad.numel(), pending, LOG_FLOOR, RESIDUAL=residual is not None,
+            LOGS=logs is not None)
 
 
 def launch_compact(x: torch.Tensor, threshold: float, counter: torch.Tensor, indices: torch.Tensor,
@@ -200,10 +209,11 @@ def statistics(grad: torch.Tensor, residual: torch.Tensor | None = None,
                          f"got {residual.dtype} {tuple(residual.shape)}")
     x = grad if residual is None else (torch.empty_like(grad) if out is None else out)
     parts = torch.zeros(max(programs(n), 1), STATISTICS, dtype=torch.float32, device=device)
-    launch_statistics(grad, residual, x, parts, torch.empty(2, dtype=torch.int32, device=device), pending)
+    logs = torch.zeros(max(programs(n), 1), dtype=torch.float32, device=device)
+    launch_statistics(grad, residual, x, parts, torch.empty(2, dtype=torch.int32, device=device), pending, logs)
     wide = parts.double()
     sums = wide.sum(0)
-    return Statistics(x, sums[0], sums[1], wide[:, 2].max(), sums[3])
+    return Statistics(x, sums[0], sums[1], wide[:, 2].max(), sums[3], logs.double().sum())
 
 
 def compact(x: torch.Tensor, threshold: float) -> Survivors:
@@ -228,7 +238,8 @@ def compact(x: torch.Tensor, threshold: float) -> Survivors:
 
 SIGNATURES = {
     "statistics": {"g_ptr": "*{v}", "r_ptr": "*{v}", "x_ptr": "*{v}", "part_ptr": "*fp32", "counter_ptr": "*i32",
-                   "n": "i64", "pending": "fp32", "BLOCK": "constexpr", "RESIDUAL": "constexpr"},
+                   "log_ptr": "*fp32", "n": "i64", "pending": "fp32", "floor": "fp32", "BLOCK": "constexpr",
+                   "RESIDUAL": "constexpr", "LOGS": "constexpr"},
     "compact": {"x_ptr": "*{v}", "n": "i64", "threshold": "fp32", "counter_ptr": "*i32", "idx_ptr": "*i32",
                 "val_ptr": "*fp32", "part_ptr": "*fp32", "capacity": "i64", "BLOCK": "constexpr"},
 }
@@ -245,7 +256,7 @@ def compile_ahead(kernel: str, arch: int, dtype: str = "fp32") -> bytes:
 
     fn = {"statistics": _statistics_kernel, "compact": _compact_kernel}[kernel]
     signature = {name: kind.format(v=dtype) for name, kind in SIGNATURES[kernel].items()}
-    constexprs = {"BLOCK": BLOCK, **({"RESIDUAL": True} if kernel == "statistics" else {})}
+    constexprs = {"BLOCK": BLOCK, **({"RESIDUAL": True, "LOGS": True} if kernel == "statistics" else {})}
     compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
                               target=GPUTarget("cuda", arch, 32), options={"num_warps": NUM_WARPS})
     return compiled.asm["cubin"]

@@ -9,7 +9,7 @@ count is an exact count of ``|x| > η`` with ``η`` rounded to the gradient's dt
 how the data are read. A *read* launches what it needs back to back and brings everything to the
 host in **one** transfer of one byte buffer (:class:`_Read`): stage 1's statistics (the
 statistics kernel: ``Σ|x|``, ``Σx²``, ``max|x|``, ``#(x ≠ 0)`` in float32 per block, summed on
-the host in float64; SIDCo-GP's ``Σ ln|x|`` by the eager path's torch reduction), a later stage's
+the host in float64; SIDCo-GP's ``Σ ln max(|x|, LOG_FLOOR)`` in the same kernel, likewise), a later stage's
 statistics above a shift (a compaction that keeps nothing: its count and ``Σ(|x| − t)``,
 ``Σ(|x| − t)²``), and the pool (a compaction at the pool's level writing the survivors' positions
 and values, as int32 and float32, into the buffer's first ``capacity`` slots). Every later count,
@@ -35,7 +35,7 @@ import torch
 
 from compressors import estimators, fused
 from compressors._validate import target_count
-from compressors.sidco import POOL_REGROW, Moments, Tail, _Ops, _Overflow, _round, host_count, host_tail, log_sum
+from compressors.sidco import POOL_REGROW, Moments, Tail, _Ops, _Overflow, _round, host_count, host_tail
 from compressors.sidco_work import pool_slots
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -55,7 +55,7 @@ class _Read:
 
     def __init__(self, ws, device: torch.device, blocks: int, statistics: bool, logs: bool, tail: bool,
                  capacity: int):
-        sizes = {"counters": 8, "logs": 8 * logs, "stats": 16 * blocks * statistics, "tail": 12 * blocks * tail,
+        sizes = {"counters": 8, "logs": 4 * blocks * logs, "stats": 16 * blocks * statistics, "tail": 12 * blocks * tail,
                  "values": 4 * capacity, "positions": 4 * capacity}
         self.offsets, at = {}, 0
         for name, size in sizes.items():
@@ -113,10 +113,9 @@ class FusedOps(_Ops):
             counters.zero_()  # stage 1's statistics kernel zeroes them itself
         if statistics:
             source, residual, pending = self.feedback if self.feedback is not None else (g, None, math.inf)
-            fused.launch_statistics(source, residual, g, read.view("stats", torch.float32), counters, pending)
+            fused.launch_statistics(source, residual, g, read.view("stats", torch.float32), counters, pending,
+                                    read.view("logs", torch.float32) if self.logs else None)
             self.feedback = None
-            if self.logs:
-                log_sum(g, self.ws, read.view("logs", torch.float64)[0])
         scratch = self.ws.at_least("fused-parts", 3 * max(self.blocks, 1), torch.float32, g.device)
         if tail is not None:
             fused.launch_compact(g, self._rounded(tail), counters[0:1], counters, scratch, read.view("tail", torch.float32),
@@ -146,8 +145,8 @@ class FusedOps(_Ops):
         n = self.n
         mean = total / n
         var = max(squares / n - mean * mean, 0.0) if self.variance else 0.0
-        mean_log = estimators.mean_log_from_sums(float(read.host(data, "logs", np.float64)[0]), int(sums[3]), n) \
-            if self.logs else 0.0
+        mean_log = estimators.mean_log_from_sums(float(read.host(data, "logs", np.float32).astype(np.float64).sum()),
+                                                 int(sums[3]), n) if self.logs else 0.0
         return Moments(mean, var, mean_log)
 
     def tail(self, threshold, pool_at):

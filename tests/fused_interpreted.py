@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import compressors
-from compressors import counting, fused
+from compressors import counting, estimators, fused
 from compressors.memory import pending_residual
 from compressors.samples import gradient_like
 from compressors.selection import Workspace, select_above
@@ -46,6 +46,7 @@ def test_statistics_match_the_eager_path(dtype, n, with_residual):
     assert close(s.square_sum, float((wide * wide).sum()))
     assert float(s.abs_max) == (float(wide.abs().max()) if n else 0.0)
     assert float(s.nonzero) == float(torch.count_nonzero(x))
+    assert close(s.log_sum, float(wide.abs().clamp(min=estimators.LOG_FLOOR).log().sum()))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
