@@ -50,12 +50,16 @@ class Compressor:
     def _compress(self, grad: torch.Tensor) -> Sparse:
         raise NotImplementedError
 
-    def compress_feedback(self, grad: torch.Tensor, residual: torch.Tensor, out: torch.Tensor) -> Sparse | None:
+    def compress_feedback(self, grad: torch.Tensor, residual: torch.Tensor, out: torch.Tensor,
+                          pending: float | None = None) -> tuple[Sparse, float | None] | None:
         """Error feedback fused into the call: write ``grad + residual`` (same shape, dtype and
-        device) into ``out`` and compress it, as ``compress(torch.add(grad, residual, out=out))``
-        does; ``None`` (nothing written) where this compressor has no such path for ``grad``: the
-        caller adds them itself (:class:`compressors.memory.ErrorFeedback`). SIDCo's fused path
-        has one: its statistics kernel reads both and writes the sum."""
+        device; the residual read as :func:`compressors.memory.pending_residual` of ``pending``
+        when given) into ``out`` and compress it, as ``compress(torch.add(grad, residual, out=out))``
+        does. Returns the message and ``η`` where it is exactly ``out``'s ``|x| > η`` (the caller may
+        leave zeroing it in the residual pending), else ``None`` in its place; ``None`` (nothing
+        written) where this compressor has no such path for ``grad``: the caller adds them itself
+        (:class:`compressors.memory.ErrorFeedback`). SIDCo's fused path has one: its statistics
+        kernel reads both and writes the sum."""
         return None
 
     def reseed(self, seed: int) -> None:

@@ -1,6 +1,9 @@
 """The memory role: state kept between calls per tensor key, composed with any compressor.
 
 - :class:`ErrorFeedback`: the residual ``r``: ``g ← g + r``; send ``C(g)``; ``r ← g − decompress(C(g))``.
+  Where the compressor sent exactly ``|g| > η`` (SIDCo's fused path), the subtraction is left
+  *pending*: ``r`` keeps ``g`` and ``η``, and the next call's first read zeroes ``|r| > η`` as it goes
+  (:func:`pending_residual`); every read of the residual from outside sees it done.
 - :class:`DGCMemory`: DGC's momentum correction and momentum-factor masking: accumulate the
   velocity ``u ← m·u + g``, ``v ← v + u``; send ``C(v)``; zero ``u`` and ``v`` where sent.
 
@@ -26,19 +29,38 @@ class Memory:
         if not isinstance(compressor, Compressor):
             raise ValueError(f"expected a compressor, got {type(compressor).__name__}")
         self.compressor = compressor
-        self.state: dict[Hashable, dict[str, torch.Tensor]] = {}
+        self._state: dict[Hashable, dict[str, torch.Tensor]] = {}
+
+    @property
+    def state(self) -> dict[Hashable, dict[str, torch.Tensor]]:
+        """The state tensors per key (the dict itself: a caller may set a key's slot), every pending
+        update applied first (:meth:`settle`)."""
+        self.settle()
+        return self._state
+
+    def settle(self, key: Hashable = None, every: bool = True) -> None:
+        """Apply any update left pending in the state (of ``key``, or of every key); none here."""
 
     def _slot(self, key: Hashable, grad: torch.Tensor, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
-        slot = self.state.get(key)
+        slot = self._state.get(key)
         if slot is None or slot[names[0]].shape != grad.shape or slot[names[0]].dtype != grad.dtype \
                 or slot[names[0]].device != grad.device:
             slot = {name: torch.zeros_like(grad) for name in names}
-            self.state[key] = slot
+            self._state[key] = slot
         return slot
 
     def decompress(self, sparse: Message, out: torch.Tensor | None = None) -> torch.Tensor:
         """Same as the wrapped compressor's ``decompress``."""
         return self.compressor.decompress(sparse, out)
+
+
+def pending_residual(residual: torch.Tensor, pending: float) -> torch.Tensor:
+    """``residual`` with what the call before selected zeroed, in place: ``where(|r| > pending, 0,
+    r)`` (``pending`` rounded to the residual's dtype), the rule SIDCo's fused statistics kernel
+    applies as it reads a residual (:func:`compressors.kernels.fused.launch_statistics`). NaN fails the
+    comparison and stays, as the selection never takes it. For a message that is exactly the
+    ``|x| > pending`` of ``x``, this is ``x − decompress(message)`` bit for bit (``x − x`` is +0)."""
+    return residual.masked_fill_(residual.abs() > pending, 0)
 
 
 def _subtract_sent(buffer: torch.Tensor, message: Message, compressor: Compressor, slot: dict[str, torch.Tensor]
@@ -65,6 +87,12 @@ class ErrorFeedback(Memory):
     ``Σ inputs = Σ decompress(sent) + residual(key)`` (up to floating-point rounding).
     """
 
+    def __init__(self, compressor: Compressor):
+        super().__init__(compressor)
+        self._pending: dict[Hashable, tuple[torch.Tensor, float]] = {}
+        """Per key, a residual tensor still holding what was sent, and the threshold η that sent
+        exactly its ``|r| > η`` (it holds only for that very tensor: a slot replaced drops it)."""
+
     def compress(self, grad: torch.Tensor, key: Hashable = None) -> Message:
         """Compress ``grad + residual[key]`` and keep what was not sent as the new residual."""
         grad = check_gradient(grad)
@@ -73,23 +101,42 @@ class ErrorFeedback(Memory):
         if spare is None:
             spare = torch.empty_like(grad)
         # grad + residual into a spare buffer kept from the last call: no fresh full-size vector
-        # per call, and the residual stays as it was if compressing raises
-        message = self.compressor.compress_feedback(grad, slot["residual"], spare)
+        # per call, and the residual (and what is pending in it) stays as it was if compressing raises
+        pending = self._pending.get(key)
+        held = pending[1] if pending is not None and pending[0] is slot["residual"] else None
+        fused = self.compressor.compress_feedback(grad, slot["residual"], spare, held)
         corrected = spare
-        if message is None:  # no fused error feedback for this tensor: add them here
+        if fused is None:  # no fused error feedback for this tensor: add them here
+            self.settle(key, every=False)
             corrected = torch.add(grad, slot["residual"], out=spare)
-            message = self.compressor.compress(corrected)
+            message, left = self.compressor.compress(corrected), None
+        else:
+            message, left = fused
+        self._pending.pop(key, None)
         slot["spare"] = slot["residual"]
         if isinstance(message, Sparse) and message.dense:  # the message holds ``corrected`` itself
             slot["residual"] = torch.zeros_like(grad)
-        else:
+            return message
+        if left is None:
             _subtract_sent(corrected, message, self.compressor, slot)
-            slot["residual"] = corrected
+        else:
+            self._pending[key] = (corrected, left)
+        slot["residual"] = corrected
         return message
+
+    def settle(self, key: Hashable = None, every: bool = True) -> None:
+        """Zero in the residual (of ``key``; of every key when ``every``) what the last call sent
+        and left pending (:func:`pending_residual`), so it reads as the eager residual exactly."""
+        for name in list(self._pending) if every else [key]:
+            pending = self._pending.pop(name, None)
+            slot = self._state.get(name)
+            if pending is not None and slot is not None and pending[0] is slot["residual"]:
+                pending_residual(*pending)
 
     def residual(self, key: Hashable = None) -> torch.Tensor | None:
         """The residual kept for ``key`` (``None`` before the first call)."""
-        slot = self.state.get(key)
+        self.settle(key, every=False)
+        slot = self._state.get(key)
         return None if slot is None else slot["residual"]
 
 

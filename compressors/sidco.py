@@ -196,6 +196,11 @@ class _Ops:
         """Positions (int64, ascending) of the ``count`` magnitudes above ``threshold``."""
         raise NotImplementedError
 
+    def values(self, grad: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        """The values of ``grad`` at ``indices`` (what :meth:`select` or the count guard chose):
+        a gather."""
+        return grad.index_select(0, indices)
+
     def probe(self, threshold: float, enough: float) -> tuple[int, bool]:
         """``(count, exact)`` for a correction's try: below a pool of more than ``enough``
         elements the try certainly selects too many, and ``(pool size, False)`` says so without a
@@ -570,7 +575,8 @@ class SIDCo(Compressor):
             raise ValueError("backend 'fused' needs Triton: pip install '.[gpu]'")
         self.backend_choice = backend
         self.backend = "torch"
-        self._feedback: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._feedback: tuple[torch.Tensor, torch.Tensor, float] | None = None
+        self._selected_above: float | None = None  # η where the last call sent exactly |x| > η (fused path)
         self.planned = 0
         self.deepened = 0
         self.estimated = 0
@@ -627,8 +633,11 @@ class SIDCo(Compressor):
         return estimators.gpareto_threshold(moments.mean, moments.var, p)
 
     def _compress(self, grad: torch.Tensor) -> Sparse:
+        self._selected_above = None
         try:
             sparse, pre_count = self._run(grad)
+            if self.backend == "fused" and not sparse.fallback:  # FusedOps.select: exactly |x| > η
+                self._selected_above = float(sparse.threshold)
         except _Overflow:
             sparse, pre_count = self._rescaled(grad)
         self.estimated = pre_count
@@ -671,21 +680,25 @@ class SIDCo(Compressor):
         band = COUNT_BAND if self.corrections else ESTIMATOR_BAND
         indices, reported, fallback = guard_count(grad, indices, count, threshold, target_count(self.density, n),
                                                   self._workspace, band)
-        return Sparse(grad.index_select(0, indices), indices, n, reported, used, fallback=fallback), count
+        return Sparse(ops.values(grad, indices), indices, n, reported, used, fallback=fallback), count
 
-    def compress_feedback(self, grad: torch.Tensor, residual: torch.Tensor, out: torch.Tensor) -> Sparse | None:
+    def compress_feedback(self, grad: torch.Tensor, residual: torch.Tensor, out: torch.Tensor,
+                          pending: float | None = None) -> tuple[Sparse, float | None] | None:
         """The fused path's error feedback: its statistics kernel reads ``grad`` and ``residual``
-        and writes their sum into ``out`` (the gradient's dtype, rounded as ``torch.add``), the
-        call's first read; ``None`` where the fused path does not serve ``grad``."""
+        (zeroing ``|r| > pending`` as it reads) and writes their sum into ``out`` (the gradient's
+        dtype, rounded as ``torch.add``), the call's first read. The message's threshold comes back
+        as ``η`` where the fused path selected (exactly ``|x| > η``: the residual's update may be
+        left pending); ``None`` where the fused path does not serve ``grad``."""
         grad = check_gradient(grad)
         if grad.numel() == 0 or not self._fused(grad) or residual.dtype != grad.dtype or \
                 residual.shape != grad.shape or not residual.is_contiguous() or not out.is_contiguous():
             return None
-        self._feedback = (grad, residual)  # taken by the first FusedOps of the call
+        self._feedback = (grad, residual, math.inf if pending is None else pending)  # taken by the call's FusedOps
         try:
-            return self.compress(out)
+            message = self.compress(out)
         finally:
             self._feedback = None
+        return message, self._selected_above
 
     def _fused(self, grad: torch.Tensor) -> bool:
         """Whether this call runs the fused path (:mod:`compressors.kernels.sidco_fused`): asked for

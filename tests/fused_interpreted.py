@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 import compressors
 from compressors.work import counting
 from compressors.kernels import fused
+from compressors.numerics import estimators
+from compressors.memory import pending_residual
 from measuring.samples import gradient_like
 from compressors.numerics.selection import Workspace, select_above
 
@@ -46,6 +48,7 @@ def test_statistics_match_the_eager_path(dtype, n, with_residual):
     assert close(s.square_sum, float((wide * wide).sum()))
     assert float(s.abs_max) == (float(wide.abs().max()) if n else 0.0)
     assert float(s.nonzero) == float(torch.count_nonzero(x))
+    assert close(s.log_sum, float(wide.abs().clamp(min=estimators.LOG_FLOOR).log().sum()))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -108,6 +111,40 @@ def test_any_gradient_compacts_as_the_eager_path(n, seed, threshold, dtype):
     found = fused.compact(x, threshold)
     eager = select_above(x, threshold, Workspace(), allow_native=False)
     assert found.count == eager.count and torch.equal(found.indices, eager.indices)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_statistics_read_a_pending_residual_as_the_eager_residual(dtype):
+    """The lazy residual: the kernel zeroes ``|r| > η`` as it reads ``r`` (ties stay, NaN stays),
+    which is compressors.memory.pending_residual, bit for bit."""
+    n = 2 * fused.BLOCK + 7
+    g, r = gradient(n, dtype, 6), gradient(n, dtype, 7)
+    eta = float(torch.tensor(0.012, dtype=dtype))
+    r[5], r[6], r[8] = eta, -eta, math.nan
+    x = fused.statistics(g, r, pending=eta).x
+    assert torch.equal(x[:8], (g + pending_residual(r.clone(), eta))[:8])
+    assert torch.equal(x[9:], (g + pending_residual(r.clone(), eta))[9:]) and math.isnan(float(x[8]))
+    assert torch.equal(fused.statistics(g, r).x[9:], (g + r)[9:])  # none pending: the residual as it is
+
+
+def test_the_lazy_residual_is_the_eager_residual_wherever_it_is_read():
+    """Fused SIDCo leaves each call's residual update pending; every read of the residual from
+    outside (residual(), the state dict), a switch to the eager path and back, and a new size see
+    the eager residual bit for bit, and the messages stay the eager path's."""
+    fast = compressors.ErrorFeedback(compressors.create("sidco-e", 0.001, backend="fused"))
+    slow = compressors.ErrorFeedback(compressors.create("sidco-e", 0.001, backend="torch"))
+    n = 8 * fused.BLOCK + 3
+    plan = ["fused", "fused", "torch", "fused", "fused", "size", "fused"]
+    for call, step in enumerate(plan):
+        fast.compressor.backend_choice = "torch" if step == "torch" else "fused"
+        g = gradient_like(n // 2 if step == "size" else n, seed=60 + call)
+        a, b = fast.compress(g.clone()), slow.compress(g.clone())
+        assert torch.equal(a.indices, b.indices) and torch.equal(a.values, b.values), (call, step)
+        assert fast.compressor.backend == ("torch" if step == "torch" else "fused")
+        if call % 2:
+            assert torch.equal(fast.residual(), slow.residual()), call
+        else:
+            assert torch.equal(fast.state[None]["residual"], slow.state[None]["residual"]), call
 
 
 def test_a_nan_in_a_bfloat16_error_feedback_stays_nan():
@@ -176,13 +213,15 @@ def test_fused_sidco_refuses_nan_as_the_eager_path_does(name):
 
 
 def test_fused_kernel_launches_are_counted():
-    """Two Triton kernels (statistics, the pool's compaction) and one transfer per steady call of
-    one stage: the project's op recorder sees each launch where fused.py launches it."""
+    """Two Triton kernels (statistics, the pool's compaction), one transfer to the host and one
+    copy back (the selection's positions and values) per steady call of one stage: the project's
+    op recorder sees each launch where fused.py launches it."""
     c = compressors.create("sidco-e", 0.001, backend="fused")
     g = gradient_like(8 * fused.BLOCK, seed=3)
     c.compress(g)
     _, ops = counting.record_ops(lambda: c.compress(g))
     assert [op for op in ops if op.startswith("fused.")] == ["fused.statistics", "fused.compact"]
+    assert "index_select" not in ops and "zero_" not in ops
 
 
 @pytest.mark.parametrize("name", SIDCOS)

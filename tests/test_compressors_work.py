@@ -137,3 +137,10 @@ def test_wire_bytes_follow_the_message_format() -> None:
     assert declared.wire_bytes("fp16", 1000, 1.0) == 2000
     sparse = compressors.create("topk", 0.01).compress(torch.randn(1000))
     assert declared.wire_bytes("topk", 1000, 0.01) == sparse.wire_bytes()
+
+
+def test_sidco_fused_meets_the_launch_goal_of_issue_35() -> None:
+    """SIDCo-E fused with error feedback at 2^24, δ = 0.001 (one stage): at most 2 + M launches
+    (statistics, compaction, one packed copy back), one sync, two full reads of the gradient."""
+    w = declared.work("sidco-e", 1 << 24, 0.001, backend="fused", error_feedback=True).compress
+    assert w.launches <= 2 + 1 and w.syncs == 1 and w.passes == 2, w

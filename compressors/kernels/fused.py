@@ -4,7 +4,10 @@ feedback fused in, and one threshold compaction.
 - :func:`statistics`: ``x = g + residual`` (written out when there is a residual) and, per block of
   :data:`BLOCK` elements, ``Σ|x|``, ``Σx²``, ``max|x|`` and the count of non-zero ``|x|``,
   accumulated in float32 within a block and summed over blocks in float64 on the device: one read
-  of the gradient (and of the residual), no host round trip.
+  of the gradient (and of the residual), no host round trip. The residual may still hold the
+  previous call's selection (error feedback's *lazy residual*: instead of scattering zeros into it
+  after selecting, the next read zeroes ``|r| > η`` as it goes), and the kernel zeroes the counters
+  the compaction after it adds to (no launch of their own).
 - :func:`compact`: the positions and values of ``|x| > threshold`` (strict, the threshold first
   rounded to ``x``'s dtype: the tie rule of :mod:`compressors.numerics.selection`), each block reserving
   its output range with one atomic and placing its elements by an in-block prefix sum, plus the
@@ -22,11 +25,13 @@ is false and the compressors keep their eager torch path.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import NamedTuple
 
 import torch
 
+from compressors.numerics.estimators import LOG_FLOOR
 from compressors.work.sidco import FUSED_BLOCK
 
 try:
@@ -69,13 +74,17 @@ def interpreted() -> bool:
 
 if triton is not None:
     @triton.jit
-    def _statistics_kernel(g_ptr, r_ptr, x_ptr, part_ptr, n, BLOCK: tl.constexpr, RESIDUAL: tl.constexpr):
+    def _statistics_kernel(g_ptr, r_ptr, x_ptr, part_ptr, counter_ptr, log_ptr, n, pending, floor,
+                           BLOCK: tl.constexpr, RESIDUAL: tl.constexpr, LOGS: tl.constexpr):
         pid = tl.program_id(0)
+        pair = tl.arange(0, 2)
+        tl.store(counter_ptr + pair, tl.zeros([2], dtype=tl.int32), mask=(pair < 2) & (pid == 0))
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         x = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         if RESIDUAL:
-            x = x + tl.load(r_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            r = tl.load(r_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            x = x + tl.where(tl.abs(r) > pending, 0.0, r)  # the previous call's selection, left pending
             if x_ptr.dtype.element_ty == tl.bfloat16:  # to nearest, ties to even, by the bits (exact everywhere)
                 bits = x.to(tl.uint32, bitcast=True)
                 bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
@@ -88,6 +97,8 @@ if triton is not None:
         tl.store(part_ptr + pid * 4 + 1, tl.sum(x * x, axis=0))
         tl.store(part_ptr + pid * 4 + 2, tl.max(a, axis=0))
         tl.store(part_ptr + pid * 4 + 3, tl.sum((a != 0).to(tl.float32), axis=0))
+        if LOGS:  # SIDCo-GP's Σ ln max(|x|, floor), the masked tail left out
+            tl.store(log_ptr + pid, tl.sum(tl.where(mask, tl.log(tl.maximum(a, floor)), 0.0), axis=0))
 
     @triton.jit
     def _compact_kernel(x_ptr, n, threshold, counter_ptr, idx_ptr, val_ptr, part_ptr, capacity,
@@ -114,13 +125,15 @@ if triton is not None:
 class Statistics(NamedTuple):
     """What :func:`statistics` computed: ``x`` (``g + residual``, or ``g`` itself), and 0-d float64
     tensors on ``x``'s device: ``abs_sum`` (Σ|x|), ``square_sum`` (Σx²), ``abs_max`` (max|x|),
-    ``nonzero`` (#(x ≠ 0)). A non-finite ``abs_sum`` means ``x`` holds NaN/Inf (or overflowed)."""
+    ``nonzero`` (#(x ≠ 0)), ``log_sum`` (Σ ln max(|x|, LOG_FLOOR)). A non-finite ``abs_sum`` means
+    ``x`` holds NaN/Inf (or overflowed)."""
 
     x: torch.Tensor
     abs_sum: torch.Tensor
     square_sum: torch.Tensor
     abs_max: torch.Tensor
     nonzero: torch.Tensor
+    log_sum: torch.Tensor
 
 
 class Survivors(NamedTuple):
@@ -151,17 +164,26 @@ def _launch(kernel: str, grid: int, *args, **meta) -> None:
 
 
 def launch_statistics(grad: torch.Tensor, residual: torch.Tensor | None, x: torch.Tensor,
-                      parts: torch.Tensor) -> None:
+                      parts: torch.Tensor, counters: torch.Tensor, pending: float = math.inf,
+                      logs: torch.Tensor | None = None) -> None:
     """Launch the statistics kernel over ``grad`` (plus ``residual``, the sum written into ``x``),
-    its per-block partials (:data:`STATISTICS` float32 a block) into ``parts``; no host read."""
-    _launch("statistics", programs(grad.numel()), grad, grad if residual is None else residual, x, parts,
-            grad.numel(), RESIDUAL=residual is not None)
+    its per-block partials (:data:`STATISTICS` float32 a block) into ``parts``, and where ``logs``
+    is given (float32, one a block) each block's ``Σ ln max(|x|, LOG_FLOOR)`` (SIDCo-GP's first
+    statistic, :data:`compressors.numerics.estimators.LOG_FLOOR`) into it; no host read.
+
+    The residual is read as :func:`compressors.memory.pending_residual` of ``pending`` (a threshold already rounded to
+    the residual's dtype: the selection of the call before, not yet zeroed; ``inf``: none), and the
+    kernel zeroes the two int32 ``counters`` a compaction launched after it (stream order) adds to."""
+    _launch("statistics", programs(grad.numel()), grad, grad if residual is None else residual, x, parts, counters,
+            parts if logs is None else logs, grad.numel(), pending, LOG_FLOOR, RESIDUAL=residual is not None,
+            LOGS=logs is not None)
 
 
 def launch_compact(x: torch.Tensor, threshold: float, counter: torch.Tensor, indices: torch.Tensor,
                    values: torch.Tensor, parts: torch.Tensor, capacity: int) -> None:
     """Launch the compaction of ``|x| > threshold`` (``threshold`` already rounded to ``x``'s
-    dtype) adding its count to ``counter`` (int32, zeroed by the caller) and writing the first
+    dtype) adding its count to ``counter`` (int32, zeroed by the caller or by a statistics kernel
+    launched before it) and writing the first
     ``capacity`` hits' positions and values (in block order, any order of blocks) into ``indices``
     and ``values`` (any integer and floating dtypes: stored converted), the survivors' partials
     (:data:`SURVIVORS` float32 a block) into ``parts``; no host read."""
@@ -174,9 +196,10 @@ def _require() -> None:
 
 
 def statistics(grad: torch.Tensor, residual: torch.Tensor | None = None,
-               out: torch.Tensor | None = None) -> Statistics:
+               out: torch.Tensor | None = None, pending: float = math.inf) -> Statistics:
     """One pass over the 1-D floating ``grad`` (and ``residual``, same shape and dtype, when given:
-    ``x = grad + residual`` is written into ``out`` or a new tensor): the statistics of
+    ``x = grad + residual`` is written into ``out`` or a new tensor, the residual read with what
+    ``|r| > pending`` selects zeroed: :func:`launch_statistics`): the statistics of
     :class:`Statistics`, one kernel launch plus one reduction of the per-block partials."""
     _require()
     n = grad.numel()
@@ -186,10 +209,11 @@ def statistics(grad: torch.Tensor, residual: torch.Tensor | None = None,
                          f"got {residual.dtype} {tuple(residual.shape)}")
     x = grad if residual is None else (torch.empty_like(grad) if out is None else out)
     parts = torch.zeros(max(programs(n), 1), STATISTICS, dtype=torch.float32, device=device)
-    launch_statistics(grad, residual, x, parts)
+    logs = torch.zeros(max(programs(n), 1), dtype=torch.float32, device=device)
+    launch_statistics(grad, residual, x, parts, torch.empty(2, dtype=torch.int32, device=device), pending, logs)
     wide = parts.double()
     sums = wide.sum(0)
-    return Statistics(x, sums[0], sums[1], wide[:, 2].max(), sums[3])
+    return Statistics(x, sums[0], sums[1], wide[:, 2].max(), sums[3], logs.double().sum())
 
 
 def compact(x: torch.Tensor, threshold: float) -> Survivors:
@@ -213,8 +237,9 @@ def compact(x: torch.Tensor, threshold: float) -> Survivors:
 
 
 SIGNATURES = {
-    "statistics": {"g_ptr": "*{v}", "r_ptr": "*{v}", "x_ptr": "*{v}", "part_ptr": "*fp32", "n": "i64",
-                   "BLOCK": "constexpr", "RESIDUAL": "constexpr"},
+    "statistics": {"g_ptr": "*{v}", "r_ptr": "*{v}", "x_ptr": "*{v}", "part_ptr": "*fp32", "counter_ptr": "*i32",
+                   "log_ptr": "*fp32", "n": "i64", "pending": "fp32", "floor": "fp32", "BLOCK": "constexpr",
+                   "RESIDUAL": "constexpr", "LOGS": "constexpr"},
     "compact": {"x_ptr": "*{v}", "n": "i64", "threshold": "fp32", "counter_ptr": "*i32", "idx_ptr": "*i32",
                 "val_ptr": "*fp32", "part_ptr": "*fp32", "capacity": "i64", "BLOCK": "constexpr"},
 }
@@ -231,7 +256,7 @@ def compile_ahead(kernel: str, arch: int, dtype: str = "fp32") -> bytes:
 
     fn = {"statistics": _statistics_kernel, "compact": _compact_kernel}[kernel]
     signature = {name: kind.format(v=dtype) for name, kind in SIGNATURES[kernel].items()}
-    constexprs = {"BLOCK": BLOCK, **({"RESIDUAL": True} if kernel == "statistics" else {})}
+    constexprs = {"BLOCK": BLOCK, **({"RESIDUAL": True, "LOGS": True} if kernel == "statistics" else {})}
     compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
                               target=GPUTarget("cuda", arch, 32), options={"num_warps": NUM_WARPS})
     return compiled.asm["cubin"]

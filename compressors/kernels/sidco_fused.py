@@ -9,7 +9,7 @@ count is an exact count of ``|x| > η`` with ``η`` rounded to the gradient's dt
 how the data are read. A *read* launches what it needs back to back and brings everything to the
 host in **one** transfer of one byte buffer (:class:`_Read`): stage 1's statistics (the
 statistics kernel: ``Σ|x|``, ``Σx²``, ``max|x|``, ``#(x ≠ 0)`` in float32 per block, summed on
-the host in float64; SIDCo-GP's ``Σ ln|x|`` by the eager path's torch reduction), a later stage's
+the host in float64; SIDCo-GP's ``Σ ln max(|x|, LOG_FLOOR)`` in the same kernel, likewise), a later stage's
 statistics above a shift (a compaction that keeps nothing: its count and ``Σ(|x| − t)``,
 ``Σ(|x| − t)²``), and the pool (a compaction at the pool's level writing the survivors' positions
 and values, as int32 and float32, into the buffer's first ``capacity`` slots). Every later count,
@@ -36,7 +36,7 @@ import torch
 from compressors.numerics import estimators
 from compressors.kernels import fused
 from compressors._validate import target_count
-from compressors.sidco import POOL_REGROW, Moments, Tail, _Ops, _Overflow, _round, host_count, host_tail, log_sum
+from compressors.sidco import POOL_REGROW, Moments, Tail, _Ops, _Overflow, _round, host_count, host_tail
 from compressors.work.sidco import pool_slots
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -56,7 +56,7 @@ class _Read:
 
     def __init__(self, ws, device: torch.device, blocks: int, statistics: bool, logs: bool, tail: bool,
                  capacity: int):
-        sizes = {"counters": 8, "logs": 8 * logs, "stats": 16 * blocks * statistics, "tail": 12 * blocks * tail,
+        sizes = {"counters": 8, "logs": 4 * blocks * logs, "stats": 16 * blocks * statistics, "tail": 12 * blocks * tail,
                  "values": 4 * capacity, "positions": 4 * capacity}
         self.offsets, at = {}, 0
         for name, size in sizes.items():
@@ -92,8 +92,11 @@ class FusedOps(_Ops):
         self.pool_capacity = capacity if capacity is not None else pool_slots(self.n, 0, target_count(owner.density,
                                                                                                      self.n))
         self.host_pool: np.ndarray | None = None
+        self.host_values: np.ndarray | None = None
         self.host_positions: np.ndarray | None = None
-        self.feedback, owner._feedback = owner._feedback, None  # (gradient, residual) summed into ``grad`` by stage 1
+        self.uploaded: tuple[torch.Tensor, torch.Tensor] | None = None  # (indices, values) of select
+        # (gradient, residual, its pending threshold) summed into ``grad`` by stage 1
+        self.feedback, owner._feedback = owner._feedback, None
 
     def _rounded(self, threshold: float) -> float:
         return _round(threshold, self.grad.dtype)
@@ -107,14 +110,13 @@ class FusedOps(_Ops):
         read = _Read(self.ws, g.device, self.blocks, statistics, statistics and self.logs, tail is not None,
                      capacity if pool is not None else 0)
         counters = read.view("counters", torch.int32)
-        if tail is not None or pool is not None:
-            counters.zero_()
+        if not statistics and (tail is not None or pool is not None):
+            counters.zero_()  # stage 1's statistics kernel zeroes them itself
         if statistics:
-            source, residual = self.feedback if self.feedback is not None else (g, None)
-            fused.launch_statistics(source, residual, g, read.view("stats", torch.float32))
+            source, residual, pending = self.feedback if self.feedback is not None else (g, None, math.inf)
+            fused.launch_statistics(source, residual, g, read.view("stats", torch.float32), counters, pending,
+                                    read.view("logs", torch.float32) if self.logs else None)
             self.feedback = None
-            if self.logs:
-                log_sum(g, self.ws, read.view("logs", torch.float64)[0])
         scratch = self.ws.at_least("fused-parts", 3 * max(self.blocks, 1), torch.float32, g.device)
         if tail is not None:
             fused.launch_compact(g, self._rounded(tail), counters[0:1], counters, scratch, read.view("tail", torch.float32),
@@ -130,7 +132,8 @@ class FusedOps(_Ops):
                 self._read(pool=pool, capacity=self.pool_capacity)
             else:
                 self.pool_at, self.pool_size = pool, size
-                self.host_pool = np.abs(read.host(data, "values", np.float32)[:size])
+                self.host_values = read.host(data, "values", np.float32)[:size]
+                self.host_pool = np.abs(self.host_values)
                 self.host_positions = read.host(data, "positions", np.int32)[:size]
         return data, read
 
@@ -143,8 +146,8 @@ class FusedOps(_Ops):
         n = self.n
         mean = total / n
         var = max(squares / n - mean * mean, 0.0) if self.variance else 0.0
-        mean_log = estimators.mean_log_from_sums(float(read.host(data, "logs", np.float64)[0]), int(sums[3]), n) \
-            if self.logs else 0.0
+        mean_log = estimators.mean_log_from_sums(float(read.host(data, "logs", np.float32).astype(np.float64).sum()),
+                                                 int(sums[3]), n) if self.logs else 0.0
         return Moments(mean, var, mean_log)
 
     def tail(self, threshold, pool_at):
@@ -171,9 +174,31 @@ class FusedOps(_Ops):
         if self.host_pool is None or threshold < self.pool_at:  # no pool holds it: one as large as the count
             self.pool_capacity = max(count, 1)
             self.collect(threshold)
-        chosen = np.sort(self.host_positions[self.host_pool > np.float32(threshold)]).astype(np.int64)
-        out = torch.empty(chosen.size, dtype=torch.int64, device=self.grad.device)
-        return out.copy_(torch.from_numpy(chosen))  # one host→device copy (no sync)
+        above = self.host_pool > np.float32(threshold)
+        positions = self.host_positions[above]
+        order = np.argsort(positions)
+        chosen, values = positions[order].astype(np.int64), _dtype_bytes(self.host_values[above][order], self.grad.dtype)
+        packed = np.concatenate([chosen.view(np.uint8), values])  # the values' dtype needs no more than 8-byte alignment
+        out = torch.empty(packed.size, dtype=torch.uint8, device=self.grad.device)
+        out.copy_(torch.from_numpy(packed))  # one host→device copy (no sync)
+        self.uploaded = (out[:chosen.nbytes].view(torch.int64), out[chosen.nbytes:].view(self.grad.dtype))
+        return self.uploaded[0]
+
+    def values(self, grad, indices):
+        if self.uploaded is not None and indices is self.uploaded[0]:
+            return self.uploaded[1]  # came with the positions: no gather
+        return super().values(grad, indices)
+
+
+def _dtype_bytes(values: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    """The bytes of float32 ``values`` that ``dtype`` holds exactly (they were read from a tensor
+    of it) as ``dtype``: float32 as they are, float16 converted (exact), bfloat16 the upper half of
+    each float32 (exact: no rounding happens)."""
+    if dtype == torch.float16:
+        return values.astype(np.float16).view(np.uint8)
+    if dtype == torch.bfloat16:
+        return (values.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+    return values.view(np.uint8)
 
 
 __all__ = ["DTYPES", "FusedOps", "usable"]

@@ -142,8 +142,8 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
         _read_input_cold(compress, n)
     else:
         ef_out = _ef_out(declared, n, density, itemsize, decompress, counts["hits"])
-        compress = _merge(_fold_feedback(compress, n, itemsize) if folds else _merge(_ef_in(n, itemsize), compress),
-                          ef_out)
+        compress = _fold_feedback(compress, n, itemsize) if folds else _merge(_merge(_ef_in(n, itemsize), compress),
+                                                                               ef_out)
     compress.working_set_bytes = (4.0 if error_feedback else 2.0) * n * itemsize
     decompress.working_set_bytes = 2.0 * n * itemsize
     return CallWork(compress, decompress)
@@ -159,7 +159,11 @@ def fused_path(name: str, numel: int, density: float, pool: float | None = None)
 
 def _fold_feedback(w: Work, n: int, itemsize: int) -> Work:
     """Error feedback folded into the fused path's first full read (its statistics kernel reads
-    ``grad`` and ``residual``, the latter cold, and writes their sum): no pass of its own."""
+    ``grad`` and ``residual``, the latter cold, and writes their sum): no pass of its own. The
+    residual's update is left pending (:class:`compressors.memory.ErrorFeedback`: the message is
+    exactly ``|x| > η``, and the next call's statistics kernel zeroes ``|r| > η`` as it reads the
+    residual): no scatter either. A call the count guard sent elsewhere scatters as the eager path
+    does; a steady call does not."""
     for i, (kind, elements, read, written, _) in enumerate(w.streams):
         if elements == n and read > 0:
             w.streams[i] = (kind, elements, read + n * itemsize, written + n * itemsize, True)

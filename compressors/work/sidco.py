@@ -96,28 +96,26 @@ def fused_runs(n: int, density: float, pool: float | None = None) -> bool:
 
 def _sidco_fused(name: str, n: int, k: int, itemsize: int, planned: int, pool: float) -> Work:
     """SIDCo's fused path (:mod:`compressors.kernels.sidco_fused`), a call after one of the same size
-    (its pool guess held). Stage 1: its two counters zeroed, the statistics kernel over ``g``
-    (error feedback folds ``+ residual`` into it: :func:`compressors.work.work`), for SIDCo-GP the
-    eager path's four-op ``Σ ln|g|``; with one stage the pool's compaction at the guess in the same
-    read (positions and values, 8 bytes per slot of :func:`pool_slots`), one transfer of it all.
-    With more stages, stage 2's read: the counters zeroed, a tail's compaction over ``g`` and the
-    pool's, one transfer; every later stage, count and correction on the host from the pool. The
-    selected positions, sorted on the host, copied to the device (no sync), the values gathered."""
+    (its pool guess held). Stage 1: the statistics kernel over ``g``, which also zeroes the two
+    counters (error feedback folds ``+ residual`` into it: :func:`compressors.work.work`), for
+    SIDCo-GP with each block's ``Σ ln max(|g|, floor)`` too (a logarithm an element); with one stage the pool's compaction at the guess
+    in the same read (positions and values, 8 bytes per slot of :func:`pool_slots`), one transfer
+    of it all. With more stages, stage 2's read: the counters zeroed, a tail's compaction over
+    ``g`` and the pool's, one transfer; every later stage, count and correction on the host from
+    the pool. The selected positions, sorted on the host, and their values (from the pool, in
+    ``g``'s dtype) packed into one host→device copy (no sync, no gather)."""
     capacity = pool_slots(n, pool, k)
     blocks = -(-n // FUSED_BLOCK)
+    logs = name == "sidco-gp"
     c = Work()
-    c.stream(2, 0, 4).stream(n, itemsize, 16 / FUSED_BLOCK, "reduce", full=True)
-    sent = 8.0 + 16.0 * blocks
-    if name == "sidco-gp":
-        c.stream(n, itemsize, 4, full=True).stream(n, 4, 4, full=True).stream(n, 4, 4, "log", full=True)
-        c.stream(n, 4, 0, "reduce", full=True)
-        sent += 8.0
+    c.stream(n, itemsize, (16 + 4 * logs) / FUSED_BLOCK, "log" if logs else "reduce", full=True)
+    sent = 8.0 + (16.0 + 4 * logs) * blocks
     if planned > 1:
         c.to_host(sent)
         c.stream(2, 0, 4).stream(n, itemsize, 12 / FUSED_BLOCK, "compare", full=True)
         sent = 8.0 + 12.0 * blocks
     c.stream(n, itemsize, 8 * pool / n, "compare", full=True).to_host(sent + 8.0 * capacity)
-    return c.stream(k, 8, 8).gather(k)
+    return c.stream(k, 8 + itemsize, 8 + itemsize)
 
 
 def _sidco(name: str) -> Declaration:
