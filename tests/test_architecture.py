@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -13,25 +14,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Each package may import the packages of its own and lower layers only.
-LAYERS = {
-    "processes": 0,  # process hygiene (children's argv, /proc scans, pools, rank starter): imports nothing of ours
-    "profiles": 0,  # data only
-    "results": 0,
-    "units": 0,  # parsing and printing sizes, rates, durations, densities: imports nothing of ours
-    "machine": 0,  # which machine this is, its cache directory, torch devices by name: imports nothing of ours
-    "compressors": 1,
-    "traces": 2,
-    "simulator": 3,  # the cluster model: asks the costs through their one interface (the top of costs/)
-    "costs": 3,  # the cost inputs beside the model: devices, cost model, profiles, compute; never the model
-    "convergence": 3,  # real training with simulated workers: compressors and traces only
-    "measuring": 4,  # the lab (host timing, profiling children): the model above never imports it
-    "emulation": 4,
-    "pipeline": 5,
-    "dashboard": 6,
-    "sidco": 7,  # the command line may start the dashboard; the dashboard never imports the command line
-    "benchmarks": 8,  # the benchmarks may time any room; no room and no door imports them
-}
+# The house drawing (architecture/house.json) is the one home of these rules: each room (a top-level
+# package) may import the rooms of its own and lower layers only, the doors only the rooms they list,
+# and never a forbidden edge.
+HOUSE = json.loads((ROOT / "architecture" / "house.json").read_text())
+LAYERS = {room["package"]: room["layer"] for room in HOUSE["rooms"]}
 
 
 def _sources(package: str) -> list[Path]:
@@ -55,6 +42,37 @@ def _imported_packages(path: Path) -> set[tuple[str, int]]:
     return found
 
 
+def _packages(folder: Path) -> set[str]:
+    return {d.name for d in folder.iterdir() if (d / "__init__.py").is_file()}
+
+
+def test_the_house_drawing_is_the_tree():
+    """architecture/house.json names every top-level package and each room's sub-packages, and no other."""
+    assert _packages(ROOT) - {"tests"} == set(LAYERS)
+    for room in HOUSE["rooms"]:
+        assert _packages(ROOT / room["package"]) == set(room.get("sub-packages", {})), room["package"]
+    assert set(HOUSE["forbidden"]) <= set(LAYERS) and set(DOORS) <= set(LAYERS)
+
+
+def house_table() -> list[str]:
+    """README's package table as the house drawing writes it: one row a room, its sub-packages in its job."""
+    rows = ["| package | job |", "|---|---|"]
+    for room in HOUSE["rooms"]:
+        subs = "".join(f"; `{name}/` {job}" for name, job in room.get("sub-packages", {}).items())
+        rows.append(f"| `{room['package']}/` | {room['job']}{subs} |")
+    return rows
+
+
+def test_the_readme_package_table_is_the_house_drawing():
+    """The README's package table is the drawing's rooms and jobs, in its order (print it with
+    ``python -c "from tests.test_architecture import house_table; print(*house_table(), sep='\\n')"``)."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = lines.index("| package | job |")
+    table = lines[start:start + len(house_table())]
+    assert table == house_table()
+    assert not lines[start + len(table)].startswith("|")
+
+
 @pytest.mark.parametrize("package", sorted(LAYERS))
 def test_dependencies_point_one_way(package):
     wrong = []
@@ -67,13 +85,9 @@ def test_dependencies_point_one_way(package):
 
 # The front doors map input to the orchestration layer and print or plot its result: they import
 # the pipeline, the store and the units only (the dashboard may be started by the command line).
-DOORS = {"sidco": {"pipeline", "results", "units", "dashboard", "sidco"},
-         "dashboard": {"pipeline", "processes", "results", "units", "dashboard"}}
-# Edges the layer order allows but the house forbids: the model and its cost inputs never read the
-# store nor start processes, and the costs stand beside the model, never importing it.
-# The process hygiene is the bottom room: it imports nothing of ours (the store may import it).
-FORBIDDEN = {"simulator": {"results", "processes"}, "costs": {"results", "processes", "simulator"},
-             "processes": set(LAYERS) - {"processes"}}
+DOORS = {door: set(rooms) for door, rooms in HOUSE["doors"].items()}
+FORBIDDEN = {room: set(LAYERS) - {room} if rule["rooms"] == ["*"] else set(rule["rooms"])
+             for room, rule in HOUSE["forbidden"].items()}
 
 
 @pytest.mark.parametrize("door", sorted(DOORS))
