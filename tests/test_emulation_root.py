@@ -138,7 +138,9 @@ def test_training_end_to_end_calibrated_on_two_bandwidths(tmp_path, capsys):
     train ``none`` and SIDCo-E at a slow and a fast link. The slow link is slower, compression
     pays there, every cell is stored with both fidelities calibrated and not, and the regression
     guard of the projection: the median |error| of the calibrated rows at the slow link, where
-    the network takes much of the iteration, stays <= 10 %."""
+    the network takes much of the iteration, stays <= 10 %. Eight timed iterations a cell: the
+    measured time is their mean (the expected iteration), so one iteration slowed by a busy shared
+    host moves it an eighth as much as it moves that iteration."""
     import json
     import statistics
 
@@ -153,7 +155,7 @@ def test_training_end_to_end_calibrated_on_two_bandwidths(tmp_path, capsys):
     capsys.readouterr()
     code = main([
         "emulate", "--workers", "2", "--bandwidth", "20Mbit,200Mbit", "--workload", "resnet20",
-        "--compressors", "none,sidco-e", "--densities", "0.1", "--iterations", "6", "--warmup", "2",
+        "--compressors", "none,sidco-e", "--densities", "0.1", "--iterations", "10", "--warmup", "2",
         "--batch-size", "4", "--calibration", "latest", "--fidelity", "analytic,des", *store, "--json",
     ])
     assert code == 0
