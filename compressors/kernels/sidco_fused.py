@@ -14,11 +14,13 @@ statistics above a shift (a compaction that keeps nothing: its count and ``Σ(|x
 ``Σ(|x| − t)²``), and the pool (a compaction at the pool's level writing the survivors' positions
 and values, as int32 and float32, into the buffer's first ``capacity`` slots). Every later count,
 a later stage's statistics above the pool's level and the selection are then computed on the host
-from the pool (sorted positions uploaded: no sort on the device).
+from the pool (positions sorted there, then uploaded with their values: no sort, no gather on the
+device).
 
 A call of one stage after a call of the same size (the pool's guess held): the statistics kernel
-and the pool's compaction, one transfer (the call's one synchronisation), the selected positions
-uploaded and the values gathered: the gradient is read twice. Extra cost, only where it is needed:
+(which also zeroes the counters and, with error feedback, the residual's pending ``|r| > η``) and
+the pool's compaction, one transfer (the call's one synchronisation), the selected positions and
+values uploaded in one host→device copy: three launches, and the gradient is read twice. Extra cost, only where it is needed:
 a pool that outgrew its slots is taken again (one read), a try below the pool reads the whole
 vector again (as on the eager path), more stages read a tail each (stage 2's from the whole
 vector), and a statistic that overflows float32 (``|x|`` beyond about 1e19, or non-finite data)

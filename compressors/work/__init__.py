@@ -140,10 +140,11 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
                                        **{key: value for key, value in counts.items() if key in taken})
     if not error_feedback:  # the compressor reads the caller's gradient, written long before the call
         _read_input_cold(compress, n)
+    elif folds:
+        compress = _fold_feedback(compress, n, itemsize)
     else:
-        ef_out = _ef_out(declared, n, density, itemsize, decompress, counts["hits"])
-        compress = _fold_feedback(compress, n, itemsize) if folds else _merge(_merge(_ef_in(n, itemsize), compress),
-                                                                               ef_out)
+        compress = _merge(_merge(_ef_in(n, itemsize), compress),
+                          _ef_out(declared, n, density, itemsize, decompress, counts["hits"]))
     compress.working_set_bytes = (4.0 if error_feedback else 2.0) * n * itemsize
     decompress.working_set_bytes = 2.0 * n * itemsize
     return CallWork(compress, decompress)
