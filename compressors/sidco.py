@@ -606,6 +606,7 @@ class SIDCo(Compressor):
             raise ValueError(f"stages must be an int >= 1 or 'adaptive', got {stages!r}")
         self._workspace = Workspace()
         self._guesses: dict[int, Guess] = {}
+        self._counters: dict[torch.device, object] = {}  # the fused path's, per device (sidco_fused._Counters)
         self._padded: dict[tuple, torch.Tensor] = {}
         self._viewed: torch.Tensor | None = None  # the buffer whose numpy view _view is
         self._view: np.ndarray | None = None

@@ -213,15 +213,47 @@ def test_fused_sidco_refuses_nan_as_the_eager_path_does(name):
 
 
 def test_fused_kernel_launches_are_counted():
-    """Two Triton kernels (statistics, the pool's compaction), one transfer to the host and one
-    copy back (the selection's positions and values) per steady call of one stage: the project's
-    op recorder sees each launch where fused.py launches it."""
+    """One Triton kernel (the statistics, with the pool's compaction in the same read), one
+    transfer to the host and one copy back (the selection's positions and values) per steady call
+    of one stage: the project's op recorder sees each launch where fused.py launches it."""
     c = compressors.create("sidco-e", 0.001, backend="fused")
     g = gradient_like(8 * fused.BLOCK, seed=3)
     c.compress(g)
     _, ops = counting.record_ops(lambda: c.compress(g))
-    assert [op for op in ops if op.startswith("fused.")] == ["fused.statistics", "fused.compact"]
+    assert [op for op in ops if op.startswith("fused.")] == ["fused.statistics"]
     assert "index_select" not in ops and "zero_" not in ops
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+def test_the_statistics_kernel_compacts_the_pool_as_the_compaction_does(dtype, n):
+    """The pool taken in the statistics kernel's own read (a level known beforehand) is what the
+    compaction kernel and the eager path select there, with error feedback's sum too."""
+    g, r = gradient(n, dtype, 8), gradient(n, dtype, 9)
+    s = fused.statistics(g, r, pool_at=0.02)
+    eager = select_above(g + r, 0.02, Workspace(), allow_native=False)
+    assert s.pool.count == eager.count and torch.equal(s.pool.indices, eager.indices)
+    assert torch.equal(s.pool.values, (g + r).index_select(0, eager.indices))
+    alone = fused.compact(s.x, 0.02)
+    assert close(s.pool.excess_sum, float(alone.excess_sum)) and close(s.abs_sum, float((g + r).double().abs().sum()))
+
+
+def test_the_counters_need_no_zeroing_launch_across_calls_sizes_and_a_grown_buffer():
+    """Each call adds to the pair of counters the call before zeroed; calls of two sizes in turn,
+    a pool that outgrows its slots (the read buffer grows: both pairs zeroed once) and stages > 1
+    (a second read of the call) keep the eager path's messages."""
+    fast = compressors.create("sidco-e", 0.001, backend="fused")
+    slow = compressors.create("sidco-e", 0.001, backend="torch")
+    for call, n in enumerate([8 * fused.BLOCK + 3, 3 * fused.BLOCK, 8 * fused.BLOCK + 3, 3 * fused.BLOCK, 16 * fused.BLOCK]):
+        g = gradient_like(n, seed=70 + call)
+        if call == 2:
+            g[: 2 * fused.BLOCK] *= 40  # many more above the pool's guess than its slots hold
+        a, b = fast.compress(g), slow.compress(g)
+        assert torch.equal(a.indices, b.indices) and fast.backend == "fused", call
+    deep = [compressors.create("sidco-e", 0.001, stages=3, backend=b) for b in ("fused", "torch")]
+    for call in range(3):
+        g = gradient_like(8 * fused.BLOCK, seed=80 + call)
+        assert torch.equal(deep[0].compress(g).indices, deep[1].compress(g).indices), call
 
 
 @pytest.mark.parametrize("name", SIDCOS)

@@ -47,9 +47,14 @@ where the declared work reads it without torch). Large blocks keep the interpret
 second each (its cost grows with the number of programs, not with ``n``)."""
 
 NUM_WARPS = 16
-"""Warps per program: 8 elements a thread. Compiled for sm_90 at 4 warps the compaction kernel
-took 255 registers a thread and spilled (16 bytes of stack), at 16 warps 87 and the statistics
-kernel 47, neither spilling (tests/test_fused_kernels.py reads them from the binaries)."""
+"""Warps per program of the compaction kernel: 8 elements a thread. Compiled for sm_90 at 4 warps
+it took 255 registers a thread and spilled (16 bytes of stack), at 16 warps 87, not spilling
+(tests/test_fused_kernels.py reads them from the binaries)."""
+
+STATISTICS_WARPS = 32
+"""Warps per program of the statistics kernel: 4 elements a thread (one 16-byte load of float32).
+With its pool's compaction at 16 warps ptxas held it to 64 registers and spilled (8 bytes of
+stack, sm_80 and sm_90); at 32 warps every variant takes 22–45 registers and no stack."""
 
 REGISTER_CEILING = 128
 """Registers per thread either kernel may use on sm_80 and sm_90 (and no stack: no spill)."""
@@ -75,7 +80,8 @@ def interpreted() -> bool:
 if triton is not None:
     @triton.jit
     def _statistics_kernel(g_ptr, r_ptr, x_ptr, part_ptr, counter_ptr, log_ptr, n, pending, floor,
-                           BLOCK: tl.constexpr, RESIDUAL: tl.constexpr, LOGS: tl.constexpr):
+                           pool_at, pool_counter_ptr, idx_ptr, val_ptr, capacity,
+                           BLOCK: tl.constexpr, RESIDUAL: tl.constexpr, LOGS: tl.constexpr, POOL: tl.constexpr):
         pid = tl.program_id(0)
         pair = tl.arange(0, 2)
         tl.store(counter_ptr + pair, tl.zeros([2], dtype=tl.int32), mask=(pair < 2) & (pid == 0))
@@ -99,6 +105,14 @@ if triton is not None:
         tl.store(part_ptr + pid * 4 + 3, tl.sum((a != 0).to(tl.float32), axis=0))
         if LOGS:  # SIDCo-GP's Σ ln max(|x|, floor), the masked tail left out
             tl.store(log_ptr + pid, tl.sum(tl.where(mask, tl.log(tl.maximum(a, floor)), 0.0), axis=0))
+        if POOL:  # the pool's compaction above a level known before the call: the same read
+            keep = (a > pool_at) & mask
+            ones = keep.to(tl.int32)
+            base = tl.atomic_add(pool_counter_ptr, tl.sum(ones, axis=0))
+            pos = base + tl.cumsum(ones, axis=0) - ones
+            room = keep & (pos < capacity)
+            tl.store(idx_ptr + pos, offs, mask=room)
+            tl.store(val_ptr + pos, x, mask=room)
 
     @triton.jit
     def _compact_kernel(x_ptr, n, threshold, counter_ptr, idx_ptr, val_ptr, part_ptr, capacity,
@@ -122,20 +136,6 @@ if triton is not None:
         tl.store(part_ptr + pid * 3 + 2, tl.sum(excess * excess, axis=0))
 
 
-class Statistics(NamedTuple):
-    """What :func:`statistics` computed: ``x`` (``g + residual``, or ``g`` itself), and 0-d float64
-    tensors on ``x``'s device: ``abs_sum`` (Σ|x|), ``square_sum`` (Σx²), ``abs_max`` (max|x|),
-    ``nonzero`` (#(x ≠ 0)), ``log_sum`` (Σ ln max(|x|, LOG_FLOOR)). A non-finite ``abs_sum`` means
-    ``x`` holds NaN/Inf (or overflowed)."""
-
-    x: torch.Tensor
-    abs_sum: torch.Tensor
-    square_sum: torch.Tensor
-    abs_max: torch.Tensor
-    nonzero: torch.Tensor
-    log_sum: torch.Tensor
-
-
 class Survivors(NamedTuple):
     """What :func:`compact` selected: ``indices`` (int64, ascending) and ``values`` of
     ``|x| > threshold``; ``count`` (a host int: the call's one device→host read); ``excess_sum``
@@ -146,6 +146,22 @@ class Survivors(NamedTuple):
     count: int
     excess_sum: torch.Tensor
     excess_square_sum: torch.Tensor
+
+
+class Statistics(NamedTuple):
+    """What :func:`statistics` computed: ``x`` (``g + residual``, or ``g`` itself), and 0-d float64
+    tensors on ``x``'s device: ``abs_sum`` (Σ|x|), ``square_sum`` (Σx²), ``abs_max`` (max|x|),
+    ``nonzero`` (#(x ≠ 0)), ``log_sum`` (Σ ln max(|x|, LOG_FLOOR)). A non-finite ``abs_sum`` means
+    ``x`` holds NaN/Inf (or overflowed). ``pool``: what the same read compacted above a level given
+    beforehand (:class:`Survivors` of it), when one was asked for."""
+
+    x: torch.Tensor
+    abs_sum: torch.Tensor
+    square_sum: torch.Tensor
+    abs_max: torch.Tensor
+    nonzero: torch.Tensor
+    log_sum: torch.Tensor
+    pool: Survivors | None = None
 
 
 def programs(n: int) -> int:
@@ -160,12 +176,33 @@ def _launch(kernel: str, grid: int, *args, **meta) -> None:
     launches here, since a Triton launch is no torch dispatch."""
     if grid:
         fn = _statistics_kernel if kernel == "statistics" else _compact_kernel
-        fn[(grid,)](*args, BLOCK=BLOCK, num_warps=NUM_WARPS, **meta)
+        fn[(grid,)](*args, BLOCK=BLOCK, num_warps=warps(kernel), **meta)
+
+
+class Pool(NamedTuple):
+    """A compaction the statistics kernel does in its own read (:func:`launch_statistics`): the
+    positions and values of ``|x| > level`` (``level`` already rounded to ``x``'s dtype: a level
+    known before the call, as SIDCo's pool at its guess), the count added to ``counter`` (int32,
+    zero before the launch; not one of the ``counters`` the kernel zeroes), the first ``capacity``
+    hits written into ``indices`` and ``values`` (any integer and floating dtypes: stored
+    converted) in block order, any order of blocks."""
+
+    level: float
+    counter: torch.Tensor
+    indices: torch.Tensor
+    values: torch.Tensor
+    capacity: int
+
+
+def warps(kernel: str) -> int:
+    """Warps per program of ``kernel`` (``"statistics"``: :data:`STATISTICS_WARPS`, ``"compact"``:
+    :data:`NUM_WARPS`)."""
+    return STATISTICS_WARPS if kernel == "statistics" else NUM_WARPS
 
 
 def launch_statistics(grad: torch.Tensor, residual: torch.Tensor | None, x: torch.Tensor,
                       parts: torch.Tensor, counters: torch.Tensor, pending: float = math.inf,
-                      logs: torch.Tensor | None = None) -> None:
+                      logs: torch.Tensor | None = None, pool: Pool | None = None) -> None:
     """Launch the statistics kernel over ``grad`` (plus ``residual``, the sum written into ``x``),
     its per-block partials (:data:`STATISTICS` float32 a block) into ``parts``, and where ``logs``
     is given (float32, one a block) each block's ``Σ ln max(|x|, LOG_FLOOR)`` (SIDCo-GP's first
@@ -173,10 +210,13 @@ def launch_statistics(grad: torch.Tensor, residual: torch.Tensor | None, x: torc
 
     The residual is read as :func:`compressors.memory.pending_residual` of ``pending`` (a threshold already rounded to
     the residual's dtype: the selection of the call before, not yet zeroed; ``inf``: none), and the
-    kernel zeroes the two int32 ``counters`` a compaction launched after it (stream order) adds to."""
+    kernel zeroes the two int32 ``counters`` a compaction launched after it (stream order) adds to.
+    With ``pool`` the same read also compacts ``|x| > pool.level`` (:class:`Pool`): one launch, the
+    gradient read once."""
+    level, counter, indices, values, capacity = pool if pool is not None else (0.0, counters, counters, parts, 0)
     _launch("statistics", programs(grad.numel()), grad, grad if residual is None else residual, x, parts, counters,
-            parts if logs is None else logs, grad.numel(), pending, LOG_FLOOR, RESIDUAL=residual is not None,
-            LOGS=logs is not None)
+            parts if logs is None else logs, grad.numel(), pending, LOG_FLOOR, level, counter, indices, values,
+            capacity, RESIDUAL=residual is not None, LOGS=logs is not None, POOL=pool is not None)
 
 
 def launch_compact(x: torch.Tensor, threshold: float, counter: torch.Tensor, indices: torch.Tensor,
@@ -196,11 +236,14 @@ def _require() -> None:
 
 
 def statistics(grad: torch.Tensor, residual: torch.Tensor | None = None,
-               out: torch.Tensor | None = None, pending: float = math.inf) -> Statistics:
+               out: torch.Tensor | None = None, pending: float = math.inf,
+               pool_at: float | None = None) -> Statistics:
     """One pass over the 1-D floating ``grad`` (and ``residual``, same shape and dtype, when given:
     ``x = grad + residual`` is written into ``out`` or a new tensor, the residual read with what
     ``|r| > pending`` selects zeroed: :func:`launch_statistics`): the statistics of
-    :class:`Statistics`, one kernel launch plus one reduction of the per-block partials."""
+    :class:`Statistics`, one kernel launch plus one reduction of the per-block partials; with
+    ``pool_at`` also the elements ``|x| > pool_at`` (rounded to the dtype first), compacted in the
+    same launch and sorted afterwards (one read of their count to the host)."""
     _require()
     n = grad.numel()
     device = grad.device
@@ -210,10 +253,15 @@ def statistics(grad: torch.Tensor, residual: torch.Tensor | None = None,
     x = grad if residual is None else (torch.empty_like(grad) if out is None else out)
     parts = torch.zeros(max(programs(n), 1), STATISTICS, dtype=torch.float32, device=device)
     logs = torch.zeros(max(programs(n), 1), dtype=torch.float32, device=device)
-    launch_statistics(grad, residual, x, parts, torch.empty(2, dtype=torch.int32, device=device), pending, logs)
+    pool = None
+    if pool_at is not None:
+        pool = Pool(float(torch.tensor(pool_at, dtype=grad.dtype)), torch.zeros(1, dtype=torch.int32, device=device),
+                    torch.empty(n, dtype=torch.int64, device=device), torch.empty(n, dtype=grad.dtype, device=device), n)
+    launch_statistics(grad, residual, x, parts, torch.empty(2, dtype=torch.int32, device=device), pending, logs, pool)
     wide = parts.double()
     sums = wide.sum(0)
-    return Statistics(x, sums[0], sums[1], wide[:, 2].max(), sums[3], logs.double().sum())
+    return Statistics(x, sums[0], sums[1], wide[:, 2].max(), sums[3], logs.double().sum(),
+                      None if pool is None else _sorted(pool.indices, pool.values, int(pool.counter.item()), pool.level))
 
 
 def compact(x: torch.Tensor, threshold: float) -> Survivors:
@@ -229,38 +277,45 @@ def compact(x: torch.Tensor, threshold: float) -> Survivors:
     values = torch.empty(n, dtype=x.dtype, device=device)
     parts = torch.zeros(max(programs(n), 1), SURVIVORS, dtype=torch.float32, device=device)
     launch_compact(x, t, counter, indices, values, parts, n)
-    count = int(counter.item())
+    return _sorted(indices, values, int(counter.item()), t)
+
+
+def _sorted(indices: torch.Tensor, values: torch.Tensor, count: int, threshold: float) -> Survivors:
+    """The first ``count`` compacted ``indices`` and ``values`` in ascending order of position, with
+    their excess over ``threshold`` summed (float64)."""
     order = torch.argsort(indices[:count])
-    sums = parts.double().sum(0)
-    return Survivors(indices[:count].index_select(0, order), values[:count].index_select(0, order), count,
-                     sums[1], sums[2])
+    values = values[:count].index_select(0, order)
+    excess = values.double().abs() - threshold
+    return Survivors(indices[:count].index_select(0, order), values, count, excess.sum(), (excess * excess).sum())
 
 
 SIGNATURES = {
     "statistics": {"g_ptr": "*{v}", "r_ptr": "*{v}", "x_ptr": "*{v}", "part_ptr": "*fp32", "counter_ptr": "*i32",
-                   "log_ptr": "*fp32", "n": "i64", "pending": "fp32", "floor": "fp32", "BLOCK": "constexpr",
-                   "RESIDUAL": "constexpr", "LOGS": "constexpr"},
+                   "log_ptr": "*fp32", "n": "i64", "pending": "fp32", "floor": "fp32", "pool_at": "fp32",
+                   "pool_counter_ptr": "*i32", "idx_ptr": "*i32", "val_ptr": "*fp32", "capacity": "i64",
+                   "BLOCK": "constexpr", "RESIDUAL": "constexpr", "LOGS": "constexpr", "POOL": "constexpr"},
     "compact": {"x_ptr": "*{v}", "n": "i64", "threshold": "fp32", "counter_ptr": "*i32", "idx_ptr": "*i32",
                 "val_ptr": "*fp32", "part_ptr": "*fp32", "capacity": "i64", "BLOCK": "constexpr"},
 }
 """Each kernel's argument types for :func:`compile_ahead` (``{v}``: the gradient's Triton dtype)."""
 
 
-def compile_ahead(kernel: str, arch: int, dtype: str = "fp32") -> bytes:
+def compile_ahead(kernel: str, arch: int, dtype: str = "fp32", pool: bool = True) -> bytes:
     """The CUDA binary (cubin bytes) of ``kernel`` (``"statistics"`` or ``"compact"``) for
     ``sm_<arch>`` (80, 90), values of Triton dtype ``dtype`` (``fp32``, ``fp16``, ``bf16``), with
-    this module's block and warps: Triton compiles ahead of time without a GPU."""
+    this module's block and warps (the statistics kernel with error feedback, logarithms and, with
+    ``pool``, the pool's compaction): Triton compiles ahead of time without a GPU."""
     _require()
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     fn = {"statistics": _statistics_kernel, "compact": _compact_kernel}[kernel]
     signature = {name: kind.format(v=dtype) for name, kind in SIGNATURES[kernel].items()}
-    constexprs = {"BLOCK": BLOCK, **({"RESIDUAL": True, "LOGS": True} if kernel == "statistics" else {})}
+    constexprs = {"BLOCK": BLOCK, **({"RESIDUAL": True, "LOGS": True, "POOL": pool} if kernel == "statistics" else {})}
     compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
-                              target=GPUTarget("cuda", arch, 32), options={"num_warps": NUM_WARPS})
+                              target=GPUTarget("cuda", arch, 32), options={"num_warps": warps(kernel)})
     return compiled.asm["cubin"]
 
 
-__all__ = ["BLOCK", "NUM_WARPS", "REGISTER_CEILING", "SIGNATURES", "Statistics", "Survivors", "available", "compact",
-           "compile_ahead", "interpreted", "launch_compact", "launch_statistics", "programs", "statistics"]
+__all__ = ["BLOCK", "NUM_WARPS", "Pool", "REGISTER_CEILING", "SIGNATURES", "STATISTICS_WARPS", "Statistics", "Survivors", "available", "compact",
+           "compile_ahead", "interpreted", "launch_compact", "launch_statistics", "programs", "statistics", "warps"]

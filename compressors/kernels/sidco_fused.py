@@ -45,6 +45,11 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 """Gradient dtypes the fused path serves (float64 stays on the eager path)."""
 
 
+HEADROOM = 1.0
+"""The read buffer grows to twice what a read needs (its pool's slots vary from call to call): a
+new buffer costs one launch, the zeroing of its counters (:class:`_Counters`)."""
+
+
 def usable(x: torch.Tensor) -> bool:
     """Whether the fused path can serve ``x``: Triton present, a contiguous float32/16/bf16 tensor
     of fewer than 2³¹ elements (positions travel as int32), on a GPU (or on the CPU when Triton
@@ -58,13 +63,13 @@ class _Read:
 
     def __init__(self, ws, device: torch.device, blocks: int, statistics: bool, logs: bool, tail: bool,
                  capacity: int):
-        sizes = {"counters": 8, "logs": 4 * blocks * logs, "stats": 16 * blocks * statistics, "tail": 12 * blocks * tail,
+        sizes = {"counters": 16, "logs": 4 * blocks * logs, "stats": 16 * blocks * statistics, "tail": 12 * blocks * tail,
                  "values": 4 * capacity, "positions": 4 * capacity}
         self.offsets, at = {}, 0
         for name, size in sizes.items():
             self.offsets[name] = (at, size)
             at += -(-size // 8) * 8
-        self.buffer = ws.at_least("fused-read", at, torch.uint8, device)
+        self.buffer = ws.at_least("fused-read", at, torch.uint8, device, headroom=HEADROOM)
 
     def view(self, name: str, dtype: torch.dtype) -> torch.Tensor:
         """The region ``name`` of the buffer as a 1-D tensor of ``dtype``."""
@@ -81,6 +86,24 @@ class _Read:
         return data[at:at + size].view(dtype)
 
 
+class _Counters:
+    """The two pairs of int32 counters at the head of a device's read buffer (a tail's count, the
+    pool's count), kept between calls so that no call launches a zeroing of its own: a call's
+    compactions add to one pair, which its statistics kernel finds zero (the call before zeroed it),
+    while that kernel zeroes the other pair for the next call. ``parity``: the pair the next call
+    adds to; ``buffer``: the address of the read buffer whose counters these are (a new buffer has
+    both pairs zeroed once)."""
+
+    def __init__(self) -> None:
+        self.parity, self.buffer = 0, None
+
+    def claim(self, read: _Read) -> None:
+        """Zero both pairs of ``read``'s buffer unless it is the buffer of the last call."""
+        if read.buffer.data_ptr() != self.buffer:
+            read.view("counters", torch.int32).zero_()
+            self.buffer = read.buffer.data_ptr()
+
+
 class FusedOps(_Ops):
     """The Triton kernels behind :class:`compressors.sidco._Ops` (module docstring); every value
     it returns is on the host. The pool is kept on the host: its magnitudes (float32) and
@@ -93,6 +116,9 @@ class FusedOps(_Ops):
         self.blocks = fused.programs(self.n)
         self.pool_capacity = capacity if capacity is not None else pool_slots(self.n, 0, target_count(owner.density,
                                                                                                      self.n))
+        self.counters = owner._counters.setdefault(grad.device, _Counters())
+        self.pair = self.counters.parity  # this call's pair, zero at its start
+        self.clean = True  # nothing has added to this call's pair yet
         self.host_pool: np.ndarray | None = None
         self.host_values: np.ndarray | None = None
         self.host_positions: np.ndarray | None = None
@@ -105,30 +131,38 @@ class FusedOps(_Ops):
 
     def _read(self, statistics: bool = False, tail: float | None = None, pool: float | None = None,
               capacity: int = 0) -> tuple[np.ndarray, _Read]:
-        """Launch stage 1's statistics (``statistics``), a tail's statistics above ``tail`` and the
-        pool above ``pool`` into ``capacity`` slots, then one transfer; a pool that outgrew its
-        slots is taken again into :data:`~compressors.sidco.POOL_REGROW` times as many."""
+        """Launch stage 1's statistics (``statistics``; with ``pool`` the pool's compaction in the
+        same kernel), a tail's statistics above ``tail`` and the pool above ``pool`` into
+        ``capacity`` slots, then one transfer; a pool that outgrew its slots is taken again into
+        :data:`~compressors.sidco.POOL_REGROW` times as many."""
         g = self.grad
         read = _Read(self.ws, g.device, self.blocks, statistics, statistics and self.logs, tail is not None,
                      capacity if pool is not None else 0)
-        counters = read.view("counters", torch.int32)
-        if not statistics and (tail is not None or pool is not None):
-            counters.zero_()  # stage 1's statistics kernel zeroes them itself
+        self.counters.claim(read)
+        pairs = read.view("counters", torch.int32).view(2, 2)
+        counters = pairs[self.pair]
+        if not self.clean and (tail is not None or pool is not None):
+            counters.zero_()  # a second read of the call adding to its pair
+        if pool is not None:
+            level, slots = self._rounded(pool), (read.view("positions", torch.int32), read.view("values", torch.float32))
         if statistics:
             source, residual, pending = self.feedback if self.feedback is not None else (g, None, math.inf)
-            fused.launch_statistics(source, residual, g, read.view("stats", torch.float32), counters, pending,
-                                    read.view("logs", torch.float32) if self.logs else None)
+            fused.launch_statistics(source, residual, g, read.view("stats", torch.float32), pairs[1 - self.pair], pending,
+                                    read.view("logs", torch.float32) if self.logs else None,
+                                    fused.Pool(level, counters[1:2], *slots, capacity) if pool is not None else None)
+            if self.blocks:  # the pair it zeroed is the next call's
+                self.counters.parity = 1 - self.pair
             self.feedback = None
         scratch = self.ws.at_least("fused-parts", 3 * max(self.blocks, 1), torch.float32, g.device)
         if tail is not None:
             fused.launch_compact(g, self._rounded(tail), counters[0:1], counters, scratch, read.view("tail", torch.float32),
                                  0)
-        if pool is not None:
-            fused.launch_compact(g, self._rounded(pool), counters[1:2], read.view("positions", torch.int32),
-                                 read.view("values", torch.float32), scratch, capacity)
+        if pool is not None and not statistics:
+            fused.launch_compact(g, level, counters[1:2], *slots, scratch, capacity)
+        self.clean = self.clean and tail is None and pool is None
         data = read.fetch()
         if pool is not None:
-            size = int(read.host(data, "counters", np.int32)[1])
+            size = int(read.host(data, "counters", np.int32)[2 * self.pair + 1])
             if size > capacity and capacity < self.n:
                 self.pool_capacity = min(self.n, POOL_REGROW * capacity)
                 self._read(pool=pool, capacity=self.pool_capacity)
@@ -157,7 +191,7 @@ class FusedOps(_Ops):
             return host_tail(self.host_pool, threshold)
         data, read = self._read(tail=threshold, pool=pool_at, capacity=self.pool_capacity)
         sums = read.host(data, "tail", np.float32).reshape(-1, fused.SURVIVORS).astype(np.float64).sum(0)
-        count = int(read.host(data, "counters", np.int32)[0])
+        count = int(read.host(data, "counters", np.int32)[2 * self.pair])
         if not (math.isfinite(sums[1]) and math.isfinite(sums[2])):
             raise _Overflow
         return Tail(count, float(sums[1]), float(sums[2]) if self.variance_tail else 0.0)
@@ -170,7 +204,7 @@ class FusedOps(_Ops):
 
     def full_count(self, threshold):
         data, read = self._read(tail=threshold)
-        return int(read.host(data, "counters", np.int32)[0])
+        return int(read.host(data, "counters", np.int32)[2 * self.pair])
 
     def select(self, threshold, count):
         if self.host_pool is None or threshold < self.pool_at:  # no pool holds it: one as large as the count

@@ -53,21 +53,24 @@ class Workspace:
             self._buffers[key] = buf
         return buf
 
-    def at_least(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def at_least(self, name: str, numel: int, dtype: torch.dtype, device: torch.device,
+                 headroom: float = 0.25) -> torch.Tensor:
         """A view of ``numel`` elements into one growing buffer per (name, dtype, device).
 
-        For outputs whose size changes from call to call (selections): the buffer grows by a
-        quarter more than needed and is otherwise reused, so steady state allocates nothing.
+        For outputs whose size changes from call to call (selections): the buffer grows by
+        ``headroom`` (a fraction: a quarter by default) more than needed and is otherwise reused,
+        so steady state allocates nothing.
         """
-        return self.grown(name, numel, dtype, device)[:numel]
+        return self.grown(name, numel, dtype, device, headroom)[:numel]
 
-    def grown(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def grown(self, name: str, numel: int, dtype: torch.dtype, device: torch.device,
+              headroom: float = 0.25) -> torch.Tensor:
         """The whole growing buffer behind :meth:`at_least` (at least ``numel`` elements), not a
         view: for kernels that take a capacity and write a prefix (no slicing on the call path)."""
         key = (name, "grow", dtype, device)
         buf = self._buffers.get(key)
         if buf is None or buf.numel() < numel:
-            buf = torch.empty(numel + numel // 4, dtype=dtype, device=device)
+            buf = torch.empty(numel + int(numel * headroom), dtype=dtype, device=device)
             self._buffers[key] = buf
         return buf
 

@@ -96,25 +96,29 @@ def fused_runs(n: int, density: float, pool: float | None = None) -> bool:
 
 def _sidco_fused(name: str, n: int, k: int, itemsize: int, planned: int, pool: float) -> Work:
     """SIDCo's fused path (:mod:`compressors.kernels.sidco_fused`), a call after one of the same size
-    (its pool guess held). Stage 1: the statistics kernel over ``g``, which also zeroes the two
-    counters (error feedback folds ``+ residual`` into it: :func:`compressors.work.work`), for
-    SIDCo-GP with each block's ``Σ ln max(|g|, floor)`` too (a logarithm an element); with one stage the pool's compaction at the guess
-    in the same read (positions and values, 8 bytes per slot of :func:`pool_slots`), one transfer
-    of it all. With more stages, stage 2's read: the counters zeroed, a tail's compaction over
-    ``g`` and the pool's, one transfer; every later stage, count and correction on the host from
-    the pool. The selected positions, sorted on the host, and their values (from the pool, in
-    ``g``'s dtype) packed into one host→device copy (no sync, no gather)."""
+    (its pool guess held). Stage 1: the statistics kernel over ``g`` (error feedback folds
+    ``+ residual`` into it: :func:`compressors.work.work`), for SIDCo-GP with each block's
+    ``Σ ln max(|g|, floor)`` too (a logarithm an element). With one stage the same kernel compacts
+    the pool at the guess (positions and values, 8 bytes per slot of :func:`pool_slots`): the
+    gradient is read once, and one transfer brings it all back. With more stages, stage 2's read: a
+    tail's compaction over ``g`` and the pool's (the counters they add to were zeroed by the call
+    before: no launch), one transfer; every later stage, count and correction on the host from the
+    pool. The selected positions, sorted on the host, and their values (from the pool, in ``g``'s
+    dtype) packed into one host→device copy (no sync, no gather)."""
     capacity = pool_slots(n, pool, k)
     blocks = -(-n // FUSED_BLOCK)
     logs = name == "sidco-gp"
+    pooled = planned == 1
     c = Work()
-    c.stream(n, itemsize, (16 + 4 * logs) / FUSED_BLOCK, "log" if logs else "reduce", full=True)
-    sent = 8.0 + (16.0 + 4 * logs) * blocks
-    if planned > 1:
+    c.stream(n, itemsize, (16 + 4 * logs) / FUSED_BLOCK + 8 * pool / n * pooled, "log" if logs else "reduce",
+             full=True)
+    sent = 16.0 + (16.0 + 4 * logs) * blocks
+    if not pooled:
         c.to_host(sent)
-        c.stream(2, 0, 4).stream(n, itemsize, 12 / FUSED_BLOCK, "compare", full=True)
-        sent = 8.0 + 12.0 * blocks
-    c.stream(n, itemsize, 8 * pool / n, "compare", full=True).to_host(sent + 8.0 * capacity)
+        c.stream(n, itemsize, 12 / FUSED_BLOCK, "compare", full=True)
+        c.stream(n, itemsize, 8 * pool / n, "compare", full=True)
+        sent = 16.0 + 12.0 * blocks
+    c.to_host(sent + 8.0 * capacity)
     return c.stream(k, 8 + itemsize, 8 + itemsize)
 
 
