@@ -7,7 +7,8 @@ feedback fused in, and one threshold compaction.
   of the gradient (and of the residual), no host round trip. The residual may still hold the
   previous call's selection (error feedback's *lazy residual*: instead of scattering zeros into it
   after selecting, the next read zeroes ``|r| > η`` as it goes), and the kernel zeroes the counters
-  the compaction after it adds to (no launch of their own).
+  a later compaction adds to (no launch of their own). Given a level known before the call
+  (:class:`Pool`: SIDCo's pool at its guess) it also compacts ``|x| > level`` in the same read.
 - :func:`compact`: the positions and values of ``|x| > threshold`` (strict, the threshold first
   rounded to ``x``'s dtype: the tie rule of :mod:`compressors.numerics.selection`), each block reserving
   its output range with one atomic and placing its elements by an in-block prefix sum, plus the

@@ -12,20 +12,22 @@ statistics kernel: ``Σ|x|``, ``Σx²``, ``max|x|``, ``#(x ≠ 0)`` in float32 p
 the host in float64; SIDCo-GP's ``Σ ln max(|x|, LOG_FLOOR)`` in the same kernel, likewise), a later stage's
 statistics above a shift (a compaction that keeps nothing: its count and ``Σ(|x| − t)``,
 ``Σ(|x| − t)²``), and the pool (a compaction at the pool's level writing the survivors' positions
-and values, as int32 and float32, into the buffer's first ``capacity`` slots). Every later count,
-a later stage's statistics above the pool's level and the selection are then computed on the host
-from the pool (positions sorted there, then uploaded with their values: no sort, no gather on the
-device).
+and values, as int32 and float32, into the buffer's first ``capacity`` slots; at stage 1 the
+statistics kernel compacts it in its own read, the level being known before the call). Every later
+count, a later stage's statistics above the pool's level and the selection are then computed on
+the host from the pool (positions sorted there, then uploaded with their values: no sort, no
+gather on the device).
 
 A call of one stage after a call of the same size (the pool's guess held): the statistics kernel
-(which also zeroes the counters and, with error feedback, the residual's pending ``|r| > η``) and
-the pool's compaction, one transfer (the call's one synchronisation), the selected positions and
-values uploaded in one host→device copy: three launches, and the gradient is read twice. Extra cost, only where it is needed:
-a pool that outgrew its slots is taken again (one read), a try below the pool reads the whole
-vector again (as on the eager path), more stages read a tail each (stage 2's from the whole
-vector), and a statistic that overflows float32 (``|x|`` beyond about 1e19, or non-finite data)
-runs the call on the eager torch path instead (which rescales or refuses as it always does), so
-selections stay the eager path's.
+(with error feedback reading the residual, zeroing its pending ``|r| > η`` as it goes, and writing
+``g + r``), which also compacts the pool, one transfer (the call's one synchronisation), the
+selected positions and values uploaded in one host→device copy: two launches, and the gradient is
+read once. No launch zeroes the counters the compactions add to (:class:`_Counters`). Extra cost,
+only where it is needed: a pool that outgrew its slots is taken again (one read), a try below the
+pool reads the whole vector again (as on the eager path), more stages read a tail each (stage 2's
+from the whole vector, with the pool), and a statistic that overflows float32 (``|x|`` beyond
+about 1e19, or non-finite data) runs the call on the eager torch path instead (which rescales or
+refuses as it always does), so selections stay the eager path's.
 """
 
 from __future__ import annotations
