@@ -70,7 +70,7 @@ def test_huge_finite_gradients_select_like_their_scaled_copy(name, backend, stag
 def test_cuda_matches_cpu_torch_path(name):
     g = laplace(200_000, 1)
     cpu = compressors.create(name, density=0.001, backend="torch").compress(g)
-    c = compressors.create(name, density=0.001)
+    c = compressors.create(name, density=0.001, backend="torch")
     gpu = c.compress(g.cuda())
     assert c.backend == "cuda" and gpu.indices.device.type == "cuda"
     assert gpu.threshold == pytest.approx(cpu.threshold, rel=1e-4)
@@ -78,9 +78,45 @@ def test_cuda_matches_cpu_torch_path(name):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name", ["sidco-e", "sidco-p", "sidco-gp"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_path_on_cuda_sends_the_eager_paths_messages(name, dtype):
+    """The Triton kernels on a real GPU (blocks landing in any order, the counters alternating
+    between calls, two sizes in turn) against the eager path on the same GPU, with error feedback:
+    the same messages bit for bit."""
+    pytest.importorskip("triton")
+    pair = [compressors.ErrorFeedback(compressors.create(name, 0.001, backend=b)) for b in ("auto", "torch")]
+    for call, n in enumerate([1 << 20, 1 << 20, 300_001, 1 << 20, 300_001, 1 << 20]):
+        g = laplace(n, 10 + call).to(dtype).cuda()
+        a, b = (ef.compress(g.clone()) for ef in pair)
+        assert pair[0].compressor.backend == "fused" and pair[1].compressor.backend == "cuda"
+        assert torch.equal(a.indices, b.indices) and torch.equal(a.values, b.values), (name, call)
+    assert torch.equal(pair[0].residual(), pair[1].residual())
+
+
+@pytest.mark.gpu
+def test_a_steady_fused_call_synchronises_once():
+    """SIDCo-E fused at one stage, a call after one of the same size: the one transfer of its read
+    is the call's one synchronisation (the upload of the selection copies from the host: no wait)."""
+    pytest.importorskip("triton")
+    c = compressors.create("sidco-e", density=0.001)
+    g = laplace(1 << 20, 3).cuda()
+    for _ in range(3):
+        c.compress(g)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with pytest.warns(UserWarning) as record:
+            c.compress(g)
+        assert c.backend == "fused" and len(record) == 1, [str(r.message) for r in record]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("stages", [1, 2, 3])
 def test_cuda_path_syncs_at_most_once_per_stage_and_once_more(stages):
-    c = compressors.create("sidco-gp", density=0.001, stages=stages)
+    c = compressors.create("sidco-gp", density=0.001, stages=stages, backend="torch")
     g = laplace(1 << 20, 2).cuda()
     c.compress(g)
     torch.cuda.synchronize()
