@@ -116,25 +116,35 @@ if triton is not None:
             tl.store(val_ptr + pos, x, mask=room)
 
     @triton.jit
-    def _compact_kernel(x_ptr, n, threshold, counter_ptr, idx_ptr, val_ptr, part_ptr, capacity,
-                        BLOCK: tl.constexpr):
+    def _compact_kernel(x_ptr, n, threshold, counter_ptr, idx_ptr, val_ptr, part_ptr, total_ptr, capacity,
+                        BLOCK: tl.constexpr, THRESHOLD_PTR: tl.constexpr, TOTAL: tl.constexpr,
+                        ABSOLUTE: tl.constexpr):
         pid = tl.program_id(0)
+        if THRESHOLD_PTR:  # a 0-d float32 tensor on the device: no host read of it
+            t = tl.load(threshold)
+        else:
+            t = threshold
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         x = tl.load(x_ptr + offs, mask=mask, other=0.0)
         a = tl.abs(x.to(tl.float32))
-        keep = (a > threshold) & mask
+        keep = (a > t) & mask
         ones = keep.to(tl.int32)
         total = tl.sum(ones, axis=0)
         base = tl.atomic_add(counter_ptr, total)
         pos = base + tl.cumsum(ones, axis=0) - ones
         room = keep & (pos < capacity)  # the count goes on past the slots: the caller sees it overflowed
         tl.store(idx_ptr + pos, offs, mask=room)
-        tl.store(val_ptr + pos, x, mask=room)
-        excess = tl.where(keep, a - threshold, 0.0)
+        if ABSOLUTE:
+            tl.store(val_ptr + pos, tl.abs(x), mask=room)
+        else:
+            tl.store(val_ptr + pos, x, mask=room)
+        excess = tl.where(keep, a - t, 0.0)
         tl.store(part_ptr + pid * 3 + 0, total.to(tl.float32))
         tl.store(part_ptr + pid * 3 + 1, tl.sum(excess, axis=0))
         tl.store(part_ptr + pid * 3 + 2, tl.sum(excess * excess, axis=0))
+        if TOTAL:  # Σ|x| over the block, every element (finite iff the block is, barring overflow)
+            tl.store(total_ptr + pid, tl.sum(a, axis=0))
 
 
 class Survivors(NamedTuple):
@@ -220,15 +230,21 @@ def launch_statistics(grad: torch.Tensor, residual: torch.Tensor | None, x: torc
             capacity, RESIDUAL=residual is not None, LOGS=logs is not None, POOL=pool is not None)
 
 
-def launch_compact(x: torch.Tensor, threshold: float, counter: torch.Tensor, indices: torch.Tensor,
-                   values: torch.Tensor, parts: torch.Tensor, capacity: int) -> None:
-    """Launch the compaction of ``|x| > threshold`` (``threshold`` already rounded to ``x``'s
-    dtype) adding its count to ``counter`` (int32, zeroed by the caller or by a statistics kernel
-    launched before it) and writing the first
+def launch_compact(x: torch.Tensor, threshold: float | torch.Tensor, counter: torch.Tensor, indices: torch.Tensor,
+                   values: torch.Tensor, parts: torch.Tensor, capacity: int, totals: torch.Tensor | None = None,
+                   absolute: bool = False) -> None:
+    """Launch the compaction of ``|x| > threshold`` adding its count to ``counter`` (int32, zeroed
+    by the caller or by a statistics kernel launched before it) and writing the first
     ``capacity`` hits' positions and values (in block order, any order of blocks) into ``indices``
-    and ``values`` (any integer and floating dtypes: stored converted), the survivors' partials
-    (:data:`SURVIVORS` float32 a block) into ``parts``; no host read."""
-    _launch("compact", programs(x.numel()), x, x.numel(), threshold, counter, indices, values, parts, capacity)
+    and ``values`` (any integer and floating dtypes: stored converted; ``absolute``: ``|x|``
+    instead of ``x``), the survivors' partials (:data:`SURVIVORS` float32 a block) into ``parts``
+    and, where ``totals`` is given (float32, one a block), each block's ``Σ|x|`` into it; no host
+    read. ``threshold`` is already rounded to ``x``'s dtype: a float, or a 0-d float32 tensor on
+    ``x``'s device that the kernel reads there (no device→host copy of it)."""
+    pointer = isinstance(threshold, torch.Tensor)
+    _launch("compact", programs(x.numel()), x, x.numel(), threshold, counter, indices, values, parts,
+            parts if totals is None else totals, capacity, THRESHOLD_PTR=pointer, TOTAL=totals is not None,
+            ABSOLUTE=absolute)
 
 
 def _require() -> None:
@@ -296,23 +312,36 @@ SIGNATURES = {
                    "pool_counter_ptr": "*i32", "idx_ptr": "*i32", "val_ptr": "*fp32", "capacity": "i64",
                    "BLOCK": "constexpr", "RESIDUAL": "constexpr", "LOGS": "constexpr", "POOL": "constexpr"},
     "compact": {"x_ptr": "*{v}", "n": "i64", "threshold": "fp32", "counter_ptr": "*i32", "idx_ptr": "*i32",
-                "val_ptr": "*fp32", "part_ptr": "*fp32", "capacity": "i64", "BLOCK": "constexpr"},
+                "val_ptr": "*fp32", "part_ptr": "*fp32", "total_ptr": "*fp32", "capacity": "i64",
+                "BLOCK": "constexpr", "THRESHOLD_PTR": "constexpr", "TOTAL": "constexpr", "ABSOLUTE": "constexpr"},
+    "select": {"x_ptr": "*{v}", "n": "i64", "threshold": "*fp32", "counter_ptr": "*i32", "idx_ptr": "*i64",
+               "val_ptr": "*{v}", "part_ptr": "*fp32", "total_ptr": "*fp32", "capacity": "i64",
+               "BLOCK": "constexpr", "THRESHOLD_PTR": "constexpr", "TOTAL": "constexpr", "ABSOLUTE": "constexpr"},
 }
-"""Each kernel's argument types for :func:`compile_ahead` (``{v}``: the gradient's Triton dtype)."""
+"""Each kernel's argument types for :func:`compile_ahead` (``{v}``: the gradient's Triton dtype):
+``compact`` as SIDCo's fused path launches the compaction (a float threshold, int32 positions and
+float32 values), ``select`` as :func:`compressors.numerics.selection.select_above` does (the
+threshold read from a device pointer, int64 positions, magnitudes in the gradient's dtype and each
+block's ``Σ|x|``)."""
+
+_CONSTEXPRS = {"statistics": {"RESIDUAL": True, "LOGS": True},
+               "compact": {"THRESHOLD_PTR": False, "TOTAL": False, "ABSOLUTE": False},
+               "select": {"THRESHOLD_PTR": True, "TOTAL": True, "ABSOLUTE": True}}
 
 
 def compile_ahead(kernel: str, arch: int, dtype: str = "fp32", pool: bool = True) -> bytes:
-    """The CUDA binary (cubin bytes) of ``kernel`` (``"statistics"`` or ``"compact"``) for
-    ``sm_<arch>`` (80, 90), values of Triton dtype ``dtype`` (``fp32``, ``fp16``, ``bf16``), with
-    this module's block and warps (the statistics kernel with error feedback, logarithms and, with
-    ``pool``, the pool's compaction): Triton compiles ahead of time without a GPU."""
+    """The CUDA binary (cubin bytes) of ``kernel`` (``"statistics"``, or the compaction as
+    ``"compact"`` or ``"select"``: :data:`SIGNATURES`) for ``sm_<arch>`` (80, 90), values of
+    Triton dtype ``dtype`` (``fp32``, ``fp16``, ``bf16``), with this module's block and warps (the
+    statistics kernel with error feedback, logarithms and, with ``pool``, the pool's compaction):
+    Triton compiles ahead of time without a GPU."""
     _require()
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    fn = {"statistics": _statistics_kernel, "compact": _compact_kernel}[kernel]
+    fn = _statistics_kernel if kernel == "statistics" else _compact_kernel
     signature = {name: kind.format(v=dtype) for name, kind in SIGNATURES[kernel].items()}
-    constexprs = {"BLOCK": BLOCK, **({"RESIDUAL": True, "LOGS": True, "POOL": pool} if kernel == "statistics" else {})}
+    constexprs = {"BLOCK": BLOCK, **_CONSTEXPRS[kernel], **({"POOL": pool} if kernel == "statistics" else {})}
     compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
                               target=GPUTarget("cuda", arch, 32), options={"num_warps": warps(kernel)})
     return compiled.asm["cubin"]

@@ -4,11 +4,15 @@ on the best backend for the tensor; exact Top-k built on it; reusable buffers; t
 
 Every threshold compressor (SIDCo's torch path, DGC's final selection, Gaussian-k, RedSync) and
 exact Top-k select through :func:`select_above` / :func:`count_above`, so they get the same
-engineering: on a contiguous float32 CPU tensor the fused C kernel of :mod:`compressors.kernels.native`
-(one pass that reads ``x``, compares ``|x|``, writes the hits and, on request, sums ``|x|``);
-elsewhere (CUDA, fp16/bf16/fp64, native library unavailable) torch (``abs`` into a reused buffer,
-``gt``, ``nonzero``). Both return the same positions, ascending; the result says which ran
-(``"native"``, ``"torch"`` or ``"cuda"``).
+engineering, on the kernels :func:`compressors.kernels.backends.path` picks for the tensor and the
+caller's ``backend`` option: on a contiguous float32 CPU tensor the fused C kernel of
+:mod:`compressors.kernels.native` (one pass that reads ``x``, compares ``|x|``, writes the hits and,
+on request, sums ``|x|``); on a tensor the Triton kernels serve (CUDA with Triton installed, or CPU
+under the interpreter when asked for) one compaction launch of :mod:`compressors.kernels.fused`
+(the threshold read on the device, the count read to the host, the positions sorted); elsewhere
+(fp64, native library unavailable, ``backend="torch"``) torch (``abs`` into a reused buffer, ``gt``,
+``nonzero``). All return the same positions, ascending; the result says which ran (``"native"``,
+``"fused"``, ``"torch"`` or ``"cuda"``).
 
 Tie rule: an element is selected when ``|x| > threshold`` (strictly greater); the threshold is
 first rounded to ``x``'s dtype. For ``|x| ≥ t`` (DGC), pass ``torch.nextafter(t, -inf)`` (in
@@ -22,14 +26,8 @@ from typing import NamedTuple
 
 import torch
 
-from compressors.kernels import native
+from compressors.kernels import backends, native
 from compressors.rules import COUNT_BAND, TOPK_SAMPLE, keeps_count
-
-def _native_ok(x: torch.Tensor, allow_native: bool) -> bool:
-    """Whether the fused kernel serves ``x`` (a library that could not be built is reported once
-    by :mod:`compressors.kernels.native`; results are the same, only slower: ``backend`` reads ``torch``)."""
-    return allow_native and native.usable(x)
-
 
 class Workspace:
     """Reusable scratch buffers keyed by (name, numel, dtype, device).
@@ -107,16 +105,21 @@ def _threshold_float(x: torch.Tensor, threshold: torch.Tensor | float) -> float:
 
 
 def select_above(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace, *,
-                 total: bool = False, allow_native: bool = True) -> Above:
+                 total: bool = False, allow_native: bool = True, backend: str = "auto") -> Above:
     """The elements of the 1-D tensor ``x`` with ``|x| > threshold`` (strict; see the module docstring).
 
-    ``threshold``: a float or a 0-d tensor (on ``x``'s device: the torch path then needs no
-    device→host copy of it). ``total``: also return ``Σ|x|`` (from the same pass on the native
-    path). ``allow_native=False`` forces the torch path. Buffers come from ``workspace``; the
-    returned tensors are views into them, valid until the next call with the same workspace.
+    ``threshold``: a float or a 0-d tensor (on ``x``'s device: the torch and fused paths then need
+    no device→host copy of it). ``total``: also return ``Σ|x|`` (from the same pass on the native
+    and fused paths). ``backend``: the caller's option, ``"auto"``, ``"torch"`` or ``"fused"``
+    (:func:`compressors.kernels.backends.path`); ``allow_native=False`` forces the torch path, as
+    ``backend="torch"``. Buffers come from ``workspace``; the returned tensors are views into
+    them, valid until the next call with the same workspace.
     """
     n = x.numel()
-    if _native_ok(x, allow_native):
+    kind = backends.path(x, backend) if allow_native else "torch"
+    if kind == "fused":
+        return _select_fused(x, threshold, workspace, total)
+    if kind == "native":
         buffers = (workspace.at_least("above-idx", n, torch.int32, x.device),
                    workspace.at_least("above-mag", n, torch.float32, x.device))
         thr = _threshold_float(x, threshold)
@@ -135,15 +138,65 @@ def select_above(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Wo
 
 
 def count_above(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace, *,
-                allow_native: bool = True) -> tuple[int, str]:
-    """``(number of elements with |x| > threshold, backend)``: one pass, one device→host sync."""
-    if _native_ok(x, allow_native):
+                allow_native: bool = True, backend: str = "auto") -> tuple[int, str]:
+    """``(number of elements with |x| > threshold, backend)``: one pass, one device→host sync
+    (``allow_native``, ``backend``: as :func:`select_above`)."""
+    kind = backends.path(x, backend) if allow_native else "torch"
+    if kind == "fused":
+        return _compact(x, threshold, workspace, 0, False).count, "fused"
+    if kind == "native":
         found = select_above(x, threshold, workspace)
         return found.count, found.backend
     a = magnitude(x, workspace)
     mask = workspace.get("mask", x.numel(), torch.bool, x.device)
     torch.gt(a, threshold, out=mask)
     return int(torch.count_nonzero(mask)), torch_backend(x)
+
+
+class _Compacted(NamedTuple):
+    """What one fused compaction left in the workspace: the first ``capacity`` hits' positions
+    (int64) and magnitudes (``x``'s dtype) in the order blocks wrote them, their ``count`` (a host
+    int) and, when asked, each block's ``Σ|x|`` (float32)."""
+
+    positions: torch.Tensor
+    magnitudes: torch.Tensor
+    count: int
+    totals: torch.Tensor | None
+
+
+def _compact(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace, capacity: int,
+             total: bool) -> _Compacted:
+    """One compaction launch of :mod:`compressors.kernels.fused` over ``x`` at ``threshold``
+    (rounded to ``x``'s dtype first; a tensor stays on the device, as float32), writing at most
+    ``capacity`` hits: a zeroed int32 counter, the launch, the count read to the host (the one
+    sync). Buffers from ``workspace``."""
+    from compressors.kernels import fused  # imports Triton: only where the fused kernels serve ``x``
+
+    n, device = x.numel(), x.device
+    if isinstance(threshold, torch.Tensor):
+        t = threshold.to(device=device, dtype=x.dtype).to(torch.float32)
+    else:
+        t = _threshold_float(x, threshold)
+    blocks = fused.programs(n)
+    counter = workspace.get("fused-counter", 1, torch.int32, device)
+    counter.zero_()
+    slots = max(capacity, 1)  # a kernel argument is never an empty tensor
+    positions = workspace.get("fused-positions", slots, torch.int64, device)
+    magnitudes = workspace.get("fused-magnitudes", slots, x.dtype, device)
+    parts = workspace.get("fused-parts", fused.SURVIVORS * blocks, torch.float32, device)
+    totals = workspace.get("fused-totals", blocks, torch.float32, device) if total else None
+    fused.launch_compact(x, t, counter, positions, magnitudes, parts, capacity, totals, absolute=True)
+    return _Compacted(positions, magnitudes, int(counter.item()), totals)
+
+
+def _select_fused(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace, total: bool) -> Above:
+    """:func:`select_above` on the fused path: :func:`_compact` into ``x.numel()`` slots, the
+    count's prefix of the positions sorted (blocks land in any order on a GPU), the magnitudes
+    taken in that order, ``Σ|x|`` the sum of the blocks' (float32)."""
+    found = _compact(x, threshold, workspace, x.numel(), total)
+    indices, order = torch.sort(found.positions[:found.count])
+    whole = torch.sum(found.totals, dtype=torch.float32) if total else None
+    return Above(indices, found.magnitudes[:found.count].index_select(0, order), found.count, whole, "fused")
 
 
 def exact_topk(x: torch.Tensor, k: int, workspace: Workspace) -> Above:
