@@ -9,8 +9,9 @@ Tie rule: ``|g| >= threshold`` (greater or equal, as the reference), computed wi
 strict primitive as ``|g| > nextafter(threshold, −∞)``. The sample is taken from ``g`` itself (only
 the sampled elements' ``|g|`` is computed) and the selection is one pass of
 :func:`compressors.numerics.selection.select_above` (the fused kernel on contiguous float32 CPU tensors),
-which also yields the magnitudes the hierarchical top-k needs. Momentum correction is the
-memory :class:`compressors.DGCMemory`.
+which also yields the magnitudes the hierarchical top-k needs; its ``backend`` option picks the
+kernels (:mod:`compressors.kernels.backends`: the Triton compaction with ``"fused"``, or ``"auto"``
+on a GPU with Triton installed). Momentum correction is the memory :class:`compressors.DGCMemory`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 from compressors.work import dgc as dgc_work
 from compressors._validate import raise_if_not_finite, target_count
 from compressors.base import Compressor
+from compressors.kernels import backends
 from compressors.rules import sample_stride
 from compressors.numerics.selection import Workspace, guard_count, select_above
 from compressors.messages.sparse import Sparse
@@ -31,13 +33,16 @@ from units import check_count
 
 class DGC(Compressor):
     """DGC sparsification. Options: ``sample_ratio`` (0.01), ``max_rounds`` (10), ``seed``
-    (for the sample offset; ``None`` = nondeterministic)."""
+    (for the sample offset; ``None`` = nondeterministic), ``backend`` (``"auto"``, ``"torch"`` or
+    ``"fused"``: :mod:`compressors.kernels.backends`). After a call, :attr:`backend` names what ran
+    its selection (``"native"``, ``"fused"``, ``"torch"`` or ``"cuda"``)."""
 
     name = "dgc"
 
     def __init__(self, density: float, sample_ratio: float = 0.01, max_rounds: int = 10,
-                 seed: int | None = None):
+                 seed: int | None = None, backend: str = "auto"):
         super().__init__(density)
+        self.backend_choice = backends.check(backend)
         if isinstance(sample_ratio, bool) or not isinstance(sample_ratio, (int, float)) or not 0 < sample_ratio <= 1:
             raise ValueError(f"sample_ratio must be in (0, 1], got {sample_ratio!r}")
         check_count(max_rounds, "max_rounds")
@@ -59,7 +64,8 @@ class DGC(Compressor):
         threshold = torch.min(torch.topk(samples, top_samples, sorted=False).values)
         below = torch.tensor(-math.inf, dtype=grad.dtype, device=grad.device)
         # |g| >= thr  <=>  |g| > nextafter(thr, -inf): DGC's rule with the strict primitive
-        found = select_above(grad, torch.nextafter(threshold, below), self._workspace, total=True)
+        found = select_above(grad, torch.nextafter(threshold, below), self._workspace, total=True,
+                             backend=self.backend_choice)
         raise_if_not_finite(grad, found.total)
         indices = found.indices
         if stride > 1:
@@ -73,7 +79,8 @@ class DGC(Compressor):
                 if count >= 0.8 * k:
                     break
                 threshold = threshold * 0.8
-                found = select_above(grad, torch.nextafter(threshold, below), self._workspace)
+                found = select_above(grad, torch.nextafter(threshold, below), self._workspace,
+                                     backend=self.backend_choice)
                 indices = found.indices
         self.backend = found.backend
         indices, threshold, fallback = guard_count(grad, indices, indices.numel(), threshold, k, self._workspace)

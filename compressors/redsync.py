@@ -7,7 +7,8 @@ Tie rule: ``|g| > thr`` (strict). A selection outside the count rule (:data:`com
 none found, or the closest probe still too far from ``k``) sends the exact top-``k`` instead.
 Range-safe: when the mean of ``|g|`` overflows (finite ``|g|`` near fp32's maximum) it is computed
 on ``|g| / 2^⌈log₂ max|g|⌉`` and scaled back. Probes and the selection go through the shared
-primitive :func:`compressors.numerics.selection.select_above` / ``count_above``.
+primitive :func:`compressors.numerics.selection.select_above` / ``count_above`` (the Triton compaction
+with ``backend="fused"``, or ``"auto"`` on a GPU with Triton installed: :mod:`compressors.kernels.backends`).
 """
 
 from __future__ import annotations
@@ -20,18 +21,22 @@ from compressors.numerics import estimators
 from compressors.work import redsync as redsync_work
 from compressors._validate import power_of_two_above, raise_if_not_finite, target_count
 from compressors.base import Compressor
+from compressors.kernels import backends
 from compressors.numerics.selection import Workspace, count_above, guard_count, magnitude, select_above
 from compressors.messages.sparse import Sparse
 from units import check_count
 
 
 class RedSync(Compressor):
-    """RedSync. Option: ``probes`` (int ≥ 1, default 10)."""
+    """RedSync. Options: ``probes`` (int ≥ 1, default 10), ``backend`` (``"auto"``, ``"torch"``
+    or ``"fused"``: :mod:`compressors.kernels.backends`). After a call, :attr:`backend` names what
+    ran its probes and selection (``"native"``, ``"fused"``, ``"torch"`` or ``"cuda"``)."""
 
     name = "redsync"
 
-    def __init__(self, density: float, probes: int = 10):
+    def __init__(self, density: float, probes: int = 10, backend: str = "auto"):
         super().__init__(density)
+        self.backend_choice = backends.check(backend)
         check_count(probes, "probes")
         self.probes = probes
         self._workspace = Workspace()
@@ -52,7 +57,8 @@ class RedSync(Compressor):
         for _ in range(self.probes):
             mid = 0.5 * (low + high)
             threshold = torch.clamp(mu + mid * (top - mu), max=limit).to(grad.dtype)
-            count, self.backend = count_above(grad, threshold, self._workspace)
+            count, self.backend = count_above(grad, threshold, self._workspace,
+                                              backend=self.backend_choice)
             if k <= count <= 2 * k:
                 best = threshold
                 break
@@ -64,7 +70,7 @@ class RedSync(Compressor):
                 high = mid
         indices, count = torch.empty(0, dtype=torch.int64, device=grad.device), 0
         if best is not None:
-            found = select_above(grad, best, self._workspace)
+            found = select_above(grad, best, self._workspace, backend=self.backend_choice)
             indices, count, self.backend = found.indices, found.count, found.backend
         indices, best, fallback = guard_count(grad, indices, count, best, k, self._workspace)
         return Sparse(grad.index_select(0, indices), indices, n, best, fallback=fallback)

@@ -73,7 +73,7 @@ import numpy as np
 import torch
 
 from compressors.numerics import estimators
-from compressors.kernels import native
+from compressors.kernels import backends, native
 from compressors.work import sidco as sidco_work
 from compressors._validate import check_gradient, raise_if_not_finite, target_count
 from compressors.adaptive import StageController, max_stages
@@ -440,13 +440,6 @@ class _TorchOps(_Ops):
 
 
 
-def _triton_present() -> bool:
-    """Whether Triton (the ``gpu`` extra) is installed, for the fused path."""
-    from compressors.kernels import fused  # imports Triton: only where the fused path is asked for
-
-    return fused.available()
-
-
 def log_sum(g: torch.Tensor, ws: Workspace, out: torch.Tensor) -> None:
     """``Σ ln max(|g|, LOG_FLOOR)`` into the 0-d float64 ``out`` (SIDCo-GP's first statistic):
     ``|g|`` into a float32 scratch of ``ws`` (float64 for float64 data), clamped, logarithms taken
@@ -569,11 +562,7 @@ class SIDCo(Compressor):
                  window: int = 5, band: float = 0.2, backend: str = "auto", adapt: str = "count",
                  corrections: int = CORRECTIONS):
         super().__init__(density)
-        if backend not in ("auto", "torch", "fused"):
-            raise ValueError(f"backend must be 'auto', 'torch' or 'fused', got {backend!r}")
-        if backend == "fused" and not _triton_present():
-            raise ValueError("backend 'fused' needs Triton: pip install '.[gpu]'")
-        self.backend_choice = backend
+        self.backend_choice = backends.check(backend)
         self.backend = "torch"
         self._feedback: tuple[torch.Tensor, torch.Tensor, float] | None = None
         self._selected_above: float | None = None  # η where the last call sent exactly |x| > η (fused path)

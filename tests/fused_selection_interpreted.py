@@ -10,7 +10,9 @@ import math
 import pytest
 import torch
 
+import compressors
 from compressors.kernels import fused
+from measuring.samples import gradient_like
 from compressors.numerics.selection import Workspace, count_above, select_above
 
 assert fused.interpreted(), "run with TRITON_INTERPRET=1"
@@ -48,6 +50,7 @@ def test_the_fused_selection_is_the_torch_selection(dtype, n):
     assert math.isclose(float(fast.total), float(x.double().abs().sum()), rel_tol=1e-5, abs_tol=1e-30)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's inf − inf
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_ties_nan_and_inf_follow_the_documented_rule(dtype):
     """Strictly greater after rounding the threshold to the dtype; NaN never selected, ±Inf
@@ -72,3 +75,29 @@ def test_the_fused_selection_reuses_its_buffers():
     buffers = {key: buf.data_ptr() for key, buf in ws._buffers.items()}
     select_above(x, torch.tensor(0.02), ws, total=True, backend="fused")
     assert {key: buf.data_ptr() for key, buf in ws._buffers.items()} == buffers
+
+
+THRESHOLDERS = [("dgc", {"seed": 7}), ("gaussiank", {}), ("redsync", {})]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("name", "options"), THRESHOLDERS)
+def test_fused_threshold_compressors_send_what_the_torch_path_sends(name, options, dtype):
+    """DGC, Gaussian-k and RedSync with ``backend="fused"`` and ``"torch"``, error feedback over
+    three calls: the same messages bit for bit, and ``backend`` says which ran."""
+    pair = [compressors.ErrorFeedback(compressors.create(name, 0.001, backend=b, **options)) for b in ("fused", "torch")]
+    for call in range(3):
+        g = gradient_like(8 * fused.BLOCK + 3, seed=20 + call).to(dtype)
+        a, b = (ef.compress(g.clone()) for ef in pair)
+        assert torch.equal(a.indices, b.indices) and torch.equal(a.values, b.values), (name, dtype, call)
+        assert a.threshold == b.threshold and a.fallback == b.fallback
+        assert pair[0].compressor.backend == "fused" and pair[1].compressor.backend == "torch"
+    assert torch.equal(pair[0].residual(), pair[1].residual())
+
+
+@pytest.mark.parametrize(("name", "options"), THRESHOLDERS)
+def test_fused_threshold_compressors_refuse_nan_as_the_torch_path_does(name, options):
+    x = gradient(2 * fused.BLOCK, torch.float32, 5)
+    x[11] = math.nan
+    with pytest.raises(ValueError, match="NaN"):
+        compressors.create(name, 0.01, backend="fused", **options).compress(x)
