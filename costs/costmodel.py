@@ -23,7 +23,8 @@ between two calls for one bucket (a benchmark loop of the cheapest compressors a
 finds its output buffer still cached and writes it up to twice as fast); sorts and compactions are bound by compute. Launch and sync latencies are added, not overlapped with device work: for the sizes
 that matter (≥ 1 MiB) they are small, below it they dominate, as on a real GPU. SIDCo runs its
 native kernels on a ``cpu`` device (float32) and its fused Triton kernels on a GPU (the ``gpu``
-extra), as the code does.
+extra), DGC, Gaussian-k and RedSync select with the native kernels on a ``cpu`` device and with
+the fused Triton compaction on a GPU, as the code does.
 Units: seconds, elements, bytes.
 """
 
@@ -151,9 +152,9 @@ def backend_on(kind: str, compressor: str) -> str:
     """The code path ``compressor`` takes on a device of ``kind`` (``cpu``/``gpu``) for float32:
     the fused native kernels on a CPU where they are built (:func:`compressors.kernels.native_build.built`
     asks, never builds: pricing compiles nothing; SIDCo, and the selection of Top-k, DGC,
-    Gaussian-k and RedSync), on a GPU SIDCo's fused Triton kernels (``fused``,
-    :data:`compressors.work.FUSED`: what ``backend="auto"`` runs there with the ``gpu`` extra
-    installed) and ``cuda`` for the others, torch otherwise."""
+    Gaussian-k and RedSync), on a GPU the fused Triton kernels of SIDCo and of the selection of
+    DGC, Gaussian-k and RedSync (``fused``, :data:`compressors.work.FUSED`: what ``backend="auto"``
+    runs there with the ``gpu`` extra installed) and ``cuda`` for the others, torch otherwise."""
     if kind == "cpu" and compressor in NATIVE_ON_CPU:
         from compressors.kernels import native_build
 
@@ -204,7 +205,8 @@ def cost(compressor: str, density: float | None, device: Device) -> CompressionC
     """Linear costs ``t0 + t1·numel`` of ``compressor`` at ``density`` on ``device``, through the
     model's times at :data:`FIT_SIZES`; wire bytes per element from the message format; the
     cost's ``source`` is :func:`source_label`, followed by `` fused`` where the modelled code
-    path is SIDCo's fused one (``model a100 fused``)."""
+    path is a fused one (``model a100 fused``: SIDCo's, or DGC's, Gaussian-k's and RedSync's
+    fused selection)."""
     d = 1.0 if density is None else float(density)
     small, large = FIT_SIZES
     c_small, d_small = call_seconds(compressor, small, d, device)

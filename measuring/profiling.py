@@ -270,7 +270,7 @@ def measure_size(device: str, numel: int, plan: Sequence[tuple[str, float]], war
             "compress_s": comp_s[typical], "decompress_s": decomp_s[median_call(decomp_s)],
             "compress_min_s": min(comp_s), "compress_max_s": max(comp_s), "decompress_min_s": min(decomp_s),
             "wire_bytes": messages[typical][0], "stages": messages[typical][1],
-            # on a GPU SIDCo runs fused only with Triton installed: the row says what ran
+            # on a GPU the compressors of FUSED run fused only with Triton installed: the row says what ran
             "backend": comp.backend if dev.type != "cpu" and name in FUSED else backend_on(
                 "cpu" if dev.type == "cpu" else "gpu", name),
             **loops,

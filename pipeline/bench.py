@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 import compressors
+from compressors.work import FUSED
 from measuring.samples import gradient_like
 from machine.device import available_memory, resolve as resolve_device
 from machine import device_identity
@@ -64,7 +65,8 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
     compress_ms), compress_min_ms / floor_min_ms / over_floor_min / speedup_vs_topk_min (the same
     from the fastest repeat: on a shared machine the minimum is the least disturbed estimate), achieved_over_target, selected, stages, fallback (the count guard sent the exact top-k), wire_bytes,
     repeats, warmup, threads, clock (``wall`` or ``cpu``: :data:`CLOCKS`), backend (what ran the timed calls: ``native``, ``fused``, ``torch`` or ``cuda``; on a GPU with
-    Triton each SIDCo variant has a ``fused`` row and an eager ``cuda`` row),
+    Triton each compressor with a fused path, :data:`compressors.work.FUSED`, has a ``fused`` row and an eager
+    ``cuda`` row),
     device_identity (CPU model and SIMD flags, or the GPU's name). ``none``, ``fp16``, ``bf16`` and
     ``powersgd`` (rank 1, the vector as one square matrix) run once at density 1. ``threads`` sets torch's (and the
     native kernels') CPU thread count for the run (default: leave it as it is). ``stages``: run
@@ -102,12 +104,12 @@ def run(size: int, densities: Sequence[float], device: str = "cpu", names: Seque
     plan = [(n, 1.0, None) for n in names if not density_bound(n)] + [
         (n, d, m) for d in densities for n in names if density_bound(n)
         for m in (stages if stages and n.startswith("sidco") else [None])]
-    # on a GPU with Triton, SIDCo runs fused by default: its eager torch path gets a row beside it
+    # on a GPU with Triton, SIDCo, DGC, Gaussian-k and RedSync run fused by default: their eager torch path gets a row
     both = dev.type == "cuda" and importlib.util.find_spec("triton") is not None
     made = [(name, density, fixed, compressors.create(name, density=density, **option,
                                                       **({} if fixed is None else {"stages": fixed})))
             for name, density, fixed in plan
-            for option in ([{}, {"backend": "torch"}] if both and name.startswith("sidco") else [{}])]
+            for option in ([{}, {"backend": "torch"}] if both and name in FUSED else [{}])]
     identity = device_identity(dev)
     for name, density, fixed, c in made:
         if progress:

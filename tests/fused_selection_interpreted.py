@@ -101,3 +101,15 @@ def test_fused_threshold_compressors_refuse_nan_as_the_torch_path_does(name, opt
     x[11] = math.nan
     with pytest.raises(ValueError, match="NaN"):
         compressors.create(name, 0.01, backend="fused", **options).compress(x)
+
+
+@pytest.mark.parametrize("name", ["dgc", "gaussiank", "redsync"])
+@pytest.mark.parametrize("density", [0.01, 0.001])
+def test_the_fused_selection_does_the_work_it_declares(name, density, monkeypatch):
+    """The drift test of tests/test_compressors_work.py on the fused path: launches (Triton kernels
+    counted where fused.py launches them, torch ops by OpCounter), syncs, full passes, top-k calls
+    and fresh buffers of a steady call with error feedback against
+    compressors.work.work(..., backend="fused")."""
+    from test_compressors_work import _check
+
+    _check(name, 16 * fused.BLOCK, density, "fused", monkeypatch)

@@ -27,6 +27,8 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
         monkeypatch.setattr(native, "usable", lambda x: False)
     grad = gradient_like(n, seed=3)
     opts = {"backend": "torch"} if name.startswith("sidco") and backend == "torch" else {}
+    if backend == "fused":  # the Triton kernels (under the interpreter: tests/fused_selection_interpreted.py)
+        opts = {"backend": "fused"}
     comp = compressors.create(name, density, **opts, **(options or {}))
     ef = compressors.ErrorFeedback(comp)
     for _ in range(6):
@@ -48,19 +50,35 @@ def _observe(name: str, n: int, density: float, backend: str, monkeypatch, optio
 
         monkeypatch.setattr(native, "scan", counted_scan)
         monkeypatch.setattr(native, "count_above", counted_count)
+    launched = []  # Triton kernels, counted where compressors/kernels/fused.py launches them (no torch dispatch)
+    if backend == "fused":
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        from compressors.kernels import fused
+        launch = fused._launch
+
+        def counted_launch(kernel, grid, *args, **meta):
+            launched.append(f"{counting.FUSED_MARKER}{kernel}")
+            with _disable_current_modes():  # the interpreter's own tensor traffic is no work of the call
+                return launch(kernel, grid, *args, **meta)
+
+        monkeypatch.setattr(fused, "_launch", counted_launch)
     with OpCounter(n) as seen:
         sparse = ef.compress(grad)
+    if backend == "fused":
+        assert comp.backend == "fused", comp.backend
     out = torch.empty_like(grad)  # decompress into a kept buffer, as replays, profiles and hooks do
     with OpCounter(n) as seen_decompress:
         comp.decompress(sparse, out=out)
     counts = dict(seen.counts, fresh=sum(seen.fresh))
     dcounts = dict(seen_decompress.counts, fresh=sum(seen_decompress.fresh))
-    counts["passes"] += sum(1 for size in kernels if size >= n)
+    counts["passes"] += sum(1 for size in kernels if size >= n) + len(launched)
+    counts["launches"] += len(launched)
     # a native kernel is a launch; SIDCo's also carry the host work of its stage loop around them
     counts["launches"] += len(kernels) * (1 + sidco_work.NATIVE_HOST_LAUNCHES if name.startswith("sidco") else 1)
     counts["launches"] += len(host_counts)  # each one launch of host time
     full_native = sum(1 for size in kernels if size >= n)
-    loops = counting.loop_counts(name, seen.ops)
+    loops = counting.loop_counts(name, seen.ops + launched)
     rounds = loops.pop("rounds", None)
     if backend == "native":  # loops counted by their kernels: SIDCo's full passes, the others' selections
         rounds = full_native if name.startswith("sidco") else full_native - 1

@@ -51,8 +51,9 @@ the registry's order."""
 
 FUSED: tuple[str, ...] = tuple(name for name, declared in DECLARATIONS.items() if declared.fused is not None)
 """Compressors with a fused path of their own (``backend="fused"``: the Triton kernels of
-:mod:`compressors.kernels.fused` on a GPU, error feedback folded into its first read); the others
-declare what they run on a GPU (``cuda``) there."""
+:mod:`compressors.kernels.fused` on a GPU; SIDCo's with error feedback folded into its first read,
+DGC's, Gaussian-k's and RedSync's the selection primitive's compaction with error feedback eager:
+``Declared.eager_feedback``); the others declare what they run on a GPU (``cuda``) there."""
 
 DEFAULT_STAGES = 1
 """SIDCo stages planned when ``stages`` is not given: what SIDCo with its default options
@@ -99,8 +100,9 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     ``numel`` elements of ``itemsize`` bytes at target ``density``; ``backend``: ``torch`` (eager
     ops; exact Top-k as on a CPU), ``cuda`` (the same, but exact Top-k is one ``torch.topk``) or
     ``native`` (the fused CPU kernels: SIDCo's, and the selection of Top-k, DGC, Gaussian-k
-    and RedSync; other compressors ignore it) or ``fused`` (SIDCo's Triton kernels on a GPU,
-    :data:`FUSED`; the others as ``cuda``). Data-dependent counts:
+    and RedSync; other compressors ignore it) or ``fused`` (the Triton kernels on a GPU:
+    SIDCo's, and the selection of DGC, Gaussian-k and RedSync, :data:`FUSED`; the others as
+    ``cuda``). Data-dependent counts:
     ``stages``: SIDCo's planned stage count (its ``planned`` after a call; default
     :data:`DEFAULT_STAGES`); ``deepened``: the stages SIDCo added within the call from its pool
     (its ``deepened``; adaptive stages only; default, when ``stages`` is not given either,
@@ -124,10 +126,11 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
         raise ValueError(f"no work declared for compressor {name!r}; declared: {', '.join(DECLARATIONS)}")
     if backend not in ("torch", "cuda", "native", "fused"):
         raise ValueError(f"backend must be torch, cuda, native or fused, got {backend!r}")
-    folds = backend == "fused" and fused_path(name, numel, density, pool)
-    if backend == "fused" and not folds:  # no fused path of its own: what it runs on a GPU
-        backend = "cuda"
     declared = DECLARATIONS[name]
+    fused = backend == "fused" and fused_path(name, numel, density, pool)
+    if backend == "fused" and not fused:  # no fused path of its own: what it runs on a GPU
+        backend = "cuda"
+    folds = fused and not declared.eager_feedback
     n = int(numel)
     if deepened is None and stages is not None:
         deepened = 0  # a given stage count: a fixed one, or one a call reported (the stages it used)
@@ -153,7 +156,8 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
 def fused_path(name: str, numel: int, density: float, pool: float | None = None) -> bool:
     """Whether ``backend="fused"`` declares compressor ``name``'s fused path for ``numel``
     elements at ``density`` (its ``Declared.fused``: SIDCo, with its pool, default 5·k, within
-    :data:`compressors.work.sidco.FUSED_SLOTS`) rather than what it runs on a GPU otherwise."""
+    :data:`compressors.work.sidco.FUSED_SLOTS`; DGC, Gaussian-k and RedSync always) rather than
+    what it runs on a GPU otherwise."""
     fused = DECLARATIONS[name].fused
     return fused is not None and fused(numel, density, pool)
 

@@ -104,7 +104,8 @@ def stage_counts(compressor: Any) -> dict[str, int]:
 def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
     """The data-dependent loop counts of one call of ``name`` from the operations it dispatched
     (:func:`record_ops`), as :func:`compressors.work.work` takes them (``rounds``, DGC's ``trim``,
-    the ``hits`` of each native selection; for SIDCo's native path its full passes, its pool (the
+    the ``hits`` of each native selection; a fused compaction counts as a selection or a count
+    does; for SIDCo's native path its full passes, its pool (the
     mean size of what its pool kernels and host counts read) and its correction ``steps``: its
     host counts but the one at the last stage's threshold)."""
     pools = [int(op.rsplit(":", 1)[1]) for op in ops if op.startswith("native.scan:pool:")]
@@ -117,7 +118,7 @@ def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dic
         if stages is not None:
             counts["steps"] = max(0, len(host_counts) - 1)
         return counts
-    selections = ops.count("nonzero") + ops.count("native.select_above")
+    selections = ops.count("nonzero") + ops.count("native.select_above") + ops.count(f"{FUSED_MARKER}compact")
     hits = [int(op[len(HITS_MARKER):]) for op in ops if op.startswith(HITS_MARKER)]
     kept = {"hits": hits} if hits else {}
     if name == "gaussiank":

@@ -8,7 +8,7 @@ with it (:class:`Declared`) what the cost model prices differently for it around
 :func:`compressors.work.work` for what it counts and docs/extending.md for how to add one. A
 declaration is a function ``(n, density, itemsize, stages, rounds, backend, **counts) -> (compress,
 decompress)``: ``n`` elements of ``itemsize`` bytes at target ``density``, the code path
-``backend`` (``torch``, ``cuda``, ``native``), SIDCo's ``stages``, its loop count ``rounds``
+``backend`` (``torch``, ``cuda``, ``native``, ``fused``), SIDCo's ``stages``, its loop count ``rounds``
 (``None``: its own default, seen on gradient-like data) and, by keyword, the other data-dependent
 counts it takes (``trim``, ``hits``, SIDCo's ``corrections``, ``adapt``, ``steps``, ``pool``,
 ``collects``). Units: elements, bytes.
@@ -176,6 +176,9 @@ class Declared:
     fused: Callable[[int, float, float | None], bool] | None = None
     """Whether its own fused GPU path (``backend="fused"``) takes ``(n, density, pool)``; ``None``:
     it has none and runs what it runs on a GPU otherwise (``cuda``)."""
+    eager_feedback: bool = False
+    """Whether its fused path keeps error feedback's eager passes (the add before the call, the
+    new residual after it) rather than folding them into its first read (SIDCo's statistics kernel)."""
 
 
 def dense_wire(n: int, density: float, itemsize: int) -> float:
@@ -205,7 +208,15 @@ def select(w: Work, n: int, hits: float, itemsize: int, backend: str, total: boo
     ``>`` mask, ``nonzero`` (its one sync), optionally ``Σ|x|``, the hits' magnitudes. Native
     path (CPU float32): the threshold read back (one sync), one fused pass writing 8 bytes per
     hit (with ``total``: a second kernel over the hits, and ``Σ|x|`` wrapped in a tensor), the
-    positions widened to int64."""
+    positions widened to int64. Fused path: :func:`fused_compaction` writing each hit's position
+    and magnitude, the positions sorted, the magnitudes gathered in their order (with ``total``:
+    the blocks' ``Σ|x|`` summed)."""
+    if backend == "fused":
+        fused_compaction(w, n, hits, itemsize, total)
+        w.sort(hits).gather(hits)
+        if total:
+            w.stream(_fused_blocks(n), 4, 0, "reduce")
+        return
     if backend == "native":
         w.sync().stream(n, itemsize, 8 * hits / n, "native_select", full=True)
         if total:
@@ -220,12 +231,41 @@ def select(w: Work, n: int, hits: float, itemsize: int, backend: str, total: boo
 
 def count(w: Work, n: int, hits: float, itemsize: int, backend: str) -> None:
     """:func:`compressors.numerics.selection.count_above`: on the torch path ``|x|``, the mask,
-    ``count_nonzero`` and its sync; natively a selection (:func:`select`)."""
+    ``count_nonzero`` and its sync; natively a selection (:func:`select`); fused a compaction that
+    writes no hit (:func:`fused_compaction`)."""
+    if backend == "fused":
+        fused_compaction(w, n, 0, itemsize)
+        return
     if backend == "native":
         select(w, n, hits, itemsize, backend)
         return
     w.stream(n, itemsize, itemsize, full=True).stream(n, itemsize, 1, "compare", full=True)
     w.stream(n, 1, 0, "count", full=True).sync()
+
+
+def _fused_blocks(n: int) -> int:
+    """Programs of the fused kernels over ``n`` elements (:data:`compressors.work.sidco.FUSED_BLOCK` each)."""
+    from compressors.work.sidco import FUSED_BLOCK  # imported here: compressors.work.sidco imports this module
+
+    return -(-n // FUSED_BLOCK)
+
+
+def fused_compaction(w: Work, n: int, hits: float, itemsize: int, total: bool = False) -> None:
+    """One compaction of the selection primitive's fused path
+    (:func:`compressors.numerics.selection._compact`): a 0-d threshold of 16-bit data widened to
+    float32 (one launch; float32 needs none), its int32 counter zeroed, the kernel (one read of
+    ``x``; per hit an int64 position and a magnitude, per block three float32 partials and with
+    ``total`` its ``Σ|x|``), the count read to the host (the one sync)."""
+    w.scalars(int(itemsize != 4)).stream(1, 0, 4)
+    per_block = 12 + 4 * total
+    w.stream(n, itemsize, ((8 + itemsize) * hits + per_block * _fused_blocks(n)) / max(n, 1), "compare", full=True)
+    w.to_host(4)
+
+
+def fused_selection(n: int, density: float, pool: float | None = None) -> bool:
+    """Whether the selection primitive's fused path takes an ``n``-element call (DGC's, Gaussian-k's
+    and RedSync's ``Declared.fused``): any size the Triton kernels serve (below 2³¹ elements)."""
+    return n < 2 ** 31
 
 
 def kept(hits: Sequence[float], i: int, default: float) -> float:

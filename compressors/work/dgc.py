@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from compressors.work.declare import FINITE_OPS, Declared, Work, kept, select, sparse_decompress, sparse_wire
+from compressors.work.declare import (FINITE_OPS, Declared, Work, fused_selection, kept, select, sparse_decompress,
+                                      sparse_wire)
 from compressors.rules import sample_stride, target_count
 
 ROUNDS = 0
@@ -35,5 +36,6 @@ def dgc(n: int, density: float, itemsize: int, stages: int, rounds: int | None, 
     return c.gather(k), sparse_decompress(n, k, itemsize)
 
 
-DECLARES: dict[str, Declared] = {"dgc": Declared(dgc, sparse_wire)}
+DECLARES: dict[str, Declared] = {"dgc": Declared(dgc, sparse_wire, fused=fused_selection,
+                                                 eager_feedback=True)}
 """DGC by name."""

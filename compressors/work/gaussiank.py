@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compressors.work.declare import ISFINITE_OPS, Declared, Work, kept, select, sparse_decompress, sparse_wire
+from compressors.work.declare import (ISFINITE_OPS, Declared, Work, fused_selection, kept, select, sparse_decompress,
+                                      sparse_wire)
 from compressors.rules import target_count
 
 ROUNDS = 3
@@ -39,5 +40,6 @@ def gaussiank(n: int, density: float, itemsize: int, stages: int, rounds: int | 
     return c.gather(sent), sparse_decompress(n, sent, itemsize)
 
 
-DECLARES: dict[str, Declared] = {"gaussiank": Declared(gaussiank, sparse_wire, sends_last_hits=True)}
+DECLARES: dict[str, Declared] = {"gaussiank": Declared(gaussiank, sparse_wire, sends_last_hits=True,
+                                                       fused=fused_selection, eager_feedback=True)}
 """Gaussian-k by name."""

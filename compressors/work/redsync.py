@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compressors.work.declare import Declared, Work, count, kept, select, sparse_decompress, sparse_wire
+from compressors.work.declare import (Declared, Work, count, fused_selection, kept, select, sparse_decompress,
+                                      sparse_wire)
 from compressors.rules import target_count
 
 ROUNDS = 5
@@ -37,5 +38,6 @@ def redsync(n: int, density: float, itemsize: int, stages: int, rounds: int | No
     return c.gather(sent), sparse_decompress(n, sent, itemsize)
 
 
-DECLARES: dict[str, Declared] = {"redsync": Declared(redsync, sparse_wire, sent=1.5, sends_last_hits=True)}
+DECLARES: dict[str, Declared] = {"redsync": Declared(redsync, sparse_wire, sent=1.5, sends_last_hits=True,
+                                                     fused=fused_selection, eager_feedback=True)}
 """RedSync by name."""
