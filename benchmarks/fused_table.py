@@ -1,11 +1,12 @@
-"""Modelled cost of SIDCo's fused path against its eager path and Top-k/DGC on the modelled GPUs:
+"""Modelled cost of the fused paths against the eager ones and Top-k on the modelled GPUs:
 ``python -m benchmarks.fused_table``.
 
 For each GPU of :data:`costs.devices.GPUS`, size and compressor: the declared work of one
 compress call with error feedback (:func:`compressors.work.work`: launches, syncs, bytes read and
 written by streaming kernels, bytes read on the host) and its modelled time
-(:func:`costs.costmodel.seconds`) at δ = 0.001: SIDCo-E fused (``backend="fused"``) and eager
-(``"cuda"``, the torch path on a GPU), Top-k and DGC (``"cuda"``). Model only: no kernel runs.
+(:func:`costs.costmodel.seconds`) at δ = 0.001: SIDCo-E, DGC, Gaussian-k and RedSync fused
+(``backend="fused"``: SIDCo's Triton path, the others' selection on the shared compaction kernel)
+and eager (``"cuda"``, the torch path on a GPU), Top-k (``"cuda"``). Model only: no kernel runs.
 Prints a Markdown table of modelled ms, one row per compressor and backend (``--json``: every
 figure, host MB too).
 """
@@ -21,7 +22,8 @@ from compressors import work as declared
 from costs import costmodel, devices
 from units import parse_density
 
-ROWS = (("sidco-e", "fused"), ("sidco-e", "cuda"), ("topk", "cuda"), ("dgc", "cuda"))
+ROWS = (("sidco-e", "fused"), ("sidco-e", "cuda"), ("topk", "cuda"), ("dgc", "fused"), ("dgc", "cuda"),
+        ("gaussiank", "fused"), ("gaussiank", "cuda"), ("redsync", "fused"), ("redsync", "cuda"))
 """(compressor, declared backend) of each row."""
 
 SIZES = (1 << 20, 1 << 24)
