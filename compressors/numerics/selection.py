@@ -192,11 +192,16 @@ def _compact(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Worksp
 def _select_fused(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace, total: bool) -> Above:
     """:func:`select_above` on the fused path: :func:`_compact` into ``x.numel()`` slots, the
     count's prefix of the positions sorted (blocks land in any order on a GPU), the magnitudes
-    taken in that order, ``Σ|x|`` the sum of the blocks' (float32)."""
+    taken in that order (both into growing workspace buffers), ``Σ|x|`` the sum of the blocks'
+    (float32)."""
     found = _compact(x, threshold, workspace, x.numel(), total)
-    indices, order = torch.sort(found.positions[:found.count])
+    count, device = found.count, x.device
+    indices, order = (workspace.at_least(name, count, torch.int64, device) for name in ("fused-sorted", "fused-order"))
+    torch.sort(found.positions[:count], out=(indices, order))
+    magnitudes = torch.index_select(found.magnitudes[:count], 0, order,
+                                    out=workspace.at_least("fused-picked", count, x.dtype, device))
     whole = torch.sum(found.totals, dtype=torch.float32) if total else None
-    return Above(indices, found.magnitudes[:found.count].index_select(0, order), found.count, whole, "fused")
+    return Above(indices, magnitudes, count, whole, "fused")
 
 
 def exact_topk(x: torch.Tensor, k: int, workspace: Workspace) -> Above:
