@@ -543,7 +543,7 @@ class SIDCo(Compressor):
     fused C kernels for contiguous float32 CPU tensors when they are available, the fused Triton
     kernels for CUDA float32/16/bf16 tensors when Triton is installed, torch otherwise),
     ``"torch"`` (always the torch path) or ``"fused"`` (the Triton kernels wherever
-    :func:`compressors.kernels.sidco_fused.usable` allows: also CPU tensors under ``TRITON_INTERPRET=1``,
+    :func:`compressors.kernels.fused.serves` allows: also CPU tensors under ``TRITON_INTERPRET=1``,
     as the tests run them; needs Triton). After a call, :attr:`backend` names what ran it
     (``"native"``, ``"fused"``, ``"torch"`` or ``"cuda"``; ``"auto"`` leaves a gradient whose pool
     would exceed :data:`~compressors.work.sidco.FUSED_SLOTS` to the eager path), :attr:`planned` the stage count it planned and
@@ -695,13 +695,11 @@ class SIDCo(Compressor):
         (``backend="fused"``) or, with ``"auto"``, on a CUDA tensor, where it serves the tensor."""
         if self.backend_choice == "torch" or (self.backend_choice == "auto" and not grad.is_cuda):
             return False
-        from compressors.kernels.sidco_fused import usable
-
         if self.backend_choice == "auto":  # a pool too large to ship to the host: the eager path
             n, guess = grad.numel(), self._guesses.get(grad.numel())
             if not fused_fits(n, 0 if guess is None else guess.pool, target_count(self.density, n)):
                 return False
-        return usable(grad)
+        return backends.fused_serves(grad)
 
     def _chain(self, ops: _Ops, n: int, stages: int, dtype: torch.dtype, guess: Guess | None):
         """Thresholds of every stage and the in-call correction, on host floats; returns (η,

@@ -42,12 +42,12 @@ def check(backend: str) -> str:
 
 
 def fused_serves(x: torch.Tensor) -> bool:
-    """Whether the Triton kernels serve ``x``
-    (:func:`compressors.kernels.sidco_fused.usable`: Triton present, a contiguous float32/16/bf16
-    tensor of fewer than 2³¹ elements on a GPU, or on the CPU under the interpreter)."""
-    from compressors.kernels.sidco_fused import usable  # imports Triton: only where it is asked
+    """Whether the Triton kernels serve ``x`` (:func:`compressors.kernels.fused.serves`: Triton
+    present, a contiguous float32/16/bf16 tensor of fewer than 2³¹ elements on a GPU, or on the CPU
+    under the interpreter)."""
+    from compressors.kernels import fused  # imports Triton: only where it is asked
 
-    return usable(x)
+    return fused.serves(x)
 
 
 def path(x: torch.Tensor, backend: str = "auto") -> str:

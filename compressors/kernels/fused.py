@@ -78,6 +78,18 @@ def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+"""Dtypes the kernels serve (float64 stays on the eager path)."""
+
+
+def serves(x: torch.Tensor) -> bool:
+    """Whether the kernels serve ``x``: Triton present, a contiguous float32/16/bf16 tensor of
+    fewer than 2³¹ elements (positions travel as int32), on a GPU (or on the CPU when Triton runs
+    its interpreter, as the tests do)."""
+    return (available() and x.dtype in DTYPES and x.is_contiguous() and x.numel() < 2 ** 31
+            and (x.is_cuda or (x.device.type == "cpu" and interpreted())))
+
+
 if triton is not None:
     @triton.jit
     def _statistics_kernel(g_ptr, r_ptr, x_ptr, part_ptr, counter_ptr, log_ptr, n, pending, floor,
@@ -347,5 +359,5 @@ def compile_ahead(kernel: str, arch: int, dtype: str = "fp32", pool: bool = True
     return compiled.asm["cubin"]
 
 
-__all__ = ["BLOCK", "NUM_WARPS", "Pool", "REGISTER_CEILING", "SIGNATURES", "STATISTICS_WARPS", "Statistics", "Survivors", "available", "compact",
-           "compile_ahead", "interpreted", "launch_compact", "launch_statistics", "programs", "statistics", "warps"]
+__all__ = ["BLOCK", "DTYPES", "NUM_WARPS", "Pool", "REGISTER_CEILING", "SIGNATURES", "STATISTICS_WARPS", "Statistics", "Survivors", "available", "compact",
+           "compile_ahead", "interpreted", "launch_compact", "launch_statistics", "programs", "serves", "statistics", "warps"]

@@ -1,6 +1,6 @@
 """SIDCo's fused path: the stage loop of :meth:`compressors.sidco.SIDCo._chain` reading the data
 through the Triton kernels of :mod:`compressors.kernels.fused` (``backend="fused"``, or ``"auto"`` on a
-CUDA tensor when Triton is present; :func:`usable` says which tensors it serves).
+CUDA tensor when Triton is present; :func:`compressors.kernels.fused.serves` says which tensors).
 
 The stage loop, its fits, count-targeted split, corrections, in-call stages and count guard are
 the eager path's own (host float arithmetic on what a read brings back), so for the same
@@ -43,21 +43,9 @@ from compressors._validate import target_count
 from compressors.sidco import POOL_REGROW, Moments, Tail, _Ops, _Overflow, _round, host_count, host_tail
 from compressors.work.sidco import pool_slots
 
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-"""Gradient dtypes the fused path serves (float64 stays on the eager path)."""
-
-
 HEADROOM = 1.0
 """The read buffer grows to twice what a read needs (its pool's slots vary from call to call): a
 new buffer costs one launch, the zeroing of its counters (:class:`_Counters`)."""
-
-
-def usable(x: torch.Tensor) -> bool:
-    """Whether the fused path can serve ``x``: Triton present, a contiguous float32/16/bf16 tensor
-    of fewer than 2³¹ elements (positions travel as int32), on a GPU (or on the CPU when Triton
-    runs its interpreter, as the tests do)."""
-    return (fused.available() and x.dtype in DTYPES and x.is_contiguous() and x.numel() < 2 ** 31
-            and (x.is_cuda or (x.device.type == "cpu" and fused.interpreted())))
 
 
 class _Read:
@@ -239,4 +227,4 @@ def _dtype_bytes(values: np.ndarray, dtype: torch.dtype) -> np.ndarray:
     return values.view(np.uint8)
 
 
-__all__ = ["DTYPES", "FusedOps", "usable"]
+__all__ = ["FusedOps", "HEADROOM"]
