@@ -57,7 +57,7 @@ def test_compaction_selects_what_the_eager_path_selects(dtype, n):
     x = gradient(n, dtype, 3)
     threshold = 0.02
     found = fused.compact(x, threshold)
-    eager = select_above(x, threshold, Workspace(), allow_native=False)
+    eager = select_above(x, threshold, Workspace(), backend="torch")
     assert found.count == eager.count
     assert torch.equal(found.indices, eager.indices)
     assert torch.equal(found.values, x.index_select(0, eager.indices))
@@ -98,7 +98,7 @@ def test_error_feedback_over_several_calls_matches_the_eager_loop():
         sent = fused.compact(x, 0.015)
         fused_r = x.index_fill(0, sent.indices, 0.0)
         ex = g + eager_r
-        chosen = select_above(ex, 0.015, Workspace(), allow_native=False)
+        chosen = select_above(ex, 0.015, Workspace(), backend="torch")
         eager_r = ex.index_fill(0, chosen.indices, 0.0)
         assert torch.equal(sent.indices, chosen.indices) and torch.equal(fused_r, eager_r)
 
@@ -109,7 +109,7 @@ def test_error_feedback_over_several_calls_matches_the_eager_loop():
 def test_any_gradient_compacts_as_the_eager_path(n, seed, threshold, dtype):
     x = gradient(n, dtype, seed)
     found = fused.compact(x, threshold)
-    eager = select_above(x, threshold, Workspace(), allow_native=False)
+    eager = select_above(x, threshold, Workspace(), backend="torch")
     assert found.count == eager.count and torch.equal(found.indices, eager.indices)
 
 
@@ -231,7 +231,7 @@ def test_the_statistics_kernel_compacts_the_pool_as_the_compaction_does(dtype, n
     compaction kernel and the eager path select there, with error feedback's sum too."""
     g, r = gradient(n, dtype, 8), gradient(n, dtype, 9)
     s = fused.statistics(g, r, pool_at=0.02)
-    eager = select_above(g + r, 0.02, Workspace(), allow_native=False)
+    eager = select_above(g + r, 0.02, Workspace(), backend="torch")
     assert s.pool.count == eager.count and torch.equal(s.pool.indices, eager.indices)
     assert torch.equal(s.pool.values, (g + r).index_select(0, eager.indices))
     alone = fused.compact(s.x, 0.02)

@@ -30,13 +30,13 @@ def test_select_above_is_exactly_the_strict_rule_on_every_backend(n, seed, q, ti
     g = gradient(n, seed, ties)
     thr = float(torch.quantile(g.abs()[:10_000], q))
     expected = torch.nonzero(g.abs() > torch.tensor(thr)).squeeze(1)
-    for allow_native in (True, False):
-        found = select_above(g, thr, Workspace(), total=True, allow_native=allow_native)
+    for backend in ("auto", "torch"):
+        found = select_above(g, thr, Workspace(), total=True, backend=backend)
         assert torch.equal(found.indices, expected)
-        assert found.count == expected.numel() == count_above(g, thr, Workspace(), allow_native=allow_native)[0]
+        assert found.count == expected.numel() == count_above(g, thr, Workspace(), backend=backend)[0]
         assert torch.equal(found.magnitudes, g.abs()[expected])
         assert float(found.total) == pytest.approx(float(g.abs().double().sum()), rel=1e-5)
-        assert found.backend == ("native" if allow_native and NATIVE else "torch")
+        assert found.backend == ("native" if backend == "auto" and NATIVE else "torch")
     half = select_above(g.half(), thr, Workspace())
     assert half.backend == "torch"
     assert torch.equal(half.indices, torch.nonzero(g.half().abs() > torch.tensor(thr).half()).squeeze(1))

@@ -105,18 +105,18 @@ def _threshold_float(x: torch.Tensor, threshold: torch.Tensor | float) -> float:
 
 
 def select_above(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace, *,
-                 total: bool = False, allow_native: bool = True, backend: str = "auto") -> Above:
+                 total: bool = False, backend: str = "auto") -> Above:
     """The elements of the 1-D tensor ``x`` with ``|x| > threshold`` (strict; see the module docstring).
 
     ``threshold``: a float or a 0-d tensor (on ``x``'s device: the torch and fused paths then need
     no device→host copy of it). ``total``: also return ``Σ|x|`` (from the same pass on the native
     and fused paths). ``backend``: the caller's option, ``"auto"``, ``"torch"`` or ``"fused"``
-    (:func:`compressors.kernels.backends.path`); ``allow_native=False`` forces the torch path, as
-    ``backend="torch"``. Buffers come from ``workspace``; the returned tensors are views into
-    them, valid until the next call with the same workspace.
+    (:func:`compressors.kernels.backends.path`; ``"torch"`` forces the torch path). Buffers come
+    from ``workspace``; the returned tensors are views into them, valid until the next call with
+    the same workspace.
     """
     n = x.numel()
-    kind = backends.path(x, backend) if allow_native else "torch"
+    kind = backends.path(x, backend)
     if kind == "fused":
         return _select_fused(x, threshold, workspace, total)
     if kind == "native":
@@ -138,10 +138,10 @@ def select_above(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Wo
 
 
 def count_above(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace, *,
-                allow_native: bool = True, backend: str = "auto") -> tuple[int, str]:
+                backend: str = "auto") -> tuple[int, str]:
     """``(number of elements with |x| > threshold, backend)``: one pass, one device→host sync
-    (``allow_native``, ``backend``: as :func:`select_above`)."""
-    kind = backends.path(x, backend) if allow_native else "torch"
+    (``backend``: as :func:`select_above`)."""
+    kind = backends.path(x, backend)
     if kind == "fused":
         return _compact(x, threshold, workspace, 0, False).count, "fused"
     if kind == "native":
