@@ -51,7 +51,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      allow_abbrev=False)
     parser.add_argument("--density", default="0.001", help="target density, a fraction in (0, 1] (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--compressors", default=",".join(dict.fromkeys(name for name, _ in ROWS)),
+                        help="comma-separated compressors whose rows to print (default: %(default)s)")
     args = parser.parse_args(argv)
+    chosen = args.compressors.split(",")
+    unknown = sorted(set(chosen) - {name for name, _ in ROWS})
+    if unknown:
+        parser.error(f"no rows for {', '.join(unknown)}; choose from {', '.join(dict.fromkeys(n for n, _ in ROWS))}")
     try:
         args.density = parse_density(args.density)
     except ValueError as exc:
@@ -64,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("| δ = %g | launches, MB 2²⁰ / 2²⁴ | " % args.density
           + " | ".join(f"{gpu} 2^{n.bit_length() - 1}" for gpu, n in columns) + " |")
     print("|---|---|" + "---|" * len(columns))
-    for name, backend in ROWS:
+    for name, backend in (row for row in ROWS if row[0] in chosen):
         mine = {(r["gpu"], r["numel"]): r for r in table if (r["compressor"], r["backend"]) == (name, backend)}
         small, large = mine[columns[0]], mine[columns[-1]]
         print(f"| {name} {backend} | {large['launches']}, {small['device_MB']:.0f} / {large['device_MB']:.0f} | "
