@@ -238,6 +238,17 @@ def test_the_statistics_kernel_compacts_the_pool_as_the_compaction_does(dtype, n
     assert close(s.pool.excess_sum, float(alone.excess_sum)) and close(s.abs_sum, float((g + r).double().abs().sum()))
 
 
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(0, 3 * fused.BLOCK), seed=st.integers(0, 1000), level=st.floats(0.0, 0.05),
+       dtype=st.sampled_from(DTYPES), pending=st.sampled_from([math.inf, 0.01]))
+def test_any_gradient_pools_in_the_statistics_read_as_the_eager_path_selects(n, seed, level, dtype, pending):
+    g, r = gradient(n, dtype, seed), gradient(n, dtype, seed + 1)
+    s = fused.statistics(g, r, pending=float(torch.tensor(pending, dtype=dtype)), pool_at=level)
+    x = g + pending_residual(r.clone(), float(torch.tensor(pending, dtype=dtype)))
+    eager = select_above(x, level, Workspace(), backend="torch")
+    assert torch.equal(s.x, x) and s.pool.count == eager.count and torch.equal(s.pool.indices, eager.indices)
+
+
 def test_the_counters_need_no_zeroing_launch_across_calls_sizes_and_a_grown_buffer():
     """Each call adds to the pair of counters the call before zeroed; calls of two sizes in turn,
     a pool that outgrows its slots (the read buffer grows: both pairs zeroed once) and stages > 1
