@@ -96,8 +96,11 @@ def test_the_fused_path_on_cuda_sends_the_eager_paths_messages(name, dtype):
 
 @pytest.mark.gpu
 def test_a_steady_fused_call_synchronises_once():
-    """SIDCo-E fused at one stage, a call after one of the same size: the one transfer of its read
-    is the call's one synchronisation (the upload of the selection copies from the host: no wait)."""
+    """SIDCo-E fused at one stage, a call after one of the same size: at most one synchronising
+    operation (the wait for its read's transfer; the upload of the selection copies from a
+    page-locked buffer without waiting)."""
+    import warnings
+
     pytest.importorskip("triton")
     c = compressors.create("sidco-e", density=0.001)
     g = laplace(1 << 20, 3).cuda()
@@ -106,9 +109,11 @@ def test_a_steady_fused_call_synchronises_once():
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("warn")
     try:
-        with pytest.warns(UserWarning) as record:
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
             c.compress(g)
-        assert c.backend == "fused" and len(record) == 1, [str(r.message) for r in record]
+        syncs = [str(r.message) for r in record if "synchroniz" in str(r.message)]
+        assert c.backend == "fused" and len(syncs) <= 1, syncs
     finally:
         torch.cuda.set_sync_debug_mode("default")
 

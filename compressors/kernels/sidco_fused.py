@@ -67,8 +67,16 @@ class _Read:
         return self.buffer[at:at + size].view(dtype)
 
     def fetch(self) -> np.ndarray:
-        """The whole buffer on the host (one device→host transfer: a synchronisation)."""
-        return np.array(self.buffer.cpu().numpy())
+        """The whole buffer on the host (one device→host transfer: a synchronisation). From a GPU
+        it lands in a page-locked buffer of PyTorch's caching host allocator (an asynchronous copy
+        at the link's rate, then the one wait for the stream); a CPU tensor (the interpreter's) is
+        copied."""
+        if not self.buffer.is_cuda:
+            return np.array(self.buffer.cpu().numpy())
+        host, data = _host_bytes(self.buffer.numel(), self.buffer.device)
+        host.copy_(self.buffer, non_blocking=True)
+        torch.cuda.current_stream(self.buffer.device).synchronize()
+        return data
 
     def host(self, data: np.ndarray, name: str, dtype: type) -> np.ndarray:
         """The region ``name`` of fetched ``data`` as numpy ``dtype``."""
@@ -204,9 +212,11 @@ class FusedOps(_Ops):
         positions = self.host_positions[above]
         order = np.argsort(positions)
         chosen, values = positions[order].astype(np.int64), _dtype_bytes(self.host_values[above][order], self.grad.dtype)
-        packed = np.concatenate([chosen.view(np.uint8), values])  # the values' dtype needs no more than 8-byte alignment
-        out = torch.empty(packed.size, dtype=torch.uint8, device=self.grad.device)
-        out.copy_(torch.from_numpy(packed))  # one host→device copy (no sync)
+        device = self.grad.device
+        packed, data = _host_bytes(chosen.nbytes + values.size, device)
+        np.concatenate([chosen.view(np.uint8), values], out=data)  # the values need ≤ 8-byte alignment
+        out = torch.empty(packed.numel(), dtype=torch.uint8, device=device)
+        out.copy_(packed, non_blocking=device.type == "cuda")  # one host→device copy (no wait)
         self.uploaded = (out[:chosen.nbytes].view(torch.int64), out[chosen.nbytes:].view(self.grad.dtype))
         return self.uploaded[0]
 
@@ -214,6 +224,18 @@ class FusedOps(_Ops):
         if self.uploaded is not None and indices is self.uploaded[0]:
             return self.uploaded[1]  # came with the positions: no gather
         return super().values(grad, indices)
+
+
+def _host_bytes(size: int, device: torch.device) -> tuple[torch.Tensor, np.ndarray]:
+    """A host byte buffer of ``size`` bytes for a transfer with ``device``, as a tensor and a numpy
+    view of the same memory: page-locked for a GPU (from PyTorch's caching host allocator, which
+    keeps it from reuse until the copies recorded on it are done: copies run asynchronously at the
+    link's rate), plain for the CPU."""
+    if device.type == "cuda":
+        host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+        return host, host.numpy()
+    data = np.empty(size, dtype=np.uint8)
+    return torch.from_numpy(data), data
 
 
 def _dtype_bytes(values: np.ndarray, dtype: torch.dtype) -> np.ndarray:
