@@ -6,17 +6,14 @@ and held under :data:`compressors.kernels.fused.REGISTER_CEILING` with no stack 
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from interpreter import run_interpreted
 
 from compressors.kernels import fused
-
-HERE = Path(__file__).parent
 
 
 def test_triton_is_installed_for_the_checks():
@@ -25,13 +22,7 @@ def test_triton_is_installed_for_the_checks():
 
 
 def test_the_kernels_match_the_eager_path_under_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_DEFAULT_FP_FUSION": "1"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                           str(HERE / "fused_interpreted.py")], capture_output=True, text=True, env=env,
-                          cwd=HERE.parent, timeout=600)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    passed = re.search(r"\b(\d+) passed\b", done.stdout)
-    assert passed and int(passed.group(1)) >= 95 and "skipped" not in done.stdout, done.stdout[-1000:]
+    assert run_interpreted("fused_interpreted.py") >= 96
 
 
 def resources(cubin: bytes, tmp_path: Path) -> tuple[int, int]:
