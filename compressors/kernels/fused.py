@@ -33,7 +33,7 @@ from typing import NamedTuple
 import torch
 
 from compressors.numerics.estimators import LOG_FLOOR
-from compressors.work.sidco import FUSED_BLOCK
+from compressors.work.declare import FUSED_BLOCK
 
 try:
     import triton
@@ -43,7 +43,7 @@ except ImportError:  # the CPU install: the eager path serves every tensor
     tl = None
 
 BLOCK = FUSED_BLOCK
-"""Elements per program of both kernels (its home is :data:`compressors.work.sidco.FUSED_BLOCK`,
+"""Elements per program of both kernels (its home is :data:`compressors.work.declare.FUSED_BLOCK`,
 where the declared work reads it without torch). Large blocks keep the interpreter's checks about a
 second each (its cost grows with the number of programs, not with ``n``)."""
 

@@ -215,7 +215,7 @@ def select(w: Work, n: int, hits: float, itemsize: int, backend: str, total: boo
         fused_compaction(w, n, hits, itemsize, total)
         w.sort(hits).gather(hits)
         if total:
-            w.stream(_fused_blocks(n), 4, 0, "reduce")
+            w.stream(fused_blocks(n), 4, 0, "reduce")
         return
     if backend == "native":
         w.sync().stream(n, itemsize, 8 * hits / n, "native_select", full=True)
@@ -243,10 +243,14 @@ def count(w: Work, n: int, hits: float, itemsize: int, backend: str) -> None:
     w.stream(n, 1, 0, "count", full=True).sync()
 
 
-def _fused_blocks(n: int) -> int:
-    """Programs of the fused kernels over ``n`` elements (:data:`compressors.work.sidco.FUSED_BLOCK` each)."""
-    from compressors.work.sidco import FUSED_BLOCK  # imported here: compressors.work.sidco imports this module
+FUSED_BLOCK = 4096
+"""Elements per program of the fused Triton kernels (:data:`compressors.kernels.fused.BLOCK`): each
+writes its partial statistics per block (16 bytes from the statistics kernel, 12 from a tail's
+compaction, 12 or 16 from the selection primitive's)."""
 
+
+def fused_blocks(n: int) -> int:
+    """Programs of the fused kernels over ``n`` elements (:data:`FUSED_BLOCK` each)."""
     return -(-n // FUSED_BLOCK)
 
 
@@ -258,7 +262,7 @@ def fused_compaction(w: Work, n: int, hits: float, itemsize: int, total: bool = 
     ``total`` its ``Σ|x|``), the count read to the host (the one sync)."""
     w.scalars(int(itemsize != 4)).stream(1, 0, 4)
     per_block = 12 + 4 * total
-    w.stream(n, itemsize, ((8 + itemsize) * hits + per_block * _fused_blocks(n)) / max(n, 1), "compare", full=True)
+    w.stream(n, itemsize, ((8 + itemsize) * hits + per_block * fused_blocks(n)) / max(n, 1), "compare", full=True)
     w.to_host(4)
 
 

@@ -9,7 +9,8 @@ stage count, the pool, and on the native path its full passes and correction ``s
 
 from __future__ import annotations
 
-from compressors.work.declare import Declaration, Declared, Work, sparse_decompress, sparse_wire
+from compressors.work.declare import (FUSED_BLOCK, Declaration, Declared, Work, fused_blocks, sparse_decompress,
+                                      sparse_wire)
 from compressors.rules import stage_probabilities, target_count
 
 NATIVE_STEPS = 5
@@ -69,12 +70,6 @@ def default_deepened(name: str, density: float, adapt: str = "count", correction
     return int(name == "sidco-p" and density < DEEPEN_BELOW and adapt == "count" and corrections > 0)
 
 
-FUSED_BLOCK = 4096
-"""Elements per program of the fused Triton kernels (:data:`compressors.kernels.fused.BLOCK`): each
-writes its partial statistics per block (16 bytes from the statistics kernel, 12 from a tail's
-compaction)."""
-
-
 FUSED_SLOTS = 1 << 18
 """The most pool slots SIDCo's fused path takes: its pool travels to the host (8 bytes a slot:
 2 MiB here, ≈ 0.1 ms over PCIe), where the eager path sends a 2 KiB histogram, so above this
@@ -106,7 +101,7 @@ def _sidco_fused(name: str, n: int, k: int, itemsize: int, planned: int, pool: f
     pool. The selected positions, sorted on the host, and their values (from the pool, in ``g``'s
     dtype) packed into one host→device copy (no sync, no gather)."""
     capacity = pool_slots(n, pool, k)
-    blocks = -(-n // FUSED_BLOCK)
+    blocks = fused_blocks(n)
     logs = name == "sidco-gp"
     pooled = planned == 1
     c = Work()
