@@ -22,7 +22,7 @@ import random
 import torch
 
 from compressors.work import dgc as dgc_work
-from compressors._validate import raise_if_not_finite, target_count
+from compressors._validate import check_gradient, raise_if_not_finite, target_count
 from compressors.base import Compressor
 from compressors.kernels import backends
 from compressors.rules import sample_stride
@@ -50,24 +50,57 @@ class DGC(Compressor):
         self.max_rounds = max_rounds
         self._rng = random.Random(seed)
         self._workspace = Workspace()
+        self._feedback: tuple[torch.Tensor, torch.Tensor, float] | None = None  # (grad, residual, pending)
+        self._exactly_above: float | None = None  # η where the last call sent exactly |x| > η
 
     def reseed(self, seed: int) -> None:
         """Draw the following sample offsets from ``random.Random(seed)``."""
         self._rng = random.Random(seed)
 
+    def compress_feedback(self, grad: torch.Tensor, residual: torch.Tensor, out: torch.Tensor,
+                          pending: float | None = None) -> tuple[Sparse, float | None] | None:
+        """Error feedback folded into the first selection's read on the fused path: the sample is
+        taken from ``grad`` and ``residual`` at its positions, and the compaction reads both and
+        writes their sum into ``out`` as it selects. The message's threshold comes back as ``η``
+        where the call sent exactly ``|x| > η`` (no trim, no count guard): the residual's update
+        may be left pending. ``None`` where the fused path does not serve ``grad`` or its sample is
+        the whole vector."""
+        grad = check_gradient(grad)
+        n = grad.numel()
+        if (n == 0 or sample_stride(n, self.density, self.sample_ratio) == 1
+                or backends.path(grad, self.backend_choice) != "fused" or residual.dtype != grad.dtype
+                or residual.shape != grad.shape or not residual.is_contiguous() or not out.is_contiguous()):
+            return None
+        self._feedback = (grad, residual, math.inf if pending is None else pending)
+        try:
+            message = self.compress(out)
+        finally:
+            self._feedback = None
+        return message, self._exactly_above
+
     def _compress(self, grad: torch.Tensor) -> Sparse:
+        feedback, self._feedback = self._feedback, None
+        self._exactly_above = None
         n = grad.numel()
         k = target_count(self.density, n)
         stride = sample_stride(n, self.density, self.sample_ratio)
-        samples = grad[self._rng.randrange(stride)::stride].abs() if stride > 1 else grad.abs()
+        if feedback is not None:  # grad is not written yet: sample grad + residual where the sample is
+            g, r, pending = feedback
+            offset = self._rng.randrange(stride)
+            r = r[offset::stride]
+            if pending != math.inf:  # the last call's selection, left pending in the residual
+                r = r.masked_fill(r.abs() > pending, 0)
+            samples = torch.add(g[offset::stride], r).abs_()
+        else:
+            samples = grad[self._rng.randrange(stride)::stride].abs() if stride > 1 else grad.abs()
         top_samples = max(1, math.ceil(samples.numel() * self.density))
         threshold = torch.min(torch.topk(samples, top_samples, sorted=False).values)
         below = torch.tensor(-math.inf, dtype=grad.dtype, device=grad.device)
         # |g| >= thr  <=>  |g| > nextafter(thr, -inf): DGC's rule with the strict primitive
         found = select_above(grad, torch.nextafter(threshold, below), self._workspace, total=True,
-                             backend=self.backend_choice)
+                             backend=self.backend_choice, feedback=feedback)
         raise_if_not_finite(grad, found.total)
-        indices = found.indices
+        indices, exact = found.indices, True
         if stride > 1:
             for _ in range(self.max_rounds):
                 count = found.count
@@ -75,6 +108,7 @@ class DGC(Compressor):
                     if count > 1.3 * k:
                         top = torch.topk(found.magnitudes, k, sorted=False).indices
                         indices = torch.sort(found.indices.index_select(0, top)).values
+                        exact = False
                     break
                 if count >= 0.8 * k:
                     break
@@ -84,6 +118,8 @@ class DGC(Compressor):
                 indices = found.indices
         self.backend = found.backend
         indices, threshold, fallback = guard_count(grad, indices, indices.numel(), threshold, k, self._workspace)
+        if exact and not fallback:
+            self._exactly_above = found.above
         return Sparse(grad.index_select(0, indices), indices, n, threshold, fallback=fallback)
 
     work = staticmethod(dgc_work.dgc)

@@ -113,3 +113,33 @@ def test_the_fused_selection_does_the_work_it_declares(name, density, monkeypatc
     from test_compressors_work import _check
 
     _check(name, 16 * fused.BLOCK, density, "fused", monkeypatch)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dgc_folds_error_feedback_into_its_first_selection(dtype, monkeypatch):
+    """DGC on the fused path with error feedback: its first compaction reads the gradient and the
+    residual and writes their sum (no eager addition), the residual's update is left pending
+    after a call that sent exactly ``|x| ≥ thr`` and scattered after a trimmed one; messages and
+    residual are the torch path's, bit for bit, over five calls."""
+    folded = []
+    launch = fused.launch_compact
+
+    def watched(*args, feedback=None, **kwargs):
+        folded.append(feedback is not None)
+        return launch(*args, feedback=feedback, **kwargs)
+
+    monkeypatch.setattr(fused, "launch_compact", watched)
+    fast, slow = (compressors.ErrorFeedback(compressors.create("dgc", 0.001, backend=b, seed=7))
+                  for b in ("fused", "torch"))
+    pending = []
+    for call in range(5):
+        g = gradient_like(64 * fused.BLOCK + 3, seed=20 + call).to(dtype)
+        folded.clear()
+        a, b = fast.compress(g.clone()), slow.compress(g.clone())
+        assert torch.equal(a.indices, b.indices) and torch.equal(a.values, b.values), (dtype, call)
+        assert folded[0], call  # the first compaction added the residual itself
+        pending.append(bool(fast._pending))
+        if call % 2:
+            assert torch.equal(fast.residual(), slow.residual()), call
+    assert any(pending) and not all(pending), pending
+    assert torch.equal(fast.residual(), slow.residual())

@@ -37,7 +37,7 @@ def resources(cubin: bytes, tmp_path: Path) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("arch", [80, 90])
-@pytest.mark.parametrize("kernel", ["statistics", "statistics without pool", "compact", "select"])
+@pytest.mark.parametrize("kernel", ["statistics", "statistics without pool", "compact", "select", "select_feedback"])
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_the_kernels_compile_to_gpu_binaries_that_do_not_spill(kernel, arch, dtype, tmp_path):
     cubin = fused.compile_ahead(kernel.split()[0], arch, dtype, pool="without" not in kernel)
@@ -45,7 +45,7 @@ def test_the_kernels_compile_to_gpu_binaries_that_do_not_spill(kernel, arch, dty
     assert 0 < registers <= fused.REGISTER_CEILING and stack == 0, (kernel, arch, dtype, registers, stack)
 
 
-@pytest.mark.parametrize("kernel", ["compact", "select", "statistics"])
+@pytest.mark.parametrize("kernel", ["compact", "select", "select_feedback", "statistics"])
 def test_the_compaction_reserves_its_range_with_one_atomic_a_block(kernel, tmp_path):
     """The binary's compaction (SIDCo's, the selection primitive's variant, and the pool's in the
     statistics kernel): one global atomic add per block (its output range), not one per element."""

@@ -92,6 +92,22 @@ def serves(x: torch.Tensor) -> bool:
 
 if triton is not None:
     @triton.jit
+    def _feedback_sum(g_ptr, r_ptr, x_ptr, offs, mask, pending):
+        """``g + r`` read at ``offs`` (``|r| > pending`` read as zero: the previous call's selection,
+        left pending), rounded to ``x_ptr``'s dtype as ``torch.add`` rounds, stored there and
+        returned as float32."""
+        x = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        r = tl.load(r_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        x = x + tl.where(tl.abs(r) > pending, 0.0, r)
+        if x_ptr.dtype.element_ty == tl.bfloat16:  # to nearest, ties to even, by the bits (exact everywhere)
+            bits = x.to(tl.uint32, bitcast=True)
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+            x = tl.where(x == x, bits.to(tl.float32, bitcast=True), x)  # NaN stays NaN
+        x = x.to(x_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
+        tl.store(x_ptr + offs, x, mask=mask)
+        return x.to(tl.float32)
+
+    @triton.jit
     def _statistics_kernel(g_ptr, r_ptr, x_ptr, part_ptr, counter_ptr, log_ptr, n, pending, floor,
                            pool_at, pool_counter_ptr, idx_ptr, val_ptr, capacity,
                            BLOCK: tl.constexpr, RESIDUAL: tl.constexpr, LOGS: tl.constexpr, POOL: tl.constexpr):
@@ -100,17 +116,10 @@ if triton is not None:
         tl.store(counter_ptr + pair, tl.zeros([2], dtype=tl.int32), mask=(pair < 2) & (pid == 0))
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
-        x = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         if RESIDUAL:
-            r = tl.load(r_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-            x = x + tl.where(tl.abs(r) > pending, 0.0, r)  # the previous call's selection, left pending
-            if x_ptr.dtype.element_ty == tl.bfloat16:  # to nearest, ties to even, by the bits (exact everywhere)
-                bits = x.to(tl.uint32, bitcast=True)
-                bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-                x = tl.where(x == x, bits.to(tl.float32, bitcast=True), x)  # NaN stays NaN
-            x = x.to(x_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
-            tl.store(x_ptr + offs, x, mask=mask)
-            x = x.to(tl.float32)
+            x = _feedback_sum(g_ptr, r_ptr, x_ptr, offs, mask, pending)
+        else:
+            x = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         a = tl.abs(x)
         tl.store(part_ptr + pid * 4 + 0, tl.sum(a, axis=0))
         tl.store(part_ptr + pid * 4 + 1, tl.sum(x * x, axis=0))
@@ -129,16 +138,22 @@ if triton is not None:
 
     @triton.jit
     def _compact_kernel(x_ptr, n, threshold, counter_ptr, idx_ptr, val_ptr, part_ptr, total_ptr, capacity,
-                        BLOCK: tl.constexpr, THRESHOLD_PTR: tl.constexpr, TOTAL: tl.constexpr,
-                        ABSOLUTE: tl.constexpr):
+                        r_ptr, sum_ptr, pending, BLOCK: tl.constexpr, THRESHOLD_PTR: tl.constexpr,
+                        TOTAL: tl.constexpr, ABSOLUTE: tl.constexpr, RESIDUAL: tl.constexpr):
         pid = tl.program_id(0)
         if THRESHOLD_PTR:  # a 0-d float32 tensor on the device: no host read of it
             t = tl.load(threshold)
+            echo = tl.arange(0, 2)  # its bits beside the count, for the host's one read
+            tl.store(counter_ptr + echo, tl.zeros([2], dtype=tl.int32) + t.to(tl.int32, bitcast=True),
+                     mask=(echo == 1) & (pid == 0))
         else:
             t = threshold
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+        if RESIDUAL:  # x = g + r (error feedback's sum) written into sum_ptr as it is read
+            x = _feedback_sum(x_ptr, r_ptr, sum_ptr, offs, mask, pending).to(sum_ptr.dtype.element_ty)
+        else:
+            x = tl.load(x_ptr + offs, mask=mask, other=0.0)
         a = tl.abs(x.to(tl.float32))
         keep = (a > t) & mask
         ones = keep.to(tl.int32)
@@ -244,7 +259,7 @@ def launch_statistics(grad: torch.Tensor, residual: torch.Tensor | None, x: torc
 
 def launch_compact(x: torch.Tensor, threshold: float | torch.Tensor, counter: torch.Tensor, indices: torch.Tensor,
                    values: torch.Tensor, parts: torch.Tensor, capacity: int, totals: torch.Tensor | None = None,
-                   absolute: bool = False) -> None:
+                   absolute: bool = False, feedback: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> None:
     """Launch the compaction of ``|x| > threshold`` adding its count to ``counter`` (int32, zeroed
     by the caller or by a statistics kernel launched before it) and writing the first
     ``capacity`` hits' positions and values (in block order, any order of blocks) into ``indices``
@@ -252,11 +267,17 @@ def launch_compact(x: torch.Tensor, threshold: float | torch.Tensor, counter: to
     instead of ``x``), the survivors' partials (:data:`SURVIVORS` float32 a block) into ``parts``
     and, where ``totals`` is given (float32, one a block), each block's ``Σ|x|`` into it; no host
     read. ``threshold`` is already rounded to ``x``'s dtype: a float, or a 0-d float32 tensor on
-    ``x``'s device that the kernel reads there (no device→host copy of it)."""
+    ``x``'s device that the kernel reads there (no device→host copy of it) and whose bits it
+    writes into ``counter[1]`` (int32: the host reads them with the count). With ``feedback``
+    ``(residual, out, pending)``, ``x`` is the gradient and the kernel compacts ``x + residual``
+    (the residual read as :func:`compressors.memory.pending_residual` of ``pending``, a float
+    already rounded to its dtype), writing the sum into ``out`` as it reads: error feedback's
+    addition in the same read."""
     pointer = isinstance(threshold, torch.Tensor)
+    residual, out, pending = feedback if feedback is not None else (x, x, math.inf)
     _launch("compact", programs(x.numel()), x, x.numel(), threshold, counter, indices, values, parts,
-            parts if totals is None else totals, capacity, THRESHOLD_PTR=pointer, TOTAL=totals is not None,
-            ABSOLUTE=absolute)
+            parts if totals is None else totals, capacity, residual, out, pending, THRESHOLD_PTR=pointer,
+            TOTAL=totals is not None, ABSOLUTE=absolute, RESIDUAL=feedback is not None)
 
 
 def _require() -> None:
@@ -324,26 +345,28 @@ SIGNATURES = {
                    "pool_counter_ptr": "*i32", "idx_ptr": "*i32", "val_ptr": "*fp32", "capacity": "i64",
                    "BLOCK": "constexpr", "RESIDUAL": "constexpr", "LOGS": "constexpr", "POOL": "constexpr"},
     "compact": {"x_ptr": "*{v}", "n": "i64", "threshold": "fp32", "counter_ptr": "*i32", "idx_ptr": "*i32",
-                "val_ptr": "*fp32", "part_ptr": "*fp32", "total_ptr": "*fp32", "capacity": "i64",
-                "BLOCK": "constexpr", "THRESHOLD_PTR": "constexpr", "TOTAL": "constexpr", "ABSOLUTE": "constexpr"},
-    "select": {"x_ptr": "*{v}", "n": "i64", "threshold": "*fp32", "counter_ptr": "*i32", "idx_ptr": "*i64",
-               "val_ptr": "*{v}", "part_ptr": "*fp32", "total_ptr": "*fp32", "capacity": "i64",
-               "BLOCK": "constexpr", "THRESHOLD_PTR": "constexpr", "TOTAL": "constexpr", "ABSOLUTE": "constexpr"},
+                "val_ptr": "*fp32", "part_ptr": "*fp32", "total_ptr": "*fp32", "capacity": "i64", "r_ptr": "*{v}",
+                "sum_ptr": "*{v}", "pending": "fp32", "BLOCK": "constexpr", "THRESHOLD_PTR": "constexpr",
+                "TOTAL": "constexpr", "ABSOLUTE": "constexpr", "RESIDUAL": "constexpr"},
 }
+SIGNATURES["select"] = {**SIGNATURES["compact"], "threshold": "*fp32", "idx_ptr": "*i64", "val_ptr": "*{v}"}
+SIGNATURES["select_feedback"] = SIGNATURES["select"]
 """Each kernel's argument types for :func:`compile_ahead` (``{v}``: the gradient's Triton dtype):
 ``compact`` as SIDCo's fused path launches the compaction (a float threshold, int32 positions and
 float32 values), ``select`` as :func:`compressors.numerics.selection.select_above` does (the
 threshold read from a device pointer, int64 positions, magnitudes in the gradient's dtype and each
-block's ``Σ|x|``)."""
+block's ``Σ|x|``), ``select_feedback`` the same with error feedback's addition in its read (DGC's
+first selection)."""
 
 _CONSTEXPRS = {"statistics": {"RESIDUAL": True, "LOGS": True},
-               "compact": {"THRESHOLD_PTR": False, "TOTAL": False, "ABSOLUTE": False},
-               "select": {"THRESHOLD_PTR": True, "TOTAL": True, "ABSOLUTE": True}}
+               "compact": {"THRESHOLD_PTR": False, "TOTAL": False, "ABSOLUTE": False, "RESIDUAL": False},
+               "select": {"THRESHOLD_PTR": True, "TOTAL": True, "ABSOLUTE": True, "RESIDUAL": False},
+               "select_feedback": {"THRESHOLD_PTR": True, "TOTAL": True, "ABSOLUTE": True, "RESIDUAL": True}}
 
 
 def compile_ahead(kernel: str, arch: int, dtype: str = "fp32", pool: bool = True) -> bytes:
     """The CUDA binary (cubin bytes) of ``kernel`` (``"statistics"``, or the compaction as
-    ``"compact"`` or ``"select"``: :data:`SIGNATURES`) for ``sm_<arch>`` (80, 90), values of
+    ``"compact"``, ``"select"`` or ``"select_feedback"``: :data:`SIGNATURES`) for ``sm_<arch>`` (80, 90), values of
     Triton dtype ``dtype`` (``fp32``, ``fp16``, ``bf16``), with this module's block and warps (the
     statistics kernel with error feedback, logarithms and, with ``pool``, the pool's compaction):
     Triton compiles ahead of time without a GPU."""

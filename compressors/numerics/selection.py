@@ -22,6 +22,7 @@ first rounded to ``x``'s dtype. For ``|x| ≥ t`` (DGC), pass ``torch.nextafter(
 from __future__ import annotations
 
 import math
+import struct
 from typing import NamedTuple
 
 import torch
@@ -82,7 +83,9 @@ class Above(NamedTuple):
     - ``total``: ``Σ|x|`` over all of ``x`` (0-d tensor, accumulated in float32/float64) when asked
       with ``total=True``, else ``None``: a statistic that is finite iff ``x`` is (barring
       overflow), for the NaN/Inf check without another pass;
-    - ``backend``: ``"native"``, ``"torch"`` or ``"cuda"``.
+    - ``backend``: ``"native"``, ``"torch"``, ``"cuda"`` or ``"fused"``;
+    - ``above``: on the fused path with a tensor threshold, that threshold as a host float (rounded
+      to ``x``'s dtype: the selection is exactly ``|x| > above``), read with the count; else ``None``.
     """
 
     indices: torch.Tensor
@@ -90,6 +93,7 @@ class Above(NamedTuple):
     count: int
     total: torch.Tensor | None
     backend: str
+    above: float | None = None
 
 
 def torch_backend(x: torch.Tensor) -> str:
@@ -105,7 +109,8 @@ def _threshold_float(x: torch.Tensor, threshold: torch.Tensor | float) -> float:
 
 
 def select_above(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace, *,
-                 total: bool = False, backend: str = "auto") -> Above:
+                 total: bool = False, backend: str = "auto",
+                 feedback: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> Above:
     """The elements of the 1-D tensor ``x`` with ``|x| > threshold`` (strict; see the module docstring).
 
     ``threshold``: a float or a 0-d tensor (on ``x``'s device: the torch and fused paths then need
@@ -113,12 +118,17 @@ def select_above(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Wo
     and fused paths). ``backend``: the caller's option, ``"auto"``, ``"torch"`` or ``"fused"``
     (:func:`compressors.kernels.backends.path`; ``"torch"`` forces the torch path). Buffers come
     from ``workspace``; the returned tensors are views into them, valid until the next call with
-    the same workspace.
+    the same workspace. ``feedback`` ``(grad, residual, pending)``, on the fused path only: ``x``
+    is not yet written; the compaction reads ``grad`` and ``residual`` (``|r| > pending`` read as
+    zero) and writes their sum into ``x`` as it selects from it (error feedback's addition in the
+    selection's read).
     """
     n = x.numel()
     kind = backends.path(x, backend)
+    if feedback is not None and kind != "fused":
+        raise ValueError("error feedback folds into the selection on the fused path only")
     if kind == "fused":
-        return _select_fused(x, threshold, workspace, total)
+        return _select_fused(x, threshold, workspace, total, feedback)
     if kind == "native":
         buffers = (workspace.at_least("above-idx", n, torch.int32, x.device),
                    workspace.at_least("above-mag", n, torch.float32, x.device))
@@ -162,14 +172,16 @@ class _Compacted(NamedTuple):
     magnitudes: torch.Tensor
     count: int
     totals: torch.Tensor | None
+    above: float | None
 
 
 def _compact(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace, capacity: int,
-             total: bool) -> _Compacted:
+             total: bool, feedback: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> _Compacted:
     """One compaction launch of :mod:`compressors.kernels.fused` over ``x`` at ``threshold``
-    (rounded to ``x``'s dtype first; a tensor stays on the device, as float32), writing at most
-    ``capacity`` hits: a zeroed int32 counter, the launch, the count read to the host (the one
-    sync). Buffers from ``workspace``."""
+    (rounded to ``x``'s dtype first; a tensor stays on the device, as float32, and comes back with
+    the count), writing at most ``capacity`` hits: a zeroed int32 counter pair, the launch, the
+    count read to the host (the one sync). With ``feedback`` ``(grad, residual, pending)`` the
+    kernel reads those and writes their sum into ``x``. Buffers from ``workspace``."""
     from compressors.kernels import fused  # imports Triton: only where the fused kernels serve ``x``
 
     n, device = x.numel(), x.device
@@ -178,30 +190,38 @@ def _compact(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Worksp
     else:
         t = _threshold_float(x, threshold)
     blocks = fused.programs(n)
-    counter = workspace.get("fused-counter", 1, torch.int32, device)
+    counter = workspace.get("fused-counter", 2, torch.int32, device)
     counter.zero_()
     slots = max(capacity, 1)  # a kernel argument is never an empty tensor
     positions = workspace.get("fused-positions", slots, torch.int64, device)
     magnitudes = workspace.get("fused-magnitudes", slots, x.dtype, device)
     parts = workspace.get("fused-parts", fused.SURVIVORS * blocks, torch.float32, device)
     totals = workspace.get("fused-totals", blocks, torch.float32, device) if total else None
-    fused.launch_compact(x, t, counter, positions, magnitudes, parts, capacity, totals, absolute=True)
-    return _Compacted(positions, magnitudes, int(counter.item()), totals)
+    if feedback is None:
+        fused.launch_compact(x, t, counter, positions, magnitudes, parts, capacity, totals, absolute=True)
+    else:
+        grad, residual, pending = feedback
+        fused.launch_compact(grad, t, counter, positions, magnitudes, parts, capacity, totals, absolute=True,
+                             feedback=(residual, x, float(pending)))
+    count, bits = counter.tolist()
+    above = struct.unpack("<f", struct.pack("<i", bits))[0] if isinstance(t, torch.Tensor) else None
+    return _Compacted(positions, magnitudes, count, totals, above)
 
 
-def _select_fused(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace, total: bool) -> Above:
+def _select_fused(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Workspace, total: bool,
+                  feedback: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> Above:
     """:func:`select_above` on the fused path: :func:`_compact` into ``x.numel()`` slots, the
     count's prefix of the positions sorted (blocks land in any order on a GPU), the magnitudes
     taken in that order (both into growing workspace buffers), ``Σ|x|`` the sum of the blocks'
     (float32)."""
-    found = _compact(x, threshold, workspace, x.numel(), total)
+    found = _compact(x, threshold, workspace, x.numel(), total, feedback)
     count, device = found.count, x.device
     indices, order = (workspace.at_least(name, count, torch.int64, device) for name in ("fused-sorted", "fused-order"))
     torch.sort(found.positions[:count], out=(indices, order))
     magnitudes = torch.index_select(found.magnitudes[:count], 0, order,
                                     out=workspace.at_least("fused-picked", count, x.dtype, device))
     whole = torch.sum(found.totals, dtype=torch.float32) if total else None
-    return Above(indices, magnitudes, count, whole, "fused")
+    return Above(indices, magnitudes, count, whole, "fused", found.above)
 
 
 def exact_topk(x: torch.Tensor, k: int, workspace: Workspace) -> Above:

@@ -94,7 +94,8 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
          backend: str = "torch", error_feedback: bool = True, itemsize: int = 4, trim: bool = True,
          corrections: int = sidco.CORRECTIONS, adapt: str = "count",
          steps: int | None = None, pool: float | None = None, collects: int = 1,
-         hits: Sequence[float] | None = None, deepened: int | None = None) -> CallWork:
+         hits: Sequence[float] | None = None, deepened: int | None = None,
+         pending: bool | None = None) -> CallWork:
     """The declared work of one compress and one decompress call of compressor ``name``.
 
     ``numel`` elements of ``itemsize`` bytes at target ``density``; ``backend``: ``torch`` (eager
@@ -111,8 +112,10 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     loop count of Gaussian-k, RedSync, DGC, Top-k and Random-k, and for SIDCo's native path its
     full passes (default: the count each declaration states, seen on gradient-like data);
     ``trim``: DGC ends with an exact top-k among its selection (it does when the selection exceeds
-    1.3·k); ``corrections``: SIDCo's in-call correction steps (its torch path always runs all of
-    them, masked); ``adapt``: SIDCo's ``adapt`` option (``"paper"``: fixed stage probabilities,
+    1.3·k); ``pending``: DGC's fused path with error feedback found the call before's selection
+    left pending in the residual (default: as a call that does not trim leaves it);
+    ``corrections``: SIDCo's in-call correction steps (its torch path always runs all of them,
+    masked); ``adapt``: SIDCo's ``adapt`` option (``"paper"``: fixed stage probabilities,
     no corrections); ``steps``: the correction steps SIDCo's native path took (it stops once
     within the band; default :data:`compressors.work.sidco.NATIVE_STEPS`); ``pool``: the elements
     each of its pool kernels read (default :data:`compressors.work.sidco.NATIVE_POOL` · k);
@@ -130,14 +133,14 @@ def work(name: str, numel: int, density: float, *, stages: int | None = None, ro
     fused = backend == "fused" and fused_path(name, numel, density, pool)
     if backend == "fused" and not fused:  # no fused path of its own: what it runs on a GPU
         backend = "cuda"
-    folds = fused and not declared.eager_feedback
     n = int(numel)
+    folds = fused and error_feedback and not declared.eager_for(n, float(density))
     if deepened is None and stages is not None:
         deepened = 0  # a given stage count: a fixed one, or one a call reported (the stages it used)
     stages = DEFAULT_STAGES if stages is None else int(stages)
     rounds = None if rounds is None else int(rounds)
     counts = {"trim": trim, "hits": list(hits or ()), "corrections": corrections, "adapt": adapt, "steps": steps,
-              "pool": pool, "collects": collects, "deepened": deepened}
+              "pool": pool, "collects": collects, "deepened": deepened, "error_feedback": folds, "pending": pending}
     taken = _keywords(declared.work)
     compress, decompress = declared.work(n, float(density), itemsize, stages, rounds, backend,
                                        **{key: value for key, value in counts.items() if key in taken})

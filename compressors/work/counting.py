@@ -103,7 +103,8 @@ def stage_counts(compressor: Any) -> dict[str, int]:
 
 def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
     """The data-dependent loop counts of one call of ``name`` from the operations it dispatched
-    (:func:`record_ops`), as :func:`compressors.work.work` takes them (``rounds``, DGC's ``trim``,
+    (:func:`record_ops`), as :func:`compressors.work.work` takes them (``rounds``, DGC's ``trim``
+    and ``pending``,
     the ``hits`` of each native selection; a fused compaction counts as a selection or a count
     does; for SIDCo's native path its full passes, its pool (the
     mean size of what its pool kernels and host counts read) and its correction ``steps``: its
@@ -128,7 +129,7 @@ def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dic
     if name == "topk":
         return {"rounds": max(0, selections - 1), **kept}
     if name == "dgc":
-        return {"rounds": selections - 1, "trim": ops.count("topk") == 2, **kept}
+        return {"rounds": selections - 1, "trim": ops.count("topk") == 2, "pending": "masked_fill" in ops, **kept}
     if name == "randomk":
         return {"rounds": ops.count("_unique2")}
     return {}

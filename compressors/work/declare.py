@@ -176,9 +176,15 @@ class Declared:
     fused: Callable[[int, float, float | None], bool] | None = None
     """Whether its own fused GPU path (``backend="fused"``) takes ``(n, density, pool)``; ``None``:
     it has none and runs what it runs on a GPU otherwise (``cuda``)."""
-    eager_feedback: bool = False
+    eager_feedback: bool | Callable[[int, float], bool] = False
     """Whether its fused path keeps error feedback's eager passes (the add before the call, the
-    new residual after it) rather than folding them into its first read (SIDCo's statistics kernel)."""
+    new residual after it) rather than folding them into its first read (SIDCo's statistics kernel,
+    DGC's first compaction), or a function of ``(n, density)`` saying so for a call; a declaration
+    that folds it and takes an ``error_feedback`` keyword declares what the fold adds besides."""
+
+    def eager_for(self, n: int, density: float) -> bool:
+        """:attr:`eager_feedback` for an ``n``-element call at ``density``."""
+        return self.eager_feedback(n, density) if callable(self.eager_feedback) else self.eager_feedback
 
 
 def dense_wire(n: int, density: float, itemsize: int) -> float:
@@ -259,11 +265,12 @@ def fused_compaction(w: Work, n: int, hits: float, itemsize: int, total: bool = 
     (:func:`compressors.numerics.selection._compact`): a 0-d threshold of 16-bit data widened to
     float32 (one launch; float32 needs none), its int32 counter zeroed, the kernel (one read of
     ``x``; per hit an int64 position and a magnitude, per block three float32 partials and with
-    ``total`` its ``Σ|x|``), the count read to the host (the one sync)."""
+    ``total`` its ``Σ|x|``), the count read to the host with the threshold the kernel used (the one
+    sync)."""
     w.scalars(int(itemsize != 4)).stream(1, 0, 4)
     per_block = 12 + 4 * total
     w.stream(n, itemsize, ((8 + itemsize) * hits + per_block * fused_blocks(n)) / max(n, 1), "compare", full=True)
-    w.to_host(4)
+    w.to_host(8)
 
 
 def fused_selection(n: int, density: float, pool: float | None = None) -> bool:

@@ -15,14 +15,28 @@ ROUNDS = 0
 
 
 def dgc(n: int, density: float, itemsize: int, stages: int, rounds: int | None, backend: str,
-        trim: bool = True, hits: Sequence[float] = ()) -> tuple[Work, Work]:
+        trim: bool = True, hits: Sequence[float] = (), error_feedback: bool = False,
+        pending: bool | None = None) -> tuple[Work, Work]:
     """DGC: top ``δ`` of a strided sample of ``|g|`` sets the threshold; the selection
     ``|g| ≥ thr`` (with ``Σ|g|`` for the finiteness check); ``rounds`` lowerings by 0.8 while it
-    holds fewer than 0.8·k; ``trim``: an exact top-k among more than 1.3·k."""
+    holds fewer than 0.8·k; ``trim``: an exact top-k among more than 1.3·k. On the fused path
+    with error feedback folded (``error_feedback``: :meth:`compressors.dgc.DGC.compress_feedback`,
+    whenever the sample is not the whole vector) the sample is ``|g + r|`` at its positions, the
+    first selection's read folds in the addition (:func:`compressors.work.work`), and a trimmed
+    selection, not exactly ``|x| ≥ thr``, updates the residual itself (an ``index_add_`` of what
+    was sent); an untrimmed one leaves it pending, and the next call zeroes it in its sample first
+    (three more small operations; ``pending``: whether the call before left it so, by default
+    the steady state, ``not trim``)."""
     rounds = ROUNDS if rounds is None else rounds
     k = target_count(density, n)
     samples = math.ceil(n / sample_stride(n, density, 0.01))
+    folded = error_feedback
     c = Work().stream(samples, itemsize, itemsize).allocate(samples * itemsize)
+    if folded:  # the sample's g + r (and, after an untrimmed call, the pending zeroing of r first)
+        c.stream(samples, 2 * itemsize, itemsize)
+        if (not trim) if pending is None else pending:
+            c.stream(samples, itemsize, itemsize).stream(samples, itemsize, 1, "compare")
+            c.stream(samples, itemsize + 1, itemsize)
     top = max(1, math.ceil(samples * density))
     c.select_topk(samples, top).stream(top, itemsize, 0, "reduce")
     c.scalars(2)
@@ -33,9 +47,18 @@ def dgc(n: int, density: float, itemsize: int, stages: int, rounds: int | None, 
         select(c, n, kept(hits, step + 1, k), itemsize, backend)
     if trim:
         c.select_topk(1.3 * k, k).gather(k).sort(k)
-    return c.gather(k), sparse_decompress(n, k, itemsize)
+    c.gather(k)
+    if folded and trim:
+        c.gather(k)
+    return c, sparse_decompress(n, k, itemsize)
+
+
+def samples_everything(n: int, density: float) -> bool:
+    """Whether DGC's sample is the whole vector (stride 1): then error feedback stays eager on its
+    fused path (:meth:`compressors.dgc.DGC.compress_feedback` declines)."""
+    return sample_stride(n, density, 0.01) == 1
 
 
 DECLARES: dict[str, Declared] = {"dgc": Declared(dgc, sparse_wire, fused=fused_selection,
-                                                 eager_feedback=True)}
+                                                 eager_feedback=samples_everything)}
 """DGC by name."""
