@@ -47,3 +47,22 @@ def test_auto_runs_the_native_or_torch_path_on_a_cpu_tensor():
         a, b = auto.compress(g), eager.compress(g)
         assert auto.backend == ("native" if native.usable(g) else "torch") and eager.backend == "torch"
         assert torch.equal(a.indices, b.indices) and torch.equal(a.values, b.values)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["dgc", "gaussiank", "redsync"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_selection_on_cuda_sends_the_eager_paths_messages(name, dtype):
+    """On a real GPU (blocks landing in any order, the threshold read from the device and echoed
+    back with the count, DGC's error feedback folded into its first read), with error feedback
+    over five calls: the messages and the residual of the eager path on the same GPU, bit for bit."""
+    pytest.importorskip("triton")
+    options = {"seed": 7} if name == "dgc" else {}
+    fast, slow = (compressors.ErrorFeedback(compressors.create(name, 0.001, backend=b, **options))
+                  for b in ("auto", "torch"))
+    for call in range(5):
+        g = gradient_like(1 << 20, seed=30 + call).to(dtype).cuda()
+        a, b = fast.compress(g.clone()), slow.compress(g.clone())
+        assert fast.compressor.backend == "fused" and slow.compressor.backend == "cuda"
+        assert torch.equal(a.indices, b.indices) and torch.equal(a.values, b.values), (name, call)
+    assert torch.equal(fast.residual(), slow.residual())
