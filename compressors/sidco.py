@@ -80,7 +80,7 @@ from compressors.adaptive import StageController, max_stages
 from compressors.base import Compressor
 from compressors.rules import COUNT_BAND, ESTIMATOR_BAND, stage_probabilities
 from compressors.numerics.selection import Workspace, guard_count
-from compressors.work.sidco import CORRECTIONS, POOL_BINS, fused_fits, pool_slots, ships_values
+from compressors.work.sidco import CORRECTIONS, POOL_BINS, fused_fits, pool_fetch, pool_slots, ships_values
 from compressors.messages.sparse import Sparse
 from units import check_count
 
@@ -649,7 +649,9 @@ class SIDCo(Compressor):
             from compressors.kernels.sidco_fused import FusedOps  # imports Triton: only where the fused path runs
 
             try:
-                ops, self.backend = FusedOps(self, grad, self.first_needs_log, self.first_needs_var, capacity), "fused"
+                fetched = None if guess is None else pool_fetch(n, guess.pool, k)
+                ops, self.backend = FusedOps(self, grad, self.first_needs_log, self.first_needs_var, capacity,
+                                             fetched), "fused"
                 chained = self._chain(ops, n, self.planned, grad.dtype, guess)
             except _Overflow:  # a float32 statistic overflowed: the eager path decides (rescales or refuses)
                 ops = None

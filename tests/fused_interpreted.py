@@ -249,6 +249,37 @@ def test_any_gradient_pools_in_the_statistics_read_as_the_eager_path_selects(n, 
     assert torch.equal(s.x, x) and s.pool.count == eager.count and torch.equal(s.pool.indices, eager.indices)
 
 
+@pytest.mark.parametrize("name", SIDCOS)
+def test_a_pool_larger_than_its_read_has_the_rest_read_after_it(name, monkeypatch):
+    """The one transfer brings back only the first slots the last call's pool suggests
+    (compressors.work.sidco.pool_fetch); a pool that filled more is read to its end by a second
+    transfer, and the messages stay the eager path's. Here every call reads one slot first."""
+    import compressors.sidco as sidco_module
+    from compressors.kernels import sidco_fused
+
+    reads = []
+    to_host = sidco_fused._to_host
+
+    def counted(buffer):
+        reads.append(buffer.numel())
+        return to_host(buffer)
+
+    monkeypatch.setattr(sidco_module, "pool_fetch", lambda n, pool, k: 1)
+    monkeypatch.setattr(sidco_fused, "_to_host", counted)
+    assert same_messages(name, "gradient", torch.float32) == ["fused"] * 3
+    fast, slow = (compressors.create(name, 0.001, backend=b) for b in ("fused", "torch"))
+    n = 8 * fused.BLOCK
+    for c in (fast, slow):
+        c.compress(gradient_like(n, seed=1))
+    reads.clear()
+    g = gradient_like(n, seed=2)
+    a, b = fast.compress(g), slow.compress(g)
+    assert torch.equal(a.indices, b.indices) and torch.equal(a.values, b.values)
+    assert len(reads) >= 2 and reads[1] > 8  # the steady call's read (one slot), then the rest of its pool
+    if name == "sidco-e":
+        assert len(reads) == 2
+
+
 def test_the_counters_need_no_zeroing_launch_across_calls_sizes_and_a_grown_buffer():
     """Each call adds to the pair of counters the call before zeroed; calls of two sizes in turn,
     a pool that outgrows its slots (the read buffer grows: both pairs zeroed once) and stages > 1

@@ -110,7 +110,8 @@ if triton is not None:
     @triton.jit
     def _statistics_kernel(g_ptr, r_ptr, x_ptr, part_ptr, counter_ptr, log_ptr, n, pending, floor,
                            pool_at, pool_counter_ptr, idx_ptr, val_ptr, capacity,
-                           BLOCK: tl.constexpr, RESIDUAL: tl.constexpr, LOGS: tl.constexpr, POOL: tl.constexpr):
+                           BLOCK: tl.constexpr, RESIDUAL: tl.constexpr, LOGS: tl.constexpr, POOL: tl.constexpr,
+                           SLOT: tl.constexpr):
         pid = tl.program_id(0)
         pair = tl.arange(0, 2)
         tl.store(counter_ptr + pair, tl.zeros([2], dtype=tl.int32), mask=(pair < 2) & (pid == 0))
@@ -133,13 +134,13 @@ if triton is not None:
             base = tl.atomic_add(pool_counter_ptr, tl.sum(ones, axis=0))
             pos = base + tl.cumsum(ones, axis=0) - ones
             room = keep & (pos < capacity)
-            tl.store(idx_ptr + pos, offs, mask=room)
-            tl.store(val_ptr + pos, x, mask=room)
+            tl.store(idx_ptr + pos * SLOT, offs, mask=room)
+            tl.store(val_ptr + pos * SLOT, x, mask=room)
 
     @triton.jit
     def _compact_kernel(x_ptr, n, threshold, counter_ptr, idx_ptr, val_ptr, part_ptr, total_ptr, capacity,
                         r_ptr, sum_ptr, pending, BLOCK: tl.constexpr, THRESHOLD_PTR: tl.constexpr,
-                        TOTAL: tl.constexpr, ABSOLUTE: tl.constexpr, RESIDUAL: tl.constexpr):
+                        TOTAL: tl.constexpr, ABSOLUTE: tl.constexpr, RESIDUAL: tl.constexpr, SLOT: tl.constexpr):
         pid = tl.program_id(0)
         if THRESHOLD_PTR:  # a 0-d float32 tensor on the device: no host read of it
             t = tl.load(threshold)
@@ -161,11 +162,11 @@ if triton is not None:
         base = tl.atomic_add(counter_ptr, total)
         pos = base + tl.cumsum(ones, axis=0) - ones
         room = keep & (pos < capacity)  # the count goes on past the slots: the caller sees it overflowed
-        tl.store(idx_ptr + pos, offs, mask=room)
+        tl.store(idx_ptr + pos * SLOT, offs, mask=room)
         if ABSOLUTE:
-            tl.store(val_ptr + pos, tl.abs(x), mask=room)
+            tl.store(val_ptr + pos * SLOT, tl.abs(x), mask=room)
         else:
-            tl.store(val_ptr + pos, x, mask=room)
+            tl.store(val_ptr + pos * SLOT, x, mask=room)
         excess = tl.where(keep, a - t, 0.0)
         tl.store(part_ptr + pid * 3 + 0, total.to(tl.float32))
         tl.store(part_ptr + pid * 3 + 1, tl.sum(excess, axis=0))
@@ -223,13 +224,16 @@ class Pool(NamedTuple):
     known before the call, as SIDCo's pool at its guess), the count added to ``counter`` (int32,
     zero before the launch; not one of the ``counters`` the kernel zeroes), the first ``capacity``
     hits written into ``indices`` and ``values`` (any integer and floating dtypes: stored
-    converted) in block order, any order of blocks."""
+    converted) in block order, any order of blocks, hit ``i`` at ``indices[i·slot]`` and
+    ``values[i·slot]`` (``slot`` 2: positions and values interleaved in one buffer, a slot of 8
+    bytes each, so that a prefix of it holds the first hits whole)."""
 
     level: float
     counter: torch.Tensor
     indices: torch.Tensor
     values: torch.Tensor
     capacity: int
+    slot: int = 1
 
 
 def warps(kernel: str) -> int:
@@ -251,15 +255,16 @@ def launch_statistics(grad: torch.Tensor, residual: torch.Tensor | None, x: torc
     kernel zeroes the two int32 ``counters`` a compaction launched after it (stream order) adds to.
     With ``pool`` the same read also compacts ``|x| > pool.level`` (:class:`Pool`): one launch, the
     gradient read once."""
-    level, counter, indices, values, capacity = pool if pool is not None else (0.0, counters, counters, parts, 0)
+    level, counter, indices, values, capacity, slot = pool if pool is not None else (0.0, counters, counters, parts, 0, 1)
     _launch("statistics", programs(grad.numel()), grad, grad if residual is None else residual, x, parts, counters,
             parts if logs is None else logs, grad.numel(), pending, LOG_FLOOR, level, counter, indices, values,
-            capacity, RESIDUAL=residual is not None, LOGS=logs is not None, POOL=pool is not None)
+            capacity, RESIDUAL=residual is not None, LOGS=logs is not None, POOL=pool is not None, SLOT=slot)
 
 
 def launch_compact(x: torch.Tensor, threshold: float | torch.Tensor, counter: torch.Tensor, indices: torch.Tensor,
                    values: torch.Tensor, parts: torch.Tensor, capacity: int, totals: torch.Tensor | None = None,
-                   absolute: bool = False, feedback: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> None:
+                   absolute: bool = False, feedback: tuple[torch.Tensor, torch.Tensor, float] | None = None,
+                   slot: int = 1) -> None:
     """Launch the compaction of ``|x| > threshold`` adding its count to ``counter`` (int32, zeroed
     by the caller or by a statistics kernel launched before it) and writing the first
     ``capacity`` hits' positions and values (in block order, any order of blocks) into ``indices``
@@ -272,12 +277,13 @@ def launch_compact(x: torch.Tensor, threshold: float | torch.Tensor, counter: to
     ``(residual, out, pending)``, ``x`` is the gradient and the kernel compacts ``x + residual``
     (the residual read as :func:`compressors.memory.pending_residual` of ``pending``, a float
     already rounded to its dtype), writing the sum into ``out`` as it reads: error feedback's
-    addition in the same read."""
+    addition in the same read. ``slot``: hit ``i`` goes to ``indices[i·slot]`` and
+    ``values[i·slot]`` (:class:`Pool`)."""
     pointer = isinstance(threshold, torch.Tensor)
     residual, out, pending = feedback if feedback is not None else (x, x, math.inf)
     _launch("compact", programs(x.numel()), x, x.numel(), threshold, counter, indices, values, parts,
             parts if totals is None else totals, capacity, residual, out, pending, THRESHOLD_PTR=pointer,
-            TOTAL=totals is not None, ABSOLUTE=absolute, RESIDUAL=feedback is not None)
+            TOTAL=totals is not None, ABSOLUTE=absolute, RESIDUAL=feedback is not None, SLOT=slot)
 
 
 def _require() -> None:
@@ -343,11 +349,12 @@ SIGNATURES = {
     "statistics": {"g_ptr": "*{v}", "r_ptr": "*{v}", "x_ptr": "*{v}", "part_ptr": "*fp32", "counter_ptr": "*i32",
                    "log_ptr": "*fp32", "n": "i64", "pending": "fp32", "floor": "fp32", "pool_at": "fp32",
                    "pool_counter_ptr": "*i32", "idx_ptr": "*i32", "val_ptr": "*fp32", "capacity": "i64",
-                   "BLOCK": "constexpr", "RESIDUAL": "constexpr", "LOGS": "constexpr", "POOL": "constexpr"},
+                   "BLOCK": "constexpr", "RESIDUAL": "constexpr", "LOGS": "constexpr", "POOL": "constexpr",
+                   "SLOT": "constexpr"},
     "compact": {"x_ptr": "*{v}", "n": "i64", "threshold": "fp32", "counter_ptr": "*i32", "idx_ptr": "*i32",
                 "val_ptr": "*fp32", "part_ptr": "*fp32", "total_ptr": "*fp32", "capacity": "i64", "r_ptr": "*{v}",
                 "sum_ptr": "*{v}", "pending": "fp32", "BLOCK": "constexpr", "THRESHOLD_PTR": "constexpr",
-                "TOTAL": "constexpr", "ABSOLUTE": "constexpr", "RESIDUAL": "constexpr"},
+                "TOTAL": "constexpr", "ABSOLUTE": "constexpr", "RESIDUAL": "constexpr", "SLOT": "constexpr"},
 }
 SIGNATURES["select"] = {**SIGNATURES["compact"], "threshold": "*fp32", "idx_ptr": "*i64", "val_ptr": "*{v}"}
 SIGNATURES["select_feedback"] = SIGNATURES["select"]
@@ -358,10 +365,10 @@ threshold read from a device pointer, int64 positions, magnitudes in the gradien
 block's ``Σ|x|``), ``select_feedback`` the same with error feedback's addition in its read (DGC's
 first selection)."""
 
-_CONSTEXPRS = {"statistics": {"RESIDUAL": True, "LOGS": True},
-               "compact": {"THRESHOLD_PTR": False, "TOTAL": False, "ABSOLUTE": False, "RESIDUAL": False},
-               "select": {"THRESHOLD_PTR": True, "TOTAL": True, "ABSOLUTE": True, "RESIDUAL": False},
-               "select_feedback": {"THRESHOLD_PTR": True, "TOTAL": True, "ABSOLUTE": True, "RESIDUAL": True}}
+_CONSTEXPRS = {"statistics": {"RESIDUAL": True, "LOGS": True, "SLOT": 2},
+               "compact": {"THRESHOLD_PTR": False, "TOTAL": False, "ABSOLUTE": False, "RESIDUAL": False, "SLOT": 2},
+               "select": {"THRESHOLD_PTR": True, "TOTAL": True, "ABSOLUTE": True, "RESIDUAL": False, "SLOT": 1},
+               "select_feedback": {"THRESHOLD_PTR": True, "TOTAL": True, "ABSOLUTE": True, "RESIDUAL": True, "SLOT": 1}}
 
 
 def compile_ahead(kernel: str, arch: int, dtype: str = "fp32", pool: bool = True) -> bytes:

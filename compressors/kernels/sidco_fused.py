@@ -54,7 +54,7 @@ class _Read:
     def __init__(self, ws, device: torch.device, blocks: int, statistics: bool, logs: bool, tail: bool,
                  capacity: int):
         sizes = {"counters": 16, "logs": 4 * blocks * logs, "stats": 16 * blocks * statistics, "tail": 12 * blocks * tail,
-                 "values": 4 * capacity, "positions": 4 * capacity}
+                 "slots": 8 * capacity}
         self.offsets, at = {}, 0
         for name, size in sizes.items():
             self.offsets[name] = (at, size)
@@ -66,22 +66,32 @@ class _Read:
         at, size = self.offsets[name]
         return self.buffer[at:at + size].view(dtype)
 
-    def fetch(self) -> np.ndarray:
-        """The whole buffer on the host (one device→host transfer: a synchronisation). From a GPU
-        it lands in a page-locked buffer of PyTorch's caching host allocator (an asynchronous copy
-        at the link's rate, then the one wait for the stream); a CPU tensor (the interpreter's) is
-        copied."""
-        if not self.buffer.is_cuda:
-            return np.array(self.buffer.cpu().numpy())
-        host, data = _host_bytes(self.buffer.numel(), self.buffer.device)
-        host.copy_(self.buffer, non_blocking=True)
-        torch.cuda.current_stream(self.buffer.device).synchronize()
-        return data
+    def fetch(self, slots: int) -> np.ndarray:
+        """The buffer up to and with its first ``slots`` pool slots on the host (one device→host
+        transfer: a synchronisation; :meth:`rest` reads more slots after it)."""
+        return _to_host(self.buffer[:self.offsets["slots"][0] + 8 * slots])
+
+    def rest(self, data: np.ndarray, slots: int) -> np.ndarray:
+        """``data`` (what :meth:`fetch` read) followed by the pool's slots up to ``slots``: one more
+        transfer."""
+        return np.concatenate([data, _to_host(self.buffer[data.size:self.offsets["slots"][0] + 8 * slots])])
 
     def host(self, data: np.ndarray, name: str, dtype: type) -> np.ndarray:
         """The region ``name`` of fetched ``data`` as numpy ``dtype``."""
         at, size = self.offsets[name]
         return data[at:at + size].view(dtype)
+
+
+def _to_host(buffer: torch.Tensor) -> np.ndarray:
+    """``buffer`` (bytes) on the host (one device→host transfer: a synchronisation). From a GPU it
+    lands in a page-locked buffer of PyTorch's caching host allocator (an asynchronous copy at the
+    link's rate, then the one wait for the stream); a CPU tensor (the interpreter's) is copied."""
+    if not buffer.is_cuda:
+        return np.array(buffer.cpu().numpy())
+    host, data = _host_bytes(buffer.numel(), buffer.device)
+    host.copy_(buffer, non_blocking=True)
+    torch.cuda.current_stream(buffer.device).synchronize()
+    return data
 
 
 class _Counters:
@@ -107,13 +117,15 @@ class FusedOps(_Ops):
     it returns is on the host. The pool is kept on the host: its magnitudes (float32) and
     positions, in the order the compaction wrote them."""
 
-    def __init__(self, owner, grad: torch.Tensor, logs: bool, variance: bool, capacity: int | None):
+    def __init__(self, owner, grad: torch.Tensor, logs: bool, variance: bool, capacity: int | None,
+                 fetched: int | None = None):
         self.owner, self.grad, self.n = owner, grad, grad.numel()
         self.logs, self.variance, self.ws = logs, variance, owner._workspace
         self.variance_tail = owner.tail_needs_var
         self.blocks = fused.programs(self.n)
         self.pool_capacity = capacity if capacity is not None else pool_slots(self.n, 0, target_count(owner.density,
                                                                                                      self.n))
+        self.pool_fetched = fetched  # the guessed pool's slots its read brings back (all of them: None)
         self.counters = owner._counters.setdefault(grad.device, _Counters())
         self.pair = self.counters.parity  # this call's pair, zero at its start
         self.clean = True  # nothing has added to this call's pair yet
@@ -128,11 +140,12 @@ class FusedOps(_Ops):
         return _round(threshold, self.grad.dtype)
 
     def _read(self, statistics: bool = False, tail: float | None = None, pool: float | None = None,
-              capacity: int = 0) -> tuple[np.ndarray, _Read]:
+              capacity: int = 0, fetched: int | None = None) -> tuple[np.ndarray, _Read]:
         """Launch stage 1's statistics (``statistics``; with ``pool`` the pool's compaction in the
         same kernel), a tail's statistics above ``tail`` and the pool above ``pool`` into
-        ``capacity`` slots, then one transfer; a pool that outgrew its slots is taken again into
-        :data:`~compressors.sidco.POOL_REGROW` times as many."""
+        ``capacity`` slots, then one transfer of the first ``fetched`` of them (default all; a pool
+        that filled more has the rest read after it); a pool that outgrew its slots is taken again
+        into :data:`~compressors.sidco.POOL_REGROW` times as many."""
         g = self.grad
         read = _Read(self.ws, g.device, self.blocks, statistics, statistics and self.logs, tail is not None,
                      capacity if pool is not None else 0)
@@ -142,12 +155,13 @@ class FusedOps(_Ops):
         if not self.clean and (tail is not None or pool is not None):
             counters.zero_()  # a second read of the call adding to its pair
         if pool is not None:
-            level, slots = self._rounded(pool), (read.view("positions", torch.int32), read.view("values", torch.float32))
+            # positions and values interleaved, 8 bytes a slot: a prefix of the region holds the first hits whole
+            level, slots = self._rounded(pool), (read.view("slots", torch.int32), read.view("slots", torch.float32)[1:])
         if statistics:
             source, residual, pending = self.feedback if self.feedback is not None else (g, None, math.inf)
             fused.launch_statistics(source, residual, g, read.view("stats", torch.float32), pairs[1 - self.pair], pending,
                                     read.view("logs", torch.float32) if self.logs else None,
-                                    fused.Pool(level, counters[1:2], *slots, capacity) if pool is not None else None)
+                                    fused.Pool(level, counters[1:2], *slots, capacity, 2) if pool is not None else None)
             if self.blocks:  # the pair it zeroed is the next call's
                 self.counters.parity = 1 - self.pair
             self.feedback = None
@@ -156,23 +170,27 @@ class FusedOps(_Ops):
             fused.launch_compact(g, self._rounded(tail), counters[0:1], counters, scratch, read.view("tail", torch.float32),
                                  0)
         if pool is not None and not statistics:
-            fused.launch_compact(g, level, counters[1:2], *slots, scratch, capacity)
+            fused.launch_compact(g, level, counters[1:2], *slots, scratch, capacity, slot=2)
         self.clean = self.clean and tail is None and pool is None
-        data = read.fetch()
+        wanted = 0 if pool is None else capacity if fetched is None else min(fetched, capacity)
+        data = read.fetch(wanted)
         if pool is not None:
             size = int(read.host(data, "counters", np.int32)[2 * self.pair + 1])
             if size > capacity and capacity < self.n:
                 self.pool_capacity = min(self.n, POOL_REGROW * capacity)
                 self._read(pool=pool, capacity=self.pool_capacity)
             else:
+                if size > wanted:
+                    data = read.rest(data, size)
                 self.pool_at, self.pool_size = pool, size
-                self.host_values = read.host(data, "values", np.float32)[:size]
+                pairs = read.host(data, "slots", np.int32)[:2 * size]
+                self.host_values = pairs[1::2].view(np.float32)
                 self.host_pool = np.abs(self.host_values)
-                self.host_positions = read.host(data, "positions", np.int32)[:size]
+                self.host_positions = pairs[0::2]
         return data, read
 
     def first(self, pool_at):
-        data, read = self._read(statistics=True, pool=pool_at, capacity=self.pool_capacity)
+        data, read = self._read(statistics=True, pool=pool_at, capacity=self.pool_capacity, fetched=self.pool_fetched)
         sums = read.host(data, "stats", np.float32).reshape(-1, fused.STATISTICS).astype(np.float64).sum(0)
         total, squares = float(sums[0]), float(sums[1])
         if not math.isfinite(total) or (self.variance and not math.isfinite(squares)):
@@ -187,7 +205,7 @@ class FusedOps(_Ops):
     def tail(self, threshold, pool_at):
         if self.host_pool is not None and threshold >= self.pool_at:
             return host_tail(self.host_pool, threshold)
-        data, read = self._read(tail=threshold, pool=pool_at, capacity=self.pool_capacity)
+        data, read = self._read(tail=threshold, pool=pool_at, capacity=self.pool_capacity, fetched=self.pool_fetched)
         sums = read.host(data, "tail", np.float32).reshape(-1, fused.SURVIVORS).astype(np.float64).sum(0)
         count = int(read.host(data, "counters", np.int32)[2 * self.pair])
         if not (math.isfinite(sums[1]) and math.isfinite(sums[2])):

@@ -58,6 +58,20 @@ def pool_slots(n: int, pool: float, k: int) -> int:
     return min(n, int(POOL_ROOM * max(pool, k)) + 1024)
 
 
+FETCH_ROOM = 1.25
+"""SIDCo's fused path: of its pool's slots (:func:`pool_slots`) the host reads the first
+``⌊1.25 × max(previous pool, k)⌋ + 1024`` (positions and values interleaved, 8 bytes a slot, so a
+prefix holds them whole); a pool that outgrew them (the pool moved by up to about 15 % from call to
+call on gradient-like data with error feedback) has the rest read after it: one more transfer."""
+
+
+def pool_fetch(n: int, pool: float, k: int) -> int:
+    """Pool slots SIDCo's fused path reads to the host in its one transfer (:data:`FETCH_ROOM`), for
+    an ``n``-element gradient whose previous call of the same size pooled ``pool`` elements, ``k``
+    to select."""
+    return min(pool_slots(n, pool, k), int(FETCH_ROOM * max(pool, k)) + 1024)
+
+
 def ships_values(deepened: bool, slots: int) -> bool:
     """Whether SIDCo's torch-path pool of ``slots`` slots travels as its values (:data:`SHIP_SLOTS`):
     after a call of the same size that added a stage within itself (``deepened``)."""
@@ -94,13 +108,14 @@ def _sidco_fused(name: str, n: int, k: int, itemsize: int, planned: int, pool: f
     (its pool guess held). Stage 1: the statistics kernel over ``g`` (error feedback folds
     ``+ residual`` into it: :func:`compressors.work.work`), for SIDCo-GP with each block's
     ``Σ ln max(|g|, floor)`` too (a logarithm an element). With one stage the same kernel compacts
-    the pool at the guess (positions and values, 8 bytes per slot of :func:`pool_slots`): the
-    gradient is read once, and one transfer brings it all back. With more stages, stage 2's read: a
+    the pool at the guess (positions and values interleaved in the slots of :func:`pool_slots`):
+    the gradient is read once, and one transfer brings back the partials and the first
+    :func:`pool_fetch` slots, 8 bytes each. With more stages, stage 2's read: a
     tail's compaction over ``g`` and the pool's (the counters they add to were zeroed by the call
     before: no launch), one transfer; every later stage, count and correction on the host from the
     pool. The selected positions, sorted on the host, and their values (from the pool, in ``g``'s
     dtype) packed into one host→device copy (no sync, no gather)."""
-    capacity = pool_slots(n, pool, k)
+    fetched = pool_fetch(n, pool, k)
     blocks = fused_blocks(n)
     logs = name == "sidco-gp"
     pooled = planned == 1
@@ -113,7 +128,7 @@ def _sidco_fused(name: str, n: int, k: int, itemsize: int, planned: int, pool: f
         c.stream(n, itemsize, 12 / FUSED_BLOCK, "compare", full=True)
         c.stream(n, itemsize, 8 * pool / n, "compare", full=True)
         sent = 16.0 + 12.0 * blocks
-    c.to_host(sent + 8.0 * capacity)
+    c.to_host(sent + 8.0 * fetched)
     return c.stream(k, 8 + itemsize, 8 + itemsize)
 
 
