@@ -6,6 +6,8 @@ low-rank compressors, the siblings in :mod:`compressors.messages.kinds`.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from compressors._validate import check_density, check_gradient
@@ -31,6 +33,10 @@ class Compressor:
     name = "base"
     message = "sparse"
     backend = "torch"
+    _feedback: tuple[torch.Tensor, torch.Tensor, float] | None = None
+    """During :meth:`compress_feedback`: ``(grad, residual, pending)`` for ``_compress`` to fold in."""
+    _exactly_above: float | None = None
+    """``η`` where the last call folding error feedback sent exactly ``|x| > η``, else ``None``."""
 
     def __init__(self, density: float):
         self.density = check_density(density)
@@ -57,10 +63,27 @@ class Compressor:
         when given) into ``out`` and compress it, as ``compress(torch.add(grad, residual, out=out))``
         does. Returns the message and ``η`` where it is exactly ``out``'s ``|x| > η`` (the caller may
         leave zeroing it in the residual pending), else ``None`` in its place; ``None`` (nothing
-        written) where this compressor has no such path for ``grad``: the caller adds them itself
-        (:class:`compressors.memory.ErrorFeedback`). SIDCo's fused path has one: its statistics
-        kernel reads both and writes the sum."""
-        return None
+        written) where this compressor has no such path for ``grad`` (:meth:`_folds_feedback`):
+        the caller adds them itself (:class:`compressors.memory.ErrorFeedback`). SIDCo's and DGC's
+        fused paths have one: their first kernel reads both and writes the sum. A subclass's
+        ``_compress`` finds ``(grad, residual, pending)`` in ``self._feedback`` during the call
+        and leaves ``η`` in ``self._exactly_above``."""
+        grad = check_gradient(grad)
+        if grad.numel() == 0 or residual.dtype != grad.dtype or residual.shape != grad.shape or \
+                not residual.is_contiguous() or not out.is_contiguous() or not self._folds_feedback(grad):
+            return None
+        self._feedback = (grad, residual, math.inf if pending is None else pending)
+        self._exactly_above = None
+        try:
+            message = self.compress(out)
+        finally:
+            self._feedback = None
+        return message, self._exactly_above
+
+    def _folds_feedback(self, grad: torch.Tensor) -> bool:
+        """Whether this compressor folds error feedback into its call on the non-empty ``grad``
+        (:meth:`compress_feedback`); none does by default."""
+        return False
 
     def reseed(self, seed: int) -> None:
         """Make the following random draws a function of ``seed`` (an int ≥ 0) alone.

@@ -22,7 +22,7 @@ import random
 import torch
 
 from compressors.work import dgc as dgc_work
-from compressors._validate import check_gradient, raise_if_not_finite, target_count
+from compressors._validate import raise_if_not_finite, target_count
 from compressors.base import Compressor
 from compressors.kernels import backends
 from compressors.rules import sample_stride
@@ -50,33 +50,19 @@ class DGC(Compressor):
         self.max_rounds = max_rounds
         self._rng = random.Random(seed)
         self._workspace = Workspace()
-        self._feedback: tuple[torch.Tensor, torch.Tensor, float] | None = None  # (grad, residual, pending)
-        self._exactly_above: float | None = None  # η where the last call sent exactly |x| > η
 
     def reseed(self, seed: int) -> None:
         """Draw the following sample offsets from ``random.Random(seed)``."""
         self._rng = random.Random(seed)
 
-    def compress_feedback(self, grad: torch.Tensor, residual: torch.Tensor, out: torch.Tensor,
-                          pending: float | None = None) -> tuple[Sparse, float | None] | None:
-        """Error feedback folded into the first selection's read on the fused path: the sample is
-        taken from ``grad`` and ``residual`` at its positions, and the compaction reads both and
-        writes their sum into ``out`` as it selects. The message's threshold comes back as ``η``
-        where the call sent exactly ``|x| > η`` (no trim, no count guard): the residual's update
-        may be left pending. ``None`` where the fused path does not serve ``grad`` or its sample is
-        the whole vector."""
-        grad = check_gradient(grad)
-        n = grad.numel()
-        if (n == 0 or sample_stride(n, self.density, self.sample_ratio) == 1
-                or backends.path(grad, self.backend_choice) != "fused" or residual.dtype != grad.dtype
-                or residual.shape != grad.shape or not residual.is_contiguous() or not out.is_contiguous()):
-            return None
-        self._feedback = (grad, residual, math.inf if pending is None else pending)
-        try:
-            message = self.compress(out)
-        finally:
-            self._feedback = None
-        return message, self._exactly_above
+    def _folds_feedback(self, grad: torch.Tensor) -> bool:
+        """The fused path folds error feedback into its first selection's read
+        (:meth:`Compressor.compress_feedback`): the sample is taken from ``grad`` and ``residual``
+        at its positions, and the compaction reads both and writes their sum as it selects; ``η``
+        comes back where the call sent exactly ``|x| > η`` (no trim, no count guard). Not where
+        the Triton kernels do not serve ``grad`` or its sample is the whole vector."""
+        return (sample_stride(grad.numel(), self.density, self.sample_ratio) > 1
+                and backends.path(grad, self.backend_choice) == "fused")
 
     def _compress(self, grad: torch.Tensor) -> Sparse:
         feedback, self._feedback = self._feedback, None

@@ -75,7 +75,7 @@ import torch
 from compressors.numerics import estimators
 from compressors.kernels import backends, native
 from compressors.work import sidco as sidco_work
-from compressors._validate import check_gradient, raise_if_not_finite, target_count
+from compressors._validate import raise_if_not_finite, target_count
 from compressors.adaptive import StageController, max_stages
 from compressors.base import Compressor
 from compressors.rules import COUNT_BAND, ESTIMATOR_BAND, stage_probabilities
@@ -564,8 +564,6 @@ class SIDCo(Compressor):
         super().__init__(density)
         self.backend_choice = backends.check(backend)
         self.backend = "torch"
-        self._feedback: tuple[torch.Tensor, torch.Tensor, float] | None = None
-        self._selected_above: float | None = None  # η where the last call sent exactly |x| > η (fused path)
         self.planned = 0
         self.deepened = 0
         self.estimated = 0
@@ -623,11 +621,11 @@ class SIDCo(Compressor):
         return estimators.gpareto_threshold(moments.mean, moments.var, p)
 
     def _compress(self, grad: torch.Tensor) -> Sparse:
-        self._selected_above = None
+        self._exactly_above = None
         try:
             sparse, pre_count = self._run(grad)
             if self.backend == "fused" and not sparse.fallback:  # FusedOps.select: exactly |x| > η
-                self._selected_above = float(sparse.threshold)
+                self._exactly_above = float(sparse.threshold)
         except _Overflow:
             sparse, pre_count = self._rescaled(grad)
         self.estimated = pre_count
@@ -674,23 +672,12 @@ class SIDCo(Compressor):
                                                   self._workspace, band)
         return Sparse(ops.values(grad, indices), indices, n, reported, used, fallback=fallback), count
 
-    def compress_feedback(self, grad: torch.Tensor, residual: torch.Tensor, out: torch.Tensor,
-                          pending: float | None = None) -> tuple[Sparse, float | None] | None:
-        """The fused path's error feedback: its statistics kernel reads ``grad`` and ``residual``
-        (zeroing ``|r| > pending`` as it reads) and writes their sum into ``out`` (the gradient's
-        dtype, rounded as ``torch.add``), the call's first read. The message's threshold comes back
-        as ``η`` where the fused path selected (exactly ``|x| > η``: the residual's update may be
-        left pending); ``None`` where the fused path does not serve ``grad``."""
-        grad = check_gradient(grad)
-        if grad.numel() == 0 or not self._fused(grad) or residual.dtype != grad.dtype or \
-                residual.shape != grad.shape or not residual.is_contiguous() or not out.is_contiguous():
-            return None
-        self._feedback = (grad, residual, math.inf if pending is None else pending)  # taken by the call's FusedOps
-        try:
-            message = self.compress(out)
-        finally:
-            self._feedback = None
-        return message, self._selected_above
+    def _folds_feedback(self, grad: torch.Tensor) -> bool:
+        """The fused path folds error feedback in (:meth:`Compressor.compress_feedback`): its
+        statistics kernel reads ``grad`` and ``residual`` (zeroing ``|r| > pending`` as it reads)
+        and writes their sum (the gradient's dtype, rounded as ``torch.add``), the call's first
+        read; the message's threshold comes back as ``η`` where it selected exactly ``|x| > η``."""
+        return self._fused(grad)
 
     def _fused(self, grad: torch.Tensor) -> bool:
         """Whether this call runs the fused path (:mod:`compressors.kernels.sidco_fused`): asked for
