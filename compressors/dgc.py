@@ -39,7 +39,7 @@ class DGC(Compressor):
 
     name = "dgc"
 
-    def __init__(self, density: float, sample_ratio: float = 0.01, max_rounds: int = 10,
+    def __init__(self, density: float, sample_ratio: float = dgc_work.SAMPLE_RATIO, max_rounds: int = 10,
                  seed: int | None = None, backend: str = "auto"):
         super().__init__(density)
         self.backend_choice = backends.check(backend)

@@ -10,6 +10,9 @@ from compressors.work.declare import (FINITE_OPS, Declared, Work, fused_selectio
                                       sparse_wire)
 from compressors.rules import sample_stride, target_count
 
+SAMPLE_RATIO = 0.01
+"""DGC's default share of the elements it samples (:class:`compressors.dgc.DGC`'s ``sample_ratio``)."""
+
 ROUNDS = 0
 """DGC's threshold lowerings seen on the benchmark's gradient-like vector at δ = 0.01 (none)."""
 
@@ -29,7 +32,7 @@ def dgc(n: int, density: float, itemsize: int, stages: int, rounds: int | None, 
     the steady state, ``not trim``)."""
     rounds = ROUNDS if rounds is None else rounds
     k = target_count(density, n)
-    samples = math.ceil(n / sample_stride(n, density, 0.01))
+    samples = math.ceil(n / sample_stride(n, density, SAMPLE_RATIO))
     folded = error_feedback
     c = Work().stream(samples, itemsize, itemsize).allocate(samples * itemsize)
     if folded:  # the sample's g + r (and, after an untrimmed call, the pending zeroing of r first)
@@ -56,7 +59,7 @@ def dgc(n: int, density: float, itemsize: int, stages: int, rounds: int | None, 
 def samples_everything(n: int, density: float) -> bool:
     """Whether DGC's sample is the whole vector (stride 1): then error feedback stays eager on its
     fused path (:meth:`compressors.dgc.DGC.compress_feedback` declines)."""
-    return sample_stride(n, density, 0.01) == 1
+    return sample_stride(n, density, SAMPLE_RATIO) == 1
 
 
 DECLARES: dict[str, Declared] = {"dgc": Declared(dgc, sparse_wire, fused=fused_selection,
