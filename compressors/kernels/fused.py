@@ -108,6 +108,22 @@ if triton is not None:
         return x.to(tl.float32)
 
     @triton.jit
+    def _compact_block(keep, offs, value, counter_ptr, idx_ptr, val_ptr, capacity, SLOT: tl.constexpr):
+        """The block's hits (``keep``) written at a range it reserves with one atomic add on
+        ``counter_ptr``, placed by an in-block prefix sum: hit ``i`` at ``idx_ptr[i·SLOT]`` (its
+        position ``offs``) and ``val_ptr[i·SLOT]`` (its ``value``), the first ``capacity`` of all
+        blocks' hits (the count goes on past them: the caller sees it overflowed). Returns the
+        block's hit count."""
+        ones = keep.to(tl.int32)
+        total = tl.sum(ones, axis=0)
+        base = tl.atomic_add(counter_ptr, total)
+        pos = base + tl.cumsum(ones, axis=0) - ones
+        room = keep & (pos < capacity)
+        tl.store(idx_ptr + pos * SLOT, offs, mask=room)
+        tl.store(val_ptr + pos * SLOT, value, mask=room)
+        return total
+
+    @triton.jit
     def _statistics_kernel(g_ptr, r_ptr, x_ptr, part_ptr, counter_ptr, log_ptr, n, pending, floor,
                            pool_at, pool_counter_ptr, idx_ptr, val_ptr, capacity,
                            BLOCK: tl.constexpr, RESIDUAL: tl.constexpr, LOGS: tl.constexpr, POOL: tl.constexpr,
@@ -129,13 +145,7 @@ if triton is not None:
         if LOGS:  # SIDCo-GP's Σ ln max(|x|, floor), the masked tail left out
             tl.store(log_ptr + pid, tl.sum(tl.where(mask, tl.log(tl.maximum(a, floor)), 0.0), axis=0))
         if POOL:  # the pool's compaction above a level known before the call: the same read
-            keep = (a > pool_at) & mask
-            ones = keep.to(tl.int32)
-            base = tl.atomic_add(pool_counter_ptr, tl.sum(ones, axis=0))
-            pos = base + tl.cumsum(ones, axis=0) - ones
-            room = keep & (pos < capacity)
-            tl.store(idx_ptr + pos * SLOT, offs, mask=room)
-            tl.store(val_ptr + pos * SLOT, x, mask=room)
+            _compact_block((a > pool_at) & mask, offs, x, pool_counter_ptr, idx_ptr, val_ptr, capacity, SLOT)
 
     @triton.jit
     def _compact_kernel(x_ptr, n, threshold, counter_ptr, idx_ptr, val_ptr, part_ptr, total_ptr, capacity,
@@ -157,16 +167,10 @@ if triton is not None:
             x = tl.load(x_ptr + offs, mask=mask, other=0.0)
         a = tl.abs(x.to(tl.float32))
         keep = (a > t) & mask
-        ones = keep.to(tl.int32)
-        total = tl.sum(ones, axis=0)
-        base = tl.atomic_add(counter_ptr, total)
-        pos = base + tl.cumsum(ones, axis=0) - ones
-        room = keep & (pos < capacity)  # the count goes on past the slots: the caller sees it overflowed
-        tl.store(idx_ptr + pos * SLOT, offs, mask=room)
         if ABSOLUTE:
-            tl.store(val_ptr + pos * SLOT, tl.abs(x), mask=room)
+            total = _compact_block(keep, offs, tl.abs(x), counter_ptr, idx_ptr, val_ptr, capacity, SLOT)
         else:
-            tl.store(val_ptr + pos * SLOT, x, mask=room)
+            total = _compact_block(keep, offs, x, counter_ptr, idx_ptr, val_ptr, capacity, SLOT)
         excess = tl.where(keep, a - t, 0.0)
         tl.store(part_ptr + pid * 3 + 0, total.to(tl.float32))
         tl.store(part_ptr + pid * 3 + 1, tl.sum(excess, axis=0))
