@@ -197,12 +197,12 @@ def _compact(x: torch.Tensor, threshold: torch.Tensor | float, workspace: Worksp
     magnitudes = workspace.get("fused-magnitudes", slots, x.dtype, device)
     parts = workspace.get("fused-parts", fused.SURVIVORS * blocks, torch.float32, device)
     totals = workspace.get("fused-totals", blocks, torch.float32, device) if total else None
-    if feedback is None:
-        fused.launch_compact(x, t, counter, positions, magnitudes, parts, capacity, totals, absolute=True)
-    else:
-        grad, residual, pending = feedback
-        fused.launch_compact(grad, t, counter, positions, magnitudes, parts, capacity, totals, absolute=True,
-                             feedback=(residual, x, float(pending)))
+    source, folded = x, None
+    if feedback is not None:  # read grad and residual, write their sum into x
+        source, residual, pending = feedback
+        folded = (residual, x, float(pending))
+    fused.launch_compact(source, t, counter, positions, magnitudes, parts, capacity, totals, absolute=True,
+                         feedback=folded)
     count, bits = counter.tolist()
     above = struct.unpack("<f", struct.pack("<i", bits))[0] if isinstance(t, torch.Tensor) else None
     return _Compacted(positions, magnitudes, count, totals, above)
