@@ -5,7 +5,7 @@ Llama-3.1-8B and -70B, Mistral-7B-v0.1, Qwen2.5-7B, Mixtral-8x7B-v0.1, each in
 ``traces/llm/configs/`` as published, with ``_source`` citing the Hugging Face repository and file
 and ``_published_parameters`` the count that repository publishes) or by the path of a config.json.
 :func:`layout` gives its parameter tensors in parameter order with per-sample forward FLOPs, the
-rows :func:`traces.layouts.layout` gives for a measured layout (:mod:`traces.llm.tensors` has the
+rows :func:`traces.layouts.layout` gives for a measured layout (:mod:`traces.llm.params` has the
 rules); :func:`load` checks the file (:mod:`traces.llm.config`: one line naming the field).
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from traces.llm.config import Config, ConfigError, check_tokens, parse, stated_tokens
-from traces.llm.tensors import parameter_count, tensors
+from traces.llm.params import parameter_count, tensors
 
 CONFIGS = Path(__file__).with_name("configs")
 """The shipped configurations, one ``NAME.json`` each."""
@@ -27,7 +27,7 @@ DEFAULT_TOKENS = 4096
 1,024 for GPT-2)."""
 
 __all__ = ["CONFIGS", "Config", "ConfigError", "DEFAULT_TOKENS", "check", "is_model", "layout", "load", "max_tokens",
-           "names", "parameter_count", "published", "stated", "tokens_of"]
+           "names", "parameter_count", "published", "stated", "tensors", "tokens_of"]
 
 
 def names() -> list[str]:

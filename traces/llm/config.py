@@ -134,7 +134,7 @@ def parse(raw: Any, where: str = "config") -> Config:
                         qkv_bias=family == "qwen2" or attention_bias, o_bias=attention_bias,
                         mlp_bias=family == "llama" and _flag(raw, "mlp_bias", False, where=where),
                         experts=experts, experts_per_token=experts_per_token)
-    from traces.llm.tensors import parameter_count
+    from traces.llm.params import parameter_count
 
     total = parameter_count(config)
     if total > MAX_PARAMETERS:
