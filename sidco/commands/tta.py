@@ -114,10 +114,10 @@ def run(args: argparse.Namespace) -> int:
     """Compute and print the time-to-target table."""
     check_target(args.target_accuracy, args.target_loss)
     chosen = cluster(args)
-    if args.curves is None and (args.trace or args.layout):
-        raise ValueError("--trace/--layout name the workload of --curves; a convergence run's trace is its own")
-    if args.curves is not None and not (args.trace or args.layout):
-        raise ValueError("--curves needs the workload to project: --trace DIR or --layout NAME")
+    if args.curves is None and (args.trace or args.layout or args.model):
+        raise ValueError("--trace/--layout/--model name the workload of --curves; a convergence run's trace is its own")
+    if args.curves is not None and not (args.trace or args.layout or args.model):
+        raise ValueError("--curves needs the workload to project: --trace DIR, --layout NAME or --model NAME|FILE")
     curves = load_curves(args.curves) if args.curves is not None else None
     if curves is not None:
         check_compressors(list(dict.fromkeys(r["compressor"] for r in curves["rows"])))
