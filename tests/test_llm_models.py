@@ -369,13 +369,14 @@ def test_the_command_line_refuses_a_bad_config_in_one_line(tmp_path):
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and "unknown model" in done.stderr
 
 
-def test_a_model_projects_through_ddp_buckets_without_torch(tmp_path):
+@pytest.mark.parametrize("model, nodes", [("llama-3.2-1b", "2"), ("llama-3.1-70b", "128")])
+def test_a_model_projects_through_ddp_buckets_without_torch(tmp_path, model, nodes):
     """sidco simulate --model answers: the workload is the model's tensors (fp32 gradients) in DDP
-    buckets, compute from its FLOPs; no torch is imported."""
+    buckets, compute from its FLOPs; no torch is imported (a 70B model on 1,024 GPUs too)."""
     code = ("import sys, io, contextlib, json\nfrom sidco.cli import main\nout = io.StringIO()\n"
             "with contextlib.redirect_stdout(out):\n    main(sys.argv[1:])\n"
             "print(json.dumps({'torch': 'torch' in sys.modules, 'out': json.loads(out.getvalue())}))")
-    argv = ["simulate", "--model", "llama-3.2-1b", "--device", "h100", "--nodes", "2", "--gpus-per-node", "8",
+    argv = ["simulate", "--model", model, "--device", "h100", "--nodes", nodes, "--gpus-per-node", "8",
             "--bandwidth", "100Gbit", "--compressor", "topk", "--density", "0.01", "--fidelity", "analytic",
             "--json", "--store", str(tmp_path / "r.sqlite")]
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -383,7 +384,7 @@ def test_a_model_projects_through_ddp_buckets_without_torch(tmp_path):
     found = json.loads(done.stdout.splitlines()[-1])
     assert not found["torch"]
     (result,) = found["out"] if isinstance(found["out"], list) else [found["out"]]
-    assert result["tokens"] == 4096 and result["iteration_s"] > 0
+    assert result["tokens"] == 4096 and result["iteration_s"] > 0 and result["workers"] == 8 * int(nodes)
 
 
 def test_the_request_takes_a_model_as_its_one_workload(tmp_path):
