@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help='curves from your own training instead of a convergence run: JSON {"source", "rows": '
                              '[{compressor, density, iteration, loss, accuracy[, eval_loss, seed]}]} or the same '
                              "columns as CSV (sidco converge --json writes it); the workload whose iteration is "
-                             "projected is --trace or --layout")
+                             "projected is --trace, --layout or --model")
     parser.add_argument("--nodes", required=True, help="machines (an integer >= 1)")
     parser.add_argument("--bandwidth", required=True, help="NIC bandwidth per direction, e.g. 1Gbit or 1.25GB/s")
     parser.add_argument("--latency", default="50us", help="per-message latency, e.g. 50us (default 50us)")
