@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from units import check_count
+
 GIB = 1 << 30
 """Bytes per GiB (what ``memory_gib`` counts in)."""
 
@@ -63,8 +65,7 @@ def powersgd_factor_bytes(shapes: Sequence[Sequence[int] | None], rank: int,
     """Bytes of PowerSGD's warm-started P and Q (fp32) at ``rank`` for tensors of ``shapes``, by PyTorch's
     ``powerSGD_hook``: a tensor of two or more dimensions viewed as n × m, at rank r' = min(n, m, ``rank``),
     keeps (n + m) × r' when (n + m) × r' × ``min_compression_rate`` < n × m; others (and 1-D tensors) none."""
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ValueError(f"rank must be a whole number >= 1, got {rank!r}")
+    check_count(rank, "PowerSGD's rank")
     total = 0
     for shape in shapes:
         if shape is not None and len(shape) >= 2:
