@@ -410,3 +410,28 @@ def test_the_request_takes_a_model_as_its_one_workload(tmp_path):
     buckets = workload.buckets()
     assert sum(b.numel for b in buckets) == PUBLISHED["mistral-7b"]
     assert buckets[0].layers[0] == len(workload.layers) - 1  # backward starts at the LM head
+
+
+def test_the_whatif_page_projects_a_model_as_sidco_simulate_does(tmp_path, capsys):
+    """The What-if page offers the shipped models; its projection of one equals `sidco simulate --json`."""
+    from dashboard import projection
+    from results.store import Store
+    from sidco.cli import main
+
+    store_path = tmp_path / "r.sqlite"
+    with Store(store_path) as store:
+        assert {"label": "model: llama-3.2-1b", "value": "model:llama-3.2-1b"} in projection.sources(store)
+        controls = projection.parse_controls("model:llama-3.2-1b", ["none", "topk"], "0.01", "8", "100Gbit", "50us",
+                                             "ring", device="h100", tokens="2048")
+        page = {row["compressor"]: row for row in projection.project(store, controls, "analytic")}
+    for name in ("none", "topk"):
+        capsys.readouterr()
+        assert main(["simulate", "--model", "llama-3.2-1b", "--device", "h100", "--nodes", "8",
+                     "--bandwidth", "100Gbit", "--topology", "ring", "--tokens", "2048", "--compressor", name,
+                     *(["--density", "0.01"] if name != "none" else []), "--fidelity", "analytic",
+                     "--store", str(store_path), "--json"]) == 0
+        cli = json.loads(capsys.readouterr().out)
+        for key in projection.RESULT_KEYS:
+            assert page[name][key] == cli[key], (name, key)
+    with pytest.raises(projection.ProjectionError):
+        projection.workload_fields("model:")
