@@ -292,6 +292,14 @@ def test_moe_counts_only_the_active_experts():
     assert llm.parameter_count(all8) == llm.parameter_count(top2)
 
 
+def test_null_fields_take_the_familys_default():
+    """transformers reads a null n_inner, num_key_value_heads or head_dim as absent."""
+    gpt2 = parse({**TINY["gpt2 tied"], "n_inner": None})
+    assert gpt2.ffn == 4 * gpt2.hidden
+    llama = parse(_llama(num_key_value_heads=None, head_dim=None))
+    assert llama.kv_heads == llama.heads and llama.head_dim == llama.hidden // llama.heads
+
+
 def test_tokens_default_and_limits():
     assert llm.stated("llama-3.1-8b") == llm.DEFAULT_TOKENS == 4096 and llm.stated("gpt2-124m") == 1024
     assert layouts.stated_tokens("mistral-7b") == 4096 and layouts.stated_tokens("bert-base") == 128

@@ -69,8 +69,10 @@ class Config:
 
 def _whole(raw: Mapping[str, Any], field: str, default: Any = None, *, where: str) -> int:
     """Field ``field`` of ``raw`` as a whole number in [1, :data:`LIMITS`] (``default`` when absent
-    and not ``None``); ConfigError naming it otherwise."""
-    value = raw.get(field, default)
+    or ``null``, as ``transformers`` reads it, and not ``None``); ConfigError naming it otherwise."""
+    value = raw.get(field)
+    if value is None:
+        value = default
     if value is None:
         raise ConfigError(f"{where}: field {field!r} is missing")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
@@ -110,7 +112,7 @@ def parse(raw: Any, where: str = "config") -> Config:
         hidden = _whole(raw, "hidden_size", where=where)
         heads = _whole(raw, "num_attention_heads", where=where)
         kv_heads = _whole(raw, "num_key_value_heads", heads, where=where)
-        if "head_dim" in raw and raw["head_dim"] is not None:
+        if raw.get("head_dim") is not None:
             head_dim = _whole(raw, "head_dim", where=where)
         elif hidden % heads:
             raise ConfigError(f"{where}: field 'num_attention_heads' ({heads}) must divide 'hidden_size' ({hidden})")
