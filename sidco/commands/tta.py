@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     if args.curves is None and (args.trace or args.layout or args.model):
         raise ValueError("--trace/--layout/--model name the workload of --curves; a convergence run's trace is its own")
     if args.curves is not None and not (args.trace or args.layout or args.model):
-        raise ValueError("--curves needs the workload to project: --trace DIR, --layout NAME or --model NAME|FILE")
+        raise ValueError("--curves needs the workload to project: --trace DIR or --layout NAME (or --model NAME|FILE)")
     curves = load_curves(args.curves) if args.curves is not None else None
     if curves is not None:
         check_compressors(list(dict.fromkeys(r["compressor"] for r in curves["rows"])))
