@@ -123,7 +123,7 @@ def parse(raw: Any, where: str = "config") -> Config:
                               f"'num_attention_heads' ({heads})")
         attention_bias = family != "qwen2" and _flag(raw, "attention_bias", False, where=where)
         experts = experts_per_token = 0
-        if family == "mixtral" or "num_local_experts" in raw:
+        if family == "mixtral" or raw.get("num_local_experts") is not None:
             experts = _whole(raw, "num_local_experts", where=where)
             experts_per_token = _whole(raw, "num_experts_per_tok", where=where)
             if experts_per_token > experts:
