@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 
 from pipeline import project as projection
-from pipeline.catalog import BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES
+from pipeline.catalog import BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES, model_names
 from pipeline.project import check_output_path, write_chrome_trace
 from pipeline.costs import KERNEL_BAND_NOTE
 from pipeline.request import DEVICE_RULE, Cluster, Request, modelled_devices
@@ -39,8 +39,8 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
                         help="full-size layout instead of a trace: resnet50, vgg16, vgg19, bert-base, bert-large, gpt2")
     source.add_argument("--model", metavar="NAME|FILE",
                         help="a decoder-only transformer from its Hugging Face config.json, computed like a layout: "
-                             "gpt2-124m, gpt2-1.5b, llama-3.2-1b, llama-3.1-8b, llama-3.1-70b, mistral-7b, qwen2.5-7b, "
-                             "mixtral-8x7b, or the path of a config.json (GPT-2, LLaMA, Mistral, Qwen2, Mixtral); "
+                             + ", ".join(model_names()) + ", or the path of a config.json (GPT-2, LLaMA, Mistral, "
+                             "Qwen2, Mixtral); "
                              "--tokens sets its sequence length (default 4096, at most its max_position_embeddings)")
     parser.add_argument("--device", metavar="NAME",
                         help="the modelled device each worker has: " + ", ".join(modelled_devices()) + f" ({DEVICE_RULE}). "
