@@ -21,18 +21,22 @@ from simulator.links import Fabric, Level
 from simulator.topologies import ring_allgather_uneven, ring_terms
 from units import check_count
 
-__all__ = ["ALGORITHMS", "FIDELITIES", "OPS", "check_args", "collective_time", "ring_allgather_uneven", "ring_terms",
+__all__ = ["FIDELITIES", "OPS", "algorithms", "check_args", "collective_time", "ring_allgather_uneven", "ring_terms",
            "topology_for"]
 
 OPS = (*topologies.KINDS, "ps")
 PS_ALGORITHMS = ("sharded", "dedicated")
-ALGORITHMS = {
-    **{kind: tuple(name for name, cls in topologies.REGISTRY.items() if kind in cls.kinds and not cls.takes_servers)
-       for kind in topologies.KINDS},
-    "ps": PS_ALGORITHMS,
-}
-"""The algorithms of each op: the topologies offering that kind of collective; the parameter
-server answers the ``ps`` op (push + pull), sharded over the workers or on dedicated servers."""
+
+
+def algorithms(op: str) -> tuple[str, ...]:
+    """The algorithms of ``op``: the registered topologies offering that kind of collective; the
+    parameter server answers the ``ps`` op (push + pull), sharded over the workers or on
+    dedicated servers."""
+    if op == "ps":
+        return PS_ALGORITHMS
+    return tuple(name for name, cls in topologies.REGISTRY.items() if op in cls.kinds and not cls.takes_servers)
+
+
 FIDELITIES = ("analytic", "des")
 
 
@@ -48,8 +52,8 @@ def check_args(op: str, algorithm: str, nodes: int, bandwidth_bps: float, latenc
     """Raise ValueError naming the first invalid argument."""
     if op not in OPS:
         raise ValueError(f"unknown collective op {op!r}; choose from {', '.join(OPS)}")
-    if algorithm not in ALGORITHMS[op]:
-        raise ValueError(f"algorithm {algorithm!r} not available for {op}; choose from {', '.join(ALGORITHMS[op])}")
+    if algorithm not in algorithms(op):
+        raise ValueError(f"algorithm {algorithm!r} not available for {op}; choose from {', '.join(algorithms(op))}")
     if fidelity not in FIDELITIES:
         raise ValueError(f"unknown fidelity {fidelity!r}; choose analytic or des")
     check_count(nodes, "nodes")
