@@ -18,11 +18,11 @@ from simulator import topologies
 from simulator.calibration import Calibration
 from simulator.limits import check_collective
 from simulator.links import Fabric, Level
-from simulator.topologies import ring_allgather_uneven, ring_terms
+from simulator.topologies import ring_terms
 from units import check_count
 
-__all__ = ["FIDELITIES", "OPS", "algorithms", "check_args", "collective_time", "ring_allgather_uneven", "ring_terms",
-           "topology_for"]
+__all__ = ["FIDELITIES", "OPS", "algorithms", "check_args", "collective_time", "ring_terms", "topology_for"]
+"""``ring_terms`` is :func:`simulator.topologies.ring_terms`, named here for the emulation's calibration."""
 
 OPS = (*topologies.KINDS, "ps")
 PS_ALGORITHMS = ("sharded", "dedicated")
