@@ -286,8 +286,14 @@ def with_bandwidth(device: Device, bandwidth: float, sync_s: float | None = None
 
 
 DEVICES_DIR = profiles.HERE / "devices"
-"""One file per GPU, ``<name>.json``: what its spec sheet (or a measurement) says, each field with
-its source; every other number comes from the rules above (:func:`read_gpu`)."""
+"""One file per device: per GPU, ``<name>.json``, what its spec sheet (or a measurement) says, each
+field with its source, every other number from the rules above (:func:`read_gpu`); ``cpu.json``,
+this host's stated defaults (:data:`CPU_FILE`)."""
+
+CPU_FILE = DEVICES_DIR / "cpu.json"
+"""This host's stated defaults (``defaults``: :class:`Device` fields in SI units) until ``sidco
+profile --run-on cpu`` has measured it, each field citing its source; every other file of
+:data:`DEVICES_DIR` is a GPU."""
 
 SPEC_FIELDS = ("fp32_flops", "bf16_flops", "fp16_flops", "tf32_flops", "pcie_Bps")
 """The numbers a device file gives (FLOP/s, bytes/s), each ``>= 0``; ``memory_bandwidth_Bps`` beside them."""
@@ -375,7 +381,7 @@ def _gpu(data: Mapping[str, Any]) -> Device:
 def gpu_files(directory: Path | None = None) -> list[dict[str, Any]]:
     """Every device file of ``directory`` (default :data:`DEVICES_DIR`), checked, in the order
     the GPUs were announced."""
-    paths = sorted(Path(directory or DEVICES_DIR).glob("*.json"))
+    paths = sorted(p for p in Path(directory or DEVICES_DIR).glob("*.json") if p.name != CPU_FILE.name)
     return sorted((read_gpu(path) for path in paths), key=lambda d: (d["announced"], d["name"]))
 
 
@@ -446,17 +452,41 @@ def compute_ratio(captured_on: Device, target: Device, precision: str = "amp") -
 
 # --- this host -------------------------------------------------------------------------------
 
-CPU_DEFAULTS = {
-    "memory_bandwidth_Bps": 20e9, "write_bandwidth_Bps": 10e9, "fp32_flops": 100e9, "bf16_flops": 100e9,
-    "launch_s": 5e-6, "sync_s": 1e-6, "pcie_Bps": 20e9, "topk_s_per_element": ((0.001, 20e-9), (0.01, 40e-9), (0.1, 50e-9)),
-    "topk_cache_s_per_element": ((0.001, 5e-9), (0.01, 20e-9), (0.1, 30e-9)),
-    "sort_s_per_element": 60e-9, "gather_s_per_element": 3e-9, "compact_s_per_element": 1.5e-9,
-    "op_s_per_element": {"map": 0.1e-9, "reduce": 0.05e-9, "minmax": 0.1e-9, "outer": 0.1e-9, "compare": 0.4e-9, "count": 0.2e-9, "log": 1e-9,
-                         "native": 0.2e-9, "native_select": 0.4e-9, "native_log": 1.5e-9},
-    "alloc_threshold_bytes": 32 * 2**20, "fault_s_per_byte": 1.5e-9, "cache_bytes": 32 * 2**20, "cache_speedup": 2.0,
-}
+CPU_FIELDS = ("memory_bandwidth_Bps", "write_bandwidth_Bps", "fp32_flops", "bf16_flops", "launch_s", "sync_s",
+              "pcie_Bps", "topk_s_per_element", "topk_cache_s_per_element", "sort_s_per_element",
+              "gather_s_per_element", "compact_s_per_element", "op_s_per_element", "alloc_threshold_bytes",
+              "fault_s_per_byte", "cache_bytes", "cache_speedup")
+"""The fields a CPU's stated defaults give (its tensor-unit peaks are 0: :data:`NO_TENSOR_UNITS`)."""
+
+
+def read_cpu(path: Path = CPU_FILE) -> dict[str, Any]:
+    """The checked contents of the host's stated defaults (:data:`CPU_FILE`): ``defaults`` holds
+    exactly :data:`CPU_FIELDS` (``(x, s)`` points as tuples), ``sources`` cites each; ValueError
+    naming the file and the field otherwise."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"device file {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("kind") != "cpu" or not isinstance(data.get("defaults"), dict):
+        raise ValueError(f"device file {path}: needs kind cpu and its defaults")
+    defaults = data["defaults"]
+    if set(defaults) != set(CPU_FIELDS):
+        raise ValueError(f"device file {path}: defaults need exactly {', '.join(CPU_FIELDS)}")
+    for key in ("topk_s_per_element", "topk_cache_s_per_element"):
+        defaults[key] = tuple((float(x), float(t)) for x, t in defaults[key])
+    sources = data.get("sources")
+    missing = [k for k in CPU_FIELDS if not isinstance(sources, dict) or not isinstance(sources.get(k), str)
+               or not sources[k]]
+    if missing:
+        raise ValueError(f"device file {path}: sources must cite {', '.join(missing)}")
+    return data
+
+
+_CPU = read_cpu()
+CPU_DEFAULTS = _CPU["defaults"]
 """Stated defaults for ``cpu`` until ``sidco profile --run-on cpu`` has measured this host: a
-two-core server share (about 20 GB/s read, 100 GFLOP/s); projections made with them say so."""
+two-core server share (about 20 GB/s read, 100 GFLOP/s); projections made with them say so
+(:data:`CPU_FILE`)."""
 
 NO_TENSOR_UNITS = "a CPU has no fp16 or TF32 matrix units: 0 (fp16 runs at bf16_flops, TF32 at fp32_flops)"
 
@@ -471,9 +501,7 @@ def cpu_default() -> Device:
     identity = host_identity()
     return Device(
         name="cpu", kind="cpu", label=f"this host: {host_key(identity)}", **CPU_DEFAULTS,
-        sources={**{k: "stated default (not measured: run sidco profile --run-on cpu)"
-                    for k in (*CPU_DEFAULTS, "sort_s_by_size", "cache_speedup_by_fraction")},
-                 **{k: NO_TENSOR_UNITS for k in ("fp16_flops", "tf32_flops")}},
+        sources={**_CPU["sources"], **{k: NO_TENSOR_UNITS for k in ("fp16_flops", "tf32_flops")}},
         identity=identity,
     )
 

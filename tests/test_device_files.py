@@ -9,14 +9,31 @@ import shutil
 import pytest
 
 from costs import costmodel, devices
-from costs.devices import DEVICES_DIR, FILE_FIELDS, SPEC_FIELDS
+from costs.devices import CPU_FILE, DEVICES_DIR, FILE_FIELDS, SPEC_FIELDS
 
-FILES = sorted(DEVICES_DIR.glob("*.json"))
+FILES = sorted(p for p in DEVICES_DIR.glob("*.json") if p != CPU_FILE)
 
 
-def test_every_gpu_is_a_device_file():
+def test_every_device_is_a_device_file():
     assert [p.stem for p in FILES] == sorted(devices.GPUS)
-    assert devices.names() == ["cpu", "v100", "a100", "h100", "h200"]  # in the order they were announced
+    assert devices.names() == ["cpu", "v100", "a100", "h100", "h200"]  # GPUs in the order they were announced
+
+
+def test_the_hosts_stated_defaults_are_a_device_file_citing_every_field():
+    data = devices.read_cpu()
+    default = devices.cpu_default()
+    for key in devices.CPU_FIELDS:
+        assert getattr(default, key) == data["defaults"][key] == devices.CPU_DEFAULTS[key]
+        assert default.sources[key] == data["sources"][key] and "stated default" in data["sources"][key]
+    assert default.fp16_flops == default.tf32_flops == 0.0 and default.sources["tf32_flops"] == devices.NO_TENSOR_UNITS
+
+
+def test_a_bad_cpu_file_is_refused(tmp_path):
+    data = json.loads(CPU_FILE.read_text())
+    del data["sources"]["launch_s"]
+    (tmp_path / "cpu.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="sources must cite launch_s"):
+        devices.read_cpu(tmp_path / "cpu.json")
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
