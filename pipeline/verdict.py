@@ -134,8 +134,10 @@ def judge(rows: Sequence[Mapping[str, Any]], store: Store | None = None,
     Returns ``decision`` (:data:`DECISIONS`), ``call`` (``"winner"`` or ``"too close to call"``),
     ``winner`` (label), ``compressor``, ``density``, ``iteration_s``, ``runner_up``,
     ``margin_over_runner_up``, ``tied`` (labels that cannot be told apart from the winner, it
-    first), ``basis``, ``best_baseline`` / ``margin_over_baseline`` (the fastest row that sends every
-    coordinate and its time ÷ the winner's; ``None`` without one), ``quality_rule``,
+    first), ``basis``, ``best_baseline`` / ``margin_over_baseline`` (the fastest dense baseline,
+    :data:`BASELINES`, and its iteration time ÷ the winner's; ``None`` without one),
+    ``best_uncompressed`` / ``margin_over_uncompressed`` (the fastest row that sends every coordinate
+    and its time, iteration or to target, ÷ the winner's: the decision's ratio), ``quality_rule``,
     ``fails_quality``, ``faster_but_less``, ``unmeasured``, ``sends_little`` (called baselines that
     send little of the gradient), ``basis_quantity`` (``"iteration time"`` or ``"time to
     accuracy"``), ``settle`` (:func:`pipeline.settle.settle`'s finding or ``None``), ``headline``
@@ -178,9 +180,13 @@ def judge(rows: Sequence[Mapping[str, Any]], store: Store | None = None,
     best = min(whole, key=lambda r: times[r["label"]], default=None)
     kept = {r["label"]: r for r in ranked}
     compressing = not any(quality.sends_everything(kept[label]["compressor"]) for label in result["tied"])
+    dense = min((r for r in ranked if r["compressor"] in BASELINES and times[r["label"]] is not None),
+                key=lambda r: times[r["label"]], default=None)
     result.update({"decision": DECISIONS[0] if compressing else DECISIONS[1],
-                   "best_baseline": None if best is None else best["label"],
-                   "margin_over_baseline": None if best is None else
+                   "best_baseline": None if dense is None else dense["label"],
+                   "margin_over_baseline": None if dense is None else times[dense["label"]] / times[result["winner"]],
+                   "best_uncompressed": None if best is None else best["label"],
+                   "margin_over_uncompressed": None if best is None else
                    times[best["label"]] / times[result["winner"]],
                    "sends_little": [r["label"] for r in eligible if r["label"] in result["tied"]
                                     and quality.sends_little(r)]})
@@ -211,7 +217,7 @@ def _time_to_target(result: Mapping[str, Any], label: str) -> float | None:
 
 def _decision(v: Mapping[str, Any], times: Mapping[str, float | None]) -> str:
     """The verdict's first sentence: whether to compress and with what."""
-    base = v["best_baseline"]
+    base = v["best_uncompressed"]
     if v["decision"] == DECISIONS[1]:
         beyond = "the seed spread and the error band" if v["basis_quantity"] == "time to accuracy" else (
             "the error band" if v["basis"] == "error band" else f"the {TIE_MARGIN:.0%} margin")
@@ -250,7 +256,7 @@ def _call_text(v: Mapping[str, Any]) -> str:
     if v["call"] == "too close to call":
         why = _why_close(v)
         if v["decision"] == DECISIONS[0]:  # the headline named them
-            return f"{why[0].upper()}{why[1:]}"
+            return why
         return f"too close to call: {names_text(v['tied'])} ({why})"
     text = f"{v['winner']} wins"
     if v["runner_up"] is not None:
@@ -272,7 +278,8 @@ def _text(v: Mapping[str, Any], rows: Mapping[str, Mapping[str, Any]]) -> str:
                      f"{names_text([quality.why(rows[label]) for label in v['faster_but_less']], 3)}")
     if v["unmeasured"]:
         parts.append(f"quality unmeasured (judged on speed alone): {names_text(v['unmeasured'])}")
-    text = f"{v['headline']}. {'; '.join(parts)}"
+    details = "; ".join(parts)
+    text = f"{v['headline']}. {details[0].upper()}{details[1:]}"
     if v["settle"] is not None:
         text += f". {'What could change it' if v['call'] == 'winner' else 'To settle it'}: {settle_text(v['settle'])}"
     return text
