@@ -278,8 +278,7 @@ def _text(v: Mapping[str, Any], rows: Mapping[str, Mapping[str, Any]]) -> str:
                      f"{names_text([quality.why(rows[label]) for label in v['faster_but_less']], 3)}")
     if v["unmeasured"]:
         parts.append(f"quality unmeasured (judged on speed alone): {names_text(v['unmeasured'])}")
-    details = "; ".join(parts)
-    text = f"{v['headline']}. {details[0].upper()}{details[1:]}"
+    text = "; ".join([v["headline"], *parts])
     if v["settle"] is not None:
         text += f". {'What could change it' if v['call'] == 'winner' else 'To settle it'}: {settle_text(v['settle'])}"
     return text

@@ -66,7 +66,7 @@ def test_error_band_decides_when_present():
             _row("none", None, 1.20, iteration_s_low=0.9, iteration_s_high=1.5)]
     v = judge.judge(wide)
     assert v["call"] == "too close to call" and v["decision"] == "don't compress"
-    assert v["text"].startswith("don't compress: nothing beats none beyond the error band. Too close to call: ")
+    assert v["text"].startswith("don't compress: nothing beats none beyond the error band; too close to call: ")
 
 
 def test_compare_json_has_the_verdict_and_a_row_per_pair(capsys, tmp_path):

@@ -217,7 +217,7 @@ def test_compare_cites_time_to_accuracy_where_a_convergence_run_of_the_trace_is_
     assert v["basis_quantity"] == "time to accuracy"
     target = TARGET_SHARE * 0.8
     assert v["time_to_accuracy"]["target_accuracy"] == pytest.approx(target)
-    assert f"By time to accuracy (held-out accuracy >= {target:.3g}, convergence #{run_id}" in v["text"]
+    assert f"by time to accuracy (held-out accuracy >= {target:.3g}, convergence #{run_id}" in v["text"]
     assert v["text"].startswith(("compress", "don't compress"))
     times = {Pair(t["compressor"], t["density"]).label: t for t in v["time_to_accuracy"]["table"]}
     rows = {r["label"]: r for r in out["rows"]}
