@@ -138,3 +138,16 @@ def test_compare_bad_input_is_one_line(capsys, tmp_path):
     assert main(["compare", *SCENARIO, "--densities", "2", "--store", str(tmp_path / "r.sqlite")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "density" in err and not (tmp_path / "r.sqlite").exists()
+
+
+def test_the_verdict_never_asks_to_measure_one_uncompressed_baseline_against_another(capsys, tmp_path):
+    """At 100 Gbit/s on 2 nodes none, fp16 and bf16 are within each other's bands: what would settle the
+    decision weighs the fastest of them against a compressor, never fp16 against bf16 or none."""
+    assert main(["compare", "--layout", "resnet50", "--device", "a100", "--nodes", "2", "--bandwidth", "100Gbit",
+                 "--compressors", "bf16,topk", "--densities", "0.01", "--store", str(tmp_path / "r.sqlite"),
+                 "--json"]) == 0
+    verdict = json.loads(capsys.readouterr().out)["verdict"]
+    assert verdict["decision"] == "don't compress" and {"fp16", "bf16"} <= set(verdict["tied"])
+    found = verdict["settle"]
+    uncompressed = {"none", "fp16", "bf16"}
+    assert found is not None and len({found["winner"], found["runner_up"]} & uncompressed) == 1, found
