@@ -259,3 +259,30 @@ def test_the_quality_page_histogram_is_the_pipelines_of_the_recorded_gradient(re
     assert float(np.sum(np.asarray(hist["density"]) * widths)) == pytest.approx(inside, rel=1e-9)
     k, ordered = math.ceil(0.01 * grad.size), np.sort(grad.astype(np.float64))
     assert ordered[-k - 1] <= hist["threshold"] <= ordered[-k]  # between the k-th and (k+1)-th largest |g|
+
+
+def test_compare_by_time_to_accuracy_weighs_the_seeds_spread_as_sidco_tta_does(resnet20_trace, tmp_path, capsys):
+    """Two seeds of one configuration: Top-k and SIDCo-E reach the target at 10 and 30 iterations in
+    opposite seeds, so the same mean; their margin is within the seeds' spread, and compare says so
+    (the rule of pipeline.tta.verdict), where the error band alone would not decide it."""
+    store_path = tmp_path / "r.sqlite"
+    reach = {("none", 1.0): (300, 300), ("topk", 0.001): (10, 30), ("sidco-e", 0.001): (30, 10)}
+    with Store(store_path) as store:
+        trace_id = store.register_trace(resnet20_trace.path, resnet20_trace.manifest)
+        for seed in (0, 1):
+            run_id, _ = store.get_or_create("convergences", {"workload": "hand-made", "workers": 2, "seed": seed})
+            store.set_convergence_trace(run_id, trace_id)
+            store.write_convergence(run_id, [
+                {"compressor": c, "density": d, "iteration": i, "loss": 1.0, "eval_loss": 1.0,
+                 "accuracy": 0.8 if i >= at[seed] else 0.3}
+                for (c, d), at in reach.items() for i in (10, 30, 300)])
+    _compare(store_path, resnet20_trace)
+    v = json.loads(capsys.readouterr().out)["verdict"]
+    assert v["basis_quantity"] == "time to accuracy"
+    table = {Pair(t["compressor"], t["density"]).label: t for t in v["time_to_accuracy"]["table"]}
+    assert table["topk@0.001"]["seeds"] == 2 and table["topk@0.001"]["time_spread_s"] > 0
+    from pipeline.tta import verdict as tta_verdict
+
+    alone = tta_verdict([t for t in table.values() if t["time_to_target_s"] is not None])
+    assert v["call"] == "too close to call" and alone["winner"] is None
+    assert v["reason"] == alone["reason"] and "within the seed spread" in v["text"], v["text"]
