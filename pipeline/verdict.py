@@ -195,7 +195,8 @@ def judge(rows: Sequence[Mapping[str, Any]], store: Store | None = None,
     #    which of fp16 and bf16 is faster never decides whether to compress)
     result["settle"] = None
     if store is not None and projected is not None and result["basis_quantity"] == "iteration time":
-        contenders = [r for r in eligible if not quality.sends_everything(r["compressor"]) or r is _first(eligible)]
+        uncompressed = next((r for r in eligible if quality.sends_everything(r["compressor"])), None)
+        contenders = [r for r in eligible if r is uncompressed or not quality.sends_everything(r["compressor"])]
         result["settle"] = settle.settle(store, projected, contenders) if len(contenders) > 1 else None
 
     result["headline"] = _decision(result, times)
@@ -203,12 +204,8 @@ def judge(rows: Sequence[Mapping[str, Any]], store: Store | None = None,
     return result
 
 
-def _first(ranked: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The fastest of ``ranked`` that sends every coordinate."""
-    return next((r for r in ranked if quality.sends_everything(r["compressor"])), None)
-
-
 def _time_to_target(result: Mapping[str, Any], label: str) -> float | None:
+    """The time to target (seconds) of row ``label`` in the verdict's time-to-accuracy table, or ``None``."""
     for t in result["time_to_accuracy"]["table"]:
         if Pair(t["compressor"], t["density"]).label == label:
             return t["time_to_target_s"]
