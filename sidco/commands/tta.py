@@ -12,7 +12,7 @@ from pipeline.tta import (check_target, convergence_run, curves_time_to_accuracy
                           time_to_accuracy, trace_path, verdict_text)
 from results.store import Store
 from sidco.commands import dump_json
-from sidco.commands.simulate import add_scenario_args, add_source_args, cluster, workload_fields
+from sidco.commands.simulate import add_latency_args, add_scenario_args, add_source_args, cluster, workload_fields
 from units import format_bandwidth, format_seconds
 from sidco.commands import COMMANDS
 
@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "projected is --trace, --layout or --model")
     parser.add_argument("--nodes", required=True, help="machines (an integer >= 1)")
     parser.add_argument("--bandwidth", required=True, help="NIC bandwidth per direction, e.g. 1Gbit or 1.25GB/s")
-    parser.add_argument("--latency", default="50us", help="per-message latency, e.g. 50us (default 50us)")
+    add_latency_args(parser)
     parser.add_argument("--topology", choices=TOPOLOGIES,
                         help="ring, halving-doubling, tree, ps or hierarchical (default: ring, or hierarchical "
                              "with --gpus-per-node above 1)")
@@ -90,7 +90,7 @@ def print_result(result: dict[str, Any]) -> None:
             f"convergence {result['convergence_id']} ({result['workload']}, trained with {result['workers_trained']} "
             f"workers)")
     print(f"{what}, {result['seeds']} seed(s), on {cluster['nodes']} x {result['device']} ({result['precision']}), "
-          f"{format_bandwidth(cluster['bandwidth_bps'])}, {format_seconds(cluster['latency_s'])} latency, "
+          f"{format_bandwidth(cluster['bandwidth_bps'])}, {format_seconds(cluster['latency_s'])} one-way latency, "
           f"{cluster['topology']}, {cluster['fidelity']}; target: {target}")
     header = f"{'compressor':<10} {'density':>8} {'iterations':>14} {'iteration':>11} {'time to target':>22}  note"
     print(header)
