@@ -133,3 +133,25 @@ def test_per_step_runs_keep_their_stored_configuration():
                      outer_density=0.01).as_dict()
     assert diloco["sync_every"] == 4 and diloco["outer_compressor"] == "topk" and diloco["outer_density"] == 0.01
     assert diloco["lr"] == 0.05 and diloco["optimizer"].startswith("AdamW")
+
+
+def test_a_version_6_store_gains_the_diloco_columns_in_place(tmp_path):
+    import sqlite3
+
+    from results.store import MIGRATIONS, Store
+
+    path = tmp_path / "old.sqlite"
+    raw = sqlite3.connect(path)
+    for step in MIGRATIONS[:6]:
+        raw.executescript(step)
+    raw.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', '6')")
+    raw.execute("INSERT INTO convergences(config_key, config_json, created) VALUES('k', '{}', 0)")
+    raw.commit()
+    raw.close()
+    with Store(path) as store:
+        old = store.convergence(1)
+        assert old["sync_every"] == 1 and old["outer_compressor"] is None and old["outer_density"] is None
+        new, _ = store.get_or_create("convergences", {"sync_every": 10}, sync_every=10, outer_compressor="topk",
+                                     outer_density=0.01)
+        row = store.convergence(new)
+        assert (row["sync_every"], row["outer_compressor"], row["outer_density"]) == (10, "topk", 0.01)
