@@ -112,12 +112,12 @@ def test_newer_store_is_refused_with_one_line_naming_the_file(tmp_path):
     path = tmp_path / "future.sqlite"
     Store(path).close()
     with sqlite3.connect(path) as raw:
-        raw.execute("UPDATE meta SET value='7' WHERE key='schema_version'")
+        raw.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
     raw.close()
     with pytest.raises(ValueError) as exc:
         Store(path)
     message = str(exc.value)
-    assert "\n" not in message and str(path) in message and "schema version 7" in message
+    assert "\n" not in message and str(path) in message and f"schema version {SCHEMA_VERSION + 1}" in message
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
