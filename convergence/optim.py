@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from compressors import check_names, takes_density
+from compressors.rules import trains_with_error_feedback
 from units import check_count, check_density
 
 
@@ -125,4 +126,5 @@ def outer_fields(config: _Config) -> dict[str, Any]:
     return {"sync_every": config.sync_every, "outer_compressor": config.outer_compressor, "outer_density": density,
             "outer_lr": float(config.outer_lr), "outer_momentum": float(config.outer_momentum),
             "outer_optimizer": "SGD(nesterov=True)" if config.outer_momentum > 0 else "SGD",
-            "memory": "residual (error feedback per site on the outer exchange)"}
+            "memory": ("residual (error feedback per site on the outer exchange)"
+                       if trains_with_error_feedback(config.outer_compressor) else "none")}
