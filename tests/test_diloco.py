@@ -155,3 +155,13 @@ def test_a_version_6_store_gains_the_diloco_columns_in_place(tmp_path):
                                      outer_density=0.01)
         row = store.convergence(new)
         assert (row["sync_every"], row["outer_compressor"], row["outer_density"]) == (10, "topk", 0.01)
+
+
+def test_diloco_trains_a_cnn_whose_batchnorm_statistics_follow_site_0():
+    config = RunConfig("resnet20", workers=2, iterations=4, eval_every=2, width=0.25, batch_size=8, eval_samples=16,
+                       sync_every=2, optimizer="adamw", lr=1e-3, outer_compressor="sidco-e", outer_density=0.05)
+    seen = []
+    rows = list(train_diloco(config, observe=lambda i, m: seen.append([b.clone() for b in m.buffers()])))
+    assert all(0 <= r["accuracy"] <= 1 for r in rows if r["accuracy"] is not None)
+    assert [torch.equal(a, b) for a, b in zip(seen[0], seen[1])].count(False) > 0  # moved at the outer step
+    assert all(torch.equal(a, b) for a, b in zip(seen[1], seen[2]))  # not between outer steps
