@@ -79,7 +79,7 @@ def loss_penalties(store: Store, run: Mapping[str, Any]) -> dict[str, Any] | Non
     if not variants:
         return None
     baseline = _rows_by_seed(store, sync, "none")
-    baseline_ids = [r["id"] for r in sync if any(x["compressor"] == "none" for x in store.convergence_rows(r["id"]))]
+    baseline_ids = sorted(r["id"] for r in sync if any(x["compressor"] == "none" for x in store.convergence_rows(r["id"])))
     sync_tokens = tokens_per_iteration(run["config"])
     result: dict[str, Any] = {
         "diloco_run": diloco_run,
@@ -88,7 +88,7 @@ def loss_penalties(store: Store, run: Mapping[str, Any]) -> dict[str, Any] | Non
         "variants": [],
     }
     for key, runs in sorted(variants.items(), key=lambda item: (item[0][0], str(item[0][1]), item[0][2] or 0)):
-        entry: dict[str, Any] = {**dict(zip(VARIANT, key)), "convergence_ids": [r["id"] for r in runs],
+        entry: dict[str, Any] = {**dict(zip(VARIANT, key)), "convergence_ids": sorted(r["id"] for r in runs),
                                  "tokens_per_iteration": tokens_per_iteration(runs[0]["config"]), "reason": None}
         mine = _rows_by_seed(store, runs, None)
         if not baseline:
@@ -113,12 +113,12 @@ def penalty_lines(result: Mapping[str, Any]) -> list[str]:
     lines = [f"DiLoCo loss penalty against synchronous training at equal tokens (synchronous run: {what}); "
              "held-out loss in nats, mean over paired seeds ± their sample standard deviation",
              f"{'H':>4} {'outer':<14} {'outer lr':>8} {'momentum':>8} {'tokens':>10} {'loss':>8} {'sync loss':>9} "
-             f"{'penalty':>20} {'seeds':>5}  runs"]
+             f"{'penalty':>26} {'seeds':>5}  runs"]
     for v in result["variants"]:
         head = (f"{v['sync_every']:>4} {pair(v['outer_compressor'], v['outer_density']).label:<14} {v['outer_lr']:>8g} {v['outer_momentum']:>8g}")
         runs = ",".join(str(i) for i in v["convergence_ids"])
         if v["reason"] is not None:
-            lines.append(f"{head} {'-':>10} {'-':>8} {'-':>9} {'-':>20} {'-':>5}  {runs}: {v['reason']}")
+            lines.append(f"{head} {'-':>10} {'-':>8} {'-':>9} {'-':>26} {'-':>5}  {runs}: {v['reason']}")
             continue
         final = v["final"]
         penalty = f"{final['penalty']:+.4f}"
@@ -127,5 +127,5 @@ def penalty_lines(result: Mapping[str, Any]) -> list[str]:
         if final["penalty_fraction"] is not None:
             penalty += f" ({final['penalty_fraction']:+.1%})"
         lines.append(f"{head} {final['tokens']:>10} {final['eval_loss']:>8.4f} {final['baseline_eval_loss']:>9.4f} "
-                     f"{penalty:>20} {len(v['seeds']):>5}  {runs}")
+                     f"{penalty:>26} {len(v['seeds']):>5}  {runs}")
     return lines
