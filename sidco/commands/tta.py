@@ -42,6 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "reaches the target gets null and the reason. Names the winner only when its margin over the "
             "runner-up exceeds both the seed spread and the projection's error band; otherwise says 'too close "
             "to call' and why."
+            " DiLoCo (sidco converge --sync-every H): after the table of a synchronous run, and instead of it for a "
+            "DiLoCo run, each DiLoCo run of the same configuration's held-out loss penalty against the synchronous "
+            "run at equal tokens (nats, mean ± spread over paired seeds)."
         ),
         allow_abbrev=False,
     )
