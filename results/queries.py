@@ -8,15 +8,15 @@ Results are plain dicts (JSON-ready). Units follow the schema: seconds, bytes, b
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from processes.liveness import pid_alive
+from processes.liveness import this_process
+from results.claims import CLAIM_HEARTBEAT_S, CLAIM_LEASE_S, heartbeat, lapsed
 from results.errors import guard
 
 REPLAY_ROW_COLUMNS = (
@@ -381,41 +381,74 @@ class Queries:
                           f" ({_marks(keys)})", (int(sweep_id), *keys))
         return {r[0] for r in rows}
 
-    def claim_scenarios(self, sweep_id: int, keys: Sequence[str], owner: str) -> set[str]:
+    def claim_scenarios(self, sweep_id: int, keys: Sequence[str], owner: str, *,
+                        lease_s: float = CLAIM_LEASE_S) -> set[str]:
         """Claim for ``owner`` (one run of the sweep, in this process) the scenarios of ``keys``
-        that are neither stored nor claimed by another owner whose process is alive, in one
-        transaction; returns the keys ``owner`` holds now (the ones it computes). The claims of
-        an owner whose process is gone (:func:`processes.liveness.pid_alive`) are dropped, all of
-        them on the sweep, so a killed run never blocks another."""
+        that are neither stored nor claimed by another owner whose claims hold, in one transaction;
+        returns the keys ``owner`` holds now (the ones it computes). An owner's claims lapse when
+        its process has provably ended or its heartbeat is older than ``lease_s`` seconds
+        (:func:`results.claims.lapsed`); those are dropped, all of them, so a killed run, a container's
+        PID 1 killed and rerun, or a stopped process never blocks another for longer than the lease.
+        Records this process's identity (:func:`processes.liveness.this_process`) and a heartbeat."""
         if not keys:
             return set()
         marks = _marks(keys)
         with self.transaction() as cur:
             stored = {r[0] for r in cur.execute(
                 f"SELECT scenario_key FROM scenarios WHERE sweep_id=? AND scenario_key IN ({marks})", (sweep_id, *keys))}
-            held = cur.execute(f"SELECT scenario_key, owner, pid FROM scenario_claims WHERE sweep_id=?"
-                               f" AND scenario_key IN ({marks}) AND owner != ?", (sweep_id, *keys, owner)).fetchall()
-            dead = {r[1] for r in held if not pid_alive(int(r[2]))}
-            cur.executemany("DELETE FROM scenario_claims WHERE sweep_id=? AND owner=?", [(sweep_id, o) for o in dead])
-            taken = {r[0] for r in held if r[1] not in dead}
-            mine = [key for key in dict.fromkeys(keys) if key not in stored and key not in taken]
+            held = cur.execute(f"SELECT c.scenario_key, o.* FROM scenario_claims c JOIN claim_owners o USING(owner)"
+                               f" WHERE c.sweep_id=? AND c.scenario_key IN ({marks}) AND c.owner != ?",
+                               (sweep_id, *keys, owner)).fetchall()
             now = time.time()
-            cur.executemany("INSERT OR REPLACE INTO scenario_claims(sweep_id, scenario_key, owner, pid, claimed)"
-                            " VALUES(?, ?, ?, ?, ?)", [(sweep_id, key, owner, os.getpid(), now) for key in mine])
+            dead = {r["owner"] for r in held if lapsed(r, now, lease_s)}
+            for gone in dead:
+                cur.execute("DELETE FROM scenario_claims WHERE owner=?", (gone,))
+                cur.execute("DELETE FROM claim_owners WHERE owner=?", (gone,))
+            taken = {r["scenario_key"] for r in held if r["owner"] not in dead}
+            mine = [key for key in dict.fromkeys(keys) if key not in stored and key not in taken]
+            me = this_process()
+            cur.execute("INSERT INTO claim_owners(owner, host, boot_id, pid_ns, pid, start_ticks, heartbeat)"
+                        " VALUES(?, ?, ?, ?, ?, ?, ?) ON CONFLICT(owner) DO UPDATE SET heartbeat=excluded.heartbeat",
+                        (owner, me.host, me.boot_id, me.pid_ns, me.pid, me.start_ticks, now))
+            cur.executemany("INSERT OR REPLACE INTO scenario_claims(sweep_id, scenario_key, owner, claimed)"
+                            " VALUES(?, ?, ?, ?)", [(sweep_id, key, owner, now) for key in mine])
             return set(mine)
 
-    def scenario_claims(self, sweep_id: int, keys: Sequence[str]) -> dict[str, int]:
-        """Which of ``keys`` are claimed by a running sweep, and by which process (key → pid)."""
+    def scenario_claims(self, sweep_id: int, keys: Sequence[str], *,
+                        lease_s: float = CLAIM_LEASE_S) -> dict[str, dict[str, Any]]:
+        """Which of ``keys`` are claimed, and by whom: key → the owner (``owner``, ``host``, ``pid``,
+        ``heartbeat`` (Unix s), ``expires`` (Unix s: when its claims lapse unless it beats again)
+        and ``lapsed`` (whether they lapsed already, :func:`results.claims.lapsed`))."""
         if not keys:
             return {}
-        rows = self._rows(f"SELECT scenario_key, pid FROM scenario_claims WHERE sweep_id=? AND scenario_key IN"
-                          f" ({_marks(keys)})", (int(sweep_id), *keys))
-        return {r[0]: int(r[1]) for r in rows}
+        rows = self._rows(f"SELECT c.scenario_key, o.* FROM scenario_claims c JOIN claim_owners o USING(owner)"
+                          f" WHERE c.sweep_id=? AND c.scenario_key IN ({_marks(keys)})", (int(sweep_id), *keys))
+        now = time.time()
+        return {r["scenario_key"]: {"owner": r["owner"], "host": r["host"], "pid": int(r["pid"]),
+                                    "heartbeat": float(r["heartbeat"]), "expires": float(r["heartbeat"]) + lease_s,
+                                    "lapsed": lapsed(r, now, lease_s)} for r in rows}
+
+    def renew_claims(self, owner: str) -> None:
+        """The heartbeat of ``owner``'s claims: their lease starts again now."""
+        with self.transaction() as cur:
+            cur.execute("UPDATE claim_owners SET heartbeat=? WHERE owner=?", (time.time(), owner))
+
+    def claims_kept(self, owner: str, every_s: float = CLAIM_HEARTBEAT_S) -> AbstractContextManager[None]:
+        """Keep ``owner``'s claims alive while the body runs: a heartbeat every ``every_s`` seconds,
+        on a connection of its own (:func:`results.claims.heartbeat`)."""
+        @contextmanager
+        def renewer() -> Iterator[Callable[[], None]]:
+            with type(self)(self.path) as store:
+                yield lambda: store.renew_claims(owner)
+
+        return heartbeat(renewer, every_s)
 
     def release_claims(self, sweep_id: int, owner: str) -> None:
-        """Drop every claim ``owner`` holds on the sweep (its run ended, finished or not)."""
+        """Drop every claim ``owner`` holds on the sweep, and the owner (its run ended, finished or not)."""
         with self.transaction() as cur:
             cur.execute("DELETE FROM scenario_claims WHERE sweep_id=? AND owner=?", (int(sweep_id), owner))
+            cur.execute("DELETE FROM claim_owners WHERE owner=? AND owner NOT IN (SELECT owner FROM scenario_claims)",
+                        (owner,))
 
     def add_scenarios(self, sweep_id: int, rows: Iterable[Mapping[str, Any]]) -> int:
         """Insert scenario rows in one transaction, skipping keys already stored; returns the count offered."""

@@ -1,6 +1,6 @@
 """The results store: one SQLite file that every part of the testbed writes to.
 
-Schema (version 6; all times in seconds, sizes in bytes, bandwidths in bits/s):
+Schema (version 7; all times in seconds, sizes in bytes, bandwidths in bits/s):
 
 ``traces``       one row per registered trace directory (``path`` is unique).
 ``replays``      one row per replay run of a trace; ``config_key`` identifies the
@@ -10,9 +10,13 @@ Schema (version 6; all times in seconds, sizes in bytes, bandwidths in bits/s):
 ``sweeps``       one row per simulator sweep; ``config_key`` makes reruns resume.
 ``scenarios``    one row per simulated scenario of a sweep; (sweep_id,
                  scenario_key) is the primary key, so each scenario lands once.
-``scenario_claims`` one row per scenario a running sweep is computing: its owner (one run)
-                 and that run's process id, so a second run of the same sweep waits
-                 for it instead of computing it again (a dead process's claims lapse).
+``scenario_claims`` one row per scenario a running sweep is computing and its owner (one
+                 run), so a second run of the same sweep waits for it instead of
+                 computing it again.
+``claim_owners`` one row per run holding claims: its process identity (host, boot id,
+                 PID namespace, PID, start time) and heartbeat; its claims lapse when
+                 that process has provably ended or its heartbeat is older than the
+                 lease (:mod:`results.claims`).
 ``calibrations`` fitted α (s), β (s/byte) and efficiency from emulated collectives.
 ``emulations``   one row per real emulated run (configuration, core count).
 ``collective_measurements`` measured collective times of an emulation.
@@ -28,7 +32,9 @@ Version 2 added ``replay_rows.backend`` / ``call_index``, ``calibrations.op`` /
 error band; version 4 ``replay_rows.energy`` / ``topk_energy`` (what a call sends of its input's
 squared norm, and what exact Top-k at the target density would send); version 5
 ``replay_rows.fallback`` (1 when the count guard sent the exact top-k); version 6
-``scenario_claims``. A store is
+``scenario_claims`` (owner and PID); version 7 ``claim_owners`` (the owner's identity beyond a PID
+and its heartbeat; the PID moved there, v6 claims keep their owner with an unknown identity and
+lapse by their lease). A store is
 brought up to date by :data:`MIGRATIONS`: step *n* takes a store from version
 *n - 1* to *n*; the missing steps run in order inside one transaction, so an
 upgrade either completes or leaves the file as it was.
@@ -267,7 +273,33 @@ CREATE TABLE scenario_claims (
 CREATE INDEX scenario_claims_by_owner ON scenario_claims(sweep_id, owner);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+_V7 = """
+CREATE TABLE claim_owners (
+    owner       TEXT PRIMARY KEY,
+    host        TEXT NOT NULL,
+    boot_id     TEXT NOT NULL,
+    pid_ns      TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    start_ticks INTEGER,
+    heartbeat   REAL NOT NULL
+);
+INSERT INTO claim_owners(owner, host, boot_id, pid_ns, pid, start_ticks, heartbeat)
+    SELECT owner, '', '', '', MAX(pid), NULL, MAX(claimed) FROM scenario_claims GROUP BY owner;
+CREATE TABLE scenario_claims_v7 (
+    sweep_id     INTEGER NOT NULL REFERENCES sweeps(id),
+    scenario_key TEXT NOT NULL,
+    owner        TEXT NOT NULL REFERENCES claim_owners(owner),
+    claimed      REAL NOT NULL,
+    PRIMARY KEY (sweep_id, scenario_key)
+);
+INSERT INTO scenario_claims_v7(sweep_id, scenario_key, owner, claimed)
+    SELECT sweep_id, scenario_key, owner, claimed FROM scenario_claims;
+DROP TABLE scenario_claims;
+ALTER TABLE scenario_claims_v7 RENAME TO scenario_claims;
+CREATE INDEX scenario_claims_by_owner ON scenario_claims(sweep_id, owner);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 """``MIGRATIONS[n - 1]`` is the DDL taking a store from schema version ``n - 1`` to ``n``
 (version 0 is an empty file). Append a step to change the schema; never edit one."""
 
