@@ -47,9 +47,11 @@ all of a batch or none of it.
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 import stat
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -360,23 +362,72 @@ def _enter_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
             pause_s = min(pause_s * 2, 0.05)
 
 
+def _check_link(path: Path) -> None:
+    """Refuse a symbolic link whose target does not exist: SQLite would follow it and create the
+    target, a file the user never named (or fail with a message about the link's directory)."""
+    if path.is_symlink() and not path.exists():
+        raise StoreError(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist: "
+                         "pass the store's own path, or a link to an existing store")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why the existing store at ``path`` cannot be written from here (its filesystem is mounted
+    read-only, or the file or its directory, where SQLite keeps its write-ahead log, is not
+    writable), or None when it can (or does not exist yet)."""
+    try:
+        if not path.is_file():
+            return None
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "its filesystem is mounted read-only"
+    except OSError:
+        return None
+    if not os.access(path, os.W_OK):
+        return "the file is not writable"
+    if not os.access(path.parent, os.W_OK):
+        return f"its directory {path.parent} is not writable"
+    return None
+
+
+def _connect_read_only(path: Path, timeout_s: float) -> sqlite3.Connection:
+    """A read-only connection to ``path``. A store in WAL mode needs its shared-memory file: where
+    that is missing and cannot be created (a read-only mount), the file is opened as immutable
+    (nothing can write it through this mount)."""
+    uri = f"file:{urllib.parse.quote(str(path.absolute()))}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None)
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+    return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=timeout_s, isolation_level=None)
+
+
 class Store(Queries):
     """A results store backed by one SQLite file at ``path`` (created if missing); its reads and
-    writes are the named queries of :class:`results.queries.Queries`."""
+    writes are the named queries of :class:`results.queries.Queries`. An existing store that cannot
+    be written from here (a read-only mount, a read-only file) opens read-only: every read works,
+    a write is a one-line :class:`StoreError` naming the file (``read_only`` says why, else None)."""
 
     def __init__(self, path: str | Path = DEFAULT_PATH, *, timeout_s: float = 30.0):
         self.path = Path(path)
         self.conn: sqlite3.Connection | None = None
+        self.read_only: str | None = None
         try:
             with guard(self.path):
+                _check_link(self.path)
                 if self.path.is_dir():
                     raise IsADirectoryError(errno.EISDIR, "is a directory", str(self.path))
                 _check_header(self.path)
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self.conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
+                self.read_only = _unwritable(self.path)
+                if self.read_only:
+                    self.conn = _connect_read_only(self.path, timeout_s)
+                else:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self.conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
                 self.conn.row_factory = sqlite3.Row
-                _enter_wal(self.conn, timeout_s)
-                self.conn.execute("PRAGMA synchronous=NORMAL")
+                if not self.read_only:
+                    _enter_wal(self.conn, timeout_s)
+                    self.conn.execute("PRAGMA synchronous=NORMAL")
                 self.conn.execute("PRAGMA foreign_keys=ON")
                 self._migrate()
         except BaseException:
@@ -385,7 +436,16 @@ class Store(Queries):
             raise
 
     def _migrate(self) -> None:
-        """Bring the file up to :data:`SCHEMA_VERSION`, all missing steps in one transaction."""
+        """Bring the file up to :data:`SCHEMA_VERSION`, all missing steps in one transaction (a
+        read-only store must be up to date already)."""
+        if self.read_only:
+            with guard(self.path):
+                version = _schema_version(self.conn.cursor(), self.path)
+            if version != SCHEMA_VERSION:
+                raise StoreError(f"{self.path} has schema version {version} and is read-only here "
+                                 f"({self.read_only}): this testbed reads version {SCHEMA_VERSION}; copy it "
+                                 "somewhere writable (it is upgraded when opened) and pass that --store")
+            return
         with self.transaction() as cur:
             version = _schema_version(cur, self.path)
             if version > SCHEMA_VERSION:
@@ -408,7 +468,11 @@ class Store(Queries):
         """Run the body in one ``BEGIN IMMEDIATE`` transaction; roll back on any error.
 
         SQLite and OS errors (full disk, read-only or damaged file) become one-line
-        :class:`~results.errors.StoreError`; what earlier transactions committed stays."""
+        :class:`~results.errors.StoreError`; what earlier transactions committed stays. A store
+        opened read-only refuses every write with one line."""
+        if self.read_only:
+            raise StoreError(f"cannot write to the results store {self.path}: it is read-only here "
+                             f"({self.read_only}); pass a writable --store")
         with guard(self.path):
             cur = self.conn.cursor()
             cur.execute("BEGIN IMMEDIATE")
