@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from units import format_count
+
 if TYPE_CHECKING:
     from simulator.scenario import Scenario
 
@@ -113,14 +115,14 @@ def check_scenario(sc: Scenario, *, memory_budget_bytes: int = MEMORY_BUDGET_BYT
         return
     largest = _largest_nodes(sc, buckets, memory_budget_bytes, message_budget)
     gpus = f" × {sc.gpus_per_node} GPUs" if sc.gpus_per_node > 1 else ""
-    where = f"{sc.nodes:,} nodes{gpus} × {buckets} buckets ({sc.fidelity}, {sc.topology})"
+    where = f"{format_count(sc.nodes)} nodes{gpus} × {buckets} buckets ({sc.fidelity}, {sc.topology})"
     if memory > memory_budget_bytes:
-        need = f"needs ~{memory / 2**30:,.1f} GiB of memory (limit {memory_budget_bytes / 2**30:g} GiB)"
+        need = f"needs ~{format_count(memory / 2**30, 1)} GiB of memory (limit {memory_budget_bytes / 2**30:g} GiB)"
     else:
         unit = "link-level messages" if sc.fidelity == "des" else "all-gather recurrence steps"
         need = f"needs ~{work:.2g} {unit} (limit {message_budget:.2g})"
     hint = "; try --fidelity analytic" if sc.fidelity == "des" else ""
-    raise ValueError(f"{where} {need}: at most {largest:,} nodes fit{hint}")
+    raise ValueError(f"{where} {need}: at most {format_count(largest)} nodes fit{hint}")
 
 
 def max_jobs() -> int:
