@@ -45,14 +45,37 @@ def worker_key(worker: int) -> str:
     return f"worker_{worker}"
 
 
+MAX_LAYER_NAME_CHARS = 1024
+"""The longest layer name a trace holds (characters; a parameter's dotted name is far shorter)."""
+
+
+def layer_name_problem(name: object, seen: set[str]) -> str | None:
+    """The one rule of a trace's layer names: a string of 1 to :data:`MAX_LAYER_NAME_CHARS` characters,
+    each name once in a trace (``seen``: the names before it, to which ``name`` is added). Returns what
+    is wrong (one line, the name cut to 40 characters) or None."""
+    if not isinstance(name, str) or not name:
+        return "has no name (a non-empty string)"
+    if len(name) > MAX_LAYER_NAME_CHARS:
+        return f"name {name[:40]!r}… is {len(name):,} characters long, over the limit of {MAX_LAYER_NAME_CHARS:,}"
+    if name in seen:
+        return f"name {name[:40]!r} repeats an earlier layer's (each layer is named once)"
+    seen.add(name)
+    return None
+
+
 def layer_entries(layers: Sequence[tuple[str, Sequence[int], str]]) -> list[dict[str, Any]]:
     """Manifest entries (name, shape, dtype, offset, numel) for ``(name, shape, dtype)`` triples.
 
-    ``offset`` and ``numel`` count elements of the flattened gradient.
+    ``offset`` and ``numel`` count elements of the flattened gradient. ValueError (one line) for a
+    name :func:`layer_name_problem` refuses.
     """
     entries = []
     offset = 0
-    for name, shape, dtype in layers:
+    seen: set[str] = set()
+    for index, (name, shape, dtype) in enumerate(layers):
+        problem = layer_name_problem(str(name), seen)
+        if problem:
+            raise ValueError(f"layer {index} {problem}")
         numel = 1
         for dim in shape:
             numel *= int(dim)

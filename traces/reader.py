@@ -23,7 +23,7 @@ from safetensors import safe_open
 
 from traces.errors import TraceError
 from traces.files import file_kind
-from traces.format import FORMAT_NAME, MANIFEST, SCHEMA_VERSION, worker_key
+from traces.format import FORMAT_NAME, MANIFEST, SCHEMA_VERSION, layer_name_problem, worker_key
 from units import check_count
 
 _TIMING_KEYS = ("forward_s", "backward_s", "optimizer_s", "batch_size", "device")
@@ -93,14 +93,16 @@ def _check_layers(path: Path, manifest: Mapping[str, Any]) -> list[tuple[str, tu
         raise _fail(path, "manifest field 'layers' must be a non-empty list")
     result = []
     offset = 0
+    seen: set[str] = set()
     for index, entry in enumerate(layers):
         if not isinstance(entry, dict):
             raise _fail(path, f"layer {index} is not an object")
         name, shape = entry.get("name"), entry.get("shape")
-        if not isinstance(name, str):
-            raise _fail(path, f"layer {index} has no string name")
+        problem = layer_name_problem(name, seen)
+        if problem:
+            raise _fail(path, f"layer {index} {problem}")
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-            raise _fail(path, f"layer {name!r} has an invalid shape {shape!r}")
+            raise _fail(path, f"layer {name!r} has an invalid shape {str(shape)[:80]}")
         numel = math.prod(shape)
         if entry.get("offset") != offset or entry.get("numel") != numel:
             raise _fail(
