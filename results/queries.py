@@ -136,8 +136,11 @@ class Queries:
 
     # -- traces -------------------------------------------------------------------------------
 
-    def register_trace(self, path: str | Path, manifest: Mapping[str, Any]) -> int:
-        """Register (or refresh) the trace at ``path``; return its id."""
+    def register_trace(self, path: str | Path, manifest: Mapping[str, Any], content_sha256: str | None = None) -> int:
+        """Register (or refresh) the trace at ``path``; return its id. ``content_sha256``: the digest of
+        its files (:meth:`traces.Trace.content_sha256`) when the caller read them; without it a
+        trace whose manifest changed has an unknown content (its replays are matched by the manifest's
+        ``trace_id``, :meth:`replays_of_trace`)."""
         resolved = str(Path(path).resolve())
         layers = manifest.get("layers", [])
         numel = 0
@@ -147,27 +150,29 @@ class Queries:
                 count *= int(dim)
             numel += count
         iterations = manifest.get("iterations", [])
+        text = json.dumps(manifest, sort_keys=True)
         values = (
             manifest.get("workload"),
             manifest.get("workers"),
             len(iterations) if isinstance(iterations, list) else iterations,
             numel,
             time.time(),
-            json.dumps(manifest, sort_keys=True),
+            text,
         )
         with self.transaction() as cur:
             row = cur.execute("SELECT id FROM traces WHERE path=?", (resolved,)).fetchone()
             if row is None:
                 cur.execute(
-                    "INSERT INTO traces(path, workload, workers, iterations, numel, created, manifest_json)"
-                    " VALUES(?, ?, ?, ?, ?, ?, ?)",
-                    (resolved, *values),
+                    "INSERT INTO traces(path, workload, workers, iterations, numel, created, manifest_json,"
+                    " content_sha256) VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
+                    (resolved, *values, content_sha256),
                 )
                 return int(cur.lastrowid)
             cur.execute(
-                "UPDATE traces SET workload=?, workers=?, iterations=?, numel=?, created=?, manifest_json=?"
+                "UPDATE traces SET content_sha256=CASE WHEN ? IS NOT NULL THEN ? WHEN manifest_json=? THEN"
+                " content_sha256 END, workload=?, workers=?, iterations=?, numel=?, created=?, manifest_json=?"
                 " WHERE id=?",
-                (*values, row[0]),
+                (content_sha256, content_sha256, text, *values, row[0]),
             )
             return int(row[0])
 
@@ -202,9 +207,19 @@ class Queries:
                          " FROM replays r JOIN traces t ON t.id = r.trace_id ORDER BY r.created DESC, r.id DESC")
 
     def replays_of_trace(self, trace_id: int) -> list[dict[str, Any]]:
-        """The replays of one trace (id, device, status, created, config_json), newest first."""
-        return self._all("SELECT id, device, status, created, config_json FROM replays WHERE trace_id=?"
-                         " ORDER BY created DESC, id DESC", (int(trace_id),))
+        """The replays of one trace's current content (id, device, status, created, config_json), newest
+        first: those whose configuration records the trace's ``content_sha256`` where the store knows
+        it, else the manifest's ``trace_id`` (a trace rewritten at the same path gets a new one). A
+        replay of files that changed since is left out: it describes other gradients."""
+        trace = self._one("SELECT manifest_json, content_sha256 FROM traces WHERE id=?", (int(trace_id),))
+        if trace is None:
+            return []
+        content = trace["content_sha256"]
+        written = json.loads(trace["manifest_json"]).get("trace_id")
+        replays = self._all("SELECT id, device, status, created, config_json FROM replays WHERE trace_id=?"
+                            " ORDER BY created DESC, id DESC", (int(trace_id),))
+        return [r for r in replays if (json.loads(r["config_json"]).get("content_sha256") == content if content
+                                       else json.loads(r["config_json"]).get("trace_id") == written)]
 
     def replay_rows(self, replay_id: int, error_feedback: bool | None = None,
                     compressors: Sequence[str] | None = None) -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 Schema (version 7; all times in seconds, sizes in bytes, bandwidths in bits/s):
 
-``traces``       one row per registered trace directory (``path`` is unique).
+``traces``       one row per registered trace directory (``path`` is unique); v7 adds
+                 ``content_sha256``, the digest of its files when last read.
 ``replays``      one row per replay run of a trace; ``config_key`` identifies the
                  configuration so a rerun resumes the same replay.
 ``replay_rows``  one row per compressor call: (replay, compressor, density,
@@ -34,7 +35,7 @@ squared norm, and what exact Top-k at the target density would send); version 5
 ``replay_rows.fallback`` (1 when the count guard sent the exact top-k); version 6
 ``scenario_claims`` (owner and PID); version 7 ``claim_owners`` (the owner's identity beyond a PID
 and its heartbeat; the PID moved there, v6 claims keep their owner with an unknown identity and
-lapse by their lease). A store is
+lapse by their lease) and ``traces.content_sha256``. A store is
 brought up to date by :data:`MIGRATIONS`: step *n* takes a store from version
 *n - 1* to *n*; the missing steps run in order inside one transaction, so an
 upgrade either completes or leaves the file as it was.
@@ -299,6 +300,7 @@ INSERT INTO scenario_claims_v7(sweep_id, scenario_key, owner, claimed)
 DROP TABLE scenario_claims;
 ALTER TABLE scenario_claims_v7 RENAME TO scenario_claims;
 CREATE INDEX scenario_claims_by_owner ON scenario_claims(sweep_id, owner);
+ALTER TABLE traces ADD COLUMN content_sha256 TEXT;
 """
 
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
