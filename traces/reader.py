@@ -30,6 +30,11 @@ from units import check_count
 _TIMING_KEYS = ("forward_s", "backward_s", "optimizer_s", "batch_size", "device")
 _MAX_HEADER_BYTES = 100_000_000
 
+_DIGESTS: dict[tuple, str] = {}
+"""Content digests this process computed, by the (path, size, mtime in ns, inode) of every file."""
+_DIGESTS_KEPT = 64
+"""Digests kept at most (the oldest goes first)."""
+
 
 def _fail(path: Path, problem: str) -> TraceError:
     return TraceError(f"{path}: {problem}")
@@ -285,16 +290,26 @@ class Trace:
 
     def content_sha256(self) -> str:
         """The SHA-256 (hex) of what the trace holds: its manifest and every gradient file, in
-        iteration order (read once per :class:`Trace`, about 0.5 GB/s). Stored replays carry it, so
-        a trace whose files changed since is replayed again, never matched to the old rows."""
+        iteration order (about 0.5 GB/s; a process reads files whose size, modification time and inode
+        it already hashed only once: :data:`_DIGESTS`). Stored replays carry it, so a trace whose
+        files changed since is replayed again, never matched to the old rows."""
         if self._content is None:
-            digest = hashlib.sha256()
-            for fpath in (self.path / MANIFEST, *(self._files[i] for i in self.iterations)):
-                with _open_regular(fpath, fpath.name) as fh:
-                    digest.update(f"{fpath.name}\0{os.fstat(fh.fileno()).st_size}\0".encode())
-                    while chunk := fh.read(1 << 22):
-                        digest.update(chunk)
-            self._content = digest.hexdigest()
+            files = (self.path / MANIFEST, *(self._files[i] for i in self.iterations))
+            try:
+                stamp = tuple((str(f.resolve()), (st := f.stat()).st_size, st.st_mtime_ns, st.st_ino) for f in files)
+            except OSError as exc:
+                raise _fail(self.path, f"cannot read its files ({exc.strerror})") from None
+            if stamp not in _DIGESTS:
+                digest = hashlib.sha256()
+                for fpath in files:
+                    with _open_regular(fpath, fpath.name) as fh:
+                        digest.update(f"{fpath.name}\0{os.fstat(fh.fileno()).st_size}\0".encode())
+                        while chunk := fh.read(1 << 22):
+                            digest.update(chunk)
+                while len(_DIGESTS) >= _DIGESTS_KEPT:
+                    del _DIGESTS[next(iter(_DIGESTS))]
+                _DIGESTS[stamp] = digest.hexdigest()
+            self._content = _DIGESTS[stamp]
         return self._content
 
     def file(self, iteration: int) -> Path:
