@@ -80,8 +80,20 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19]) if fields is not None and len(fields) > 19 and fields[19].isdigit() else None
 
 
+_IDENTITY: dict[int, ProcessIdentity] = {}
+"""This process's identity, by PID (read once; a forked child reads its own)."""
+
+
 def this_process() -> ProcessIdentity:
-    """The identity of the calling process (:class:`ProcessIdentity`)."""
+    """The identity of the calling process (:class:`ProcessIdentity`), read from ``/proc`` once."""
+    pid = os.getpid()
+    if pid not in _IDENTITY:
+        _IDENTITY.clear()
+        _IDENTITY[pid] = _identity()
+    return _IDENTITY[pid]
+
+
+def _identity() -> ProcessIdentity:
     ours = _proc_is_ours()
     return ProcessIdentity(host=socket.gethostname(), boot_id=_read("/proc/sys/kernel/random/boot_id"),
                            pid_ns=_pid_namespace() if ours else "", pid=os.getpid(),

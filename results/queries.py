@@ -415,7 +415,8 @@ class Queries:
                                f" WHERE c.sweep_id=? AND c.scenario_key IN ({marks}) AND c.owner != ?",
                                (sweep_id, *keys, owner)).fetchall()
             now = time.time()
-            dead = {r["owner"] for r in held if lapsed(r, now, lease_s)}
+            owners = {r["owner"]: r for r in held}
+            dead = {owner for owner, r in owners.items() if lapsed(r, now, lease_s)}
             for gone in dead:
                 cur.execute("DELETE FROM scenario_claims WHERE owner=?", (gone,))
                 cur.execute("DELETE FROM claim_owners WHERE owner=?", (gone,))
@@ -439,9 +440,13 @@ class Queries:
         rows = self._rows(f"SELECT c.scenario_key, o.* FROM scenario_claims c JOIN claim_owners o USING(owner)"
                           f" WHERE c.sweep_id=? AND c.scenario_key IN ({_marks(keys)})", (int(sweep_id), *keys))
         now = time.time()
+        verdicts: dict[str, bool] = {}  # one look per owner, not per scenario
+        for r in rows:
+            if r["owner"] not in verdicts:
+                verdicts[r["owner"]] = lapsed(r, now, lease_s)
         return {r["scenario_key"]: {"owner": r["owner"], "host": r["host"], "pid": int(r["pid"]),
                                     "heartbeat": float(r["heartbeat"]), "expires": float(r["heartbeat"]) + lease_s,
-                                    "lapsed": lapsed(r, now, lease_s)} for r in rows}
+                                    "lapsed": verdicts[r["owner"]]} for r in rows}
 
     def renew_claims(self, owner: str) -> None:
         """The heartbeat of ``owner``'s claims: their lease starts again now."""

@@ -58,6 +58,7 @@ def _kill_while_claiming(command: list[str], store) -> int:
 
 
 @pytest.mark.root
+@pytest.mark.slow  # the rerun waits out the lease (CLAIM_LEASE_S)
 def test_a_container_sweep_killed_and_rerun_as_the_same_pid_takes_its_claims_over(tmp_path):
     """The issue's repro: a sweep as PID 1 of its own PID namespace is SIGKILLed holding claims;
     the same command run the same way (PID 1 again, alive) does not wait on itself forever: it says
