@@ -208,18 +208,25 @@ class Queries:
 
     def replays_of_trace(self, trace_id: int) -> list[dict[str, Any]]:
         """The replays of one trace's current content (id, device, status, created, config_json), newest
-        first: those whose configuration records the trace's ``content_sha256`` where the store knows
-        it, else the manifest's ``trace_id`` (a trace rewritten at the same path gets a new one). A
-        replay of files that changed since is left out: it describes other gradients."""
+        first. A replay whose configuration records a ``content_sha256`` belongs to it when that is the
+        trace's (where the store knows the trace's); else one that records the manifest's ``trace_id``
+        when that is the current one (a trace rewritten at the same path gets a new one); one that
+        records neither is kept. A replay of files that changed since is left out: it describes other
+        gradients."""
         trace = self._one("SELECT manifest_json, content_sha256 FROM traces WHERE id=?", (int(trace_id),))
         if trace is None:
             return []
         content = trace["content_sha256"]
         written = json.loads(trace["manifest_json"]).get("trace_id")
+
+        def current(config: Mapping[str, Any]) -> bool:
+            if content and config.get("content_sha256"):
+                return config["content_sha256"] == content
+            return "trace_id" not in config or config["trace_id"] == written
+
         replays = self._all("SELECT id, device, status, created, config_json FROM replays WHERE trace_id=?"
                             " ORDER BY created DESC, id DESC", (int(trace_id),))
-        return [r for r in replays if (json.loads(r["config_json"]).get("content_sha256") == content if content
-                                       else json.loads(r["config_json"]).get("trace_id") == written)]
+        return [r for r in replays if current(json.loads(r["config_json"]))]
 
     def replay_rows(self, replay_id: int, error_feedback: bool | None = None,
                     compressors: Sequence[str] | None = None) -> list[dict[str, Any]]:
