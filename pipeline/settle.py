@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import simulator
+import traces.layouts
 from pipeline import project as projection
 from pipeline import quality
 from pipeline.verdict import rank, with_settle
@@ -135,7 +136,7 @@ def command(item: Input, projected: projection.Projection, rows: Sequence[Mappin
                         if v is not None and v not in (1, "ddp"))
         names = ",".join(dict.fromkeys(r["compressor"] for r in rows))
         densities = ",".join(dict.fromkeys(f"{r['density']:g}" for r in rows if r.get("density") is not None))
-        return (f"sidco compare --layout {source.ref} --device {source.device.name} --precision {source.precision} "
+        return (f"sidco compare {traces.layouts.flag(source.ref)} --device {source.device.name} --precision {source.precision} "
                 f"--batch-size {source.batch_size}{extra} --nodes {c.nodes} "
                 f"--bandwidth {format_bandwidth(c.bandwidth_bps).replace(' ', '')} "
                 f"--latency {format_seconds(c.latency_s).replace(' ', '').replace('µs', 'us')} --topology {c.topology} "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from simulator import topologies
 from units import format_count
 
 if TYPE_CHECKING:
@@ -41,28 +42,11 @@ JOB_BYTES = 300 * 2**20
 torch + numpy), bytes."""
 
 
-def _log2_floor(p: int) -> int:
-    return p.bit_length() - 1
-
-
 def collective_messages(topology: str, nodes: int, *, gpus: int = 1, servers: int = 0, sparse: bool = False,
                         padded: bool = True) -> int:
-    """Link-level messages of one bucket's collective(s) on ``nodes`` machines (``des`` work)."""
-    p = nodes * gpus
-    if topology == "hierarchical":
-        intra = 2 * (gpus - 1) * p if gpus > 1 else 0
-        inter = (nodes - 1) * nodes * (1 if sparse else 2)
-        return intra + inter
-    if topology == "ps":
-        return 2 * servers * p if servers else 2 * (p - 1) * p
-    if sparse:
-        return (p - 1) * p * (2 if padded else 1)
-    if topology == "ring":
-        return 2 * (p - 1) * p
-    if topology == "halving-doubling":
-        q = 1 << _log2_floor(p)
-        return 2 * _log2_floor(q) * q + 2 * (p - q)
-    return 2 * max(p - 1, 0)
+    """Link-level messages of one bucket's collective(s) on ``nodes`` machines (``des`` work):
+    :meth:`simulator.topologies.Topology.messages` of ``topology``."""
+    return topologies.get(topology)(nodes, gpus=gpus, servers=servers).messages(sparse, padded)
 
 
 def estimate(sc: Scenario) -> tuple[int, int]:
@@ -73,19 +57,16 @@ def estimate(sc: Scenario) -> tuple[int, int]:
 
 
 def _estimate(sc: Scenario, nodes: int, buckets: int) -> tuple[int, int]:
-    workers = nodes * sc.gpus_per_node
-    ranks = workers + (sc.ps_servers if sc.topology == "ps" else 0)
+    topology = topologies.get(sc.topology)(nodes, gpus=sc.gpus_per_node, servers=sc.ps_servers)
+    ranks = topology.workers + topology.extra_ranks
     memory = BYTES_PER_WORKER_BUCKET * buckets * ranks
     if sc.fidelity == "des":
         memory += DES_BYTES_PER_WORKER * ranks
-        work = buckets * collective_messages(sc.topology, nodes, gpus=sc.gpus_per_node, servers=sc.ps_servers,
-                                             sparse=sc.sparse, padded=sc.padded)
+        work = buckets * topology.messages(sc.sparse, sc.padded)
         if sc.compressor != "none":
-            work += buckets * collective_messages(sc.topology, nodes, gpus=sc.gpus_per_node, servers=sc.ps_servers)
-    elif sc.sparse and not sc.padded and sc.topology != "ps":
-        work = buckets * nodes * nodes
+            work += buckets * topology.messages()
     else:
-        work = buckets * workers
+        work = buckets * topology.recurrence_cells(sc.sparse, sc.padded)
     return memory, work
 
 
@@ -150,8 +131,8 @@ def check_collective(ranks: int, steps: int, *, memory_budget_bytes: int = MEMOR
     ranks would exceed the memory (~16 float64 per rank) or message budget."""
     memory, work = 16 * 8 * ranks, steps * ranks
     if memory > memory_budget_bytes:
-        raise ValueError(f"a collective over {ranks:,} ranks needs ~{memory / 2**30:,.1f} GiB of memory "
+        raise ValueError(f"a collective over {format_count(ranks)} ranks needs ~{format_count(memory / 2**30, 1)} GiB of memory "
                          f"(limit {memory_budget_bytes / 2**30:g} GiB)")
     if work > message_budget:
-        raise ValueError(f"a des collective over {ranks:,} ranks in {steps:,} steps needs ~{work:.2g} link-level "
+        raise ValueError(f"a des collective over {format_count(ranks)} ranks in {format_count(steps)} steps needs ~{work:.2g} link-level "
                          f"messages (limit {message_budget:.2g}); use fidelity='analytic'")

@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 
 from pipeline import project as projection
-from pipeline.catalog import BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES
+from pipeline.catalog import BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES, model_names
 from pipeline.project import check_output_path, write_chrome_trace
 from pipeline.costs import KERNEL_BAND_NOTE
 from pipeline.request import DEVICE_RULE, Cluster, Request, modelled_devices
@@ -32,11 +32,16 @@ def positive_int(text: str, name: str) -> int:
 
 
 def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    """--trace / --layout and the layout compute model (``required``: one of the two must be given)."""
+    """--trace / --layout / --model and the layout compute model (``required``: one of them must be given)."""
     source = parser.add_mutually_exclusive_group(required=required)
     source.add_argument("--trace", metavar="DIR", help="trace directory (compute times and gradients come from it)")
     source.add_argument("--layout", metavar="NAME",
                         help="full-size layout instead of a trace: resnet50, vgg16, vgg19, bert-base, bert-large, gpt2")
+    source.add_argument("--model", metavar="NAME|FILE",
+                        help="a decoder-only transformer from its Hugging Face config.json, computed like a layout: "
+                             + ", ".join(model_names()) + ", or the path of a config.json (GPT-2, LLaMA, Mistral, "
+                             "Qwen2, Mixtral); "
+                             "--tokens sets its sequence length (default 4096, at most its max_position_embeddings)")
     parser.add_argument("--device", metavar="NAME",
                         help="the modelled device each worker has: " + ", ".join(modelled_devices()) + f" ({DEVICE_RULE}). "
                              "Layouts compute "
@@ -57,8 +62,8 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
                              "compute then comes from it instead of the rule fitted to published throughput, and "
                              "its band shrinks to the measurement's noise (±5%%)")
     parser.add_argument("--tokens", default=None, metavar="N",
-                        help="transformer layouts: tokens per sample (sequence length; default 128 for bert-base and "
-                             "bert-large, 1024 for gpt2)")
+                        help="transformer layouts and models: tokens per sample (sequence length; default 128 for "
+                             "bert-base and bert-large, 1024 for gpt2, 4096 for a model)")
 
 
 def add_precision_arg(parser: argparse.ArgumentParser) -> None:
@@ -139,12 +144,12 @@ def scenario_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def workload_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """The request's workload and device fields from ``--trace``/``--layout``, ``--device``,
+    """The request's workload and device fields from ``--trace``/``--layout``/``--model``, ``--device``,
     ``--precision``, ``--device-flops``, ``--batch-size``, ``--samples-per-s``, ``--tokens`` and
     ``--profile`` (text parsed here;
     the rules are the request's, :class:`pipeline.request.Request`)."""
     flops = _number(args.device_flops, float, "--device-flops", "FLOP/s, e.g. 100e12")
-    return {"trace": args.trace, "layout": args.layout, "device": args.device, "precision": args.precision,
+    return {"trace": args.trace, "layout": args.layout, "model": args.model, "device": args.device, "precision": args.precision,
             "device_flops_per_s": flops, "batch_size": positive_int(args.batch_size, "--batch-size"),
             "profile_file": args.profile, "calibration": args.calibration,
             "samples_per_s": _number(args.samples_per_s, float, "--samples-per-s", "samples/s, e.g. 400"),

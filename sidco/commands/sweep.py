@@ -93,13 +93,13 @@ def _convergence_source(args: argparse.Namespace) -> None:
     if args.convergence is None:
         if targeted:
             raise ValueError("--target-accuracy/--target-loss need --convergence ID|latest")
-        if not args.trace and not args.layout:
-            raise ValueError("give --trace DIR, --layout NAME or --convergence ID")
+        if not args.trace and not args.layout and not args.model:
+            raise ValueError("give --trace DIR, --layout NAME, --model NAME|FILE or --convergence ID")
         return
     if not targeted:
         raise ValueError("--convergence needs --target-accuracy A or --target-loss L")
     check_target(args.target_accuracy, args.target_loss)
-    if not args.trace and not args.layout:
+    if not args.trace and not args.layout and not args.model:
         with Store(args.store) as store:
             args.trace = trace_path(store, convergence_run(store, args.convergence))
 

@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help='curves from your own training instead of a convergence run: JSON {"source", "rows": '
                              '[{compressor, density, iteration, loss, accuracy[, eval_loss, seed]}]} or the same '
                              "columns as CSV (sidco converge --json writes it); the workload whose iteration is "
-                             "projected is --trace or --layout")
+                             "projected is --trace, --layout or --model")
     parser.add_argument("--nodes", required=True, help="machines (an integer >= 1)")
     parser.add_argument("--bandwidth", required=True, help="NIC bandwidth per direction, e.g. 1Gbit or 1.25GB/s")
     parser.add_argument("--latency", default="50us", help="per-message latency, e.g. 50us (default 50us)")
@@ -114,10 +114,10 @@ def run(args: argparse.Namespace) -> int:
     """Compute and print the time-to-target table."""
     check_target(args.target_accuracy, args.target_loss)
     chosen = cluster(args)
-    if args.curves is None and (args.trace or args.layout):
-        raise ValueError("--trace/--layout name the workload of --curves; a convergence run's trace is its own")
-    if args.curves is not None and not (args.trace or args.layout):
-        raise ValueError("--curves needs the workload to project: --trace DIR or --layout NAME")
+    if args.curves is None and (args.trace or args.layout or args.model):
+        raise ValueError("--trace/--layout/--model name the workload of --curves; a convergence run's trace is its own")
+    if args.curves is not None and not (args.trace or args.layout or args.model):
+        raise ValueError("--curves needs the workload to project: --trace DIR or --layout NAME (or --model NAME|FILE)")
     curves = load_curves(args.curves) if args.curves is not None else None
     if curves is not None:
         check_compressors(list(dict.fromkeys(r["compressor"] for r in curves["rows"])))
