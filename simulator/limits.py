@@ -131,8 +131,10 @@ def check_collective(ranks: int, steps: int, *, memory_budget_bytes: int = MEMOR
     ranks would exceed the memory (~16 float64 per rank) or message budget."""
     memory, work = 16 * 8 * ranks, steps * ranks
     if memory > memory_budget_bytes:
-        raise ValueError(f"a collective over {format_count(ranks)} ranks needs ~{format_count(memory / 2**30, 1)} GiB of memory "
+        raise ValueError(f"a collective over {format_count(ranks)} ranks needs "
+                         f"~{format_count(memory / 2**30, 1)} GiB of memory "
                          f"(limit {memory_budget_bytes / 2**30:g} GiB)")
     if work > message_budget:
-        raise ValueError(f"a des collective over {format_count(ranks)} ranks in {format_count(steps)} steps needs ~{work:.2g} link-level "
+        raise ValueError(f"a des collective over {format_count(ranks)} ranks in {format_count(steps)} steps "
+                         f"needs ~{work:.2g} link-level "
                          f"messages (limit {message_budget:.2g}); use fidelity='analytic'")

@@ -42,7 +42,8 @@ def test_a_replay_of_files_changed_since_is_detected_and_replayed_again(tmp_path
 
         changed = {f"worker_{w}": torch.full((400,), 0.5 + w) for w in range(2)}  # same shape, other values
         save_file(changed, str(trace.path / iteration_file(2)))
-        register(store, Source("trace", str(trace.path.resolve()), device=devices.get("cpu")))  # a projection on the trace looks again
+        # a projection on the trace looks at its files again
+        register(store, Source("trace", str(trace.path.resolve()), device=devices.get("cpu")))
         assert store.replays_of_trace(trace_id) == []  # the old rows describe other gradients
         fresh = pipeline.replay.run(store, trace.path, ["topk"], [0.1])
         assert fresh.replay_id != first.replay_id and fresh.skipped == 0
