@@ -140,8 +140,8 @@ def run(store: Store, projection: Projection, grid: Grid, executor: Executor, *,
     ``started(sweep_id, already_stored)`` once the sweep row exists; ``progress(stored, total)``
     after each chunk lands; ``waiting(text)`` (one line) when this run waits for scenarios another
     run claimed: on whom, and when their claims are taken over. The calibration the request names
-    (``latest``, an id, ``none``) must exist; its profile file comes first in the costs. Costs and rows are for the source's
-    modelled device (resolved with it, :func:`pipeline.project.resolve`).
+    (``latest``, an id, ``none``) must exist; its profile file comes first in the costs. Costs and
+    rows are for the source's modelled device (resolved with it, :func:`pipeline.project.resolve`).
     """
     source = register(store, projection.source)
     request = projection.request
