@@ -19,6 +19,7 @@ import pytest
 from processes.liveness import provably_gone, this_process
 from results.claims import CLAIM_LEASE_S, lapsed
 from results.store import MIGRATIONS, SCHEMA_VERSION, Store
+from killing import kill_while_claiming
 
 SIDCO = [sys.executable, "-m", "sidco"]
 SWEEP = ["sweep", "--layout", "resnet50", "--nodes", "16,32", "--bandwidth", "1Gbit,10Gbit", "--latency",
@@ -30,34 +31,6 @@ IN_CONTAINER = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 """A fresh PID namespace per run: the sweep is PID 1 there, every time (as in a container)."""
 
 
-def _kill_while_claiming(command: list[str], store) -> int:
-    """Start ``command``, SIGKILL its process group once it holds claims and stored a scenario;
-    returns the scenarios it stored."""
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    claims = seen = 0
-    deadline = time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline and proc.poll() is None and not (claims and seen):
-            time.sleep(0.02)
-            try:
-                with sqlite3.connect(store, timeout=1) as conn:
-                    claims = conn.execute("SELECT COUNT(*) FROM scenario_claims").fetchone()[0]
-                    seen = conn.execute("SELECT COUNT(*) FROM scenarios").fetchone()[0]
-                conn.close()
-            except sqlite3.OperationalError:
-                continue
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    with sqlite3.connect(store) as conn:
-        left = conn.execute("SELECT COUNT(*) FROM scenario_claims WHERE scenario_key NOT IN"
-                            " (SELECT scenario_key FROM scenarios)").fetchone()[0]
-        seen = conn.execute("SELECT COUNT(*) FROM scenarios").fetchone()[0]
-    conn.close()
-    assert left > 0 and seen < TOTAL, proc.stderr.read().decode()[-500:]
-    return seen
-
-
 @pytest.mark.root
 @pytest.mark.slow  # the rerun waits out the lease (CLAIM_LEASE_S)
 def test_a_container_sweep_killed_and_rerun_as_the_same_pid_takes_its_claims_over(tmp_path):
@@ -65,7 +38,7 @@ def test_a_container_sweep_killed_and_rerun_as_the_same_pid_takes_its_claims_ove
     the same command run the same way (PID 1 again, alive) does not wait on itself forever: it says
     on whom it waits and until when, takes the claims over when their lease expires, and finishes."""
     store = tmp_path / "r.sqlite"
-    seen = _kill_while_claiming(IN_CONTAINER + SIDCO + SWEEP + ["--store", str(store)], store)
+    seen = kill_while_claiming(IN_CONTAINER + SIDCO + SWEEP + ["--store", str(store)], store, TOTAL)
     with sqlite3.connect(store) as conn:
         assert {r[0] for r in conn.execute("SELECT pid FROM claim_owners")} == {1}
     conn.close()
