@@ -660,3 +660,14 @@ def iteration(sc: Scenario) -> dict[str, Any]:
     if sc.timeline:
         result["timeline"] = events(plan, times)
     return result
+
+
+def working_numel(workload: Any) -> tuple[int, int]:
+    """Parameters FSDP holds gathered at once (the root, never resharded between forward and
+    backward, and the largest block twice: the one computing and the one prefetched) and gradients
+    unsharded at once (the root's and one block's, before their reduce-scatter), in elements, for
+    :func:`costs.memory.sharded_state_bytes`."""
+    found = units(workload)
+    root = sum(u.numel for u in found if u.root)
+    block = max((u.numel for u in found if not u.root), default=0)
+    return root + 2 * block, root + block

@@ -22,7 +22,7 @@ from pipeline.request import Request
 from pipeline.settle import judge
 from pipeline.verdict import BASELINES, TIE_MARGIN
 from results.store import Store
-from sidco.commands.simulate import add_scenario_args, add_source_args, cluster, workload_fields
+from sidco.commands.simulate import add_parallel_args, add_scenario_args, add_source_args, cluster, workload_fields
 from units import format_bandwidth, format_seconds, parse_density, parse_list
 from sidco.commands import COMMANDS, dump_json
 
@@ -45,7 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             f"Top-k and where they come from: {quality.QUALITY_RULE}. The verdict weighs them: "
             f"{quality.CALL_RULE}; faster configurations it does not call are listed apart. Where the store holds "
             "a sidco converge run of the trace, the verdict ranks by time to accuracy instead and says so. "
-            "--json prints {\"verdict\": {...}, \"rows\": [...]}."
+            "With --parallel each row names the collective its compressor replaces and the time of every "
+            "collective (total and exposed), and a compressor the plan cannot run is refused with the reason. "
+            "--json prints {\"verdict\": {...}, \"rows\": [...], \"refused\": [...], \"headroom\": \"...\"}."
         ),
     )
     add_source_args(parser)
@@ -62,6 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="ring, halving-doubling, tree, ps or hierarchical (default: ring, or hierarchical "
                              "with --gpus-per-node above 1)")
     add_scenario_args(parser)
+    add_parallel_args(parser)
     parser.set_defaults(func=run, fidelity="analytic")
 
 
@@ -109,8 +112,9 @@ def run(args: argparse.Namespace) -> int:
 
         asked, rows = comparison.compare(store, asked, progress=progress)
         result = judge(store, asked, rows)
+    refused = comparison.split_refused(asked)[1]
     if args.json:
-        print(dump_json({"verdict": result, "rows": rows}))
+        print(dump_json({"verdict": result, "rows": rows, "refused": refused, "headroom": comparison.headroom(rows)}))
         return 0
     c = request.cluster
     print(f"{len(rows)} configurations on {c.nodes} nodes ({rows[0]['workers']} workers), {c.topology}, "
@@ -119,4 +123,18 @@ def run(args: argparse.Namespace) -> int:
     print(f"workload: {projection.workload_text(rows[0])}")
     print(f"kernel costs: {KERNEL_BAND_NOTE}")
     print_table(rows, result)
+    print_sharded(rows, refused)
     return 0
+
+
+def print_sharded(rows: list[dict[str, Any]], refused: list[dict[str, Any]]) -> None:
+    """What each row's compressor replaces, memory per GPU, what compression can touch and the
+    configurations the ``--parallel`` refuses (one line each)."""
+    for r in rows:
+        fits = "" if r.get("fits") is None else (" (fits)" if r["fits"] else " (DOES NOT FIT)")
+        print(f"  {r['label']:<16} replaces {r['collective']}; {r['memory_gib']:.1f} GiB per GPU{fits}")
+    touch = comparison.headroom(rows)
+    if touch:
+        print(f"headroom: {touch}")
+    for r in refused:
+        print(f"refused: {r['label']}: {r['refused']}")
