@@ -16,6 +16,7 @@ their sources. Units: seconds, bytes.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -166,6 +167,7 @@ def _ring_s(kind: str, nbytes: float, ranks: int, link: Level) -> float:
     return Ring(ranks).collective(kind, block, link).analytic_s
 
 
+@functools.lru_cache(maxsize=4096)
 def group_phase(kind: str, nbytes: float, group: Group, nodes: int, gpus: int, link: Level, intra: Level) -> Phase:
     """One ``kind`` collective of a ``nbytes`` buffer per group (the gathered output of an
     all-gather) on every group at once, hierarchically as :class:`simulator.topologies.Hierarchical`:
