@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"workload: {projection.workload_text(rows[0])}")
     print(f"kernel costs: {KERNEL_BAND_NOTE}")
     print_table(rows, result)
-    print_sharded(rows, refused)
+    if args.parallel != "ddp":
+        print_sharded(rows, refused)
     return 0
 
 
