@@ -436,12 +436,12 @@ def build(sc: Scenario) -> Plan:
 
 
 def collective_label(parallel: str, compressor: str) -> str:
-    """The collective ``compressor`` replaces under ``parallel`` (for ``none``: the gradients' own)."""
+    """The collective ``compressor`` replaces under ``parallel`` (for ``none``: the one it would), a key
+    of :func:`summarize`'s ``collectives``; a quantizer under HSDP also goes into the reduce-scatter
+    (that entry's ``compressed``)."""
     if parallel == "ddp":
         return "all-reduce (DDP gradient buckets)"
     if parallel == "hsdp":
-        if quantizer(compressor):
-            return "reduce-scatter and replicate all-reduce (gradients, 16-bit)"
         return "all-reduce (replicate, gradient shard)"
     if parallel == "zero1":
         return "all-reduce (gradients)"

@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     request = comparison.with_baselines(
         Request(cluster(args), tuple(names), tuple(parse_list(args.densities, parse_density)), **workload_fields(args)))
     asked = projection.resolve(request)  # the device resolved once; bad input stops before any store is opened
+    refused = comparison.split_refused(asked)[1]
     with Store(args.store) as store, tqdm(desc="quality", unit="call", file=sys.stderr, disable=None,
                                           leave=False) as bar:
 
@@ -112,7 +113,6 @@ def run(args: argparse.Namespace) -> int:
 
         asked, rows = comparison.compare(store, asked, progress=progress)
         result = judge(store, asked, rows)
-    refused = comparison.split_refused(asked)[1]
     if args.json:
         print(dump_json({"verdict": result, "rows": rows, "refused": refused, "headroom": comparison.headroom(rows)}))
         return 0
