@@ -363,8 +363,9 @@ def build(sc: Scenario) -> Plan:
                       sent_bytes(kind, nbytes, group.size), per, pre, post, compressed))
         return len(ops) - 1
 
-    def reduce(unit: Unit, m: int, release: tuple[int, str], per: str) -> None:
-        """The gradient collectives of ``unit`` once its backward has produced it."""
+    def reduce(unit: Unit, m: int, release: tuple[int, str], per: str, last: bool) -> None:
+        """The gradient collectives of ``unit`` once its backward has produced it; HSDP's replicate
+        all-reduce on the ``last`` micro-batch only (FSDP2's ``set_requires_all_reduce(False)`` before)."""
         quant_pre = cost.compress_s(unit.numel) if quant else 0.0
         quant_post = cost.decompress_s(unit.numel / size) if quant else 0.0
         if sh.parallel == "zero1":
@@ -373,16 +374,16 @@ def build(sc: Scenario) -> Plan:
             return
         op(f"reduce-scatter {unit.name} m{m}", "reduce-scatter (gradients)", "reduce-scatter", "reduce_scatter",
            unit.numel * grad_b, release, per, pre=quant_pre, post=0.0 if repl_g else quant_post, compressed=quant)
-        if repl_g is None or repl_g.size <= 1:
+        if repl_g is None or repl_g.size <= 1 or not last:
             return
         shard = math.ceil(unit.numel / size)
         if compressor == "none" or quant:
             op(f"all-reduce {unit.name} m{m}", "all-reduce (replicate, gradient shard)", "all-reduce", "allreduce",
-               shard * grad_b, release, per, repl_g, post=quant_post, compressed=quant)
+               shard * grad_b, release, "step", repl_g, post=quant_post, compressed=quant)
             return
         phases, pre, post, sent = _compressed(sc, unit, shard, repl_g, lambda kind, n: make(kind, n, repl_g))
         ops.append(Op(f"all-reduce {unit.name} m{m}", "all-reduce (replicate, gradient shard)", "all-reduce",
-                      phases, release, sent, per, pre, post, True))
+                      phases, release, sent, "step", pre, post, True))
 
     per = "micro-batch" if mb > 1 else "step"
     for m in range(mb):
@@ -420,10 +421,10 @@ def build(sc: Scenario) -> Plan:
             tasks.append(Task(f"backward {unit.name} m{m}", "backward", work / mb,
                               [regather[unit.name]] if sharded_params else []))
             if sh.parallel != "zero1" or last:
-                reduce(unit, m, (index, "end"), reduce_per)
+                reduce(unit, m, (index, "end"), reduce_per, last)
         for unit in root:
             if sh.parallel != "zero1" or last:
-                reduce(unit, m, (len(tasks) - 1, "end"), reduce_per)
+                reduce(unit, m, (len(tasks) - 1, "end"), reduce_per, last)
     grads = [i for i, o in enumerate(ops) if o.stream != "all-gather"]
     shard_of = size if sh.parallel in ("fsdp", "hsdp") else p
     tasks.append(Task("optimizer", "optimizer", wl.optimizer_s / shard_of, grads))

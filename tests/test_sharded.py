@@ -239,3 +239,11 @@ def test_simulate_bad_parallel_input_is_one_line(capsys, tmp_path, extra, words)
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err
+
+
+def test_hsdp_all_reduces_once_per_step_and_reduce_scatters_every_micro_batch():
+    one, four = run(toy(), "hsdp"), run(toy(), "hsdp", micro_batch=1)
+    ar, rs = "all-reduce (replicate, gradient shard)", "reduce-scatter (gradients)"
+    assert four["collectives"][ar]["bytes_per_gpu"] == pytest.approx(one["collectives"][ar]["bytes_per_gpu"])
+    assert four["collectives"][ar]["per"] == "step" and four["collectives"][rs]["per"] == "micro-batch"
+    assert four["collectives"][rs]["bytes_per_gpu"] == pytest.approx(4 * one["collectives"][rs]["bytes_per_gpu"])
