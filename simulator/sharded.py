@@ -459,59 +459,39 @@ class Times:
     op_end: np.ndarray
 
 
-def _schedule(plan: Plan) -> tuple[list[list[int]], list[int | None]]:
-    """Per task the collectives it waits for; per collective the one before it on its stream."""
-    last: dict[str, int | None] = {s: None for s in STREAMS}
-    prev: list[int | None] = []
-    for j, o in enumerate(plan.ops):
-        prev.append(last[o.stream])
-        last[o.stream] = j
-    return [t.needs for t in plan.tasks], prev
+def _key(o: Op) -> tuple[int, int]:
+    """When ``o`` is released, as (task, 0 at its start | 1 at its end); (-1, 1) at time 0."""
+    return (-1, 1) if o.release is None else (o.release[0], 0 if o.release[1] == "start" else 1)
 
 
 def run_analytic(plan: Plan) -> Times:
     """Time ``plan`` with every collective's closed form: a task starts when the previous one and
     the collectives it needs have ended; a collective when released and the one before it on its
-    stream has ended. Evaluated in dependency order (the plan is acyclic)."""
+    stream has ended. One sweep: :func:`build` issues the collectives in the order of their release."""
     n_t, n_o = len(plan.tasks), len(plan.ops)
-    ts, te = np.full(n_t, np.nan), np.full(n_t, np.nan)
-    os_, oe = np.full(n_o, np.nan), np.full(n_o, np.nan)
-    needs, prev = _schedule(plan)
+    ts, te = np.zeros(n_t), np.zeros(n_t)
+    os_, oe = np.zeros(n_o), np.zeros(n_o)
+    free = dict.fromkeys(STREAMS, 0.0)
+    j = 0
 
-    def deps(key: tuple[str, int]) -> list[tuple[str, int]]:
-        kind, i = key
-        if kind == "t":
-            return ([("t", i - 1)] if i else []) + [("o", n) for n in needs[i]]
-        o = plan.ops[i]
-        out = [] if prev[i] is None else [("o", prev[i])]
-        return out + ([] if o.release is None else [("t", o.release[0])])
+    def issue(until: tuple[int, int]) -> int:
+        nonlocal j
+        while j < n_o and _key(plan.ops[j]) <= until:
+            o = plan.ops[j]
+            released = 0.0 if o.release is None else (ts if o.release[1] == "start" else te)[o.release[0]]
+            os_[j] = max(released, free[o.stream])
+            oe[j] = free[o.stream] = os_[j] + o.analytic_s
+            j += 1
+        return j
 
-    def done(key: tuple[str, int]) -> bool:
-        return not np.isnan((te if key[0] == "t" else oe)[key[1]])
-
-    for root in [("t", i) for i in range(n_t)] + [("o", j) for j in range(n_o)]:
-        stack = [root]
-        while stack:
-            key = stack[-1]
-            if done(key):
-                stack.pop()
-                continue
-            missing = [d for d in deps(key) if not done(d)]
-            if missing:
-                if len(stack) > 2 * (n_t + n_o):
-                    raise RuntimeError("the sharded plan has a cycle")
-                stack.extend(missing)
-                continue
-            kind, i = key
-            if kind == "t":
-                ts[i] = max([te[i - 1] if i else 0.0, *(oe[n] for n in needs[i])])
-                te[i] = ts[i] + plan.tasks[i].seconds
-            else:
-                o = plan.ops[i]
-                released = 0.0 if o.release is None else (ts if o.release[1] == "start" else te)[o.release[0]]
-                os_[i] = max(released, oe[prev[i]] if prev[i] is not None else 0.0)
-                oe[i] = os_[i] + o.analytic_s
-            stack.pop()
+    for i, task in enumerate(plan.tasks):
+        issued = issue((i - 1, 1))
+        if any(n >= issued for n in task.needs):
+            raise RuntimeError(f"the sharded plan's task {task.name} waits for a collective it releases")
+        ts[i] = max([te[i - 1] if i else 0.0, *(oe[n] for n in task.needs)])
+        te[i] = ts[i] + task.seconds
+        issue((i, 0))
+    issue((n_t, 1))
     return Times(ts, te, os_, oe)
 
 
