@@ -118,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     c = request.cluster
     print(f"{len(rows)} configurations on {c.nodes} nodes ({rows[0]['workers']} workers), {c.topology}, "
-          f"{format_bandwidth(c.bandwidth_bps)}, {format_seconds(c.latency_s)} latency, fidelity {c.fidelity}; "
+          f"{format_bandwidth(c.bandwidth_bps)}, {format_seconds(c.latency_s)} latency, fidelity {c.fidelity}"
+          f"{'' if args.parallel == 'ddp' else ', --parallel ' + args.parallel}; "
           f"device {asked.source.device.name}: compute from {asked.source.compute}")
     print(f"workload: {projection.workload_text(rows[0])}")
     print(f"kernel costs: {KERNEL_BAND_NOTE}")

@@ -271,6 +271,13 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: Clu
     if result.get("cost_source"):
         low, high = result["cost_band"]
         print(f"  costs from     {result['cost_source']} (band x{low:.2f}-{high:.2f}; {KERNEL_BAND_NOTE})")
+    if "parallel" in result:
+        print(f"  parallel       {result['parallel']}, shard group {result['shard_size']} GPUs, "
+              f"{result['micro_batches']} micro-batch(es); {args.compressor} replaces the {result['collective']}")
+        for name, c in result["collectives"].items():
+            print(f"  {name:<40} {format_seconds(c['total_s'])} ({format_seconds(c['exposed_s'])} exposed), "
+                  f"{format_bytes(c['bytes_per_gpu'])} sent per GPU, {c['count']} per step"
+                  + (", compressed" if c["compressed"] else ""))
 
 
 def run(args: argparse.Namespace) -> int:
