@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -282,7 +282,7 @@ def check(sc: Scenario) -> None:
         raise ValueError(f"--parallel {sh.parallel} needs reduce-scatter and all-gather: use --topology ring or "
                          f"hierarchical, not {sc.topology}")
     if sc.jitter or sc.stragglers or sc.interference:
-        raise ValueError(f"--jitter, --stragglers and --interference are modelled under --parallel ddp only")
+        raise ValueError("--jitter, --stragglers and --interference are modelled under --parallel ddp only")
     g, p = sc.gpus_per_node, sc.workers
     size = shard_size(sc)
     if not ((size <= g and g % size == 0) or (size % g == 0 and p % size == 0)):
