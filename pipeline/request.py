@@ -121,6 +121,18 @@ def sharding(parallel: str = "ddp", *, shard_size: int | None = None, reduce_dty
     return None if chosen == Sharding() else chosen
 
 
+def sharding_flags(held: Sharding | None) -> str:
+    """The ``--parallel`` family's flags that give ``held`` (its values other than the defaults), e.g.
+    `` --parallel hsdp --micro-batch 1 --checkpointing``; empty for plain DDP."""
+    if held is None:
+        return ""
+    default = Sharding()
+    flags = [f" --{name.replace('_', '-')} {getattr(held, name)}"
+             for name in ("parallel", "shard_size", "reduce_dtype", "param_dtype", "micro_batch")
+             if getattr(held, name) != getattr(default, name)]
+    return "".join(flags) + (" --checkpointing" if held.checkpointing else "")
+
+
 def check_compressors(names: Sequence[str]) -> list[str]:
     """``names`` if every one is a compressor of :func:`compressors.names`; ValueError naming
     the first unknown one (and the choices) otherwise."""
