@@ -25,6 +25,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--screenshots", metavar="DIR", default=None,
+                     help="where the browser tests save the dashboard's page screenshots (PNG); a temporary "
+                          "directory if not given (make screenshots passes docs/screenshots)")
+
+
 def _root_with_netns() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0 and bool(shutil.which("ip")) and bool(shutil.which("tc"))
 

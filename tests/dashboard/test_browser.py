@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,11 +14,37 @@ from selenium.webdriver.common.keys import Keys
 from dashboard import create_app
 from results.store import Store
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = (("whatif", "/"), ("sweeps", "/sweeps"), ("quality", "/quality"), ("timeline", "/timeline"),
          ("validation", "/validation"), ("tta", "/tta"))
 
 pytestmark = pytest.mark.browser
+
+
+def _tree_status() -> str | None:
+    """``git status --porcelain`` of the checkout (untracked files included), or None outside a git work tree."""
+    result = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=all"],
+                            capture_output=True, text=True)
+    return result.stdout if result.returncode == 0 else None
+
+
+@pytest.fixture(autouse=True)
+def _tree_left_as_found(request):
+    """Every browser test leaves the checkout as it found it: ``git status --porcelain`` is the
+    same after the test as before (screenshots go to a temporary directory; only an explicit
+    ``--screenshots DIR``, ``make screenshots``, writes elsewhere)."""
+    before = _tree_status()
+    yield
+    if request.config.getoption("--screenshots") is None:
+        assert _tree_status() == before, "the test changed the checkout (git status --porcelain)"
+
+
+@pytest.fixture
+def screenshots(request, tmp_path) -> Path:
+    """Where the page screenshots go: ``--screenshots DIR`` (``make screenshots``: docs/screenshots),
+    else a temporary directory, so that ``make test`` writes nothing into the checkout."""
+    chosen = request.config.getoption("--screenshots")
+    return Path(chosen).resolve() if chosen else tmp_path / "screenshots"
 
 
 def _figure_data(dash_duo, name: str) -> list | None:
@@ -113,8 +140,8 @@ def app(store_path, tmp_path):
     return create_app(store_path, cache_dir=tmp_path / "cache")
 
 
-def test_every_page_loads_without_console_errors_and_is_screenshotted(dash_duo, app):
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+def test_every_page_loads_without_console_errors_and_is_screenshotted(dash_duo, app, screenshots):
+    screenshots.mkdir(parents=True, exist_ok=True)
     dash_duo.start_server(app)
     for name, path in PAGES:
         started = time.perf_counter()
@@ -128,7 +155,8 @@ def test_every_page_loads_without_console_errors_and_is_screenshotted(dash_duo, 
             assert "Two thresholds, two inputs" in dash_duo.find_element(".page").text
         if name == "timeline":
             assert "chrome://tracing" in dash_duo.find_element(".page").text
-        _screenshot(dash_duo, SCREENSHOTS / f"{name}.png")
+        _screenshot(dash_duo, screenshots / f"{name}.png")
+        assert (screenshots / f"{name}.png").stat().st_size > 10_000, f"{name}: the screenshot is blank"
         # after the screenshot's wait for an idle page; read in the page, as find_elements would wait
         # its implicit 2 s for an element that is (rightly) absent
         errors = dash_duo.driver.execute_script(
