@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from selenium.webdriver.common.keys import Keys
 
-from dashboard import create_app
+from dashboard import create_app, sweep_runner
 from results.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,6 +110,38 @@ def _screenshot(dash_duo, path: Path) -> None:
     dash_duo.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
+LAYOUT_PROBLEMS_JS = """
+const box = (e) => { const r = e.getBoundingClientRect(); return {l: r.left, t: r.top, r: r.right, b: r.bottom}; };
+const overlap = (a, b) => Math.min(a.r, b.r) - Math.max(a.l, b.l) > 1 && Math.min(a.b, b.b) - Math.max(a.t, b.t) > 1;
+const inside = (a, b) => a.l >= b.l - 1 && a.t >= b.t - 1 && a.r <= b.r + 1 && a.b <= b.b + 1;
+const problems = [];
+for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+  const name = JSON.parse(plot.closest('[id^="{"]').id).fig;
+  const svg = box(plot.querySelector('.main-svg'));
+  const areas = Array.from(plot.querySelectorAll('.nsewdrag')).map(box);
+  const labels = Array.from(plot.querySelectorAll('.xtick text, .ytick text, .g-xtitle text, .g-ytitle text'))
+    .filter(e => e.textContent.trim()).map(e => [e.textContent.trim(), box(e)]);
+  for (const [text, b] of labels) if (!inside(b, svg)) problems.push(`${name}: label '${text}' is clipped`);
+  for (const area of areas) if (area.r - area.l < MIN_PLOT_WIDTH) problems.push(`${name}: plot squeezed to ${Math.round(area.r - area.l)} px`);
+  const legend = plot.querySelector('.legend .bg');
+  if (!legend) continue;
+  const key = box(legend);
+  if (!inside(key, svg)) problems.push(`${name}: legend is clipped`);
+  for (const area of areas) if (overlap(key, area)) problems.push(`${name}: legend overlaps the plot`);
+  for (const [text, b] of labels) if (overlap(key, b)) problems.push(`${name}: legend overlaps the label '${text}'`);
+}
+return problems;
+"""
+"""The layout faults of every figure on the page, read from the DOM's bounding boxes: a legend that
+overlaps a plot area, a tick label or an axis title, or is cut off by its figure's edge; a tick label
+or axis title cut off; a plot area narrower than ``MIN_PLOT_WIDTH`` (px)."""
+
+
+def _layout_problems(dash_duo, min_plot_width: int = 400) -> list[str]:
+    """:data:`LAYOUT_PROBLEMS_JS` on the open page (plot areas at least ``min_plot_width`` px wide)."""
+    return dash_duo.driver.execute_script(LAYOUT_PROBLEMS_JS.replace("MIN_PLOT_WIDTH", str(min_plot_width)))
+
+
 def _open_idle(dash_duo, app, path: str, ready: str) -> None:
     """Start the app, open ``path``, wait for the element ``ready`` and for the callbacks to settle."""
     dash_duo.start_server(app)
@@ -163,6 +195,24 @@ def test_every_page_loads_without_console_errors_and_is_screenshotted(dash_duo, 
             "return Array.from(document.querySelectorAll('.inline-error')).map(e => e.innerText)")
         assert not errors, f"{name}: {errors[0]}"
         assert elapsed < 15, f"{name} took {elapsed:.1f} s in the browser"
+
+
+def test_sweeps_and_tta_figures_keep_legends_and_labels_clear_of_their_plots(dash_duo, app, store_path):
+    """At 1400 × 1000 no legend covers a plot area, a tick label or an axis title, nothing is cut
+    off and no plot is squeezed, also with a legend of 13 series (a sweep of six compressors at two
+    densities beside none, the newest sweep, which the page opens on)."""
+    many = ["topk", "dgc", "sidco-e", "gaussiank", "redsync", "randomk"]
+    sweep_runner.run(store_path, sweep_runner.parse_spec("layout:resnet50", many, "0.1,0.01", "2,8",
+                                                         "1Gbit,10Gbit,100Gbit", "50us", "ring"))
+    _open_idle(dash_duo, app, "/sweeps", ".page h2")
+    entries = dash_duo.driver.execute_script("return document.querySelectorAll('.js-plotly-plot .legend .traces').length")
+    assert entries >= 2 * 13, "both bandwidth plots show the 13 series of the newest sweep"
+    assert _layout_problems(dash_duo) == []
+    dash_duo.driver.get(dash_duo.server_url + "/tta")
+    _wait_for_figure(dash_duo, "tta-time")
+    _wait_idle(dash_duo)
+    assert _layout_problems(dash_duo) == []
+    assert _severe(dash_duo) == []
 
 
 def test_changing_a_control_updates_the_projection_and_bad_input_is_inline(dash_duo, app):
