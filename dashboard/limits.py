@@ -74,11 +74,12 @@ class _ShortLines(logging.Filter):
         return True
 
 
-def install(server: Flask, slots: int = WORK_SLOTS) -> None:
+def install(server: Flask, slots: int | None = None) -> None:
     """Apply the limits to the dashboard's Flask ``server``: refuse oversized callback requests and
-    queries (HTTP 413), run at most ``slots`` callbacks at once, and shorten long request-log lines."""
+    queries (HTTP 413), run at most ``slots`` (default :data:`WORK_SLOTS`) callbacks at once, and
+    shorten long request-log lines."""
     server.config["MAX_CONTENT_LENGTH"] = REQUEST_MAX_BYTES
-    work = threading.BoundedSemaphore(slots)
+    work = threading.BoundedSemaphore(slots or WORK_SLOTS)
     held = threading.local()
 
     @server.before_request
