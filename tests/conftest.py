@@ -50,6 +50,25 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
+def pytest_collection_finish(session):
+    """Start the Triton-interpreter child (tests/interpreter.py) now, when a collected test reads
+    it, so that it runs beside the rest of the suite rather than after it."""
+    import interpreter
+
+    def reads_it(item) -> bool:
+        function = getattr(item, "function", None)
+        return function is not None and "run_interpreted" in function.__code__.co_names
+
+    if not session.config.option.collectonly and any(reads_it(item) for item in session.items):
+        interpreter.start()
+
+
+def pytest_sessionfinish(session):
+    import interpreter
+
+    interpreter.stop()
+
+
 @pytest.fixture
 def one_thread():
     """One intra-op torch thread for the test: on a small shared machine OpenMP barriers make
