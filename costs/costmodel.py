@@ -154,18 +154,16 @@ def backend_on(kind: str, compressor: str) -> str:
     asks, never builds: pricing compiles nothing; SIDCo, and the selection of Top-k, DGC,
     Gaussian-k and RedSync), on a GPU the fused Triton kernels of SIDCo and of the selection of
     DGC, Gaussian-k and RedSync (``fused``, :data:`compressors.work.FUSED`: what ``backend="auto"``
-    runs there with the ``gpu`` extra installed) and ``cuda`` for the others, torch otherwise."""
-    if kind == "cpu" and compressor in NATIVE_ON_CPU:
+    runs there with the ``gpu`` extra installed) and ``cuda`` for the others, torch otherwise.
+    Which compressors run native kernels on a CPU is on their cards (``native_on_cpu``)."""
+    card = declared.CARDS.get(compressor)
+    if kind == "cpu" and card is not None and card.native_on_cpu:
         from compressors.kernels import native_build
 
         return "native" if native_build.built() else "torch"
     if kind == "gpu":
         return "fused" if compressor in declared.FUSED else "cuda"
     return "torch"
-
-
-NATIVE_ON_CPU = ("sidco-e", "sidco-p", "sidco-gp", "topk", "dgc", "gaussiank", "redsync")
-"""Compressors whose CPU float32 path runs the fused kernels of :mod:`compressors.kernels.native`."""
 
 
 def call_work(compressor: str, numel: int, density: float, device: Device, *,

@@ -22,11 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from compressors.work import REGISTRY
 from units import Pair
 
-BASELINES: tuple[str, ...] = ("none", "fp16", "bf16", "powersgd")
+BASELINES: tuple[str, ...] = tuple(c.name for c in REGISTRY if c.baseline)
 """Compressors that send every coordinate (no compression, the dense casts) or a low-rank
-approximation (PowerSGD): the plain alternatives a sparsifier must beat."""
+approximation (PowerSGD): the plain alternatives a sparsifier must beat (the cards marked
+``baseline``)."""
 
 TIE_MARGIN = 0.05
 """Without an error band, a winner less than this fraction faster than the runner-up is not called."""

@@ -19,7 +19,8 @@ Three exchange paths, chosen from the compressor and its options alone by
 
 - ``none``: plain all-reduce of the dense bucket;
 - ``randomk`` with ``seed=``: every rank draws the same indices (each bucket's compressor
-  is seeded with ``seed + 1_000_003 * bucket.index()``, identical on all ranks), so only
+  is seeded with ``seed + 1_000_003 * bucket.index()``, identical on all ranks: its card's
+  :meth:`~compressors.work.cards.Card.bucket_options`), so only
   the values are all-reduced (plus one float flag, see below);
 - every other compressor: the two-phase padded all-gather of values and indices
   (:mod:`compressors.ddp.exchange`).
@@ -89,10 +90,6 @@ MEMORIES: tuple[str, ...] = ("residual", "dgc-momentum", "none")
 
 TORCH_HOOKS: tuple[str, ...] = ("fp16", "bf16", "powersgd")
 """Compressors whose DDP hook is PyTorch's own (see the module docstring)."""
-
-SEED_STRIDE = 1_000_003
-"""Per-bucket seed offset for shared-seed Random-k (buckets draw different indices)."""
-
 
 class _HookLog:
     """The per-bucket log and byte totals both hook states keep (same keys and units)."""
@@ -195,13 +192,10 @@ def comm_hook(
     if memory not in MEMORIES:
         raise ValueError(f"memory {memory!r} is not one of {', '.join(MEMORIES)}")
     check_count(log_size, "log_size")
-    seed = options.get("seed")
+    card = compressors.card(name)
 
-    def make_compressor(index: int) -> Compressor:
-        bucket_options = dict(options)
-        if name == "randomk" and seed is not None:
-            bucket_options["seed"] = seed + SEED_STRIDE * index
-        return compressors.create(name, density=density, **bucket_options)
+    def make_compressor(index: int) -> Compressor:  # a shared seed offset per bucket (the card's rule)
+        return compressors.create(name, density=density, **card.bucket_options(options, index))
 
     def make_memory(compressor: Compressor) -> Memory:
         if memory == "dgc-momentum":
