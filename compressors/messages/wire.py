@@ -11,6 +11,8 @@ charges (:mod:`simulator.iteration`). All sizes are bytes.
 - **Counts**: the padded all-gather first all-gathers each rank's selection count as one int64
   (:data:`COUNT_BYTES`), then every rank's indices and values padded to the largest count
   (:func:`packed_slots`).
+- **Quantized** messages (``int8``) send one code per element and one float32 scale per block
+  (:func:`quantized_bytes`), all-gathered.
 - **Values all-reduce** (shared-seed Random-k): every rank has the same indices, so the ``k``
   values are all-reduced with one more element, a failure flag (:data:`FLAG_ELEMENTS`).
 
@@ -45,6 +47,17 @@ def index_bytes(value_itemsize: int) -> int:
 def sparse_bytes(count: int, value_itemsize: int) -> int:
     """Bytes of ``count`` values and their indices, unpadded (``Sparse.wire_bytes()``)."""
     return count * (value_itemsize + index_bytes(value_itemsize))
+
+
+SCALE_BYTES = 4
+"""Bytes of one block scale of a quantized message (float32)."""
+
+
+def quantized_bytes(numel: int, block: int, code_bytes: int = 1) -> int:
+    """Bytes of a block-quantized message of ``numel`` elements: one ``code_bytes``-byte code per
+    element and one float32 scale (:data:`SCALE_BYTES`) per block of ``block`` elements (the last
+    one partial)."""
+    return numel * code_bytes + -(-numel // block) * SCALE_BYTES
 
 
 def packed_slots(padded_count: int, value_itemsize: int) -> int:
