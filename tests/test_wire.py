@@ -65,10 +65,11 @@ def test_one_rule_for_which_compressors_all_reduce():
     assert wire.collective("randomk", {"seed": 0}) == "allreduce"
     for name in compressors.names():
         if name not in ("none", "randomk"):
-            expected = "allgather" if compressors.message_kind(name) == "sparse" else "allreduce"
+            # identical layouts (dense casts, low-rank factors) are summed by the network; the rest gathered
+            expected = "allreduce" if compressors.message_kind(name) in ("dense", "lowrank") else "allgather"
             assert wire.collective(name) == wire.collective(name, {"seed": 0}) == expected, name
             assert compressors.exchange(name) == expected, name
-    assert {n for n in compressors.names() if compressors.message_kind(n) != "sparse"} | {"none"} == {
+    assert {n for n in compressors.names() if compressors.message_kind(n) in ("dense", "lowrank")} | {"none"} == {
         c.name for c in REGISTRY if c.collective == "allreduce"}
     # the hook follows it
     for name, options, shared in (("randomk", {}, False), ("randomk", {"seed": 3}, True), ("topk", {}, False)):
