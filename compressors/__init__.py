@@ -1,9 +1,11 @@
 """Gradient compressors: SIDCo-E/-P/-GP and their peers, error feedback, DGC momentum memory.
 
 Roles compose as in GRACE: a *compressor* turns a 1-D gradient into a message
-(``compress``: a :class:`Sparse` selection, or for ``fp16``/``bf16`` a :class:`Dense` cast and for
-``powersgd`` a :class:`LowRank` pair of factors) and back (``decompress``); a *memory* (:class:`ErrorFeedback`, :class:`DGCMemory`)
-keeps per-key state around any compressor.
+(``compress``: a :class:`Sparse` selection, or for ``fp16``/``bf16`` a :class:`Dense` cast, for
+``powersgd`` a :class:`LowRank` pair of factors and for ``int8`` a :class:`Quantized` block format)
+and back (``decompress``); a *memory* (:class:`ErrorFeedback`, :class:`DGCMemory`) keeps per-key
+state around any compressor. Each compressor's torch-free facts are on its card
+(:func:`card`); :data:`compressors.work.REGISTRY` lists the cards.
 
 >>> import torch, compressors
 >>> c = compressors.create("sidco-e", density=0.01)
