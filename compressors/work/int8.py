@@ -32,8 +32,11 @@ def int8(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
     zeroed), each block's ``max|g|`` (one reduction; summed over the blocks and read back for the
     finiteness check: one sync, and for float64 gradients a second read of the largest against
     float32's range), the scales, then in place ``g / s`` and its rounding, and the codes narrowed
-    into a fresh int8 vector. Decompress: the codes widened into a fresh float64 buffer, multiplied
-    by their blocks' scales in place, and copied (rounded once) into the kept output buffer."""
+    into a fresh int8 vector. Decompress of a float32 or float64 gradient: the codes widened into
+    the kept output buffer and multiplied there by their blocks' scales (the whole blocks at once,
+    then the partial last one; float64 widens the scales first); of a 16-bit gradient: the codes
+    widened into a fresh float64 buffer, multiplied by their blocks' scales in place, and copied
+    (rounded once) into the kept output buffer."""
     b = blocks(n)
     padded = b * BLOCK
     c = Work().allocate(8 * padded).stream(n, itemsize, 8, full=True)
@@ -46,9 +49,25 @@ def int8(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
     c.stream(b, 8, 8).stream(b, 8, 4).scalars(1).stream(b, 4, 4)
     c.stream(b, 4, 8).stream(padded, 16 * b / padded + 8, 8, full=True).stream(padded, 8, 8, full=True)
     c.stream(n, 8, 1, full=True).allocate(n)
-    d = Work().allocate(8 * padded).stream(n, 1, 8, full=True)
-    d.stream(b, 4, 8).stream(padded, 8 + 8 * b / padded, 8, full=True).stream(n, 8, itemsize, full=True)
-    return c, d
+    return c, _dequantize(n, itemsize)
+
+
+def _dequantize(n: int, itemsize: int) -> Work:
+    """Decompress (:meth:`compressors.int8.Int8.decompress`) of ``n`` codes into ``itemsize``-byte values."""
+    b = blocks(n)
+    if itemsize == 2:
+        padded = b * BLOCK
+        d = Work().allocate(8 * padded).stream(n, 1, 8, full=True)
+        return d.stream(b, 4, 8).stream(padded, 8 + 8 * b / padded, 8, full=True).stream(n, 8, itemsize, full=True)
+    whole = n // BLOCK * BLOCK
+    d = Work().stream(n, 1, itemsize, full=True)
+    if itemsize == 8:
+        d.stream(b, 4, 8)
+    if whole:
+        d.stream(whole, itemsize + (itemsize * b) / whole, itemsize, full=whole == n)
+    if whole < n:
+        d.stream(n - whole, itemsize, itemsize)
+    return d
 
 
 def wire(n: int, density: float, itemsize: int) -> float:
