@@ -61,9 +61,9 @@ class Int8(Compressor):
 
     def decompress(self, message: Quantized, out: torch.Tensor | None = None) -> torch.Tensor:
         """``code · scale`` of every element, rounded once to the gradient's dtype (into ``out``
-        when given). In float32 and float64 one multiplication writes ``out`` (a float32 product of
-        an 8-bit code and a float32 scale rounds once; a float64 one is exact); for 16-bit gradients
-        the product is formed in float64 and rounded once into ``out``."""
+        when given). In float32 and float64 the product is formed in place in ``out`` (a float32
+        product of an 8-bit code and a float32 scale rounds once; a float64 one is exact); for
+        16-bit gradients it is formed in float64 and rounded once into ``out``."""
         n, blocks, block = message.numel, message.scales.numel(), message.block
         if out is None:
             out = torch.empty(n, dtype=message.dtype, device=message.codes.device)
@@ -73,13 +73,13 @@ class Int8(Compressor):
         if not n:
             return out
         if out.dtype in (torch.float32, torch.float64):
+            out.copy_(message.codes)
             scales = message.scales if out.dtype == torch.float32 else message.scales.double()
             whole = n // block
             if whole:
-                torch.mul(message.codes[:whole * block].view(whole, block), scales[:whole].unsqueeze(1),
-                          out=out[:whole * block].view(whole, block))
+                out[:whole * block].view(whole, block).mul_(scales[:whole].unsqueeze(1))
             if whole < blocks:
-                torch.mul(message.codes[whole * block:], scales[whole], out=out[whole * block:])
+                out[whole * block:].mul_(scales[whole])
             return out
         values = torch.empty(blocks * message.block, dtype=torch.float64, device=message.codes.device)
         values[:n].copy_(message.codes)

@@ -32,9 +32,9 @@ def int8(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
     zeroed), each block's ``max|g|`` (one reduction; summed over the blocks and read back for the
     finiteness check: one sync, and for float64 gradients a second read of the largest against
     float32's range), the scales, then in place ``g / s`` and its rounding, and the codes narrowed
-    into a fresh int8 vector. Decompress of a float32 or float64 gradient: the codes times their
-    blocks' scales written into the kept output buffer (the whole blocks at once, then the partial
-    last one; float64 widens the scales first); of a 16-bit gradient: the codes
+    into a fresh int8 vector. Decompress of a float32 or float64 gradient: the codes widened into
+    the kept output buffer and multiplied there by their blocks' scales (the whole blocks at once,
+    then the partial last one; float64 widens the scales first); of a 16-bit gradient: the codes
     widened into a fresh float64 buffer, multiplied by their blocks' scales in place, and copied
     (rounded once) into the kept output buffer."""
     b = blocks(n)
@@ -60,13 +60,13 @@ def _dequantize(n: int, itemsize: int) -> Work:
         d = Work().allocate(8 * padded).stream(n, 1, 8, full=True)
         return d.stream(b, 4, 8).stream(padded, 8 + 8 * b / padded, 8, full=True).stream(n, 8, itemsize, full=True)
     whole = n // BLOCK * BLOCK
-    d = Work()
+    d = Work().stream(n, 1, itemsize, full=True)
     if itemsize == 8:
         d.stream(b, 4, 8)
     if whole:
-        d.stream(whole, 1 + itemsize * (whole // BLOCK) / whole, itemsize, full=whole == n)
+        d.stream(whole, itemsize + (itemsize * b) / whole, itemsize, full=whole == n)
     if whole < n:
-        d.stream(n - whole, 1, itemsize)
+        d.stream(n - whole, itemsize, itemsize)
     return d
 
 
