@@ -64,9 +64,9 @@ def _dequantize(n: int, itemsize: int) -> Work:
     if itemsize == 8:
         d.stream(b, 4, 8)
     if whole:
-        d.stream(whole, itemsize + (itemsize * b) / whole, itemsize, full=whole == n)
+        d.stream(whole, itemsize + (itemsize * b) / whole, itemsize, "rewrite", full=whole == n)
     if whole < n:
-        d.stream(n - whole, itemsize, itemsize)
+        d.stream(n - whole, itemsize, itemsize, "rewrite")
     return d
 
 
