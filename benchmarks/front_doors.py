@@ -1,4 +1,4 @@
-"""How fast the command line answers: start-up, one layout projection, a full comparison.
+"""How fast the command line answers: start-up, one layout projection, a full comparison, a 70B model projected.
 
 Each command runs in a fresh ``sidco`` process (what a user types), ``--repeats`` times,
 interleaved with ``python -c "import torch"`` as the yardstick measured in the same run; the
@@ -30,6 +30,9 @@ COMMANDS: dict[str, list[str]] = {
     "sidco compare (7 compressors x 3 densities + none/fp16/powersgd)": [
         "compare", *SCENARIO, "--compressors", "topk,randomk,dgc,gaussiank,redsync,sidco-e,sidco-p",
         "--densities", "0.1,0.01,0.001"],
+    "sidco simulate (llama-3.1-70b model, 128 nodes x 8 h100, analytic)": [
+        "simulate", "--model", "llama-3.1-70b", "--device", "h100", "--nodes", "128", "--gpus-per-node", "8",
+        "--bandwidth", "400Gbit", "--batch-size", "1", "--fidelity", "analytic", "--compressor", "none"],
 }
 TORCH = "python -c 'import torch' (yardstick)"
 

@@ -12,6 +12,7 @@ interface. Everything else here builds those answers:
 - :mod:`costs.kernel_bands`: the error band of each kind of kernel, from published GPU timings.
 - :mod:`costs.throughput`, :mod:`costs.anchor`: single-GPU compute, fitted to published throughput
   or anchored on a measured one.
+- :mod:`costs.memory`: memory per GPU under DDP (model states, a compressor's state) against the device's.
 
 Pricing reads numbers: it never compiles, measures, starts a process or reads the results store,
 and it never imports the model (``tests/test_architecture.py``). Units: seconds, bytes, elements.

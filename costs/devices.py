@@ -6,8 +6,10 @@
 >>> devices.get("h200").memory_bandwidth_Bps
 4300000000000.0
 
-Every number carries its source (``Device.sources``; docs/devices.md cites them). GPU figures
-come from the vendors' spec sheets, except where measurements exist: the sustained bandwidth,
+Every number carries its source (``Device.sources``; docs/devices.md cites them). A GPU is one
+file, ``profiles/devices/<name>.json`` (:func:`read_gpu`): its spec-sheet figures, each citing its
+source; the rest follows from rules. GPU figures come from the vendors' spec sheets, except where
+measurements exist: the sustained bandwidth,
 launch and sync latency are fitted to published kernel timings on such GPUs
 (``profiles/published-<gpu>.json``, :mod:`costs.published`; the H200's bandwidth from a copy
 measured on one); the per-operation rates a GPU needs for top-k, sorting,
@@ -29,6 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import profiles
 from costs import published
 from machine import cache_dir, host_identity, host_key
 
@@ -282,11 +285,62 @@ def with_bandwidth(device: Device, bandwidth: float, sync_s: float | None = None
     return replace(device, **changed, **({"name": name, "label": name} if name else {}))
 
 
-def _gpu(name: str, label: str, bandwidth: float | None, bandwidth_source: str, fp32: float, bf16: float,
-         bf16_source: str, pcie: float, pcie_source: str, spec: str, fp16: float, tf32: float) -> Device:
-    """A GPU from its spec sheet and its published rows (:mod:`costs.published`): launch and
-    sync always from them; the bandwidth from them when ``bandwidth`` is ``None`` (``bandwidth_source``
-    then names the peak it is a fraction of), else as given."""
+DEVICES_DIR = profiles.HERE / "devices"
+"""One file per device: per GPU, ``<name>.json``, what its spec sheet (or a measurement) says, each
+field with its source, every other number from the rules above (:func:`read_gpu`); ``cpu.json``,
+this host's stated defaults (:data:`CPU_FILE`)."""
+
+CPU_FILE = DEVICES_DIR / "cpu.json"
+"""This host's stated defaults (``defaults``: :class:`Device` fields in SI units) until ``sidco
+profile --run-on cpu`` has measured it, each field citing its source; every other file of
+:data:`DEVICES_DIR` is a GPU."""
+
+SPEC_FIELDS = ("fp32_flops", "bf16_flops", "fp16_flops", "tf32_flops", "pcie_Bps")
+"""The numbers a device file gives (FLOP/s, bytes/s), each ``>= 0``; ``memory_bandwidth_Bps`` beside them."""
+
+FILE_FIELDS = ("name", "kind", "label", "match", "announced", "memory_bandwidth_Bps", *SPEC_FIELDS, "sources")
+"""Every key of a device file; ``sources`` cites each one but ``name``, ``kind``, ``label`` and itself."""
+
+
+def read_gpu(path: Path) -> dict[str, Any]:
+    """The checked contents of one device file (:data:`FILE_FIELDS`); ValueError naming the file
+    and the field otherwise. ``memory_bandwidth_Bps``: bytes/s read plus written, or ``null`` to fit
+    it to ``profiles/published-<name>.json`` (its source then names the peak it is a fraction of);
+    ``match``: the part of the name CUDA gives the device that names the GPU; ``announced``:
+    ``YYYY-MM``, the order devices are listed in."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"device file {path}: {exc}") from None
+    if not isinstance(data, dict) or set(data) != set(FILE_FIELDS):
+        keys = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"device file {path}: needs exactly the keys {', '.join(FILE_FIELDS)}, has {keys}")
+    if data["name"] != Path(path).stem or data["kind"] != "gpu":
+        raise ValueError(f"device file {path}: name must be the file's name ({Path(path).stem}) and kind gpu")
+    for key in ("label", "match", "announced"):
+        if not isinstance(data[key], str) or not data[key]:
+            raise ValueError(f"device file {path}: {key} must be a non-empty string")
+    bandwidth = data["memory_bandwidth_Bps"]
+    for key, value in ((k, data[k]) for k in ("memory_bandwidth_Bps", *SPEC_FIELDS)):
+        if key == "memory_bandwidth_Bps" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            raise ValueError(f"device file {path}: {key} must be a number >= 0, got {value!r}")
+    if (bandwidth is not None and not bandwidth > 0) or not data["fp32_flops"] > 0:
+        raise ValueError(f"device file {path}: memory_bandwidth_Bps and fp32_flops must be > 0")
+    sources = data["sources"]
+    cited = ("match", "announced", "memory_bandwidth_Bps", *SPEC_FIELDS)
+    if not isinstance(sources, dict) or any(not isinstance(sources.get(k), str) or not sources[k] for k in cited):
+        missing = [k for k in cited if not isinstance(sources, dict) or not sources.get(k)]
+        raise ValueError(f"device file {path}: sources must cite {', '.join(missing)}")
+    return data
+
+
+def _gpu(data: Mapping[str, Any]) -> Device:
+    """A GPU from its device file (:func:`read_gpu`) and its published rows (:mod:`costs.published`):
+    launch and sync always from them; the bandwidth from them when the file gives none."""
+    name, sources = data["name"], data["sources"]
+    bandwidth, bandwidth_source = data["memory_bandwidth_Bps"], sources["memory_bandwidth_Bps"]
     found, launch = published.numbers(name), published.launch_s()
     if launch is None or (bandwidth is None and (found is None or found.bandwidth_Bps is None)):
         raise RuntimeError(f"no published rows for {name} in profiles/ (published-<gpu>.json): reinstall the testbed")
@@ -298,17 +352,17 @@ def _gpu(name: str, label: str, bandwidth: float | None, bandwidth_source: str, 
     sync = found.sync_s if own_sync else published.sync_s()
     sync_source = (f"{GPU_RULES['sync']}: fitted to profiles/{found.file}" if own_sync
                    else f"{GPU_RULES['sync']}: none here, the median of the other GPUs'")
+    fp32 = float(data["fp32_flops"])
     return Device(
-        name=name, kind="gpu", label=label, fp16_flops=fp16, tf32_flops=tf32,
-        fp32_flops=fp32, bf16_flops=bf16, launch_s=launch, sync_s=sync, pcie_Bps=pcie,
-        **_bandwidth_rules(bandwidth), op_s_per_element={"log": 16.0 / fp32},
+        name=name, kind="gpu", label=data["label"], fp16_flops=float(data["fp16_flops"]),
+        tf32_flops=float(data["tf32_flops"]), fp32_flops=fp32, bf16_flops=float(data["bf16_flops"]), launch_s=launch,
+        sync_s=sync, pcie_Bps=float(data["pcie_Bps"]),
+        **_bandwidth_rules(float(bandwidth)), op_s_per_element={"log": 16.0 / fp32},
         alloc_threshold_bytes=math.inf, fault_s_per_byte=0.0,
         cache_bytes=0.0, cache_speedup=1.0,
         sources={
             "memory_bandwidth_Bps": bandwidth_source, "write_bandwidth_Bps": bandwidth_source,
-            "fp32_flops": spec, "bf16_flops": bf16_source, "pcie_Bps": pcie_source,
-            "fp16_flops": f"{spec}: dense fp16 tensor-core peak", "tf32_flops": f"{spec}: dense TF32 tensor-core peak "
-                          "(the datasheet's figure with sparsity halved)" if tf32 else f"{spec}: no TF32 units",
+            **{key: sources[key] for key in SPEC_FIELDS},
             "launch_s": GPU_RULES["launch"], "sync_s": sync_source,
             "topk_s_per_element": GPU_RULES["topk"], "topk_cache_s_per_element": GPU_RULES["topk"],
             "sort_s_per_element": GPU_RULES["sort"],
@@ -320,31 +374,29 @@ def _gpu(name: str, label: str, bandwidth: float | None, bandwidth_source: str, 
             "sort_s_by_size": "no table: a radix sort's rate per element does not depend on the length",
             "cache_speedup_by_fraction": "L2 not modelled: every pass is charged at memory bandwidth",
         },
-        identity={"gpu": label},
+        identity={"gpu": data["label"]},
     )
 
 
-_V100 = "NVIDIA V100 SXM2 datasheet"
-_A100 = "NVIDIA A100 80GB SXM datasheet"
-_H100 = "NVIDIA H100 SXM datasheet"
-_H200 = "NVIDIA H200 SXM datasheet"
-GPUS: dict[str, Device] = {
-    d.name: d for d in (
-        _gpu("v100", "NVIDIA V100 SXM2", None, f"{_V100}: 900 GB/s peak",
-             15.7e12, 15.7e12, f"{_V100}: no bf16 units, fp32 rate (fp16 tensor cores: 125 TFLOP/s)",
-             15.75e9, "PCIe 3.0 ×16: 15.75 GB/s per direction", _V100, fp16=125e12, tf32=0.0),
-        _gpu("a100", "NVIDIA A100 80GB SXM", None, f"{_A100}: 2.039 TB/s peak",
-             19.5e12, 312e12, f"{_A100}: 312 TFLOP/s dense bf16", 31.5e9,
-             "PCIe 4.0 ×16: 31.5 GB/s per direction", _A100, fp16=312e12, tf32=156e12),
-        _gpu("h100", "NVIDIA H100 SXM", None, f"{_H100}: 3.35 TB/s peak",
-             67e12, 989e12, f"{_H100}: 989 TFLOP/s dense bf16", 63e9,
-             "PCIe 5.0 ×16: 63 GB/s per direction", _H100, fp16=989e12, tf32=494.5e12),
-        _gpu("h200", "NVIDIA H200 SXM", 4.3e12,
-             "measured: device-to-device copy at ≈ 4.3 TB/s (read + write) on an H200 of this workplace, "
-             "0.9 of the 4.8 TB/s datasheet peak", 67e12, 989e12, f"{_H200}: 989 TFLOP/s dense bf16", 63e9,
-             "PCIe 5.0 ×16: 63 GB/s per direction", _H200, fp16=989e12, tf32=494.5e12),
-    )
-}
+def gpu_files(directory: Path | None = None) -> list[dict[str, Any]]:
+    """Every device file of ``directory`` (default :data:`DEVICES_DIR`), checked, in the order
+    the GPUs were announced."""
+    paths = sorted(p for p in Path(directory or DEVICES_DIR).glob("*.json") if p.name != CPU_FILE.name)
+    return sorted((read_gpu(path) for path in paths), key=lambda d: (d["announced"], d["name"]))
+
+
+def load_gpus(directory: Path | None = None) -> dict[str, Device]:
+    """The GPUs of the device files in ``directory`` (default :data:`DEVICES_DIR`), by name."""
+    return {data["name"]: _gpu(data) for data in gpu_files(directory)}
+
+
+def cuda_names(directory: Path | None = None) -> dict[str, str]:
+    """Device name by the part of a CUDA device's name that names it (``{"H200": "h200", ...}``),
+    newest first, from the device files in ``directory`` (default :data:`DEVICES_DIR`)."""
+    return {data["match"]: data["name"] for data in reversed(gpu_files(directory))}
+
+
+GPUS: dict[str, Device] = load_gpus()
 
 
 OLD_TOPK_S_PER_ELEMENT = 2.5576 / 100 / 2_000_000
@@ -400,17 +452,41 @@ def compute_ratio(captured_on: Device, target: Device, precision: str = "amp") -
 
 # --- this host -------------------------------------------------------------------------------
 
-CPU_DEFAULTS = {
-    "memory_bandwidth_Bps": 20e9, "write_bandwidth_Bps": 10e9, "fp32_flops": 100e9, "bf16_flops": 100e9,
-    "launch_s": 5e-6, "sync_s": 1e-6, "pcie_Bps": 20e9, "topk_s_per_element": ((0.001, 20e-9), (0.01, 40e-9), (0.1, 50e-9)),
-    "topk_cache_s_per_element": ((0.001, 5e-9), (0.01, 20e-9), (0.1, 30e-9)),
-    "sort_s_per_element": 60e-9, "gather_s_per_element": 3e-9, "compact_s_per_element": 1.5e-9,
-    "op_s_per_element": {"map": 0.1e-9, "reduce": 0.05e-9, "minmax": 0.1e-9, "outer": 0.1e-9, "compare": 0.4e-9, "count": 0.2e-9, "log": 1e-9,
-                         "native": 0.2e-9, "native_select": 0.4e-9, "native_log": 1.5e-9},
-    "alloc_threshold_bytes": 32 * 2**20, "fault_s_per_byte": 1.5e-9, "cache_bytes": 32 * 2**20, "cache_speedup": 2.0,
-}
+CPU_FIELDS = ("memory_bandwidth_Bps", "write_bandwidth_Bps", "fp32_flops", "bf16_flops", "launch_s", "sync_s",
+              "pcie_Bps", "topk_s_per_element", "topk_cache_s_per_element", "sort_s_per_element",
+              "gather_s_per_element", "compact_s_per_element", "op_s_per_element", "alloc_threshold_bytes",
+              "fault_s_per_byte", "cache_bytes", "cache_speedup")
+"""The fields a CPU's stated defaults give (its tensor-unit peaks are 0: :data:`NO_TENSOR_UNITS`)."""
+
+
+def read_cpu(path: Path = CPU_FILE) -> dict[str, Any]:
+    """The checked contents of the host's stated defaults (:data:`CPU_FILE`): ``defaults`` holds
+    exactly :data:`CPU_FIELDS` (``(x, s)`` points as tuples), ``sources`` cites each; ValueError
+    naming the file and the field otherwise."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"device file {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("kind") != "cpu" or not isinstance(data.get("defaults"), dict):
+        raise ValueError(f"device file {path}: needs kind cpu and its defaults")
+    defaults = data["defaults"]
+    if set(defaults) != set(CPU_FIELDS):
+        raise ValueError(f"device file {path}: defaults need exactly {', '.join(CPU_FIELDS)}")
+    for key in ("topk_s_per_element", "topk_cache_s_per_element"):
+        defaults[key] = tuple((float(x), float(t)) for x, t in defaults[key])
+    sources = data.get("sources")
+    missing = [k for k in CPU_FIELDS if not isinstance(sources, dict) or not isinstance(sources.get(k), str)
+               or not sources[k]]
+    if missing:
+        raise ValueError(f"device file {path}: sources must cite {', '.join(missing)}")
+    return data
+
+
+_CPU = read_cpu()
+CPU_DEFAULTS = _CPU["defaults"]
 """Stated defaults for ``cpu`` until ``sidco profile --run-on cpu`` has measured this host: a
-two-core server share (about 20 GB/s read, 100 GFLOP/s); projections made with them say so."""
+two-core server share (about 20 GB/s read, 100 GFLOP/s); projections made with them say so
+(:data:`CPU_FILE`)."""
 
 NO_TENSOR_UNITS = "a CPU has no fp16 or TF32 matrix units: 0 (fp16 runs at bf16_flops, TF32 at fp32_flops)"
 
@@ -425,9 +501,7 @@ def cpu_default() -> Device:
     identity = host_identity()
     return Device(
         name="cpu", kind="cpu", label=f"this host: {host_key(identity)}", **CPU_DEFAULTS,
-        sources={**{k: "stated default (not measured: run sidco profile --run-on cpu)"
-                    for k in (*CPU_DEFAULTS, "sort_s_by_size", "cache_speedup_by_fraction")},
-                 **{k: NO_TENSOR_UNITS for k in ("fp16_flops", "tf32_flops")}},
+        sources={**_CPU["sources"], **{k: NO_TENSOR_UNITS for k in ("fp16_flops", "tf32_flops")}},
         identity=identity,
     )
 
@@ -455,7 +529,6 @@ def stored_host() -> Device | None:
 def shipped_host() -> Device | None:
     """This host's numbers from a profile shipped in ``profiles/`` that was measured on the same
     CPU model and flags (its ``device_model``), or ``None``."""
-    import profiles
     from costs import device_profile
 
     here = host_key(host_identity())

@@ -2,7 +2,8 @@
 call :func:`pipeline.project.project` of the resolved request.
 
 A *source* control is either a trace registered in the store (``"trace:<id>"``) or a
-large-model layout from :mod:`traces.layouts` (``"layout:<name>"``). The checks (densities,
+large-model layout from :mod:`traces.layouts` (``"layout:<name>"``) or a shipped model from its
+config (:mod:`traces.llm`, ``"model:<name>"``). The checks (densities,
 compressors, cluster, device) are the request's, the same as ``sidco simulate``'s. The workload, the
 compression costs (the one policy: stored replay rows or device profiles; nothing is timed
 inside a request) and the calibration come from the orchestration layer, so the What-if
@@ -16,9 +17,10 @@ from dataclasses import replace
 from typing import Any
 
 from pipeline import project as pipeline_project
-from pipeline import settle
+from pipeline import verdict
 from pipeline import quality as pipeline_quality
 from pipeline.catalog import TOPOLOGIES, compressor_names as _compressor_names, layout_names as _layout_names
+from pipeline.catalog import model_names as _model_names
 from pipeline.project import chrome_trace
 from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, pair
 from results.store import Store, row_id
@@ -53,12 +55,13 @@ def layout_names() -> list[str]:
 
 
 def sources(store: Store) -> list[dict[str, str]]:
-    """Dropdown options: registered traces first, then the large-model layouts."""
+    """Dropdown options: registered traces first, then the large-model layouts and the shipped models."""
     options = [
         {"label": f"trace #{t['id']}: {t['workload'] or 'trace'} ({t['workers']} workers)", "value": f"trace:{t['id']}"}
         for t in store.trace_list()
     ]
     options += [{"label": f"layout: {name}", "value": f"layout:{name}"} for name in layout_names()]
+    options += [{"label": f"model: {name}", "value": f"model:{name}"} for name in _model_names()]
     return options
 
 
@@ -80,15 +83,15 @@ def cost_options(store: Store) -> list[dict[str, str]]:
 
 
 def workload_fields(value: str | None) -> dict[str, Any]:
-    """The request's workload of a source control value: ``"trace:<id>"`` (``trace_id``) or
-    ``"layout:<name>"`` (``layout``); ProjectionError otherwise."""
+    """The request's workload of a source control value: ``"trace:<id>"`` (``trace_id``),
+    ``"layout:<name>"`` (``layout``) or ``"model:<name>"`` (``model``); ProjectionError otherwise."""
     if not value or ":" not in str(value):
         raise ProjectionError("choose a trace or a model layout")
     kind, ref = str(value).split(":", 1)
-    if kind not in ("trace", "layout") or not ref:
+    if kind not in ("trace", "layout", "model") or not ref:
         raise ProjectionError(f"unknown source {value!r}")
-    if kind == "layout":
-        return {"layout": ref}
+    if kind in ("layout", "model"):
+        return {kind: ref}
     try:
         return {"trace_id": row_id(ref, "trace")}
     except ValueError as exc:
@@ -208,7 +211,7 @@ def judged(store: Store, request: Request, rows: list[dict[str, Any]]) -> tuple[
         measured = pipeline_quality.for_source(store, asked.source, [(r["compressor"], r["density"]) for r in rows],
                                                rank=rank, run_missing=False)
         rows = pipeline_quality.attach(rows, measured)
-        return rows, settle.judge(store, asked, rows)
+        return rows, verdict.judge(rows, store, asked)
     except (ValueError, KeyError, OSError) as exc:
         raise ProjectionError(_first_line(exc)) from exc
 

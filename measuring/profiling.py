@@ -48,7 +48,9 @@ AS_TRAINED = "as trained: on, except for none, fp16 and bf16"
 """A profile's ``method.error_feedback``: each compressor with the memory training gives it
 (profiles measured before 2026-12-01 say ``true``: error feedback around every compressor)."""
 
-GPU_NAMES = {"H200": "h200", "H100": "h100", "A100": "a100", "V100": "v100"}
+GPU_NAMES = devices.cuda_names()
+"""Device name by the part of a CUDA device's name that names it, from the device files
+(``profiles/devices/<name>.json``, :func:`costs.devices.cuda_names`)."""
 
 
 def pin_threads(threads: int) -> list[int]:

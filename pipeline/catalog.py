@@ -24,15 +24,17 @@ _FROM: dict[str, tuple[str, str]] = {
     "PRECISIONS": ("costs.throughput", "PRECISIONS"),
     "BUCKET_MODES": ("simulator.workload", "BUCKET_MODES"),
     "layout_names": ("traces.layouts", "names"),
+    "model_names": ("traces.llm", "names"),
     "workload_names": ("traces.workloads", "names"),
 }
 """Where each name comes from, imported on first use: the doors ask for a few of them per
 command, and most of the modules behind the others import torch (``sidco --help`` and a layout
 projection need none of it)."""
 
-CHOICES = frozenset({"compressor_names", "layout_names", "workload_names"})
+CHOICES = frozenset({"compressor_names", "layout_names", "model_names", "workload_names"})
 """The catalog's callables: each returns a list of names (those :func:`compressors.create`,
-:func:`traces.layouts.layout` and :func:`traces.workloads.build` accept) and does nothing else."""
+:func:`traces.layouts.layout` (layouts and shipped models) and :func:`traces.workloads.build`
+accept) and does nothing else."""
 
 __all__ = [
     "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from compressors.work import REGISTRY
+from costs import memory
 from pipeline import project as projections
 from pipeline import quality
 from pipeline import request as requests
@@ -48,11 +49,18 @@ def compare(store: Store, projection: projections.Projection,
     :func:`with_baselines`) and rank them fastest first (:func:`pipeline.verdict.rank`): the
     projection, its trace registered in the store, and the rows, each the
     :func:`pipeline.project.project` result (``density`` ``None`` for density-free compressors)
-    plus ``label``, ``rank``, ``speedup_over_baseline`` and the quality columns
+    plus ``label``, ``rank``, ``speedup_over_baseline``, the quality columns
     (:data:`pipeline.quality.COLUMNS`, by :data:`pipeline.quality.QUALITY_RULE`: a trace's
-    missing replays run first, ``progress(what, calls_done, calls_total)`` after every call)."""
+    missing replays run first, ``progress(what, calls_done, calls_total)`` after every call) and
+    the memory per GPU (:func:`costs.memory.per_gpu`: ``memory_gib``, ``memory_capacity_gib``, ``fits``)."""
     projection = projections.registered(store, projection)
-    measured = quality.for_source(store, projection.source, list(projection.pairs),
-                                  rank=int(projection.cluster.options.get("rank", 1)), progress=progress)
-    rows = [{**result, "density": density} for (_, density), result in projections.project_pairs(store, projection)]
+    powersgd_rank = int(projection.cluster.options.get("rank", 1))
+    measured = quality.for_source(store, projection.source, list(projection.pairs), rank=powersgd_rank,
+                                  progress=progress)
+    workload = projection.workload
+    shapes = [layer.shape for layer in workload.layers]
+    rows = [{**result, "density": density,
+             **memory.per_gpu(result["compressor"], workload.nbytes // workload.itemsize, shapes,
+                              projection.source.device.name, powersgd_rank)}
+            for (_, density), result in projections.project_pairs(store, projection)]
     return projection, quality.attach(rank(rows), measured)

@@ -52,7 +52,7 @@ class Source:
     on which it reaches the compute rule and the compression costs
     (:func:`costs.devices.unrecorded_gpu` for a trace kept on the GPU it was captured on). It
     takes no part in equality: the workload depends on the device only through the numbers above. ``tokens``: a transformer
-    layout's sequence length (``None``: its stated input, :data:`traces.layouts.TOKENS`);
+    layout's sequence length (``None``: its stated input, :func:`traces.layouts.stated_tokens`);
     ``compute_from``: where compute came from in one word: ``rule`` (fitted to published
     throughput), ``measured`` (``--samples-per-s``), ``given`` (``--device-flops``) or ``trace``."""
 
@@ -194,8 +194,8 @@ def _source(request: WorkloadRequest, store: Store | None) -> Source:
     """The workload of ``request`` on its modelled device, the device resolved here, once
     (:func:`pipeline.request.resolve_device`). A trace directory is registered only when a
     ``store`` is given; a trace given by its id needs the ``store``."""
-    if request.layout is not None:
-        return layout_source(request.layout, device=request.device, device_flops_per_s=request.device_flops_per_s,
+    if request.computed is not None:
+        return layout_source(request.computed, device=request.device, device_flops_per_s=request.device_flops_per_s,
                              batch_size=request.batch_size, precision=request.precision,
                              samples_per_s=request.samples_per_s, tokens=request.tokens)
     if request.trace_id is not None:
@@ -384,7 +384,7 @@ def workload_facts(source: Source) -> dict[str, Any]:
     ``batch_size`` (samples per worker), ``tokens`` (a transformer layout's sequence length,
     ``None`` otherwise), ``tokens_stated`` (``True`` when that is the layout's stated input,
     :data:`traces.layouts.TOKENS`, not ``--tokens``) and ``compute_from`` (:class:`Source`)."""
-    stated = traces.layouts.TOKENS.get(source.ref) if source.kind == "layout" else None
+    stated = traces.layouts.stated_tokens(source.ref) if source.kind == "layout" else None
     return {"batch_size": workload(source).batch_size, "tokens": source.tokens or stated,
             "tokens_stated": source.tokens is None and stated is not None, "compute_from": source.compute_from}
 

@@ -23,7 +23,7 @@ from costs.throughput import DEFAULT_PRECISION, check_precision
 from simulator.limits import MESSAGE_BUDGET
 from simulator.scenario import FIDELITIES, TOPOLOGIES
 from results.store import row_id
-from units import Pair, check_bandwidth, check_count, check_density, check_latency
+from units import Pair, check_bandwidth, check_count, check_density, check_latency, parse_duration, parse_list
 
 DEFAULT_LAYOUT_DEVICE = "a100"
 """Layouts are GPU models by construction: without ``--device`` they run on this device."""
@@ -147,6 +147,25 @@ def pairs(names: Sequence[str], densities: Sequence[float]) -> list[Pair]:
     return [Pair(n) for n in chosen if not takes_density(n)] + [Pair(n, d) for d in checked for n in sparse]
 
 
+DEFAULT_LATENCY = "50us"
+"""The one-way per-message latency a projection assumes when neither ``--latency`` nor ``--rtt`` is given."""
+
+LATENCY_HELP = (f"one-way per-message latency (half the round trip), e.g. 50us (default {DEFAULT_LATENCY}); "
+                "or give --rtt")
+RTT_HELP = "round-trip time instead of --latency (the one-way latency is half of it), e.g. 100us"
+
+
+def one_way_latencies(latency: str | None, rtt: str | None) -> list[float]:
+    """The one-way per-message latencies (seconds) of ``--latency`` (one-way) or ``--rtt`` (the
+    round trip: one-way = rtt / 2), each comma-separated; :data:`DEFAULT_LATENCY` when neither is
+    given. ValueError when both are: they name the same quantity."""
+    if latency is not None and rtt is not None:
+        raise ValueError("give --latency (one-way) or --rtt (round trip), not both")
+    if rtt is not None:
+        return [value / 2 for value in parse_list(rtt, parse_duration)]
+    return parse_list(DEFAULT_LATENCY if latency is None else latency, parse_duration)
+
+
 def parse_calibration(text: str | int) -> str | int:
     """``--calibration``: ``latest``, ``none`` or a calibration id (an integer >= 1)."""
     choice = str(text).strip().lower()
@@ -161,8 +180,8 @@ def check_anchors(layout: str | None, samples_per_s: float | None, tokens: int |
                   device_flops_per_s: float | None = None) -> None:
     """The rules of the user's anchors on a layout's compute: ``samples_per_s`` (a measured
     single-GPU training throughput, samples/s) a finite number > 0, for a layout only and not
-    beside ``device_flops_per_s``; ``tokens`` a sequence length a transformer ``layout`` takes
-    (:func:`traces.layouts.check_tokens`). ValueError, one line, otherwise."""
+    beside ``device_flops_per_s``; ``tokens`` a sequence length a transformer ``layout`` (or model)
+    takes (:func:`traces.layouts.check_tokens`). ValueError, one line, otherwise."""
     if samples_per_s is not None:
         if layout is None:
             raise ValueError("--samples-per-s applies to layouts (a single-GPU throughput measured at --batch-size); "
@@ -189,7 +208,9 @@ class WorkloadRequest:
     ``batch_size`` samples per worker, at ``device_flops_per_s`` FLOP/s when given, or anchored on
     ``samples_per_s``, the single-GPU training throughput measured at ``batch_size``
     (:func:`check_anchors`); ``tokens``: a transformer layout's sequence length, ``None`` for its
-    stated input). ``device``: the modelled device's name, ``None`` for the default rule
+    stated input) or ``model`` (a decoder-only transformer from its Hugging Face config.json: a
+    shipped model's name or a config file's path, :mod:`traces.llm`; checked here and kept as its
+    name or the file's absolute path, then computed as a layout is). ``device``: the modelled device's name, ``None`` for the default rule
     (:func:`resolve_device`); ``precision``: ``fp32``, ``tf32`` or ``amp``. ``calibration``:
     ``latest``, an id or ``none``. Compression costs by the policy
     (:func:`pipeline.costs.compression_profile`), taking ``profile_file`` (a JSON profile) or
@@ -209,27 +230,38 @@ class WorkloadRequest:
     message_budget: int = MESSAGE_BUDGET
     samples_per_s: float | None = None
     tokens: int | None = None
+    model: str | None = None
 
     def __post_init__(self) -> None:
-        given = [name for name in ("trace", "trace_id", "layout") if getattr(self, name) is not None]
+        given = [name for name in ("trace", "trace_id", "layout", "model") if getattr(self, name) is not None]
         if len(given) != 1:
-            raise ValueError("give one workload: a trace directory, a registered trace or a layout")
+            raise ValueError("give one workload: a trace directory, a registered trace, a layout or a model")
         if self.layout is not None:
             from traces.layouts import names as layout_names
 
             if self.layout not in layout_names():
                 raise ValueError(f"unknown layout {self.layout!r}; choose from {', '.join(layout_names())}")
+        elif self.model is not None:
+            from traces import llm
+
+            object.__setattr__(self, "model", llm.check(self.model))
         elif self.device_flops_per_s is not None:
             raise ValueError("--device-flops applies to layouts; a trace is projected with --device")
         if self.device_flops_per_s is not None:
             _positive(self.device_flops_per_s, "device FLOP/s")
         check_count(self.batch_size, "batch size")
         check_precision(self.precision)
-        check_anchors(self.layout, self.samples_per_s, self.tokens, self.device_flops_per_s)
+        check_anchors(self.computed, self.samples_per_s, self.tokens, self.device_flops_per_s)
         object.__setattr__(self, "calibration", parse_calibration(self.calibration))
         for name, what in (("trace_id", "trace"), ("profile_id", "device profile")):  # ids a store can hold
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, row_id(getattr(self, name), what))
+
+    @property
+    def computed(self) -> str | None:
+        """The layout or model computed from its FLOPs (:func:`traces.layouts.layout` takes either),
+        ``None`` for a trace."""
+        return self.layout if self.layout is not None else self.model
 
 
 @dataclass(frozen=True)

@@ -29,35 +29,16 @@ from typing import Any
 import numpy as np
 
 from compressors.rules import plan
-from compressors.messages.wire import COUNT_BYTES, allreduce_bytes
-from simulator import plans
-from simulator.collectives import analytic_time
+from compressors.messages.wire import allreduce_bytes
+from simulator import topologies
 from simulator.interference import advance
 from simulator.links import Level
 from simulator.scenario import Scenario
+from simulator.topologies import Phase, Topology
 from simulator.workload import Bucket, Workload
 
 MIN_COMPRESSION_RATE = 2.0
 """PowerSGD compresses a matrix only when that shrinks it at least this much (PyTorch's default)."""
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One collective (or one phase of a two-phase exchange) of a bucket.
-
-    ``plan``/``nbytes``/``sizes`` drive the link engine; ``analytic_s`` is the closed form (s);
-    ``link``: the flat (inter-node) links as this operation sees them (its calibration's α and
-    efficiency applied), ``None`` for the scenario's flat level; ``gap_s``: compute (s) that must
-    run after the previous phase and before this one (PowerSGD's orthogonalisation and
-    ``Q = Mᵀ·P`` between the all-reduces of P and Q).
-    """
-
-    plan: plans.Plan
-    nbytes: float
-    sizes: np.ndarray | None
-    analytic_s: float
-    link: Level | None = None
-    gap_s: float = 0.0
 
 
 @dataclass
@@ -118,47 +99,9 @@ def _levels(sc: Scenario, op: str | None = None) -> tuple[Level, Level]:
     return flat, Level(sc.intra_bandwidth_bps / 8.0, sc.intra_latency_s)
 
 
-def _dense_phase(sc: Scenario, nbytes: float, flat: Level, intra: Level) -> Phase:
-    p, B, a = sc.nodes, flat.bandwidth_Bps, flat.latency_s
-    if sc.topology == "ps":
-        if sc.ps_servers:
-            return Phase(plans.ps_dedicated(p, sc.ps_servers, False), nbytes, None,
-                         analytic_time("ps", nbytes, p, B, a, "dedicated", servers=sc.ps_servers), flat)
-        return Phase(plans.ps_sharded(p, False), nbytes, None, analytic_time("ps", nbytes, p, B, a, "sharded"), flat)
-    if sc.topology == "hierarchical":
-        g = sc.gpus_per_node
-        return Phase(plans.hierarchical_allreduce(p, g, False), nbytes, None,
-                     analytic_time("allreduce", nbytes, p, B, a, "hierarchical", gpus=g, intra=intra), flat)
-    plan = {"ring": plans.ring_allreduce, "halving-doubling": plans.halving_doubling_allreduce,
-            "tree": plans.tree_allreduce}[sc.topology](p)
-    return Phase(plan, nbytes, None, analytic_time("allreduce", nbytes, p, B, a, sc.topology), flat)
-
-
-def _sparse_phases(sc: Scenario, dense: float, wire: np.ndarray, flat: Level, intra: Level) -> list[Phase]:
-    p, B, a = sc.nodes, flat.bandwidth_Bps, flat.latency_s
-    if sc.topology == "ps":
-        pulled = min(float(wire.sum()), dense)
-        if sc.ps_servers:
-            return [Phase(plans.ps_dedicated(p, sc.ps_servers, True), pulled, wire,
-                          analytic_time("ps", pulled, p, B, a, "dedicated", sizes=wire, servers=sc.ps_servers), flat)]
-        return [Phase(plans.ps_sharded(p, True), pulled, wire, analytic_time("ps", pulled, p, B, a, "sharded", sizes=wire), flat)]
-    if sc.topology == "hierarchical":
-        g = sc.gpus_per_node
-        node = wire.reshape(p, g).sum(axis=1)
-        if sc.padded:
-            node = np.full(p, float(node.max()))
-        inter = analytic_time("allgather", 0.0, p, B, a, "ring", sizes=node, padded=sc.padded)
-        intra_s = analytic_time("allreduce", dense, 1, B, a, "hierarchical", gpus=g, intra=intra)
-        return [Phase(plans.hierarchical_allreduce(p, g, True), dense, node, intra_s + inter, flat)]
-    plan = plans.ring_allgather(p)
-    if not sc.padded:
-        return [Phase(plan, 0.0, wire, analytic_time("allgather", 0.0, p, B, a, "ring", sizes=wire, padded=False), flat)]
-    counts = np.full(p, float(COUNT_BYTES))
-    padded = np.full(p, float(wire.max()))
-    return [
-        Phase(plan, 0.0, counts, analytic_time("allgather", COUNT_BYTES, p, B, a, "ring"), flat),
-        Phase(plan, 0.0, padded, analytic_time("allgather", float(wire.max()), p, B, a, "ring"), flat),
-    ]
+def topology(sc: Scenario) -> Topology:
+    """The topology of ``sc`` (:mod:`simulator.topologies`) on its nodes, GPUs, servers and intra-node links."""
+    return topologies.get(sc.topology)(sc.nodes, gpus=sc.gpus_per_node, servers=sc.ps_servers, intra=_levels(sc)[1])
 
 
 def lowrank_elements(workload: Workload, bucket: Bucket, rank: int) -> tuple[int, int, int]:
@@ -170,14 +113,14 @@ def lowrank_elements(workload: Workload, bucket: Bucket, rank: int) -> tuple[int
     return (sum(n for _, n in rest), sum(b.rows * b.rank for b in blocks), sum(b.cols * b.rank for b in blocks))
 
 
-def _lowrank_phases(sc: Scenario, elements: tuple[int, int, int], middle_s: float, flat: Level,
-                    intra: Level) -> list[Phase]:
+def _lowrank_phases(sc: Scenario, topo: Topology, elements: tuple[int, int, int], middle_s: float,
+                    flat: Level) -> list[Phase]:
     """PowerSGD's collectives for one bucket, in PyTorch's order: all-reduce of the uncompressed
     rest (when there is one), of P, then, after ``middle_s`` of compute, of Q."""
     rest, p_elements, q_elements = (n * sc.workload.itemsize for n in elements)
-    phases = [_dense_phase(sc, float(rest), flat, intra)] if rest else []
-    phases.append(_dense_phase(sc, float(p_elements), flat, intra))
-    q_phase = _dense_phase(sc, float(q_elements), flat, intra)
+    phases = [topo.dense_phase(float(rest), flat)] if rest else []
+    phases.append(topo.dense_phase(float(p_elements), flat))
+    q_phase = topo.dense_phase(float(q_elements), flat)
     phases.append(replace(q_phase, gap_s=middle_s))
     return phases
 
@@ -187,10 +130,10 @@ def prepare(sc: Scenario) -> Prepared:
     wl = sc.workload
     buckets = wl.buckets(sc.bucket_mode, sc.bucket_cap_bytes, sc.first_bucket_bytes)
     p, g = sc.workers, sc.gpus_per_node
+    topo = topology(sc)
     flat, intra = _levels(sc)
-    dense_op = "ps" if sc.topology == "ps" else "allreduce"
-    dense_flat = _levels(sc, dense_op)[0]
-    sparse_flat = _levels(sc, "ps" if sc.topology == "ps" else "allgather")[0]
+    dense_flat = _levels(sc, topo.calibration_op("allreduce"))[0]
+    sparse_flat = _levels(sc, topo.calibration_op("allgather"))[0]
     n_b = len(buckets)
     comp = np.zeros((n_b, p))
     decomp = np.zeros((n_b, p))
@@ -201,7 +144,7 @@ def prepare(sc: Scenario) -> Prepared:
         dense = float(bucket.nbytes)
         if cost is None:
             wire[b] = dense
-            phases.append([_dense_phase(sc, dense, dense_flat, intra)])
+            phases.append([topo.dense_phase(dense, dense_flat)])
             continue
         shard = bucket.numel / g
         comp[b] = cost.compress_s(shard)
@@ -211,24 +154,18 @@ def prepare(sc: Scenario) -> Prepared:
             comp[b] = cost.compress_s(shard) / 2
             wire[b] = sum(elements) * wl.itemsize
             decomp[b] = cost.decompress_s(bucket.numel)
-            phases.append(_lowrank_phases(sc, elements, cost.compress_s(shard) / 2, dense_flat, intra))
+            phases.append(_lowrank_phases(sc, topo, elements, cost.compress_s(shard) / 2, dense_flat))
         elif not sc.sparse:
             fixed = allreduce_bytes(sc.compressor, round(shard), sc.density, wl.itemsize, sc.compressor_options)
             if fixed is not None:
                 wire[b] = fixed
             decomp[b] = cost.decompress_s(bucket.numel)
-            phases.append([_dense_phase(sc, float(wire[b].mean()), dense_flat, intra)])
+            phases.append([topo.dense_phase(float(wire[b].mean()), dense_flat)])
         else:
-            if sc.topology == "hierarchical":
-                decomp[b] = sc.nodes * cost.decompress_s(shard)
-            elif sc.topology == "ps":
-                servers = sc.ps_servers or p
-                decomp[b] = p * cost.decompress_s(bucket.numel / servers) + cost.decompress_s(bucket.numel)
-            else:
-                decomp[b] = p * cost.decompress_s(bucket.numel)
-            phases.append(_sparse_phases(sc, dense, wire[b], sparse_flat, intra))
+            decomp[b] = topo.sparse_decompress_s(cost.decompress_s, bucket.numel, shard)
+            phases.append(topo.sparse_phases(dense, wire[b], sparse_flat, sc.padded))
     if cost is None:
-        op = {"ps": "ps push/pull", "hierarchical": "hier. all-reduce"}.get(sc.topology, "all-reduce")
+        op = topo.dense_label
     elif sc.message == "lowrank":
         op = "all-reduce (P, Q)"
     elif sc.message == "dense":
@@ -236,10 +173,10 @@ def prepare(sc: Scenario) -> Prepared:
     elif not sc.sparse:
         op = "all-reduce (values)"
     else:
-        op = {"ps": "ps push/pull", "hierarchical": "hier. all-gather"}.get(sc.topology, "all-gather")
+        op = topo.sparse_label
     return Prepared(
         sc, p, worker_scales(sc), np.array([bk.backward_s for bk in buckets]), comp, decomp, wire, phases, op,
-        flat, intra, extra_ranks=sc.ps_servers if sc.topology == "ps" else 0,
+        flat, intra, extra_ranks=topo.extra_ranks,
     )
 
 

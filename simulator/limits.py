@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from simulator import topologies
+
 if TYPE_CHECKING:
     from simulator.scenario import Scenario
 
@@ -39,28 +41,11 @@ JOB_BYTES = 300 * 2**20
 torch + numpy), bytes."""
 
 
-def _log2_floor(p: int) -> int:
-    return p.bit_length() - 1
-
-
 def collective_messages(topology: str, nodes: int, *, gpus: int = 1, servers: int = 0, sparse: bool = False,
                         padded: bool = True) -> int:
-    """Link-level messages of one bucket's collective(s) on ``nodes`` machines (``des`` work)."""
-    p = nodes * gpus
-    if topology == "hierarchical":
-        intra = 2 * (gpus - 1) * p if gpus > 1 else 0
-        inter = (nodes - 1) * nodes * (1 if sparse else 2)
-        return intra + inter
-    if topology == "ps":
-        return 2 * servers * p if servers else 2 * (p - 1) * p
-    if sparse:
-        return (p - 1) * p * (2 if padded else 1)
-    if topology == "ring":
-        return 2 * (p - 1) * p
-    if topology == "halving-doubling":
-        q = 1 << _log2_floor(p)
-        return 2 * _log2_floor(q) * q + 2 * (p - q)
-    return 2 * max(p - 1, 0)
+    """Link-level messages of one bucket's collective(s) on ``nodes`` machines (``des`` work):
+    :meth:`simulator.topologies.Topology.messages` of ``topology``."""
+    return topologies.get(topology)(nodes, gpus=gpus, servers=servers).messages(sparse, padded)
 
 
 def estimate(sc: Scenario) -> tuple[int, int]:
@@ -71,19 +56,16 @@ def estimate(sc: Scenario) -> tuple[int, int]:
 
 
 def _estimate(sc: Scenario, nodes: int, buckets: int) -> tuple[int, int]:
-    workers = nodes * sc.gpus_per_node
-    ranks = workers + (sc.ps_servers if sc.topology == "ps" else 0)
+    topology = topologies.get(sc.topology)(nodes, gpus=sc.gpus_per_node, servers=sc.ps_servers)
+    ranks = topology.workers + topology.extra_ranks
     memory = BYTES_PER_WORKER_BUCKET * buckets * ranks
     if sc.fidelity == "des":
         memory += DES_BYTES_PER_WORKER * ranks
-        work = buckets * collective_messages(sc.topology, nodes, gpus=sc.gpus_per_node, servers=sc.ps_servers,
-                                             sparse=sc.sparse, padded=sc.padded)
+        work = buckets * topology.messages(sc.sparse, sc.padded)
         if sc.compressor != "none":
-            work += buckets * collective_messages(sc.topology, nodes, gpus=sc.gpus_per_node, servers=sc.ps_servers)
-    elif sc.sparse and not sc.padded and sc.topology != "ps":
-        work = buckets * nodes * nodes
+            work += buckets * topology.messages()
     else:
-        work = buckets * workers
+        work = buckets * topology.recurrence_cells(sc.sparse, sc.padded)
     return memory, work
 
 

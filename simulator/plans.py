@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,10 @@ def repeat(step: Step, count: int) -> Plan:
     return Plan((count, lambda _i: step))
 
 
-def _step(src, dst, coef=0.0, mcoef=0.0, owner=None, wait=True, level="flat", serial: bool | None = None) -> Step:
-    """A step; ``serial`` is found by checking for repeated senders or receivers unless given."""
+def step(src: ArrayLike, dst: ArrayLike, coef: ArrayLike = 0.0, mcoef: ArrayLike = 0.0, owner: ArrayLike | None = None,
+         wait: bool = True, level: str = "flat", serial: bool | None = None) -> Step:
+    """A step of messages ``src[i] → dst[i]`` of ``coef·n + mcoef·m[owner]`` bytes (scalars or one per
+    message); ``serial`` is found by checking for repeated senders or receivers unless given."""
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     size = src.shape
@@ -105,7 +108,7 @@ def ring_steps(p: int, rounds: int, coef: float, level: str = "flat", ranks: np.
     base = np.arange(p) if ranks is None else np.asarray(ranks)
     src = base.reshape(-1, p)
     dst = np.roll(src, -1, axis=1)
-    return repeat(_step(src.ravel(), dst.ravel(), coef, level=level, serial=False), rounds)
+    return repeat(step(src.ravel(), dst.ravel(), coef, level=level, serial=False), rounds)
 
 
 @lru_cache(maxsize=256)
@@ -124,7 +127,7 @@ def _ring_gather(p: int, level: str = "flat") -> Plan:
     """Ring all-gather of per-rank blocks: at step s rank r forwards rank (r−s)'s block to r+1."""
     ranks = np.arange(p)
     succ = (ranks + 1) % p
-    return Plan((p - 1, lambda s: _step(ranks, succ, 0.0, 1.0, owner=(ranks - s) % p, level=level, serial=False)))
+    return Plan((p - 1, lambda s: step(ranks, succ, 0.0, 1.0, owner=(ranks - s) % p, level=level, serial=False)))
 
 
 @lru_cache(maxsize=256)
@@ -139,7 +142,7 @@ def _hd_core(q: int) -> Plan:
     levels = q.bit_length() - 1
 
     def halving(k: int) -> Step:
-        return _step(ranks, ranks ^ (q >> (k + 1)), 1.0 / (2 << k), serial=False)
+        return step(ranks, ranks ^ (q >> (k + 1)), 1.0 / (2 << k), serial=False)
 
     return Plan((levels, halving), (levels, lambda i: halving(levels - 1 - i)))
 
@@ -154,8 +157,8 @@ def halving_doubling_allreduce(p: int) -> Plan:
     extra = np.arange(q, p)
     if not len(extra):
         return _hd_core(q)
-    fold_in = _step(extra, extra - q, 1.0, serial=False)
-    fold_out = _step(extra - q, extra, 1.0, serial=False)
+    fold_in = step(extra, extra - q, 1.0, serial=False)
+    fold_out = step(extra - q, extra, 1.0, serial=False)
     return repeat(fold_in, 1) + _hd_core(q) + repeat(fold_out, 1)
 
 
@@ -169,12 +172,12 @@ def tree_allreduce(p: int) -> Plan:
 
     def reduce(k: int) -> Step:
         send = ranks[(ranks % (2 << k)) == (1 << k)]
-        return _step(send, send - (1 << k), 1.0, serial=False)
+        return step(send, send - (1 << k), 1.0, serial=False)
 
     def broadcast(i: int) -> Step:
         k = levels - 1 - i
         send = ranks[((ranks % (2 << k)) == 0) & (ranks + (1 << k) < p)]
-        return _step(send, send + (1 << k), 1.0, serial=False)
+        return step(send, send + (1 << k), 1.0, serial=False)
 
     return Plan((levels, reduce), (levels, broadcast))
 
@@ -194,11 +197,11 @@ def ps_sharded(p: int, sparse: bool) -> Plan:
     def push(i: int) -> Step:
         dst = (ranks + i + 1) % p
         if sparse:
-            return _step(ranks, dst, 0.0, 1.0 / p, owner=ranks, wait=False, serial=False)
-        return _step(ranks, dst, 1.0 / p, wait=False, serial=False)
+            return step(ranks, dst, 0.0, 1.0 / p, owner=ranks, wait=False, serial=False)
+        return step(ranks, dst, 1.0 / p, wait=False, serial=False)
 
     def pull(i: int) -> Step:
-        return _step(ranks, (ranks + i + 1) % p, 1.0 / p, wait=(i == 0), serial=False)
+        return step(ranks, (ranks + i + 1) % p, 1.0 / p, wait=(i == 0), serial=False)
 
     return Plan((p - 1, push), (p - 1, pull))
 
@@ -213,11 +216,11 @@ def ps_dedicated(p: int, servers: int, sparse: bool) -> Plan:
     def push(j: int) -> Step:
         dst = p + (workers + j) % servers
         if sparse:
-            return _step(workers, dst, 0.0, 1.0 / servers, owner=workers, wait=False, serial=servers < p)
-        return _step(workers, dst, 1.0 / servers, wait=False, serial=servers < p)
+            return step(workers, dst, 0.0, 1.0 / servers, owner=workers, wait=False, serial=servers < p)
+        return step(workers, dst, 1.0 / servers, wait=False, serial=servers < p)
 
     def pull(j: int) -> Step:
-        return _step(p + srv, (srv + j) % p, 1.0 / servers, wait=(j == 0), serial=False)
+        return step(p + srv, (srv + j) % p, 1.0 / servers, wait=(j == 0), serial=False)
 
     return Plan((servers, push), (p, pull))
 

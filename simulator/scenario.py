@@ -10,6 +10,7 @@ from typing import Any
 from compressors.messages.wire import ALLGATHER, collective
 from costs import CompressionProfile
 from simulator.calibration import Calibration
+from simulator import topologies
 from simulator.limits import check_scenario
 from units import check_bandwidth, check_count, check_density, check_latency
 from simulator.workload import (
@@ -19,7 +20,7 @@ from simulator.workload import (
     Workload,
 )
 
-TOPOLOGIES = ("ring", "halving-doubling", "tree", "ps", "hierarchical")
+TOPOLOGIES = topologies.NAMES
 FIDELITIES = ("analytic", "des")
 COMPRESS_ON = ("compute", "comm")
 
@@ -87,20 +88,19 @@ class Scenario:
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be >= 0, got {value!r}")
-        if self.topology not in TOPOLOGIES:
-            raise ValueError(f"unknown topology {self.topology!r}; choose from {', '.join(TOPOLOGIES)}")
+        topology = topologies.get(self.topology)
         if self.fidelity not in FIDELITIES:
             raise ValueError(f"unknown fidelity {self.fidelity!r}; choose analytic or des")
         if self.bucket_mode not in BUCKET_MODES:
             raise ValueError(f"unknown bucket mode {self.bucket_mode!r}; choose from {', '.join(BUCKET_MODES)}")
         if self.compress_on not in COMPRESS_ON:
             raise ValueError(f"compress_on must be compute or comm, got {self.compress_on!r}")
-        if self.gpus_per_node < 1 or (self.gpus_per_node > 1 and self.topology != "hierarchical"):
+        if self.gpus_per_node < 1 or (self.gpus_per_node > 1 and topology.levels < 2):
             raise ValueError(f"{self.gpus_per_node} GPUs per node need the hierarchical topology: the {self.topology} "
                              "model has one worker per node (leave --topology out to get hierarchical)")
         if not self.oversubscription >= 1:
             raise ValueError(f"oversubscription must be >= 1, got {self.oversubscription!r}")
-        if self.ps_servers < 0 or self.ps_servers > self.workers or (self.ps_servers and self.topology != "ps"):
+        if self.ps_servers < 0 or self.ps_servers > self.workers or (self.ps_servers and not topology.takes_servers):
             raise ValueError(f"ps_servers must be 0..workers ({self.workers}) with the ps topology")
         if not 0 <= self.stragglers <= self.workers or not self.straggler_slowdown > 0:
             raise ValueError(f"stragglers must be 0..{self.workers} with a slowdown > 0")

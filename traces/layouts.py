@@ -15,6 +15,11 @@ The layouts are measured on the meta device by :mod:`traces.layout_models` (PyTo
 forward hooks) and shipped as ``traces/layouts.json`` (each layout at its stated input and at the
 sequence lengths of the published throughput table), so projecting a layout never loads torch;
 another sequence length is measured on first use (with torch). A test measures them again.
+
+A decoder-only transformer given by its Hugging Face config.json (:mod:`traces.llm`: a shipped
+model's name such as ``llama-3.1-8b``, or a config file's path) is a layout too, computed from its
+config without torch: every function here takes it where it takes a layout's name, its stated
+input :func:`traces.llm.stated` tokens, its longest its ``max_position_embeddings``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import functools
 import json
 from pathlib import Path
 from typing import Any
+
+from traces import llm
 
 INPUTS: dict[str, str] = {
     "resnet50": "one 3x224x224 image",
@@ -41,8 +48,18 @@ SHIPPED = Path(__file__).with_name("layouts.json")
 
 
 def names() -> list[str]:
-    """Names of the available layouts."""
+    """Names of the available measured layouts (models: :func:`traces.llm.names`)."""
     return list(INPUTS)
+
+
+def stated_tokens(name: str) -> int | None:
+    """Tokens per sample of layout or model ``name`` unless told (``None`` for a layout that takes no tokens)."""
+    return TOKENS.get(name) if name in INPUTS else llm.stated(name)
+
+
+def flag(name: str) -> str:
+    """The command-line option that names ``name``: ``--layout resnet50`` or ``--model llama-3.1-8b``."""
+    return f"--layout {name}" if name in INPUTS else f"--model {name}"
 
 
 def key(name: str, tokens: int | None) -> str:
@@ -53,7 +70,9 @@ def key(name: str, tokens: int | None) -> str:
 
 def max_tokens(name: str) -> int:
     """The most tokens a sample of transformer layout ``name`` holds: its position embeddings
-    (512 for BERT, 1024 for GPT-2)."""
+    (512 for BERT, 1024 for GPT-2; a model's ``max_position_embeddings``)."""
+    if name not in INPUTS:
+        return llm.max_tokens(name)
     return 1024 if name == "gpt2" else 512
 
 
@@ -62,6 +81,8 @@ def check_tokens(name: str, tokens: int | None) -> int | None:
     :func:`max_tokens`] (``None`` stays ``None``: the stated input); ValueError (one line) otherwise."""
     if tokens is None:
         return None
+    if name not in INPUTS:
+        return llm.tokens_of(name, tokens)
     if name not in TOKENS:
         raise ValueError(f"layout {name!r} takes no sequence length (--tokens is for {', '.join(TOKENS)})")
     if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= max_tokens(name):
@@ -72,9 +93,13 @@ def check_tokens(name: str, tokens: int | None) -> int | None:
 def layout(name: str, tokens: int | None = None) -> list[dict[str, Any]]:
     """Parameter layout of ``name`` with per-sample forward FLOPs (see the module docstring);
     ``tokens``: the sequence length of a transformer layout's sample instead of :data:`TOKENS`
-    (at most :func:`max_tokens`). Read once per process, a fresh list each call."""
+    (at most :func:`max_tokens`); a model (:mod:`traces.llm`) from its config. Read once per
+    process, a fresh list each call."""
     if name not in INPUTS:
-        raise ValueError(f"unknown layout {name!r}; choose one of {', '.join(INPUTS)}")
+        if llm.is_model(name):
+            return llm.layout(name, tokens)
+        raise ValueError(f"unknown layout {name!r}; choose one of {', '.join(INPUTS)} (or a model: "
+                         f"{', '.join(llm.names())})")
     return [dict(entry) for entry in _layout(key(name, check_tokens(name, tokens)))]
 
 
