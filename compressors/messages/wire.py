@@ -60,6 +60,13 @@ def quantized_bytes(numel: int, block: int, code_bytes: int = 1) -> int:
     return numel * code_bytes + -(-numel // block) * SCALE_BYTES
 
 
+def quantized_packed_bytes(numel: int, block: int) -> int:
+    """Bytes of one rank's buffer in the all-gather of block-quantized messages: its float32
+    scales, its one-byte codes and a one-byte failure flag, padded to a multiple of 4 bytes (so that
+    every rank's scales start 4-byte aligned in the gathered buffer)."""
+    return -(-(quantized_bytes(numel, block) + 1) // SCALE_BYTES) * SCALE_BYTES
+
+
 def packed_slots(padded_count: int, value_itemsize: int) -> int:
     """Value-dtype elements of one rank's packed all-gather buffer for ``padded_count`` slots.
 
