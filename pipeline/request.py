@@ -21,7 +21,7 @@ from typing import Any
 from costs import devices
 from costs.throughput import DEFAULT_PRECISION, check_precision
 from simulator.limits import MESSAGE_BUDGET
-from simulator.sharded import DTYPE_BYTES, PARALLEL, Sharding
+from simulator.sharded import DTYPE_BYTES, PARALLEL, PARAM_DTYPE, REDUCE_DTYPE, Sharding
 from simulator.scenario import FIDELITIES, TOPOLOGIES
 from results.store import row_id
 from units import Pair, check_bandwidth, check_count, check_density, check_latency, parse_duration, parse_list
@@ -109,8 +109,8 @@ DTYPE_CHOICES = tuple(DTYPE_BYTES)
 """The ``--reduce-dtype`` and ``--param-dtype`` choices."""
 
 
-def sharding(parallel: str = "ddp", *, shard_size: int | None = None, reduce_dtype: str = "fp32",
-             param_dtype: str = "bf16", micro_batch: int | None = None, checkpointing: bool = False,
+def sharding(parallel: str = "ddp", *, shard_size: int | None = None, reduce_dtype: str = REDUCE_DTYPE,
+             param_dtype: str = PARAM_DTYPE, micro_batch: int | None = None, checkpointing: bool = False,
              batch_size: int | None = None) -> Sharding | None:
     """The :class:`simulator.sharded.Sharding` of the ``--parallel`` family (checked there; a
     ``micro_batch`` must divide ``batch_size``, sequences per GPU per optimizer step), ``None`` for

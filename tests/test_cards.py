@@ -38,6 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     "sidco/commands/paper.py": {"topk", "dgc"},
     # the fp16 bar of the What-if figure (a front door imports no compressors to ask for the baseline)
     "dashboard/figures.py": {"fp16"},
+    "simulator/sharded.py": {"bf16"},  # a dtype: the --reduce-dtype / --param-dtype table and default
     # PowerSGD's rank option, keyed by its name in replay options and the quality table
     "pipeline/quality.py": {"powersgd"},
     "sidco/commands/replay.py": {"powersgd"},

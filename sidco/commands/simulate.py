@@ -16,7 +16,8 @@ from pipeline import quality
 from pipeline.catalog import BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES, model_names
 from pipeline.project import check_output_path, write_chrome_trace
 from pipeline.costs import KERNEL_BAND_NOTE
-from pipeline.request import (DEVICE_RULE, DTYPE_CHOICES, LATENCY_HELP, PARALLEL_CHOICES, RTT_HELP, Cluster, Request,
+from pipeline.request import (DEVICE_RULE, DTYPE_CHOICES, LATENCY_HELP, PARALLEL_CHOICES, PARAM_DTYPE, REDUCE_DTYPE,
+                              RTT_HELP, Cluster, Request,
                               modelled_devices, one_way_latencies, sharding, takes_density)
 from pipeline.verdict import judge
 from results.store import Store
@@ -125,11 +126,12 @@ def add_parallel_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard-size", default=None, metavar="N",
                         help="hsdp: GPUs per shard group (default one node, --gpus-per-node); a divisor of a "
                              "node's GPUs or a multiple of them")
-    parser.add_argument("--reduce-dtype", choices=DTYPE_CHOICES, default="fp32",
-                        help="sharded: the dtype gradients are reduce-scattered and all-reduced in (default fp32, "
-                             "torchtitan's; fp16/bf16 compressors send 2 bytes an element whatever this is)")
-    parser.add_argument("--param-dtype", choices=DTYPE_CHOICES, default="bf16",
-                        help="sharded: the dtype parameters are all-gathered in (default bf16; fp8: FSDP2's float8 "
+    parser.add_argument("--reduce-dtype", choices=DTYPE_CHOICES, default=REDUCE_DTYPE,
+                        help=f"sharded: the dtype gradients are reduce-scattered and all-reduced in (default "
+                             f"{REDUCE_DTYPE}, torchtitan's; the 16-bit cast compressors send 2 bytes an element "
+                             "whatever this is)")
+    parser.add_argument("--param-dtype", choices=DTYPE_CHOICES, default=PARAM_DTYPE,
+                        help=f"sharded: the dtype parameters are all-gathered in (default {PARAM_DTYPE}; fp8: FSDP2's float8 "
                              "all-gather as torchao ships it, or ZeRO++'s quantized weights)")
     parser.add_argument("--micro-batch", default=None, metavar="N",
                         help="sequences per accumulation step; --batch-size (per GPU per optimizer step) is split "
