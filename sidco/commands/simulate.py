@@ -104,9 +104,52 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--straggler-slowdown", type=float, default=1.5,
                         help="compute-time factor of a straggler (default 1.5)")
     parser.add_argument("--seed", type=int, default=0, help="seed of jitter and stragglers (default 0)")
+    add_sites_args(parser)
     add_calibration_argument(parser)
     add_store_argument(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+
+
+def add_sites_args(parser: argparse.ArgumentParser) -> None:
+    """``--sites`` and the WAN between them (``--wan-bandwidth``, ``--wan-rtt``)."""
+    parser.add_argument("--sites", default="1",
+                        help="sites the nodes are split evenly across, joined by a WAN (default 1: one site); "
+                             "collectives across sites are hierarchical, one aggregated flow per site")
+    parser.add_argument("--wan-bandwidth", metavar="RATE",
+                        help="with --sites above 1: the WAN link of each site per direction, e.g. 1Gbit")
+    parser.add_argument("--wan-rtt", metavar="TIME",
+                        help="with --sites above 1: the WAN's round-trip time, e.g. 30ms; every dependent round "
+                             "of a collective across sites pays half of it (one way)")
+
+
+def sites_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The scenario's ``sites``, ``wan_bandwidth_bps`` and ``wan_rtt_s`` from ``--sites``,
+    ``--wan-bandwidth`` and ``--wan-rtt``, only those given (one site and no WAN: none)."""
+    chosen: dict[str, Any] = {}
+    sites = positive_int(args.sites, "--sites")
+    if sites > 1:
+        chosen["sites"] = sites
+    for flag, text, key, parse in (("--wan-bandwidth", args.wan_bandwidth, "wan_bandwidth_bps", parse_bandwidth),
+                                    ("--wan-rtt", args.wan_rtt, "wan_rtt_s", parse_duration)):
+        if text is not None:
+            try:
+                chosen[key] = parse(text)
+            except ValueError as exc:
+                raise ValueError(f"{flag}: {exc}") from None
+    if chosen and sites == 1:
+        raise ValueError("--wan-bandwidth and --wan-rtt are the link between sites: give --sites 2 or more")
+    if sites > 1 and len(chosen) < 3:
+        raise ValueError(f"--sites {sites} needs --wan-bandwidth and --wan-rtt (the link between the sites)")
+    return chosen
+
+
+def sites_text(cluster: Cluster) -> str:
+    """``; 2 sites over a 1 Gbit/s WAN, 30 ms round trip`` for a cluster of several sites, else empty."""
+    sites = cluster.options.get("sites", 1)
+    if sites <= 1:
+        return ""
+    return (f"; {sites} sites over a {format_bandwidth(cluster.options['wan_bandwidth_bps'])} WAN, "
+            f"{format_seconds(cluster.options['wan_rtt_s'])} round trip")
 
 
 def parse_jitter(text: str) -> float | str:
@@ -140,6 +183,7 @@ def scenario_options(args: argparse.Namespace) -> dict[str, Any]:
         "stragglers": args.stragglers,
         "straggler_slowdown": args.straggler_slowdown,
         "seed": args.seed,
+        **sites_options(args),
     }
 
 
@@ -213,7 +257,7 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: Clu
           + (f" @ density {density:g}" if args.compressor != "none" else "")
           + f" on {cluster.nodes} nodes ({result['workers']} workers), {cluster.topology}, "
             f"{format_bandwidth(cluster.bandwidth_bps)}, {format_seconds(cluster.latency_s)} latency, "
-            f"fidelity {cluster.fidelity}")
+            f"fidelity {cluster.fidelity}" + sites_text(cluster))
     print(f"  iteration      {format_seconds(result['iteration_s'])} (band {format_seconds(result['iteration_s_low'])}"
           f" to {format_seconds(result['iteration_s_high'])})")
     print(f"  throughput     {result['samples_per_s']:.1f} samples/s")

@@ -1,0 +1,157 @@
+"""Low-communication strategies beside the per-step compressors: rows ``sidco compare`` ranks together.
+
+The model is :mod:`simulator.lowcomm` (DiLoCo, Streaming DiLoCo; time per inner step amortised,
+the WAN's exposed time, compute utilization, the smallest H that hides the link); here a
+:class:`pipeline.project.Projection` whose request names ``strategies`` becomes one row per
+strategy, on the same cluster, workload, calibration and compression-cost policy as the
+per-step rows, and every per-step row gains the same columns (``sync_every`` 1). The verdict
+sentence on them says the loss penalty of syncing every H steps: projected time alone cannot
+weigh it. Units: seconds, bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import simulator
+from pipeline import project as projections
+from pipeline import quality
+from pipeline.costs import compression_profile
+from pipeline.request import DEFAULT_FRAGMENTS, Request
+from pipeline.verdict import BASELINES
+from results.store import Store
+from simulator import lowcomm
+from units import Pair
+
+LOSS_UNMEASURED = ("their loss penalty against synchronous training at equal tokens is unmeasured (no DiLoCo "
+                   "convergence run weighs it here): the ranking is by time alone")
+"""What the verdict says of the strategies' loss (DiLoCo is not synchronous SGD)."""
+
+
+def fragments(request: Request, layers: int) -> int:
+    """The fragments Streaming DiLoCo syncs in: the request's, else :data:`DEFAULT_FRAGMENTS` or
+    the ``layers`` when fewer."""
+    chosen = request.lowcomm.fragments
+    return min(DEFAULT_FRAGMENTS, layers) if chosen is None else chosen
+
+
+def strategies(projection: projections.Projection) -> list[lowcomm.Strategy]:
+    """The strategies the projection's request names, checked against its workload (ValueError,
+    one line: ``--fragments`` more than the layers) before any store is opened."""
+    request = projection.request
+    if not isinstance(request, Request):
+        return []
+    layers = len(projection.workload.layers)
+    asked = request.lowcomm
+    if asked.fragments is not None:
+        lowcomm.check_fragments(projection.workload, asked.fragments)
+    return [lowcomm.Strategy(name, asked.sync_every, fragments(request, layers) if name == "streaming" else 1,
+                             asked.outer_compressor, asked.outer_density) for name in request.strategies]
+
+
+def label(strategy: lowcomm.Strategy) -> str:
+    """A strategy's row label: ``diloco H=50``, ``streaming H=50 F=4``, then the outer compressor
+    when it is not ``none`` (``diloco H=50 topk@0.01``)."""
+    text = f"{strategy.name} H={strategy.sync_every}" + (f" F={strategy.fragments}" if strategy.name == "streaming"
+                                                          else "")
+    if strategy.outer_compressor != "none":
+        text += f" {Pair(strategy.outer_compressor, strategy.outer_density).label}"
+    return text
+
+
+def _base(store: Store, projection: projections.Projection):
+    """The ``none`` scenario of the projection's cluster (its calibration and options)."""
+    return projections.scenarios(store, projection, ["none"], None)[0]
+
+
+def per_step(store: Store, projection: projections.Projection,
+             rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (the per-step rows of ``projection``) each with the strategy columns
+    (:func:`simulator.lowcomm.per_step_fields`: ``sync_every`` 1, ``utilization``, ``wan_exposed_s``)."""
+    base = _base(store, projection)
+    out = []
+    for row in rows:
+        name = row["compressor"]
+        sc = base if name == "none" else projections.scenarios(store, projection, [name], row.get("density") or 1.0)[0]
+        out.append({**row, **lowcomm.per_step_fields(sc, row)})
+    return out
+
+
+def strategy_rows(store: Store, projection: projections.Projection) -> list[dict[str, Any]]:
+    """One row per strategy of ``projection`` (:func:`simulator.lowcomm.project`), with ``label``,
+    ``compressor`` (the strategy's name), ``density`` ``None``, ``cost_source`` (the outer
+    compressor's), ``speedup`` (``none``'s per-step iteration ÷ this row's), the quality columns
+    unmeasured and the compute and cost sources of the per-step rows."""
+    chosen = strategies(projection)
+    if not chosen:
+        return []
+    base = _base(store, projection)
+    none_s = simulator.simulate(base)["iteration_s"]
+    source, request = projection.source, projection.request
+    rows = []
+    for strategy in chosen:
+        outer, density = strategy.outer_compressor, strategy.outer_density
+        profile = None
+        if outer != "none":
+            profile = compression_profile(store, trace_id=source.trace_id, device=source.device,
+                                          pairs=[(outer, density or 1.0)], profile_file=request.profile_file,
+                                          profile_id=request.profile_id,
+                                          numel=projection.workload.nbytes // projection.workload.itemsize)
+        result = lowcomm.project(base, strategy, profile)
+        cost = None if profile is None else profile.cost(outer, density or 1.0)
+        rows.append({**result, "compressor": strategy.name, "density": None, "label": label(strategy),
+                     "device": source.device.name, "precision": source.precision, "compute_source": source.compute,
+                     "cost_source": None if cost is None else cost.source, **projections.workload_facts(source),
+                     "speedup": none_s / result["iteration_s"], "baseline_iteration_s": none_s,
+                     "iteration_s_low": None, "iteration_s_high": None,
+                     **quality.unmeasured("a strategy: the loss penalty of syncing every H steps")})
+    return rows
+
+
+def ranked(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per-step and strategy ``rows`` together, fastest (per inner step) first, ``rank`` renumbered
+    and ``speedup_over_baseline`` (the best dense baseline's iteration time ÷ this row's) set."""
+    ordered = sorted(rows, key=lambda r: (float(r["iteration_s"]), r["label"]))
+    baselines = [r for r in ordered if r["compressor"] in BASELINES]
+    best = float(baselines[0]["iteration_s"]) if baselines else None
+    return [{**row, "rank": i + 1, "speedup_over_baseline": None if best is None else best / float(row["iteration_s"])}
+            for i, row in enumerate(ordered)]
+
+
+def verdict_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The sentence on the strategies among ``rows`` (ranked): each one's time per inner step,
+    utilization and the smallest H that hides the link, against the fastest per-step row, and
+    :data:`LOSS_UNMEASURED`; empty without strategy rows."""
+    chosen = [r for r in rows if r["compressor"] in lowcomm.STRATEGIES]
+    if not chosen:
+        return ""
+    step = [r for r in rows if r["compressor"] not in lowcomm.STRATEGIES]
+    fastest = min(step, key=lambda r: float(r["iteration_s"])) if step else None
+    parts = []
+    for r in chosen:
+        part = (f"{r['label']} {r['iteration_s'] * 1e3:.1f} ms per inner step, utilization {r['utilization']:.0%}, "
+                f"WAN exposed {r['wan_exposed_s'] * 1e3:.1f} ms, hides the link from H={r['hiding_sync_every']}")
+        if fastest is not None:
+            part += f" ({float(fastest['iteration_s']) / float(r['iteration_s']):.2f}x the fastest per-step " \
+                    f"{fastest['label']})"
+        parts.append(part)
+    return "low-communication: " + "; ".join(parts) + f"; {LOSS_UNMEASURED}"
+
+
+def with_strategies(store: Store, projection: projections.Projection, rows: Sequence[Mapping[str, Any]],
+                    result: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The per-step ``rows`` and their verdict ``result`` with the strategies of ``projection``:
+    every row with the strategy columns, the strategy rows ranked among them, the verdict's
+    ``text`` followed by :func:`verdict_text` and its ``lowcomm`` (the strategy rows' labels,
+    ``None`` without any). Without strategies and with one site, ``rows`` and ``result`` as they are."""
+    extra = strategy_rows(store, projection)
+    sites = int(projection.cluster.options.get("sites", 1))
+    if not extra and sites < 2:
+        return list(rows), dict(result)
+    together = ranked([*per_step(store, projection, rows), *extra])
+    sentence = verdict_text(together)
+    out = {**result, "lowcomm": [r["label"] for r in together if r["compressor"] in lowcomm.STRATEGIES] or None}
+    if sentence:
+        out["text"] = f"{result['text']}. {sentence}"
+    return together, out
