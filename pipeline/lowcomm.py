@@ -130,8 +130,11 @@ def verdict_text(rows: Sequence[Mapping[str, Any]]) -> str:
     fastest = min(step, key=lambda r: float(r["iteration_s"])) if step else None
     parts = []
     for r in chosen:
+        hides = f"H={r['hiding_sync_every']}"
         part = (f"{r['label']} {r['iteration_s'] * 1e3:.1f} ms per inner step, utilization {r['utilization']:.0%}, "
-                f"WAN exposed {r['wan_exposed_s'] * 1e3:.1f} ms, hides the link from H={r['hiding_sync_every']}")
+                f"WAN exposed {r['wan_exposed_s'] * 1e3:.1f} ms, "
+                + (f"hides the link from {hides}" if r["compressor"] == "streaming" else
+                   f"waits {r['outer_exchange_s']:.3g} s at every sync (overlapped, it would hide from {hides})"))
         if fastest is not None:
             part += f" ({float(fastest['iteration_s']) / float(r['iteration_s']):.2f}x the fastest per-step " \
                     f"{fastest['label']})"
@@ -143,7 +146,7 @@ def with_strategies(store: Store, projection: projections.Projection, rows: Sequ
                     result: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The per-step ``rows`` and their verdict ``result`` with the strategies of ``projection``:
     every row with the strategy columns, the strategy rows ranked among them, the verdict's
-    ``text`` followed by :func:`verdict_text` and its ``lowcomm`` (the strategy rows' labels,
+    ``text`` (on the per-step rows) followed by :func:`verdict_text` and its ``lowcomm`` (the strategy rows' labels,
     ``None`` without any). Without strategies and with one site, ``rows`` and ``result`` as they are."""
     extra = strategy_rows(store, projection)
     sites = int(projection.cluster.options.get("sites", 1))
@@ -153,5 +156,5 @@ def with_strategies(store: Store, projection: projections.Projection, rows: Sequ
     sentence = verdict_text(together)
     out = {**result, "lowcomm": [r["label"] for r in together if r["compressor"] in lowcomm.STRATEGIES] or None}
     if sentence:
-        out["text"] = f"{result['text']}. {sentence}"
+        out["text"] = f"per-step: {result['text']}. {sentence}"
     return together, out

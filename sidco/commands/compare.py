@@ -14,16 +14,17 @@ from typing import Any
 from tqdm import tqdm
 
 from pipeline import compare as comparison
+from pipeline import lowcomm
 from pipeline import project as projection
 from pipeline import quality
-from pipeline.catalog import TOPOLOGIES, compressor_names
+from pipeline.catalog import STRATEGIES, TOPOLOGIES, compressor_names
 from pipeline.costs import KERNEL_BAND_NOTE
-from pipeline.request import Request
+from pipeline.request import DEFAULT_FRAGMENTS, DEFAULT_SYNC_EVERY, LowComm, Request
 from pipeline.settle import judge
 from pipeline.verdict import BASELINES, TIE_MARGIN
 from results.store import Store
-from sidco.commands.simulate import add_scenario_args, add_source_args, cluster, workload_fields
-from units import format_bandwidth, format_seconds, parse_density, parse_list
+from sidco.commands.simulate import add_scenario_args, add_source_args, cluster, positive_int, sites_text, workload_fields
+from units import Pair, format_bandwidth, format_seconds, parse_density, parse_list
 from sidco.commands import COMMANDS, dump_json
 
 
@@ -54,7 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--latency", default="50us", help="per-message latency, e.g. 50us (default 50us)")
     parser.add_argument("--compressors", default="all",
                         help="comma-separated compressor names, or all (default); none, fp16 and powersgd are "
-                             "always added")
+                             "always added. With --sites 2 or more, also the low-communication strategies "
+                             "diloco (sync every --sync-every inner steps, blocking) and streaming (in --fragments "
+                             "fragments, each overlapped with the next inner steps)")
     parser.add_argument("--densities", default="0.1,0.01,0.001",
                         help="comma-separated densities for the sparsifiers (default 0.1,0.01,0.001)")
     parser.add_argument("--rank", default="1", help="PowerSGD's rank r, columns of P and Q per layer (default 1)")
@@ -62,7 +65,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="ring, halving-doubling, tree, ps or hierarchical (default: ring, or hierarchical "
                              "with --gpus-per-node above 1)")
     add_scenario_args(parser)
+    add_lowcomm_args(parser)
     parser.set_defaults(func=run, fidelity="analytic")
+
+
+def add_lowcomm_args(parser: argparse.ArgumentParser) -> None:
+    """How the strategies diloco and streaming sync (:class:`pipeline.request.LowComm`)."""
+    group = parser.add_argument_group("low-communication strategies (diloco, streaming in --compressors)")
+    group.add_argument("--sync-every", default=str(DEFAULT_SYNC_EVERY), metavar="H",
+                       help=f"inner steps between outer syncs (default {DEFAULT_SYNC_EVERY}, DiLoCo's setting)")
+    group.add_argument("--fragments", metavar="F",
+                       help=f"streaming: fragments of whole layers synced in turn (default {DEFAULT_FRAGMENTS}, or the "
+                            "layers when fewer; at most the layers)")
+    group.add_argument("--outer-compressor", default="none", metavar="NAME",
+                       help="the compressor of the pseudo-gradient's exchange across sites (default none: fp32)")
+    group.add_argument("--outer-density", metavar="δ",
+                       help="the outer compressor's density, for a sparsifier (e.g. 0.01)")
+
+
+def lowcomm_request(args: argparse.Namespace) -> LowComm:
+    """The strategies' settings from ``--sync-every``, ``--fragments``, ``--outer-compressor`` and
+    ``--outer-density`` (their rules are the request's)."""
+    return LowComm(positive_int(args.sync_every, "--sync-every"),
+                   None if args.fragments is None else positive_int(args.fragments, "--fragments"),
+                   args.outer_compressor.strip(),
+                   None if args.outer_density is None else parse_density(args.outer_density))
 
 
 def _number(value: float | None, width: int) -> str:
@@ -74,13 +101,15 @@ def _ms(seconds: float) -> str:
 
 
 def print_table(rows: list[dict[str, Any]], result: dict[str, Any]) -> None:
-    """The ranked rows (times in ms) and the verdict line."""
-    print(f"{'#':>2} {'config':<16} {'iter ms':>9} {'fwd ms':>9} {'bwd ms':>9} {'compr ms':>9} {'comm ms':>9} "
+    """The ranked rows (times in ms), the strategy columns where the cluster has sites, and the
+    verdict line."""
+    width = max(16, *(len(r["label"]) for r in rows))
+    print(f"{'#':>2} {'config':<{width}} {'iter ms':>9} {'fwd ms':>9} {'bwd ms':>9} {'compr ms':>9} {'comm ms':>9} "
           f"{'idle ms':>9} {'opt ms':>9} {'vs none':>8} {'vs dense':>8} {'ach δ':>9} {'ach/tgt':>7} {'E/topk':>7}"
           "  costs from | quality from")
     for r in rows:
         vs_dense = "" if r["speedup_over_baseline"] is None else f"{r['speedup_over_baseline']:.3f}x"
-        print(f"{r['rank']:>2} {r['label']:<16} {_ms(r['iteration_s'])} {_ms(r['forward_s'])} {_ms(r['backward_s'])} "
+        print(f"{r['rank']:>2} {r['label']:<{width}} {_ms(r['iteration_s'])} {_ms(r['forward_s'])} {_ms(r['backward_s'])} "
               f"{_ms(r['compress_s'])} {_ms(r['exposed_comm_s'])} {_ms(r['idle_s'])} {_ms(r['optimizer_s'])} "
               f"{r['speedup']:>7.3f}x {vs_dense:>8} {_number(r['achieved_density'], 9)} "
               f"{_number(r['achieved_over_target'], 7)} {_number(r['energy_vs_topk'], 7)}"
@@ -90,15 +119,36 @@ def print_table(rows: list[dict[str, Any]], result: dict[str, Any]) -> None:
           "the best dense baseline; ach δ = achieved density (mean over replayed calls), ach/tgt = achieved / target "
           "density, E/topk = squared norm sent / that of exact Top-k at the same density (none, casts: 1; powersgd: "
           "its captured share)")
+    if any("utilization" in r for r in rows):
+        print_strategies(rows, width)
     print(f"verdict: {result['text']}")
+
+
+def print_strategies(rows: list[dict[str, Any]], width: int) -> None:
+    """How every row syncs across sites: H, fragments, the outer compressor, compute utilization
+    and the WAN's exposed time per (inner) step."""
+    print(f"{'#':>2} {'config':<{width}} {'sync_every':>10} {'fragments':>9} {'outer':>12} {'util':>6} "
+          f"{'WAN ms':>9} {'hides at H':>10}")
+    for r in rows:
+        outer = "-" if r["outer_compressor"] is None else Pair(r["outer_compressor"], r["outer_density"]).label
+        hides = r.get("hiding_sync_every")
+        print(f"{r['rank']:>2} {r['label']:<{width}} {r['sync_every']:>10} {r['fragments']:>9} {outer:>12} "
+              f"{r['utilization']:>6.1%} {_ms(r['wan_exposed_s'])} {'-' if hides is None else hides:>10}")
+    print("sync_every = inner steps between syncs across sites (1: every step); util = compute (fwd, bwd, opt) / "
+          "time per (inner) step; WAN ms = time per step the WAN adds to one site alone; hides at H = the smallest "
+          "H whose inner steps hide the outer exchange (overlapped)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Project every pair, rank, print the table and the verdict (JSON with --json)."""
     names = compressor_names() if args.compressors.strip() == "all" else parse_list(args.compressors, str)
+    strategies = tuple(n for n in names if n in STRATEGIES)
+    names = [*comparison.ALWAYS, *(n for n in names if n not in STRATEGIES)]
     request = comparison.with_baselines(
-        Request(cluster(args), tuple(names), tuple(parse_list(args.densities, parse_density)), **workload_fields(args)))
+        Request(cluster(args), tuple(names), tuple(parse_list(args.densities, parse_density)), strategies=strategies,
+                lowcomm=lowcomm_request(args), **workload_fields(args)))
     asked = projection.resolve(request)  # the device resolved once; bad input stops before any store is opened
+    lowcomm.strategies(asked)
     with Store(args.store) as store, tqdm(desc="quality", unit="call", file=sys.stderr, disable=None,
                                           leave=False) as bar:
 
@@ -109,13 +159,14 @@ def run(args: argparse.Namespace) -> int:
 
         asked, rows = comparison.compare(store, asked, progress=progress)
         result = judge(store, asked, rows)
+        rows, result = lowcomm.with_strategies(store, asked, rows, result)
     if args.json:
         print(dump_json({"verdict": result, "rows": rows}))
         return 0
     c = request.cluster
     print(f"{len(rows)} configurations on {c.nodes} nodes ({rows[0]['workers']} workers), {c.topology}, "
-          f"{format_bandwidth(c.bandwidth_bps)}, {format_seconds(c.latency_s)} latency, fidelity {c.fidelity}; "
-          f"device {asked.source.device.name}: compute from {asked.source.compute}")
+          f"{format_bandwidth(c.bandwidth_bps)}, {format_seconds(c.latency_s)} latency, fidelity {c.fidelity}"
+          f"{sites_text(c)}; device {asked.source.device.name}: compute from {asked.source.compute}")
     print(f"workload: {projection.workload_text(rows[0])}")
     print(f"kernel costs: {KERNEL_BAND_NOTE}")
     print_table(rows, result)
