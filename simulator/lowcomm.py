@@ -80,11 +80,11 @@ def fragments_of(workload: Workload, fragments: int) -> list[Workload]:
     check_fragments(workload, fragments)
     sizes = np.array([layer.nbytes for layer in workload.layers], dtype=float)
     middle = np.cumsum(sizes) - sizes / 2
-    cut = np.searchsorted(middle, workload.nbytes * np.arange(1, fragments) / fragments)
-    cut = np.maximum(cut, np.arange(1, fragments))
-    cut = np.minimum(cut, len(sizes) - fragments + np.arange(1, fragments))
-    cut = np.maximum.accumulate(cut)
-    bounds = [0, *cut.tolist(), len(sizes)]
+    wanted = np.searchsorted(middle, workload.nbytes * np.arange(1, fragments) / fragments)
+    bounds = [0]
+    for k, cut in enumerate(wanted.tolist(), start=1):  # each fragment at least one layer, in order
+        bounds.append(min(max(cut, bounds[-1] + 1), len(sizes) - fragments + k))
+    bounds.append(len(sizes))
     return [Workload(tuple(layer._replace(backward_s=0.0) for layer in workload.layers[a:b]), 0.0, 0.0,
                      workload.batch_size, workload.itemsize, workload.name) for a, b in zip(bounds, bounds[1:])]
 
