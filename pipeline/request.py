@@ -24,7 +24,7 @@ from simulator.limits import MESSAGE_BUDGET
 from simulator.lowcomm import STRATEGIES
 from simulator.scenario import FIDELITIES, TOPOLOGIES
 from results.store import row_id
-from units import Pair, check_bandwidth, check_count, check_density, check_latency
+from units import Pair, check_bandwidth, check_count, check_density, check_latency, format_bandwidth, format_seconds
 
 DEFAULT_LAYOUT_DEVICE = "a100"
 """Layouts are GPU models by construction: without ``--device`` they run on this device."""
@@ -283,9 +283,34 @@ class LowComm:
                              "dtype or rank sets")
 
 
+def sites_options(sites: int = 1, wan_bandwidth_bps: float | None = None,
+                  wan_rtt_s: float | None = None) -> dict[str, Any]:
+    """A cluster's options for ``sites`` sites joined by a WAN of ``wan_bandwidth_bps`` (bits/s)
+    and ``wan_rtt_s`` (round trip, s): only those that differ from one site (``{}`` for one site
+    and no WAN, so a one-site request is today's, option for option). ValueError (one line) for a
+    WAN without sites or sites without their WAN; the values' ranges are the scenario's."""
+    check_count(sites, "--sites")
+    chosen: dict[str, Any] = {"sites": sites} if sites > 1 else {}
+    given = {k: v for k, v in (("wan_bandwidth_bps", wan_bandwidth_bps), ("wan_rtt_s", wan_rtt_s)) if v is not None}
+    if given and sites == 1:
+        raise ValueError("--wan-bandwidth and --wan-rtt are the link between sites: give --sites 2 or more")
+    if sites > 1 and len(given) < 2:
+        raise ValueError(f"--sites {sites} needs --wan-bandwidth and --wan-rtt (the link between the sites)")
+    return {**chosen, **given}
+
+
 def sites_of(cluster: Cluster) -> int:
     """The sites a cluster's nodes are split across (its ``sites`` option; 1 when not given)."""
     return int(cluster.options.get("sites", 1))
+
+
+def sites_text(cluster: Cluster) -> str:
+    """``; 2 sites over a 1 Gbit/s WAN, 30 ms round trip`` for a cluster of several sites, else
+    empty: what both doors add to a cluster's description."""
+    if sites_of(cluster) <= 1:
+        return ""
+    return (f"; {sites_of(cluster)} sites over a {format_bandwidth(cluster.options['wan_bandwidth_bps'])} WAN, "
+            f"{format_seconds(cluster.options['wan_rtt_s'])} round trip")
 
 
 @dataclass(frozen=True)

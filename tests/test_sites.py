@@ -4,6 +4,7 @@ refused."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -130,3 +131,30 @@ def test_sites_need_the_wan():
         _scenario("none", wan_rtt_s=None)
     with pytest.raises(ValueError, match="WAN round-trip time -1"):
         _scenario("none", wan_rtt_s=-1.0)
+
+
+def test_the_whatif_page_projects_sites_as_sidco_simulate_does(capsys, tmp_path):
+    from dashboard import projection
+    from results.store import Store
+    from sidco.cli import main
+
+    store = tmp_path / "r.sqlite"
+    wan = {"sites": "2", "wan_bandwidth": "1Gbit", "wan_rtt": "30ms"}
+    controls = projection.parse_controls("layout:gpt2", ["none", "topk"], "0.01", "4", "10Gbit", "50us", "ring", **wan)
+    with Store(store) as s:
+        page = {row["compressor"]: row for row in projection.project(s, controls, "analytic")}
+    for name in ("none", "topk"):
+        capsys.readouterr()
+        assert main(["simulate", "--layout", "gpt2", "--nodes", "4", "--bandwidth", "10Gbit", "--sites", "2",
+                     "--wan-bandwidth", "1Gbit", "--wan-rtt", "30ms", "--compressor", name,
+                     *(["--density", "0.01"] if name != "none" else []), "--fidelity", "analytic",
+                     "--store", str(store), "--json"]) == 0
+        cli = json.loads(capsys.readouterr().out)
+        assert all(page[name][key] == cli[key] for key in projection.RESULT_KEYS)
+    one = projection.parse_controls("layout:gpt2", ["none"], "0.01", "4", "10Gbit", "50us", "ring", sites="")
+    assert one.cluster.options == {}
+    for bad, message in (({"sites": "2"}, "--sites 2 needs --wan-bandwidth and --wan-rtt"),
+                         ({"sites": "0"}, "--sites must be"), ({**wan, "wan_rtt": "-1"}, "WAN round trip"),
+                         ({"wan_rtt": "30ms"}, "give --sites 2 or more")):
+        with pytest.raises(projection.ProjectionError, match=message):
+            projection.parse_controls("layout:gpt2", ["none"], "0.01", "4", "10Gbit", "50us", "ring", **bad)

@@ -19,11 +19,11 @@ from pipeline import project as projection
 from pipeline import quality
 from pipeline.catalog import STRATEGIES, TOPOLOGIES, compressor_names
 from pipeline.costs import KERNEL_BAND_NOTE
-from pipeline.request import DEFAULT_FRAGMENTS, DEFAULT_SYNC_EVERY, LowComm, Request
+from pipeline.request import DEFAULT_FRAGMENTS, DEFAULT_SYNC_EVERY, LowComm, Request, sites_text
 from pipeline.settle import judge
 from pipeline.verdict import BASELINES, TIE_MARGIN
 from results.store import Store
-from sidco.commands.simulate import add_scenario_args, add_source_args, cluster, positive_int, sites_text, workload_fields
+from sidco.commands.simulate import add_scenario_args, add_source_args, cluster, positive_int, workload_fields
 from units import Pair, format_bandwidth, format_seconds, parse_density, parse_list
 from sidco.commands import COMMANDS, dump_json
 

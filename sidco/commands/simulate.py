@@ -14,7 +14,7 @@ from pipeline import project as projection
 from pipeline.catalog import BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES, model_names
 from pipeline.project import check_output_path, write_chrome_trace
 from pipeline.costs import KERNEL_BAND_NOTE
-from pipeline.request import DEVICE_RULE, Cluster, Request, modelled_devices
+from pipeline.request import DEVICE_RULE, Cluster, Request, modelled_devices, sites_options, sites_text
 from results.store import Store
 from sidco.commands import COMMANDS, add_calibration_argument, add_store_argument, dump_json
 from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
@@ -122,34 +122,19 @@ def add_sites_args(parser: argparse.ArgumentParser) -> None:
                              "of a collective across sites pays half of it (one way)")
 
 
-def sites_options(args: argparse.Namespace) -> dict[str, Any]:
+def sites_args(args: argparse.Namespace) -> dict[str, Any]:
     """The scenario's ``sites``, ``wan_bandwidth_bps`` and ``wan_rtt_s`` from ``--sites``,
-    ``--wan-bandwidth`` and ``--wan-rtt``, only those given (one site and no WAN: none)."""
-    chosen: dict[str, Any] = {}
-    sites = positive_int(args.sites, "--sites")
-    if sites > 1:
-        chosen["sites"] = sites
+    ``--wan-bandwidth`` and ``--wan-rtt`` (text parsed here, the rule the request's:
+    :func:`pipeline.request.sites_options`)."""
+    parsed = {}
     for flag, text, key, parse in (("--wan-bandwidth", args.wan_bandwidth, "wan_bandwidth_bps", parse_bandwidth),
                                     ("--wan-rtt", args.wan_rtt, "wan_rtt_s", parse_duration)):
         if text is not None:
             try:
-                chosen[key] = parse(text)
+                parsed[key] = parse(text)
             except ValueError as exc:
                 raise ValueError(f"{flag}: {exc}") from None
-    if chosen and sites == 1:
-        raise ValueError("--wan-bandwidth and --wan-rtt are the link between sites: give --sites 2 or more")
-    if sites > 1 and len(chosen) < 3:
-        raise ValueError(f"--sites {sites} needs --wan-bandwidth and --wan-rtt (the link between the sites)")
-    return chosen
-
-
-def sites_text(cluster: Cluster) -> str:
-    """``; 2 sites over a 1 Gbit/s WAN, 30 ms round trip`` for a cluster of several sites, else empty."""
-    sites = cluster.options.get("sites", 1)
-    if sites <= 1:
-        return ""
-    return (f"; {sites} sites over a {format_bandwidth(cluster.options['wan_bandwidth_bps'])} WAN, "
-            f"{format_seconds(cluster.options['wan_rtt_s'])} round trip")
+    return sites_options(positive_int(args.sites, "--sites"), **parsed)
 
 
 def parse_jitter(text: str) -> float | str:
@@ -183,7 +168,7 @@ def scenario_options(args: argparse.Namespace) -> dict[str, Any]:
         "stragglers": args.stragglers,
         "straggler_slowdown": args.straggler_slowdown,
         "seed": args.seed,
-        **sites_options(args),
+        **sites_args(args),
     }
 
 
