@@ -85,7 +85,8 @@ def _scenario(compressor: str, fidelity: str = "analytic", **extra) -> Scenario:
     density = None if compressor == "none" else 0.01 if compressor == "topk" else 1.0
     options = {"sites": 2, "wan_bandwidth_bps": 1e9, "wan_rtt_s": 0.03, **extra}
     return Scenario(WORKLOAD, 4, 100e9, 50e-6, compressor, density, topology="hierarchical", gpus_per_node=2,
-                    profile=None if compressor == "none" else PROFILE, bucket_mode="layer", **options)
+                    profile=None if compressor == "none" else PROFILE, bucket_mode="layer", fidelity=fidelity,
+                    **options)
 
 
 @pytest.mark.parametrize("compressor", ["none", "fp16", "powersgd", "topk"])
@@ -158,3 +159,16 @@ def test_the_whatif_page_projects_sites_as_sidco_simulate_does(capsys, tmp_path)
                          ({"wan_rtt": "30ms"}, "give --sites 2 or more")):
         with pytest.raises(projection.ProjectionError, match=message):
             projection.parse_controls("layout:gpt2", ["none"], "0.01", "4", "10Gbit", "50us", "ring", **bad)
+
+
+def test_the_message_budget_counts_the_plans_across_sites():
+    from simulator.limits import estimate
+
+    for sparse, compressor in ((False, "none"), (True, "topk")):
+        sc = _scenario(compressor, "des")
+        topo = Sites(4, sites=2, wan=WAN, gpus=2, intra=INTRA, inside="hierarchical")
+        phases = prepare(sc).phases
+        steps = sum(len(step.src) for bucket in phases for phase in bucket for step in phase.plan)
+        assert topo.messages(sparse, True) * len(phases) == steps
+        _, work = estimate(sc)
+        assert work == steps + (len(phases) * topo.messages() if sparse else 0)
