@@ -67,6 +67,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -80,23 +81,11 @@ from compressors.adaptive import StageController, max_stages
 from compressors.base import Compressor
 from compressors.rules import COUNT_BAND, ESTIMATOR_BAND, stage_probabilities
 from compressors.numerics.selection import Workspace, guard_count
+from compressors.numerics.tails import (F32, GUESS_MARGIN, POOL_REGROW, Moments, Ops, Overflow, Tail, host_count,
+                                         host_tail, round_to)
 from compressors.work.sidco import CORRECTIONS, POOL_BINS, fused_fits, pool_fetch, pool_slots, ships_values
 from compressors.messages.sparse import Sparse
 from units import check_count
-
-GUESS_MARGIN = 0.9
-"""The pool holds ``|g| > 0.9·τ``, ``τ`` the threshold the previous call of the same size selected
-at (with more than one stage scaled by how this call's ``η₁`` moved; with one, as it was, the pool
-collected with stage 1's statistics). A try below the pool collects a new one at 0.9 × the try."""
-
-WILD_TRY = 0.5
-"""A try below ``0.5 ×`` the pool's threshold (a correction step that overshot, e.g. the first
-secant step after a stage-1 fit that selected a hundredth of ``k``) is counted by a full pass that
-collects nothing."""
-
-POOL_REGROW = 4
-"""Torch path: a pool that filled its slots is collected again into this many times as many (at
-most ``n``, which cannot fill)."""
 
 SLOPE_RANGE = (0.1, 10.0)
 """Clamp of the secant slope ``d ln c / d ln p`` used by the in-call correction."""
@@ -117,28 +106,6 @@ EXTRA_STAGES = 3
 selects too many."""
 
 
-class Moments(NamedTuple):
-    """What a fit needs, as host floats: mean, variance (divisor n), mean of ln."""
-
-    mean: float
-    var: float = 0.0
-    mean_log: float = 0.0
-
-
-class Tail(NamedTuple):
-    """Exceedances of a threshold: count, Σ excess and Σ excess² (host values)."""
-
-    count: int
-    excess: float
-    excess_sq: float
-
-    def moments(self) -> Moments:
-        """Mean and variance of the excess (count clamped at 1)."""
-        c = max(self.count, 1)
-        mean = self.excess / c
-        return Moments(mean, max(self.excess_sq / c - mean * mean, 0.0))
-
-
 class Guess(NamedTuple):
     """What the previous call of the same size left for the next: its stage-1 threshold, the
     threshold it selected at, its pool's size (elements), the lowest threshold it needed after
@@ -152,78 +119,39 @@ class Guess(NamedTuple):
     deepened: bool = False
 
 
-class _Overflow(Exception):
-    """A statistic overflowed on finite data: redo the call on scaled data."""
+@dataclass(frozen=True)
+class Report:
+    """What one call of a SIDCo compressor did (:attr:`SIDCo.last`).
+
+    ``backend``: what ran it (``"native"``, ``"fused"``, ``"torch"`` or ``"cuda"``); ``planned``:
+    the stage count it planned; ``deepened``: the stages it added within itself
+    (:meth:`SIDCo._deepen`: each a read of a tail; what its work follows, where the message's
+    ``stages`` counts the stages that lowered the threshold); ``threshold``: the ``η`` its stage
+    loop chose, rounded to the gradient's dtype (the message's threshold unless the count guard sent
+    the exact top-``k``); ``estimated``: the count of ``|g| > η`` (elements), before the count guard
+    (:func:`compressors.numerics.selection.guard_count`; what the stage controller sees)."""
+
+    backend: str
+    planned: int
+    deepened: int
+    threshold: float
+    estimated: int
 
 
-class _Ops:
-    """What the stage loop needs from a backend. Every value it returns is on the host.
+class _Chain(NamedTuple):
+    """What the stage loop (:meth:`SIDCo._chain`) found: the threshold ``η`` (rounded to the
+    gradient's dtype), the stages that lowered it, its count, stage 1's ``η₁``, the lowest threshold
+    it needed after stage 2's statistics (:attr:`Guess.low`) and the stages it added within itself."""
 
-    The pool: the magnitudes above ``pool_at`` (collected when a stage's statistics are read, at
-    a level the stage loop picks from the previous call), from which every later count and the
-    selection are taken without reading the whole vector again; :meth:`count` below the pool is
-    a full pass (:meth:`collect` a new pool on the way, or :meth:`full_count`).
-    """
-
-    pool_at = math.inf
-    pool_size = 0
-    pool_capacity: int | None = None
-    bounds_left = 3
-    """Tries a call may take as "too many" without counting them (:meth:`probe`): three; a
-    correction that keeps falling below the pool counts its tries."""
-
-    def first(self, pool_at: float | None) -> Moments:
-        """Stage 1's statistics of all magnitudes (and the pool above ``pool_at``)."""
-        raise NotImplementedError
-
-    def tail(self, threshold: float, pool_at: float | None) -> Tail:
-        """Statistics of the exceedances of ``threshold`` (and the pool above ``pool_at``)."""
-        raise NotImplementedError
-
-    def pool_count(self, threshold: float) -> int:
-        """``#(|g| > threshold)`` from the pool (``threshold >= pool_at``)."""
-        raise NotImplementedError
-
-    def collect(self, pool_at: float) -> None:
-        """A new pool: every magnitude above ``pool_at`` (a full pass)."""
-        raise NotImplementedError
-
-    def full_count(self, threshold: float) -> int:
-        """``#(|g| > threshold)`` by a full pass that keeps no pool."""
-        raise NotImplementedError
-
-    def select(self, threshold: float, count: int) -> torch.Tensor:
-        """Positions (int64, ascending) of the ``count`` magnitudes above ``threshold``."""
-        raise NotImplementedError
-
-    def values(self, grad: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-        """The values of ``grad`` at ``indices`` (what :meth:`select` or the count guard chose):
-        a gather."""
-        return grad.index_select(0, indices)
-
-    def probe(self, threshold: float, enough: float) -> tuple[int, bool]:
-        """``(count, exact)`` for a correction's try: below a pool of more than ``enough``
-        elements the try certainly selects too many, and ``(pool size, False)`` says so without a
-        pass; otherwise the exact :meth:`count`."""
-        if threshold >= self.pool_at:  # the common case: the pool answers
-            return self.pool_count(threshold), True
-        if self.pool_at != math.inf and self.pool_size > enough and self.bounds_left:
-            self.bounds_left -= 1
-            return self.pool_size, False
-        return self.count(threshold), True
-
-    def count(self, threshold: float) -> int:
-        """``#(|g| > threshold)``, exact: from the pool when it holds the threshold, else a full
-        pass that collects a new pool just below it (or only counts, for a try far below the pool)."""
-        if threshold >= self.pool_at:
-            return self.pool_count(threshold)
-        if self.pool_at != math.inf and threshold < WILD_TRY * self.pool_at:
-            return self.full_count(threshold)
-        self.collect(GUESS_MARGIN * threshold)
-        return self.pool_count(threshold)
+    threshold: float
+    used: int
+    count: int
+    eta1: float
+    low: float
+    deepened: int
 
 
-class _NativeOps(_Ops):
+class _NativeOps(Ops):
     """Fused C kernels (:func:`compressors.kernels.native.scan`); the pool is the compacted
     ``{|g| > pool_at}`` (positions and magnitudes) in reused buffers."""
 
@@ -244,7 +172,7 @@ class _NativeOps(_Ops):
     def first(self, pool_at):
         r = self._scan(0.0, pool_at, self.logs, self.owner.first_needs_var)
         if not (math.isfinite(r.excess) and math.isfinite(r.excess_sq)):
-            raise _Overflow
+            raise Overflow
         n = self.n
         mean = r.excess / n
         mean_log = estimators.mean_log_from_sums(r.total_log, r.positive, n) if self.logs else 0.0
@@ -276,7 +204,7 @@ class _NativeOps(_Ops):
         return found.selection.indices.long()
 
 
-class _TorchOps(_Ops):
+class _TorchOps(Ops):
     """Torch operations on any device, with every statistic a stage needs read to the host in one
     transfer (:meth:`_fetch`): no scalar arithmetic on the device, no data-dependent shapes before
     the host knows them. No ``|g|`` is materialised: stage 1 reduces ``g`` itself (``‖g‖₁``,
@@ -330,7 +258,7 @@ class _TorchOps(_Ops):
         self.pool_values = torch.abs_(torch.index_select(self.padded, 0, self.pool_positions, out=values))
         if not self.histogram:
             return self.pool_values
-        self.lowest = _U32.unpack(_F32.pack(pool_at))[0] >> LATTICE_SHIFT
+        self.lowest = _U32.unpack(F32.pack(pool_at))[0] >> LATTICE_SHIFT
         top_bits = min((self.lowest + POOL_BINS) << LATTICE_SHIFT, 0x7F7F0000)
         narrow = self.pool_values if self.pool_values.dtype == torch.float32 else \
             self.ws.at_least("pool-f32", size, torch.float32, kept.device).copy_(self.pool_values)
@@ -383,7 +311,7 @@ class _TorchOps(_Ops):
         values = self._fetch(stats, 1 + self.variance + 2 * self.logs, pool_at, self.pool_capacity)
         total = float(values[0])
         if not math.isfinite(total) or (self.variance and not math.isfinite(values[1])):
-            raise _Overflow
+            raise Overflow
         n = self.n
         mean = total / n
         var = max(_square(float(values[1])) / n - mean * mean, 0.0) if self.variance else 0.0
@@ -439,7 +367,6 @@ class _TorchOps(_Ops):
         return torch.nonzero_static(self._shrink(threshold), size=count).squeeze(1)
 
 
-
 def log_sum(g: torch.Tensor, ws: Workspace, out: torch.Tensor) -> None:
     """``Σ ln max(|g|, LOG_FLOOR)`` into the 0-d float64 ``out`` (SIDCo-GP's first statistic):
     ``|g|`` into a float32 scratch of ``ws`` (float64 for float64 data), clamped, logarithms taken
@@ -450,61 +377,23 @@ def log_sum(g: torch.Tensor, ws: Workspace, out: torch.Tensor) -> None:
     torch.sum(logs.clamp_(min=estimators.LOG_FLOOR).log_(), 0, dtype=torch.float64, out=out)
 
 
-def host_tail(values: np.ndarray, threshold: float) -> Tail:
-    """The exceedances of ``threshold`` among a pool's values on the host (magnitudes, or signed
-    values widened to float64), compared in their own dtype."""
-    t = values.dtype.type(threshold)
-    above = values[values > t]
-    excess = above.astype(np.float64) - float(t)
-    return Tail(int(above.size), float(excess.sum()), float(np.dot(excess, excess)))
-
-
-def host_count(values: np.ndarray, threshold: float) -> int:
-    """``#(values > threshold)`` over a pool's values on the host, compared in their own dtype."""
-    return int(np.count_nonzero(values > values.dtype.type(threshold)))
-
-
 def _finite(threshold: float, dtype: torch.dtype) -> float:
     """A fitted threshold rounded to ``dtype``; one that overflows it (huge finite ``|g|``, whose
     statistics fit in the host's float64) means the call is redone on scaled data."""
-    rounded = _round(threshold, dtype)
+    rounded = round_to(threshold, dtype)
     if not math.isfinite(rounded):
-        raise _Overflow
+        raise Overflow
     return rounded
 
 
 _CPU = torch.device("cpu")
-_PACK = {torch.float32: struct.Struct("<f"), torch.float16: struct.Struct("<e")}
-_F32, _U32 = _PACK[torch.float32], struct.Struct("<I")
-
-
-def _round(value: float, dtype: torch.dtype) -> float:
-    """``value`` rounded to ``dtype`` (as the comparison ``|g| > value`` in that dtype sees it), −0 made +0."""
-    packer = _PACK.get(dtype)
-    if packer is not None:  # float32 and float16: round to nearest even through the C type, as a cast does
-        try:
-            return packer.unpack(packer.pack(value))[0] + 0.0
-        except OverflowError:
-            return math.copysign(math.inf, value)
-    if dtype == torch.float64:
-        return float(value) + 0.0
-    if dtype != torch.bfloat16:
-        raise TypeError(f"no rounding to {dtype}")
-    with np.errstate(over="ignore"):
-        bits = np.array([value], dtype=np.float32).view(np.uint32)[0].item()
-        if math.isfinite(value):
-            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # to nearest, ties to even
-        else:
-            bits &= 0xFFFF0000
-        return float(np.array([bits], dtype=np.uint32).view(np.float32)[0]) + 0.0
-
-
+_U32 = struct.Struct("<I")
 def _square(norm: float) -> float:
     """``norm²`` of a float64 L2 norm read to the host; one beyond float64's range (the norm of
     float64 values near their maximum) means the call is redone on scaled data."""
     square = norm * norm
     if not math.isfinite(square):
-        raise _Overflow
+        raise Overflow
     return square
 
 
@@ -515,9 +404,9 @@ def _snap(threshold: float, dtype: torch.dtype) -> float:
     on scaled data, as for a fit that overflows (:func:`_finite`)."""
     if not 0 < threshold < 3.0e38:
         return threshold
-    bits = _U32.unpack(_F32.pack(threshold))[0]
+    bits = _U32.unpack(F32.pack(threshold))[0]
     bits = ((bits + (1 << (LATTICE_SHIFT - 1))) >> LATTICE_SHIFT) << LATTICE_SHIFT
-    point = _F32.unpack(_U32.pack(bits))[0]
+    point = F32.unpack(_U32.pack(bits))[0]
     return point if dtype is torch.float32 else _finite(point, dtype)  # a lattice point is a float32
 
 
@@ -525,8 +414,8 @@ def _lattice_index(threshold: float) -> int | None:
     """``j`` when ``threshold`` is the lattice point with float32 bits ``j << LATTICE_SHIFT``."""
     if not 0 <= threshold < 3.0e38:
         return None
-    bits = _U32.unpack(_F32.pack(threshold))[0]
-    exact = _F32.unpack(_U32.pack(bits))[0] == threshold
+    bits = _U32.unpack(F32.pack(threshold))[0]
+    exact = F32.unpack(_U32.pack(bits))[0] == threshold
     return bits >> LATTICE_SHIFT if exact and not bits & ((1 << LATTICE_SHIFT) - 1) else None
 
 
@@ -544,13 +433,11 @@ class SIDCo(Compressor):
     kernels for CUDA float32/16/bf16 tensors when Triton is installed, torch otherwise),
     ``"torch"`` (always the torch path) or ``"fused"`` (the Triton kernels wherever
     :func:`compressors.kernels.fused.serves` allows: also CPU tensors under ``TRITON_INTERPRET=1``,
-    as the tests run them; needs Triton). After a call, :attr:`backend` names what ran it
-    (``"native"``, ``"fused"``, ``"torch"`` or ``"cuda"``; ``"auto"`` leaves a gradient whose pool
-    would exceed :data:`~compressors.work.sidco.FUSED_SLOTS` to the eager path), :attr:`planned` the stage count it planned and
-    :attr:`deepened` the stages it added within itself (each a read of a tail: what its work
-    follows; the message's ``stages`` counts the stages that lowered the threshold) and
-    :attr:`estimated` the count its threshold selected, before the count guard
-    (:func:`compressors.numerics.selection.guard_count`; what the stage controller sees).
+    as the tests run them; needs Triton; ``"auto"`` leaves a gradient whose pool would exceed
+    :data:`~compressors.work.sidco.FUSED_SLOTS` to the eager path). After a call, :attr:`last` is
+    its :class:`Report` (what ran it, the stages it planned and added, its threshold and count
+    before the count guard; ``None`` before the first call) and :attr:`backend` names what ran it,
+    as for every compressor.
     """
 
     name = "sidco"
@@ -563,10 +450,7 @@ class SIDCo(Compressor):
                  corrections: int = CORRECTIONS):
         super().__init__(density)
         self.backend_choice = backends.check(backend)
-        self.backend = "torch"
-        self.planned = 0
-        self.deepened = 0
-        self.estimated = 0
+        self.last: Report | None = None
         if adapt not in ("count", "paper"):
             raise ValueError(f"adapt must be 'count' or 'paper', got {adapt!r}")
         self.adapt = adapt
@@ -621,56 +505,60 @@ class SIDCo(Compressor):
         return estimators.gpareto_threshold(moments.mean, moments.var, p)
 
     def _compress(self, grad: torch.Tensor) -> Sparse:
-        self._exactly_above = None
+        exactly_above = None
         try:
-            sparse, pre_count = self._run(grad)
-            if self.backend == "fused" and not sparse.fallback:  # FusedOps.select: exactly |x| > η
-                self._exactly_above = float(sparse.threshold)
-        except _Overflow:
-            sparse, pre_count = self._rescaled(grad)
-        self.estimated = pre_count
+            sparse, report = self._run(grad)
+            if report.backend == "fused" and not sparse.fallback:  # FusedOps.select: exactly |x| > η
+                exactly_above = float(sparse.threshold)
+        except Overflow:
+            sparse, report = self._rescaled(grad)
+        self.last, self.backend, self._exactly_above = report, report.backend, exactly_above
         if self.controller is not None:
-            self.controller.observe(max(pre_count, 1), grad.numel())
+            self.controller.observe(max(report.estimated, 1), grad.numel())
         return sparse
 
-    def _run(self, grad: torch.Tensor, remember: bool = True) -> tuple[Sparse, int]:
+    def _run(self, grad: torch.Tensor, remember: bool = True) -> tuple[Sparse, Report]:
+        """One call on ``grad``: the message and the call's :class:`Report`. Raises
+        :class:`~compressors.numerics.tails.Overflow` where a statistic overflowed on finite data
+        (:meth:`_rescaled` redoes the call on scaled data)."""
         n = grad.numel()
         guess = self._guesses.get(n) if remember else None
         k = target_count(self.density, n)
         capacity = None if guess is None else pool_slots(n, guess.pool, k)
-        self.planned = self.stages
-        ops: _Ops | None = None
+        planned = self.stages
+        ops: Ops | None = None
         chained = None
         if self.backend_choice == "auto" and native.usable(grad):
-            ops, self.backend = _NativeOps(self, grad, self.first_needs_log), "native"
+            ops, backend = _NativeOps(self, grad, self.first_needs_log), "native"
         elif self._fused(grad):
             from compressors.kernels.sidco_fused import FusedOps  # imports Triton: only where the fused path runs
 
             try:
                 fetched = None if guess is None else pool_fetch(n, guess.pool, k)
-                ops, self.backend = FusedOps(self, grad, self.first_needs_log, self.first_needs_var, capacity,
-                                             fetched), "fused"
-                chained = self._chain(ops, n, self.planned, grad.dtype, guess)
-            except _Overflow:  # a float32 statistic overflowed: the eager path decides (rescales or refuses)
+                ops, backend = FusedOps(self, grad, self.first_needs_log, self.first_needs_var, capacity,
+                                        fetched), "fused"
+                chained = self._chain(ops, n, planned, grad.dtype, guess)
+            except Overflow:  # a float32 statistic overflowed: the eager path decides (rescales or refuses)
                 ops = None
         if ops is None:
             ship = guess is not None and ships_values(guess.deepened, capacity)
             ops = _TorchOps(self, grad, self.first_needs_log, self.first_needs_var, capacity, ship)
             ops.variance_tail = self.tail_needs_var
-            self.backend = "cuda" if grad.device.type == "cuda" else "torch"
+            backend = "cuda" if grad.device.type == "cuda" else "torch"
         if chained is None:
-            chained = self._chain(ops, n, self.planned, grad.dtype, guess)
-        threshold, used, count, eta1 = chained
+            chained = self._chain(ops, n, planned, grad.dtype, guess)
+        threshold, count, eta1 = chained.threshold, chained.count, chained.eta1
         if remember and threshold > 0 and eta1 > 0 and math.isfinite(eta1):
             guesses = self._guesses
             if guesses.pop(n, None) is None and len(guesses) >= GUESSES:  # forget the least recent size
                 del guesses[next(iter(guesses))]
-            guesses[n] = Guess(eta1, threshold, ops.pool_size, self._low, self.deepened > 0)
+            guesses[n] = Guess(eta1, threshold, ops.pool_size, chained.low, chained.deepened > 0)
         indices = ops.select(threshold, count) if count else torch.empty(0, dtype=torch.int64, device=grad.device)
         band = COUNT_BAND if self.corrections else ESTIMATOR_BAND
         indices, reported, fallback = guard_count(grad, indices, count, threshold, target_count(self.density, n),
                                                   self._workspace, band)
-        return Sparse(ops.values(grad, indices), indices, n, reported, used, fallback=fallback), count
+        return (Sparse(ops.values(grad, indices), indices, n, reported, chained.used, fallback=fallback),
+                Report(backend, planned, chained.deepened, threshold, count))
 
     def _folds_feedback(self, grad: torch.Tensor) -> bool:
         """The fused path folds error feedback in (:meth:`Compressor.compress_feedback`): its
@@ -690,9 +578,9 @@ class SIDCo(Compressor):
                 return False
         return backends.fused_serves(grad)
 
-    def _chain(self, ops: _Ops, n: int, stages: int, dtype: torch.dtype, guess: Guess | None):
-        """Thresholds of every stage and the in-call correction, on host floats; returns (η,
-        stages used, count above η, η₁), every η rounded to ``dtype``.
+    def _chain(self, ops: Ops, n: int, stages: int, dtype: torch.dtype, guess: Guess | None) -> _Chain:
+        """Thresholds of every stage and the in-call correction, on host floats, every η rounded to
+        ``dtype``.
 
         The pool is taken with stage 1's statistics when there is one stage, at
         :data:`GUESS_MARGIN` × the previous call's chosen threshold; with more, with stage 2's, at
@@ -700,28 +588,27 @@ class SIDCo(Compressor):
         chosen one or a later stage's shift) scaled by how ``η₁`` moved: every later stage's
         statistics then come from the pool.
         """
-        self.deepened = 0
         # Step 1: split the density into one exceedance probability per stage.
         k = target_count(self.density, n)
         probs = stage_probabilities(self.density, stages, self.first_ratio)
         last = len(probs) - 1
         # Step 2: stage 1 fits the whole |g| (one read; the pool too when there is one stage).
-        pool_at = _round(GUESS_MARGIN * guess.chosen, dtype) if guess is not None and not last else None
+        pool_at = round_to(GUESS_MARGIN * guess.chosen, dtype) if guess is not None and not last else None
         moments = ops.first(pool_at)
         quantile = self.first_quantile(moments)
         fit: Callable[[float], float] = lambda p: _finite(quantile(p), dtype)  # noqa: E731
         t = eta1 = fit(probs[0])
         log_p, used, count, exact = math.log(probs[0]), 1, None, True
         previous = None  # the accepted stage before t's: (t, its count, its fit, ln p, stages used)
-        self._low = math.inf
+        low = math.inf  # the lowest threshold needed after stage 2's statistics
         # Step 3: each later stage fits the exceedances over the previous stage's threshold
         # (peak over threshold), adapting its probability to what that threshold kept.
         for m in range(1, len(probs)):
             pool_at = None
             if m == 1 and guess is not None and guess.eta1 > 0:
-                pool_at = _round(GUESS_MARGIN * guess.low * eta1 / guess.eta1, dtype)
+                pool_at = round_to(GUESS_MARGIN * guess.low * eta1 / guess.eta1, dtype)
             if m > 1:
-                self._low = min(self._low, t)
+                low = min(low, t)
             tail = ops.tail(t, pool_at)
             if previous is not None and tail.count == 0:  # t selects nothing: keep the stage before
                 t, count, fit, log_p, used = previous
@@ -746,14 +633,14 @@ class SIDCo(Compressor):
             if count == 0 and previous is not None:
                 t, count, fit, log_p, used = previous
         # Step 5: correct the threshold toward k within the band; add stages if it still overshoots.
+        deepened = 0
         if self.corrections:
             t, count = self._correct(ops, fit, t, count, exact, log_p, k, dtype)
-            t, count, used = self._deepen(ops, t, count, used, k, dtype)
-        self._low = min(self._low, t)
-        return t, used, count, eta1
+            t, count, used, deepened = self._deepen(ops, t, count, used, k, dtype)
+        return _Chain(t, used, count, eta1, min(low, t), deepened)
 
-    def _deepen(self, ops: _Ops, t: float, count: int, used: int, k: int,
-                dtype: torch.dtype) -> tuple[float, int, int]:
+    def _deepen(self, ops: Ops, t: float, count: int, used: int, k: int,
+                dtype: torch.dtype) -> tuple[float, int, int, int]:
         """Stages added within the call while the corrected threshold still selects more than
         ``(1 + band)·k``: a fit whose tail is bounded (the generalized Pareto law with ξ < 0, as
         on light-tailed data at a tiny density) cannot reach a small enough tail mass by moving
@@ -761,14 +648,15 @@ class SIDCo(Compressor):
         Only with adaptive stages (a fixed ``stages`` is a promise), at most :data:`EXTRA_STAGES`
         and never past the controller's stage limit; each reads the exceedances of ``t`` (from the
         pool when it holds them) and is corrected like the last stage. Returns (η, its count,
-        stages used)."""
+        stages used, tails read)."""
+        deepened = 0
         if self.controller is None:
-            return t, count, used
+            return t, count, used, deepened
         for _ in range(EXTRA_STAGES):
             if count <= k * (1.0 + self.band) or used >= self.controller.upper:
                 break
             tail = ops.tail(t, None)
-            self.deepened += 1
+            deepened += 1
             if tail.count < 2:
                 break
             fit = self._stage_fit(t, tail, dtype)
@@ -779,13 +667,13 @@ class SIDCo(Compressor):
             if found == 0 or found >= count:
                 break
             t, count, used = candidate, found, used + 1
-        return t, count, used
+        return t, count, used, deepened
 
     def _stage_fit(self, base: float, tail: Tail, dtype: torch.dtype) -> Callable[[float], float]:
         moments = tail.moments()
         return lambda p: _finite(base + self.tail_threshold(moments, p), dtype)
 
-    def _correct(self, ops: _Ops, fit, t: float, count: int, exact: bool, log_p: float, k: int,
+    def _correct(self, ops: Ops, fit, t: float, count: int, exact: bool, log_p: float, k: int,
                  dtype: torch.dtype) -> tuple[float, int]:
         """Safeguarded secant steps on ``ln p`` of the last stage until its count is within the band.
 
@@ -805,7 +693,7 @@ class SIDCo(Compressor):
         over = log_p if err > 0 else math.inf    # ln p known to select too many
         prev_log_p, prev_err, prev_exact, cur_exact = log_p, err, exact, exact
         counted = 0  # tries taken as "too many" without a count do not use up the corrections
-        for step in range(self.corrections + _Ops.bounds_left):
+        for step in range(self.corrections + Ops.bounds_left):
             if best_err <= limit or counted == self.corrections:
                 break
             if step and prev_exact and cur_exact:  # a secant through two counted tries
@@ -855,22 +743,30 @@ class SIDCo(Compressor):
             self._padded[key] = buf
         return buf
 
-    def _rescaled(self, grad: torch.Tensor) -> tuple[Sparse, int]:
-        """The call on ``grad / 2^⌈log₂ max|g|⌉`` (after checking for NaN/Inf), threshold scaled back.
+    def _rescaled(self, grad: torch.Tensor) -> tuple[Sparse, Report]:
+        """The call on ``grad / 2^⌈log₂ max|g|⌉`` (after checking for NaN/Inf), thresholds (the
+        message's and the report's) scaled back.
 
         The power of two is applied as two halves of its exponent (each a normal float: 2^1024,
         the scale of fp64 values near their maximum, is not one), so scaling stays exact."""
         raise_if_not_finite(grad)
         exponent = math.frexp(float(torch.amax(grad.abs())))[1]
         half = exponent // 2
-        scaled, pre = self._run(grad * math.ldexp(1.0, -half) * math.ldexp(1.0, half - exponent), remember=False)
-        try:
-            back = math.ldexp(scaled.threshold, exponent)
-        except OverflowError:
-            back = math.inf
-        back = _round(min(back, torch.finfo(grad.dtype).max), grad.dtype)
-        return Sparse(grad.index_select(0, scaled.indices), scaled.indices, grad.numel(), back, scaled.stages,
-                      fallback=scaled.fallback), pre
+        scaled, report = self._run(grad * math.ldexp(1.0, -half) * math.ldexp(1.0, half - exponent), remember=False)
+        back = _scaled_back(scaled.threshold, exponent, grad.dtype)
+        return (Sparse(grad.index_select(0, scaled.indices), scaled.indices, grad.numel(), back, scaled.stages,
+                       fallback=scaled.fallback),
+                replace(report, threshold=_scaled_back(report.threshold, exponent, grad.dtype)))
+
+
+def _scaled_back(threshold: float, exponent: int, dtype: torch.dtype) -> float:
+    """A threshold of data scaled by ``2^-exponent`` (:meth:`SIDCo._rescaled`) on the data's own
+    scale, rounded to ``dtype`` (the largest finite value where it overflows)."""
+    try:
+        back = math.ldexp(threshold, exponent)
+    except OverflowError:
+        back = math.inf
+    return round_to(min(back, torch.finfo(dtype).max), dtype)
 
 
 class SIDCoE(SIDCo):

@@ -24,7 +24,8 @@ from simulator.limits import MESSAGE_BUDGET
 from simulator.lowcomm import STRATEGIES
 from simulator.scenario import FIDELITIES, TOPOLOGIES
 from results.store import row_id
-from units import Pair, check_bandwidth, check_count, check_density, check_latency, format_bandwidth, format_seconds
+from units import (Pair, check_bandwidth, check_count, check_density, check_latency, format_bandwidth, format_seconds,
+                   parse_duration, parse_list)
 
 DEFAULT_LAYOUT_DEVICE = "a100"
 """Layouts are GPU models by construction: without ``--device`` they run on this device."""
@@ -146,6 +147,25 @@ def pairs(names: Sequence[str], densities: Sequence[float]) -> list[Pair]:
     if sparse and not checked:
         raise ValueError(f"--density is needed with --compressor {sparse[0]}")
     return [Pair(n) for n in chosen if not takes_density(n)] + [Pair(n, d) for d in checked for n in sparse]
+
+
+DEFAULT_LATENCY = "50us"
+"""The one-way per-message latency a projection assumes when neither ``--latency`` nor ``--rtt`` is given."""
+
+LATENCY_HELP = (f"one-way per-message latency (half the round trip), e.g. 50us (default {DEFAULT_LATENCY}); "
+                "or give --rtt")
+RTT_HELP = "round-trip time instead of --latency (the one-way latency is half of it), e.g. 100us"
+
+
+def one_way_latencies(latency: str | None, rtt: str | None) -> list[float]:
+    """The one-way per-message latencies (seconds) of ``--latency`` (one-way) or ``--rtt`` (the
+    round trip: one-way = rtt / 2), each comma-separated; :data:`DEFAULT_LATENCY` when neither is
+    given. ValueError when both are: they name the same quantity."""
+    if latency is not None and rtt is not None:
+        raise ValueError("give --latency (one-way) or --rtt (round trip), not both")
+    if rtt is not None:
+        return [value / 2 for value in parse_list(rtt, parse_duration)]
+    return parse_list(DEFAULT_LATENCY if latency is None else latency, parse_duration)
 
 
 def parse_calibration(text: str | int) -> str | int:

@@ -327,7 +327,7 @@ def test_the_fused_path_does_the_work_it_declares(name, monkeypatch):
     with OpCounter(n) as seen:
         ef.compress(g)
     assert c.backend == "fused"
-    work = declared.work(name, n, 0.001, stages=c.planned, backend="fused", pool=guess.pool).compress
+    work = declared.work(name, n, 0.001, stages=c.last.planned, backend="fused", pool=guess.pool).compress
     host_only = seen.ops.count("lift_fresh")  # the selected positions wrapped from numpy: no kernel
     assert work.launches == seen.counts["launches"] - host_only + len(kernels)
     assert work.syncs == seen.counts["syncs"]

@@ -1,4 +1,8 @@
-"""Collectives for exchanging sparse gradient selections between data-parallel ranks.
+"""Collectives for exchanging gradient selections between data-parallel ranks, and the three
+exchanges a compression hook chooses among once per hook state (:func:`compressors.ddp.hooks.comm_hook`):
+:class:`DenseAllReduce` (the whole bucket), :class:`ValuesAllReduce` (values at indices every rank
+draws alike) and :class:`PaddedAllGather` (each rank's own selection). Each takes one rank's
+:class:`Selection` of a bucket and starts its collectives, returning a :class:`Started`.
 
 Every rank selects a different number of elements, and the all-gather collectives
 of ``torch.distributed`` need equal sizes on every rank (uneven ``all_gather``
@@ -29,7 +33,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from compressors.messages.wire import allgather_bytes, index_bytes, packed_slots, sparse_bytes
+from compressors._validate import target_count
+from compressors.messages.wire import (FLAG_ELEMENTS, allgather_bytes, index_bytes, packed_slots, sparse_bytes,
+                                       values_allreduce_bytes)
 
 GATHER_METHODS: tuple[str, ...] = ("auto", "single", "into_tensor")
 
@@ -211,3 +217,113 @@ def sparse_allgather_sum(
         bytes_sent=allgather_bytes(padded, values.element_size()),
         payload_bytes=sparse_bytes(values.numel(), values.element_size()),
     )
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What one rank hands to an exchange for one bucket.
+
+    Attributes:
+        values: the values to send (the bucket's dtype and device); the whole bucket for
+            :class:`DenseAllReduce`.
+        indices: their positions in the bucket (``None`` for the whole bucket).
+        payload_bytes: bytes of this rank's own message without padding or control (bytes).
+        compress_s: seconds spent selecting it (memory and compressor; 0 for the whole bucket).
+        error: why this rank could not select (its compressor raised ``ValueError``), else
+            ``None``: the exchange still joins its first collective and makes every rank raise.
+    """
+
+    values: torch.Tensor
+    indices: torch.Tensor | None
+    payload_bytes: int
+    compress_s: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Started:
+    """An exchange in flight.
+
+    Attributes:
+        future: completes with the bucket's buffer holding the sum over ranks (not divided by
+            the world size).
+        selected: elements this rank sent (the bucket's size on the dense path).
+        padded: value slots every rank sent (the largest count on the all-gather path).
+        bytes_sent: bytes this rank handed to the collectives (bytes), padding and control
+            (the all-gather's count, the values all-reduce's flag) included.
+    """
+
+    future: torch.futures.Future
+    selected: int
+    padded: int
+    bytes_sent: int
+
+
+class Exchange:
+    """How a hook's buckets travel between ranks, chosen once per hook state. ``path`` names it in
+    the hook's per-bucket log; ``compresses`` says whether a bucket is compressed before it is sent
+    (``False``: the whole bucket travels)."""
+
+    path = ""
+    compresses = True
+
+    def start(self, buffer: torch.Tensor, selection: Selection, group: dist.ProcessGroup | None) -> Started:
+        """Start exchanging ``selection`` of the bucket whose flat gradient is ``buffer``; the sum
+        over ranks lands in ``buffer``."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class DenseAllReduce(Exchange):
+    """All-reduce of the whole bucket (compressor ``none``)."""
+
+    path = "allreduce"
+    compresses = False
+
+    def start(self, buffer, selection, group):
+        dense_bytes = buffer.numel() * buffer.element_size()
+        work = dist.all_reduce(buffer, group=group, async_op=True)
+        return Started(work.get_future(), buffer.numel(), buffer.numel(), dense_bytes)
+
+
+@dataclass(frozen=True)
+class ValuesAllReduce(Exchange):
+    """All-reduce of ``[values..., failure flag]`` where every rank draws the same indices
+    (shared-seed Random-k at ``density``: ``k = target_count(density, numel)`` values), then a
+    scatter of the summed values into the bucket. A rank that could not select sets the flag
+    (:data:`~compressors.messages.wire.FLAG_ELEMENTS`) and every rank raises ``ValueError``."""
+
+    density: float
+    path = "allreduce-values"
+
+    def start(self, buffer, selection, group):
+        k = target_count(self.density, buffer.numel())
+        message = torch.zeros(k + FLAG_ELEMENTS, dtype=buffer.dtype, device=buffer.device)
+        if selection.error is None:
+            message[:k] = selection.values
+        else:
+            message[k] = 1
+        work = dist.all_reduce(message, group=group, async_op=True)
+        error, indices = selection.error, selection.indices
+
+        def scatter(_: torch.futures.Future) -> torch.Tensor:
+            if bool(message[k] != 0):
+                reason = f": {error}" if error is not None else ""
+                raise ValueError(f"values all-reduce aborted on every rank: a rank could not select{reason}")
+            return buffer.zero_().index_add_(0, indices, message[:k])
+
+        return Started(work.get_future().then(scatter), k, k, values_allreduce_bytes(k, buffer.element_size()))
+
+
+@dataclass(frozen=True)
+class PaddedAllGather(Exchange):
+    """The two-phase padded all-gather of every rank's selection (:func:`sparse_allgather_sum`)
+    through ``gather`` (``"single"`` or ``"into_tensor"``, :func:`resolve_gather`)."""
+
+    gather: str
+    path = "allgather"
+
+    def start(self, buffer, selection, group):
+        exchange = sparse_allgather_sum(selection.values, selection.indices, buffer.numel(), group, self.gather,
+                                        out=buffer, error=selection.error)
+        return Started(exchange.future, int(selection.values.numel()), exchange.padded_count, exchange.bytes_sent)

@@ -8,21 +8,24 @@ Usage::
     model.register_comm_hook(state, hook)     # once, before the first backward
 
 The pair follows the pattern of PyTorch's ``powerSGD_hook``: a state object
-(:class:`CompressionHookState`: a compressor and a memory per bucket, counters and a
-per-bucket log) and a pure function (:func:`compression_hook`) that DDP calls once per
-gradient bucket. Works on gloo (CPU) and NCCL (CUDA). Each bucket is compressed as one
-1-D vector at the target density.
+(:class:`CompressionHookState`: a compressor and a memory per bucket, the exchange, counters and
+a per-bucket log) and a pure function (:func:`compression_hook`, its steps as comments in its
+body) that DDP calls once per gradient bucket. Works on gloo (CPU) and NCCL (CUDA). Each bucket
+is compressed as one 1-D vector at the target density.
 
-Three exchange paths, chosen from the compressor and its options alone by
-:func:`compressors.messages.wire.collective` (so every rank takes the same), with the byte counts of
-:mod:`compressors.messages.wire`:
+The exchange is chosen once, when the state is made (:func:`comm_hook`), from the compressor and
+its options alone by :func:`compressors.messages.wire.collective` (so every rank takes the same),
+with the byte counts of :mod:`compressors.messages.wire`; the hook only starts it
+(:mod:`compressors.ddp.exchange`):
 
-- ``none``: plain all-reduce of the dense bucket;
+- ``none``: plain all-reduce of the dense bucket (:class:`~compressors.ddp.exchange.DenseAllReduce`);
 - ``randomk`` with ``seed=``: every rank draws the same indices (each bucket's compressor
   is seeded with ``seed + 1_000_003 * bucket.index()``, identical on all ranks), so only
-  the values are all-reduced (plus one float flag, see below);
+  the values are all-reduced (plus one float flag, see below;
+  :class:`~compressors.ddp.exchange.ValuesAllReduce`);
 - every other compressor: the two-phase padded all-gather of values and indices
-  (:mod:`compressors.ddp.exchange`).
+  (:class:`~compressors.ddp.exchange.PaddedAllGather`);
+- the low-rank and dense casts (``powersgd``, ``fp16``, ``bf16``): PyTorch's own hooks, below.
 
 Per-bucket log (for measuring communication time per bucket): ``state.log`` is a
 ``collections.deque`` (the newest ``log_size`` entries) of dicts with the keys
@@ -63,7 +66,7 @@ writes the same per-bucket log (``path`` ``"allreduce-fp16"``, ``"allreduce-bf16
 
 import collections
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -72,13 +75,13 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_powersgd
 
 import compressors
-from compressors._validate import target_count
 from compressors.base import Compressor
-from compressors.ddp.exchange import resolve_gather, sparse_allgather_sum
+from compressors.ddp.exchange import (DenseAllReduce, Exchange, PaddedAllGather, Selection, ValuesAllReduce,
+                                      resolve_gather)
 from compressors.ddp.memory import BucketMemory, layout_of
 from compressors.memory import DGCMemory, ErrorFeedback, Memory
 from compressors.powersgd import plan as powersgd_plan
-from compressors.messages.wire import ALLREDUCE, FLAG_ELEMENTS, collective, values_allreduce_bytes
+from compressors.messages.wire import ALLREDUCE, collective
 from units import check_count
 
 HookFn = Callable[["CompressionHookState", dist.GradBucket], torch.futures.Future[torch.Tensor]]
@@ -123,10 +126,7 @@ class CompressionHookState(_HookLog):
         density: target fraction of elements sent per bucket, in (0, 1].
         options: extra keyword options passed to ``compressors.create``.
         process_group: the group to communicate in (``None``: the default group).
-        gather: ``"auto"``, ``"single"`` (``all_gather_single``) or ``"into_tensor"``
-            (``all_gather_into_tensor``, deprecated in torch 2.13).
-        shared_indices: every rank draws the same indices (shared-seed Random-k), so
-            only values are all-reduced.
+        exchange: how every bucket travels (module docstring), chosen once by :func:`comm_hook`.
         buckets: per-bucket compressors and memories, keyed by the bucket's parameters
             so that they survive DDP's bucket rebuild.
         iteration: completed training steps seen by the hook.
@@ -139,13 +139,18 @@ class CompressionHookState(_HookLog):
     density: float
     options: dict[str, Any]
     process_group: dist.ProcessGroup | None
-    gather: str
-    shared_indices: bool
+    exchange: Exchange
     buckets: BucketMemory
     iteration: int = 0
     bytes_sent: int = 0
     payload_bytes: int = 0
     log: collections.deque = field(default_factory=lambda: collections.deque(maxlen=10_000))
+
+    @property
+    def shared_indices(self) -> bool:
+        """Whether every rank draws the same indices (shared-seed Random-k), so only values are
+        all-reduced."""
+        return isinstance(self.exchange, ValuesAllReduce)
 
 
 def comm_hook(
@@ -191,17 +196,13 @@ def comm_hook(
     """
     if name in TORCH_HOOKS:
         return _torch_hook_state(name, density, process_group, memory, log_size, options)
-    resolve_gather(gather)
+    method = resolve_gather(gather)
     if memory not in MEMORIES:
         raise ValueError(f"memory {memory!r} is not one of {', '.join(MEMORIES)}")
     check_count(log_size, "log_size")
-    seed = options.get("seed")
 
     def make_compressor(index: int) -> Compressor:
-        bucket_options = dict(options)
-        if name == "randomk" and seed is not None:
-            bucket_options["seed"] = seed + SEED_STRIDE * index
-        return compressors.create(name, density=density, **bucket_options)
+        return compressors.create(name, density=density, **bucket_options(name, options, index))
 
     def make_memory(compressor: Compressor) -> Memory:
         if memory == "dgc-momentum":
@@ -214,36 +215,37 @@ def comm_hook(
         density=density,
         options=dict(options),
         process_group=process_group,
-        gather=gather,
-        shared_indices=name != "none" and collective(name, options) == ALLREDUCE,
+        exchange=_exchange_for(name, density, options, method),
         buckets=BucketMemory(make_compressor, None if memory == "none" or name == "none" else make_memory),
         log=collections.deque(maxlen=log_size),
     )
     return state, compression_hook
 
 
+def bucket_options(name: str, options: dict[str, Any], index: int) -> dict[str, Any]:
+    """The options of bucket ``index``'s compressor: ``options``, with shared-seed Random-k's
+    ``seed`` offset by :data:`SEED_STRIDE` per bucket (so that buckets draw different indices,
+    identical on every rank)."""
+    if name == "randomk" and options.get("seed") is not None:
+        return {**options, "seed": options["seed"] + SEED_STRIDE * index}
+    return dict(options)
+
+
+def _exchange_for(name: str, density: float, options: dict[str, Any], gather: str) -> Exchange:
+    """The exchange every bucket of compressor ``name`` takes (module docstring): all-reduce of the
+    dense bucket, of the values at shared indices, or the padded all-gather through ``gather``."""
+    if collective(name, options) != ALLREDUCE:
+        return PaddedAllGather(gather)
+    return DenseAllReduce() if name == "none" else ValuesAllReduce(density)
+
+
 def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Average one gradient bucket over all ranks, sending a compressed selection.
 
-    Steps (every rank takes the same ones, decided only by values all ranks share):
-
-    1. Count the step: after the bucket whose ``is_last()`` is true, ``state.iteration`` grows.
-    2. ``none``: all-reduce the dense bucket, divide by the world size, done.
-    3. Find this bucket's slot (compressor + memory) by its parameters' layout. After
-       DDP rebuilds its buckets (after the first step), a new layout's memory state is
-       assembled from its parameters' old slices (:mod:`compressors.ddp.memory`).
-    4. Compress through the memory: error feedback adds the residual, compresses, and
-       keeps what was not sent. A ``ValueError`` from the compressor is held, not raised
-       yet, so that this rank still joins the collective below and reports it there.
-    5. Exchange:
-       - shared-seed Random-k: all-reduce ``[values..., failed flag]`` (every rank has
-         the same indices), then scatter the summed values into the bucket's buffer;
-       - otherwise the two-phase padded all-gather: all-gather the counts (-1 = failed),
-         pad to the largest, all-gather indices (bit-cast) and values, and scatter-add
-         every rank's selection, rank by rank, into the bucket's buffer.
-       If any rank failed, every rank raises ``ValueError`` here.
-    6. Divide by the world size (DDP expects the average; the input is not pre-divided)
-       and log the bucket's bytes and seconds.
+    Every rank takes the same steps, decided only by values all ranks share (the steps are
+    comments in the body): count the step; compress the bucket through its memory; start the
+    state's exchange; divide by the world size and log the bucket when it completes. If any
+    rank's compressor failed, every rank raises ``ValueError`` in the exchange.
 
     Returns a future whose tensor has ``bucket.buffer()``'s shape (it is that buffer).
     The annotations are real objects (no ``from __future__ import annotations`` in this
@@ -251,73 +253,76 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
     ``torch.futures.Future[torch.Tensor]``.
     """
     start = time.perf_counter()
+    # The input is DDP's flat bucket, not divided by the world size; the result is written back
+    # into it.
     buffer = bucket.buffer()
-    group = state.process_group
     world = state.world_size
     iteration, index, numel = state.iteration, bucket.index(), buffer.numel()
+
+    # Step I: count the step: after the bucket whose ``is_last()`` is true, ``state.iteration``
+    # grows.
     if bucket.is_last():
         state.iteration += 1
 
-    def finish(path: str, selected: int, padded: int, bytes_sent: int, payload_bytes: int,
-               compress_s: float) -> Callable[[torch.futures.Future], torch.Tensor]:
-        def done(_: torch.futures.Future) -> torch.Tensor:
-            buffer.div_(world)
-            state.record({
-                "iteration": iteration, "bucket": index, "path": path, "numel": numel,
-                "selected": selected, "padded": padded, "bytes_sent": bytes_sent,
-                "payload_bytes": payload_bytes, "compress_s": compress_s,
-                "comm_s": time.perf_counter() - start,
-            })
-            return buffer
-        return done
+    # Step II: compress the bucket through its memory (an exchange of the whole bucket sends it
+    # as it is). The slot (compressor + memory) is found by the bucket's parameters' layout:
+    # after DDP rebuilds its buckets (after the first step), a new layout's memory state is
+    # assembled from its parameters' old slices (compressors.ddp.memory). Error feedback adds
+    # the residual, compresses, and keeps what was not sent. A ValueError from the compressor is
+    # held, not raised, so that this rank still joins the exchange's first collective and reports
+    # it there.
+    if state.exchange.compresses:
+        selection = _compress(state, bucket, buffer, index, start)
+    else:
+        selection = Selection(buffer, None, numel * buffer.element_size())
 
-    if state.name == "none":
-        dense_bytes = numel * buffer.element_size()
-        work = dist.all_reduce(buffer, group=group, async_op=True)
-        return work.get_future().then(finish("allreduce", numel, numel, dense_bytes, dense_bytes, 0.0))
+    # Step III: start the exchange chosen for this state (dense all-reduce, values all-reduce at
+    # shared indices, or the padded all-gather of every rank's selection); its sum over ranks
+    # lands in ``buffer``.
+    started = state.exchange.start(buffer, selection, state.process_group)
 
+    # Step IV: once it completes, divide by the world size (DDP expects the average) and log the
+    # bucket's bytes and seconds.
+    def average_and_log(_: torch.futures.Future) -> torch.Tensor:
+        buffer.div_(world)
+        state.record({
+            "iteration": iteration, "bucket": index, "path": state.exchange.path, "numel": numel,
+            "selected": started.selected, "padded": started.padded, "bytes_sent": started.bytes_sent,
+            "payload_bytes": selection.payload_bytes, "compress_s": selection.compress_s,
+            "comm_s": time.perf_counter() - start,
+        })
+        return buffer
+
+    return started.future.then(average_and_log)
+
+
+def _compress(state: CompressionHookState, bucket: dist.GradBucket, buffer: torch.Tensor, index: int,
+              start: float) -> Selection:
+    """Step II of :func:`compression_hook`: this rank's selection of ``buffer`` through its slot's
+    memory, or the compressor's ``ValueError`` held in it; ``compress_s`` counts from ``start``
+    (the hook's start, seconds of ``time.perf_counter``)."""
     slot = state.buckets.slot(layout_of(bucket.parameters()), buffer, index)
-    error: str | None = None
     try:
-        selection = slot.compress(buffer)
-        values, indices, payload_bytes = selection.values.to(buffer.dtype), selection.indices, selection.wire_bytes()
+        message = slot.compress(buffer)
+        selection = Selection(message.values.to(buffer.dtype), message.indices, message.wire_bytes())
     except ValueError as exc:
-        error = f"bucket {index}: {exc}"
-        values, indices, payload_bytes = buffer[:0], torch.zeros(0, dtype=torch.long, device=buffer.device), 0
-    compress_s = time.perf_counter() - start
-
-    if state.shared_indices:
-        k = target_count(state.density, numel)
-        message = torch.zeros(k + FLAG_ELEMENTS, dtype=buffer.dtype, device=buffer.device)
-        if error is None:
-            message[:k] = values
-        else:
-            message[k] = 1
-        work = dist.all_reduce(message, group=group, async_op=True)
-
-        def scatter(_: torch.futures.Future) -> torch.Tensor:
-            if bool(message[k] != 0):
-                reason = f": {error}" if error is not None else ""
-                raise ValueError(f"values all-reduce aborted on every rank: a rank could not select{reason}")
-            return buffer.zero_().index_add_(0, indices, message[:k])
-
-        bytes_sent = values_allreduce_bytes(k, buffer.element_size())
-        return work.get_future().then(scatter).then(finish("allreduce-values", k, k, bytes_sent, payload_bytes, compress_s))
-
-    exchange = sparse_allgather_sum(values, indices, numel, group, state.gather, out=buffer, error=error)
-    return exchange.future.then(finish("allgather", int(values.numel()), exchange.padded_count,
-                                       exchange.bytes_sent, payload_bytes, compress_s))
+        selection = Selection(buffer[:0], torch.zeros(0, dtype=torch.long, device=buffer.device), 0,
+                              error=f"bucket {index}: {exc}")
+    return replace(selection, compress_s=time.perf_counter() - start)
 
 
 @dataclass
 class TorchHookState(_HookLog):
-    """State of :func:`torch_hook`: PyTorch's hook and its state, plus the step counter, byte
-    totals and per-bucket log of :class:`CompressionHookState` (same keys and units)."""
+    """State of :func:`torch_hook`: PyTorch's hook and its state, what a bucket sends under it
+    (``sends``: :func:`_cast_sends` or :func:`_powersgd_sends`, chosen once by :func:`comm_hook`),
+    plus the step counter, byte totals and per-bucket log of :class:`CompressionHookState` (same
+    keys and units)."""
 
     name: str
     inner_hook: Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]]
     inner_state: Any
     process_group: dist.ProcessGroup | None
+    sends: Callable[["TorchHookState", dist.GradBucket], tuple[str, int, int]]
     iteration: int = 0
     bytes_sent: int = 0
     payload_bytes: int = 0
@@ -339,8 +344,8 @@ def _torch_hook_state(name: str, density: float, process_group: dist.ProcessGrou
         if options:
             raise ValueError(f"bad options for compressor {name!r}: {', '.join(options)}")
         inner = default_hooks.fp16_compress_hook if name == "fp16" else default_hooks.bf16_compress_hook
-        return TorchHookState(name, inner, process_group, process_group, log=collections.deque(maxlen=log_size)), \
-            torch_hook
+        return TorchHookState(name, inner, process_group, process_group, _cast_sends,
+                              log=collections.deque(maxlen=log_size)), torch_hook
     unknown = sorted(set(options) - set(POWERSGD_OPTIONS))
     if unknown:
         raise ValueError(f"bad options for compressor 'powersgd': {', '.join(unknown)}")
@@ -356,12 +361,13 @@ def _torch_hook_state(name: str, density: float, process_group: dist.ProcessGrou
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"bad options for compressor 'powersgd': {exc}") from None
-    return TorchHookState(name, torch_powersgd.powerSGD_hook, inner_state, process_group,
+    return TorchHookState(name, torch_powersgd.powerSGD_hook, inner_state, process_group, _powersgd_sends,
                           log=collections.deque(maxlen=log_size)), torch_hook
 
 
 def torch_hook(state: TorchHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """Run PyTorch's hook for ``bucket`` unchanged and log the bucket (module docstring).
+    """Run PyTorch's hook for ``bucket`` unchanged and log the bucket (module docstring; the steps
+    are comments in the body).
 
     Bytes: fp16/bf16 send 2 bytes per element; PowerSGD sends its uncompressed rest, P and Q in
     the bucket's dtype (:func:`compressors.powersgd.plan`, PyTorch's rule), or the dense bucket on
@@ -370,25 +376,19 @@ def torch_hook(state: TorchHookState, bucket: dist.GradBucket) -> torch.futures.
     start = time.perf_counter()
     buffer = bucket.buffer()
     iteration, index, numel = state.iteration, bucket.index(), buffer.numel()
+
+    # Step I: count the step: after the bucket whose ``is_last()`` is true, ``state.iteration`` grows.
     if bucket.is_last():
         state.iteration += 1
-    if state.name in ("fp16", "bf16"):
-        path, selected, payload = f"allreduce-{state.name}", numel, numel * 2
-    elif state.inner_state.iter < state.inner_state.start_powerSGD_iter:
-        path, selected, payload = "allreduce", numel, numel * buffer.element_size()
-    else:
-        if not (index == 0 and bucket.is_last()) and dist.get_backend(state.process_group) == "gloo":
-            raise ValueError("PyTorch's PowerSGD hook hangs on gloo with more than one bucket (it waits on "
-                             "collectives inside future callbacks); give DistributedDataParallel a bucket_cap_mb "
-                             "above the model size")
-        shapes = [tuple(g.shape) for g in bucket.gradients()]
-        blocks, rest, _ = powersgd_plan(shapes, numel, state.inner_state.matrix_approximation_rank,
-                                        state.inner_state.min_compression_rate)
-        selected = sum(n for _, n in rest) + sum((b.rows + b.cols) * b.rank for b in blocks)
-        path, payload = "powersgd", selected * buffer.element_size()
+
+    # Step II: what this bucket sends (log path, elements, bytes), by the rule chosen for this state.
+    path, selected, payload = state.sends(state, bucket)
+
+    # Step III: PyTorch's hook, unchanged.
     future = state.inner_hook(state.inner_state, bucket)
 
-    def done(fut: torch.futures.Future) -> torch.Tensor:
+    # Step IV: once it completes, log the bucket (PyTorch's hook has averaged it already).
+    def log(fut: torch.futures.Future) -> torch.Tensor:
         state.record({
             "iteration": iteration, "bucket": index, "path": path, "numel": numel,
             "selected": selected, "padded": selected, "bytes_sent": payload, "payload_bytes": payload, "compress_s": 0.0,
@@ -396,4 +396,29 @@ def torch_hook(state: TorchHookState, bucket: dist.GradBucket) -> torch.futures.
         })
         return fut.value()
 
-    return future.then(done)
+    return future.then(log)
+
+
+def _cast_sends(state: TorchHookState, bucket: dist.GradBucket) -> tuple[str, int, int]:
+    """fp16/bf16: the whole bucket cast to 2 bytes per element, all-reduced (path, elements, bytes)."""
+    numel = bucket.buffer().numel()
+    return f"allreduce-{state.name}", numel, numel * 2
+
+
+def _powersgd_sends(state: TorchHookState, bucket: dist.GradBucket) -> tuple[str, int, int]:
+    """PowerSGD: the dense bucket on its plain all-reduce steps (before ``start_iter``), else its
+    uncompressed rest, P and Q in the bucket's dtype (path, elements, bytes). Refuses a second
+    bucket on gloo, where PyTorch's hook hangs (:func:`comm_hook`'s docstring)."""
+    buffer = bucket.buffer()
+    numel = buffer.numel()
+    if state.inner_state.iter < state.inner_state.start_powerSGD_iter:
+        return "allreduce", numel, numel * buffer.element_size()
+    if not (bucket.index() == 0 and bucket.is_last()) and dist.get_backend(state.process_group) == "gloo":
+        raise ValueError("PyTorch's PowerSGD hook hangs on gloo with more than one bucket (it waits on "
+                         "collectives inside future callbacks); give DistributedDataParallel a bucket_cap_mb "
+                         "above the model size")
+    shapes = [tuple(g.shape) for g in bucket.gradients()]
+    blocks, rest, _ = powersgd_plan(shapes, numel, state.inner_state.matrix_approximation_rank,
+                                    state.inner_state.min_compression_rate)
+    selected = sum(n for _, n in rest) + sum((b.rows + b.cols) * b.rank for b in blocks)
+    return "powersgd", selected, selected * buffer.element_size()

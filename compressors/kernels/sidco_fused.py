@@ -40,7 +40,7 @@ import torch
 from compressors.numerics import estimators
 from compressors.kernels import fused
 from compressors._validate import target_count
-from compressors.sidco import POOL_REGROW, Moments, Tail, _Ops, _Overflow, _round, host_count, host_tail
+from compressors.numerics.tails import POOL_REGROW, Moments, Ops, Overflow, Tail, host_count, host_tail, round_to
 from compressors.work.sidco import pool_slots
 
 HEADROOM = 1.0
@@ -112,8 +112,8 @@ class _Counters:
             self.buffer = read.buffer.data_ptr()
 
 
-class FusedOps(_Ops):
-    """The Triton kernels behind :class:`compressors.sidco._Ops` (module docstring); every value
+class FusedOps(Ops):
+    """The Triton kernels behind :class:`compressors.numerics.tails.Ops` (module docstring); every value
     it returns is on the host. The pool is kept on the host: its magnitudes (float32) and
     positions, in the order the compaction wrote them."""
 
@@ -137,7 +137,7 @@ class FusedOps(_Ops):
         self.feedback, owner._feedback = owner._feedback, None
 
     def _rounded(self, threshold: float) -> float:
-        return _round(threshold, self.grad.dtype)
+        return round_to(threshold, self.grad.dtype)
 
     def _read(self, statistics: bool = False, tail: float | None = None, pool: float | None = None,
               capacity: int = 0, fetched: int | None = None) -> tuple[np.ndarray, _Read]:
@@ -145,7 +145,7 @@ class FusedOps(_Ops):
         same kernel), a tail's statistics above ``tail`` and the pool above ``pool`` into
         ``capacity`` slots, then one transfer of the first ``fetched`` of them (default all; a pool
         that filled more has the rest read after it); a pool that outgrew its slots is taken again
-        into :data:`~compressors.sidco.POOL_REGROW` times as many."""
+        into :data:`~compressors.numerics.tails.POOL_REGROW` times as many."""
         g = self.grad
         read = _Read(self.ws, g.device, self.blocks, statistics, statistics and self.logs, tail is not None,
                      capacity if pool is not None else 0)
@@ -194,7 +194,7 @@ class FusedOps(_Ops):
         sums = read.host(data, "stats", np.float32).reshape(-1, fused.STATISTICS).astype(np.float64).sum(0)
         total, squares = float(sums[0]), float(sums[1])
         if not math.isfinite(total) or (self.variance and not math.isfinite(squares)):
-            raise _Overflow
+            raise Overflow
         n = self.n
         mean = total / n
         var = max(squares / n - mean * mean, 0.0) if self.variance else 0.0
@@ -209,7 +209,7 @@ class FusedOps(_Ops):
         sums = read.host(data, "tail", np.float32).reshape(-1, fused.SURVIVORS).astype(np.float64).sum(0)
         count = int(read.host(data, "counters", np.int32)[2 * self.pair])
         if not (math.isfinite(sums[1]) and math.isfinite(sums[2])):
-            raise _Overflow
+            raise Overflow
         return Tail(count, float(sums[1]), float(sums[2]) if self.variance_tail else 0.0)
 
     def pool_count(self, threshold):

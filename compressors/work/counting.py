@@ -94,11 +94,12 @@ def _fused_module() -> Any:
 
 def stage_counts(compressor: Any) -> dict[str, int]:
     """For SIDCo, the stage count its last call planned and the stages it added within itself
-    (``planned``, ``deepened``: what its work follows, :func:`compressors.work.work`, where the
-    message's ``stages`` counts those that lowered the threshold); nothing for other compressors."""
+    (``planned``, ``deepened`` of its :class:`compressors.sidco.Report`: what its work follows,
+    :func:`compressors.work.work`, where the message's ``stages`` counts those that lowered the
+    threshold); nothing for other compressors."""
     if not compressor.name.startswith("sidco"):
         return {}
-    return {"planned": compressor.planned, "deepened": compressor.deepened}
+    return {"planned": compressor.last.planned, "deepened": compressor.last.deepened}
 
 
 def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:

@@ -26,8 +26,8 @@ while error feedback's residual is still growing)."""
 
 POOL_ROOM = 1.75
 """SIDCo's torch path: the pool's slots, ``⌊1.75 × max(previous pool, k)⌋ + 1024`` (a pool that
-fills them is collected again at the same level into :data:`compressors.sidco.POOL_REGROW` times as
-many: one more transfer)."""
+fills them is collected again at the same level into
+:data:`compressors.numerics.tails.POOL_REGROW` times as many: one more transfer)."""
 
 POOL_BINS = 256
 """Bins of SIDCo's torch-path pool histogram, the part of the pool read to the host: lattice steps
