@@ -5,8 +5,10 @@ the WAN's exposed time, compute utilization, the smallest H that hides the link)
 :class:`pipeline.project.Projection` whose request names ``strategies`` becomes one row per
 strategy, on the same cluster, workload, calibration and compression-cost policy as the
 per-step rows, and every per-step row gains the same columns (``sync_every`` 1). The verdict
-sentence on them says the loss penalty of syncing every H steps: projected time alone cannot
-weigh it. Units: seconds, bytes.
+sentence on them weighs the loss penalty of syncing every H steps where the store measured it (a
+DiLoCo convergence run of the projection's trace with the same H and outer compressor, against
+its synchronous run at equal tokens: :func:`pipeline.penalty.loss_penalties`), and says it is
+unmeasured otherwise: projected time alone cannot weigh it. Units: seconds, bytes, nats.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from results.store import Store
 from simulator import lowcomm
 from units import Pair
 
-LOSS_UNMEASURED = ("their loss penalty against synchronous training at equal tokens is unmeasured (no DiLoCo "
-                   "convergence run weighs it here): the ranking is by time alone")
-"""What the verdict says of the strategies' loss (DiLoCo is not synchronous SGD)."""
+LOSS_UNMEASURED = ("loss penalty against synchronous training at equal tokens unmeasured (it is measured for a trace "
+                   "whose store holds a DiLoCo run of its configuration at this H and outer compressor: sidco "
+                   "converge --sync-every): ranked by time alone")
+"""What the verdict says of a strategy's loss where nothing measured it (DiLoCo is not synchronous SGD)."""
 
 
 def fragments(request: Request, layers: int) -> int:
@@ -48,6 +51,51 @@ def strategies(projection: projections.Projection) -> list[lowcomm.Strategy]:
         lowcomm.check_fragments(projection.workload, asked.fragments)
     return [lowcomm.Strategy(name, asked.sync_every, fragments(request, layers) if name == "streaming" else 1,
                              asked.outer_compressor, asked.outer_density) for name in request.strategies]
+
+
+def measured_penalty(store: Store, projection: projections.Projection,
+                     strategy: lowcomm.Strategy) -> dict[str, Any] | None:
+    """The stored loss penalty of ``strategy`` (its H, outer compressor and density) on the
+    projection's trace: the last shared evaluation (:func:`pipeline.penalty.loss_penalties`'
+    ``final``: ``tokens``, ``penalty`` in nats, its ``spread`` over the seeds, ``penalty_fraction``)
+    with ``convergence_ids`` and ``seeds``; ``None`` for a layout or where no such run is stored."""
+    import json
+
+    from pipeline.penalty import loss_penalties
+    from pipeline.request import pair
+
+    source = projection.source
+    if source.kind != "trace" or source.trace_id is None:
+        return None
+    run = next((c for c in store.convergences() if c["trace_id"] == source.trace_id), None)
+    if run is None:
+        return None
+    found = loss_penalties(store, {**run, "config": json.loads(run["config_json"])})
+    wanted = Pair(strategy.outer_compressor, strategy.outer_density)
+    for variant in (found or {}).get("variants", []):
+        outer = pair(variant["outer_compressor"] or "none", variant["outer_density"])
+        if variant["sync_every"] == strategy.sync_every and outer == wanted and variant.get("final"):
+            return {**variant["final"], "convergence_ids": variant["convergence_ids"], "seeds": variant["seeds"]}
+    return None
+
+
+def penalty_text(found: Mapping[str, Any] | None, name: str = "diloco") -> str:
+    """A strategy's loss penalty in words: measured (nats ± the seeds' spread, share of the
+    synchronous loss, at how many tokens, which runs), or :data:`LOSS_UNMEASURED`. For
+    ``streaming`` the stored runs are DiLoCo's (no fragments): said so."""
+    if found is None:
+        return LOSS_UNMEASURED
+    text = f"measured loss penalty {found['penalty']:+.4f}" if name == "diloco" else \
+        f"loss penalty of its fragments unmeasured; DiLoCo's at this H measured {found['penalty']:+.4f}"
+    if found.get("spread") is not None:
+        text += f" ± {found['spread']:.4f}"
+    text += " nats"
+    if found.get("penalty_fraction") is not None:
+        text += f" ({found['penalty_fraction']:+.1%} of the synchronous loss)"
+    runs = ", ".join(str(i) for i in found["convergence_ids"])
+    seeds = len(found["seeds"])
+    return (f"{text} against synchronous training at {found['tokens']:,} tokens ({seeds} seed{'s' * (seeds > 1)}, "
+            f"convergence {runs})")
 
 
 def label(strategy: lowcomm.Strategy) -> str:
@@ -82,7 +130,9 @@ def strategy_rows(store: Store, projection: projections.Projection) -> list[dict
     """One row per strategy of ``projection`` (:func:`simulator.lowcomm.project`), with ``label``,
     ``compressor`` (the strategy's name), ``density`` ``None``, ``cost_source`` (the outer
     compressor's), ``speedup`` (``none``'s per-step iteration ÷ this row's), the quality columns
-    unmeasured and the compute and cost sources of the per-step rows."""
+    unmeasured, the compute and cost sources of the per-step rows and ``loss_penalty``
+    (:func:`measured_penalty`: DiLoCo's at the strategy's H and outer compressor, for ``streaming``
+    too, whose fragments no stored run trains; ``None`` where unmeasured)."""
     chosen = strategies(projection)
     if not chosen:
         return []
@@ -100,12 +150,13 @@ def strategy_rows(store: Store, projection: projections.Projection) -> list[dict
                                           numel=projection.workload.nbytes // projection.workload.itemsize)
         result = lowcomm.project(base, strategy, profile)
         cost = None if profile is None else profile.cost(outer, density or 1.0)
+        found = measured_penalty(store, projection, strategy)
         rows.append({**result, "compressor": strategy.name, "density": None, "label": label(strategy),
                      "device": source.device.name, "precision": source.precision, "compute_source": source.compute,
                      "cost_source": None if cost is None else cost.source, **projections.workload_facts(source),
                      "speedup": none_s / result["iteration_s"], "baseline_iteration_s": none_s,
-                     "iteration_s_low": None, "iteration_s_high": None,
-                     **quality.unmeasured("a strategy: the loss penalty of syncing every H steps")})
+                     "iteration_s_low": None, "iteration_s_high": None, "loss_penalty": found,
+                     **quality.unmeasured("a strategy: its loss is weighed in the verdict")})
     return rows
 
 
@@ -121,7 +172,8 @@ def ranked(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def verdict_text(rows: Sequence[Mapping[str, Any]]) -> str:
     """The sentence on the strategies among ``rows`` (ranked): each one's time per inner step,
-    utilization and the smallest H that hides the link, against the fastest per-step row, and
+    utilization and the smallest H that hides the link, against the fastest per-step row, and its
+    loss penalty where measured (:func:`penalty_text`), then those unmeasured with
     :data:`LOSS_UNMEASURED`; empty without strategy rows."""
     chosen = [r for r in rows if r["compressor"] in lowcomm.STRATEGIES]
     if not chosen:
@@ -138,8 +190,12 @@ def verdict_text(rows: Sequence[Mapping[str, Any]]) -> str:
         if fastest is not None:
             part += f" ({float(fastest['iteration_s']) / float(r['iteration_s']):.2f}x the fastest per-step " \
                     f"{fastest['label']})"
-        parts.append(part)
-    return "low-communication: " + "; ".join(parts) + f"; {LOSS_UNMEASURED}"
+        found = r.get("loss_penalty")
+        parts.append(part if found is None else f"{part}; {penalty_text(found, r['compressor'])}")
+    unmeasured = [r["label"] for r in chosen if r.get("loss_penalty") is None]
+    if unmeasured:
+        parts.append(f"{', '.join(unmeasured)}: {LOSS_UNMEASURED}")
+    return "low-communication: " + "; ".join(parts)
 
 
 def with_strategies(store: Store, projection: projections.Projection, rows: Sequence[Mapping[str, Any]],

@@ -100,7 +100,8 @@ def test_compare_ranks_per_step_and_diloco_rows_together(capsys, tmp_path):
     assert diloco["iteration_s"] == pytest.approx(diloco["inner_step_s"] + diloco["outer_exchange_s"] / 50)
     assert rows["topk@0.01"]["sync_every"] == 1 and rows["topk@0.01"]["wan_exposed_s"] > 0
     assert [r["rank"] for r in out["rows"]] == list(range(1, len(out["rows"]) + 1))
-    assert "loss penalty against synchronous training at equal tokens is unmeasured" in out["verdict"]["text"]
+    assert "loss penalty against synchronous training at equal tokens unmeasured" in out["verdict"]["text"]
+    assert rows["diloco H=50"]["loss_penalty"] is None
     assert out["verdict"]["lowcomm"] == ["diloco H=50"]
 
 
@@ -116,3 +117,37 @@ def test_compare_bad_input_is_one_line(capsys, tmp_path, extra, message):
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not (tmp_path / "r.sqlite").exists()
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.timeout(300)
+def test_the_verdict_weighs_a_measured_diloco_penalty(tmp_path, capsys):
+    """Where the store holds a DiLoCo run of the trace's configuration at the strategy's H (and a
+    synchronous run, whose trace is compared), the verdict states its measured loss penalty."""
+    store = str(tmp_path / "s.sqlite")
+    common = ["converge", "--workload", "transformer", "--width", "0.125", "--workers", "2", "--batch-size", "2",
+              "--iterations", "8", "--eval-every", "4", "--eval-samples", "8", "--data", "synthetic",
+              "--threads", "1", "--store", store, "--optimizer", "adamw", "--lr", "3e-3", "--json"]
+    assert main([*common, "--compressors", "none"]) == 0
+    trace_id = json.loads(capsys.readouterr().out)["trace_id"]
+    assert main([*common, "--sync-every", "4", "--no-replay"]) == 0
+    diloco_id = json.loads(capsys.readouterr().out)["convergence_id"]
+    from results.store import Store
+
+    with Store(store) as s:
+        trace = s.trace(trace_id)["path"]
+    cluster = ["--trace", trace, "--nodes", "2", "--bandwidth", "10Gbit", "--sites", "2", "--wan-bandwidth",
+               "100Mbit", "--wan-rtt", "20ms", "--compressors", "diloco,streaming", "--densities", "0.01",
+               "--store", store, "--json"]
+    assert main(["compare", *cluster, "--sync-every", "4"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["label"]: r for r in out["rows"]}
+    penalty = rows["diloco H=4"]["loss_penalty"]
+    assert penalty["convergence_ids"] == [diloco_id] and penalty["tokens"] == 8 * 2 * 2 * 64
+    text = out["verdict"]["text"]
+    assert f"measured loss penalty {penalty['penalty']:+.4f} nats" in text
+    assert "loss penalty of its fragments unmeasured; DiLoCo's at this H measured" in text
+    assert main(["compare", *cluster, "--sync-every", "8"]) == 0  # no run at H = 8
+    out = json.loads(capsys.readouterr().out)
+    assert all(r.get("loss_penalty") is None for r in out["rows"])
+    assert "loss penalty against synchronous training at equal tokens unmeasured" in out["verdict"]["text"]
