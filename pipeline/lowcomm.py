@@ -13,6 +13,7 @@ unmeasured otherwise: projected time alone cannot weigh it. Units: seconds, byte
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +21,8 @@ import simulator
 from pipeline import project as projections
 from pipeline import quality
 from pipeline.costs import compression_profile
-from pipeline.request import DEFAULT_FRAGMENTS, Request
+from pipeline.penalty import loss_penalties
+from pipeline.request import DEFAULT_FRAGMENTS, Request, pair
 from pipeline.verdict import BASELINES
 from results.store import Store
 from simulator import lowcomm
@@ -59,11 +61,6 @@ def measured_penalty(store: Store, projection: projections.Projection,
     projection's trace: the last shared evaluation (:func:`pipeline.penalty.loss_penalties`'
     ``final``: ``tokens``, ``penalty`` in nats, its ``spread`` over the seeds, ``penalty_fraction``)
     with ``convergence_ids`` and ``seeds``; ``None`` for a layout or where no such run is stored."""
-    import json
-
-    from pipeline.penalty import loss_penalties
-    from pipeline.request import pair
-
     source = projection.source
     if source.kind != "trace" or source.trace_id is None:
         return None
