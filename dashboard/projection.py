@@ -22,7 +22,7 @@ from pipeline import quality as pipeline_quality
 from pipeline.catalog import TOPOLOGIES, compressor_names as _compressor_names, layout_names as _layout_names
 from pipeline.catalog import model_names as _model_names
 from pipeline.project import chrome_trace
-from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, pair
+from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, pair, sites_options
 from results.store import Store, row_id
 from units import parse_bandwidth, parse_duration
 
@@ -111,9 +111,13 @@ def parse_controls(
     profile_id: str | int | None = None,
     samples_per_s: str | float | None = None,
     tokens: str | int | None = None,
+    sites: str | int | None = None,
+    wan_bandwidth: str | None = None,
+    wan_rtt: str | None = None,
 ) -> Request:
     """The request of raw control values (text parsed here, checked by the request:
-    :class:`pipeline.request.Request`); ProjectionError naming the first bad one."""
+    :class:`pipeline.request.Request`; ``sites`` blank is one site, the WAN's rule
+    :func:`pipeline.request.sites_options`); ProjectionError naming the first bad one."""
     fields = workload_fields(source)
     if not compressors:
         raise ProjectionError("choose at least one compressor")
@@ -134,8 +138,13 @@ def parse_controls(
         raise ProjectionError(f"nodes must be a whole number ≥ 1, got {nodes!r}")
     anchors = {"samples_per_s": _optional(samples_per_s, float, "measured samples/s", "a number, e.g. 400"),
                "tokens": _optional(tokens, int, "tokens per sample", "a whole number, e.g. 384")}
+    site_count = _optional(sites, int, "sites", "a whole number ≥ 1, e.g. 2")
+    wan = {"sites": 1 if site_count is None else site_count,
+           "wan_bandwidth_bps": _optional(wan_bandwidth, parse_bandwidth, "WAN bandwidth", "a rate, e.g. 1Gbit"),
+           "wan_rtt_s": _optional(wan_rtt, parse_duration, "WAN round trip", "a duration, e.g. 30ms")}
     try:
-        cluster = Cluster(nodes_value, parse_bandwidth(bandwidth or ""), parse_duration(latency or ""), topology)
+        cluster = Cluster(nodes_value, parse_bandwidth(bandwidth or ""), parse_duration(latency or ""), topology,
+                          options=sites_options(**wan))
         return Request(cluster, tuple(compressors), (density_value,), device=device or None,
                        calibration="latest" if calibrated else "none",
                        profile_id=None if profile_id in (None, "") else row_id(str(profile_id), "device profile"),

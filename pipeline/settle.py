@@ -137,6 +137,10 @@ def command(item: Input, projected: projection.Projection, rows: Sequence[Mappin
         extra += sharding_flags(c.options.get("sharding"))
         names = ",".join(dict.fromkeys(r["compressor"] for r in rows))
         densities = ",".join(dict.fromkeys(f"{r['density']:g}" for r in rows if r.get("density") is not None))
+        if c.options.get("sites", 1) > 1:
+            extra += (f" --sites {c.options['sites']} --wan-bandwidth "
+                      f"{format_bandwidth(c.options['wan_bandwidth_bps']).replace(' ', '')} --wan-rtt "
+                      f"{format_seconds(c.options['wan_rtt_s']).replace(' ', '').replace('µs', 'us')}")
         return (f"sidco compare {traces.layouts.flag(source.ref)} --device {source.device.name} --precision {source.precision} "
                 f"--batch-size {source.batch_size}{extra} --nodes {c.nodes} "
                 f"--bandwidth {format_bandwidth(c.bandwidth_bps).replace(' ', '')} "

@@ -17,8 +17,8 @@ from pipeline.catalog import BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDEL
 from pipeline.project import check_output_path, write_chrome_trace
 from pipeline.costs import KERNEL_BAND_NOTE
 from pipeline.request import (DEVICE_RULE, DTYPE_CHOICES, LATENCY_HELP, PARALLEL_CHOICES, PARAM_DTYPE, REDUCE_DTYPE,
-                              RTT_HELP, Cluster, Request,
-                              modelled_devices, one_way_latencies, sharding, takes_density)
+                              RTT_HELP, Cluster, Request, modelled_devices, one_way_latencies, sharding,
+                              sites_options, sites_text, takes_density)
 from pipeline.verdict import judge
 from results.store import Store
 from sidco.commands import COMMANDS, add_calibration_argument, add_store_argument, dump_json
@@ -109,6 +109,7 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--straggler-slowdown", type=float, default=1.5,
                         help="compute-time factor of a straggler (default 1.5)")
     parser.add_argument("--seed", type=int, default=0, help="seed of jitter and stragglers (default 0)")
+    add_sites_args(parser)
     add_calibration_argument(parser)
     add_store_argument(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
@@ -144,6 +145,33 @@ def add_parallel_args(parser: argparse.ArgumentParser) -> None:
                              "in backward")
 
 
+def add_sites_args(parser: argparse.ArgumentParser) -> None:
+    """``--sites`` and the WAN between them (``--wan-bandwidth``, ``--wan-rtt``)."""
+    parser.add_argument("--sites", default="1",
+                        help="sites the nodes are split evenly across, joined by a WAN (default 1: one site); "
+                             "collectives across sites are hierarchical, one aggregated flow per site")
+    parser.add_argument("--wan-bandwidth", metavar="RATE",
+                        help="with --sites above 1: the WAN link of each site per direction, e.g. 1Gbit")
+    parser.add_argument("--wan-rtt", metavar="TIME",
+                        help="with --sites above 1: the WAN's round-trip time, e.g. 30ms; every dependent round "
+                             "of a collective across sites pays half of it (one way)")
+
+
+def sites_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The scenario's ``sites``, ``wan_bandwidth_bps`` and ``wan_rtt_s`` from ``--sites``,
+    ``--wan-bandwidth`` and ``--wan-rtt`` (text parsed here, the rule the request's:
+    :func:`pipeline.request.sites_options`)."""
+    parsed = {}
+    for flag, text, key, parse in (("--wan-bandwidth", args.wan_bandwidth, "wan_bandwidth_bps", parse_bandwidth),
+                                    ("--wan-rtt", args.wan_rtt, "wan_rtt_s", parse_duration)):
+        if text is not None:
+            try:
+                parsed[key] = parse(text)
+            except ValueError as exc:
+                raise ValueError(f"{flag}: {exc}") from None
+    return sites_options(positive_int(args.sites, "--sites"), **parsed)
+
+
 def parse_jitter(text: str) -> float | str:
     """``--jitter``: a coefficient of variation ≥ 0, or ``trace`` (the workload's measured one)."""
     if str(text).strip() == "trace":
@@ -175,6 +203,7 @@ def scenario_options(args: argparse.Namespace) -> dict[str, Any]:
         "stragglers": args.stragglers,
         "straggler_slowdown": args.straggler_slowdown,
         "seed": args.seed,
+        **sites_args(args),
     }
 
 
@@ -277,7 +306,7 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: Clu
           + (f" @ density {density:g}" if args.compressor != "none" else "")
           + f" on {cluster.nodes} nodes ({result['workers']} workers), {cluster.topology}, "
             f"{format_bandwidth(cluster.bandwidth_bps)}, {format_seconds(cluster.latency_s)} one-way latency, "
-            f"fidelity {cluster.fidelity}")
+            f"fidelity {cluster.fidelity}" + sites_text(cluster))
     print(f"  iteration      {format_seconds(result['iteration_s'])} (band {format_seconds(result['iteration_s_low'])}"
           f" to {format_seconds(result['iteration_s_high'])})")
     print(f"  throughput     {result['samples_per_s']:.1f} samples/s")
