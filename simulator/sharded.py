@@ -299,6 +299,9 @@ def check(sc: Scenario) -> None:
                          f"hierarchical, not {sc.topology}")
     if sc.jitter or sc.stragglers or sc.interference:
         raise ValueError("--jitter, --stragglers and --interference are modelled under --parallel ddp only")
+    if sc.sites > 1:
+        raise ValueError(f"--sites {sc.sites} is modelled under --parallel ddp only: a sharded plan across a WAN "
+                         f"(--parallel {sh.parallel}) is not")
     g, p = sc.gpus_per_node, sc.workers
     size = shard_size(sc)
     if not ((size <= g and g % size == 0) or (size % g == 0 and p % size == 0)):
