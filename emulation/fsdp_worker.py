@@ -76,16 +76,17 @@ def _numel(sizes: list[list[int]]) -> int:
     return total
 
 
-def recorded() -> list[dict[str, Any]]:
+def recorded(groups: dict[str, str]) -> list[dict[str, Any]]:
     """Every collective in the flight recorder: ``op`` (gloo's name, e.g. ``all_gather``),
-    ``group`` (the mesh dimension, e.g. ``shard``), ``input_bytes``, ``output_bytes`` (bytes) and
-    ``created_ns`` (when it was issued, ``time.time_ns`` clock)."""
+    ``group`` (``groups[name]`` of its process group's name, e.g. the mesh dimension ``shard``; the
+    name itself when not there), ``input_bytes``, ``output_bytes`` (bytes) and ``created_ns`` (when
+    it was issued, ``time.time_ns`` clock)."""
     dump = json.loads(torch._C._distributed_c10d._dump_fr_trace_json(True, False))
     out = []
     for e in dump.get("entries", []):
         out.append({
             "op": e["profiling_name"].split(":", 1)[-1],
-            "group": e["process_group"][1].removeprefix("mesh_"),
+            "group": groups.get(e["process_group"][0], e["process_group"][0]),
             "input_bytes": _numel(e["input_sizes"]) * _itemsize(e["input_dtypes"]),
             "output_bytes": _numel(e["output_sizes"]) * _itemsize(e["output_dtypes"]),
             "created_ns": int(e["time_created_ns"]),
@@ -147,7 +148,7 @@ def main() -> None:
                       "backward_s": backward_end - forward_end, "optimizer_s": end - backward_end,
                       "tx_bytes": None if sent is None or after is None else after - sent})
         passes.append(_compute_only(local, batch))
-    entries = recorded()
+    entries = recorded({mesh.get_group(dim).group_name: dim for dim in mesh.mesh_dim_names})
     for step, marks in zip(steps, windows):
         step["collectives"] = [
             {**{k: v for k, v in e.items() if k != "created_ns"},
