@@ -1,0 +1,98 @@
+"""Real FSDP2 (``fully_shard`` on gloo) in the emulation: the model from a shipped config scaled down,
+and every collective of a step, as torch's flight recorder logged it, equal to the closed form."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+import traces.llm
+from emulation import fsdp_plan, llm_model
+from emulation.fsdp import matches, run_fsdp
+from emulation.network import leftovers
+
+DENSE = [name for name in traces.llm.names() if not traces.llm.load(name).experts]
+
+
+@pytest.mark.parametrize("name", DENSE)
+def test_torch_model_has_the_config_tensors(name, one_thread):
+    """The torch model's parameters are the tensors traces.llm lists for the config (names, shapes, order)."""
+    config = fsdp_plan.scaled(name, 2, 64, 512, 16)
+    model = llm_model.build(config)
+    assert [(n, tuple(p.shape)) for n, p in model.named_parameters()] == [
+        (r["name"], tuple(r["shape"])) for r in traces.llm.tensors(config, 16)]
+    assert sum(p.numel() for p in model.parameters()) == traces.llm.parameter_count(config)
+    loss = model(llm_model.tokens(config, 2, 16, 0))
+    loss.backward()
+    assert torch.isfinite(loss) and all(p.grad is not None for p in model.parameters())
+
+
+def test_scaled_keeps_the_family():
+    big = traces.llm.load("llama-3.1-8b")
+    small = fsdp_plan.scaled("llama-3.1-8b", 3, 128, 1024, 64)
+    assert (small.family, small.tied, small.layers, small.hidden, small.vocab) == ("llama", big.tied, 3, 128, 1024)
+    assert small.heads // small.kv_heads == big.heads // big.kv_heads == 4
+    assert small.ffn == round(128 * big.ffn / big.hidden / 8) * 8
+    with pytest.raises(ValueError, match="--hidden"):
+        fsdp_plan.scaled("gpt2-124m", 2, 50, 512, 16)
+    with pytest.raises(ValueError, match="mixture of experts"):
+        fsdp_plan.scaled("mixtral-8x7b", 2, 64, 512, 16)
+
+
+def test_mesh_checks():
+    assert fsdp_plan.check_mesh("fsdp", 4, None) == (1, 4)
+    assert fsdp_plan.check_mesh("hsdp", 4, None) == (2, 2)
+    assert fsdp_plan.check_mesh("hsdp", 6, 3) == (2, 3)
+    for mode, workers, shard in (("hsdp", 4, 3), ("hsdp", 4, 4), ("fsdp", 4, 2), ("ddp", 2, None), ("fsdp", 1, None)):
+        with pytest.raises(ValueError):
+            fsdp_plan.check_mesh(mode, workers, shard)
+
+
+def test_padding_rounds_dim0_up_per_tensor():
+    """FSDP2 pads each tensor's dim 0 to a multiple of the shard group: a (5, 3) and a (2,) tensor
+    over 4 ranks are 2·3 + 1 elements per rank."""
+    assert fsdp_plan.shard_numel([(5, 3), (2,)], 4) == 7
+    assert fsdp_plan.shard_numel([(8, 3), (4,)], 4) == 7
+
+
+def _closed_form_totals(config, shard: int, replicas: int) -> dict[str, int]:
+    """Bytes per step of every collective kind when every dim 0 divides by ``shard`` (no padding):
+    all-gather outputs (2Ψ − Ψ_root)·4 (forward all units, backward the blocks), reduce-scatter
+    buffers Ψ·4, the replicate all-reduce Ψ·4/shard."""
+    total = traces.llm.parameter_count(config)
+    root = sum(math.prod(s) for name, shapes in fsdp_plan.units(config) if name == "root" for s in shapes)
+    out = {fsdp_plan.PARAMETERS: 4 * (2 * total - root), fsdp_plan.GRADIENTS: 4 * total}
+    if replicas > 1:
+        out[fsdp_plan.REPLICATE] = 4 * total // shard
+    return out
+
+
+@pytest.mark.parametrize("mode,workers,shard", [("fsdp", 2, 2), ("fsdp", 4, 4), ("hsdp", 4, 2)])
+def test_closed_form_is_the_model_tensors(mode, workers, shard):
+    config = fsdp_plan.scaled("llama-3.2-1b", 2, 64, 512, 32)
+    rows = fsdp_plan.collectives(config, mode, workers)
+    buffers = {label: t["buffer_bytes"] for label, t in fsdp_plan.totals(rows).items()}
+    assert buffers == _closed_form_totals(config, shard, workers // shard)
+    assert [r["unit"] for r in rows if r["phase"] == "forward"] == ["root", "block 0", "block 1"]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("model,mode,workers", [("llama-3.2-1b", "fsdp", 2), ("gpt2-124m", "hsdp", 4)])
+def test_fsdp2_on_shaped_links_sends_the_closed_form(model, mode, workers):
+    """Real fully_shard ranks in namespaces at 50 Mbit/s: the flight recorder's collectives of every
+    timed step on every rank are the closed form's exactly; the interface sent at least the ring's
+    bytes (and at most 15 % more: TCP/IP framing, acknowledgements, gloo's headers); the step took at
+    least the ring's bytes at the link rate."""
+    bandwidth = 50e6
+    result = run_fsdp(workers, bandwidth, model, mode, layers=2, hidden=64, vocab=512, tokens=32, batch_size=2,
+                      iterations=2, warmup=1)
+    assert result["match"], (result["collectives"], result["expected"])
+    assert matches(result["collectives"], result["expected"])
+    sent = sum(r["sent_bytes"] for r in result["expected"])
+    for tx in result["tx_bytes"]:
+        assert sent <= tx <= 1.15 * sent, (tx, sent)
+    assert result["measured_s"] >= sent * 8 / bandwidth
+    assert leftovers(f"sidco-{os.getpid()}-") == []
