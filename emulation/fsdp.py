@@ -16,10 +16,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from emulation.fsdp_plan import check_mesh, collectives, scaled, shard_numel, units
+from emulation.fsdp_plan import annotate, check_mesh, collectives, scaled, shard_numel, totals, units
 from emulation.launch import run_workers
 from emulation.network import Network, require_emulation
 from emulation.plan import make_plan
+from units import check_count
 
 SECONDS_PER_STEP_GUESS = 2.0  # generous per-step compute bound on a busy 2-core machine (s)
 KEYS = ("op", "group", "phase", "input_bytes", "output_bytes")
@@ -64,13 +65,16 @@ def run_fsdp(workers: int, bandwidth_bps: float | None, model: str, parallel: st
 
     Returns ``measured_s`` (s), ``phases_s``, ``per_rank_iteration_s``, ``compute_passes`` (per
     rank), ``tx_bytes`` (per rank, the mean bytes its interface sent per step; ``None`` on loopback),
-    ``collectives`` (one step, measured), ``expected`` (one step, closed form), ``match``, ``mesh``
+    ``collectives`` (one step, measured, :func:`emulation.fsdp_plan.annotate`d), ``expected`` (one
+    step, closed form), ``match``, ``totals`` (of the measured step), ``mesh``
     (replicas, shard), ``parameters`` and ``units`` (name, elements of one shard).
     """
     replicas, shard = check_mesh(parallel, workers, shard_size)
     config = scaled(model, layers, hidden, vocab, tokens)
-    if iterations < 1 or warmup < 0 or batch_size < 1:
-        raise ValueError("iterations and batch size must be >= 1, warm-up >= 0")
+    check_count(iterations, "iterations")
+    check_count(batch_size, "batch size")
+    if warmup < 0:
+        raise ValueError(f"warm-up must be >= 0, got {warmup}")
     expected = collectives(config, parallel, workers, shard_size)
     model_bytes = sum(max(r["input_bytes"], r["output_bytes"]) for r in expected)
     args = ["--model", model, "--parallel", parallel, "--layers", str(layers), "--hidden", str(hidden),
@@ -85,7 +89,7 @@ def run_fsdp(workers: int, bandwidth_bps: float | None, model: str, parallel: st
         require_emulation()
         with Network(make_plan(workers, bandwidth_bps)) as plan:
             per_rank = run_workers("emulation.fsdp_worker", args, workers, plan, timeout)
-    measured = one_step(per_rank)
+    measured = [annotate(r, replicas, shard) for r in one_step(per_rank)]
     means = {key: statistics.fmean(statistics.fmean(s[key] for s in rank["steps"]) for rank in per_rank)
              for key in ("iteration_s", "forward_s", "backward_s", "optimizer_s")}
     return {
@@ -96,6 +100,7 @@ def run_fsdp(workers: int, bandwidth_bps: float | None, model: str, parallel: st
         "tx_bytes": None if bandwidth_bps is None else [
             statistics.fmean(s["tx_bytes"] for s in rank["steps"]) for rank in per_rank],
         "collectives": measured, "expected": expected, "match": matches(measured, expected),
+        "totals": totals(measured),
         "parameters": per_rank[0]["parameters"],
         "units": [{"name": name, "shard_numel": shard_numel(shapes, shard)} for name, shapes in units(config)],
     }

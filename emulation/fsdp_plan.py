@@ -29,6 +29,7 @@ import re
 from typing import Any
 
 import traces.llm
+from units import check_count
 
 MODES = ("fsdp", "hsdp")
 """``fsdp``: one shard group of all ranks; ``hsdp``: a 2-D mesh, replicate × shard."""
@@ -49,8 +50,7 @@ def scaled(ref: str, layers: int, hidden: int, vocab: int, tokens: int) -> trace
     ratio, biases and tying kept. ValueError (one line) on sizes it cannot take."""
     config = traces.llm.load(ref)
     for name, value in (("layers", layers), ("hidden", hidden), ("vocab", vocab), ("tokens", tokens)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"--{name} must be a whole number >= 1, got {value!r}")
+        check_count(value, f"--{name}")
     if hidden % HEAD_DIM:
         raise ValueError(f"--hidden must be a multiple of {HEAD_DIM} (the head width), got {hidden}")
     if config.experts:
@@ -90,43 +90,62 @@ def check_mesh(mode: str, workers: int, shard_size: int | None) -> tuple[int, in
         if shard_size not in (None, workers):
             raise ValueError("--shard-size applies to --parallel hsdp (ranks per shard group)")
         return 1, workers
+    if shard_size is None and (workers < 4 or workers % 2):
+        raise ValueError(f"--parallel hsdp on {workers} workers: give --shard-size (at least 2, fewer than the "
+                         "workers and dividing them; the default, half of them, needs an even count >= 4)")
     shard = workers // 2 if shard_size is None else shard_size
     if not 2 <= shard < workers or workers % shard:
         raise ValueError(f"--shard-size {shard} must be at least 2, less than and dividing the {workers} workers")
     return workers // shard, shard
 
 
+LABELS = {("all_gather", "shard"): PARAMETERS, ("all_reduce", "shard"): GRADIENTS,
+          ("all_reduce", "replicate"): REPLICATE}
+"""What FSDP2 asked for, by what gloo ran (``op``) and on which mesh dimension (``group``)."""
+
+
+def sent_bytes(op: str, buffer_bytes: float, ranks: int) -> float:
+    """Bytes one rank sends in a ring ``op`` (``all_gather``: of its gathered output;
+    ``all_reduce``: of its buffer) over ``ranks``: (p−1)/p of the buffer, twice for an all-reduce."""
+    return (2 if op == "all_reduce" else 1) * (ranks - 1) / ranks * buffer_bytes
+
+
+def annotate(row: dict[str, Any], replicas: int, shard: int) -> dict[str, Any]:
+    """``row`` (``op``, ``group``, ``input_bytes``, ``output_bytes``) with its ``collective`` label
+    (the op's name when FSDP2 does not issue it), ``ranks`` and ring ``sent_bytes``."""
+    ranks = replicas if row["group"] == "replicate" else shard
+    buffer = max(row["input_bytes"], row["output_bytes"])
+    return {**row, "collective": LABELS.get((row["op"], row["group"]), row["op"]), "ranks": ranks,
+            "sent_bytes": sent_bytes(row["op"], buffer, ranks)}
+
+
 def collectives(config: traces.llm.Config, mode: str, workers: int, shard_size: int | None = None
                 ) -> list[dict[str, Any]]:
-    """The collectives of one step, in issue order per kind (module docstring): ``collective``
-    (label), ``op`` (what gloo runs: ``all_gather`` or ``all_reduce``), ``group`` (``shard`` or
-    ``replicate``), ``ranks``, ``unit``, ``phase`` (``forward``/``backward``), ``input_bytes`` and
-    ``output_bytes`` of the buffers (bytes), ``sent_bytes`` (bytes one rank sends in a ring)."""
+    """The collectives of one step, in issue order per kind (module docstring): ``op`` (what gloo
+    runs: ``all_gather`` or ``all_reduce``), ``group`` (``shard`` or ``replicate``), ``unit``,
+    ``phase`` (``forward``/``backward``), ``input_bytes`` and ``output_bytes`` of the buffers
+    (bytes), and :func:`annotate`'s ``collective``, ``ranks`` and ``sent_bytes``."""
     replicas, shard = check_mesh(mode, workers, shard_size)
     found = units(config)
     blocks = [u for u in found if u[0] != "root"]
     root = [u for u in found if u[0] == "root" and u[1]]
 
-    def row(label: str, op: str, group: str, ranks: int, unit: str, phase: str, numel_in: int,
-            numel_out: int) -> dict[str, Any]:
-        buffer = max(numel_in, numel_out) * ITEMSIZE
-        share = (ranks - 1) / ranks
-        return {"collective": label, "op": op, "group": group, "ranks": ranks, "unit": unit, "phase": phase,
-                "input_bytes": numel_in * ITEMSIZE, "output_bytes": numel_out * ITEMSIZE,
-                "sent_bytes": (2 if op == "all_reduce" else 1) * share * buffer}
+    def row(op: str, group: str, unit: str, phase: str, numel_in: int, numel_out: int) -> dict[str, Any]:
+        return annotate({"op": op, "group": group, "unit": unit, "phase": phase, "input_bytes": numel_in * ITEMSIZE,
+                         "output_bytes": numel_out * ITEMSIZE}, replicas, shard)
 
     out = []
     for name, shapes in root + blocks:
         n = shard_numel(shapes, shard)
-        out.append(row(PARAMETERS, "all_gather", "shard", shard, name, "forward", n, shard * n))
+        out.append(row("all_gather", "shard", name, "forward", n, shard * n))
     for name, shapes in reversed(blocks):
         n = shard_numel(shapes, shard)
-        out.append(row(PARAMETERS, "all_gather", "shard", shard, name, "backward", n, shard * n))
+        out.append(row("all_gather", "shard", name, "backward", n, shard * n))
     for name, shapes in list(reversed(blocks)) + root:
         n = shard_numel(shapes, shard)
-        out.append(row(GRADIENTS, "all_reduce", "shard", shard, name, "backward", shard * n, shard * n))
+        out.append(row("all_reduce", "shard", name, "backward", shard * n, shard * n))
         if replicas > 1:
-            out.append(row(REPLICATE, "all_reduce", "replicate", replicas, name, "backward", n, n))
+            out.append(row("all_reduce", "replicate", name, "backward", n, n))
     return out
 
 

@@ -5,7 +5,9 @@ workload under DDP per compressor and compares each measured iteration time with
 projection of the same scenario (:mod:`emulation.projection`) at every fidelity, uncalibrated
 and calibrated; each row carries the projection's network share; :func:`summarize` gives the
 median and worst |error| per fidelity and calibration, over all cells and network-heavy ones.
-The compression costs of a projection come from the one policy: the run's own trace is
+:func:`fsdp` runs real FSDP2 / HSDP (``fully_shard``) ranks for a shipped model scaled down and returns,
+per cell, the measured iteration time and every collective of a step beside its closed form
+(:mod:`emulation.fsdp`). The compression costs of a projection come from the one policy: the run's own trace is
 replayed into the store on one thread (as in the workers), then
 :func:`pipeline.costs.compression_profile` reads them back.
 """
@@ -22,6 +24,9 @@ from typing import Any
 
 import simulator
 from emulation.collectives import measure_collectives
+from emulation.fsdp import run_fsdp
+from emulation.fsdp_plan import check_mesh as check_fsdp_mesh, scaled as scaled_model  # the door checks by them
+from traces.llm import check as check_model, names as model_names  # the door checks --model by them
 from emulation.network import remove_stale, require_emulation
 from emulation.projection import network_share, project
 from emulation.plan import check_shaping  # the door checks a --bandwidth it shapes by it
@@ -199,3 +204,30 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, float]:
                     summary[f"{fidelity} {label}, {scope}: median |error|"] = statistics.median(errors)
                     summary[f"{fidelity} {label}, {scope}: worst |error|"] = max(errors)
     return summary
+
+
+def fsdp(store: Store, workers: Sequence[int], bandwidths: Sequence[float | None], model: str, parallel: str, *,
+         shard_size: int | None, layers: int, hidden: int, vocab: int, tokens: int, batch_size: int, iterations: int,
+         warmup: int, step: Callable[[], None] | None = None) -> tuple[int, list[dict[str, Any]]]:
+    """Train ``model`` scaled down (``layers`` blocks of width ``hidden``, ``vocab`` tokens, sequences
+    of ``tokens``) under ``parallel`` (``fsdp``/``hsdp``) with real FSDP2 on every (workers,
+    bandwidth) and record the emulation (kind ``fsdp``); returns ``(emulation_id, rows)``, each row
+    :func:`emulation.fsdp.run_fsdp`'s result. ``step()`` after each network."""
+    for p in workers:
+        check_fsdp_mesh(parallel, p, shard_size)
+    scaled_model(model, layers, hidden, vocab, tokens)
+    config = {"model": model, "parallel": parallel, "shard_size": shard_size, "workers": list(workers),
+              "bandwidths_bps": list(bandwidths), "layers": layers, "hidden": hidden, "vocab": vocab,
+              "tokens": tokens, "batch_size": batch_size, "iterations": iterations, "warmup": warmup,
+              "threads_per_worker": 1}
+    emulation_id = store.start_emulation("fsdp", config, os.cpu_count() or 1)
+    rows: list[dict[str, Any]] = []
+    with _marked(store, emulation_id):
+        for p in workers:
+            for bandwidth in bandwidths:
+                rows.append(run_fsdp(p, bandwidth, model, parallel, shard_size=shard_size, layers=layers,
+                                     hidden=hidden, vocab=vocab, tokens=tokens, batch_size=batch_size,
+                                     iterations=iterations, warmup=warmup))
+                if step:
+                    step()
+    return emulation_id, rows
