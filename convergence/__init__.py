@@ -6,7 +6,10 @@
 :mod:`convergence.workers` averages the workers' compressed gradients exactly as
 ``compressors.ddp.comm_hook`` does under DDP (:mod:`convergence.torch_hooks` for PyTorch's own
 fp16, bf16 and PowerSGD hooks); :mod:`convergence.train` runs the training;
-:mod:`convergence.tta` turns a convergence table and iteration times into time to target.
+:mod:`convergence.diloco` trains W sites that synchronise every H
+steps (DiLoCo: inner optimizer, outer Nesterov step on the compressed pseudo-gradients, with
+the optimizers of :mod:`convergence.optim`); :mod:`convergence.penalty` measures what that costs in
+held-out loss against synchronous training at equal tokens; :mod:`convergence.tta` turns a convergence table and iteration times into time to target.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["RunConfig", "SimulatedWorkers", "evaluate", "train"]
+__all__ = ["RunConfig", "SimulatedWorkers", "evaluate", "train", "train_diloco"]
 
 _LAZY = {"RunConfig": "convergence.train", "evaluate": "convergence.train", "train": "convergence.train",
-         "SimulatedWorkers": "convergence.workers"}
+         "SimulatedWorkers": "convergence.workers", "train_diloco": "convergence.diloco"}
 """Exports imported (with torch) on first use: :mod:`convergence.tta`, which time-to-target
 projections and ``sidco sweep`` need, is arithmetic on stored rows and loads no torch."""
 

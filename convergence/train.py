@@ -12,7 +12,7 @@ held-out set that no training shard contains (:meth:`Workload.heldout_batches`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +23,7 @@ from torch import nn
 
 import compressors
 
+from convergence import optim
 from convergence.workers import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, SimulatedWorkers
 from traces import workloads
 from traces.recorder import Recorder
@@ -40,6 +41,15 @@ class RunConfig:
     ``synthetic``, ``pydoc`` or a path); ``powersgd_rank`` / ``powersgd_start_iter``: PowerSGD's
     rank and the steps of plain all-reduce before it compresses (``comm_hook``'s ``rank`` and
     ``start_iter``).
+
+    ``optimizer``: the (inner) optimizer, ``sgd`` (momentum 0.9, the workload's learning rate) or
+    ``adamw`` (:data:`convergence.optim.ADAMW`: DiLoCo's inner optimizer; ``lr`` defaults to its
+    learning rate); ``weight_decay``: AdamW's (``None``: DiLoCo's). ``sync_every`` (H): 1 exchanges
+    gradients every step (:func:`train`); above 1 each worker is a site training alone for H steps
+    between outer steps (:func:`convergence.diloco.train_diloco`), whose pseudo-gradients go
+    through ``outer_compressor`` at ``outer_density`` (with error feedback) into an outer SGD at
+    ``outer_lr`` with Nesterov momentum ``outer_momentum`` (:mod:`convergence.optim`: the DiLoCo
+    paper's defaults).
     """
 
     workload: str = "resnet20"
@@ -57,9 +67,22 @@ class RunConfig:
     data: str | None = None
     powersgd_rank: int = 1
     powersgd_start_iter: int = 2
+    optimizer: str = "sgd"
+    weight_decay: float | None = None
+    sync_every: int = 1
+    outer_compressor: str = "none"
+    outer_density: float | None = None
+    outer_lr: float = optim.OUTER_LR
+    outer_momentum: float = optim.OUTER_MOMENTUM
+
+    @property
+    def diloco(self) -> bool:
+        """Whether this run synchronises every H > 1 steps (DiLoCo) instead of every step."""
+        return self.sync_every > 1
 
     def check(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
+        optim.check(self)
         if self.workload not in workloads.names():
             raise ValueError(f"unknown workload {self.workload!r}; choose one of {', '.join(workloads.names())}")
         if self.powersgd_start_iter < 2:
@@ -73,10 +96,20 @@ class RunConfig:
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"device {self.device!r} requested but CUDA is not available")
 
+    def resolved_lr(self) -> float:
+        """The (inner) learning rate: ``lr``, else the workload's for SGD, DiLoCo's for AdamW."""
+        if self.lr is not None:
+            return float(self.lr)
+        return optim.ADAMW.lr if self.optimizer == "adamw" else workloads.SPECS[self.workload].lr
+
     def build(self) -> workloads.Workload:
         """The workload with this run's knobs (seeded model and data)."""
-        return workloads.build(self.workload, width=self.width, batch_size=self.batch_size, lr=self.lr,
+        return workloads.build(self.workload, width=self.width, batch_size=self.batch_size, lr=self.resolved_lr(),
                                seed=self.seed, device=self.device, data=self.data)
+
+    def make_optimizer(self, params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+        """This run's (inner) optimizer over ``params`` at learning rate ``lr``."""
+        return optim.inner(self.optimizer, params, lr, self.weight_decay)
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict (the store's configuration key), with resolved defaults."""
@@ -85,11 +118,13 @@ class RunConfig:
             "workload": self.workload, "workers": self.workers, "iterations": self.iterations,
             "eval_every": self.eval_every, "width": work.width if self.width is None else float(self.width),
             "batch_size": work.batch_size if self.batch_size is None else int(self.batch_size),
-            "lr": work.lr if self.lr is None else float(self.lr), "seed": self.seed,
+            "lr": self.resolved_lr(), "seed": self.seed,
             "eval_samples": self.eval_samples, "device": self.device, "bucket_cap_bytes": self.bucket_cap_bytes,
-            "first_bucket_bytes": self.first_bucket_bytes, "optimizer": "SGD(momentum=0.9)",
+            "first_bucket_bytes": self.first_bucket_bytes,
+            "optimizer": optim.describe(self.optimizer, self.weight_decay),
             "memory": "residual (error feedback per worker and bucket)", "data": self.data_name(),
             "powersgd_rank": self.powersgd_rank, "powersgd_start_iter": self.powersgd_start_iter,
+            **optim.outer_fields(self),
         }
 
     def data_name(self) -> str:
@@ -122,6 +157,7 @@ def train(
     recorder_factory: Callable[[nn.Module, int], Recorder] | None = None,
     progress: Callable[[int, float], None] | None = None,
     observe: Callable[[int, nn.Module], None] | None = None,
+    optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield one row per iteration: ``compressor``, ``density``, ``iteration`` (from 1), ``loss``
     (mean training loss of the workers), ``eval_loss`` and ``accuracy`` (held-out; ``None`` on
@@ -130,14 +166,19 @@ def train(
     ``density`` (``None`` or ignored for ``none``, the dense casts and PowerSGD: reported as 1.0, the store's number for no density). ``recorder_factory(model, batch_size)``
     returns a :class:`traces.Recorder` (with ``workers`` set) that records this run's per-worker
     gradients; it is closed (the trace written) after the last iteration. ``progress(iteration,
-    loss)`` and ``observe(iteration, model)`` are called after every step. Raises ``ValueError`` when the loss stops being finite.
+    loss)`` and ``observe(iteration, model)`` are called after every step. ``optimizer(params)``
+    builds the optimizer (default: the config's, :meth:`RunConfig.make_optimizer`). Raises
+    ``ValueError`` when the loss stops being finite or ``config`` synchronises every H > 1 steps
+    (that is :func:`convergence.diloco.train_diloco`).
     """
     config.check()
+    if config.diloco:
+        raise ValueError(f"sync-every {config.sync_every} trains with convergence.diloco.train_diloco")
     work = config.build()
     model = work.model
     model.train()
-    optimizer = work.optimizer(model)
     params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = optimizer(params) if optimizer is not None else config.make_optimizer(params, work.lr)
     sent_density = float(density) if compressors.takes_density(compressor) else 1.0
     options = {"rank": config.powersgd_rank, "start_iter": config.powersgd_start_iter} if compressor == "powersgd" else {}
     exchange = SimulatedWorkers(params, compressor, sent_density, config.workers,

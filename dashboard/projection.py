@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from pipeline import project as pipeline_project
-from pipeline import settle
+from pipeline import verdict
 from pipeline import quality as pipeline_quality
 from pipeline.catalog import TOPOLOGIES, compressor_names as _compressor_names, layout_names as _layout_names
 from pipeline.catalog import model_names as _model_names
@@ -211,7 +211,7 @@ def judged(store: Store, request: Request, rows: list[dict[str, Any]]) -> tuple[
         measured = pipeline_quality.for_source(store, asked.source, [(r["compressor"], r["density"]) for r in rows],
                                                rank=rank, run_missing=False)
         rows = pipeline_quality.attach(rows, measured)
-        return rows, settle.judge(store, asked, rows)
+        return rows, verdict.judge(rows, store, asked)
     except (ValueError, KeyError, OSError) as exc:
         raise ProjectionError(_first_line(exc)) from exc
 

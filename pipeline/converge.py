@@ -9,6 +9,10 @@ while the run has no trace records every ``trace_every``-th iteration's per-work
 gradients and timings with :class:`traces.Recorder`; the trace is registered and linked
 to the run, and then replayed through the run's compressors (:mod:`pipeline.replay`), so
 projected compute and compression costs come from the same training.
+
+A DiLoCo run (``config.sync_every`` H > 1, :func:`convergence.train_diloco`) trains one pair,
+its outer compressor and density (:func:`outer_pair`), and records no trace: its sites exchange
+nothing per step, and a per-step trace of the same model comes from the synchronous run.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import traces
-from convergence import RunConfig, train
+from convergence import RunConfig, train, train_diloco
 from convergence.curves import document as curves_document  # the door prints a run's curves by it
+from convergence.optim import OPTIMIZERS, OUTER_LR, OUTER_MOMENTUM  # the door names the defaults by them
 import pipeline.replay
 from pipeline.request import check_compressors, pair, takes_density
 from units import Pair, check_count, check_density
@@ -62,6 +67,12 @@ def pairs(names: Sequence[str], densities: Sequence[float]) -> list[Pair]:
         raise ValueError("give at least one density")
     result += [Pair(n, float(d)) for n in sparse for d in dict.fromkeys(densities)]
     return result
+
+
+def outer_pair(config: RunConfig) -> Pair:
+    """The one pair a DiLoCo run (H > 1) trains and stores its rows under: its outer compressor
+    and the density it sends (``None`` for one that takes none)."""
+    return pair(config.outer_compressor, config.outer_density)
 
 
 def trained(store: Store, convergence_id: int, iterations: int) -> set[Pair]:
@@ -103,7 +114,9 @@ def default_trace_every(iterations: int) -> int:
 def open_run(store: Store, config: RunConfig) -> int:
     """Find or create the ``convergences`` row of ``config``; return its id."""
     config.check()
-    convergence_id, _ = store.get_or_create("convergences", config.as_dict())
+    columns = ({"sync_every": config.sync_every, "outer_compressor": config.outer_compressor,
+                "outer_density": config.as_dict()["outer_density"]} if config.diloco else {})
+    convergence_id, _ = store.get_or_create("convergences", config.as_dict(), **columns)
     return convergence_id
 
 
@@ -126,8 +139,13 @@ def run(
     ``record``: record a trace at all (the further seeds of :func:`run_seeds` do not).
     A second launch of the same run while one trains waits for it and trains nothing it stored.
     Each combination is read by :func:`pipeline.request.pair` (a dense one's 1.0 is ``None``).
+    A DiLoCo configuration (H > 1) trains exactly its :func:`outer_pair` (``ValueError`` for any
+    other combinations) and records no trace.
     """
     combinations = list(dict.fromkeys(pair(c, d) for c, d in combinations))
+    if config.diloco and combinations != [outer_pair(config)]:
+        raise ValueError(f"a DiLoCo run (sync every {config.sync_every}) trains its outer compressor "
+                         f"{outer_pair(config).label}, not {', '.join(p.label for p in combinations) or 'nothing'}")
     convergence_id = open_run(store, config)
     if started is not None:
         started(convergence_id)
@@ -146,13 +164,16 @@ def _run_locked(store: Store, config: RunConfig, convergence_id: int, combinatio
     store.set_status("convergences", convergence_id, "running")
     for compressor, density in todo:
         row = store.convergence(convergence_id)
-        recording = record and row is not None and row["trace_id"] is None
+        recording = record and not config.diloco and row is not None and row["trace_id"] is None
         recorder_factory = _recorder_factory(store, convergence_id, config, every) if recording else None
         def step(iteration: int, loss: float, label: str = Pair(compressor, density).label) -> None:
             if progress is not None:
                 progress(label, iteration, config.iterations)
 
-        rows = list(train(config, compressor, density, recorder_factory=recorder_factory, progress=step))
+        if config.diloco:
+            rows = list(train_diloco(config, progress=step))
+        else:
+            rows = list(train(config, compressor, density, recorder_factory=recorder_factory, progress=step))
         if recording:
             trace = traces.open(trace_dir(store, convergence_id))
             store.set_convergence_trace(convergence_id, store.register_trace(trace.path, trace.manifest))

@@ -1,5 +1,5 @@
-"""Quality beside speed: what each compared configuration sends of the gradient, and the
-verdict that weighs it.
+"""Quality beside speed: what each compared configuration sends of the gradient, and the rule
+the verdict weighs it by.
 
 For every (compressor, density) that ``sidco compare`` and the dashboard's What-if page rank,
 :func:`measure` gives the quality columns (:data:`COLUMNS`):
@@ -13,10 +13,8 @@ For every (compressor, density) that ``sidco compare`` and the dashboard's What-
   squared norm its rank captures; ``energy``: the share of the input's squared norm sent;
 - ``quality_source``: where these come from, by the one rule :data:`QUALITY_RULE`.
 
-:func:`called` is the one quality rule of the verdict (:data:`CALL_RULE`); :func:`verdict`
-judges the rows by speed among those it calls, lists apart the faster ones it does not call, and
-cites time to accuracy instead of iteration time where the store holds a convergence run of the
-trace (:func:`time_to_accuracy`). Both doors print its ``text``.
+:func:`called` is the one quality rule of the verdict (:data:`CALL_RULE`) and :func:`sends_little`
+the flag on a dense baseline that sends little; :func:`pipeline.verdict.judge` weighs them.
 
 The shipped table (:data:`profiles.QUALITY`, ``profiles/quality.json``) is written by
 :func:`build_table` (``sidco quality-table``): real training of built-in workloads, each
@@ -32,8 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import profiles
-from pipeline import verdict as speed
-from pipeline.request import pair as pair_of, paired_rows, takes_density
+from pipeline.request import pair as pair_of, takes_density
 from results.store import Store
 from units import NO_DENSITY_STORED, Pair
 
@@ -76,11 +73,6 @@ CALL_RULE = (
 
 COLUMNS = ("achieved_density", "achieved_over_target", "energy", "energy_vs_topk", "quality_source")
 """The quality keys every compared row carries."""
-
-TTA_TARGET_SHARE = 0.95
-"""Time to accuracy is cited for the target of this share of the best held-out accuracy the
-convergence run's dense fp32 (``none``) pair reached (of any pair where ``none`` was not trained)."""
-
 
 def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else float(f"{value:.{digits}g}")
@@ -258,13 +250,6 @@ def for_source(store: Store, source: Source, pairs: Sequence[Pair], *, rank: int
                    progress=progress)
 
 
-def judge(store: Store, source: Source, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The verdict on compared ``rows`` of ``source`` (:func:`verdict`), by time to accuracy where
-    the store holds a convergence run of its trace (:func:`time_to_accuracy`)."""
-    trace_id = source.trace_id if source.kind == "trace" else None
-    return verdict(rows, time_to_accuracy(store, trace_id, rows))
-
-
 def attach(rows: Sequence[Mapping[str, Any]], quality: Mapping[Pair, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` (projected, keys ``compressor`` and ``density``) each with its quality columns
     (:data:`COLUMNS`; unmeasured where ``quality`` lacks the pair)."""
@@ -283,8 +268,9 @@ def called(row: Mapping[str, Any]) -> bool | None:
     return 1.0 / DENSITY_FACTOR <= float(ratio) <= DENSITY_FACTOR and float(versus) >= ENERGY_FLOOR
 
 
-def _why(row: Mapping[str, Any]) -> str:
-    """Why ``row`` fails the rule, in a few words with its numbers."""
+def why(row: Mapping[str, Any]) -> str:
+    """Why ``row`` (a sparsifier the rule does not call, :func:`called`) fails the rule, in a few
+    words with its numbers."""
     ratio, versus = float(row["achieved_over_target"]), float(row["energy_vs_topk"])
     parts = []
     if versus < ENERGY_FLOOR:
@@ -294,104 +280,20 @@ def _why(row: Mapping[str, Any]) -> str:
     return f"{row['label']} ({', '.join(parts)})"
 
 
-def time_to_accuracy(store: Store, trace_id: int | None,
-                     rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """Time to accuracy of the compared ``rows`` (projected on one cluster, keys ``compressor``,
-    ``density``, ``iteration_s``, band) where the store holds a convergence run whose trace is
-    ``trace_id`` (the newest): the target (:data:`TTA_TARGET_SHARE` of the best held-out accuracy
-    of its ``none`` pair, else of any pair), and per row label ``iterations_to_target``,
-    ``time_to_target_s`` (iterations × the row's iteration time, seconds) with its band, or the
-    reason it has none. ``None`` without such a run, or one without held-out accuracy."""
-    from convergence.tta import time_to_target
-
-    if trace_id is None:
-        return None
-    run = next((c for c in store.convergences() if c["trace_id"] == trace_id), None)
-    if run is None:
-        return None
-    trained = paired_rows(store.convergence_rows(run["id"]))
-    accuracy = [r for r in trained if r.get("accuracy") is not None]
-    if not accuracy:
-        return None
-    reference = [r for r in accuracy if r["compressor"] == "none"] or accuracy
-    target = TTA_TARGET_SHARE * max(float(r["accuracy"]) for r in reference)
-    times = {pair_of(r["compressor"], r.get("density")): float(r["iteration_s"]) for r in rows}
-    bands = {pair_of(r["compressor"], r.get("density")): speed.iteration_band(r) for r in rows
-             if speed.iteration_band(r) is not None}
-    table = {(t["compressor"], t["density"]): t for t in time_to_target(trained, times, target_accuracy=target,
-                                                                        bands=bands)}
-    per_label = {}
-    for r in rows:
-        compared = pair_of(r["compressor"], r.get("density"))
-        t = table.get(compared)
-        per_label[compared.label] = (
-            {"iterations_to_target": None, "time_to_target_s": None,
-             "reason": f"convergence #{run['id']} did not train it"} if t is None else
-            {k: t[k] for k in ("iterations_to_target", "time_to_target_s", "time_to_target_s_low",
-                               "time_to_target_s_high", "reason")})
-    return {"convergence_id": run["id"], "target_accuracy": target, "rows": per_label}
+def sends_little(row: Mapping[str, Any]) -> bool:
+    """Whether ``row`` is a dense baseline the rule does not gate (it takes no density) that still
+    sends less of the gradient's squared norm than the rule asks of a sparsifier (PowerSGD at a
+    low rank): the verdict flags it where it wins."""
+    versus = row.get("energy_vs_topk")
+    return (not takes_density(row["compressor"]) and not sends_everything(row["compressor"])
+            and versus is not None and float(versus) < ENERGY_FLOOR)
 
 
-def verdict(rows: Sequence[Mapping[str, Any]], tta: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The verdict on compared ``rows`` (projected, with their quality columns: :func:`attach`),
-    weighing quality by :func:`called`: :func:`pipeline.verdict.verdict` over the rows the rule
-    calls (and the unmeasured ones, said so), plus ``quality_rule`` (:data:`CALL_RULE`),
-    ``fails_quality`` (labels the rule does not call), ``faster_but_less`` (those of them faster
-    than the winner, or that speed alone could not tell apart from the fastest), ``unmeasured`` (sparsifiers without quality) and ``basis_quantity``
-    (``"iteration time"`` or ``"time to accuracy"``). With ``tta`` (:func:`time_to_accuracy`),
-    the rows it has a time for are judged by ``time_to_target_s`` instead (the measured
-    convergence weighs what each sends, so the rule is not applied), ``time_to_accuracy`` holds it
-    and the text says so. ``text``: the one line both doors print."""
-    if not rows:
-        raise ValueError("no projected rows to judge")
-    ranked = speed.rank(rows)
-    if tta is not None:
-        timed = {label: t for label, t in tta["rows"].items() if t["time_to_target_s"] is not None}
-        if timed:
-            return _tta_verdict(ranked, tta, timed)
-    verdicts = {r["label"]: called(r) for r in ranked}
-    failing = [r for r in ranked if verdicts[r["label"]] is False]
-    eligible = [r for r in ranked if verdicts[r["label"]] is not False] or ranked
-    result = speed.verdict(eligible)
-    by_speed = speed.verdict(ranked)["tied"]
-    faster = [r for r in failing if float(r["iteration_s"]) < result["iteration_s"] or r["label"] in by_speed]
-    missing = [r["label"] for r in ranked if verdicts[r["label"]] is None]
-    result.update({"quality_rule": CALL_RULE, "fails_quality": [r["label"] for r in failing],
-                   "faster_but_less": [r["label"] for r in faster], "unmeasured": missing,
-                   "basis_quantity": "iteration time"})
-    text = result["text"]
-    if len(eligible) == len(ranked) and failing:
-        text = f"no configuration passes the quality rule; by speed alone: {text}"
-    if faster:
-        text += f"; faster but sends much less of the gradient: {speed.names_text([_why(r) for r in faster], 3)}"
-    if missing:
-        text += f"; quality unmeasured (judged on speed alone): {speed.names_text(missing)}"
-    result["text"] = text
-    return result
-
-
-def _tta_verdict(ranked: Sequence[Mapping[str, Any]], tta: Mapping[str, Any],
-                 timed: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The verdict by time to accuracy: the speed rule over each timed row's time to target."""
-    as_time = []
-    for r in ranked:
-        t = timed.get(r["label"])
-        if t is not None:
-            as_time.append({**r, "iteration_s": t["time_to_target_s"], "iteration_s_low": t["time_to_target_s_low"],
-                            "iteration_s_high": t["time_to_target_s_high"]})
-    result = speed.verdict(as_time)
-    winner = next(r for r in ranked if r["label"] == result["winner"])
-    untimed = [r["label"] for r in ranked if r["label"] not in timed]
-    result.update({"iteration_s": float(winner["iteration_s"]), "time_to_target_s": timed[winner["label"]]["time_to_target_s"],
-                   "quality_rule": CALL_RULE, "fails_quality": [], "faster_but_less": [], "unmeasured": [],
-                   "basis_quantity": "time to accuracy", "time_to_accuracy": dict(tta)})
-    text = (f"by time to accuracy (held-out accuracy >= {tta['target_accuracy']:.3g}, convergence "
-            f"#{tta['convergence_id']}; iterations to target x iteration time, not iteration time alone): "
-            f"{result['text']}")
-    if untimed:
-        text += f"; no time to accuracy for {speed.names_text(untimed)}"
-    result["text"] = text
-    return result
+def little_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The flag on ``rows`` (:func:`sends_little`), with their numbers and the rule's floor."""
+    each = ", ".join(f"{r['label']} sends {float(r['energy_vs_topk']):.2g}x of the gradient's squared norm"
+                     for r in rows)
+    return f"{each} (a sparsifier is called only from {ENERGY_FLOOR:g}x of Top-k's)"
 
 
 def build_table(store: Store, work: str | Path, *, workers: int = 4, iterations: int = 100, every: int = 20,

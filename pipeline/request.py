@@ -21,9 +21,10 @@ from typing import Any
 from costs import devices
 from costs.throughput import DEFAULT_PRECISION, check_precision
 from simulator.limits import MESSAGE_BUDGET
+from simulator.sharded import DTYPE_BYTES, PARALLEL, Sharding
 from simulator.scenario import FIDELITIES, TOPOLOGIES
 from results.store import row_id
-from units import Pair, check_bandwidth, check_count, check_density, check_latency
+from units import Pair, check_bandwidth, check_count, check_density, check_latency, parse_duration, parse_list
 
 DEFAULT_LAYOUT_DEVICE = "a100"
 """Layouts are GPU models by construction: without ``--device`` they run on this device."""
@@ -101,6 +102,25 @@ class Cluster:
             raise ValueError(f"unknown fidelity {self.fidelity!r}; choose from {', '.join(FIDELITIES)}")
 
 
+PARALLEL_CHOICES = PARALLEL
+"""The ``--parallel`` choices (:data:`simulator.sharded.PARALLEL`)."""
+
+DTYPE_CHOICES = tuple(DTYPE_BYTES)
+"""The ``--reduce-dtype`` and ``--param-dtype`` choices."""
+
+
+def sharding(parallel: str = "ddp", *, shard_size: int | None = None, reduce_dtype: str = "fp32",
+             param_dtype: str = "bf16", micro_batch: int | None = None, checkpointing: bool = False,
+             batch_size: int | None = None) -> Sharding | None:
+    """The :class:`simulator.sharded.Sharding` of the ``--parallel`` family (checked there; a
+    ``micro_batch`` must divide ``batch_size``, sequences per GPU per optimizer step), ``None`` for
+    plain DDP with every default (today's projection, unchanged)."""
+    chosen = Sharding(parallel, shard_size, reduce_dtype, param_dtype, micro_batch, checkpointing)
+    if micro_batch is not None and batch_size is not None and batch_size % micro_batch:
+        raise ValueError(f"--micro-batch {micro_batch} must divide --batch-size {batch_size}")
+    return None if chosen == Sharding() else chosen
+
+
 def check_compressors(names: Sequence[str]) -> list[str]:
     """``names`` if every one is a compressor of :func:`compressors.names`; ValueError naming
     the first unknown one (and the choices) otherwise."""
@@ -145,6 +165,25 @@ def pairs(names: Sequence[str], densities: Sequence[float]) -> list[Pair]:
     if sparse and not checked:
         raise ValueError(f"--density is needed with --compressor {sparse[0]}")
     return [Pair(n) for n in chosen if not takes_density(n)] + [Pair(n, d) for d in checked for n in sparse]
+
+
+DEFAULT_LATENCY = "50us"
+"""The one-way per-message latency a projection assumes when neither ``--latency`` nor ``--rtt`` is given."""
+
+LATENCY_HELP = (f"one-way per-message latency (half the round trip), e.g. 50us (default {DEFAULT_LATENCY}); "
+                "or give --rtt")
+RTT_HELP = "round-trip time instead of --latency (the one-way latency is half of it), e.g. 100us"
+
+
+def one_way_latencies(latency: str | None, rtt: str | None) -> list[float]:
+    """The one-way per-message latencies (seconds) of ``--latency`` (one-way) or ``--rtt`` (the
+    round trip: one-way = rtt / 2), each comma-separated; :data:`DEFAULT_LATENCY` when neither is
+    given. ValueError when both are: they name the same quantity."""
+    if latency is not None and rtt is not None:
+        raise ValueError("give --latency (one-way) or --rtt (round trip), not both")
+    if rtt is not None:
+        return [value / 2 for value in parse_list(rtt, parse_duration)]
+    return parse_list(DEFAULT_LATENCY if latency is None else latency, parse_duration)
 
 
 def parse_calibration(text: str | int) -> str | int:

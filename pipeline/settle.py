@@ -25,8 +25,7 @@ from typing import Any
 import simulator
 import traces.layouts
 from pipeline import project as projection
-from pipeline import quality
-from pipeline.verdict import rank, with_settle
+from pipeline.verdict import rank
 from results.store import Store
 from simulator.band import scaled_costs
 from simulator.calibration import Calibration
@@ -191,16 +190,3 @@ def settle(store: Store, projected: projection.Projection, rows: Sequence[Mappin
         found["flips_at_samples_per_s"] = None if at is None else _samples_per_s(source, at)
         found["projected_samples_per_s"] = _samples_per_s(source, 1.0)
     return found
-
-
-def judge(store: Store, projected: projection.Projection, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The verdict on ``rows`` (with their quality columns) that weighs quality
-    (:func:`pipeline.quality.judge`), with what would settle it (:func:`settle` over the rows the
-    quality rule calls) under ``settle`` and in its text (:func:`pipeline.verdict.with_settle`):
-    what both doors print. A verdict by time to accuracy is settled by no single projected input
-    (``settle`` is ``None``)."""
-    result = quality.judge(store, projected.source, rows)
-    if result.get("basis_quantity") == "time to accuracy":
-        return with_settle(result, None)
-    eligible = [r for r in rows if quality.called(r) is not False] or list(rows)
-    return with_settle(result, settle(store, projected, eligible))

@@ -28,8 +28,10 @@ from simulator.limits import check_jobs, check_scenario  # check_jobs: the door 
 from pipeline.costs import compression_profile, cost_band
 from pipeline.project import Projection, Source, calibration, register
 from pipeline.project import options as scenario_options
-from pipeline.request import check_compressors, pair
-from pipeline.verdict import rank, verdict
+from pipeline.request import check_compressors, pair, takes_density
+from pipeline import quality
+from pipeline.compare import ALWAYS
+from pipeline.verdict import judge, rank
 from results.store import Store
 from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid, SweepContext, chunks, describe, run_sweep, scenario_key
@@ -62,7 +64,8 @@ def executor(dask: str | None, jobs: int) -> Iterator[tuple[Executor, int]]:
 @dataclass(frozen=True)
 class SweepRun:
     """What :func:`run` did: sweep id, scenarios in the grid, stored now, computed by this run,
-    whether the sweep existed before, and where each (compressor, density)'s costs came from."""
+    whether the sweep existed before, where each (compressor, density)'s costs came from, and
+    the sweep's source (registered: a trace has its id)."""
 
     sweep_id: int
     total: int
@@ -70,25 +73,28 @@ class SweepRun:
     computed: int
     resumed: bool
     cost_sources: dict[str, str] = field(default_factory=dict)
+    source: Source | None = None
 
 
 def grid(*, nodes: Sequence[int], bandwidths_bps: Sequence[float], latencies_s: Sequence[float],
          compressors: Sequence[str], densities: Sequence[float], topologies: Sequence[str],
          ranks: Sequence[int] = (1,)) -> Grid:
     """The sweep grid from parsed axes (machines, bits/s, seconds, names, fractions, names,
-    PowerSGD ranks):
+    PowerSGD ranks), with the baselines every comparison has (:data:`pipeline.compare.ALWAYS`) in
+    front, so each cluster is judged as ``sidco compare`` judges it:
     unknown compressors or topologies are a ValueError naming the first; repeats are dropped;
-    densities are kept only when a compressor other than ``none`` uses them."""
+    densities are kept only when a compressor that takes one is swept."""
     check_compressors(compressors)
     if not compressors:
         raise ValueError("choose at least one compressor")
+    compressors = [*ALWAYS, *compressors]
     bad = [t for t in topologies if t not in TOPOLOGIES]
     if bad:
         raise ValueError(f"unknown topology {bad[0]!r}; choose from {', '.join(TOPOLOGIES)}")
     return Grid(
         nodes=tuple(nodes), bandwidths_bps=tuple(bandwidths_bps), latencies_s=tuple(latencies_s),
         compressors=tuple(dict.fromkeys(compressors)),
-        densities=tuple(densities) if any(n != "none" for n in compressors) else (),
+        densities=tuple(densities) if any(takes_density(n) for n in compressors) else (),
         topologies=tuple(dict.fromkeys(topologies)),
         ranks=tuple(dict.fromkeys(ranks)),
     )
@@ -115,7 +121,7 @@ def _profile(store: Store, sweep_id: int, source: Source, grid: Grid,
     key = PROFILE_META.format(sweep_id)
     text = store.get_meta(key)
     if text is None:
-        pairs = [(c, d) for c in grid.compressors if c != "none" for d in grid.densities]
+        pairs = grid.pairs()
         profile = (compression_profile(store, trace_id=source.trace_id, device=source.device, pairs=pairs,
                                        profile_file=profile_file) if pairs else None)
         text = store.pin_meta(key, "null" if profile is None else profile.to_json())
@@ -157,7 +163,8 @@ def run(store: Store, projection: Projection, grid: Grid, executor: Executor, *,
     config = describe(probe, grid, described)
     sweep_id, created = store.get_or_create("sweeps", config, trace_id=source.trace_id, total=len(grid))
     profile = _profile(store, sweep_id, source, grid, profile_file)
-    bands = {} if profile is None else {key: cost_band(cost, device) for key, cost in profile.costs.items()}
+    bands = {} if profile is None else {  # the bands a projection of each pair has (pipeline.project.project_pairs)
+        key: cost_band(cost, device, key[0], key[1], source.device) for key, cost in profile.costs.items()}
     context = SweepContext(wl, profile, fidelity, constants, options, (source.compute_low, source.compute_high), bands)
     for point in grid.points():  # every scenario checked before anything is simulated
         context.scenario(point)
@@ -196,7 +203,7 @@ def run(store: Store, projection: Projection, grid: Grid, executor: Executor, *,
         store.release_claims(sweep_id, owner)
     store.set_status("sweeps", sweep_id, "done")
     sources = {} if profile is None else {pair(*key).label: cost.source for key, cost in profile.costs.items()}
-    return SweepRun(sweep_id, total, store.scenario_count(sweep_id), computed, not created, sources)
+    return SweepRun(sweep_id, total, store.scenario_count(sweep_id), computed, not created, sources, source)
 
 
 def _await_others(store: Store, sweep_id: int, grid: Grid, waiting: set[str],
@@ -222,11 +229,13 @@ def _await_others(store: Store, sweep_id: int, grid: Grid, waiting: set[str],
     return computed
 
 
-def findings(store: Store, sweep_id: int) -> list[dict[str, Any]]:
-    """What a sweep found, per cluster (nodes, bandwidth, latency, topology; fidelity): the
-    verdict of :func:`pipeline.verdict.verdict` on its stored rows, the best configuration and
-    its speed-up over ``none`` and over the best dense baseline (×). Compressors whose message
-    ignores the density count once (the grid simulates them at every density, to the same time)."""
+def findings(store: Store, sweep_id: int, source: Source, rank_: int | None = 1) -> list[dict[str, Any]]:
+    """What a sweep of ``source`` (registered: a trace has its id) found, per cluster (nodes,
+    bandwidth, latency, topology; fidelity): the verdict of :func:`pipeline.verdict.judge` on its
+    stored rows with their quality columns (:func:`pipeline.quality.for_source`, nothing replayed;
+    PowerSGD's at ``rank_``, unmeasured when several ranks were swept: ``None``), the best
+    configuration and its speed-up over ``none`` and over the best dense baseline (×). A
+    compressor swept at several ranks counts once, at its fastest."""
     clusters: dict[tuple, dict[str, dict[str, Any]]] = {}
     for row in store.scenarios(sweep_id):
         key = (row["nodes"], row["bandwidth_bps"], row["latency_s"], row["topology"], row["fidelity"])
@@ -236,9 +245,12 @@ def findings(store: Store, sweep_id: int) -> list[dict[str, Any]]:
         best = clusters.setdefault(key, {})
         if tag not in best or entry["iteration_s"] < best[tag]["iteration_s"]:
             best[tag] = entry
+    pairs = list(dict.fromkeys(pair(r["compressor"], r["density"]) for rows in clusters.values() for r in rows.values()))
+    measured = quality.for_source(store, source, [p for p in pairs if rank_ is not None or p.compressor != "powersgd"],
+                                  rank=rank_ or 1, run_missing=False)
     out = []
     for (nodes, bandwidth, latency, topology, fidelity), rows in sorted(clusters.items()):
-        judged = verdict(list(rows.values()))
+        judged = judge(quality.attach(list(rows.values()), measured))
         top = rank(list(rows.values()))[0]
         out.append({"nodes": nodes, "bandwidth_bps": bandwidth, "latency_s": latency, "topology": topology,
                     "fidelity": fidelity, "best": top["label"], "iteration_s": top["iteration_s"],

@@ -154,14 +154,53 @@ def verdict(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return result
 
 
+TARGET_SHARE = 0.95
+"""A comparison judged by time to accuracy (:func:`for_rows`) targets this share of the best
+held-out accuracy its convergence run's dense fp32 (``none``) pair reached (of any pair where
+``none`` was not trained)."""
+
+
+def for_rows(store: Store, trace_id: int | None, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Time to accuracy of compared ``rows`` (projected on one cluster: keys ``compressor``,
+    ``density``, ``iteration_s`` and the band) where the store holds a convergence run whose trace
+    is ``trace_id`` (the newest, with every seed of its configuration, :func:`seed_runs`): the
+    target (:data:`TARGET_SHARE` of the best held-out accuracy of its ``none`` pair, else of any
+    pair) and ``table``, :func:`convergence.tta.time_to_target` over the rows' iteration times
+    (what :func:`verdict` judges). ``None`` without such a run, or one without held-out accuracy."""
+    import json
+
+    if trace_id is None:
+        return None
+    run = next((c for c in store.convergences() if c["trace_id"] == trace_id), None)
+    if run is None:
+        return None
+    trained = []
+    for item in seed_runs(store, {**run, "config": json.loads(run["config_json"])}):
+        seed = int(item["config"].get("seed", 0))
+        trained += [{**r, "seed": seed} for r in paired_rows(store.convergence_rows(item["id"]))]
+    accuracy = [r for r in trained if r.get("accuracy") is not None]
+    if not accuracy:
+        return None
+    reference = [r for r in accuracy if r["compressor"] == "none"] or accuracy
+    target = TARGET_SHARE * max(float(r["accuracy"]) for r in reference)
+    times = {pair(r["compressor"], r.get("density")): float(r["iteration_s"]) for r in rows}
+    bands = {pair(r["compressor"], r.get("density")): iteration_band(r) for r in rows if iteration_band(r) is not None}
+    compared = set(times)
+    table = [t for t in time_to_target(trained, times, target_accuracy=target, bands=bands)
+             if pair(t["compressor"], t["density"]) in compared]
+    return {"convergence_id": run["id"], "target_accuracy": target, "table": table}
+
+
 def _table(rows: Sequence[Mapping[str, Any]], times: Mapping[Pair, float],
            bands: Mapping[Pair, tuple[float, float]], target_accuracy: float | None,
            target_loss: float | None) -> dict[str, Any]:
     """The table, its verdict and the curves (mean ± spread over seeds at each evaluation)."""
     table = time_to_target(rows, times, target_accuracy=target_accuracy, target_loss=target_loss, bands=bands)
     result: dict[str, Any] = {"rows": table, **verdict(table)}
-    if result["leader"] is None and result["reason"] == "no run reached the target":
-        result["reason"] = f"no run reached {target_text(target_accuracy, target_loss)}"
+    if result["leader"] is None and rows:
+        seeds = max((t["seeds"] for t in table), default=1)
+        result["reason"] = (f"no configuration reached {target_text(target_accuracy, target_loss)}"
+                            f"{' in every seed' if seeds > 1 else ''} (the notes say why)")
     points: dict[Pair, dict[int, list[Mapping[str, Any]]]] = {}
     for r in rows:
         if r.get("accuracy") is None and r.get("eval_loss") is None:
@@ -257,6 +296,12 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else format_seconds(value)
 
 
+def _named(row: Mapping[str, Any]) -> str:
+    """A pair as the verdict names it: ``none`` is "no compression"."""
+    label = pair(row["compressor"], row["density"]).label
+    return "no compression (none)" if row["compressor"] == "none" else label
+
+
 def verdict_text(result: Mapping[str, Any]) -> str:
     """The verdict of a time-to-target table (:func:`time_to_accuracy`) in one line, as both doors
     print it: the winner, the target, its time and its margin over the runner-up (seconds and ×),
@@ -266,15 +311,13 @@ def verdict_text(result: Mapping[str, Any]) -> str:
     winner, leader, runner = result["winner"], result["leader"], result["runner_up"]
     if winner is None:
         if leader is None:
-            return f"winner: none ({result['reason']})"
-        return (f"winner: not named, {result['reason']} (leader {pair(leader['compressor'], leader['density']).label} "
-                f"{_seconds(leader['time_to_target_s'])}, runner-up {pair(runner['compressor'], runner['density']).label} "
+            return f"winner: not named, {result['reason']}"
+        return (f"winner: not named, {result['reason']} (leader {_named(leader)} "
+                f"{_seconds(leader['time_to_target_s'])}, runner-up {_named(runner)} "
                 f"{_seconds(runner['time_to_target_s'])})")
-    text = (f"winner: {pair(winner['compressor'], winner['density']).label} reaches {target} in "
-            f"{_seconds(winner['time_to_target_s'])}")
+    text = f"winner: {_named(winner)} reaches {target} in {_seconds(winner['time_to_target_s'])}"
     if runner is not None:
-        text += (f", {_seconds(result['margin_s'])} ({result['margin_ratio']:.2f}x) ahead of "
-                 f"{pair(runner['compressor'], runner['density']).label}")
+        text += f", {_seconds(result['margin_s'])} ({result['margin_ratio']:.2f}x) ahead of {_named(runner)}"
         if result["seed_spread_s"] is not None:
             text += f", beyond the seed spread ({_seconds(result['seed_spread_s'])})"
         if result["band_s"] is not None:

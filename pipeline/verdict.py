@@ -1,35 +1,50 @@
-"""The verdict on a set of projected rows: which configuration wins, by how much, or that
-the projection cannot tell.
+"""The verdict: whether to compress on this cluster, and with what, or that the projection cannot tell.
 
-One home for the rule that ``sidco compare`` prints and the dashboard's What-if page shows:
+One function, :func:`judge`, is what ``sidco compare``, ``sidco sweep``, ``sidco simulate`` and
+the dashboard's What-if page print. It runs four steps in one body:
 
-- the rows are ranked by projected iteration time (``iteration_s``, seconds);
-- the *dense baselines* are the compressors that do not sparsify (:data:`BASELINES`: no
-  compression, the fp16/bf16 casts, PowerSGD): a sparsifier is worth its trouble only when it
-  beats the best of them;
-- the winner is called only when it is clearly ahead of the runner-up: when the rows carry an
-  error band (``iteration_s_low`` / ``iteration_s_high``, seconds) the winner's band must lie
-  wholly below the runner-up's; without a band the runner-up must be at least
-  :data:`TIE_MARGIN` (5 %) slower. Otherwise the verdict is "too close to call", naming every
-  row that cannot be told apart from the fastest.
+1. **speed**: the rows are ranked by projected iteration time (``iteration_s``, seconds);
+2. **quality gate**: only configurations the quality rule calls (:func:`pipeline.quality.called`)
+   may win; faster ones it does not call are listed apart, and a dense baseline that sends little
+   of the gradient (PowerSGD at a low rank) is flagged (:func:`pipeline.quality.sends_little`);
+3. **time to accuracy**: where the store holds a convergence run of the trace, the rows are judged
+   by time to target instead, by the rule of ``sidco tta`` (:func:`pipeline.tta.verdict`: the
+   margin must exceed the seeds' spread and the projection's error band);
+4. **what would settle it**: the unmeasured input whose band decides the order of the two
+   contenders (:func:`pipeline.settle.settle`).
 
-Margins are ratios of iteration times (runner-up ÷ winner: 1.25 means the winner's iterations
-are 1.25× as fast, i.e. 25 % shorter time-per-iteration of the runner-up over the winner).
+The *call* (``"winner"`` or ``"too close to call"``) is made among the rows the gate lets
+through: the winner is called only when it is clearly ahead of the runner-up, its error band
+(``iteration_s_low``/``iteration_s_high``) wholly below the runner-up's *and* the runner-up at
+least :data:`TIE_MARGIN` (5 %) slower (no model of a cluster one has not measured is closer than
+that; without bands the margin alone decides). The *decision* comes first in the text:
+``compress`` when every configuration that cannot be told apart from the fastest compresses,
+``don't compress`` when one of them sends every coordinate (``none``, fp16, bf16: the
+*uncompressed* baselines, :func:`pipeline.quality.sends_everything`). Ratios are iteration times
+(runner-up ÷ winner: 1.25 means the winner's iterations take 1/1.25 of the runner-up's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pipeline import quality
+from results.store import Store
 from units import Pair
+
+if TYPE_CHECKING:
+    from pipeline.project import Projection
 
 BASELINES: tuple[str, ...] = ("none", "fp16", "bf16", "powersgd")
 """Compressors that send every coordinate (no compression, the dense casts) or a low-rank
 approximation (PowerSGD): the plain alternatives a sparsifier must beat."""
 
 TIE_MARGIN = 0.05
-"""Without an error band, a winner less than this fraction faster than the runner-up is not called."""
+"""A winner less than this fraction faster than the runner-up is not called, whatever its band."""
+
+DECISIONS: tuple[str, ...] = ("compress", "don't compress")
+"""The verdict's first words."""
 
 
 def iteration_band(row: Mapping[str, Any]) -> tuple[float, float] | None:
@@ -46,13 +61,6 @@ def has_band(rows: Sequence[Mapping[str, Any]]) -> bool:
     return bool(rows) and all(iteration_band(r) is not None for r in rows)
 
 
-def _indistinguishable(winner: Mapping[str, Any], other: Mapping[str, Any], banded: bool) -> bool:
-    """Whether ``other`` cannot be told apart from ``winner`` (the fastest row)."""
-    if banded:
-        return iteration_band(other)[0] <= iteration_band(winner)[1]  # the bands overlap
-    return float(other["iteration_s"]) < float(winner["iteration_s"]) * (1.0 + TIE_MARGIN)
-
-
 def rank(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` fastest first, each with ``label``, ``rank`` (1 = fastest) and
     ``speedup_over_baseline`` (the best dense baseline's iteration time ÷ this row's;
@@ -65,70 +73,212 @@ def rank(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             for i, row in enumerate(ordered)]
 
 
-def verdict(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The verdict on ``rows`` (projections of one scenario, one per configuration: keys
-    ``compressor``, ``density`` (``None`` for compressors whose message ignores it), ``iteration_s`` and, when the
-    projection has one, ``iteration_s_low``/``iteration_s_high``).
+def names_text(labels: Sequence[str], most: int = 5) -> str:
+    """``labels`` joined by commas and a last "and", the first ``most`` of them and how many more."""
+    shown = list(labels[:most]) + ([f"{len(labels) - most} more"] if len(labels) > most else [])
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
 
-    Returns ``call`` (``"winner"`` or ``"too close to call"``), ``winner`` (label of the fastest
-    row), ``runner_up`` (label or ``None``), ``margin_over_runner_up`` (runner-up's iteration
-    time ÷ the winner's), ``best_baseline`` (label of the fastest dense baseline or ``None``),
-    ``margin_over_baseline`` (its iteration time ÷ the winner's), ``tied`` (labels that cannot be
-    told apart from the fastest, the fastest included), ``basis`` (``"error band"`` or
-    ``"5 % margin"``) and ``text`` (the one line to print).
-    """
-    if not rows:
-        raise ValueError("no projected rows to judge")
-    ranked = rank(rows)
+
+def _speed(ranked: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The call among ``ranked`` rows (fastest first) by iteration time: the winner, the runner-up,
+    the margin (runner-up ÷ winner) and every row that cannot be told apart from the fastest."""
     banded = has_band(ranked)
     winner = ranked[0]
     runner = ranked[1] if len(ranked) > 1 else None
-    baselines = [r for r in ranked if r["compressor"] in BASELINES]
-    baseline = baselines[0] if baselines else None
-    tied = [r["label"] for r in ranked[1:] if _indistinguishable(winner, r, banded)]
-    call = "too close to call" if tied else "winner"
-    margin_runner = None if runner is None else float(runner["iteration_s"]) / float(winner["iteration_s"])
-    margin_base = None if baseline is None else float(baseline["iteration_s"]) / float(winner["iteration_s"])
-    basis = "error band" if banded else f"{TIE_MARGIN:.0%} margin"
-    result = {
-        "call": call,
-        "winner": winner["label"],
-        "compressor": winner["compressor"],
-        "density": winner.get("density"),
-        "iteration_s": float(winner["iteration_s"]),
-        "runner_up": None if runner is None else runner["label"],
-        "margin_over_runner_up": margin_runner,
-        "best_baseline": None if baseline is None else baseline["label"],
-        "margin_over_baseline": margin_base,
-        "tied": [winner["label"], *tied],
-        "basis": basis,
-    }
-    result["text"] = _text(result, banded)
+
+    def close(other: Mapping[str, Any]) -> bool:
+        if float(other["iteration_s"]) < float(winner["iteration_s"]) * (1.0 + TIE_MARGIN):
+            return True
+        return banded and iteration_band(other)[0] <= iteration_band(winner)[1]  # the bands overlap
+
+    tied = [r["label"] for r in ranked[1:] if close(r)]
+    return {"call": "too close to call" if tied else "winner", "winner": winner["label"],
+            "compressor": winner["compressor"], "density": winner.get("density"),
+            "iteration_s": float(winner["iteration_s"]),
+            "runner_up": None if runner is None else runner["label"],
+            "margin_over_runner_up": None if runner is None else float(runner["iteration_s"]) / float(winner["iteration_s"]),
+            "tied": [winner["label"], *tied],
+            "basis": "error band" if banded else f"{TIE_MARGIN:.0%} margin"}
+
+
+def _by_time_to_accuracy(ranked: Sequence[Mapping[str, Any]], tta: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The call by time to target (:func:`pipeline.tta.verdict` over ``tta``'s table: the seeds'
+    spread and the error band count), or ``None`` when no compared row has a time."""
+    from pipeline.tta import verdict as tta_verdict
+
+    timed = {Pair(t["compressor"], t["density"]).label: t for t in tta["table"] if t["time_to_target_s"] is not None}
+    if not timed:
+        return None
+    called = tta_verdict(list(timed.values()))
+    leader, runner = (None if r is None else Pair(r["compressor"], r["density"]).label
+                      for r in (called["leader"], called["runner_up"]))
+    winner = next(r for r in ranked if r["label"] == leader)
+    return {"call": "winner" if called["winner"] is not None else "too close to call", "winner": leader,
+            "compressor": winner["compressor"], "density": winner.get("density"),
+            "iteration_s": float(winner["iteration_s"]), "time_to_target_s": timed[leader]["time_to_target_s"],
+            "runner_up": runner, "margin_over_runner_up": called["margin_ratio"],
+            "tied": [leader] if called["winner"] is not None else [leader, runner],
+            "basis": "seed spread and error band", "reason": called["reason"], "caveat": called["caveat"],
+            "time_to_accuracy": dict(tta), "untimed": [r["label"] for r in ranked if r["label"] not in timed]}
+
+
+def judge(rows: Sequence[Mapping[str, Any]], store: Store | None = None,
+          projected: Projection | None = None) -> dict[str, Any]:
+    """The verdict on ``rows`` (projections of one scenario, one per configuration: keys
+    ``compressor``, ``density`` (``None`` for compressors that take none), ``iteration_s``, the
+    band when the projection has one, and the quality columns, :func:`pipeline.quality.attach`;
+    rows without them are judged on speed alone, said so). With ``store`` and ``projected`` (the
+    projection the rows came from) it also judges by time to accuracy where the store holds a
+    convergence run of the trace, and names what would settle it.
+
+    Returns ``decision`` (:data:`DECISIONS`), ``call`` (``"winner"`` or ``"too close to call"``),
+    ``winner`` (label), ``compressor``, ``density``, ``iteration_s``, ``runner_up``,
+    ``margin_over_runner_up``, ``tied`` (labels that cannot be told apart from the winner, it
+    first), ``basis``, ``best_baseline`` / ``margin_over_baseline`` (the fastest dense baseline,
+    :data:`BASELINES`, and its iteration time ÷ the winner's; ``None`` without one),
+    ``best_uncompressed`` / ``margin_over_uncompressed`` (the fastest row that sends every coordinate
+    and its time, iteration or to target, ÷ the winner's: the decision's ratio), ``quality_rule``,
+    ``fails_quality``, ``faster_but_less``, ``unmeasured``, ``sends_little`` (called baselines that
+    send little of the gradient), ``basis_quantity`` (``"iteration time"`` or ``"time to
+    accuracy"``), ``settle`` (:func:`pipeline.settle.settle`'s finding or ``None``), ``headline``
+    (the decision in one sentence) and ``text``: the headline first, then the details.
+    """
+    from pipeline import settle, tta  # both build on this module's ranking
+
+    if not rows:
+        raise ValueError("no projected rows to judge")
+
+    # 1. speed: every row, fastest first
+    ranked = rank(rows)
+
+    # 2. quality gate: the rule calls a row, fails it, or cannot tell (unmeasured: judged on speed alone)
+    calls = {r["label"]: quality.called(r) for r in ranked}
+    failing = [r for r in ranked if calls[r["label"]] is False]
+    eligible = [r for r in ranked if calls[r["label"]] is not False] or ranked
+    result = _speed(eligible)
+    by_speed_alone = _speed(ranked)["tied"]
+    faster = [r for r in failing if float(r["iteration_s"]) < result["iteration_s"] or r["label"] in by_speed_alone]
+    result.update({"quality_rule": quality.CALL_RULE, "fails_quality": [r["label"] for r in failing],
+                   "faster_but_less": [r["label"] for r in faster],
+                   "unmeasured": [r["label"] for r in ranked if calls[r["label"]] is None],
+                   "basis_quantity": "iteration time"})
+
+    # 3. time to accuracy: where a convergence run of the trace is stored, it judges instead (what each sends
+    #    is then weighed by the measured convergence)
+    if store is not None and projected is not None and projected.source.kind == "trace":
+        table = tta.for_rows(store, projected.source.trace_id, ranked)
+        by_time = None if table is None else _by_time_to_accuracy(ranked, table)
+        if by_time is not None:
+            result.update(by_time, fails_quality=[], faster_but_less=[], unmeasured=[],
+                          basis_quantity="time to accuracy")
+
+    # the decision: compress only when nothing that sends every coordinate is among the fastest
+    quantity = "time_to_target_s" if result["basis_quantity"] == "time to accuracy" else "iteration_s"
+    times = {r["label"]: (float(r["iteration_s"]) if quantity == "iteration_s" else
+                          _time_to_target(result, r["label"])) for r in ranked}
+    whole = [r for r in ranked if quality.sends_everything(r["compressor"]) and times[r["label"]] is not None]
+    best = min(whole, key=lambda r: times[r["label"]], default=None)
+    kept = {r["label"]: r for r in ranked}
+    compressing = not any(quality.sends_everything(kept[label]["compressor"]) for label in result["tied"])
+    dense = min((r for r in ranked if r["compressor"] in BASELINES and times[r["label"]] is not None),
+                key=lambda r: times[r["label"]], default=None)
+    result.update({"decision": DECISIONS[0] if compressing else DECISIONS[1],
+                   "best_baseline": None if dense is None else dense["label"],
+                   "margin_over_baseline": None if dense is None else times[dense["label"]] / times[result["winner"]],
+                   "best_uncompressed": None if best is None else best["label"],
+                   "margin_over_uncompressed": None if best is None else
+                   times[best["label"]] / times[result["winner"]],
+                   "sends_little": [r["label"] for r in eligible if r["label"] in result["tied"]
+                                    and quality.sends_little(r)]})
+
+    # 4. what would settle it: the input that decides the two contenders (uncompressed baselines count as one:
+    #    which of fp16 and bf16 is faster never decides whether to compress)
+    result["settle"] = None
+    if store is not None and projected is not None and result["basis_quantity"] == "iteration time":
+        uncompressed = next((r for r in eligible if quality.sends_everything(r["compressor"])), None)
+        contenders = [r for r in eligible if r is uncompressed or not quality.sends_everything(r["compressor"])]
+        result["settle"] = settle.settle(store, projected, contenders) if len(contenders) > 1 else None
+
+    result["headline"] = _decision(result, times)
+    result["text"] = _text(result, kept)
     return result
 
 
-def names_text(labels: Sequence[str], most: int = 5) -> str:
-    """``labels`` joined by commas, the first ``most`` of them and how many more."""
-    shown = ", ".join(labels[:most])
-    return shown if len(labels) <= most else f"{shown} and {len(labels) - most} more"
+def _time_to_target(result: Mapping[str, Any], label: str) -> float | None:
+    """The time to target (seconds) of row ``label`` in the verdict's time-to-accuracy table, or ``None``."""
+    for t in result["time_to_accuracy"]["table"]:
+        if Pair(t["compressor"], t["density"]).label == label:
+            return t["time_to_target_s"]
+    return None
 
 
-def _text(v: Mapping[str, Any], banded: bool) -> str:
-    why = ("their error bands overlap" if banded
-           else f"within {TIE_MARGIN:.0%} of the fastest; the projection has no error band")
+def _decision(v: Mapping[str, Any], times: Mapping[str, float | None]) -> str:
+    """The verdict's first sentence: whether to compress and with what."""
+    base = v["best_uncompressed"]
+    if v["decision"] == DECISIONS[1]:
+        beyond = "the seed spread and the error band" if v["basis_quantity"] == "time to accuracy" else (
+            "the error band" if v["basis"] == "error band" else f"the {TIE_MARGIN:.0%} margin")
+        return f"don't compress: nothing beats {base} beyond {beyond}"
+    over = ""
+    if base is not None:
+        ratios = sorted(times[base] / times[label] for label in v["tied"] if times.get(label))
+        span = f"{ratios[0]:.1f}x" if f"{ratios[0]:.1f}" == f"{ratios[-1]:.1f}" else f"{ratios[0]:.1f}-{ratios[-1]:.1f}x"
+        over = f" ({'about ' if len(ratios) == 1 else ''}{span} over the best dense baseline, {base})"
+    else:
+        over = " (no uncompressed baseline compared)"
+    if v["call"] == "winner":
+        return f"compress with {v['winner']}{over}"
+    return f"compress: {names_text(v['tied'])} are too close to call{over}"
+
+
+def _why_close(v: Mapping[str, Any]) -> str:
+    """Why the fastest rows cannot be told apart by iteration time."""
+    if v["basis"] == "error band":
+        return f"their error bands overlap or they are within {TIE_MARGIN:.0%} of the fastest"
+    return f"within {TIE_MARGIN:.0%} of the fastest; the projection has no error band"
+
+
+def _call_text(v: Mapping[str, Any]) -> str:
+    """The call in words: the winner and its margin, or who cannot be told apart and why."""
+    if v["basis_quantity"] == "time to accuracy":
+        tta = v["time_to_accuracy"]
+        how = (f"by time to accuracy (held-out accuracy >= {tta['target_accuracy']:.3g}, convergence "
+               f"#{tta['convergence_id']}; iterations to target x iteration time, not iteration time alone): ")
+        if v["call"] != "winner":
+            return how + f"{v['winner']} leads {v['runner_up']}, {v['reason']}"
+        text = how + f"{v['winner']} reaches it first" + (
+            "" if v["runner_up"] is None else f", {v['margin_over_runner_up']:.2f}x ahead of {v['runner_up']}")
+        text += "" if not v["caveat"] else f" ({v['caveat']})"
+        return text + ("" if not v["untimed"] else f"; no time to accuracy for {names_text(v['untimed'])}")
     if v["call"] == "too close to call":
-        names = names_text(v["tied"])
-        base = ("" if v["best_baseline"] is None or v["best_baseline"] in v["tied"]
-                else f"; the fastest is {v['margin_over_baseline']:.2f}x over the best dense baseline {v['best_baseline']}")
-        return f"too close to call: {names} ({why}){base}"
+        why = _why_close(v)
+        if v["decision"] == DECISIONS[0]:  # the headline named them
+            return why
+        return f"too close to call: {names_text(v['tied'])} ({why})"
     text = f"{v['winner']} wins"
     if v["runner_up"] is not None:
         text += f", {v['margin_over_runner_up']:.2f}x over the runner-up {v['runner_up']}"
-    if v["best_baseline"] is not None and v["best_baseline"] != v["winner"]:
-        text += f" and {v['margin_over_baseline']:.2f}x over the best dense baseline {v['best_baseline']}"
-    elif v["best_baseline"] == v["winner"]:
-        text += " (a dense baseline: no sparsifier pays here)"
-    return text + ("" if banded else f" (called on a margin of at least {TIE_MARGIN:.0%}: the projection has no error band)")
+    if v["basis"] != "error band":
+        text += f" (called on a margin of at least {TIE_MARGIN:.0%}: the projection has no error band)"
+    return text
+
+
+def _text(v: Mapping[str, Any], rows: Mapping[str, Mapping[str, Any]]) -> str:
+    """The decision, then the call, the quality notes and what would settle it."""
+    parts = [_call_text(v)]
+    if v["fails_quality"] and not set(v["tied"]) - set(v["fails_quality"]):
+        parts[0] = f"no configuration passes the quality rule; by speed alone: {parts[0]}"
+    if v["sends_little"]:
+        parts.append(f"caution: {quality.little_text([rows[label] for label in v['sends_little']])}")
+    if v["faster_but_less"]:
+        parts.append("faster but sends much less of the gradient: "
+                     f"{names_text([quality.why(rows[label]) for label in v['faster_but_less']], 3)}")
+    if v["unmeasured"]:
+        parts.append(f"quality unmeasured (judged on speed alone): {names_text(v['unmeasured'])}")
+    text = "; ".join([v["headline"], *parts])
+    if v["settle"] is not None:
+        text += f". {'What could change it' if v['call'] == 'winner' else 'To settle it'}: {settle_text(v['settle'])}"
+    return text
 
 
 def settle_text(found: Mapping[str, Any]) -> str:
@@ -151,13 +301,3 @@ def settle_text(found: Mapping[str, Any]) -> str:
         text = (f"closest to flipping it: {found['name']}: at its x{found['end']:.2f} end {found['winner']} still leads "
                 f"{found['runner_up']} by {found['ratio_at_end']:.2f}x")
     return f"{text}; measure it: {found['command']}"
-
-
-def with_settle(result: Mapping[str, Any], found: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The verdict ``result`` with ``settle`` (what would settle it, or ``None``) and its sentence
-    (:func:`settle_text`) after the verdict's ``text``."""
-    out = {**result, "settle": None if found is None else dict(found)}
-    if found is not None:
-        out["text"] = f"{result['text']}. {'To settle it' if result['call'] != 'winner' else 'What could change it'}: " \
-                      f"{settle_text(found)}"
-    return out

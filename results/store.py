@@ -1,6 +1,6 @@
 """The results store: one SQLite file that every part of the testbed writes to.
 
-Schema (version 6; all times in seconds, sizes in bytes, bandwidths in bits/s):
+Schema (version 7; all times in seconds, sizes in bytes, bandwidths in bits/s):
 
 ``traces``       one row per registered trace directory (``path`` is unique).
 ``replays``      one row per replay run of a trace; ``config_key`` identifies the
@@ -28,7 +28,8 @@ Version 2 added ``replay_rows.backend`` / ``call_index``, ``calibrations.op`` /
 error band; version 4 ``replay_rows.energy`` / ``topk_energy`` (what a call sends of its input's
 squared norm, and what exact Top-k at the target density would send); version 5
 ``replay_rows.fallback`` (1 when the count guard sent the exact top-k); version 6
-``scenario_claims``. A store is
+``scenario_claims``; version 7 ``convergences.sync_every`` / ``outer_compressor`` /
+``outer_density`` (a DiLoCo run's H and outer exchange; 1 and null for per-step runs). A store is
 brought up to date by :data:`MIGRATIONS`: step *n* takes a store from version
 *n - 1* to *n*; the missing steps run in order inside one transaction, so an
 upgrade either completes or leaves the file as it was.
@@ -267,7 +268,13 @@ CREATE TABLE scenario_claims (
 CREATE INDEX scenario_claims_by_owner ON scenario_claims(sweep_id, owner);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+_V7 = """
+ALTER TABLE convergences ADD COLUMN sync_every INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE convergences ADD COLUMN outer_compressor TEXT;
+ALTER TABLE convergences ADD COLUMN outer_density REAL;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 """``MIGRATIONS[n - 1]`` is the DDL taking a store from schema version ``n - 1`` to ``n``
 (version 0 is an empty file). Append a step to change the schema; never edit one."""
 

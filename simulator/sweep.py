@@ -18,6 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from compressors import takes_density
 from costs import CompressionProfile, density_key
 from simulator.band import band
 from simulator.calibration import Calibration
@@ -37,7 +38,8 @@ RESULT_COLUMNS = (
 
 @dataclass(frozen=True)
 class Grid:
-    """The axes of a sweep (units: bits/s, seconds). ``none`` is simulated once per cluster;
+    """The axes of a sweep (units: bits/s, seconds). ``none`` and each compressor that takes no
+    density are simulated once per cluster;
     ``ranks`` is PowerSGD's rank axis (only ``powersgd`` points carry a rank)."""
 
     nodes: tuple[int, ...]
@@ -62,19 +64,25 @@ class Grid:
             raise ValueError("sweep grid needs at least one value of ranks")
         for r in self.ranks:
             check_count(r, "ranks")
-        if any(c != "none" for c in self.compressors) and not self.densities:
-            raise ValueError("compressors other than none need --densities")
+        if any(takes_density(c) for c in self.compressors) and not self.densities:
+            raise ValueError("compressors that take a density need --densities")
 
     def _combinations(self) -> list[dict[str, Any]]:
-        """The (compressor, density[, rank]) part of every point."""
-        combos: list[dict[str, Any]] = [{"compressor": c, "density": None} for c in self.compressors if c == "none"]
+        """The (compressor, density[, rank]) part of every point: ``none`` once with no density, a
+        compressor that takes no density (the casts, PowerSGD) once at density 1 (it sends what its
+        dtype or rank sets, projected as a comparison projects it), a sparsifier at every density."""
+        combos: list[dict[str, Any]] = []
         for c in self.compressors:
-            if c == "none":
-                continue
+            densities = (None,) if c == "none" else self.densities if takes_density(c) else (1.0,)
             ranks = self.ranks if c in RANKED else (None,)
             combos += [{"compressor": c, "density": d, **({"rank": r} if r is not None else {})}
-                       for d in self.densities for r in ranks]
+                       for d in densities for r in ranks]
         return combos
+
+    def pairs(self) -> list[tuple[str, float]]:
+        """The (compressor, density) of every point but ``none``'s, repeats dropped."""
+        return list(dict.fromkeys((c["compressor"], c["density"]) for c in self._combinations()
+                                  if c["compressor"] != "none"))
 
     def points(self) -> Iterator[dict[str, Any]]:
         """Every scenario point, cluster by cluster (lazily)."""

@@ -124,7 +124,12 @@ def test_the_anchors_rules_have_one_home_both_doors_reach(monkeypatch):
 def test_the_header_states_batch_tokens_precision_compute_and_the_kernel_band(tmp_path, capsys):
     assert main(["compare", *DONE, "--samples-per-s", "400", "--tokens", "384", "--batch-size", "16",
                  "--store", str(tmp_path / "r.sqlite")]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = []
+    for line in capsys.readouterr().out.splitlines():  # prose is wrapped at 120 columns, its lines indented
+        if line.startswith("  ") and lines and not line.lstrip()[:1].isdigit():
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line)
     assert "from the measured 400 samples/s at batch 16" in lines[0]
     assert lines[1] == ("workload: batch 16 per worker, 384 tokens per sample (--tokens), precision amp; "
                         "compute from your measured throughput (--samples-per-s)")

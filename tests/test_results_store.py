@@ -82,10 +82,11 @@ def test_v1_store_upgrades_to_the_current_version_and_keeps_its_rows(tmp_path):
     path = tmp_path / "v1.sqlite"
     _v1_store(path)
     with Store(path) as store:
-        assert store.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "6"
+        assert store.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
         assert {"iteration_s_low", "iteration_s_high", "speedup_low", "speedup_high"} <= _columns(store.conn,
                                                                                                    "scenarios")
         assert {"energy", "topk_energy", "fallback"} <= _columns(store.conn, "replay_rows")
+        assert {"sync_every", "outer_compressor", "outer_density"} <= _columns(store.conn, "convergences")
         for table, columns in V2_COLUMNS.items():
             assert columns <= _columns(store.conn, table), table
         row = store.conn.execute("SELECT * FROM replay_rows").fetchone()
@@ -104,19 +105,19 @@ def test_fresh_store_has_the_same_schema_as_an_upgraded_one(tmp_path):
         assert names == [r[0] for r in old.conn.execute(tables)]
         for name in names:
             assert _columns(new.conn, name) == _columns(old.conn, name), name
-    assert SCHEMA_VERSION == 6
+    assert SCHEMA_VERSION == 7
 
 
 def test_newer_store_is_refused_with_one_line_naming_the_file(tmp_path):
     path = tmp_path / "future.sqlite"
     Store(path).close()
     with sqlite3.connect(path) as raw:
-        raw.execute("UPDATE meta SET value='7' WHERE key='schema_version'")
+        raw.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
     raw.close()
     with pytest.raises(ValueError) as exc:
         Store(path)
     message = str(exc.value)
-    assert "\n" not in message and str(path) in message and "schema version 7" in message
+    assert "\n" not in message and str(path) in message and f"schema version {SCHEMA_VERSION + 1}" in message
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

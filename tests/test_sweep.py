@@ -15,6 +15,7 @@ import pytest
 
 from sidco.cli import main
 from results.store import Store
+from pipeline.request import pair
 from simulator.sweep import Grid, scenario_key
 
 SIDCO = [sys.executable, "-m", "sidco"]
@@ -87,24 +88,24 @@ def test_sweep_stores_every_scenario_once_and_resumes(tmp_path, trace_dir, capsy
     first = json.loads(capsys.readouterr().out)
     sources = first.pop("cost_sources")
     found, stored_rows = first.pop("findings"), first.pop("rows")
-    assert len(stored_rows) == 30 and len(found) == 6  # 3 node counts x 2 bandwidths
+    assert len(stored_rows) == 42 and len(found) == 6  # 3 node counts x 2 bandwidths x (none, fp16, powersgd, 4)
     for cluster in found:
         mine = [r for r in stored_rows if (r["nodes"], r["bandwidth_bps"]) == (cluster["nodes"], cluster["bandwidth_bps"])]
         fastest = min(mine, key=lambda r: r["iteration_s"])
         none = next(r for r in mine if r["compressor"] == "none")
         assert cluster["iteration_s"] == fastest["iteration_s"]
-        assert cluster["best"] == (fastest["compressor"] if fastest["compressor"] == "none"
-                                   else f"{fastest['compressor']}@{fastest['density']:g}")
+        assert cluster["best"] == pair(fastest["compressor"], fastest["density"]).label
         assert cluster["speedup"] == pytest.approx(none["iteration_s"] / fastest["iteration_s"])
-        # none is the only dense baseline of this grid
-        assert cluster["speedup_over_baseline"] == pytest.approx(none["iteration_s"] / fastest["iteration_s"])
+        dense = min(r["iteration_s"] for r in mine if r["compressor"] in ("none", "fp16", "powersgd"))
+        assert cluster["speedup_over_baseline"] == pytest.approx(dense / fastest["iteration_s"])
         assert cluster["verdict"]["winner"] == cluster["best"]
-    assert first == {"computed": 30, "fidelity": "analytic", "resumed": False, "store": str(store),
-                     "stored": 30, "sweep_id": first["sweep_id"], "total": 30, "device": "cpu",
+    assert first == {"computed": 42, "fidelity": "analytic", "resumed": False, "store": str(store),
+                     "stored": 42, "sweep_id": first["sweep_id"], "total": 42, "device": "cpu",
                      "compute_source": "trace timings (cpu)"}
-    assert sources and all(where.startswith("replay #") for where in sources.values())
+    replayed = {label: where for label, where in sources.items() if label not in ("fp16", "powersgd")}
+    assert replayed and all(where.startswith("replay #") for where in replayed.values())  # the baselines: modelled
     rows = scenario_rows(store)
-    assert len(rows) == 30
+    assert len(rows) == 42
     assert main(argv) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["computed"] == 0 and again["resumed"] and scenario_rows(store) == rows
@@ -128,7 +129,7 @@ def test_sweep_killed_with_sigkill_resumes_to_exactly_once(tmp_path, trace_dir):
                     "1Gbit,10Gbit,100Gbit", "--latency", "1us,10us,100us,1ms", "--compressors",
                     "none,topk,sidco-e", "--densities", "0.01,0.001", "--fidelity", "des", "--bucket-mode", "layer",
                     "--store", str(store), "--jobs", "1", "--chunk-size", "3", "--no-progress"]
-    total = 3 * 3 * 4 * 5
+    total = 3 * 3 * 4 * (3 + 2 * 2)  # none, fp16, powersgd and two sparsifiers at two densities
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     seen = 0
     deadline = time.monotonic() + 120
@@ -184,7 +185,7 @@ def test_dask_cluster_gives_the_same_rows_as_local(tmp_path, trace_dir):
         assert main(common + ["--store", str(local), "--jobs", "2"]) == 0
         assert main(common + ["--store", str(remote), "--dask", address]) == 0
         assert scenario_rows(remote) == scenario_rows(local)
-        assert len(scenario_rows(local)) == 3 * 2 * 2 * 5
+        assert len(scenario_rows(local)) == 3 * 2 * 2 * 7
     finally:
         for proc in reversed(procs):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -304,7 +305,7 @@ sys.exit(main(sys.argv[2:]))
 TWIN_SWEEP = ["sweep", "--layout", "resnet50", "--nodes", "16,32", "--bandwidth", "1Gbit,10Gbit", "--latency",
               "10us,100us", "--compressors", "none,topk,sidco-e", "--densities", "0.1,0.01", "--fidelity", "des",
               "--bucket-mode", "layer", "--jobs", "1", "--chunk-size", "2", "--no-progress"]
-TWIN_TOTAL = 2 * 2 * 2 * (1 + 2 * 2)
+TWIN_TOTAL = 2 * 2 * 2 * (3 + 2 * 2)
 
 
 def test_two_identical_sweeps_started_at_once_compute_each_scenario_once(tmp_path):

@@ -2,13 +2,14 @@
 
 Maps the arguments to one :class:`pipeline.request.Request` and calls
 :func:`pipeline.compare.compare` (the projection of ``sidco simulate``, once per pair, in one
-process) and :func:`pipeline.verdict.verdict`.
+process) and :func:`pipeline.verdict.judge` (whether to compress, with what, and what would settle it).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from typing import Any
 
 from tqdm import tqdm
@@ -19,10 +20,10 @@ from pipeline import quality
 from pipeline.catalog import TOPOLOGIES, compressor_names
 from pipeline.costs import KERNEL_BAND_NOTE
 from pipeline.request import Request
-from pipeline.settle import judge
-from pipeline.verdict import BASELINES, TIE_MARGIN
+from pipeline.verdict import BASELINES, TIE_MARGIN, judge
 from results.store import Store
-from sidco.commands.simulate import add_scenario_args, add_source_args, cluster, workload_fields
+from sidco.commands.simulate import (add_latency_args, add_parallel_args, add_scenario_args, add_source_args, cluster,
+                                    workload_fields)
 from units import format_bandwidth, format_seconds, parse_density, parse_list
 from sidco.commands import COMMANDS, dump_json
 
@@ -45,13 +46,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             f"Top-k and where they come from: {quality.QUALITY_RULE}. The verdict weighs them: "
             f"{quality.CALL_RULE}; faster configurations it does not call are listed apart. Where the store holds "
             "a sidco converge run of the trace, the verdict ranks by time to accuracy instead and says so. "
-            "--json prints {\"verdict\": {...}, \"rows\": [...]}."
+            "With --parallel each row names the collective its compressor replaces and the time of every "
+            "collective (total and exposed), and a compressor the plan cannot run is refused with the reason. "
+            "--json prints {\"verdict\": {...}, \"rows\": [...], \"refused\": [...], \"headroom\": \"...\"}."
         ),
     )
     add_source_args(parser)
     parser.add_argument("--nodes", required=True, help="machines (an integer >= 1)")
     parser.add_argument("--bandwidth", required=True, help="NIC bandwidth per direction, e.g. 25Gbit or 1.25GB/s")
-    parser.add_argument("--latency", default="50us", help="per-message latency, e.g. 50us (default 50us)")
+    add_latency_args(parser)
     parser.add_argument("--compressors", default="all",
                         help="comma-separated compressor names, or all (default); none, fp16 and powersgd are "
                              "always added")
@@ -61,8 +64,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--topology", choices=TOPOLOGIES,
                         help="ring, halving-doubling, tree, ps or hierarchical (default: ring, or hierarchical "
                              "with --gpus-per-node above 1)")
+    parser.add_argument("--wide", action="store_true",
+                        help=f"print every column (compute, idle and optimizer ms, achieved density, sources in full); "
+                             f"the default table fits {WIDTH} columns")
     add_scenario_args(parser)
+    add_parallel_args(parser)
     parser.set_defaults(func=run, fidelity="analytic")
+
+
+WIDTH = 120
+"""Columns the default output fits (``--wide`` prints every column, prose still wrapped at this width)."""
 
 
 def _number(value: float | None, width: int) -> str:
@@ -73,24 +84,61 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:9.2f}"
 
 
-def print_table(rows: list[dict[str, Any]], result: dict[str, Any]) -> None:
-    """The ranked rows (times in ms) and the verdict line."""
-    print(f"{'#':>2} {'config':<16} {'iter ms':>9} {'fwd ms':>9} {'bwd ms':>9} {'compr ms':>9} {'comm ms':>9} "
-          f"{'idle ms':>9} {'opt ms':>9} {'vs none':>8} {'vs dense':>8} {'ach δ':>9} {'ach/tgt':>7} {'E/topk':>7}"
-          "  costs from | quality from")
+def say(text: str, indent: str = "") -> None:
+    """``text`` wrapped at :data:`WIDTH` columns, continuation lines indented by ``indent``."""
+    print(textwrap.fill(text, WIDTH, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False))
+
+
+def _sources(rows: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
+    """Short keys (c1, c2, ...; q1, ...) for the rows' cost and quality sources, in order of appearance
+    (``none`` compresses nothing: its cost source is ``-``)."""
+    costs = {src: f"c{i + 1}" for i, src in enumerate(dict.fromkeys(r["cost_source"] for r in rows if r["cost_source"]))}
+    qualities = {src: f"q{i + 1}" for i, src in enumerate(dict.fromkeys(r["quality_source"] for r in rows))}
+    return costs, qualities
+
+
+def print_table(rows: list[dict[str, Any]], result: dict[str, Any], wide: bool = False) -> None:
+    """The ranked rows (times in ms) and the verdict: by default the columns that decide (iteration,
+    compression and exposed communication, speed-ups, what each sends) with its cost and quality
+    sources as keys listed below, in :data:`WIDTH` columns; ``wide``: every column, sources in full."""
+    costs, qualities = _sources(rows)
+    head = f"{'#':>2} {'config':<16} {'iter ms':>9}"
+    if wide:
+        head += f" {'fwd ms':>9} {'bwd ms':>9}"
+    head += f" {'compr ms':>9} {'comm ms':>9}"
+    if wide:
+        head += f" {'idle ms':>9} {'opt ms':>9}"
+    head += f" {'vs none':>8} {'vs dense':>8}"
+    if wide:
+        head += f" {'ach δ':>9}"
+    head += f" {'ach/tgt':>7} {'E/topk':>7}  " + ("costs from | quality from" if wide else "from")
+    print(head)
     for r in rows:
         vs_dense = "" if r["speedup_over_baseline"] is None else f"{r['speedup_over_baseline']:.3f}x"
-        print(f"{r['rank']:>2} {r['label']:<16} {_ms(r['iteration_s'])} {_ms(r['forward_s'])} {_ms(r['backward_s'])} "
-              f"{_ms(r['compress_s'])} {_ms(r['exposed_comm_s'])} {_ms(r['idle_s'])} {_ms(r['optimizer_s'])} "
-              f"{r['speedup']:>7.3f}x {vs_dense:>8} {_number(r['achieved_density'], 9)} "
-              f"{_number(r['achieved_over_target'], 7)} {_number(r['energy_vs_topk'], 7)}"
-              f"  {r['cost_source'] or '-'} | {r['quality_source']}")
-    print("ms per iteration: fwd/bwd compute, compr = compression on the critical path, comm = communication "
-          "not hidden behind backward, idle, opt = optimizer; vs none / vs dense = speed-up (x) over none and over "
-          "the best dense baseline; ach δ = achieved density (mean over replayed calls), ach/tgt = achieved / target "
-          "density, E/topk = squared norm sent / that of exact Top-k at the same density (none, casts: 1; powersgd: "
-          "its captured share)")
-    print(f"verdict: {result['text']}")
+        line = f"{r['rank']:>2} {r['label']:<16} {_ms(r['iteration_s'])}"
+        if wide:
+            line += f" {_ms(r['forward_s'])} {_ms(r['backward_s'])}"
+        line += f" {_ms(r['compress_s'])} {_ms(r['exposed_comm_s'])}"
+        if wide:
+            line += f" {_ms(r['idle_s'])} {_ms(r['optimizer_s'])}"
+        line += f" {r['speedup']:>7.3f}x {vs_dense:>8}"
+        if wide:
+            line += f" {_number(r['achieved_density'], 9)}"
+        line += f" {_number(r['achieved_over_target'], 7)} {_number(r['energy_vs_topk'], 7)}  "
+        line += (f"{r['cost_source'] or '-'} | {r['quality_source']}" if wide
+                 else f"{costs.get(r['cost_source'], '-'):<3} {qualities[r['quality_source']]}")
+        print(line)
+    if not wide:
+        for keys, what in ((costs, "costs from"), (qualities, "quality from")):
+            for source, key in keys.items():
+                say(f"{key}: {what} {source}", " " * 4)
+    say("ms per iteration: " + ("fwd/bwd compute, " if wide else "") + "compr = compression on the critical path, "
+        "comm = communication not hidden behind backward" + (", idle, opt = optimizer" if wide else "") +
+        "; vs none / vs dense = speed-up (x) over none and over the best dense baseline; "
+        + ("ach δ = achieved density (mean over replayed calls), " if wide else "") +
+        "ach/tgt = achieved / target density, E/topk = squared norm sent / that of exact Top-k at the same density "
+        "(none, casts: 1; powersgd: its captured share)" + ("" if wide else "; --wide: every column"))
+    say(f"verdict: {result['text']}", " " * 2)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     request = comparison.with_baselines(
         Request(cluster(args), tuple(names), tuple(parse_list(args.densities, parse_density)), **workload_fields(args)))
     asked = projection.resolve(request)  # the device resolved once; bad input stops before any store is opened
+    refused = comparison.split_refused(asked)[1]
     with Store(args.store) as store, tqdm(desc="quality", unit="call", file=sys.stderr, disable=None,
                                           leave=False) as bar:
 
@@ -108,15 +157,31 @@ def run(args: argparse.Namespace) -> int:
             bar.update(done - bar.n)
 
         asked, rows = comparison.compare(store, asked, progress=progress)
-        result = judge(store, asked, rows)
+        result = judge(rows, store, asked)
     if args.json:
-        print(dump_json({"verdict": result, "rows": rows}))
+        print(dump_json({"verdict": result, "rows": rows, "refused": refused, "headroom": comparison.headroom(rows)}))
         return 0
     c = request.cluster
-    print(f"{len(rows)} configurations on {c.nodes} nodes ({rows[0]['workers']} workers), {c.topology}, "
-          f"{format_bandwidth(c.bandwidth_bps)}, {format_seconds(c.latency_s)} latency, fidelity {c.fidelity}; "
-          f"device {asked.source.device.name}: compute from {asked.source.compute}")
-    print(f"workload: {projection.workload_text(rows[0])}")
-    print(f"kernel costs: {KERNEL_BAND_NOTE}")
-    print_table(rows, result)
+    say(f"{len(rows)} configurations on {c.nodes} nodes ({rows[0]['workers']} workers), {c.topology}, "
+        f"{format_bandwidth(c.bandwidth_bps)}, {format_seconds(c.latency_s)} one-way latency, fidelity {c.fidelity}"
+        f"{'' if args.parallel == 'ddp' else ', --parallel ' + args.parallel}; "
+        f"device {asked.source.device.name}: compute from {asked.source.compute}", " " * 2)
+    say(f"workload: {projection.workload_text(rows[0])}", " " * 2)
+    say(f"kernel costs: {KERNEL_BAND_NOTE}", " " * 2)
+    print_table(rows, result, args.wide)
+    if args.parallel != "ddp":
+        print_sharded(rows, refused)
     return 0
+
+
+def print_sharded(rows: list[dict[str, Any]], refused: list[dict[str, Any]]) -> None:
+    """What each row's compressor replaces, memory per GPU, what compression can touch and the
+    configurations the ``--parallel`` refuses (one line each)."""
+    for r in rows:
+        fits = "" if r.get("fits") is None else (" (fits)" if r["fits"] else " (DOES NOT FIT)")
+        say(f"  {r['label']:<16} replaces {r['collective']}; {r['memory_gib']:.1f} GiB per GPU{fits}", " " * 4)
+    touch = comparison.headroom(rows)
+    if touch:
+        say(f"headroom: {touch}", " " * 2)
+    for r in refused:
+        say(f"refused: {r['label']}: {r['refused']}", " " * 2)

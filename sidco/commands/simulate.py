@@ -8,16 +8,20 @@ Maps the arguments to one :class:`pipeline.request.Request` (which checks them) 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
 
 from pipeline import project as projection
+from pipeline import quality
 from pipeline.catalog import BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES, model_names
 from pipeline.project import check_output_path, write_chrome_trace
 from pipeline.costs import KERNEL_BAND_NOTE
-from pipeline.request import DEVICE_RULE, Cluster, Request, modelled_devices
+from pipeline.request import (DEVICE_RULE, DTYPE_CHOICES, LATENCY_HELP, PARALLEL_CHOICES, RTT_HELP, Cluster, Request,
+                              modelled_devices, one_way_latencies, sharding, takes_density)
+from pipeline.verdict import judge
 from results.store import Store
 from sidco.commands import COMMANDS, add_calibration_argument, add_store_argument, dump_json
-from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
+from units import Pair, format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
 
 
 def positive_int(text: str, name: str) -> int:
@@ -109,6 +113,35 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
 
 
+def add_parallel_args(parser: argparse.ArgumentParser) -> None:
+    """The ``--parallel`` family: how data parallelism holds and exchanges the model states."""
+    parser.add_argument("--parallel", choices=PARALLEL_CHOICES, default="ddp",
+                        help="ddp (default: full replicas, gradient all-reduce in buckets), fsdp (PyTorch FSDP2 = "
+                             "ZeRO-3: per-block parameter all-gather in forward and again in backward, gradient "
+                             "reduce-scatter), hsdp (FSDP inside a shard group, gradient-shard all-reduce across "
+                             "groups), zero1 / zero2 (DeepSpeed: optimizer states, and gradients, sharded; "
+                             "all-reduce / reduce-scatter of gradients and an all-gather of the updated "
+                             "parameters once per step). Needs --topology ring or hierarchical; docs/model.md")
+    parser.add_argument("--shard-size", default=None, metavar="N",
+                        help="hsdp: GPUs per shard group (default one node, --gpus-per-node); a divisor of a "
+                             "node's GPUs or a multiple of them")
+    parser.add_argument("--reduce-dtype", choices=DTYPE_CHOICES, default="fp32",
+                        help="sharded: the dtype gradients are reduce-scattered and all-reduced in (default fp32, "
+                             "torchtitan's; fp16/bf16 compressors send 2 bytes an element whatever this is)")
+    parser.add_argument("--param-dtype", choices=DTYPE_CHOICES, default="bf16",
+                        help="sharded: the dtype parameters are all-gathered in (default bf16; fp8: FSDP2's float8 "
+                             "all-gather as torchao ships it, or ZeRO++'s quantized weights)")
+    parser.add_argument("--micro-batch", default=None, metavar="N",
+                        help="sequences per accumulation step; --batch-size (per GPU per optimizer step) is split "
+                             "into --batch-size/N micro-batches (default: one). fsdp/hsdp gather parameters and "
+                             "reduce gradients every micro-batch, zero2 reduce-scatters every micro-batch, zero1 "
+                             "all-reduces once per step; under ddp it sets the activations' memory only")
+    parser.add_argument("--checkpointing", action="store_true",
+                        help="activation checkpointing per block: activations' memory 2*s*b*h a layer instead of "
+                             "34*s*b*h (Korthikanti et al. 2022), and sharded plans recompute each block's forward "
+                             "in backward")
+
+
 def parse_jitter(text: str) -> float | str:
     """``--jitter``: a coefficient of variation ≥ 0, or ``trace`` (the workload's measured one)."""
     if str(text).strip() == "trace":
@@ -143,6 +176,15 @@ def scenario_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def sharding_option(args: argparse.Namespace) -> dict[str, Any]:
+    """``{"sharding": ...}`` from the ``--parallel`` family, or nothing for plain DDP with every default."""
+    chosen = sharding(args.parallel, shard_size=None if args.shard_size is None else positive_int(args.shard_size,
+                      "--shard-size"), reduce_dtype=args.reduce_dtype, param_dtype=args.param_dtype,
+                      micro_batch=None if args.micro_batch is None else positive_int(args.micro_batch, "--micro-batch"),
+                      checkpointing=args.checkpointing, batch_size=positive_int(args.batch_size, "--batch-size"))
+    return {} if chosen is None else {"sharding": chosen}
+
+
 def workload_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The request's workload and device fields from ``--trace``/``--layout``/``--model``, ``--device``,
     ``--precision``, ``--device-flops``, ``--batch-size``, ``--samples-per-s``, ``--tokens`` and
@@ -167,13 +209,31 @@ def _number(text: str | None, kind: type, flag: str, example: str) -> Any:
         raise ValueError(f"invalid {flag} {text!r}: give {example}") from None
 
 
+def add_latency_args(parser: argparse.ArgumentParser, several: bool = False) -> None:
+    """``--latency`` (one-way) and ``--rtt`` (round trip), one of them (``several``: comma-separated lists)."""
+    group = parser.add_mutually_exclusive_group()
+    many = "comma-separated; " if several else ""
+    group.add_argument("--latency", help=many + LATENCY_HELP)
+    group.add_argument("--rtt", help=many + RTT_HELP)
+
+
+def one_way_latency(args: argparse.Namespace) -> float:
+    """The one-way latency (seconds) of ``--latency`` or ``--rtt`` (:func:`pipeline.request.one_way_latencies`)."""
+    latencies = one_way_latencies(args.latency, args.rtt)
+    if len(latencies) != 1:
+        raise ValueError(f"give one latency, got {len(latencies)} (sidco sweep takes several)")
+    return latencies[0]
+
+
 def cluster(args: argparse.Namespace) -> Cluster:
-    """The cluster of ``--nodes``, ``--bandwidth``, ``--latency``, ``--topology``, ``--fidelity``,
-    ``--rank`` (where the command has it) and the shared scenario options."""
+    """The cluster of ``--nodes``, ``--bandwidth``, ``--latency`` or ``--rtt``, ``--topology``, ``--fidelity``,
+    ``--rank`` and the ``--parallel`` family (where the command has them) and the shared scenario options."""
     options = scenario_options(args)
+    if getattr(args, "parallel", None) is not None:
+        options.update(sharding_option(args))
     if getattr(args, "rank", None) is not None:
         options["rank"] = positive_int(args.rank, "--rank")
-    return Cluster(positive_int(args.nodes, "--nodes"), parse_bandwidth(args.bandwidth), parse_duration(args.latency),
+    return Cluster(positive_int(args.nodes, "--nodes"), parse_bandwidth(args.bandwidth), one_way_latency(args),
                    args.topology, args.fidelity, options)
 
 
@@ -184,7 +244,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=COMMANDS["simulate"],
         description=(
             "Simulate one data-parallel iteration of a trace (or a full-size layout) on NODES machines "
-            "with per-direction NIC links of BANDWIDTH (bits/s: 10Gbit, 1.25GB/s) and LATENCY (50us) "
+            "with per-direction NIC links of BANDWIDTH (bits/s: 10Gbit, 1.25GB/s) and one-way LATENCY (50us; or "
+            "--rtt, the round trip) "
             "behind a switch, with and without the compressor. Prints iteration time (s), samples/s, "
             "the breakdown forward/backward/compress/exposed communication/idle/optimizer (s) and "
             "the speed-up over no compression on the same cluster."
@@ -193,7 +254,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_source_args(parser)
     parser.add_argument("--nodes", required=True, help="machines (an integer >= 1)")
     parser.add_argument("--bandwidth", required=True, help="NIC bandwidth per direction, e.g. 10Gbit or 1.25GB/s")
-    parser.add_argument("--latency", default="50us", help="per-message latency, e.g. 50us (default 50us)")
+    add_latency_args(parser)
     parser.add_argument("--compressor", default="none", help="compressor name (default none)")
     parser.add_argument("--density", type=float, help="target density in (0, 1], e.g. 0.001; needed by the sparsifiers "
                         "(fp16, bf16 and powersgd send what their dtype or rank sets: default 1)")
@@ -204,6 +265,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeline", metavar="OUT.json",
                         help="write the iteration as Chrome/Perfetto trace JSON (open in ui.perfetto.dev)")
     add_scenario_args(parser)
+    add_parallel_args(parser)
     parser.set_defaults(func=run, fidelity="des")
 
 
@@ -212,15 +274,13 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: Clu
     print(f"{args.compressor}"
           + (f" @ density {density:g}" if args.compressor != "none" else "")
           + f" on {cluster.nodes} nodes ({result['workers']} workers), {cluster.topology}, "
-            f"{format_bandwidth(cluster.bandwidth_bps)}, {format_seconds(cluster.latency_s)} latency, "
+            f"{format_bandwidth(cluster.bandwidth_bps)}, {format_seconds(cluster.latency_s)} one-way latency, "
             f"fidelity {cluster.fidelity}")
     print(f"  iteration      {format_seconds(result['iteration_s'])} (band {format_seconds(result['iteration_s_low'])}"
           f" to {format_seconds(result['iteration_s_high'])})")
     print(f"  throughput     {result['samples_per_s']:.1f} samples/s")
     print(f"  speed-up       {result['speedup']:.3f}x vs none ({format_seconds(result['baseline_iteration_s'])}; "
           f"band {result['speedup_low']:.3f}x to {result['speedup_high']:.3f}x)")
-    if args.compressor != "none" and result["speedup_low"] <= 1.0 <= result["speedup_high"]:
-        print("  verdict        within the model's error of no compression (the band spans 1x)")
     for key in ("forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s", "optimizer_s"):
         print(f"  {key[:-2]:<14} {format_seconds(result[key])}")
     print(f"  wire/worker    {format_bytes(result['wire_bytes'])} of {format_bytes(result['dense_bytes'])} dense, "
@@ -230,6 +290,31 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: Clu
     if result.get("cost_source"):
         low, high = result["cost_band"]
         print(f"  costs from     {result['cost_source']} (band x{low:.2f}-{high:.2f}; {KERNEL_BAND_NOTE})")
+    if "parallel" in result:
+        print(f"  parallel       {result['parallel']}, shard group {result['shard_size']} GPUs, "
+              f"{result['micro_batches']} micro-batch(es); {args.compressor} replaces the {result['collective']}")
+        for name, c in result["collectives"].items():
+            print(f"  {name:<40} {format_seconds(c['total_s'])} ({format_seconds(c['exposed_s'])} exposed), "
+                  f"{format_bytes(c['bytes_per_gpu'])} sent per GPU, {c['count']} per step"
+                  + (", compressed" if c["compressed"] else ""))
+    if "verdict" in result:
+        print(f"verdict: {result['verdict']['text']}")
+
+
+def _verdict(store: Store, asked: projection.Projection, result: dict[str, Any]) -> dict[str, Any]:
+    """Whether to compress with the simulated compressor rather than not at all: the verdict of
+    ``sidco compare`` (:func:`pipeline.verdict.judge`) on its row and ``none``'s, projected alike,
+    each with what it sends (nothing is replayed)."""
+    asked = projection.registered(store, asked)
+    alone = replace(asked, request=replace(asked.request, compressors=("none",), densities=(), timeline=False),
+                    pairs=(Pair("none"),))
+    (none,) = projection.project(store, alone)
+    request = asked.request
+    density = None if not takes_density(result["compressor"]) else request.densities[0]
+    rows = [{**none, "density": None}, {**result, "density": density}]
+    measured = quality.for_source(store, asked.source, [Pair(r["compressor"], r["density"]) for r in rows],
+                                  rank=int(request.cluster.options.get("rank", 1)), run_missing=False)
+    return judge(quality.attach(rows, measured))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -242,6 +327,8 @@ def run(args: argparse.Namespace) -> int:
     asked = projection.resolve(request)  # the device resolved once; bad input stops before any store is opened
     with Store(args.store) as store:
         (result,) = projection.project(store, asked)
+        if args.compressor != "none":
+            result["verdict"] = _verdict(store, asked, result)
     if args.timeline:
         meta = {"compressor": args.compressor, "nodes": request.cluster.nodes, "fidelity": args.fidelity}
         write_chrome_trace(args.timeline, result["timeline"], meta)

@@ -17,15 +17,15 @@ from tqdm import tqdm
 import pipeline.sweep
 from pipeline.catalog import TOPOLOGIES, compressor_names
 from pipeline import project as projection
-from pipeline.request import WorkloadRequest, default_topology, pair
-from pipeline.verdict import names_text
+from pipeline.request import WorkloadRequest, default_topology, one_way_latencies, pair, takes_density
 from pipeline.sweep import Grid, check_jobs
 from pipeline.tta import check_target, convergence_run, sweep_time_to_target, target_text, trace_path
 from results.store import Store
 from sidco.commands import dump_json
 from sidco.commands.tta import add_target_args
-from sidco.commands.simulate import add_scenario_args, add_source_args, positive_int, scenario_options, workload_fields
-from units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_duration, parse_list
+from sidco.commands.simulate import (add_latency_args, add_scenario_args, add_source_args, positive_int, scenario_options,
+                                     workload_fields)
+from units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_list
 from sidco.commands import COMMANDS
 
 MAX_CHUNK_SIZE = 100_000
@@ -39,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=COMMANDS["sweep"],
         description=(
             "Simulate every combination of --nodes, --bandwidth (bits/s, e.g. 1Gbit,10Gbit), --latency "
-            "(e.g. 50us), --topology and compressor × density (plus 'none' once per cluster) and store "
+            "(one-way, e.g. 50us), --topology and compressor × density (plus the baselines none, fp16 and powersgd "
+            "that compare always has, once per cluster) and store "
             "one row per scenario in the scenarios table of the results store. Rerunning the same "
             "command resumes: each scenario is stored exactly once. With --convergence and a target, every "
             "scenario also gets the iterations that run needed to reach the target and the time to target "
@@ -53,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_target_args(parser)
     parser.add_argument("--nodes", required=True, help="comma-separated machine counts, e.g. 2,4,8,16,32,64")
     parser.add_argument("--bandwidth", required=True, help="comma-separated bandwidths, e.g. 1Gbit,10Gbit,25Gbit")
-    parser.add_argument("--latency", default="50us", help="comma-separated latencies, e.g. 5us,50us (default 50us)")
+    add_latency_args(parser, several=True)
     parser.add_argument("--compressors", default="all",
                         help="comma-separated compressor names, or all (default; includes none)")
     parser.add_argument("--densities", default="0.01,0.001", help="comma-separated densities (default 0.01,0.001)")
@@ -78,9 +79,9 @@ def parse_grid(args: argparse.Namespace) -> Grid:
     return pipeline.sweep.grid(
         nodes=parse_list(args.nodes, lambda t: positive_int(t, "--nodes")),
         bandwidths_bps=parse_list(args.bandwidth, parse_bandwidth),
-        latencies_s=parse_list(args.latency, parse_duration),
+        latencies_s=one_way_latencies(args.latency, args.rtt),
         compressors=names,
-        densities=parse_list(args.densities, parse_density) if any(n != "none" for n in names) else (),
+        densities=parse_list(args.densities, parse_density) if any(takes_density(n) for n in names) else (),
         topologies=parse_list(args.topology, str) if args.topology else
         [default_topology(positive_int(args.gpus_per_node, "--gpus-per-node"))],
         ranks=parse_list(args.rank, lambda t: positive_int(t, "--rank")),
@@ -118,20 +119,15 @@ def _print_time_to_target(result: dict[str, Any]) -> None:
 
 
 def _print_findings(found: list[dict[str, Any]]) -> None:
-    """One line per cluster: the best configuration, its speed-ups and whether the call is clear."""
+    """One line per cluster: the best configuration, its speed-ups and the decision (whether to compress, with what)."""
     print("found, per cluster (speed-up of the best configuration over none and over the best dense baseline):")
-    print(f"  {'nodes':>5} {'bandwidth':>12} {'latency':>9} {'topology':<16} {'best':<16} {'vs none':>8} "
+    print(f"  {'nodes':>5} {'bandwidth':>12} {'1-way lat':>9} {'topology':<16} {'best':<16} {'vs none':>8} "
           f"{'vs dense':>8}  verdict")
     for f in found:
         v = f["verdict"]
-        if v["call"] == "winner":
-            call = ("clear" if v["runner_up"] is None
-                    else f"clear, {v['margin_over_runner_up']:.2f}x over the runner-up {v['runner_up']}")
-        else:
-            call = f"too close to call with {names_text(v['tied'][1:], 3)} ({v['basis']})"
         vs_dense = "" if f["speedup_over_baseline"] is None else f"{f['speedup_over_baseline']:.3f}x"
         print(f"  {f['nodes']:>5} {format_bandwidth(f['bandwidth_bps']):>12} {format_seconds(f['latency_s']):>9} "
-              f"{f['topology']:<16} {f['best']:<16} {f['speedup']:>7.3f}x {vs_dense:>8}  {call}")
+              f"{f['topology']:<16} {f['best']:<16} {f['speedup']:>7.3f}x {vs_dense:>8}  {v['headline']}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -166,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             for bar in bars:
                 bar.close()
-        found = pipeline.sweep.findings(store, done.sweep_id)
+        found = pipeline.sweep.findings(store, done.sweep_id, done.source, grid.ranks[0] if len(grid.ranks) == 1 else None)
         rows = store.scenarios(done.sweep_id) if args.json else []
         tta = None
         if args.convergence is not None:

@@ -7,12 +7,13 @@ from typing import Any
 
 from pipeline import project
 from pipeline.catalog import TOPOLOGIES
+from pipeline.penalty import loss_penalties, penalty_lines
 from pipeline.request import Request, check_compressors
 from pipeline.tta import (check_target, convergence_run, curves_time_to_accuracy, load_curves, target_text,
                           time_to_accuracy, trace_path, verdict_text)
 from results.store import Store
 from sidco.commands import dump_json
-from sidco.commands.simulate import add_scenario_args, add_source_args, cluster, workload_fields
+from sidco.commands.simulate import add_latency_args, add_scenario_args, add_source_args, cluster, workload_fields
 from units import format_bandwidth, format_seconds
 from sidco.commands import COMMANDS
 
@@ -41,6 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "reaches the target gets null and the reason. Names the winner only when its margin over the "
             "runner-up exceeds both the seed spread and the projection's error band; otherwise says 'too close "
             "to call' and why."
+            " DiLoCo (sidco converge --sync-every H): after the table of a synchronous run, and instead of it for a "
+            "DiLoCo run, each DiLoCo run of the same configuration's held-out loss penalty against the synchronous "
+            "run at equal tokens (nats, mean ± spread over paired seeds)."
         ),
         allow_abbrev=False,
     )
@@ -53,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "projected is --trace, --layout or --model")
     parser.add_argument("--nodes", required=True, help="machines (an integer >= 1)")
     parser.add_argument("--bandwidth", required=True, help="NIC bandwidth per direction, e.g. 1Gbit or 1.25GB/s")
-    parser.add_argument("--latency", default="50us", help="per-message latency, e.g. 50us (default 50us)")
+    add_latency_args(parser)
     parser.add_argument("--topology", choices=TOPOLOGIES,
                         help="ring, halving-doubling, tree, ps or hierarchical (default: ring, or hierarchical "
                              "with --gpus-per-node above 1)")
@@ -90,7 +94,7 @@ def print_result(result: dict[str, Any]) -> None:
             f"convergence {result['convergence_id']} ({result['workload']}, trained with {result['workers_trained']} "
             f"workers)")
     print(f"{what}, {result['seeds']} seed(s), on {cluster['nodes']} x {result['device']} ({result['precision']}), "
-          f"{format_bandwidth(cluster['bandwidth_bps'])}, {format_seconds(cluster['latency_s'])} latency, "
+          f"{format_bandwidth(cluster['bandwidth_bps'])}, {format_seconds(cluster['latency_s'])} one-way latency, "
           f"{cluster['topology']}, {cluster['fidelity']}; target: {target}")
     header = f"{'compressor':<10} {'density':>8} {'iterations':>14} {'iteration':>11} {'time to target':>22}  note"
     print(header)
@@ -108,6 +112,8 @@ def print_result(result: dict[str, Any]) -> None:
               f"{result['workers_trained']} x per-worker batch); the projection assumes the same iterations "
               f"on {cluster['nodes']} nodes")
     print(verdict_text(result))
+    if result.get("loss_penalty"):
+        print("\n".join(penalty_lines(result["loss_penalty"])))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -127,8 +133,16 @@ def run(args: argparse.Namespace) -> int:
         targets = {"target_accuracy": args.target_accuracy, "target_loss": args.target_loss}
         if curves is None:  # the run's own trace, its device resolved once
             run = convergence_run(store, args.convergence)
+            penalty = loss_penalties(store, run)
+            if penalty is not None and penalty["diloco_run"]:  # its time per step is not projected here
+                print(dump_json({"convergence_id": run["id"], "loss_penalty": penalty}) if args.json else
+                      "\n".join([f"convergence {run['id']} is a DiLoCo run (sync every {run['config']['sync_every']} "
+                                  "steps): no per-step time to project", *penalty_lines(penalty)]))
+                return 0
             asked = project.resolve(Request(chosen, **{**fields, "trace": trace_path(store, run)}), store)
             result = time_to_accuracy(store, asked, run, **targets)
+            if penalty is not None:
+                result["loss_penalty"] = penalty
         else:
             result = curves_time_to_accuracy(store, asked, curves, **targets)
     if args.json:

@@ -274,7 +274,7 @@ def test_layout_projection_matches_the_simulator(tmp_path):
 def test_sweep_spec_validation():
     good = ("layout:resnet50", ["topk"], "0.01", "2,4", "1Gbit,10Gbit", "50us", "ring")
     spec = sweep_runner.parse_spec(*good)
-    assert spec.grid.compressors == ("none", "topk") and len(spec.grid) == 2 * 2 * 2
+    assert spec.grid.compressors == ("none", "fp16", "powersgd", "topk") and len(spec.grid) == 2 * 2 * 4
     for index, bad, message in ((3, "2,x", "invalid node count"), (4, "10", "invalid bandwidth"),
                                 (2, "2", "invalid density"), (5, "1", "invalid duration"),
                                 (1, [], "at least one compressor")):
@@ -308,7 +308,7 @@ def test_an_interrupted_sweep_resumes_and_lands_each_scenario_once(populated_sto
     store = Store(path)
     count, distinct = store.query("SELECT COUNT(*), COUNT(DISTINCT scenario_key) FROM scenarios WHERE sweep_id=?",
                                   (sweep_id,))[0]
-    assert count == distinct == len(spec.grid) == 12
+    assert count == distinct == len(spec.grid) == 3 * 2 * 4  # none, fp16, powersgd and sidco-e
     assert store.query("SELECT status FROM sweeps WHERE id=?", (sweep_id,))[0][0] == "done"
     store.close()
 
