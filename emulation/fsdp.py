@@ -63,7 +63,7 @@ def run_fsdp(workers: int, bandwidth_bps: float | None, model: str, parallel: st
     """Train ``model`` scaled down (:func:`emulation.fsdp_plan.scaled`) under ``parallel`` (``fsdp``
     or ``hsdp``) on ``workers`` ranks over links of ``bandwidth_bps`` bits/s (``None``: loopback).
 
-    Returns ``measured_s`` (s), ``phases_s``, ``per_rank_iteration_s``, ``compute_passes`` (per
+    Returns the request (``model``, ``parallel``, ``workers``, ``bandwidth_bps``, the sizes), ``measured_s`` (s), ``phases_s``, ``per_rank_iteration_s``, ``compute_passes`` (per
     rank), ``tx_bytes`` (per rank, the mean bytes its interface sent per step; ``None`` on loopback),
     ``collectives`` (one step, measured, :func:`emulation.fsdp_plan.annotate`d), ``expected`` (one
     step, closed form), ``match``, ``totals`` (of the measured step), ``mesh``
@@ -94,6 +94,7 @@ def run_fsdp(workers: int, bandwidth_bps: float | None, model: str, parallel: st
              for key in ("iteration_s", "forward_s", "backward_s", "optimizer_s")}
     return {
         "model": model, "parallel": parallel, "workers": workers, "bandwidth_bps": bandwidth_bps,
+        "layers": layers, "hidden": hidden, "vocab": vocab, "tokens": tokens, "batch_size": batch_size,
         "mesh": [replicas, shard], "measured_s": means["iteration_s"], "phases_s": means,
         "per_rank_iteration_s": [statistics.fmean(s["iteration_s"] for s in rank["steps"]) for rank in per_rank],
         "compute_passes": [rank["compute_passes"] for rank in per_rank],

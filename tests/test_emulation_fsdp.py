@@ -96,3 +96,48 @@ def test_fsdp2_on_shaped_links_sends_the_closed_form(model, mode, workers):
         assert sent <= tx <= 1.15 * sent, (tx, sent)
     assert result["measured_s"] >= sent * 8 / bandwidth
     assert leftovers(f"sidco-{os.getpid()}-") == []
+
+
+def _buffers(rows) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        out.setdefault(r["collective"], []).append(float(max(r["input_bytes"], r["output_bytes"])))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("mode,workers", [("fsdp", 2), ("fsdp", 4), ("hsdp", 4)])
+def test_sharded_simulator_plans_the_same_collectives(mode, workers):
+    """simulator.sharded's plan of the emulated run holds the closed form's collectives, buffer for
+    buffer (every dim 0 of the scaled model divides by the shard group, so FSDP2 pads nothing)."""
+    from emulation import fsdp_projection
+
+    config = fsdp_plan.scaled("llama-3.2-1b", 2, 64, 512, 32)
+    replicas, shard = fsdp_plan.check_mesh(mode, workers, None)
+    passes = [[{"forward_s": 0.002, "backward_s": 0.004}]] * workers
+    wl = fsdp_projection.workload(config, 32, 2, passes, 0.001, shard)
+    assert wl.nbytes == 4 * traces.llm.parameter_count(config)
+    assert wl.backward_s == pytest.approx(0.004)
+    sc = fsdp_projection.scenario(wl, mode, workers, shard, 50e6)
+    model = {k: sorted(v) for k, v in fsdp_projection.collective_buffers(sc).items()}
+    assert model == _buffers(fsdp_plan.collectives(config, mode, workers))
+
+
+def test_gloo_reduce_scatter_is_priced_as_its_all_reduce():
+    """A ring reduce-scatter with twice the all-reduce's α and half its efficiency takes the ring
+    all-reduce's time exactly (gloo runs reduce_scatter_tensor as an all-reduce)."""
+    import simulator
+    from emulation.fsdp_projection import gloo_calibration
+    from simulator.calibration import OpFit
+    from simulator.links import Level
+    from simulator.sharded import _ring_s
+
+    fitted = simulator.Calibration(1e-3, 0.0, 0.9, {"allreduce": OpFit(2e-3, 0.8), "allreduce@4": OpFit(3e-3, 0.7)})
+    for cal, workers in ((None, 2), (fitted, 2), (fitted, 4)):
+        adjusted = gloo_calibration(cal)
+        base = cal or simulator.Calibration(0.0, 0.0, 1.0)
+        for n in (1e4, 2.4e5):
+            rs = _ring_s("reduce_scatter", n, workers, Level(adjusted.bandwidth(50e6, "reduce_scatter", workers) / 8,
+                                                              adjusted.latency(0.0, "reduce_scatter", workers)))
+            ar = _ring_s("allreduce", n, workers, Level(base.bandwidth(50e6, "allreduce", workers) / 8,
+                                                         base.latency(0.0, "allreduce", workers)))
+            assert rs == pytest.approx(ar, rel=1e-12)

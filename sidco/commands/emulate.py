@@ -122,8 +122,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Real FSDP2 (torch.distributed.fsdp.fully_shard) on gloo for --model scaled down (random weights, "
         "synthetic tokens): every transformer block one FSDP unit, the root another. Reports the measured "
         "iteration time and every collective of a step as torch's flight recorder logged it, beside the "
-        "closed form from the model's tensors. --batch-size is sequences per worker, --iterations and "
-        "--warmup steps; --compressors, --densities, --fidelity and --calibration do not apply.")
+        "closed form from the model's tensors, and the sharded simulator's projection of the same run "
+        "(per --fidelity, uncalibrated and with --calibration; gloo's reduce-scatter is priced as the "
+        "all-reduce gloo runs for it). --batch-size is sequences per worker, --iterations and --warmup "
+        "steps; --compressors and --densities do not apply.")
     sharded.add_argument("--parallel", choices=("ddp", "fsdp", "hsdp"), default="ddp",
                          help="ddp: DistributedDataParallel on --workload (default); fsdp: one shard group of all "
                               "workers; hsdp: a replicate x shard mesh")
@@ -262,14 +264,19 @@ def _check_sharded(args: argparse.Namespace, workers: list[int]) -> None:
 
 
 def _run_sharded(args: argparse.Namespace, workers: list[int], bandwidths: list[float | None]) -> int:
+    fidelities = _fidelities(args.fidelity)
+    calibration = emulate.parse_calibration(args.calibration)
     with Store(args.store) as store, tqdm(total=len(workers) * len(bandwidths), desc="emulations", unit="network",
                                           file=sys.stderr) as bar:
+        resolved = emulate.resolve_calibration(store, calibration)
         emulation_id, rows = emulate.fsdp(
             store, workers, bandwidths, args.model, args.parallel, shard_size=args.shard_size, layers=args.layers,
             hidden=args.hidden, vocab=args.vocab, tokens=args.tokens, batch_size=args.batch_size,
-            iterations=args.iterations, warmup=args.warmup, step=lambda: bar.update(1))
+            iterations=args.iterations, warmup=args.warmup, calibration=resolved, fidelities=fidelities,
+            step=lambda: bar.update(1))
     if args.json:
-        print(dump_json({"emulation_id": emulation_id, "cores": os.cpu_count(), "results": rows}))
+        print(dump_json({"emulation_id": emulation_id, "cores": os.cpu_count(), "calibration_id": resolved[0],
+                         "results": rows}))
         return 0
     first = rows[0]
     print(f"emulation {emulation_id}: {args.model} scaled to {args.layers} layers x {args.hidden} wide "
@@ -285,4 +292,11 @@ def _run_sharded(args: argparse.Namespace, workers: list[int], bandwidths: list[
                     else " " * 41)
             print(f"{lead} {label:<40} {t['count']:>5} {format_bytes(t['buffer_bytes']):>10} "
                   f"{format_bytes(t['sent_bytes']):>10} {'equal' if r['match'] else 'DIFFERS':>11}")
+        for q in r["projections"]:
+            print(f"{'':>41} projected {format_seconds(q['projected_s'])} ({q['fidelity']}, "
+                  f"{'calibrated' if q['calibrated'] else 'uncalibrated'}): error {q['error_pct']:+.1f} %, "
+                  f"network share {q['network_share'] * 100:.0f} %")
+        if r["projections"]:
+            print(f"{'':>41} the sharded model's collective buffers "
+                  f"{'equal the measured ones' if r['model_buffers_match'] else 'DIFFER from the measured ones'}")
     return 0
