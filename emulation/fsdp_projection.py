@@ -15,8 +15,15 @@
   stay FSDP2's; only the time of the reduce-scatter is gloo's. With a calibration (``sidco
   calibrate``) the all-reduce and all-gather fits apply as in the DDP projection.
 
+- Overlap: FSDP2 overlaps its collectives with compute through CUDA streams; on CPU there are none,
+  and FSDP2 calls gloo's reduce-scatter, HSDP's all-reduce and (without prefetch, the default
+  ``unshard(async_op=False)``) the all-gathers synchronously, so every collective blocks the
+  rank (torch 2.13, ``_fsdp_collectives.foreach_reduce``). :func:`project` gives the sharded
+  model's step (streams overlapping, as on GPUs) and ``serial_s``: the same plan's compute tasks
+  and collectives' closed forms end to end, what the CPU ranks do.
+
 :func:`collective_buffers` gives the model's per-collective buffers (bytes per step) for the
-comparison with the flight recorder's; :func:`project` the projected step.
+comparison with the flight recorder's.
 """
 
 from __future__ import annotations
@@ -81,6 +88,14 @@ def collective_buffers(sc: simulator.Scenario) -> dict[str, list[float]]:
     return out
 
 
+def serial_s(sc: simulator.Scenario) -> float:
+    """The step of ``sc`` with nothing overlapped (s): every compute task of the sharded plan plus
+    every collective's closed form (compression included), one after another."""
+    plan = build(sc)
+    return sum(task.seconds for task in plan.tasks) + sum(op.analytic_s for op in plan.ops)
+
+
 def project(sc: simulator.Scenario) -> dict[str, Any]:
-    """The projected step of ``sc`` (:func:`simulator.simulate`'s fields, ``collectives`` included)."""
-    return simulator.simulate(sc)
+    """The projected step of ``sc`` (:func:`simulator.simulate`'s fields, ``collectives`` included)
+    with ``serial_s`` (:func:`serial_s`)."""
+    return {**simulator.simulate(sc), "serial_s": serial_s(sc)}

@@ -211,7 +211,9 @@ def fsdp_projections(result: dict[str, Any], calibration: tuple[int | None, simu
                      fidelities: Sequence[str]) -> tuple[list[dict[str, Any]], bool]:
     """The sharded simulator's projections of one emulated FSDP2 run (:mod:`emulation.fsdp_projection`)
     per fidelity, uncalibrated and (if any) calibrated: ``fidelity``, ``calibrated``, ``projected_s``,
-    ``error_pct`` (projected − measured, % of measured), ``network_share``, ``exposed_comm_s``; and
+    ``error_pct`` (projected − measured, % of measured), ``serial_s`` and ``serial_error_pct`` (nothing
+    overlapped, as FSDP2 runs on CPU ranks; the same for every fidelity), ``network_share``,
+    ``exposed_comm_s``; and
     whether the model's collective buffers of a step (per label) are the measured ones exactly."""
     if result["bandwidth_bps"] is None:
         return [], False
@@ -226,8 +228,10 @@ def fsdp_projections(result: dict[str, Any], calibration: tuple[int | None, simu
             sc = fsdp_projection.scenario(wl, result["parallel"], result["workers"], shard, result["bandwidth_bps"],
                                           calibration=constants, fidelity=fidelity)
             p = fsdp_projection.project(sc)
+            measured = result["measured_s"]
             rows.append({"fidelity": fidelity, "calibrated": calibrated, "projected_s": p["iteration_s"],
-                         "error_pct": (p["iteration_s"] - result["measured_s"]) / result["measured_s"] * 100.0,
+                         "error_pct": (p["iteration_s"] - measured) / measured * 100.0,
+                         "serial_s": p["serial_s"], "serial_error_pct": (p["serial_s"] - measured) / measured * 100.0,
                          "network_share": network_share(p), "exposed_comm_s": p["exposed_comm_s"]})
     model = fsdp_projection.collective_buffers(fsdp_projection.scenario(wl, result["parallel"], result["workers"],
                                                                         shard, result["bandwidth_bps"]))

@@ -83,9 +83,13 @@ def test_closed_form_is_the_model_tensors(mode, workers, shard):
 @pytest.mark.parametrize("model,mode,workers", [("llama-3.2-1b", "fsdp", 2), ("gpt2-124m", "hsdp", 4)])
 def test_fsdp2_on_shaped_links_sends_the_closed_form(model, mode, workers):
     """Real fully_shard ranks in namespaces at 50 Mbit/s: the flight recorder's collectives of every
-    timed step on every rank are the closed form's exactly; the interface sent at least the ring's
-    bytes (and at most 15 % more: TCP/IP framing, acknowledgements, gloo's headers); the step took at
-    least the ring's bytes at the link rate."""
+    timed step on every rank are the closed form's exactly, and simulator.sharded's plan of the run
+    holds the same buffers; the interface sent at least the ring's bytes (and at most 15 % more:
+    TCP/IP framing, acknowledgements, gloo's headers); the step took at least the ring's bytes at
+    the link rate, and the serial projection (nothing overlapped, as FSDP2 runs on CPU) is at
+    least the overlapped one."""
+    from pipeline.emulate import fsdp_projections
+
     bandwidth = 50e6
     result = run_fsdp(workers, bandwidth, model, mode, layers=2, hidden=64, vocab=512, tokens=32, batch_size=2,
                       iterations=2, warmup=1)
@@ -95,6 +99,10 @@ def test_fsdp2_on_shaped_links_sends_the_closed_form(model, mode, workers):
     for tx in result["tx_bytes"]:
         assert sent <= tx <= 1.15 * sent, (tx, sent)
     assert result["measured_s"] >= sent * 8 / bandwidth
+    projections, same = fsdp_projections(result, (None, None), ("analytic",))
+    assert same
+    (projected,) = projections
+    assert projected["serial_s"] >= projected["projected_s"] > 0
     assert leftovers(f"sidco-{os.getpid()}-") == []
 
 

@@ -294,8 +294,8 @@ def _run_sharded(args: argparse.Namespace, workers: list[int], bandwidths: list[
                   f"{format_bytes(t['sent_bytes']):>10} {'equal' if r['match'] else 'DIFFERS':>11}")
         for q in r["projections"]:
             print(f"{'':>41} projected {format_seconds(q['projected_s'])} ({q['fidelity']}, "
-                  f"{'calibrated' if q['calibrated'] else 'uncalibrated'}): error {q['error_pct']:+.1f} %, "
-                  f"network share {q['network_share'] * 100:.0f} %")
+                  f"{'calibrated' if q['calibrated'] else 'uncalibrated'}): error {q['error_pct']:+.1f} %; "
+                  f"serial {format_seconds(q['serial_s'])}: error {q['serial_error_pct']:+.1f} %")
         if r["projections"]:
             print(f"{'':>41} the sharded model's collective buffers "
                   f"{'equal the measured ones' if r['model_buffers_match'] else 'DIFFER from the measured ones'}")
