@@ -80,27 +80,32 @@ def test_closed_form_is_the_model_tensors(mode, workers, shard):
 
 
 @pytest.mark.root
-@pytest.mark.parametrize("model,mode,workers", [("llama-3.2-1b", "fsdp", 2), ("gpt2-124m", "hsdp", 4)])
-def test_fsdp2_on_shaped_links_sends_the_closed_form(model, mode, workers):
+@pytest.mark.parametrize("model,mode,workers,vocab,tokens", [("llama-3.2-1b", "fsdp", 2, 512, 32),
+                                                             ("gpt2-124m", "hsdp", 4, 509, 31)])
+def test_fsdp2_on_shaped_links_sends_the_closed_form(model, mode, workers, vocab, tokens):
     """Real fully_shard ranks in namespaces at 50 Mbit/s: the flight recorder's collectives of every
-    timed step on every rank are the closed form's exactly, and simulator.sharded's plan of the run
-    holds the same buffers; the interface sent at least the ring's bytes (and at most 15 % more:
-    TCP/IP framing, acknowledgements, gloo's headers); the step took at least the ring's bytes at
-    the link rate, and the serial projection (nothing overlapped, as FSDP2 runs on CPU) is at
-    least the overlapped one."""
+    timed step on every rank are the closed form's exactly (GPT-2's 509-token vocabulary and 31
+    positions are padded to 510 and 32 rows over a shard group of 2); simulator.sharded's plan of the
+    run holds the same buffers where nothing is padded (it counts parameters unpadded); the interface
+    sent at least the ring's bytes (and at most 15 % more: TCP/IP framing, acknowledgements, gloo's
+    headers); the step took at least the ring's bytes at the link rate, and the serial projection
+    (nothing overlapped, as FSDP2 runs on CPU) is at least the overlapped one."""
     from pipeline.emulate import fsdp_projections
 
     bandwidth = 50e6
-    result = run_fsdp(workers, bandwidth, model, mode, layers=2, hidden=64, vocab=512, tokens=32, batch_size=2,
-                      iterations=2, warmup=1)
+    result = run_fsdp(workers, bandwidth, model, mode, layers=2, hidden=64, vocab=vocab, tokens=tokens,
+                      batch_size=2, iterations=2, warmup=1)
     assert result["match"], (result["collectives"], result["expected"])
     assert matches(result["collectives"], result["expected"])
+    config = fsdp_plan.scaled(model, 2, 64, vocab, tokens)
+    padded = sum(r["input_bytes"] for r in result["collectives"] if r["collective"] == fsdp_plan.GRADIENTS)
+    assert (padded > 4 * traces.llm.parameter_count(config)) == (vocab % 2 == 1)
     sent = sum(r["sent_bytes"] for r in result["expected"])
     for tx in result["tx_bytes"]:
         assert sent <= tx <= 1.15 * sent, (tx, sent)
     assert result["measured_s"] >= sent * 8 / bandwidth
     projections, same = fsdp_projections(result, (None, None), ("analytic",))
-    assert same
+    assert same == (vocab % 2 == 0)
     (projected,) = projections
     assert projected["serial_s"] >= projected["projected_s"] > 0
     assert leftovers(f"sidco-{os.getpid()}-") == []
