@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from costs.throughput import harness_band, trimmed
+from units import check_count
 
 PARALLEL = ("dp", "zero1", "zero2", "fsdp", "hsdp", "tp-pp")
 """How a row's training is parallel: ``dp`` (data parallel, DDP or a distributed optimizer, not
@@ -101,21 +102,17 @@ class Row:
 
 def _positive_int(raw: Mapping[str, Any], name: str, optional: bool = False) -> int | None:
     value = raw.get(name)
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a whole number ≥ 1, got {value!r}")
-    return value
+    return None if value is None and optional else check_count(value, name)
 
 
-def _row(raw: Mapping[str, Any], device_names: Sequence[str]) -> Row:
+def _row(raw: Mapping[str, Any], known_gpus: Sequence[str]) -> Row:
     for name in ("source", "where", "harness", "model"):
         if not isinstance(raw.get(name), str) or not raw[name].strip():
             raise ValueError(f"{name} must be given")
     if not raw["source"].startswith("https://"):
         raise ValueError(f"source must be an https:// address, got {raw['source']!r}")
-    if raw.get("device") not in device_names:
-        raise ValueError(f"device {raw.get('device')!r} is not in profiles/devices ({', '.join(device_names)})")
+    if raw.get("device") not in known_gpus:
+        raise ValueError(f"device {raw.get('device')!r} is not in profiles/devices ({', '.join(known_gpus)})")
     if raw.get("parallel") not in PARALLEL:
         raise ValueError(f"parallel {raw.get('parallel')!r}; choose from {', '.join(PARALLEL)}")
     if raw.get("precision") not in PRECISIONS:
