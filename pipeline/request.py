@@ -21,6 +21,7 @@ from typing import Any
 from costs import devices
 from costs.throughput import DEFAULT_PRECISION, check_precision
 from simulator.limits import MESSAGE_BUDGET
+from simulator.sharded import DTYPE_BYTES, PARALLEL, Sharding
 from simulator.scenario import FIDELITIES, TOPOLOGIES
 from results.store import row_id
 from units import Pair, check_bandwidth, check_count, check_density, check_latency, parse_duration, parse_list
@@ -99,6 +100,25 @@ class Cluster:
             raise ValueError(f"unknown topology {self.topology!r}; choose from {', '.join(TOPOLOGIES)}")
         if self.fidelity not in FIDELITIES:
             raise ValueError(f"unknown fidelity {self.fidelity!r}; choose from {', '.join(FIDELITIES)}")
+
+
+PARALLEL_CHOICES = PARALLEL
+"""The ``--parallel`` choices (:data:`simulator.sharded.PARALLEL`)."""
+
+DTYPE_CHOICES = tuple(DTYPE_BYTES)
+"""The ``--reduce-dtype`` and ``--param-dtype`` choices."""
+
+
+def sharding(parallel: str = "ddp", *, shard_size: int | None = None, reduce_dtype: str = "fp32",
+             param_dtype: str = "bf16", micro_batch: int | None = None, checkpointing: bool = False,
+             batch_size: int | None = None) -> Sharding | None:
+    """The :class:`simulator.sharded.Sharding` of the ``--parallel`` family (checked there; a
+    ``micro_batch`` must divide ``batch_size``, sequences per GPU per optimizer step), ``None`` for
+    plain DDP with every default (today's projection, unchanged)."""
+    chosen = Sharding(parallel, shard_size, reduce_dtype, param_dtype, micro_batch, checkpointing)
+    if micro_batch is not None and batch_size is not None and batch_size % micro_batch:
+        raise ValueError(f"--micro-batch {micro_batch} must divide --batch-size {batch_size}")
+    return None if chosen == Sharding() else chosen
 
 
 def check_compressors(names: Sequence[str]) -> list[str]:
