@@ -1,13 +1,14 @@
 """The testbed's projection of each published sharded-training row (``profiles/sharded-throughput.json``).
 
 :func:`projection` is the function :func:`costs.sharded_fit.check` takes: a row's model (a shipped
-model, or the config the row states), its device and precision, its GPUs as nodes of
-:data:`GPUS_PER_NODE` on the ``hierarchical`` topology, its sequences per GPU per optimizer step
-and its sequence length, projected one iteration with ``--fidelity analytic``; tokens/s per GPU =
+model, or the config the row states), its device in bf16 mixed precision, its GPUs as nodes of
+:data:`GPUS_PER_NODE` on the ``hierarchical`` topology, its sequences per GPU per optimizer step in
+its micro-batches at its sequence length, under its ``--parallel`` plan (:func:`sharding`:
+:mod:`simulator.sharded`), projected one iteration with ``--fidelity analytic``; tokens/s per GPU =
 sequences per GPU × tokens ÷ iteration seconds. A row the model cannot project says why instead
-(FP8 training, tensor or pipeline parallelism, sharding the DDP model lacks, recompute under
-activation checkpointing, no stated shapes). ``python -m pipeline.published_sharded`` prints the
-table of docs/devices.md. Units: bits/s, seconds, tokens/s per GPU.
+(FP8 training, tensor, pipeline or context parallelism, no stated shapes). ``python -m
+pipeline.published_sharded`` prints the table of docs/devices.md. Units: bits/s, seconds, tokens/s
+per GPU.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import simulator
+from simulator.sharded import Sharding
 from costs import sharded_fit
 from costs.sharded_fit import Row
 from pipeline.project import resolve
@@ -33,24 +35,24 @@ state 1,600 Gbit/s per node) and DGX H100 (8 × 400 Gbit/s NDR; torchtitan state
 LATENCY_S = 5e-6
 """One-way latency of an inter-node message (seconds)."""
 
-DDP_COMPARABLE = ("dp", "zero1", "zero2")
-"""Parallelism whose gradient traffic per step is DDP's all-reduce (ZeRO-1/2 split it into a
-reduce-scatter and an all-gather of the same bytes, DeepSpeed's ZeRO paper, section 7)."""
-
 
 def why_not(row: Row) -> str | None:
-    """Why the DDP model cannot project ``row`` (``None`` when it can)."""
+    """Why the model cannot project ``row`` (``None`` when it can)."""
     if row.config is None:
         return "no stated shapes"
     if row.precision == "fp8":
         return "fp8: not a modelled precision"
     if row.parallel == "tp-pp" or row.data_parallel != row.gpus:
         return "tensor/pipeline/context parallel: not modelled"
-    if row.parallel not in DDP_COMPARABLE:
-        return f"{row.parallel}: awaits the sharded model"
-    if row.activation_checkpointing:
-        return "activation checkpointing: recompute not in the DDP model"
     return None
+
+
+def sharding(row: Row) -> Sharding:
+    """The row's ``--parallel`` plan: ``dp`` as DDP, FSDP's SHARD_GRAD_OP as ZeRO-2, its micro-batch,
+    full activation checkpointing as per-block recompute (selective checkpointing is not modelled:
+    no recompute), gradients reduced in fp32 (FSDP's and torchtitan's default)."""
+    return Sharding(parallel="ddp" if row.parallel == "dp" else row.parallel, micro_batch=row.micro_batch,
+                    checkpointing=row.activation_checkpointing is True)
 
 
 def _project(model: str, row: Row) -> float:
@@ -59,12 +61,12 @@ def _project(model: str, row: Row) -> float:
                                      tokens=row.tokens))
     scenario = simulator.Scenario(source.workload, max(1, row.gpus // GPUS_PER_NODE), NETWORK_BPS[row.device],
                                   LATENCY_S, "none", topology="hierarchical",
-                                  gpus_per_node=min(row.gpus, GPUS_PER_NODE))
+                                  gpus_per_node=min(row.gpus, GPUS_PER_NODE), sharding=sharding(row))
     return batch * row.tokens / simulator.simulate(scenario)["iteration_s"]
 
 
 def projection(row: Row) -> float | str:
-    """Tokens/s per GPU the testbed projects for ``row`` under DDP, or why it does not."""
+    """Tokens/s per GPU the testbed projects for ``row``, or why it does not."""
     reason = why_not(row)
     if reason:
         return reason
