@@ -10,7 +10,7 @@ SIDCO := $(VENV)/bin/sidco
 STAMP := $(VENV)/.sidco-installed
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps test demo bench paper clean
+.PHONY: install system-deps test screenshots demo bench paper clean
 
 install: $(STAMP)
 
@@ -26,6 +26,9 @@ system-deps:
 
 test: install system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+screenshots: install system-deps  # refresh docs/screenshots/*.png (make test writes none)
+	$(PY) -m pytest -q -p no:randomly tests/dashboard/test_browser.py -k screenshotted --screenshots docs/screenshots
 
 demo: install
 	@bash tools/demo.sh "$(SIDCO)"

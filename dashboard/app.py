@@ -19,7 +19,7 @@ import diskcache
 from dash import Dash, DiskcacheManager, Input, Output, State, dcc, html
 
 from dashboard import components as ui
-from dashboard import projection
+from dashboard import limits, projection
 from dashboard.data import StoreReader
 from dashboard.pages import quality, sweeps, timeline, tta, validation, whatif
 from processes.jobs import run_as_child
@@ -60,6 +60,7 @@ def create_app(store_path: str | Path, cache_dir: str | Path | None = None) -> D
     app = Dash(__name__, title="SIDCo testbed", assets_folder=str(ASSETS), suppress_callback_exceptions=True,
                background_callback_manager=manager)
     app.sidco_scratch = scratch  # lives (and is removed at exit) with the app
+    limits.install(app.server)
     app.layout = html.Div([
         dcc.Location(id="url"),
         html.Header(className="topbar", children=[

@@ -11,6 +11,7 @@ from dash import MATCH, Dash, Input, Output, State, dcc, html, no_update
 
 from dashboard.export import figure_csv, figure_html
 from dashboard.figures import TEMPLATE
+from dashboard.limits import INPUT_MAX_CHARS
 
 GRAPH = "graph"
 
@@ -111,7 +112,10 @@ def empty_store(what: str, command: str) -> html.Div:
 
 
 def labelled(label: str, control, hint: str | None = None, wide: bool = False) -> html.Div:
-    """A control with its label (and an optional unit hint); ``wide`` takes twice the room in a row."""
+    """A control with its label (and an optional unit hint); ``wide`` takes twice the room in a row.
+    A text input takes at most :data:`~dashboard.limits.INPUT_MAX_CHARS` characters (the server's limit)."""
+    if isinstance(control, dcc.Input):
+        control.maxLength = INPUT_MAX_CHARS
     children = [html.Label(label), control]
     if hint:
         children.append(html.Small(hint, className="hint"))

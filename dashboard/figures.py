@@ -32,6 +32,10 @@ KIND_COLOURS = {"forward": "#64748b", "backward": "#2563eb", "compress": "#f59e0
                 "optimizer": "#16a34a"}
 TEMPLATE = pio.templates["plotly_white"].to_plotly_json()
 FONT = {"family": "Inter, Segoe UI, Helvetica, Arial, sans-serif", "size": 12}
+SIDE_LEGEND = {"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top"}
+"""A legend to the right of the plot, outside it: plotly widens the right margin to hold it, so it
+never covers the plot, its ticks or its axis titles, however many series there are (the figures of
+the full-width Sweeps and Time-to-accuracy cards)."""
 
 
 def color(index: int) -> str:
@@ -168,9 +172,9 @@ def sweep_vs_bandwidth(rows: Sequence[dict[str, Any]], metric: str) -> Figure:
     xaxis = {"tickvals": [b / 1e9 for b in ticks], "ticktext": [format_bandwidth(b) for b in ticks]}
     if metric == "iteration_s":
         return figure(data, BANDWIDTH_AXIS, "iteration time (ms)", x_type="log", y_type="log",
-                      xaxis=xaxis)
+                      xaxis=xaxis, legend=SIDE_LEGEND)
     return figure(data, BANDWIDTH_AXIS, "speed-up over none (×)", x_type="log", y_type="log",
-                  shapes=[hline(1.0)], xaxis=xaxis)
+                  shapes=[hline(1.0)], xaxis=xaxis, legend=SIDE_LEGEND)
 
 
 def best_grid(best_rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -249,7 +253,8 @@ def crossover(points: Sequence[dict[str, Any]], nodes_axis: Sequence[int]) -> Fi
         low, high = math.floor(math.log10(min(values))), math.ceil(math.log10(max(values)))
         ticks = sorted(set(ticks) | {10.0 ** e for e in range(low, high + 1)})
     return figure(data, "nodes p (workers)", "density k/n (fraction of elements sent)", x_type="log", y_type="log",
-                  xaxis={"tickvals": list(nodes_axis)}, yaxis={"tickvals": ticks, "tickformat": ".3~g"})
+                  xaxis={"tickvals": list(nodes_axis)}, yaxis={"tickvals": ticks, "tickformat": ".3~g"},
+                  legend=SIDE_LEGEND)
 
 
 def quality_lines(rows: Sequence[dict[str, Any]], metric: str, y_title: str, reference: float | None = None,
@@ -370,7 +375,7 @@ def tta_curves(curves: dict[str, list[dict[str, Any]]], x_key: str, metric: str,
                      "x": xs, "y": ys})
     x_title = "projected wall-clock time (s)" if x_key == "time_s" else "iteration"
     y_title = "held-out accuracy (fraction)" if metric == "accuracy" else "held-out loss (nats)"
-    return figure(data, x_title, y_title, shapes=[hline(target)] if target is not None else [])
+    return figure(data, x_title, y_title, shapes=[hline(target)] if target is not None else [], legend=SIDE_LEGEND)
 
 
 def tta_bars(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> Figure:

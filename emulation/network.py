@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Sequence
 from types import FrameType
 
@@ -22,6 +23,11 @@ from emulation.plan import PREFIX_ROOT, NetworkPlan
 from processes.liveness import pid_alive
 
 COMMAND_TIMEOUT_S = 20.0
+SHOW_ATTEMPTS = 5
+"""How often a read-only ``ip``/``tc`` listing is tried before its failure is raised: on a loaded
+machine a listing can fail for a moment (a netlink dump interrupted by a change elsewhere)."""
+SHOW_RETRY_S = 0.5
+"""Seconds between two tries of a listing."""
 
 
 class EmulationUnavailable(ValueError):
@@ -84,17 +90,40 @@ def remove_stale() -> list[str]:
         if result.returncode == 0 or name not in leftovers(name):
             removed.append(name)
         else:
-            detail = (result.stderr or result.stdout).strip().splitlines()
-            raise OSError(f"cannot remove stale namespace {name}: {detail[0] if detail else result.returncode}")
+            raise OSError(f"cannot remove stale namespace {name}: {_failure(result.args, result)}")
     return removed
+
+
+def _failure(argv: Sequence[str], result: subprocess.CompletedProcess) -> OSError:
+    """The error of a failed command: the command, its exit code and all it wrote to stderr
+    (stdout when stderr is empty), on one line."""
+    said = " / ".join(line.strip() for line in (result.stderr or result.stdout or "").splitlines() if line.strip())
+    return OSError(f"'{' '.join(argv)}' failed with exit code {result.returncode}: {said or 'no message'}")
 
 
 def _run(argv: Sequence[str]) -> None:
     result = subprocess.run(list(argv), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
     if result.returncode != 0:
-        message = (result.stderr or result.stdout).strip().splitlines()
-        detail = message[0] if message else f"exit code {result.returncode}"
-        raise OSError(f"'{' '.join(argv)}' failed: {detail}")
+        raise _failure(argv, result)
+
+
+def show(argv: Sequence[str], attempts: int = SHOW_ATTEMPTS) -> str:
+    """The stdout of the read-only listing ``argv`` (``tc -n NS -s qdisc show dev D``, ``ip -n NS addr``),
+    tried up to ``attempts`` times :data:`SHOW_RETRY_S` seconds apart; :class:`OSError` with the
+    command's exit code and stderr if every try failed."""
+    for attempt in range(attempts):
+        result = subprocess.run(list(argv), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        if result.returncode == 0:
+            return result.stdout
+        if attempt + 1 < attempts:
+            time.sleep(SHOW_RETRY_S)
+    raise _failure(argv, result)
+
+
+def qdisc(namespace: str, device: str, stats: bool = False) -> str:
+    """``tc``'s listing of the queueing disciplines on ``device`` in ``namespace`` (with ``stats``:
+    their counters, bytes and packets sent, dropped, overlimits), through :func:`show`."""
+    return show(["tc", "-n", namespace, *(["-s"] if stats else []), "qdisc", "show", "dev", device])
 
 
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:

@@ -138,7 +138,8 @@ def judge(rows: Sequence[Mapping[str, Any]], store: Store | None = None,
     :data:`BASELINES`, and its iteration time ÷ the winner's; ``None`` without one),
     ``best_uncompressed`` / ``margin_over_uncompressed`` (the fastest row that sends every coordinate
     and its time, iteration or to target, ÷ the winner's: the decision's ratio), ``quality_rule``,
-    ``fails_quality``, ``faster_but_less``, ``unmeasured``, ``sends_little`` (called baselines that
+    ``fails_quality``, ``faster_but_less``, ``unmeasured``, ``does_not_fit`` (rows whose ``fits`` is
+    false: never called), ``sends_little`` (called baselines that
     send little of the gradient), ``basis_quantity`` (``"iteration time"`` or ``"time to
     accuracy"``), ``settle`` (:func:`pipeline.settle.settle`'s finding or ``None``), ``headline``
     (the decision in one sentence) and ``text``: the headline first, then the details.
@@ -151,23 +152,28 @@ def judge(rows: Sequence[Mapping[str, Any]], store: Store | None = None,
     # 1. speed: every row, fastest first
     ranked = rank(rows)
 
-    # 2. quality gate: the rule calls a row, fails it, or cannot tell (unmeasured: judged on speed alone)
+    # 2. memory gate: a configuration that does not fit in one GPU's memory is never called (all of them
+    #    failing it, the verdict is by speed alone and says so)
+    unfit = [r["label"] for r in ranked if r.get("fits") is False]
+    fitting = [r for r in ranked if r["label"] not in unfit] or ranked
+
+    # 3. quality gate: the rule calls a row, fails it, or cannot tell (unmeasured: judged on speed alone)
     calls = {r["label"]: quality.called(r) for r in ranked}
-    failing = [r for r in ranked if calls[r["label"]] is False]
-    eligible = [r for r in ranked if calls[r["label"]] is not False] or ranked
+    failing = [r for r in fitting if calls[r["label"]] is False]
+    eligible = [r for r in fitting if calls[r["label"]] is not False] or fitting
     result = _speed(eligible)
     by_speed_alone = _speed(ranked)["tied"]
     faster = [r for r in failing if float(r["iteration_s"]) < result["iteration_s"] or r["label"] in by_speed_alone]
     result.update({"quality_rule": quality.CALL_RULE, "fails_quality": [r["label"] for r in failing],
                    "faster_but_less": [r["label"] for r in faster],
-                   "unmeasured": [r["label"] for r in ranked if calls[r["label"]] is None],
-                   "basis_quantity": "iteration time"})
+                   "unmeasured": [r["label"] for r in fitting if calls[r["label"]] is None],
+                   "does_not_fit": unfit, "basis_quantity": "iteration time"})
 
-    # 3. time to accuracy: where a convergence run of the trace is stored, it judges instead (what each sends
+    # 4. time to accuracy: where a convergence run of the trace is stored, it judges instead (what each sends
     #    is then weighed by the measured convergence)
     if store is not None and projected is not None and projected.source.kind == "trace":
         table = tta.for_rows(store, projected.source.trace_id, ranked)
-        by_time = None if table is None else _by_time_to_accuracy(ranked, table)
+        by_time = None if table is None else _by_time_to_accuracy(fitting, table)
         if by_time is not None:
             result.update(by_time, fails_quality=[], faster_but_less=[], unmeasured=[],
                           basis_quantity="time to accuracy")
@@ -176,11 +182,11 @@ def judge(rows: Sequence[Mapping[str, Any]], store: Store | None = None,
     quantity = "time_to_target_s" if result["basis_quantity"] == "time to accuracy" else "iteration_s"
     times = {r["label"]: (float(r["iteration_s"]) if quantity == "iteration_s" else
                           _time_to_target(result, r["label"])) for r in ranked}
-    whole = [r for r in ranked if quality.sends_everything(r["compressor"]) and times[r["label"]] is not None]
+    whole = [r for r in fitting if quality.sends_everything(r["compressor"]) and times[r["label"]] is not None]
     best = min(whole, key=lambda r: times[r["label"]], default=None)
     kept = {r["label"]: r for r in ranked}
     compressing = not any(quality.sends_everything(kept[label]["compressor"]) for label in result["tied"])
-    dense = min((r for r in ranked if r["compressor"] in BASELINES and times[r["label"]] is not None),
+    dense = min((r for r in fitting if r["compressor"] in BASELINES and times[r["label"]] is not None),
                 key=lambda r: times[r["label"]], default=None)
     result.update({"decision": DECISIONS[0] if compressing else DECISIONS[1],
                    "best_baseline": None if dense is None else dense["label"],
@@ -191,7 +197,7 @@ def judge(rows: Sequence[Mapping[str, Any]], store: Store | None = None,
                    "sends_little": [r["label"] for r in eligible if r["label"] in result["tied"]
                                     and quality.sends_little(r)]})
 
-    # 4. what would settle it: the input that decides the two contenders (uncompressed baselines count as one:
+    # 5. what would settle it: the input that decides the two contenders (uncompressed baselines count as one:
     #    which of fp16 and bf16 is faster never decides whether to compress)
     result["settle"] = None
     if store is not None and projected is not None and result["basis_quantity"] == "iteration time":
@@ -268,6 +274,11 @@ def _text(v: Mapping[str, Any], rows: Mapping[str, Mapping[str, Any]]) -> str:
     parts = [_call_text(v)]
     if v["fails_quality"] and not set(v["tied"]) - set(v["fails_quality"]):
         parts[0] = f"no configuration passes the quality rule; by speed alone: {parts[0]}"
+    if v["does_not_fit"]:
+        fit_note = f"does not fit in one GPU's memory: {names_text(v['does_not_fit'])}"
+        parts[0] = (f"no configuration fits in one GPU's memory; by speed alone: {parts[0]}"
+                    if set(v["tied"]) <= set(v["does_not_fit"]) else parts[0])
+        parts.append(fit_note)
     if v["sends_little"]:
         parts.append(f"caution: {quality.little_text([rows[label] for label in v['sends_little']])}")
     if v["faster_but_less"]:

@@ -25,6 +25,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--screenshots", metavar="DIR", default=None,
+                     help="where the browser tests save the dashboard's page screenshots (PNG); a temporary "
+                          "directory if not given (make screenshots passes docs/screenshots)")
+
+
 def _root_with_netns() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0 and bool(shutil.which("ip")) and bool(shutil.which("tc"))
 
@@ -42,6 +48,25 @@ def pytest_collection_modifyitems(config, items):
         for marker, (available, reason) in skips.items():
             if marker in item.keywords and not available:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_collection_finish(session):
+    """Start the Triton-interpreter child (tests/interpreter.py) now, when a collected test reads
+    it, so that it runs beside the rest of the suite rather than after it."""
+    import interpreter
+
+    def reads_it(item) -> bool:
+        function = getattr(item, "function", None)
+        return function is not None and "run_interpreted" in function.__code__.co_names
+
+    if not session.config.option.collectonly and any(reads_it(item) for item in session.items):
+        interpreter.start()
+
+
+def pytest_sessionfinish(session):
+    import interpreter
+
+    interpreter.stop()
 
 
 @pytest.fixture

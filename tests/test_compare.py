@@ -151,3 +151,20 @@ def test_the_verdict_never_asks_to_measure_one_uncompressed_baseline_against_ano
     found = verdict["settle"]
     uncompressed = {"none", "fp16", "bf16"}
     assert found is not None and len({found["winner"], found["runner_up"]} & uncompressed) == 1, found
+
+
+def test_the_verdict_never_calls_a_configuration_that_does_not_fit():
+    """The memory gate: the fastest row does not fit in one GPU's memory, so the verdict calls the next
+    one and names it apart; when none fits, it judges by speed alone and says so."""
+    from pipeline.verdict import judge
+
+    def row(compressor, density, seconds, fits):
+        label = compressor if density is None else f"{compressor}@{density:g}"
+        return {"compressor": compressor, "density": density, "label": label, "iteration_s": seconds, "fits": fits}
+
+    rows = [row("topk", 0.01, 1.0, False), row("sidco-e", 0.01, 2.0, True), row("none", None, 6.0, True)]
+    verdict = judge(rows)
+    assert verdict["winner"] == "sidco-e@0.01" and verdict["does_not_fit"] == ["topk@0.01"]
+    assert verdict["margin_over_uncompressed"] == 3.0 and "does not fit in one GPU's memory: topk@0.01" in verdict["text"]
+    none_fit = judge([{**r, "fits": False} for r in rows])
+    assert none_fit["winner"] == "topk@0.01" and "no configuration fits in one GPU's memory" in none_fit["text"]

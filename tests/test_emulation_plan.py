@@ -146,6 +146,26 @@ def test_missing_requirements_names_what_is_missing(monkeypatch):
         network.require_emulation()
 
 
+def test_a_failed_listing_names_the_command_its_exit_code_and_all_its_stderr(monkeypatch):
+    import sys
+
+    monkeypatch.setattr(network, "SHOW_RETRY_S", 0.0)
+    argv = [sys.executable, "-c", "import sys; sys.stderr.write('Cannot open network namespace\\nsecond line\\n'); sys.exit(255)"]
+    with pytest.raises(OSError, match="exit code 255: Cannot open network namespace / second line$"):
+        network.show(argv, attempts=2)
+
+
+def test_a_listing_that_fails_for_a_moment_is_tried_again(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setattr(network, "SHOW_RETRY_S", 0.0)
+    tries = tmp_path / "tries"
+    script = ("import pathlib, sys; p = pathlib.Path(sys.argv[1]); n = len(p.read_text()) if p.exists() else 0; "
+              "p.write_text('x' * (n + 1)); sys.exit(255) if n < 2 else print('qdisc tbf 8001: root')")
+    assert network.show([sys.executable, "-c", script, str(tries)], attempts=3) == "qdisc tbf 8001: root\n"
+    assert tries.read_text() == "xxx"
+
+
 def test_cli_without_root_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
     from sidco.cli import main
 

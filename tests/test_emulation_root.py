@@ -14,7 +14,7 @@ import pytest
 
 from emulation.collectives import measure_collectives
 from emulation.launch import WorkerFailed, run_workers
-from emulation.network import Network, leftovers
+from emulation.network import Network, leftovers, qdisc, show
 from emulation.plan import make_plan
 
 pytestmark = pytest.mark.root
@@ -35,11 +35,9 @@ def test_network_is_built_in_own_namespaces_and_removed():
     host_links_before = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.count("\n")
     with Network(plan):
         assert leftovers(plan.prefix) == sorted((plan.bridge_ns, *plan.worker_ns))
-        qdisc = subprocess.run(["tc", "-n", plan.worker_ns[0], "qdisc", "show", "dev", plan.ifname],
-                               capture_output=True, text=True, check=True).stdout
-        assert "tbf" in qdisc and "50Mbit" in qdisc
-        addr = subprocess.run(["ip", "-n", plan.worker_ns[1], "-o", "addr", "show", "dev", plan.ifname],
-                              capture_output=True, text=True, check=True).stdout
+        shaped = qdisc(plan.worker_ns[0], plan.ifname)
+        assert "tbf" in shaped and "50Mbit" in shaped
+        addr = show(["ip", "-n", plan.worker_ns[1], "-o", "addr", "show", "dev", plan.ifname])
         assert plan.addresses[1] in addr
         host_links_during = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.count("\n")
         assert host_links_during == host_links_before  # nothing was added to the host's namespace
@@ -113,12 +111,16 @@ def test_small_message_is_shaped():
     assert 0.9 * expected < min(gather["repeats_s"]) < 2.5 * expected, gather
 
 
-def _qdisc_drops(namespace: str, device: str) -> int:
+def _qdisc_counters(namespace: str, device: str) -> tuple[int, int]:
+    """Bytes sent and packets dropped by the tbf on ``device`` in ``namespace`` (``tc -s``; the listing
+    is retried on a loaded machine and its stderr shown if it keeps failing)."""
     import re
 
-    out = subprocess.run(["tc", "-n", namespace, "-s", "qdisc", "show", "dev", device],
-                         capture_output=True, text=True, check=True).stdout
-    return int(re.search(r"dropped (\d+)", out).group(1))
+    out = qdisc(namespace, device, stats=True)
+    assert out.startswith("qdisc tbf"), out
+    sent = re.search(r"Sent (\d+) bytes \d+ pkt \(dropped (\d+)", out)
+    assert sent, out
+    return int(sent[1]), int(sent[2])
 
 
 def test_slow_links_drop_nothing():
@@ -127,9 +129,11 @@ def test_slow_links_drop_nothing():
     with Network(plan):
         run_workers("emulation.collective_worker", ["--ops", "allreduce", "--bytes", "1048576", "--repeats", "1"],
                     2, plan, 120)
-        drops = [_qdisc_drops(ns, plan.ifname) for ns in plan.worker_ns]
-        drops += [_qdisc_drops(plan.bridge_ns, f"vp{i}") for i in range(2)]
-    assert drops == [0, 0, 0, 0]
+        counters = [_qdisc_counters(ns, plan.ifname) for ns in plan.worker_ns]
+        counters += [_qdisc_counters(plan.bridge_ns, f"vp{i}") for i in range(2)]
+    # a ring all-reduce of 1 MiB on 2 ranks sends half of it each way: every shaped link carried it
+    assert all(sent > 1048576 // 2 for sent, _ in counters), counters
+    assert [dropped for _, dropped in counters] == [0, 0, 0, 0], counters
 
 
 @pytest.mark.slow

@@ -247,3 +247,12 @@ def test_hsdp_all_reduces_once_per_step_and_reduce_scatters_every_micro_batch():
     assert four["collectives"][ar]["bytes_per_gpu"] == pytest.approx(one["collectives"][ar]["bytes_per_gpu"])
     assert four["collectives"][ar]["per"] == "step" and four["collectives"][rs]["per"] == "micro-batch"
     assert four["collectives"][rs]["bytes_per_gpu"] == pytest.approx(4 * one["collectives"][rs]["bytes_per_gpu"])
+
+
+def test_what_would_settle_it_is_asked_under_the_same_plan():
+    from pipeline.request import sharding_flags
+
+    assert sharding_flags(None) == ""
+    assert sharding_flags(Sharding("hsdp", 16, micro_batch=1, checkpointing=True)) == (
+        " --parallel hsdp --shard-size 16 --micro-batch 1 --checkpointing")
+    assert sharding_flags(Sharding("fsdp", param_dtype="fp8")) == " --parallel fsdp --param-dtype fp8"

@@ -68,7 +68,7 @@ def layout(reader: StoreReader) -> html.Div:
             ui.labelled("Bandwidth (crossover plot)", dcc.Dropdown(id="sweep-bandwidth", clearable=False)),
         ]),
         html.Div(id="sweep-message"),
-        html.Div(className="grid2", children=[
+        html.Div(className="grid1", children=[
             ui.figure_card("sweep-time", "Iteration time against bandwidth"),
             ui.figure_card("sweep-speedup", "Speed-up over no compression against bandwidth"),
             ui.figure_card("sweep-best", "Fastest configuration per nodes × bandwidth (and its margin)"),

@@ -105,7 +105,7 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
                         "fraction (accuracy) or nats (loss)"),
         ]),
         html.Div(id="tta-message"),
-        html.Div(className="grid2", children=[
+        html.Div(className="grid1", children=[
             ui.figure_card("tta-time", "Held-out accuracy against projected wall-clock time"),
             ui.figure_card("tta-iterations", "Held-out accuracy against iterations"),
             ui.figure_card("tta-bars", "Time to target per compressor"),

@@ -4,20 +4,47 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from selenium.webdriver.common.keys import Keys
 
-from dashboard import create_app
+from dashboard import create_app, sweep_runner
 from results.store import Store
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = (("whatif", "/"), ("sweeps", "/sweeps"), ("quality", "/quality"), ("timeline", "/timeline"),
          ("validation", "/validation"), ("tta", "/tta"))
 
 pytestmark = pytest.mark.browser
+
+
+def _tree_status() -> str | None:
+    """``git status --porcelain`` of the checkout (untracked files included), or None outside a git work tree."""
+    result = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=all"],
+                            capture_output=True, text=True)
+    return result.stdout if result.returncode == 0 else None
+
+
+@pytest.fixture(autouse=True)
+def _tree_left_as_found(request):
+    """Every browser test leaves the checkout as it found it: ``git status --porcelain`` is the
+    same after the test as before (screenshots go to a temporary directory; only an explicit
+    ``--screenshots DIR``, ``make screenshots``, writes elsewhere)."""
+    before = _tree_status()
+    yield
+    if request.config.getoption("--screenshots") is None:
+        assert _tree_status() == before, "the test changed the checkout (git status --porcelain)"
+
+
+@pytest.fixture
+def screenshots(request, tmp_path) -> Path:
+    """Where the page screenshots go: ``--screenshots DIR`` (``make screenshots``: docs/screenshots),
+    else a temporary directory, so that ``make test`` writes nothing into the checkout."""
+    chosen = request.config.getoption("--screenshots")
+    return Path(chosen).resolve() if chosen else tmp_path / "screenshots"
 
 
 def _figure_data(dash_duo, name: str) -> list | None:
@@ -83,6 +110,38 @@ def _screenshot(dash_duo, path: Path) -> None:
     dash_duo.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
+LAYOUT_PROBLEMS_JS = """
+const box = (e) => { const r = e.getBoundingClientRect(); return {l: r.left, t: r.top, r: r.right, b: r.bottom}; };
+const overlap = (a, b) => Math.min(a.r, b.r) - Math.max(a.l, b.l) > 1 && Math.min(a.b, b.b) - Math.max(a.t, b.t) > 1;
+const inside = (a, b) => a.l >= b.l - 1 && a.t >= b.t - 1 && a.r <= b.r + 1 && a.b <= b.b + 1;
+const problems = [];
+for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+  const name = JSON.parse(plot.closest('[id^="{"]').id).fig;
+  const svg = box(plot.querySelector('.main-svg'));
+  const areas = Array.from(plot.querySelectorAll('.nsewdrag')).map(box);
+  const labels = Array.from(plot.querySelectorAll('.xtick text, .ytick text, .g-xtitle text, .g-ytitle text'))
+    .filter(e => e.textContent.trim()).map(e => [e.textContent.trim(), box(e)]);
+  for (const [text, b] of labels) if (!inside(b, svg)) problems.push(`${name}: label '${text}' is clipped`);
+  for (const area of areas) if (area.r - area.l < MIN_PLOT_WIDTH) problems.push(`${name}: plot squeezed to ${Math.round(area.r - area.l)} px`);
+  const legend = plot.querySelector('.legend .bg');
+  if (!legend) continue;
+  const key = box(legend);
+  if (!inside(key, svg)) problems.push(`${name}: legend is clipped`);
+  for (const area of areas) if (overlap(key, area)) problems.push(`${name}: legend overlaps the plot`);
+  for (const [text, b] of labels) if (overlap(key, b)) problems.push(`${name}: legend overlaps the label '${text}'`);
+}
+return problems;
+"""
+"""The layout faults of every figure on the page, read from the DOM's bounding boxes: a legend that
+overlaps a plot area, a tick label or an axis title, or is cut off by its figure's edge; a tick label
+or axis title cut off; a plot area narrower than ``MIN_PLOT_WIDTH`` (px)."""
+
+
+def _layout_problems(dash_duo, min_plot_width: int = 400) -> list[str]:
+    """:data:`LAYOUT_PROBLEMS_JS` on the open page (plot areas at least ``min_plot_width`` px wide)."""
+    return dash_duo.driver.execute_script(LAYOUT_PROBLEMS_JS.replace("MIN_PLOT_WIDTH", str(min_plot_width)))
+
+
 def _open_idle(dash_duo, app, path: str, ready: str) -> None:
     """Start the app, open ``path``, wait for the element ``ready`` and for the callbacks to settle."""
     dash_duo.start_server(app)
@@ -113,8 +172,15 @@ def app(store_path, tmp_path):
     return create_app(store_path, cache_dir=tmp_path / "cache")
 
 
-def test_every_page_loads_without_console_errors_and_is_screenshotted(dash_duo, app):
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+def test_every_page_loads_without_console_errors_and_is_screenshotted(dash_duo, app, store_path, screenshots):
+    """Every page loads without console errors, and at 1400 × 1000 no legend covers a plot area, a
+    tick label or an axis title, nothing is cut off and no plot is squeezed (:func:`_layout_problems`),
+    also with a legend of 13 series: the Sweeps page opens on the newest sweep, here six compressors
+    at two densities beside none."""
+    screenshots.mkdir(parents=True, exist_ok=True)
+    many = ["topk", "dgc", "sidco-e", "gaussiank", "redsync", "randomk"]
+    sweep_runner.run(store_path, sweep_runner.parse_spec("layout:resnet50", many, "0.1,0.01", "2,8",
+                                                         "1Gbit,10Gbit,100Gbit", "50us", "ring"))
     dash_duo.start_server(app)
     for name, path in PAGES:
         started = time.perf_counter()
@@ -128,7 +194,13 @@ def test_every_page_loads_without_console_errors_and_is_screenshotted(dash_duo, 
             assert "Two thresholds, two inputs" in dash_duo.find_element(".page").text
         if name == "timeline":
             assert "chrome://tracing" in dash_duo.find_element(".page").text
-        _screenshot(dash_duo, SCREENSHOTS / f"{name}.png")
+        if name == "sweeps":
+            entries = dash_duo.driver.execute_script(
+                "return document.querySelectorAll('.js-plotly-plot .legend .traces').length")
+            assert entries >= 2 * 13, "both bandwidth plots show the 13 series of the newest sweep"
+        assert _layout_problems(dash_duo) == [], name
+        _screenshot(dash_duo, screenshots / f"{name}.png")
+        assert (screenshots / f"{name}.png").stat().st_size > 10_000, f"{name}: the screenshot is blank"
         # after the screenshot's wait for an idle page; read in the page, as find_elements would wait
         # its implicit 2 s for an element that is (rightly) absent
         errors = dash_duo.driver.execute_script(

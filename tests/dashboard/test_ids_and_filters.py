@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks.dashboard_bench import fill
 from dashboard import sweep_runner
+from dashboard.limits import INPUT_MAX_CHARS
 from dashboard.app import create_app
 from results.store import MAX_ROW_ID, Store
 
@@ -72,7 +73,7 @@ WHATIF = {"whatif-compressors": ["none"], "whatif-density": "0.01", "whatif-node
 @pytest.mark.parametrize("source, message", [
     (f"trace:{HUGE}", f"unknown trace '{HUGE}'"),
     (f"trace:{MAX_ROW_ID + 1}", f"unknown trace '{MAX_ROW_ID + 1}'"),
-    ("trace:" + "9" * 5000, "unknown trace '9999"),
+    ("trace:" + "9" * (INPUT_MAX_CHARS - len("trace:")), "unknown trace '9999"),  # the longest value a page takes
     ("trace:²", "unknown trace '²'"),
     ("trace:0", "unknown trace '0'"),
     (f"trace:{MAX_ROW_ID}", f"trace #{MAX_ROW_ID} is not registered"),
