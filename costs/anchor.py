@@ -33,7 +33,6 @@ FLOP, FLOP/s, seconds.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -143,17 +142,21 @@ class StepProfile:
         tmp.replace(path)
         return path
 
+MAX_STEP_NUMBER = 1e15
+"""Largest number a step profile's field may hold (seconds, samples, layers): far beyond any
+measurement, and within what a float holds exactly for whole numbers."""
+
 
 def _field(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     value = data.get(key)
     if kind is str:
         if not isinstance(value, str) or not value:
-            raise ValueError(f"{where}: {key} must be a non-empty string, got {value!r}")
+            raise ValueError(f"{where}: {key} must be a non-empty string, got {value!r:.60}")
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{where}: {key} must be a finite number > 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_STEP_NUMBER:
+        raise ValueError(f"{where}: {key} must be a number > 0 and at most {MAX_STEP_NUMBER:g}, got {value!r:.60}")
     if kind is int and int(value) != value:
-        raise ValueError(f"{where}: {key} must be a whole number, got {value!r}")
+        raise ValueError(f"{where}: {key} must be a whole number, got {value!r:.60}")
     return kind(value)
 
 
@@ -166,14 +169,23 @@ def step_from_json(text: str | bytes, origin: str = "step profile") -> StepProfi
     if not isinstance(data, dict) or data.get("kind") != STEP_KIND:
         raise ValueError(f"{origin}: not a step profile (a JSON object with \"kind\": \"step\", "
                          "as sidco profile --model --out writes)")
-    if not isinstance(data.get("config"), dict):
-        raise ValueError(f"{origin}: config must be an object (the model's configuration)")
+    for key, kind in (("config", dict), ("identity", dict), ("runs", list), ("created", str), ("source", str)):
+        if not isinstance(data.get(key, kind()), kind):
+            raise ValueError(f"{origin}: {key} must be a JSON {kind.__name__.replace('dict', 'object')}, "
+                             f"got {data[key]!r:.60}")
+    if "config" not in data:
+        raise ValueError(f"{origin}: config is missing (the model's configuration)")
+    if not all(isinstance(run, dict) for run in data.get("runs", [])):
+        raise ValueError(f"{origin}: runs must hold objects ({{\"layers\": N, \"seconds\": [...]}})")
+    warmup = data.get("warmup", 0)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"{origin}: warmup must be a whole number >= 0, got {warmup!r:.60}")
     profile = StepProfile(
         **{k: _field(data, k, str, origin) for k in ("model", "device", "precision", "parallel")},
         **{k: _field(data, k, int, origin) for k in ("batch_size", "tokens", "layers", "layers_timed", "repeats")},
         **{k: _field(data, k, float, origin) for k in ("step_s", "step_min_s", "step_max_s", "scale")},
-        warmup=int(data.get("warmup", 0)), config=data["config"], runs=tuple(data.get("runs") or ()),
-        created=str(data.get("created", "")), identity=data.get("identity") or {}, source=str(data.get("source", "")))
+        warmup=warmup, config=data["config"], runs=tuple(data.get("runs", ())), created=data.get("created", ""),
+        identity=data.get("identity", {}), source=data.get("source", ""))
     if not profile.step_min_s <= profile.step_s <= profile.step_max_s:
         raise ValueError(f"{origin}: step_min_s <= step_s <= step_max_s must hold, got {profile.step_min_s:g}, "
                          f"{profile.step_s:g} and {profile.step_max_s:g}")
@@ -207,10 +219,10 @@ def step_fields(path: str, *, model: str | None, batch_size: int, tokens: int | 
     step = load_step(path)
     where = f"step profile {path}"
     if step.device.split("@")[0] not in devices.names():
-        raise ValueError(f"{where} was measured on {step.device}, not one of the modelled devices "
+        raise ValueError(f"{where} was measured on {step.device!r}, not one of the modelled devices "
                          f"({', '.join(devices.names())}): its network and memory are not known to the model")
     if dict(step.config) != asdict(llm.load(model)):
-        raise ValueError(f"{where} measured {step.model}, whose configuration is not --model {model}'s")
+        raise ValueError(f"{where} measured {step.model!r}, whose configuration is not --model {model}'s")
     asked = {"--batch-size": (batch_size, step.batch_size), "--precision": (precision, step.precision)}
     if tokens is not None:
         asked["--tokens"] = (tokens, step.tokens)

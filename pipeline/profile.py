@@ -19,6 +19,7 @@ from costs import anchor, costmodel, devices
 from costs.throughput import check_precision as throughput_precision
 from costs import device_profile as dp
 from results.store import Store
+from units import check_count
 
 CHECK_MIN_NUMEL = 1 << 20
 """``--check`` judges the model on calls of at least this many elements (smaller ones are
@@ -266,8 +267,7 @@ def measure_step(store: Store, device: str, model: str, *, batch_size: int, toke
     ref = llm.check(model)
     config = llm.load(ref)
     tokens = llm.tokens_of(ref, tokens)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"--batch-size must be a whole number >= 1, got {batch_size!r}")
+    check_count(batch_size, "--batch-size")
     if layers is not None and not 1 <= layers <= config.layers:
         raise ValueError(f"--layers must be from 1 to {config.layers} (the model's depth), got {layers}")
     dev = profiling.torch_device(device)
