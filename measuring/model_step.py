@@ -16,7 +16,7 @@ AdamW) on synthetic tokens: ``warmup`` untimed steps, then ``repeats`` steps, ea
 device synchronisations (:func:`machine.timing.timed`). :func:`plan_layers` says how many layers
 fit beside the rest when the whole model does not; :func:`measure` then times the model without
 layers and with ``k`` of them and scales the layers' share to the full depth
-(``step = t₀ + L/k · (t_k − t₀)``). Units: seconds, bytes, samples, tokens.
+(``step = t₀ + L/k · (t_k − t₀)``, :func:`scaled`). Units: seconds, bytes, samples, tokens.
 """
 
 from __future__ import annotations
@@ -371,7 +371,8 @@ class StepMeasurement:
     """A training step of the whole model, measured or scaled up: ``step_s`` (median seconds of
     a step at full depth), ``low_s``/``high_s`` (the fastest and slowest timed step, scaled alike),
     ``timed`` (the runs: the whole model, or the model without blocks and with ``layers_timed``
-    of them), ``scale`` (full depth ÷ ``layers_timed``; 1 when the whole model ran)."""
+    of them), ``scale`` (full depth ÷ ``layers_timed``; 1 when the whole model ran), all
+    seconds (:func:`scaled`)."""
 
     step_s: float
     low_s: float
@@ -383,19 +384,16 @@ class StepMeasurement:
 
 def scaled(runs: tuple[StepTimes, ...], depth: int) -> StepMeasurement:
     """The full-depth step of ``runs``: the one run when it holds all ``depth`` blocks, else the
-    run without blocks (t₀) and the one with k: ``t₀ + depth/k · (t_k − t₀)`` for the median, the
-    fastest and the slowest step each."""
+    run without blocks (t₀) and the one with k: ``t₀ + depth/k · (t_k − t₀)`` of their medians,
+    its fastest and slowest step in the proportion of the k-block run's to its median (so that
+    they bracket it whatever the noise of the difference)."""
+    part = runs[-1]
     if len(runs) == 1:
-        only = runs[0]
-        return StepMeasurement(only.median_s, min(only.seconds), max(only.seconds), only.layers, 1.0, runs)
-    base, part = runs
+        return StepMeasurement(part.median_s, min(part.seconds), max(part.seconds), part.layers, 1.0, runs)
     scale = depth / part.layers
-
-    def full(t0: float, tk: float) -> float:
-        return t0 + scale * (tk - t0)
-
-    return StepMeasurement(full(base.median_s, part.median_s), full(min(base.seconds), min(part.seconds)),
-                           full(max(base.seconds), max(part.seconds)), part.layers, scale, runs)
+    step = runs[0].median_s + scale * (part.median_s - runs[0].median_s)
+    return StepMeasurement(step, step * min(part.seconds) / part.median_s, step * max(part.seconds) / part.median_s,
+                           part.layers, scale, runs)
 
 
 def measure(config: Config, device: torch.device, batch_size: int, tokens: int, precision: str, *,

@@ -180,8 +180,10 @@ def layout_source(name: str, *, device: str | None = None, device_flops_per_s: f
     target = resolve_device(device, layout=True)
     if step_profile is not None:
         step = anchor.load_step(step_profile)
+        scaled = "" if step.scale == 1 else (f"; layers 0-{step.layers_timed - 1} of {step.layers} timed, their time "
+                                             f"scaled x{step.scale:.4g}")
         rule = anchor.measured(name, target, int(batch_size), step.samples_per_s, tokens, precision,
-                               by=f"sidco profile --model, {step_profile}", spread=step.spread)
+                               by=f"sidco profile --model, {step_profile}{scaled}", spread=step.spread)
         flops, note, low, high, where = rule.flops_per_s, f"layout FLOPs at {rule.note}", rule.low, rule.high, "profiled"
     elif samples_per_s is not None:
         rule = anchor.measured(name, target, int(batch_size), float(samples_per_s), tokens, precision)

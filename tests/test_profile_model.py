@@ -154,7 +154,17 @@ def test_a_subset_of_layers_is_scaled_to_the_full_depth_and_said(tmp_path, capsy
     assert (base["layers"], part["layers"], measured["layers_timed"], measured["scale"]) == (0, 1, 1, 2.0)
     t0, t1 = statistics.median(base["seconds"]), statistics.median(part["seconds"])
     assert measured["step_s"] == pytest.approx(t0 + 2 * (t1 - t0), rel=1e-12)
+    assert measured["step_min_s"] == pytest.approx(measured["step_s"] * min(part["seconds"]) / t1, rel=1e-12)
+    assert measured["step_max_s"] == pytest.approx(measured["step_s"] * max(part["seconds"]) / t1, rel=1e-12)
     assert "layers 0-0 of 2" in measured["source"]
+    out = tmp_path / "step.json"
+    anchor.step_from_json(json.dumps({k: v for k, v in measured.items() if k not in ("step_profile_id", "out")})
+                          ).save(out)
+    result = _json(capsys, ["simulate", "--model", str(config), "--step-profile", str(out), "--batch-size", "4",
+                            "--nodes", "1", "--bandwidth", "10Gbit", "--fidelity", "analytic", "--json",
+                            "--store", str(tmp_path / "r.sqlite")])
+    assert "layers 0-0 of 2 timed, their time scaled x2" in result["compute_source"]
+    assert result["iteration_s"] == pytest.approx(4 / measured["samples_per_s"], rel=1e-9)
 
 
 def test_plan_layers_takes_the_most_that_fit():
