@@ -252,3 +252,32 @@ def test_any_step_profile_file_reads_or_is_one_line(changes):
         assert "\n" not in str(exc)
     else:
         assert profile.samples_per_s > 0 and profile.step_min_s <= profile.step_s <= profile.step_max_s
+
+
+def test_projecting_on_a_step_profile_imports_no_torch(tmp_path):
+    """The measurement is read, not made: compare with --step-profile loads neither torch nor the measuring lab."""
+    import subprocess
+    import sys
+
+    step = _step_file(tmp_path)
+    code = ("import sys; from sidco.cli import main\n"
+            "code = main(sys.argv[1:])\n"
+            "print(code, ' '.join(sorted(m for m in sys.modules if m == 'torch' or m.startswith('measuring'))))")
+    done = subprocess.run([sys.executable, "-c", code, "compare", "--model", str(tmp_path / "tiny.json"),
+                           "--step-profile", str(step), "--batch-size", "4", "--nodes", "2", "--bandwidth", "10Gbit",
+                           "--compressors", "none,topk", "--densities", "0.01", "--store", str(tmp_path / "r.sqlite")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines()[-1].strip() == "0", done.stderr
+
+
+def test_a_bad_config_or_a_missing_gpu_ends_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**TINY, "num_attention_heads": 5}))
+    cases = [(["--model", str(bad), "--run-on", "cpu"], "field 'num_attention_heads' (5) must divide 'hidden_size'"),
+             (["--model", str(tmp_path / "none.json"), "--run-on", "cpu"], "no such config file")]
+    if not torch.cuda.is_available():
+        cases.append((["--model", str(_tiny(tmp_path)), "--run-on", "cuda"], "CUDA is not available"))
+    for argv, message in cases:
+        assert main(["profile", *argv, "--batch-size", "2", "--store", str(tmp_path / "r.sqlite")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
