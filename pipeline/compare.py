@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from costs import memory
+from simulator import sharded
 from pipeline import project as projections
 from pipeline import quality
 from pipeline import request as requests
@@ -50,15 +51,89 @@ def compare(store: Store, projection: projections.Projection,
     plus ``label``, ``rank``, ``speedup_over_baseline``, the quality columns
     (:data:`pipeline.quality.COLUMNS`, by :data:`pipeline.quality.QUALITY_RULE`: a trace's
     missing replays run first, ``progress(what, calls_done, calls_total)`` after every call) and
-    the memory per GPU (:func:`costs.memory.per_gpu`: ``memory_gib``, ``memory_capacity_gib``, ``fits``)."""
+    the memory per GPU (:func:`costs.memory.per_gpu`: ``memory_gib``, ``memory_capacity_gib``, ``fits``,
+    under the ``--parallel`` family, :func:`memory_setting`) and ``collective``/``collectives`` (what the
+    compressor replaces; each collective's bytes, total and exposed time). Pairs the ``--parallel``
+    cannot run are left out (:func:`split_refused` lists them with the reason)."""
     projection = projections.registered(store, projection)
     powersgd_rank = int(projection.cluster.options.get("rank", 1))
+    projection = split_refused(projection)[0]
     measured = quality.for_source(store, projection.source, list(projection.pairs), rank=powersgd_rank,
                                   progress=progress)
     workload = projection.workload
     shapes = [layer.shape for layer in workload.layers]
-    rows = [{**result, "density": density,
+    held = memory_setting(projection)
+    rows = [{**result, "density": density, **collective_fields(result),
              **memory.per_gpu(result["compressor"], workload.nbytes // workload.itemsize, shapes,
-                              projection.source.device.name, powersgd_rank)}
+                              projection.source.device.name, powersgd_rank, **held)}
             for (_, density), result in projections.project_pairs(store, projection)]
     return projection, quality.attach(rank(rows), measured)
+
+
+def split_refused(projection: projections.Projection) -> tuple[projections.Projection, list[dict[str, Any]]]:
+    """``projection`` without the pairs its ``--parallel`` cannot run (:func:`simulator.sharded.refusal`),
+    and a row for each: ``compressor``, ``density``, ``label``, ``rank`` ``None`` and ``refused`` (the reason, one line)."""
+    held = projection.cluster.options.get("sharding")
+    parallel = "ddp" if held is None else held.parallel
+    kept, refused = [], []
+    for pair in projection.pairs:
+        reason = sharded.refusal(parallel, pair.compressor)
+        if reason is None:
+            kept.append(pair)
+        else:
+            refused.append({"compressor": pair.compressor, "density": pair.density, "label": pair.label,
+                            "rank": None, "refused": reason})
+    return replace(projection, pairs=tuple(kept)), refused
+
+
+def collective_fields(result: dict[str, Any]) -> dict[str, Any]:
+    """A DDP result's ``collective`` and ``collectives`` as the sharded plan reports them
+    (:func:`simulator.sharded.summarize`): the bucket all-reduce, its bytes, total and exposed time."""
+    if "collectives" in result:
+        return {}
+    label = sharded.collective_label("ddp", result["compressor"])
+    return {"collective": label, "collectives": {label: {
+        "stream": "all-reduce", "per": "step", "count": result["buckets"], "bytes_per_gpu": result["wire_bytes"],
+        "total_s": result["comm_s"], "exposed_s": result["exposed_comm_s"], "compressed": result["compressor"] != "none"}}}
+
+
+def memory_setting(projection: projections.Projection) -> dict[str, Any]:
+    """The keyword arguments of :func:`costs.memory.per_gpu` for ``projection``'s ``--parallel``
+    family: how the states are sharded, FSDP's working set (bytes) and, for a model from its
+    config, the activations of one micro-batch (bytes)."""
+    held = projection.cluster.options.get("sharding") or sharded.Sharding()
+    workload = projection.workload
+    gpus = int(projection.cluster.options.get("gpus_per_node", 1))
+    workers = projection.cluster.nodes * gpus
+    out: dict[str, Any] = {"parallel": held.parallel}
+    if held.sharded:
+        gathered, unsharded = sharded.working_numel(workload)
+        out["shard"] = (held.shard_size or gpus) if held.parallel == "hsdp" else workers
+        out["working_param_bytes"] = gathered * sharded.DTYPE_BYTES[held.param_dtype]
+        out["working_grad_bytes"] = unsharded * sharded.DTYPE_BYTES[held.reduce_dtype]
+    model = projection.request.model
+    if model is not None:
+        from traces import llm
+
+        config = llm.load(model)
+        out["activations"] = memory.activation_bytes(config.layers, config.hidden, config.vocab,
+                                                     llm.tokens_of(model, projection.request.tokens),
+                                                     held.micro_batch or workload.batch_size, held.checkpointing)
+    return out
+
+
+def headroom(rows: Sequence[dict[str, Any]]) -> str | None:
+    """What compression can touch, from the ``none`` row of ``rows``: each collective's total and
+    exposed time in the step, and the most compressing the gradient collective its ``collective``
+    names can save (its exposed time over the step: what is hidden behind compute saves nothing);
+    ``None`` without a ``none`` row."""
+    none = next((r for r in rows if r.get("compressor") == "none" and "collectives" in r), None)
+    if none is None:
+        return None
+    step = none["iteration_s"]
+    parts = [f"{name} {c['total_s'] * 1e3:.1f} ms ({c['exposed_s'] * 1e3:.1f} ms exposed)"
+             for name, c in none["collectives"].items()]
+    target = none["collectives"].get(none["collective"])
+    bound = "" if target is None or step <= 0 else (
+        f"; compressing the {none['collective']} saves at most {target['exposed_s'] / step:.1%} of the step")
+    return f"of a {step * 1e3:.1f} ms step without compression: " + ", ".join(parts) + bound

@@ -137,14 +137,16 @@ def _trace(ref: str, trace_id: int | None, device: str | None, precision: str) -
 
 
 def register(store: Store, source: Source) -> Source:
-    """``source`` with its trace's id in the store, the trace registered now if it is not yet
-    (so its replays, and the commands that make them, have a name); a layout as it is."""
+    """``source`` with its trace's id in the store, the trace registered (or refreshed: the digest of
+    its files, so replays of files that changed since are not used) now (so its replays, and the
+    commands that make them, have a name); a layout as it is."""
     if source.kind != "trace" or source.trace_id is not None:
         return source
-    found = store.trace_id_for_path(source.ref)
-    if found is None:
-        trace = traces.open(source.ref)
-        found = store.register_trace(trace.path, trace.manifest)
+    trace = traces.open(source.ref)
+    found = store.trace_id_for_path(str(trace.path.resolve()))
+    content = trace.content_sha256()
+    if found is None or (store.trace(found) or {}).get("content_sha256") != content:
+        found = store.register_trace(trace.path, trace.manifest, content)
     return replace(source, trace_id=found)
 
 

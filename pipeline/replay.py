@@ -91,8 +91,10 @@ def run(store: Store, trace: traces.Trace | str | Path, names: Sequence[str], de
         trace = check(trace, names, densities, device=device, bucket_bytes=bucket_bytes,
                       first_bucket_bytes=first_bucket_bytes, options=options)
     calls = trace_replay.calls_per_combination(trace, bucket_bytes, first_bucket_bytes)
+    content = trace.content_sha256()  # a trace whose files changed is replayed again
     config = {
         "trace_id": trace.manifest.get("trace_id"),
+        "content_sha256": content,
         "trace_path": str(trace.path.resolve()),
         "error_feedback": error_feedback,
         "bucket_bytes": bucket_bytes,
@@ -102,7 +104,7 @@ def run(store: Store, trace: traces.Trace | str | Path, names: Sequence[str], de
         config["first_bucket_bytes"] = first_bucket_bytes
     if options:
         config["options"] = {name: dict(opts) for name, opts in options.items()}
-    trace_id = store.register_trace(trace.path, trace.manifest)
+    trace_id = store.register_trace(trace.path, trace.manifest, content)
     replay_id, _ = store.get_or_create("replays", config, trace_id=trace_id, device=device_identity(device))
     done = store.complete_combinations(replay_id, error_feedback, calls)
     todo = [(n, d) for n in names for d in densities if (n, d) not in done]

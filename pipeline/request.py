@@ -21,6 +21,7 @@ from typing import Any
 from costs import devices
 from costs.throughput import DEFAULT_PRECISION, check_precision
 from simulator.limits import MESSAGE_BUDGET
+from simulator.sharded import DTYPE_BYTES, PARALLEL, Sharding
 from simulator.scenario import FIDELITIES, TOPOLOGIES
 from results.store import row_id
 from units import Pair, check_bandwidth, check_count, check_density, check_latency, parse_duration, parse_list
@@ -101,6 +102,37 @@ class Cluster:
             raise ValueError(f"unknown fidelity {self.fidelity!r}; choose from {', '.join(FIDELITIES)}")
 
 
+PARALLEL_CHOICES = PARALLEL
+"""The ``--parallel`` choices (:data:`simulator.sharded.PARALLEL`)."""
+
+DTYPE_CHOICES = tuple(DTYPE_BYTES)
+"""The ``--reduce-dtype`` and ``--param-dtype`` choices."""
+
+
+def sharding(parallel: str = "ddp", *, shard_size: int | None = None, reduce_dtype: str = "fp32",
+             param_dtype: str = "bf16", micro_batch: int | None = None, checkpointing: bool = False,
+             batch_size: int | None = None) -> Sharding | None:
+    """The :class:`simulator.sharded.Sharding` of the ``--parallel`` family (checked there; a
+    ``micro_batch`` must divide ``batch_size``, sequences per GPU per optimizer step), ``None`` for
+    plain DDP with every default (today's projection, unchanged)."""
+    chosen = Sharding(parallel, shard_size, reduce_dtype, param_dtype, micro_batch, checkpointing)
+    if micro_batch is not None and batch_size is not None and batch_size % micro_batch:
+        raise ValueError(f"--micro-batch {micro_batch} must divide --batch-size {batch_size}")
+    return None if chosen == Sharding() else chosen
+
+
+def sharding_flags(held: Sharding | None) -> str:
+    """The ``--parallel`` family's flags that give ``held`` (its values other than the defaults), e.g.
+    `` --parallel hsdp --micro-batch 1 --checkpointing``; empty for plain DDP."""
+    if held is None:
+        return ""
+    default = Sharding()
+    flags = [f" --{name.replace('_', '-')} {getattr(held, name)}"
+             for name in ("parallel", "shard_size", "reduce_dtype", "param_dtype", "micro_batch")
+             if getattr(held, name) != getattr(default, name)]
+    return "".join(flags) + (" --checkpointing" if held.checkpointing else "")
+
+
 def check_compressors(names: Sequence[str]) -> list[str]:
     """``names`` if every one is a compressor of :func:`compressors.names`; ValueError naming
     the first unknown one (and the choices) otherwise."""
@@ -176,10 +208,15 @@ def parse_calibration(text: str | int) -> str | int:
     raise ValueError(f"invalid --calibration {text!r}: give latest, a calibration id or none")
 
 
+SAMPLES_PER_S_RANGE = (1e-3, 1e8)
+"""A plausible single-GPU training throughput (samples/s): from one sample in 1000 s to 10⁸ per second.
+Outside it the number is a typo or an underflow (1e-308), and the compute it implies is not physical."""
+
+
 def check_anchors(layout: str | None, samples_per_s: float | None, tokens: int | None,
                   device_flops_per_s: float | None = None) -> None:
     """The rules of the user's anchors on a layout's compute: ``samples_per_s`` (a measured
-    single-GPU training throughput, samples/s) a finite number > 0, for a layout only and not
+    single-GPU training throughput, samples/s) in :data:`SAMPLES_PER_S_RANGE`, for a layout only and not
     beside ``device_flops_per_s``; ``tokens`` a sequence length a transformer ``layout`` (or model)
     takes (:func:`traces.layouts.check_tokens`). ValueError, one line, otherwise."""
     if samples_per_s is not None:
@@ -188,7 +225,10 @@ def check_anchors(layout: str | None, samples_per_s: float | None, tokens: int |
                              "a trace is projected from its own timings")
         if device_flops_per_s is not None:
             raise ValueError("give --samples-per-s or --device-flops, not both")
-        _positive(samples_per_s, "--samples-per-s")
+        low, high = SAMPLES_PER_S_RANGE
+        if not low <= _positive(samples_per_s, "--samples-per-s") <= high:
+            raise ValueError(f"--samples-per-s {samples_per_s!r} is implausible for one GPU's training throughput: "
+                             f"give samples/s in {low:g} … {high:,.0f}")
     if tokens is not None:
         if layout is None:
             raise ValueError("--tokens applies to transformer layouts; a trace carries its own sequence length")

@@ -25,6 +25,7 @@ from typing import Any
 import simulator
 import traces.layouts
 from pipeline import project as projection
+from pipeline.request import sharding_flags
 from pipeline.verdict import rank
 from results.store import Store
 from simulator.band import scaled_costs
@@ -133,6 +134,7 @@ def command(item: Input, projected: projection.Projection, rows: Sequence[Mappin
                    "bucket_mode": c.options.get("bucket_mode", "ddp")}
         extra = "".join(f" --{k.replace('_', '-')} {v}" for k, v in options.items()
                         if v is not None and v not in (1, "ddp"))
+        extra += sharding_flags(c.options.get("sharding"))
         names = ",".join(dict.fromkeys(r["compressor"] for r in rows))
         densities = ",".join(dict.fromkeys(f"{r['density']:g}" for r in rows if r.get("density") is not None))
         return (f"sidco compare {traces.layouts.flag(source.ref)} --device {source.device.name} --precision {source.precision} "

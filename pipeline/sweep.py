@@ -5,7 +5,8 @@ small chunks) both call :func:`run`. The sweep row is found by its configuration
 the same sweep again resumes it: every scenario lands exactly once. Two runs of the same sweep
 at once share it: each claims the scenarios it computes (:meth:`results.store.Store.claim_scenarios`),
 skips those another live run claimed and waits for their rows, so every scenario is computed
-once; a run that dies leaves claims the other takes over. The compression profile
+once; a run that dies leaves claims the other takes over (at once where it can see the process
+ended, else when their lease expires: :mod:`results.claims`), saying while it waits on whom. The compression profile
 is decided once (:func:`pipeline.costs.compression_profile`) and kept with the sweep, so a
 resumed sweep uses exactly the same costs; each scenario row records the device and where
 its compression costs came from (``device``, ``cost_source``).
@@ -21,7 +22,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from processes.liveness import pid_alive
 from processes.pool import local_pool
 import simulator
 from simulator.limits import check_jobs, check_scenario  # check_jobs: the door checks --jobs by it
@@ -32,6 +32,7 @@ from pipeline.request import check_compressors, pair, takes_density
 from pipeline import quality
 from pipeline.compare import ALWAYS
 from pipeline.verdict import judge, rank
+from results.claims import CLAIM_LEASE_S
 from results.store import Store
 from simulator.scenario import TOPOLOGIES
 from simulator.sweep import Grid, SweepContext, chunks, describe, run_sweep, scenario_key
@@ -39,6 +40,8 @@ from simulator.sweep import Grid, SweepContext, chunks, describe, run_sweep, sce
 PROFILE_META = "sweep-profile:{}"
 WAIT_PAUSE_S = 0.2
 """Seconds between two checks of the scenarios another run of the same sweep computes."""
+WAIT_REPORT_S = 30.0
+"""Seconds between two reports of a run that still waits on the same other runs."""
 WAIT_BATCH = 500
 """Scenario keys per store query while waiting (well under SQLite's bound parameters)."""
 
@@ -131,7 +134,8 @@ def _profile(store: Store, sweep_id: int, source: Source, grid: Grid,
 def run(store: Store, projection: Projection, grid: Grid, executor: Executor, *, fidelity: str = "analytic",
         options: Mapping[str, Any] | None = None, origin: str | None = None, chunk_size: int = 200,
         in_flight: int = 2, started: Callable[[int, int], None] | None = None,
-        progress: Callable[[int, int], None] | None = None) -> SweepRun:
+        progress: Callable[[int, int], None] | None = None,
+        waiting: Callable[[str], None] | None = None) -> SweepRun:
     """Run (or resume) the sweep of ``grid`` on ``projection``'s workload (a resolved
     :class:`pipeline.request.WorkloadRequest`: the grid gives the clusters and the pairs);
     scenarios are simulated on ``executor`` in chunks of ``chunk_size`` with at most
@@ -140,9 +144,10 @@ def run(store: Store, projection: Projection, grid: Grid, executor: Executor, *,
     written.
 
     ``started(sweep_id, already_stored)`` once the sweep row exists; ``progress(stored, total)``
-    after each chunk lands. The calibration the request names (``latest``, an id, ``none``) must
-    exist; its profile file comes first in the costs. Costs and rows are for the source's
-    modelled device (resolved with it, :func:`pipeline.project.resolve`).
+    after each chunk lands; ``waiting(text)`` (one line) when this run waits for scenarios another
+    run claimed: on whom, and when their claims are taken over. The calibration the request names
+    (``latest``, an id, ``none``) must exist; its profile file comes first in the costs. Costs and
+    rows are for the source's modelled device (resolved with it, :func:`pipeline.project.resolve`).
     """
     source = register(store, projection.source)
     request = projection.request
@@ -184,11 +189,15 @@ def run(store: Store, projection: Projection, grid: Grid, executor: Executor, *,
             progress(store.scenario_count(sweep_id), total)
 
     owner = uuid.uuid4().hex  # this run: it computes the scenarios it claims, and waits for the others
-    waiting: set[str] = set()
+    awaited: set[str] = set()
+    notice = _WaitNotice(sweep_id, waiting or (lambda text: None))
 
     def claim(keys: list[str]) -> set[str]:
         mine = store.claim_scenarios(sweep_id, keys, owner)
-        waiting.update(key for key in keys if key not in mine)
+        others = [key for key in keys if key not in mine]
+        if others:
+            awaited.update(others)
+            notice(store.scenario_claims(sweep_id, others))
         return set(keys) - mine
 
     def compute(points: Iterable[dict[str, Any]]) -> int:
@@ -196,9 +205,11 @@ def run(store: Store, projection: Projection, grid: Grid, executor: Executor, *,
                          skip_done=claim, on_rows=on_rows)
 
     try:
-        computed = compute(grid.points())
-        computed += _await_others(store, sweep_id, grid, waiting, compute,
-                                  lambda: progress(store.scenario_count(sweep_id), total) if progress else None)
+        with store.claims_kept(owner):
+            computed = compute(grid.points())
+            computed += _await_others(store, sweep_id, grid, awaited, compute,
+                                      lambda: progress(store.scenario_count(sweep_id), total) if progress else None,
+                                      notice)
     finally:
         store.release_claims(sweep_id, owner)
     store.set_status("sweeps", sweep_id, "done")
@@ -206,27 +217,64 @@ def run(store: Store, projection: Projection, grid: Grid, executor: Executor, *,
     return SweepRun(sweep_id, total, store.scenario_count(sweep_id), computed, not created, sources, source)
 
 
+class _WaitNotice:
+    """Tells ``report`` (one line) which other runs of sweep ``sweep_id`` hold scenarios this run
+    waits for: when those runs change, and every :data:`WAIT_REPORT_S` seconds while they do not."""
+
+    def __init__(self, sweep_id: int, report: Callable[[str], None]):
+        self.sweep_id, self.report = sweep_id, report
+        self.owners: frozenset[str] = frozenset()
+        self.at_s = 0.0  # time.monotonic() of the last report
+
+    def __call__(self, holders: Mapping[str, Mapping[str, Any]]) -> None:
+        """``holders``: key → its claim (:meth:`results.store.Store.scenario_claims`)."""
+        live = {key: claim for key, claim in holders.items() if not claim["lapsed"]}
+        owners = frozenset(claim["owner"] for claim in live.values())
+        if owners and (owners != self.owners or time.monotonic() - self.at_s >= WAIT_REPORT_S):
+            self.report(f"sweep {self.sweep_id}: {_waiting_text(live)}")
+            self.owners, self.at_s = owners, time.monotonic()
+
+
 def _await_others(store: Store, sweep_id: int, grid: Grid, waiting: set[str],
                   compute: Callable[[Iterable[dict[str, Any]]], int], tick: Callable[[], None],
-                  pause_s: float = WAIT_PAUSE_S) -> int:
+                  notice: Callable[[Mapping[str, Mapping[str, Any]]], None], pause_s: float = WAIT_PAUSE_S) -> int:
     """Wait until every scenario of ``waiting`` (keys another run claimed) is stored, checking
-    every ``pause_s`` seconds; a scenario whose claim lapsed (its run ended without it, or its
-    process died) is computed here, with ``compute`` (which claims it first). Returns the
-    scenarios computed here; ``tick()`` after each check."""
+    every ``pause_s`` seconds; a scenario whose claim lapsed (its run ended without it, its process
+    is gone or its lease expired) is computed here, with ``compute`` (which claims it first).
+    Returns the scenarios computed here; ``tick()`` and ``notice(holders)`` (the claims still
+    waited for) after each check."""
     computed = 0
     while waiting:
+        holders: dict[str, dict[str, Any]] = {}
         for batch in chunks(sorted(waiting), WAIT_BATCH):
             waiting.difference_update(store.stored_scenario_keys(sweep_id, batch))
             claims = store.scenario_claims(sweep_id, [key for key in batch if key in waiting])
-            alive = {pid: pid_alive(pid) for pid in set(claims.values())}
-            lapsed = {key for key in batch if key in waiting and not alive.get(claims.get(key, 0), False)}
+            lapsed = {key for key in batch if key in waiting and (key not in claims or claims[key]["lapsed"])}
             if lapsed:
                 waiting.difference_update(lapsed)
                 computed += compute(point for point in grid.points() if scenario_key(point) in lapsed)
+            holders.update((key, claim) for key, claim in claims.items() if key in waiting)
         tick()
+        notice(holders)
         if waiting:
             time.sleep(pause_s)
     return computed
+
+
+def _waiting_text(holders: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line: how many scenarios this run waits for, held by which runs (PID, host, last heartbeat)
+    and when their claims are taken over if those runs stop beating."""
+    now = time.time()
+    runs: dict[str, list[Mapping[str, Any]]] = {}
+    for claim in holders.values():
+        runs.setdefault(claim["owner"], []).append(claim)
+    who = "; ".join(f"{len(claims)} held by pid {claims[0]['pid']} on {claims[0]['host'] or 'an unknown host'} "
+                    f"(heartbeat {max(0.0, now - claims[0]['heartbeat']):.0f} s ago, taken over at "
+                    f"{time.strftime('%H:%M:%S %Z', time.localtime(claims[0]['expires']))} unless it beats again)"
+                    for claims in runs.values())
+    return (f"waiting for {len(holders)} scenario(s) another run of this sweep computes: {who}; "
+            f"a run's claims are taken over when its process ends or its heartbeat stops for "
+            f"{CLAIM_LEASE_S:.0f} s")
 
 
 def findings(store: Store, sweep_id: int, source: Source, rank_: int | None = 1) -> list[dict[str, Any]]:

@@ -8,15 +8,15 @@ Results are plain dicts (JSON-ready). Units follow the schema: seconds, bytes, b
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from processes.liveness import pid_alive
+from processes.liveness import this_process
+from results.claims import CLAIM_HEARTBEAT_S, CLAIM_LEASE_S, heartbeat, lapsed
 from results.errors import guard
 
 REPLAY_ROW_COLUMNS = (
@@ -136,8 +136,11 @@ class Queries:
 
     # -- traces -------------------------------------------------------------------------------
 
-    def register_trace(self, path: str | Path, manifest: Mapping[str, Any]) -> int:
-        """Register (or refresh) the trace at ``path``; return its id."""
+    def register_trace(self, path: str | Path, manifest: Mapping[str, Any], content_sha256: str | None = None) -> int:
+        """Register (or refresh) the trace at ``path``; return its id. ``content_sha256``: the digest of
+        its files (:meth:`traces.Trace.content_sha256`) when the caller read them; without it a
+        trace whose manifest changed has an unknown content (its replays are matched by the manifest's
+        ``trace_id``, :meth:`replays_of_trace`)."""
         resolved = str(Path(path).resolve())
         layers = manifest.get("layers", [])
         numel = 0
@@ -147,27 +150,29 @@ class Queries:
                 count *= int(dim)
             numel += count
         iterations = manifest.get("iterations", [])
+        text = json.dumps(manifest, sort_keys=True)
         values = (
             manifest.get("workload"),
             manifest.get("workers"),
             len(iterations) if isinstance(iterations, list) else iterations,
             numel,
             time.time(),
-            json.dumps(manifest, sort_keys=True),
+            text,
         )
         with self.transaction() as cur:
             row = cur.execute("SELECT id FROM traces WHERE path=?", (resolved,)).fetchone()
             if row is None:
                 cur.execute(
-                    "INSERT INTO traces(path, workload, workers, iterations, numel, created, manifest_json)"
-                    " VALUES(?, ?, ?, ?, ?, ?, ?)",
-                    (resolved, *values),
+                    "INSERT INTO traces(path, workload, workers, iterations, numel, created, manifest_json,"
+                    " content_sha256) VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
+                    (resolved, *values, content_sha256),
                 )
                 return int(cur.lastrowid)
             cur.execute(
-                "UPDATE traces SET workload=?, workers=?, iterations=?, numel=?, created=?, manifest_json=?"
+                "UPDATE traces SET content_sha256=CASE WHEN ? IS NOT NULL THEN ? WHEN manifest_json=? THEN"
+                " content_sha256 END, workload=?, workers=?, iterations=?, numel=?, created=?, manifest_json=?"
                 " WHERE id=?",
-                (*values, row[0]),
+                (content_sha256, content_sha256, text, *values, row[0]),
             )
             return int(row[0])
 
@@ -202,9 +207,26 @@ class Queries:
                          " FROM replays r JOIN traces t ON t.id = r.trace_id ORDER BY r.created DESC, r.id DESC")
 
     def replays_of_trace(self, trace_id: int) -> list[dict[str, Any]]:
-        """The replays of one trace (id, device, status, created, config_json), newest first."""
-        return self._all("SELECT id, device, status, created, config_json FROM replays WHERE trace_id=?"
-                         " ORDER BY created DESC, id DESC", (int(trace_id),))
+        """The replays of one trace's current content (id, device, status, created, config_json), newest
+        first. A replay whose configuration records a ``content_sha256`` belongs to it when that is the
+        trace's (where the store knows the trace's); else one that records the manifest's ``trace_id``
+        when that is the current one (a trace rewritten at the same path gets a new one); one that
+        records neither is kept. A replay of files that changed since is left out: it describes other
+        gradients."""
+        trace = self._one("SELECT manifest_json, content_sha256 FROM traces WHERE id=?", (int(trace_id),))
+        if trace is None:
+            return []
+        content = trace["content_sha256"]
+        written = json.loads(trace["manifest_json"]).get("trace_id")
+
+        def current(config: Mapping[str, Any]) -> bool:
+            if content and config.get("content_sha256"):
+                return config["content_sha256"] == content
+            return "trace_id" not in config or config["trace_id"] == written
+
+        replays = self._all("SELECT id, device, status, created, config_json FROM replays WHERE trace_id=?"
+                            " ORDER BY created DESC, id DESC", (int(trace_id),))
+        return [r for r in replays if current(json.loads(r["config_json"]))]
 
     def replay_rows(self, replay_id: int, error_feedback: bool | None = None,
                     compressors: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -400,41 +422,79 @@ class Queries:
                           f" ({_marks(keys)})", (int(sweep_id), *keys))
         return {r[0] for r in rows}
 
-    def claim_scenarios(self, sweep_id: int, keys: Sequence[str], owner: str) -> set[str]:
+    def claim_scenarios(self, sweep_id: int, keys: Sequence[str], owner: str, *,
+                        lease_s: float = CLAIM_LEASE_S) -> set[str]:
         """Claim for ``owner`` (one run of the sweep, in this process) the scenarios of ``keys``
-        that are neither stored nor claimed by another owner whose process is alive, in one
-        transaction; returns the keys ``owner`` holds now (the ones it computes). The claims of
-        an owner whose process is gone (:func:`processes.liveness.pid_alive`) are dropped, all of
-        them on the sweep, so a killed run never blocks another."""
+        that are neither stored nor claimed by another owner whose claims hold, in one transaction;
+        returns the keys ``owner`` holds now (the ones it computes). An owner's claims lapse when
+        its process has provably ended or its heartbeat is older than ``lease_s`` seconds
+        (:func:`results.claims.lapsed`); those are dropped, all of them, so a killed run, a container's
+        PID 1 killed and rerun, or a stopped process never blocks another for longer than the lease.
+        Records this process's identity (:func:`processes.liveness.this_process`) and a heartbeat."""
         if not keys:
             return set()
         marks = _marks(keys)
         with self.transaction() as cur:
             stored = {r[0] for r in cur.execute(
                 f"SELECT scenario_key FROM scenarios WHERE sweep_id=? AND scenario_key IN ({marks})", (sweep_id, *keys))}
-            held = cur.execute(f"SELECT scenario_key, owner, pid FROM scenario_claims WHERE sweep_id=?"
-                               f" AND scenario_key IN ({marks}) AND owner != ?", (sweep_id, *keys, owner)).fetchall()
-            dead = {r[1] for r in held if not pid_alive(int(r[2]))}
-            cur.executemany("DELETE FROM scenario_claims WHERE sweep_id=? AND owner=?", [(sweep_id, o) for o in dead])
-            taken = {r[0] for r in held if r[1] not in dead}
-            mine = [key for key in dict.fromkeys(keys) if key not in stored and key not in taken]
+            held = cur.execute(f"SELECT c.scenario_key, o.* FROM scenario_claims c JOIN claim_owners o USING(owner)"
+                               f" WHERE c.sweep_id=? AND c.scenario_key IN ({marks}) AND c.owner != ?",
+                               (sweep_id, *keys, owner)).fetchall()
             now = time.time()
-            cur.executemany("INSERT OR REPLACE INTO scenario_claims(sweep_id, scenario_key, owner, pid, claimed)"
-                            " VALUES(?, ?, ?, ?, ?)", [(sweep_id, key, owner, os.getpid(), now) for key in mine])
+            owners = {r["owner"]: r for r in held}
+            dead = {owner for owner, r in owners.items() if lapsed(r, now, lease_s)}
+            for gone in dead:
+                cur.execute("DELETE FROM scenario_claims WHERE owner=?", (gone,))
+                cur.execute("DELETE FROM claim_owners WHERE owner=?", (gone,))
+            taken = {r["scenario_key"] for r in held if r["owner"] not in dead}
+            mine = [key for key in dict.fromkeys(keys) if key not in stored and key not in taken]
+            me = this_process()
+            cur.execute("INSERT INTO claim_owners(owner, host, boot_id, pid_ns, pid, start_ticks, heartbeat)"
+                        " VALUES(?, ?, ?, ?, ?, ?, ?) ON CONFLICT(owner) DO UPDATE SET heartbeat=excluded.heartbeat",
+                        (owner, me.host, me.boot_id, me.pid_ns, me.pid, me.start_ticks, now))
+            cur.executemany("INSERT OR REPLACE INTO scenario_claims(sweep_id, scenario_key, owner, claimed)"
+                            " VALUES(?, ?, ?, ?)", [(sweep_id, key, owner, now) for key in mine])
             return set(mine)
 
-    def scenario_claims(self, sweep_id: int, keys: Sequence[str]) -> dict[str, int]:
-        """Which of ``keys`` are claimed by a running sweep, and by which process (key → pid)."""
+    def scenario_claims(self, sweep_id: int, keys: Sequence[str], *,
+                        lease_s: float = CLAIM_LEASE_S) -> dict[str, dict[str, Any]]:
+        """Which of ``keys`` are claimed, and by whom: key → the owner (``owner``, ``host``, ``pid``,
+        ``heartbeat`` (Unix s), ``expires`` (Unix s: when its claims lapse unless it beats again)
+        and ``lapsed`` (whether they lapsed already, :func:`results.claims.lapsed`))."""
         if not keys:
             return {}
-        rows = self._rows(f"SELECT scenario_key, pid FROM scenario_claims WHERE sweep_id=? AND scenario_key IN"
-                          f" ({_marks(keys)})", (int(sweep_id), *keys))
-        return {r[0]: int(r[1]) for r in rows}
+        rows = self._rows(f"SELECT c.scenario_key, o.* FROM scenario_claims c JOIN claim_owners o USING(owner)"
+                          f" WHERE c.sweep_id=? AND c.scenario_key IN ({_marks(keys)})", (int(sweep_id), *keys))
+        now = time.time()
+        verdicts: dict[str, bool] = {}  # one look per owner, not per scenario
+        for r in rows:
+            if r["owner"] not in verdicts:
+                verdicts[r["owner"]] = lapsed(r, now, lease_s)
+        return {r["scenario_key"]: {"owner": r["owner"], "host": r["host"], "pid": int(r["pid"]),
+                                    "heartbeat": float(r["heartbeat"]), "expires": float(r["heartbeat"]) + lease_s,
+                                    "lapsed": verdicts[r["owner"]]} for r in rows}
+
+    def renew_claims(self, owner: str) -> None:
+        """The heartbeat of ``owner``'s claims: their lease starts again now."""
+        with self.transaction() as cur:
+            cur.execute("UPDATE claim_owners SET heartbeat=? WHERE owner=?", (time.time(), owner))
+
+    def claims_kept(self, owner: str, every_s: float = CLAIM_HEARTBEAT_S) -> AbstractContextManager[None]:
+        """Keep ``owner``'s claims alive while the body runs: a heartbeat every ``every_s`` seconds,
+        on a connection of its own (:func:`results.claims.heartbeat`)."""
+        @contextmanager
+        def renewer() -> Iterator[Callable[[], None]]:
+            with type(self)(self.path) as store:
+                yield lambda: store.renew_claims(owner)
+
+        return heartbeat(renewer, every_s)
 
     def release_claims(self, sweep_id: int, owner: str) -> None:
-        """Drop every claim ``owner`` holds on the sweep (its run ended, finished or not)."""
+        """Drop every claim ``owner`` holds on the sweep, and the owner (its run ended, finished or not)."""
         with self.transaction() as cur:
             cur.execute("DELETE FROM scenario_claims WHERE sweep_id=? AND owner=?", (int(sweep_id), owner))
+            cur.execute("DELETE FROM claim_owners WHERE owner=? AND owner NOT IN (SELECT owner FROM scenario_claims)",
+                        (owner,))
 
     def add_scenarios(self, sweep_id: int, rows: Iterable[Mapping[str, Any]]) -> int:
         """Insert scenario rows in one transaction, skipping keys already stored; returns the count offered."""

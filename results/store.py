@@ -1,8 +1,9 @@
 """The results store: one SQLite file that every part of the testbed writes to.
 
-Schema (version 7; all times in seconds, sizes in bytes, bandwidths in bits/s):
+Schema (version 8; all times in seconds, sizes in bytes, bandwidths in bits/s):
 
-``traces``       one row per registered trace directory (``path`` is unique).
+``traces``       one row per registered trace directory (``path`` is unique); v7 adds
+                 ``content_sha256``, the digest of its files when last read.
 ``replays``      one row per replay run of a trace; ``config_key`` identifies the
                  configuration so a rerun resumes the same replay.
 ``replay_rows``  one row per compressor call: (replay, compressor, density,
@@ -10,9 +11,13 @@ Schema (version 7; all times in seconds, sizes in bytes, bandwidths in bits/s):
 ``sweeps``       one row per simulator sweep; ``config_key`` makes reruns resume.
 ``scenarios``    one row per simulated scenario of a sweep; (sweep_id,
                  scenario_key) is the primary key, so each scenario lands once.
-``scenario_claims`` one row per scenario a running sweep is computing: its owner (one run)
-                 and that run's process id, so a second run of the same sweep waits
-                 for it instead of computing it again (a dead process's claims lapse).
+``scenario_claims`` one row per scenario a running sweep is computing and its owner (one
+                 run), so a second run of the same sweep waits for it instead of
+                 computing it again.
+``claim_owners`` one row per run holding claims: its process identity (host, boot id,
+                 PID namespace, PID, start time) and heartbeat; its claims lapse when
+                 that process has provably ended or its heartbeat is older than the
+                 lease (:mod:`results.claims`).
 ``calibrations`` fitted α (s), β (s/byte) and efficiency from emulated collectives.
 ``emulations``   one row per real emulated run (configuration, core count).
 ``collective_measurements`` measured collective times of an emulation.
@@ -29,7 +34,10 @@ error band; version 4 ``replay_rows.energy`` / ``topk_energy`` (what a call send
 squared norm, and what exact Top-k at the target density would send); version 5
 ``replay_rows.fallback`` (1 when the count guard sent the exact top-k); version 6
 ``scenario_claims``; version 7 ``convergences.sync_every`` / ``outer_compressor`` /
-``outer_density`` (a DiLoCo run's H and outer exchange; 1 and null for per-step runs). A store is
+``outer_density`` (a DiLoCo run's H and outer exchange; 1 and null for per-step runs); version 8
+``claim_owners`` (the owner's identity beyond a PID and its heartbeat; the PID moved there, v7
+claims keep their owner with an unknown identity and lapse by their lease) and
+``traces.content_sha256``. A store is
 brought up to date by :data:`MIGRATIONS`: step *n* takes a store from version
 *n - 1* to *n*; the missing steps run in order inside one transaction, so an
 upgrade either completes or leaves the file as it was.
@@ -42,9 +50,11 @@ all of a batch or none of it.
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 import stat
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -275,6 +285,33 @@ ALTER TABLE convergences ADD COLUMN outer_density REAL;
 """
 
 _V8 = """
+CREATE TABLE claim_owners (
+    owner       TEXT PRIMARY KEY,
+    host        TEXT NOT NULL,
+    boot_id     TEXT NOT NULL,
+    pid_ns      TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    start_ticks INTEGER,
+    heartbeat   REAL NOT NULL
+);
+INSERT INTO claim_owners(owner, host, boot_id, pid_ns, pid, start_ticks, heartbeat)
+    SELECT owner, '', '', '', MAX(pid), NULL, MAX(claimed) FROM scenario_claims GROUP BY owner;
+CREATE TABLE scenario_claims_v7 (
+    sweep_id     INTEGER NOT NULL REFERENCES sweeps(id),
+    scenario_key TEXT NOT NULL,
+    owner        TEXT NOT NULL REFERENCES claim_owners(owner),
+    claimed      REAL NOT NULL,
+    PRIMARY KEY (sweep_id, scenario_key)
+);
+INSERT INTO scenario_claims_v7(sweep_id, scenario_key, owner, claimed)
+    SELECT sweep_id, scenario_key, owner, claimed FROM scenario_claims;
+DROP TABLE scenario_claims;
+ALTER TABLE scenario_claims_v7 RENAME TO scenario_claims;
+CREATE INDEX scenario_claims_by_owner ON scenario_claims(sweep_id, owner);
+ALTER TABLE traces ADD COLUMN content_sha256 TEXT;
+"""
+
+_V9 = """
 CREATE TABLE step_profiles (
     id           INTEGER PRIMARY KEY,
     model        TEXT NOT NULL,
@@ -290,7 +327,7 @@ CREATE TABLE step_profiles (
 CREATE INDEX step_profiles_by_model ON step_profiles(model, device, created);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 """``MIGRATIONS[n - 1]`` is the DDL taking a store from schema version ``n - 1`` to ``n``
 (version 0 is an empty file). Append a step to change the schema; never edit one."""
 
@@ -351,23 +388,72 @@ def _enter_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
             pause_s = min(pause_s * 2, 0.05)
 
 
+def _check_link(path: Path) -> None:
+    """Refuse a symbolic link whose target does not exist: SQLite would follow it and create the
+    target, a file the user never named (or fail with a message about the link's directory)."""
+    if path.is_symlink() and not path.exists():
+        raise StoreError(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist: "
+                         "pass the store's own path, or a link to an existing store")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why the existing store at ``path`` cannot be written from here (its filesystem is mounted
+    read-only, or the file or its directory, where SQLite keeps its write-ahead log, is not
+    writable), or None when it can (or does not exist yet)."""
+    try:
+        if not path.is_file():
+            return None
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "its filesystem is mounted read-only"
+    except OSError:
+        return None
+    if not os.access(path, os.W_OK):
+        return "the file is not writable"
+    if not os.access(path.parent, os.W_OK):
+        return f"its directory {path.parent} is not writable"
+    return None
+
+
+def _connect_read_only(path: Path, timeout_s: float) -> sqlite3.Connection:
+    """A read-only connection to ``path``. A store in WAL mode needs its shared-memory file: where
+    that is missing and cannot be created (a read-only mount), the file is opened as immutable
+    (nothing can write it through this mount)."""
+    uri = f"file:{urllib.parse.quote(str(path.absolute()))}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None)
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+    return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=timeout_s, isolation_level=None)
+
+
 class Store(Queries):
     """A results store backed by one SQLite file at ``path`` (created if missing); its reads and
-    writes are the named queries of :class:`results.queries.Queries`."""
+    writes are the named queries of :class:`results.queries.Queries`. An existing store that cannot
+    be written from here (a read-only mount, a read-only file) opens read-only: every read works,
+    a write is a one-line :class:`StoreError` naming the file (``read_only`` says why, else None)."""
 
     def __init__(self, path: str | Path = DEFAULT_PATH, *, timeout_s: float = 30.0):
         self.path = Path(path)
         self.conn: sqlite3.Connection | None = None
+        self.read_only: str | None = None
         try:
             with guard(self.path):
+                _check_link(self.path)
                 if self.path.is_dir():
                     raise IsADirectoryError(errno.EISDIR, "is a directory", str(self.path))
                 _check_header(self.path)
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self.conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
+                self.read_only = _unwritable(self.path)
+                if self.read_only:
+                    self.conn = _connect_read_only(self.path, timeout_s)
+                else:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self.conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
                 self.conn.row_factory = sqlite3.Row
-                _enter_wal(self.conn, timeout_s)
-                self.conn.execute("PRAGMA synchronous=NORMAL")
+                if not self.read_only:
+                    _enter_wal(self.conn, timeout_s)
+                    self.conn.execute("PRAGMA synchronous=NORMAL")
                 self.conn.execute("PRAGMA foreign_keys=ON")
                 self._migrate()
         except BaseException:
@@ -376,7 +462,16 @@ class Store(Queries):
             raise
 
     def _migrate(self) -> None:
-        """Bring the file up to :data:`SCHEMA_VERSION`, all missing steps in one transaction."""
+        """Bring the file up to :data:`SCHEMA_VERSION`, all missing steps in one transaction (a
+        read-only store must be up to date already)."""
+        if self.read_only:
+            with guard(self.path):
+                version = _schema_version(self.conn.cursor(), self.path)
+            if version != SCHEMA_VERSION:
+                raise StoreError(f"{self.path} has schema version {version} and is read-only here "
+                                 f"({self.read_only}): this testbed reads version {SCHEMA_VERSION}; copy it "
+                                 "somewhere writable (it is upgraded when opened) and pass that --store")
+            return
         with self.transaction() as cur:
             version = _schema_version(cur, self.path)
             if version > SCHEMA_VERSION:
@@ -399,7 +494,11 @@ class Store(Queries):
         """Run the body in one ``BEGIN IMMEDIATE`` transaction; roll back on any error.
 
         SQLite and OS errors (full disk, read-only or damaged file) become one-line
-        :class:`~results.errors.StoreError`; what earlier transactions committed stays."""
+        :class:`~results.errors.StoreError`; what earlier transactions committed stays. A store
+        opened read-only refuses every write with one line."""
+        if self.read_only:
+            raise StoreError(f"cannot write to the results store {self.path}: it is read-only here "
+                             f"({self.read_only}); pass a writable --store")
         with guard(self.path):
             cur = self.conn.cursor()
             cur.execute("BEGIN IMMEDIATE")

@@ -19,6 +19,7 @@ import os
 from typing import TYPE_CHECKING
 
 from simulator import topologies
+from units import format_count
 
 if TYPE_CHECKING:
     from simulator.scenario import Scenario
@@ -95,14 +96,14 @@ def check_scenario(sc: Scenario, *, memory_budget_bytes: int = MEMORY_BUDGET_BYT
         return
     largest = _largest_nodes(sc, buckets, memory_budget_bytes, message_budget)
     gpus = f" × {sc.gpus_per_node} GPUs" if sc.gpus_per_node > 1 else ""
-    where = f"{sc.nodes:,} nodes{gpus} × {buckets} buckets ({sc.fidelity}, {sc.topology})"
+    where = f"{format_count(sc.nodes)} nodes{gpus} × {buckets} buckets ({sc.fidelity}, {sc.topology})"
     if memory > memory_budget_bytes:
-        need = f"needs ~{memory / 2**30:,.1f} GiB of memory (limit {memory_budget_bytes / 2**30:g} GiB)"
+        need = f"needs ~{format_count(memory / 2**30, 1)} GiB of memory (limit {memory_budget_bytes / 2**30:g} GiB)"
     else:
         unit = "link-level messages" if sc.fidelity == "des" else "all-gather recurrence steps"
         need = f"needs ~{work:.2g} {unit} (limit {message_budget:.2g})"
     hint = "; try --fidelity analytic" if sc.fidelity == "des" else ""
-    raise ValueError(f"{where} {need}: at most {largest:,} nodes fit{hint}")
+    raise ValueError(f"{where} {need}: at most {format_count(largest)} nodes fit{hint}")
 
 
 def max_jobs() -> int:
@@ -130,8 +131,10 @@ def check_collective(ranks: int, steps: int, *, memory_budget_bytes: int = MEMOR
     ranks would exceed the memory (~16 float64 per rank) or message budget."""
     memory, work = 16 * 8 * ranks, steps * ranks
     if memory > memory_budget_bytes:
-        raise ValueError(f"a collective over {ranks:,} ranks needs ~{memory / 2**30:,.1f} GiB of memory "
+        raise ValueError(f"a collective over {format_count(ranks)} ranks needs "
+                         f"~{format_count(memory / 2**30, 1)} GiB of memory "
                          f"(limit {memory_budget_bytes / 2**30:g} GiB)")
     if work > message_budget:
-        raise ValueError(f"a des collective over {ranks:,} ranks in {steps:,} steps needs ~{work:.2g} link-level "
+        raise ValueError(f"a des collective over {format_count(ranks)} ranks in {format_count(steps)} steps "
+                         f"needs ~{work:.2g} link-level "
                          f"messages (limit {message_budget:.2g}); use fidelity='analytic'")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compressors.messages.wire import ALLGATHER, collective
 from costs import CompressionProfile
@@ -19,6 +19,9 @@ from simulator.workload import (
     DEFAULT_FIRST_BUCKET_BYTES,
     Workload,
 )
+
+if TYPE_CHECKING:
+    from simulator import sharded
 
 TOPOLOGIES = topologies.NAMES
 FIDELITIES = ("analytic", "des")
@@ -77,6 +80,7 @@ class Scenario:
     timeline: bool = False
     compressor_options: Mapping[str, Any] = field(default_factory=dict)
     rank: int = 1
+    sharding: sharded.Sharding | None = None
 
     def __post_init__(self) -> None:
         check_count(self.nodes, "nodes")
@@ -110,6 +114,9 @@ class Scenario:
             if self.profile is None:
                 raise ValueError(f"compressor {self.compressor} needs a compression profile (replay results)")
             self.profile.cost(self.compressor, self.density)
+        from simulator import sharded  # it plans on the scenario's own helpers (simulator.iteration)
+
+        sharded.check(self)
         check_scenario(self)
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from simulator import sharded
 from simulator.des import run_des
 from simulator.iteration import Prepared, Record, prepare, run_analytic, summarize
 from simulator.scenario import Scenario
@@ -17,7 +18,9 @@ def _run(sc: Scenario) -> tuple[Prepared, Record]:
 
 
 def iteration(sc: Scenario) -> dict[str, Any]:
-    """The output fields of ``sc`` alone (no baseline, no speed-up)."""
+    """The output fields of ``sc`` alone (no baseline, no speed-up); a sharded ``sc`` by :mod:`simulator.sharded`."""
+    if sc.sharding is not None and sc.sharding.sharded:
+        return sharded.iteration(sc)
     prep, rec = _run(sc)
     result = summarize(prep, rec)
     if sc.timeline:

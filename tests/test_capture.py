@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -164,6 +167,41 @@ def test_sidco_capture_registers_the_trace(tmp_path: Path, capsys: pytest.Captur
                  "--out", str(tmp_path / "r20"), "--store", str(store_path)])
     err = capsys.readouterr().err
     assert code == 2 and "already exists" in err and len(err.strip().splitlines()) == 1
+
+
+def _bad_outs(tmp_path: Path) -> list[tuple[str, str]]:
+    (tmp_path / "a-file").write_text("x")
+    return [
+        (os.fsdecode(os.fsencode(str(tmp_path)) + b"/bad\xff"), r"bad\xff: the path is not valid UTF-8"),
+        (str(tmp_path / ("n" * 250)), "the trace directory's name is too long for this filesystem"),
+        (str(tmp_path) + "/d" * 2100, "the path is too long"),
+        (str(tmp_path / "a-file" / "t"), "a-file is a file, not a directory"),
+        (str(tmp_path / "a-file"), "a-file: already exists"),
+    ]
+
+
+def test_a_bad_out_is_refused_in_one_line_before_training_or_the_store(tmp_path: Path, capsys) -> None:
+    """--out is checked before the store is opened (so before any training): nothing is created."""
+    store = tmp_path / "r.sqlite"
+    for out, said in _bad_outs(tmp_path):
+        code = main(["capture", "--workload", "resnet20", "--iterations", "1", "--every", "1", "--out", out,
+                     "--store", str(store)])
+        err = capsys.readouterr().err
+        assert code == 2 and said in err and err.count("\n") == 1 and len(err) < 400, err[:400]
+        assert not store.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+@pytest.mark.root
+def test_an_out_on_a_read_only_mount_is_refused_before_training(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", 'mount --bind -o ro "$1" "$1" && shift && exec "$@"', "sh",
+                           str(folder), sys.executable, "-m", "sidco", "capture", "--workload", "resnet20",
+                           "--iterations", "1", "--every", "1", "--out", str(folder / "t"),
+                           "--store", str(tmp_path / "r.sqlite")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and f"{folder} is on a filesystem mounted read-only" in done.stderr, done.stderr
+    assert not (tmp_path / "r.sqlite").exists()
 
 
 def test_sidco_capture_help_states_units(capsys: pytest.CaptureFixture) -> None:

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import time
 import tracemalloc
+from decimal import Decimal
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import simulator
 from sidco.cli import main
 from simulator import limits, plans
 from simulator.links import Fabric, Level
-from units import parse_list
+from units import PLAIN_COUNT_BELOW, format_count, parse_list
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +185,23 @@ def test_emulated_workers_are_bounded(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "emulated workers fit" in err
     assert not store.exists()
+
+
+def test_a_node_count_of_1e308_is_named_as_1e308_not_309_digits(resnet50):
+    for nodes in (10**308, int(1e308)):
+        with pytest.raises(ValueError) as info:
+            simulator.Scenario(resnet50, nodes, 10e9, 50e-6, fidelity="analytic")
+        message = str(info.value)
+        assert message.startswith("1e308 nodes × ") and len(message) < 200, message[:300]
+        assert "e302 GiB of memory" in message
+
+
+@given(st.one_of(st.integers(min_value=-(10**400), max_value=10**400),
+                 st.floats(allow_nan=False, allow_infinity=False)))
+def test_a_count_prints_in_full_below_1e15_and_in_exponent_form_above(value):
+    text = format_count(value)
+    if abs(value) < PLAIN_COUNT_BELOW:
+        assert float(text.replace(",", "")) == pytest.approx(round(value), abs=0.5)
+    else:
+        assert "e" in text and len(text) <= 10
+        assert abs(Decimal(text) / Decimal(value) - 1) < Decimal("5e-3")

@@ -83,12 +83,15 @@ def test_every_compare_row_carries_its_memory(tmp_path):
     from results.store import Store
 
     request = with_baselines(Request(Cluster(2, 100e9, 50e-6, options={"gpus_per_node": 8}), model="llama-3.2-1b",
-                                     device="h100", compressors=("topk",), densities=(0.01,)))
+                                     device="h100", compressors=("topk",), densities=(0.01,), batch_size=1))
     with Store(tmp_path / "r.sqlite") as store:
         _, rows = compare(store, project.resolve(request))
-    numel = llm.parameter_count(llm.load("llama-3.2-1b"))
+    config = llm.load("llama-3.2-1b")
+    numel = llm.parameter_count(config)
+    activations = memory.activation_bytes(config.layers, config.hidden, config.vocab, 4096, 1)
     by = {r["label"]: r for r in rows}
-    assert by["none"]["memory_gib"] == by["fp16"]["memory_gib"] == pytest.approx(20 * numel / 2**30)
-    assert by["topk@0.01"]["memory_gib"] == pytest.approx(24 * numel / 2**30)
+    assert by["none"]["memory_gib"] == by["fp16"]["memory_gib"] == pytest.approx((20 * numel + activations) / 2**30)
+    assert by["topk@0.01"]["memory_gib"] == pytest.approx((24 * numel + activations) / 2**30)
+    assert by["none"]["activations_counted"] is True
     assert by["powersgd"]["memory_gib"] > by["topk@0.01"]["memory_gib"]
     assert all(r["fits"] is True for r in rows)

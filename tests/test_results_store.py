@@ -105,7 +105,7 @@ def test_fresh_store_has_the_same_schema_as_an_upgraded_one(tmp_path):
         assert names == [r[0] for r in old.conn.execute(tables)]
         for name in names:
             assert _columns(new.conn, name) == _columns(old.conn, name), name
-    assert SCHEMA_VERSION == 8
+    assert SCHEMA_VERSION == 9
 
 
 def test_newer_store_is_refused_with_one_line_naming_the_file(tmp_path):
@@ -225,6 +225,65 @@ def test_a_scenario_is_claimed_once_and_a_dead_processs_claims_lapse(tmp_path):
         assert child.stdout.strip() == "['e', 'f']", child.stderr
         assert set(store.scenario_claims(sweep_id, ["e", "f"])) == {"e", "f"}
         assert store.claim_scenarios(sweep_id, ["e"], "second") == {"e"}
-        assert store.scenario_claims(sweep_id, ["e", "f"]) == {"e": os.getpid()}  # every claim of the dead one went
+        holders = store.scenario_claims(sweep_id, ["e", "f"])
+        assert list(holders) == ["e"] and holders["e"]["pid"] == os.getpid()  # every claim of the dead one went
         store.release_claims(sweep_id, "first")
         assert store.claim_scenarios(sweep_id, ["b", "c", "d"], "third") == {"b", "c"}
+
+
+@pytest.mark.parametrize("target", ["missing.sqlite", "no-such-dir/missing.sqlite"])
+def test_a_dangling_store_link_is_refused_and_its_target_never_created(tmp_path, target):
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(tmp_path / target)
+    with pytest.raises(StoreError) as info:
+        Store(link)
+    message = str(info.value)
+    assert "\n" not in message and str(link) in message and "does not exist" in message
+    assert not (tmp_path / target).exists() and not (tmp_path / "no-such-dir").exists()
+    Store(tmp_path / "real.sqlite").close()
+    (tmp_path / "good.sqlite").symlink_to(tmp_path / "real.sqlite")
+    with Store(tmp_path / "good.sqlite") as store:  # a link to a store is a store
+        assert store.read_only is None and store.get_meta("schema_version") == str(SCHEMA_VERSION)
+
+
+READ_ONLY_MOUNT = """
+import sys
+from results.errors import StoreError
+from results.store import Store
+with Store(sys.argv[1]) as store:
+    print(store.read_only, store.get_meta("schema_version"), len(store.query("SELECT * FROM sweeps")))
+    try:
+        store.pin_meta("x", "y")
+    except StoreError as exc:
+        print(exc)
+"""
+
+
+@pytest.mark.root
+def test_a_store_on_a_read_only_mount_is_read_and_a_write_is_one_line(tmp_path):
+    """On a read-only bind mount (its own mount namespace) a store cleanly closed in WAL mode, with no
+    write-ahead files beside it, opens: its rows read, a write is one line naming the file."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    with Store(folder / "r.sqlite") as store:
+        store.get_or_create("sweeps", {"ro": 1}, total=1)
+    assert sorted(p.name for p in folder.iterdir()) == ["r.sqlite"]
+    script = tmp_path / "read.py"
+    script.write_text(READ_ONLY_MOUNT)
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", 'mount --bind -o ro "$1" "$1" && exec "$2" "$3" "$4"',
+                           "sh", str(folder), sys.executable, str(script), str(folder / "r.sqlite")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-500:]
+    first, second = done.stdout.strip().splitlines()
+    assert first == f"its filesystem is mounted read-only {SCHEMA_VERSION} 1"
+    assert second.startswith(f"cannot write to the results store {folder / 'r.sqlite'}: it is read-only here")
+    compare = subprocess.run(["unshare", "--mount", "sh", "-c", 'mount --bind -o ro "$1" "$1" && shift && exec "$@"',
+                              "sh", str(folder), sys.executable, "-m", "sidco", "compare", "--layout", "resnet50",
+                              "--device", "a100", "--nodes", "8", "--bandwidth", "10Gbit", "--compressors", "topk",
+                              "--densities", "0.01", "--store", str(folder / "r.sqlite"), "--json"],
+                             capture_output=True, text=True, timeout=120)
+    assert compare.returncode == 0 and compare.stdout.lstrip().startswith("{"), compare.stderr[-500:]
+    assert sorted(p.name for p in folder.iterdir()) == ["r.sqlite"]

@@ -17,6 +17,7 @@ from sidco.cli import main
 from results.store import Store
 from pipeline.request import pair
 from simulator.sweep import Grid, scenario_key
+from killing import kill_while_claiming
 
 SIDCO = [sys.executable, "-m", "sidco"]
 PAIRS = [("topk", 0.01), ("topk", 0.001), ("sidco-e", 0.01), ("sidco-e", 0.001)]
@@ -334,29 +335,7 @@ def test_claims_left_by_a_killed_sweep_do_not_block_its_twin(tmp_path):
     """A sweep killed with SIGKILL while it holds claims leaves them in the store; the same sweep
     run again takes them over (their process is gone) and finishes, computing only what is missing."""
     store = tmp_path / "r.sqlite"
-    proc = subprocess.Popen(SIDCO + TWIN_SWEEP + ["--store", str(store)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    claims = seen = 0
-    deadline = time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline and proc.poll() is None and not (claims and seen):
-            time.sleep(0.02)
-            try:
-                with sqlite3.connect(store, timeout=1) as conn:
-                    claims = conn.execute("SELECT COUNT(*) FROM scenario_claims").fetchone()[0]
-                    seen = conn.execute("SELECT COUNT(*) FROM scenarios").fetchone()[0]
-                conn.close()
-            except sqlite3.OperationalError:
-                continue
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    with sqlite3.connect(store) as conn:
-        left = conn.execute("SELECT COUNT(*) FROM scenario_claims WHERE scenario_key NOT IN"
-                            " (SELECT scenario_key FROM scenarios)").fetchone()[0]
-        seen = conn.execute("SELECT COUNT(*) FROM scenarios").fetchone()[0]
-    conn.close()
-    assert left > 0 and seen < TWIN_TOTAL, proc.stderr.read().decode()[-500:]
+    seen = kill_while_claiming(SIDCO + TWIN_SWEEP + ["--store", str(store)], store, TWIN_TOTAL)
     done = subprocess.run(SIDCO + TWIN_SWEEP + ["--store", str(store), "--json"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-500:]

@@ -184,6 +184,28 @@ def test_shape_mismatch(small: traces.Trace) -> None:
     _expect(small.path, r"shape \[60\], manifest layers sum to \[66\]")
 
 
+@pytest.mark.parametrize("name, said", [
+    ("x" * 10_000_000, r"layer 1 name 'x{40}'… is 10,000,000 characters long, over the limit of 1,024"),
+    ("a.weight", r"layer 1 name 'a.weight' repeats an earlier layer's"),
+    ("", r"layer 1 has no name"),
+    (7, r"layer 1 has no name")])
+def test_a_ten_megabyte_or_repeated_layer_name_is_refused_in_one_short_line(small: traces.Trace, name, said) -> None:
+    data = _manifest(small.path)
+    data["layers"][1]["name"] = name
+    (small.path / MANIFEST).write_text(json.dumps(data))
+    with pytest.raises(traces.TraceError, match=said) as info:
+        traces.open(small.path)
+    assert len(str(info.value)) < 300 + len(str(small.path)) and str(small.path) in str(info.value)
+
+
+def test_the_writer_refuses_a_repeated_or_overlong_layer_name(tmp_path: Path) -> None:
+    for layers, said in (([("w", (2,)), ("w", (3,))], "layer 1 name 'w' repeats"),
+                         ([("w" * 2000, (2,))], "layer 0 name 'w{40}'… is 2,000 characters long")):
+        with pytest.raises(ValueError, match=said):
+            traces.synthetic(tmp_path / "t", "laplace", numel=sum(math.prod(s) for _, s in layers), layers=layers)
+        assert not (tmp_path / "t").exists()
+
+
 def test_inconsistent_layer_offsets(small: traces.Trace) -> None:
     data = _manifest(small.path)
     data["layers"][1]["offset"] = 3

@@ -18,6 +18,7 @@ from machine.device import available_memory, resolve as resolve_device
 
 from traces import workloads
 from traces.errors import TraceError
+from traces.format import check_out
 from traces.reader import Trace
 from traces.recorder import Recorder
 
@@ -77,8 +78,11 @@ def check_batch_memory(work: workloads.Workload) -> None:
 
 
 def check_request(workload: str, *, workers: int, iterations: int, every: int, device: str,
-                  width: float | None = None, batch_size: int | None = None, lr: float | None = None) -> str:
+                  width: float | None = None, batch_size: int | None = None, lr: float | None = None,
+                  out: str | os.PathLike[str] | None = None, overwrite: bool = False) -> str:
     """Check a capture's arguments before anything is built or written; return the device name.
+    ``out``, when given, is the trace directory to write (:func:`traces.format.check_out`, with
+    ``overwrite``).
 
     Raises :class:`TraceError` (one line) naming the first bad argument."""
     if workload not in workloads.SPECS:
@@ -98,6 +102,8 @@ def check_request(workload: str, *, workers: int, iterations: int, every: int, d
     except ValueError as exc:
         raise TraceError(str(exc)) from None
     check_memory(workload, width, workers, device)
+    if out is not None:
+        check_out(out, overwrite=overwrite)
     return device
 
 

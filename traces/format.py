@@ -45,14 +45,37 @@ def worker_key(worker: int) -> str:
     return f"worker_{worker}"
 
 
+MAX_LAYER_NAME_CHARS = 1024
+"""The longest layer name a trace holds (characters; a parameter's dotted name is far shorter)."""
+
+
+def layer_name_problem(name: object, seen: set[str]) -> str | None:
+    """The one rule of a trace's layer names: a string of 1 to :data:`MAX_LAYER_NAME_CHARS` characters,
+    each name once in a trace (``seen``: the names before it, to which ``name`` is added). Returns what
+    is wrong (one line, the name cut to 40 characters) or None."""
+    if not isinstance(name, str) or not name:
+        return "has no name (a non-empty string)"
+    if len(name) > MAX_LAYER_NAME_CHARS:
+        return f"name {name[:40]!r}… is {len(name):,} characters long, over the limit of {MAX_LAYER_NAME_CHARS:,}"
+    if name in seen:
+        return f"name {name[:40]!r} repeats an earlier layer's (each layer is named once)"
+    seen.add(name)
+    return None
+
+
 def layer_entries(layers: Sequence[tuple[str, Sequence[int], str]]) -> list[dict[str, Any]]:
     """Manifest entries (name, shape, dtype, offset, numel) for ``(name, shape, dtype)`` triples.
 
-    ``offset`` and ``numel`` count elements of the flattened gradient.
+    ``offset`` and ``numel`` count elements of the flattened gradient. ValueError (one line) for a
+    name :func:`layer_name_problem` refuses.
     """
     entries = []
     offset = 0
-    for name, shape, dtype in layers:
+    seen: set[str] = set()
+    for index, (name, shape, dtype) in enumerate(layers):
+        problem = layer_name_problem(str(name), seen)
+        if problem:
+            raise ValueError(f"layer {index} {problem}")
         numel = 1
         for dim in shape:
             numel *= int(dim)
@@ -122,6 +145,64 @@ def _write_error(out_dir: Path, what: str, exc: BaseException) -> TraceError:
     return TraceError(f"{out_dir}: cannot write {what} ({reason}); nothing was kept: {fix}")
 
 
+SIBLING_NAME_EXTRA = 40
+"""Characters the writer adds to the trace directory's name for its siblings (``.NAME.PID.XXXXXXXX.partial``
+while writing, ``.NAME.<32 hex>.old`` while replacing): the name must leave them room."""
+
+
+def _shown(path: str) -> str:
+    """``path`` printable in one line whatever its bytes (undecodable ones as ``\\xff``)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def check_out(out_dir: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    """The checks of a trace's ``--out`` that need no training, run before any: a UTF-8 path (the
+    results store records it as text), a name the filesystem takes with the writer's sibling suffixes,
+    an absolute path within the system's limit, nothing in the way (an existing path only as a trace
+    to ``overwrite``), and a nearest existing folder that is a directory, writable, on a filesystem
+    mounted read-write. Returns the path; :class:`TraceError` (one line naming it) otherwise."""
+    text = os.fsdecode(out_dir)
+    shown = _shown(text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TraceError(f"{shown}: the path is not valid UTF-8 (the results store records it as text); "
+                         "choose a UTF-8 name") from None
+    path = Path(text)
+    absolute = os.path.abspath(text)
+    nearest = next((p for p in (Path(absolute), *Path(absolute).parents) if os.path.lexists(p)), Path("/"))
+    folder = nearest if nearest != Path(absolute) else Path(absolute).parent
+    try:
+        name_max = os.pathconf(folder if folder.is_dir() else "/", "PC_NAME_MAX")
+        path_max = os.pathconf(folder if folder.is_dir() else "/", "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    longest = max((len(os.fsencode(part)) for part in Path(absolute).parts), default=0)
+    if len(os.fsencode(path.name)) + SIBLING_NAME_EXTRA > name_max or longest > name_max:
+        raise TraceError(f"{shown[:80]}…: the trace directory's name is too long for this filesystem (at most "
+                         f"{name_max - SIBLING_NAME_EXTRA} bytes, the writer adds up to {SIBLING_NAME_EXTRA} to it "
+                         "while writing); choose a shorter --out")
+    if len(os.fsencode(absolute)) + SIBLING_NAME_EXTRA + len(iteration_file(0)) + 1 >= path_max:
+        raise TraceError(f"{shown[:80]}…: the path is too long ({len(os.fsencode(absolute)):,} bytes, at most "
+                         f"{path_max - SIBLING_NAME_EXTRA - len(iteration_file(0)) - 2:,}); choose a shorter --out")
+    if os.path.lexists(path):
+        if not overwrite:
+            raise TraceError(f"{shown}: already exists (choose another path, or overwrite: --force)")
+        if not (path / MANIFEST).is_file():
+            raise TraceError(f"{shown}: exists and is not a trace directory; refusing to overwrite it")
+    if not nearest.is_dir() and nearest != Path(absolute):
+        raise TraceError(f"{shown}: {_shown(str(nearest))} is a file, not a directory; choose another --out")
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only:
+        raise TraceError(f"{shown}: {_shown(str(folder))} is on a filesystem mounted read-only; choose another --out")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise TraceError(f"{shown}: {_shown(str(folder))} is not writable; choose another --out")
+    return path
+
+
 class TraceWriter:
     """Writes one trace directory; nothing appears at ``out_dir`` until :meth:`close`.
 
@@ -141,12 +222,7 @@ class TraceWriter:
     ) -> None:
         if workers < 1:
             raise TraceError(f"{out_dir}: workers must be >= 1, got {workers}")
-        self.out_dir = Path(out_dir)
-        if self.out_dir.exists():
-            if not overwrite:
-                raise TraceError(f"{self.out_dir}: already exists (choose another path, or overwrite: --force)")
-            if not (self.out_dir / MANIFEST).is_file():
-                raise TraceError(f"{self.out_dir}: exists and is not a trace directory; refusing to overwrite it")
+        self.out_dir = check_out(out_dir, overwrite=overwrite)
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
         self.workload = workload
         self.layers = layer_entries(layers)

@@ -9,6 +9,7 @@ worker's tensor.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import math
 import os
@@ -23,11 +24,16 @@ from safetensors import safe_open
 
 from traces.errors import TraceError
 from traces.files import file_kind
-from traces.format import FORMAT_NAME, MANIFEST, SCHEMA_VERSION, worker_key
+from traces.format import FORMAT_NAME, MANIFEST, SCHEMA_VERSION, layer_name_problem, worker_key
 from units import check_count
 
 _TIMING_KEYS = ("forward_s", "backward_s", "optimizer_s", "batch_size", "device")
 _MAX_HEADER_BYTES = 100_000_000
+
+_DIGESTS: dict[tuple, str] = {}
+"""Content digests this process computed, by the (path, size, mtime in ns, inode) of every file."""
+_DIGESTS_KEPT = 64
+"""Digests kept at most (the oldest goes first)."""
 
 
 def _fail(path: Path, problem: str) -> TraceError:
@@ -93,14 +99,16 @@ def _check_layers(path: Path, manifest: Mapping[str, Any]) -> list[tuple[str, tu
         raise _fail(path, "manifest field 'layers' must be a non-empty list")
     result = []
     offset = 0
+    seen: set[str] = set()
     for index, entry in enumerate(layers):
         if not isinstance(entry, dict):
             raise _fail(path, f"layer {index} is not an object")
         name, shape = entry.get("name"), entry.get("shape")
-        if not isinstance(name, str):
-            raise _fail(path, f"layer {index} has no string name")
+        problem = layer_name_problem(name, seen)
+        if problem:
+            raise _fail(path, f"layer {index} {problem}")
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-            raise _fail(path, f"layer {name!r} has an invalid shape {shape!r}")
+            raise _fail(path, f"layer {name!r} has an invalid shape {str(shape)[:80]}")
         numel = math.prod(shape)
         if entry.get("offset") != offset or entry.get("numel") != numel:
             raise _fail(
@@ -253,6 +261,7 @@ class Trace:
             raise _fail(mpath, "manifest field 'files' names one file for several iterations: each recorded "
                                "iteration has its own file")
         self._files: dict[int, Path] = {}
+        self._content: str | None = None
         for iteration in self.iterations:
             name = files[str(iteration)]
             if not isinstance(name, str) or not name or "\0" in name or Path(name).name != name or name.startswith("."):
@@ -278,6 +287,30 @@ class Trace:
             start, end = info["data_offsets"]
             if end - start != 4 * self.numel:
                 raise _fail(fpath, f"tensor {key!r} holds {end - start} bytes, expected {4 * self.numel}")
+
+    def content_sha256(self) -> str:
+        """The SHA-256 (hex) of what the trace holds: its manifest and every gradient file, in
+        iteration order (about 0.5 GB/s; a process reads files whose size, modification time and inode
+        it already hashed only once: :data:`_DIGESTS`). Stored replays carry it, so a trace whose
+        files changed since is replayed again, never matched to the old rows."""
+        if self._content is None:
+            files = (self.path / MANIFEST, *(self._files[i] for i in self.iterations))
+            try:
+                stamp = tuple((str(f.resolve()), (st := f.stat()).st_size, st.st_mtime_ns, st.st_ino) for f in files)
+            except OSError as exc:
+                raise _fail(self.path, f"cannot read its files ({exc.strerror})") from None
+            if stamp not in _DIGESTS:
+                digest = hashlib.sha256()
+                for fpath in files:
+                    with _open_regular(fpath, fpath.name) as fh:
+                        digest.update(f"{fpath.name}\0{os.fstat(fh.fileno()).st_size}\0".encode())
+                        while chunk := fh.read(1 << 22):
+                            digest.update(chunk)
+                while len(_DIGESTS) >= _DIGESTS_KEPT:
+                    del _DIGESTS[next(iter(_DIGESTS))]
+                _DIGESTS[stamp] = digest.hexdigest()
+            self._content = _DIGESTS[stamp]
+        return self._content
 
     def file(self, iteration: int) -> Path:
         """Path of the safetensors file of recorded ``iteration``."""

@@ -14,6 +14,7 @@ in durations, where ``ms`` is milliseconds):
 
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 import re
@@ -144,6 +145,23 @@ def format_seconds(seconds: float) -> str:
     if seconds >= 1e-6:
         return f"{seconds * 1e6:.3g} µs"
     return f"{seconds * 1e9:.3g} ns"
+
+
+PLAIN_COUNT_BELOW = 1e15
+"""Counts below this print in full with thousands separators; larger ones in exponent form."""
+
+
+def format_count(value: float, decimals: int = 0) -> str:
+    """A count (nodes, messages; or a size in a named unit, ``decimals`` digits after the point) for
+    people: ``1,024`` (thousands separators) below :data:`PLAIN_COUNT_BELOW`, else the exponent form
+    with up to 3 significant digits (``1e308``, ``2.5e20``), never hundreds of digits. An int too
+    large for a float prints the same way."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if abs(value) < PLAIN_COUNT_BELOW:
+        return f"{value:,.{decimals}f}" if decimals or not isinstance(value, int) else f"{value:,}"
+    mantissa, exponent = format(decimal.Decimal(value), ".2e").split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 def check_density(value: object, what: str = "density") -> float:

@@ -33,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, default=4, help="simulated data-parallel workers (default 4)")
     parser.add_argument("--iterations", type=int, default=200, help="training steps to run (default 200)")
     parser.add_argument("--every", type=int, default=10, help="record every N-th step: N, 2N, ... (default 10)")
-    parser.add_argument("--out", required=True, help="trace directory to create")
+    parser.add_argument("--out", required=True,
+                        help="trace directory to create (a UTF-8 path in a writable folder; checked before training)")
     add_run_on_argument(parser, "training")
     parser.add_argument("--seed", type=int, default=0, help="seed of the model and the data (default 0)")
     parser.add_argument("--width", type=float, help="width multiplier of the model (default: the workload's CPU default)")
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     check_capture_request(
         args.workload, workers=args.workers, iterations=args.iterations, every=args.every, device=args.run_on,
-        width=args.width, batch_size=args.batch_size, lr=args.lr,
+        width=args.width, batch_size=args.batch_size, lr=args.lr, out=args.out, overwrite=args.force,
     )
     check_data(args.workload, args.data, args.seed)
     store = Store(args.store)  # a bad store fails here, before any training

@@ -22,7 +22,8 @@ from pipeline.costs import KERNEL_BAND_NOTE
 from pipeline.request import Request
 from pipeline.verdict import BASELINES, TIE_MARGIN, judge
 from results.store import Store
-from sidco.commands.simulate import add_latency_args, add_scenario_args, add_source_args, cluster, workload_fields
+from sidco.commands.simulate import (add_latency_args, add_parallel_args, add_scenario_args, add_source_args, cluster,
+                                    workload_fields)
 from units import format_bandwidth, format_seconds, parse_density, parse_list
 from sidco.commands import COMMANDS, dump_json
 
@@ -45,7 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             f"Top-k and where they come from: {quality.QUALITY_RULE}. The verdict weighs them: "
             f"{quality.CALL_RULE}; faster configurations it does not call are listed apart. Where the store holds "
             "a sidco converge run of the trace, the verdict ranks by time to accuracy instead and says so. "
-            "--json prints {\"verdict\": {...}, \"rows\": [...]}."
+            "With --parallel each row names the collective its compressor replaces and the time of every "
+            "collective (total and exposed), and a compressor the plan cannot run is refused with the reason. "
+            "--json prints {\"verdict\": {...}, \"rows\": [...], \"refused\": [...], \"headroom\": \"...\"}."
         ),
     )
     add_source_args(parser)
@@ -65,6 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"print every column (compute, idle and optimizer ms, achieved density, sources in full); "
                              f"the default table fits {WIDTH} columns")
     add_scenario_args(parser)
+    add_parallel_args(parser)
     parser.set_defaults(func=run, fidelity="analytic")
 
 
@@ -143,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     request = comparison.with_baselines(
         Request(cluster(args), tuple(names), tuple(parse_list(args.densities, parse_density)), **workload_fields(args)))
     asked = projection.resolve(request)  # the device resolved once; bad input stops before any store is opened
+    refused = comparison.split_refused(asked)[1]
     with Store(args.store) as store, tqdm(desc="quality", unit="call", file=sys.stderr, disable=None,
                                           leave=False) as bar:
 
@@ -154,13 +159,29 @@ def run(args: argparse.Namespace) -> int:
         asked, rows = comparison.compare(store, asked, progress=progress)
         result = judge(rows, store, asked)
     if args.json:
-        print(dump_json({"verdict": result, "rows": rows}))
+        print(dump_json({"verdict": result, "rows": rows, "refused": refused, "headroom": comparison.headroom(rows)}))
         return 0
     c = request.cluster
     say(f"{len(rows)} configurations on {c.nodes} nodes ({rows[0]['workers']} workers), {c.topology}, "
-        f"{format_bandwidth(c.bandwidth_bps)}, {format_seconds(c.latency_s)} one-way latency, fidelity {c.fidelity}; "
+        f"{format_bandwidth(c.bandwidth_bps)}, {format_seconds(c.latency_s)} one-way latency, fidelity {c.fidelity}"
+        f"{'' if args.parallel == 'ddp' else ', --parallel ' + args.parallel}; "
         f"device {asked.source.device.name}: compute from {asked.source.compute}", " " * 2)
     say(f"workload: {projection.workload_text(rows[0])}", " " * 2)
     say(f"kernel costs: {KERNEL_BAND_NOTE}", " " * 2)
     print_table(rows, result, args.wide)
+    if args.parallel != "ddp":
+        print_sharded(rows, refused)
     return 0
+
+
+def print_sharded(rows: list[dict[str, Any]], refused: list[dict[str, Any]]) -> None:
+    """What each row's compressor replaces, memory per GPU, what compression can touch and the
+    configurations the ``--parallel`` refuses (one line each)."""
+    for r in rows:
+        fits = "" if r.get("fits") is None else (" (fits)" if r["fits"] else " (DOES NOT FIT)")
+        say(f"  {r['label']:<16} replaces {r['collective']}; {r['memory_gib']:.1f} GiB per GPU{fits}", " " * 4)
+    touch = comparison.headroom(rows)
+    if touch:
+        say(f"headroom: {touch}", " " * 2)
+    for r in refused:
+        say(f"refused: {r['label']}: {r['refused']}", " " * 2)

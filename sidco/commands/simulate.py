@@ -16,8 +16,8 @@ from pipeline import quality
 from pipeline.catalog import BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES, model_names
 from pipeline.project import check_output_path, write_chrome_trace
 from pipeline.costs import KERNEL_BAND_NOTE
-from pipeline.request import (DEVICE_RULE, LATENCY_HELP, RTT_HELP, Cluster, Request, modelled_devices,
-                              one_way_latencies, takes_density)
+from pipeline.request import (DEVICE_RULE, DTYPE_CHOICES, LATENCY_HELP, PARALLEL_CHOICES, RTT_HELP, Cluster, Request,
+                              modelled_devices, one_way_latencies, sharding, takes_density)
 from pipeline.verdict import judge
 from results.store import Store
 from sidco.commands import COMMANDS, add_calibration_argument, add_store_argument, dump_json
@@ -118,6 +118,35 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
 
 
+def add_parallel_args(parser: argparse.ArgumentParser) -> None:
+    """The ``--parallel`` family: how data parallelism holds and exchanges the model states."""
+    parser.add_argument("--parallel", choices=PARALLEL_CHOICES, default="ddp",
+                        help="ddp (default: full replicas, gradient all-reduce in buckets), fsdp (PyTorch FSDP2 = "
+                             "ZeRO-3: per-block parameter all-gather in forward and again in backward, gradient "
+                             "reduce-scatter), hsdp (FSDP inside a shard group, gradient-shard all-reduce across "
+                             "groups), zero1 / zero2 (DeepSpeed: optimizer states, and gradients, sharded; "
+                             "all-reduce / reduce-scatter of gradients and an all-gather of the updated "
+                             "parameters once per step). Needs --topology ring or hierarchical; docs/model.md")
+    parser.add_argument("--shard-size", default=None, metavar="N",
+                        help="hsdp: GPUs per shard group (default one node, --gpus-per-node); a divisor of a "
+                             "node's GPUs or a multiple of them")
+    parser.add_argument("--reduce-dtype", choices=DTYPE_CHOICES, default="fp32",
+                        help="sharded: the dtype gradients are reduce-scattered and all-reduced in (default fp32, "
+                             "torchtitan's; fp16/bf16 compressors send 2 bytes an element whatever this is)")
+    parser.add_argument("--param-dtype", choices=DTYPE_CHOICES, default="bf16",
+                        help="sharded: the dtype parameters are all-gathered in (default bf16; fp8: FSDP2's float8 "
+                             "all-gather as torchao ships it, or ZeRO++'s quantized weights)")
+    parser.add_argument("--micro-batch", default=None, metavar="N",
+                        help="sequences per accumulation step; --batch-size (per GPU per optimizer step) is split "
+                             "into --batch-size/N micro-batches (default: one). fsdp/hsdp gather parameters and "
+                             "reduce gradients every micro-batch, zero2 reduce-scatters every micro-batch, zero1 "
+                             "all-reduces once per step; under ddp it sets the activations' memory only")
+    parser.add_argument("--checkpointing", action="store_true",
+                        help="activation checkpointing per block: activations' memory 2*s*b*h a layer instead of "
+                             "34*s*b*h (Korthikanti et al. 2022), and sharded plans recompute each block's forward "
+                             "in backward")
+
+
 def parse_jitter(text: str) -> float | str:
     """``--jitter``: a coefficient of variation ≥ 0, or ``trace`` (the workload's measured one)."""
     if str(text).strip() == "trace":
@@ -150,6 +179,15 @@ def scenario_options(args: argparse.Namespace) -> dict[str, Any]:
         "straggler_slowdown": args.straggler_slowdown,
         "seed": args.seed,
     }
+
+
+def sharding_option(args: argparse.Namespace) -> dict[str, Any]:
+    """``{"sharding": ...}`` from the ``--parallel`` family, or nothing for plain DDP with every default."""
+    chosen = sharding(args.parallel, shard_size=None if args.shard_size is None else positive_int(args.shard_size,
+                      "--shard-size"), reduce_dtype=args.reduce_dtype, param_dtype=args.param_dtype,
+                      micro_batch=None if args.micro_batch is None else positive_int(args.micro_batch, "--micro-batch"),
+                      checkpointing=args.checkpointing, batch_size=positive_int(args.batch_size, "--batch-size"))
+    return {} if chosen is None else {"sharding": chosen}
 
 
 def workload_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -195,8 +233,10 @@ def one_way_latency(args: argparse.Namespace) -> float:
 
 def cluster(args: argparse.Namespace) -> Cluster:
     """The cluster of ``--nodes``, ``--bandwidth``, ``--latency`` or ``--rtt``, ``--topology``, ``--fidelity``,
-    ``--rank`` (where the command has it) and the shared scenario options."""
+    ``--rank`` and the ``--parallel`` family (where the command has them) and the shared scenario options."""
     options = scenario_options(args)
+    if getattr(args, "parallel", None) is not None:
+        options.update(sharding_option(args))
     if getattr(args, "rank", None) is not None:
         options["rank"] = positive_int(args.rank, "--rank")
     return Cluster(positive_int(args.nodes, "--nodes"), parse_bandwidth(args.bandwidth), one_way_latency(args),
@@ -231,6 +271,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeline", metavar="OUT.json",
                         help="write the iteration as Chrome/Perfetto trace JSON (open in ui.perfetto.dev)")
     add_scenario_args(parser)
+    add_parallel_args(parser)
     parser.set_defaults(func=run, fidelity="des")
 
 
@@ -255,6 +296,13 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: Clu
     if result.get("cost_source"):
         low, high = result["cost_band"]
         print(f"  costs from     {result['cost_source']} (band x{low:.2f}-{high:.2f}; {KERNEL_BAND_NOTE})")
+    if "parallel" in result:
+        print(f"  parallel       {result['parallel']}, shard group {result['shard_size']} GPUs, "
+              f"{result['micro_batches']} micro-batch(es); {args.compressor} replaces the {result['collective']}")
+        for name, c in result["collectives"].items():
+            print(f"  {name:<40} {format_seconds(c['total_s'])} ({format_seconds(c['exposed_s'])} exposed), "
+                  f"{format_bytes(c['bytes_per_gpu'])} sent per GPU, {c['count']} per step"
+                  + (", compressed" if c["compressed"] else ""))
     if "verdict" in result:
         print(f"verdict: {result['verdict']['text']}")
 

@@ -158,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
                 done = pipeline.sweep.run(
                     store, asked, grid, executor, fidelity=args.fidelity, options=options, chunk_size=chunk_size,
                     in_flight=2 * slots, started=started, progress=progress,
+                    waiting=lambda text: tqdm.write(text, file=sys.stderr),
                 )
         finally:
             for bar in bars:

@@ -1,0 +1,258 @@
+"""Sharded data parallelism (simulator.sharded): collectives' bytes per step against closed forms, each
+collective's step program against its closed form, analytic against des, refusals, memory, the doors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from costs import CompressionCost, CompressionProfile, memory
+from pipeline.request import sharding
+from sidco.cli import main
+from simulator import Scenario, simulate
+from simulator.links import Fabric, Level
+from simulator.sharded import (DTYPE_BYTES, Sharding, group_phase, refusal, replicate_group, shard_group,
+                               units, working_numel)
+from simulator.workload import Layer, Workload
+
+PROFILE = CompressionProfile({("topk", 0.01): CompressionCost(1e-4, 2e-10, 5e-5, 1e-10, (0.02, 0.02)),
+                               ("bf16", 1.0): CompressionCost(1e-5, 1e-11, 1e-5, 1e-11, (0.5, 0.5))}, "test")
+INTRA = Level(300e9, 2e-6)
+LINK = Level(12.5e9, 50e-6)
+
+
+def toy(blocks: int = 4, width: int = 256, vocab: int = 1000, batch: int = 4) -> Workload:
+    """A transformer-shaped workload: an embedding, ``blocks`` blocks of two matrices and a norm, a head."""
+    layers = [Layer("model.embed_tokens.weight", 4 * vocab * width, 1e-4, (vocab, width))]
+    for i in range(blocks):
+        layers += [Layer(f"model.layers.{i}.attn.weight", 4 * width * width, 2e-3, (width, width)),
+                   Layer(f"model.layers.{i}.mlp.weight", 4 * 4 * width * width, 6e-3, (4 * width, width)),
+                   Layer(f"model.layers.{i}.norm.weight", 4 * width, 1e-5, (width,))]
+    layers.append(Layer("lm_head.weight", 4 * vocab * width, 3e-3, (vocab, width)))
+    return Workload(tuple(layers), forward_s=0.5 * sum(x.backward_s for x in layers), optimizer_s=1e-3,
+                    batch_size=batch)
+
+
+def run(wl: Workload, parallel: str, fidelity: str = "analytic", nodes: int = 4, gpus: int = 8, **kw) -> dict:
+    held = Sharding(parallel, **kw)
+    sc = Scenario(wl, nodes, 100e9, 50e-6, topology="hierarchical", gpus_per_node=gpus, fidelity=fidelity,
+                  sharding=held)
+    return simulate(sc)
+
+
+def test_units_are_the_root_and_the_blocks():
+    found = units(toy(blocks=3))
+    assert [u.name for u in found] == ["root", "block 0", "block 1", "block 2"]
+    assert found[0].numel == 2 * 1000 * 256 and found[1].numel == 5 * 256 * 256 + 256
+    assert sum(u.forward_s for u in found) == pytest.approx(toy(blocks=3).forward_s)
+    assert working_numel(toy(blocks=3)) == (2 * 1000 * 256 + 2 * found[1].numel, 2 * 1000 * 256 + found[1].numel)
+
+
+@pytest.mark.parametrize("micro", [None, 2])
+@pytest.mark.parametrize("param_dtype", ["bf16", "fp8"])
+def test_fsdp_bytes_per_step_are_the_closed_form(micro, param_dtype):
+    """All-gather: 2 × params × param bytes × (p−1)/p per GPU with resharding (the root, never resharded
+    between forward and backward, once); reduce-scatter: params × reduce bytes × (p−1)/p; per micro-batch."""
+    wl = toy()
+    found = units(wl)
+    psi, root = sum(u.numel for u in found), sum(u.numel for u in found if u.root)
+    p, k = 32, 1 if micro is None else 4 // micro
+    r = run(wl, "fsdp", micro_batch=micro, param_dtype=param_dtype)
+    share = (p - 1) / p
+    ag = r["collectives"]["all-gather (parameters)"]
+    rs = r["collectives"]["reduce-scatter (gradients)"]
+    assert ag["bytes_per_gpu"] == pytest.approx(k * (2 * psi - root) * DTYPE_BYTES[param_dtype] * share)
+    assert rs["bytes_per_gpu"] == pytest.approx(k * psi * 4 * share)
+    assert ag["count"] == k * (2 * len(found) - 1) and rs["count"] == k * len(found)
+    assert r["micro_batches"] == k and ag["per"] == ("micro-batch" if k > 1 else "step")
+
+
+def test_hsdp_replicate_all_reduce_is_the_gradient_shard():
+    wl = toy()
+    psi = sum(u.numel for u in units(wl))
+    r = run(wl, "hsdp", reduce_dtype="bf16")  # shard group: one node of 8, 4 replicas
+    ar = r["collectives"]["all-reduce (replicate, gradient shard)"]
+    assert ar["bytes_per_gpu"] == pytest.approx(2 * 3 / 4 * psi / 8 * 2)
+    rs = r["collectives"]["reduce-scatter (gradients)"]
+    assert rs["bytes_per_gpu"] == pytest.approx(psi * 2 * 7 / 8)
+    assert r["shard_size"] == 8 and r["collective"] == "all-reduce (replicate, gradient shard)"
+
+
+@pytest.mark.parametrize("parallel", ["zero1", "zero2"])
+def test_zero_reduces_and_gathers_the_updated_parameters_once(parallel):
+    wl = toy()
+    psi = sum(u.numel for u in units(wl))
+    r = run(wl, parallel, micro_batch=1)  # 4 micro-batches
+    share = 31 / 32
+    gather = r["collectives"]["all-gather (updated parameters)"]
+    assert gather["count"] == 1 and gather["bytes_per_gpu"] == pytest.approx(psi * 2 * share)
+    if parallel == "zero1":
+        ar = r["collectives"]["all-reduce (gradients)"]
+        assert ar["per"] == "step" and ar["bytes_per_gpu"] == pytest.approx(2 * share * psi * 4)
+    else:
+        rs = r["collectives"]["reduce-scatter (gradients)"]
+        assert rs["per"] == "micro-batch" and rs["bytes_per_gpu"] == pytest.approx(4 * psi * 4 * share)
+
+
+@pytest.mark.parametrize("parallel", ["fsdp", "hsdp", "zero1", "zero2"])
+def test_the_breakdown_sums_to_the_step_and_exposed_is_within_total(parallel):
+    r = run(toy(), parallel, checkpointing=True)
+    parts = r["forward_s"] + r["backward_s"] + r["compress_s"] + r["exposed_comm_s"] + r["idle_s"] + r["optimizer_s"]
+    assert parts == pytest.approx(r["iteration_s"], rel=1e-9)
+    for c in r["collectives"].values():
+        assert 0 <= c["exposed_s"] <= c["total_s"] + 1e-12
+
+
+def test_checkpointing_recomputes_each_block_forward():
+    wl = toy()
+    blocks = sum(u.forward_s for u in units(wl) if not u.root)
+    assert run(wl, "fsdp", checkpointing=True)["backward_s"] == pytest.approx(
+        run(wl, "fsdp")["backward_s"] + blocks)
+
+
+@pytest.mark.parametrize("parallel", ["zero1", "zero2", "hsdp", "fsdp"])
+def test_analytic_and_des_model_the_same_plan(parallel):
+    """Same plan, same collectives: equal where the streams do not meet on a link (ZeRO), and where they
+    do (FSDP's all-gather and reduce-scatter on one NIC) des queues them, so it is never faster."""
+    wl = toy()
+    a, d = run(wl, parallel), run(wl, parallel, "des")
+    assert {k: v["bytes_per_gpu"] for k, v in a["collectives"].items()} == {
+        k: v["bytes_per_gpu"] for k, v in d["collectives"].items()}
+    if parallel.startswith("zero"):
+        assert d["iteration_s"] == pytest.approx(a["iteration_s"], rel=1e-6)
+    else:
+        assert a["iteration_s"] * (1 - 1e-9) <= d["iteration_s"] <= 1.5 * a["iteration_s"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([(1, 1), (4, 1), (2, 4), (4, 8), (3, 2)]), st.sampled_from(["allreduce", "reduce_scatter",
+       "allgather"]), st.integers(0, 3), st.floats(1e3, 1e9), st.booleans())
+def test_a_collective_on_its_groups_runs_as_its_closed_form(cluster, kind, which, nbytes, replicate):
+    """Every group shape's step program on the link engine (all groups at once) takes its closed form."""
+    nodes, gpus = cluster
+    sizes = sorted({s for s in (1, 2, gpus, 2 * gpus, nodes * gpus) if s <= gpus and gpus % s == 0
+                    or s % gpus == 0 and (nodes * gpus) % s == 0})
+    size = sizes[which % len(sizes)]
+    group = replicate_group(size, gpus, nodes) if replicate else shard_group(size, gpus)
+    phase = group_phase(kind, nbytes, group, nodes, gpus, LINK, INTRA)
+    fabric = Fabric(nodes * gpus, LINK, gpus=gpus, intra=INTRA)
+    finish = fabric.run(phase.plan, phase.nbytes, np.zeros(nodes * gpus), phase.sizes, link=phase.link)
+    assert float(finish.max()) == pytest.approx(phase.analytic_s, rel=1e-9, abs=1e-12)
+
+
+def test_sparsifiers_are_refused_where_they_cannot_be_summed():
+    assert refusal("fsdp", "topk") and "reduce-scatter" in refusal("fsdp", "topk")
+    assert refusal("fsdp", "powersgd") and refusal("zero2", "sidco-e") and refusal("zero1", "topk")
+    assert refusal("hsdp", "topk") is None and refusal("fsdp", "bf16") is None and refusal("ddp", "topk") is None
+    wl = toy()
+    with pytest.raises(ValueError, match="fsdp"):
+        Scenario(wl, 4, 100e9, 50e-6, "topk", 0.01, topology="hierarchical", gpus_per_node=8,
+                 profile=PROFILE, sharding=Sharding("fsdp"))
+
+
+def test_a_quantizer_halves_the_reduce_scatter_and_a_sparsifier_the_replicate_all_reduce():
+    wl = toy()
+
+    def one(compressor, density=None):
+        return simulate(Scenario(wl, 4, 100e9, 50e-6, compressor, density, topology="hierarchical", gpus_per_node=8,
+                                 profile=None if compressor == "none" else PROFILE, sharding=Sharding("hsdp")))
+
+    none, bf16, topk = one("none"), one("bf16", 1.0), one("topk", 0.01)
+    rs = "reduce-scatter (gradients)"
+    ar = "all-reduce (replicate, gradient shard)"
+    assert bf16["collectives"][rs]["bytes_per_gpu"] == pytest.approx(none["collectives"][rs]["bytes_per_gpu"] / 2)
+    assert bf16["collectives"][rs]["compressed"] and not topk["collectives"][rs]["compressed"]
+    assert topk["collectives"][rs]["bytes_per_gpu"] == none["collectives"][rs]["bytes_per_gpu"]
+    assert topk["collectives"][ar]["compressed"]
+    assert topk["collectives"][ar]["bytes_per_gpu"] < none["collectives"][ar]["bytes_per_gpu"] / 10
+
+
+def test_timeline_shows_each_collective():
+    sc = Scenario(toy(blocks=2), 2, 100e9, 50e-6, topology="hierarchical", gpus_per_node=4, timeline=True,
+                  sharding=Sharding("hsdp"))
+    names = {e["name"] for e in simulate(sc)["timeline"] if e["stream"] == "comm"}
+    assert {"all-gather block 1 fwd m0", "all-gather block 0 bwd m0", "reduce-scatter root m0",
+            "all-reduce block 0 m0"} <= names
+
+
+def test_ddp_with_every_default_is_no_sharding():
+    assert sharding() is None
+    assert sharding("ddp", micro_batch=4, batch_size=8) == Sharding(micro_batch=4)
+    with pytest.raises(ValueError, match="--shard-size"):
+        sharding("fsdp", shard_size=4)
+    with pytest.raises(ValueError, match="divide"):
+        sharding("fsdp", micro_batch=3, batch_size=8)
+
+
+def test_sharded_memory_is_zeros_accounting():
+    psi, n = 10**9, 32
+    assert sum(memory.sharded_state_bytes("zero1", psi, n).values()) == pytest.approx(4 * psi + 12 * psi / n)
+    assert sum(memory.sharded_state_bytes("zero2", psi, n).values()) == pytest.approx(2 * psi + 14 * psi / n)
+    assert sum(memory.sharded_state_bytes("fsdp", psi, n, 7, 5).values()) == pytest.approx(16 * psi / n + 12)
+    s, b, h, layers, vocab = 4096, 2, 4096, 32, 128256
+    full = memory.activation_bytes(layers, h, vocab, s, b)
+    assert full == 34 * s * b * h * layers + 4 * s * b * vocab
+    assert memory.activation_bytes(layers, h, vocab, s, b, True) == (2 * layers + 34) * s * b * h + 4 * s * b * vocab
+    hsdp = memory.per_gpu("topk", psi, [(psi,)], "h100", parallel="hsdp", shard=8)
+    assert hsdp["memory_parts_gib"]["compressor"] == pytest.approx(4 * psi / 8 / 2**30)
+
+
+DONE = ["compare", "--model", "llama-3.1-8b", "--device", "h100", "--nodes", "4", "--gpus-per-node", "8",
+        "--topology", "hierarchical", "--bandwidth", "100Gbit", "--compressors", "none,bf16,powersgd,topk,sidco-e",
+        "--densities", "0.01", "--batch-size", "2", "--micro-batch", "1", "--checkpointing", "--json"]
+
+
+def test_compare_hsdp_rows_carry_collective_exposed_and_memory(capsys, tmp_path):
+    assert main([*DONE, "--parallel", "hsdp", "--store", str(tmp_path / "r.sqlite")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {r["label"] for r in out["rows"]} >= {"none", "bf16", "powersgd", "topk@0.01", "sidco-e@0.01"}
+    for r in out["rows"]:
+        assert r["collective"] and r["collectives"][r["collective"]]["exposed_s"] >= 0
+        assert r["memory_gib"] > 0 and r["fits"] is True
+    assert out["refused"] == [] and "saves at most" in out["headroom"]
+
+
+def test_compare_fsdp_refuses_the_sparsifiers_and_ranks_the_quantizers(capsys, tmp_path):
+    assert main([*DONE, "--parallel", "fsdp", "--store", str(tmp_path / "r.sqlite")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {r["label"] for r in out["rows"]} == {"none", "fp16", "bf16"}
+    assert {r["label"] for r in out["refused"]} == {"powersgd", "topk@0.01", "sidco-e@0.01"}
+    assert all("fsdp" in r["refused"] for r in out["refused"])
+    assert [r["rank"] for r in out["rows"]] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("extra, words", [(["--parallel", "hsdp", "--shard-size", "3"], "--shard-size 3"),
+                                          (["--parallel", "fsdp", "--topology", "tree", "--gpus-per-node", "1"], "ring"),
+                                          (["--parallel", "fsdp", "--compressor", "topk", "--density", "0.01"],
+                                           "reduce-scatter"),
+                                          (["--micro-batch", "3"], "--micro-batch 3")])
+def test_simulate_bad_parallel_input_is_one_line(capsys, tmp_path, extra, words):
+    args = ["simulate", "--model", "llama-3.2-1b", "--device", "h100", "--nodes", "2", "--gpus-per-node", "8",
+            "--bandwidth", "100Gbit", "--batch-size", "8", "--store", str(tmp_path / "r.sqlite"), *extra]
+    if "--topology" in extra:
+        args.remove("--gpus-per-node")
+        args.remove("8")
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err
+
+
+def test_hsdp_all_reduces_once_per_step_and_reduce_scatters_every_micro_batch():
+    one, four = run(toy(), "hsdp"), run(toy(), "hsdp", micro_batch=1)
+    ar, rs = "all-reduce (replicate, gradient shard)", "reduce-scatter (gradients)"
+    assert four["collectives"][ar]["bytes_per_gpu"] == pytest.approx(one["collectives"][ar]["bytes_per_gpu"])
+    assert four["collectives"][ar]["per"] == "step" and four["collectives"][rs]["per"] == "micro-batch"
+    assert four["collectives"][rs]["bytes_per_gpu"] == pytest.approx(4 * one["collectives"][rs]["bytes_per_gpu"])
+
+
+def test_what_would_settle_it_is_asked_under_the_same_plan():
+    from pipeline.request import sharding_flags
+
+    assert sharding_flags(None) == ""
+    assert sharding_flags(Sharding("hsdp", 16, micro_batch=1, checkpointing=True)) == (
+        " --parallel hsdp --shard-size 16 --micro-batch 1 --checkpointing")
+    assert sharding_flags(Sharding("fsdp", param_dtype="fp8")) == " --parallel fsdp --param-dtype fp8"
