@@ -227,8 +227,10 @@ def check(store: Store, files: Sequence[str | Path] = ()) -> list[dict[str, Any]
 
 PARALLEL = ("ddp",)
 """The data parallelisms a model's step is measured under: ``ddp`` (each GPU trains the whole
-model). The sharded plans (fsdp, hsdp, zero) are not yet in the projection, so their share of a
-GPU is not measured either."""
+model, its optimizer over every parameter). Its effective rate anchors compute under every
+``--parallel`` of a projection (each GPU computes the whole model's forward and backward under
+every plan; the sharded optimizer, collectives and memory are the model's); a sharded step on one
+GPU (its optimizer over a shard, parameters gathered layer by layer) is not measured yet."""
 
 
 @dataclass(frozen=True)
@@ -259,8 +261,8 @@ def measure_step(store: Store, device: str, model: str, *, batch_size: int, toke
     from traces import llm
 
     if parallel not in PARALLEL:
-        raise ValueError(f"--parallel {parallel} is not measured yet: the sharded plans are not in the projection; "
-                         f"give {', '.join(PARALLEL)}")
+        raise ValueError(f"--parallel {parallel} is not measured yet: measure ddp (the whole model on one GPU), whose "
+                         "rate anchors compute under every --parallel of simulate and compare")
     if warmup < 0 or repeats < 1:
         raise ValueError(f"--warmup must be >= 0 and --repeats >= 1, got {warmup} and {repeats}")
     throughput_precision(precision)

@@ -139,6 +139,10 @@ def test_a_tiny_model_profiled_on_cpu_anchors_the_projection(tmp_path, capsys):
                  str(store)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "compute from your measured training step (sidco profile --model, --step-profile)" in text
+    sharded = _json(capsys, ["compare", "--model", str(config), "--step-profile", str(out), "--batch-size", "4",
+                             "--nodes", "2", "--gpus-per-node", "2", "--parallel", "fsdp", "--bandwidth", "10Gbit",
+                             "--compressors", "none,bf16", "--store", str(store), "--json"])
+    assert {row["compute_from"] for row in sharded["rows"]} == {"profiled"}  # the rate anchors every plan
 
 
 def test_a_subset_of_layers_is_scaled_to_the_full_depth_and_said(tmp_path, capsys):

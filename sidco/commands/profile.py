@@ -99,8 +99,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="--model: fp32, tf32 (TF32 matmuls on a GPU; fp32 on a CPU) or amp (default: bf16 "
                             "autocast, fp16 on a GPU without bf16), AdamW on fp32 weights")
     model.add_argument("--parallel", default="ddp",
-                       help="--model: the data parallelism whose share of one GPU is timed (default ddp, the whole "
-                            "model; the sharded plans are not measured yet)")
+                       help="--model: the data parallelism whose share of one GPU is timed: ddp (default, the "
+                            "whole model; its rate anchors compute under every --parallel of simulate and compare; "
+                            "a sharded step is not measured yet)")
     model.add_argument("--layers", default=None,
                        help="--model: time this many layers (and the model without layers) and scale the layers' "
                             "time to the full depth (default: the whole model when it fits in memory, else the "
