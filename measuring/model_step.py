@@ -408,9 +408,9 @@ def measure(config: Config, device: torch.device, batch_size: int, tokens: int, 
     k = plan_layers(config, batch_size, tokens, precision, available_memory(device)) if layers is None else layers
     if not 1 <= k <= config.layers:
         need = step_bytes(config, 1, batch_size, tokens, precision)
-        raise ValueError(f"one block of this model at batch {batch_size} and {tokens} tokens needs ~{need / 2**30:,.1f} "
-                         f"GiB with its embeddings and head (weights, gradients, AdamW states, activations), more "
-                         f"than {device} has free: lower --batch-size or --tokens")
+        raise ValueError(f"one block of this model at batch {batch_size} and {tokens} tokens needs "
+                         f"~{need / 2**30:,.1f} GiB with its embeddings and head (weights, gradients, AdamW states, "
+                         f"activations), more than {device} has free: lower --batch-size or --tokens")
     runs = (time_step(config, device, k, batch_size, tokens, precision, warmup, repeats, progress=progress),)
     if k < config.layers:
         runs = (time_step(config, device, 0, batch_size, tokens, precision, warmup, repeats, progress=progress), *runs)

@@ -54,7 +54,8 @@ class Source:
     takes no part in equality: the workload depends on the device only through the numbers above. ``tokens``: a transformer
     layout's sequence length (``None``: its stated input, :func:`traces.layouts.stated_tokens`);
     ``compute_from``: where compute came from in one word: ``rule`` (fitted to published
-    throughput), ``measured`` (``--samples-per-s``), ``profiled`` (``--step-profile``), ``given`` (``--device-flops``) or ``trace``."""
+    throughput), ``measured`` (``--samples-per-s``), ``profiled`` (``--step-profile``), ``given``
+    (``--device-flops``) or ``trace``."""
 
     kind: str
     ref: str

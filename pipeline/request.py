@@ -251,8 +251,9 @@ class WorkloadRequest:
     stated input) or ``model`` (a decoder-only transformer from its Hugging Face config.json: a
     shipped model's name or a config file's path, :mod:`traces.llm`; checked here and kept as its
     name or the file's absolute path, then computed as a layout is; ``step_profile``: a model's step
-measured by ``sidco profile --model``, a file whose throughput anchors compute as ``samples_per_s``
-does, its device and tokens taken when not given, :func:`costs.anchor.step_fields`). ``device``: the modelled device's name, ``None`` for the default rule
+    measured by ``sidco profile --model``, a file whose throughput anchors compute as
+    ``samples_per_s`` does, its device and tokens taken when not given,
+    :func:`costs.anchor.step_fields`). ``device``: the modelled device's name, ``None`` for the default rule
     (:func:`resolve_device`); ``precision``: ``fp32``, ``tf32`` or ``amp``. ``calibration``:
     ``latest``, an id or ``none``. Compression costs by the policy
     (:func:`pipeline.costs.compression_profile`), taking ``profile_file`` (a JSON profile) or

@@ -75,7 +75,8 @@ def inputs(source: projection.Source, rows: Sequence[Mapping[str, Any]],
     (``--device-flops``) and its band is not a point, each compressor's kernel cost when it was
     modelled (a measured one has only its spread), the links' efficiency unless ``calibrated``."""
     found = []
-    if source.compute_from not in ("measured", "profiled", "given") and (source.compute_low, source.compute_high) != (1.0, 1.0):
+    measured = source.compute_from in ("measured", "profiled", "given")
+    if not measured and (source.compute_low, source.compute_high) != (1.0, 1.0):
         found.append(Input("compute", "single-GPU compute", (source.compute_low, source.compute_high), None,
                            lambda sc, f: replace(sc, workload=scaled(sc.workload, f))))
     for row in rows:

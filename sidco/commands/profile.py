@@ -94,7 +94,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="--model: sequences per GPU per optimizer step (required; project with the same "
                             "--batch-size)")
     model.add_argument("--tokens", default=None,
-                       help="--model: tokens per sequence (default 4096, at most the model's max_position_embeddings)")
+                       help="--model: tokens per sequence (default 4096, at most the model's "
+                            "max_position_embeddings)")
     model.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
                        help="--model: fp32, tf32 (TF32 matmuls on a GPU; fp32 on a CPU) or amp (default: bf16 "
                             "autocast, fp16 on a GPU without bf16), AdamW on fp32 weights")
@@ -228,11 +229,12 @@ def _measure_step(args: argparse.Namespace) -> int:
         return 0
     print(f"step profile #{done.profile_id}: {p.model} on {p.device}, {p.parallel}, batch {p.batch_size} x "
           f"{p.tokens} tokens, {p.precision}")
-    timed = "the whole model" if p.scale == 1 else (f"layers 0-{p.layers_timed - 1} of {p.layers} and the model without "
-                                                    f"layers; the layers' time scaled x{p.scale:.4g} to {p.layers}")
+    timed = "the whole model" if p.scale == 1 else (f"layers 0-{p.layers_timed - 1} of {p.layers} and the model "
+                                                    f"without layers; the layers' time scaled x{p.scale:.4g} to "
+                                                    f"{p.layers}")
     print(f"  timed          {timed}")
-    print(f"  step           {format_seconds(p.step_s)} median of {p.repeats} (fastest {format_seconds(p.step_min_s)}, "
-          f"slowest {format_seconds(p.step_max_s)})")
+    print(f"  step           {format_seconds(p.step_s)} median of {p.repeats} "
+          f"(fastest {format_seconds(p.step_min_s)}, slowest {format_seconds(p.step_max_s)})")
     print(f"  throughput     {p.samples_per_s:.4g} samples/s, {p.tokens_per_s:.4g} tokens/s")
     print(f"  source         {p.source}")
     print(f"stored in {args.store}" + (f"; written to {args.out}: project with --step-profile {args.out}"
