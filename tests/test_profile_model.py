@@ -285,3 +285,52 @@ def test_a_bad_config_or_a_missing_gpu_ends_in_one_line(tmp_path, capsys):
         assert main(["profile", *argv, "--batch-size", "2", "--store", str(tmp_path / "r.sqlite")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
+
+
+def test_moe_routes_each_token_to_its_top_k_experts():
+    """The vectorised MoE layer against its definition, token by token: softmax over the router's
+    logits, the k largest, renormalised, the sum of those experts' outputs so weighted."""
+    config = llm.parse({**TINY, "model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2})
+    moe = model_step.build(config, "cpu", seed=3).model.layers[0].block_sparse_moe
+    x = torch.randn(2, 5, config.hidden, generator=torch.Generator().manual_seed(2))
+    expected = []
+    for token in x.reshape(-1, config.hidden):
+        weights, chosen = torch.topk(torch.softmax(moe.gate(token), dim=-1), 2)
+        weights = weights / weights.sum()
+        expected.append(sum(w * moe.experts[int(e)](token) for w, e in zip(weights, chosen)))
+    torch.testing.assert_close(moe(x), torch.stack(expected).view_as(x), rtol=1e-5, atol=1e-6)
+
+
+def test_grouped_query_attention_is_attention_with_shared_key_value_heads():
+    """LLaMA-style attention against its definition: causal softmax(q kᵀ / √d) v per head, query
+    head h reading key-value head h // (heads / kv_heads), rotary positions on q and k."""
+    config = llm.parse(TINY)
+    attention = model_step.build(config, "cpu", seed=4).model.layers[0].self_attn
+    b, t, d, hd = 2, 6, config.hidden, config.head_dim
+    x = torch.randn(b, t, d, generator=torch.Generator().manual_seed(5))
+    angles = torch.outer(torch.arange(t, dtype=torch.float32), 1.0 / 10000.0 ** (torch.arange(0, hd, 2) / hd))
+    angles = torch.cat((angles, angles), dim=-1)
+    cos, sin = angles.cos(), angles.sin()
+    q = attention.q_proj(x).view(b, t, config.heads, hd)
+    k = attention.k_proj(x).view(b, t, config.kv_heads, hd)
+    v = attention.v_proj(x).view(b, t, config.kv_heads, hd)
+
+    def rotate(y):
+        half = hd // 2
+        return y * cos[:, None] + torch.cat((-y[..., half:], y[..., :half]), dim=-1) * sin[:, None]
+
+    q, k = rotate(q), rotate(k)
+    group = config.heads // config.kv_heads
+    mask = torch.ones(t, t, dtype=torch.bool).tril()
+    heads = []
+    for h in range(config.heads):
+        scores = q[:, :, h] @ k[:, :, h // group].transpose(1, 2) / hd ** 0.5
+        heads.append(torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v[:, :, h // group])
+    expected = attention.o_proj(torch.cat(heads, dim=-1))
+    torch.testing.assert_close(attention(x, cos, sin), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "amp"])
+def test_each_precision_times_its_steps(precision):
+    times = model_step.time_step(llm.parse(TINY), torch.device("cpu"), 1, 2, 16, precision, warmup=1, repeats=2)
+    assert times.layers == 1 and len(times.seconds) == 2 and all(s > 0 for s in times.seconds)
