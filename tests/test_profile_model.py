@@ -334,3 +334,17 @@ def test_grouped_query_attention_is_attention_with_shared_key_value_heads():
 def test_each_precision_times_its_steps(precision):
     times = model_step.time_step(llm.parse(TINY), torch.device("cpu"), 1, 2, 16, precision, warmup=1, repeats=2)
     assert times.layers == 1 and len(times.seconds) == 2 and all(s > 0 for s in times.seconds)
+
+
+def test_what_settles_a_models_compute_is_its_measured_step():
+    """When compute decides a verdict, the command that measures it for a model is sidco profile
+    --model at the projection's batch, tokens and precision, its file then given as --step-profile."""
+    from pipeline import project, settle
+    from pipeline.request import Cluster, Request
+
+    asked = project.resolve(Request(Cluster(4, 100e9, 50e-6), model="llama-3.2-1b", device="h100", batch_size=2,
+                                    tokens=2048))
+    (compute,) = [item for item in settle.inputs(asked.source, [], calibrated=True) if item.key == "compute"]
+    assert settle.command(compute, asked, [], None) == (
+        "sidco profile --model llama-3.2-1b --run-on cuda --batch-size 2 --tokens 2048 --precision amp --out step.json "
+        "(then this comparison with --step-profile step.json)")
