@@ -400,9 +400,10 @@ def measure(config: Config, device: torch.device, batch_size: int, tokens: int, 
             warmup: int, repeats: int, layers: int | None = None,
             progress: Callable[[str], None] | None = None) -> StepMeasurement:
     """The training step of the whole of ``config`` on ``device``: timed whole when ``layers``
-    (``None``: :func:`plan_layers` on the device's free memory) is its depth, else timed without
-    blocks and with ``layers`` of them and scaled up (:func:`scaled`). ValueError (one line) when
-    not even the embeddings and the head fit."""
+    (``None``: :func:`plan_layers` on the device's free memory, halved while a step runs out of
+    memory) is its depth, else timed without blocks and with ``layers`` of them and scaled up
+    (:func:`scaled`). ValueError (one line) when not even the embeddings, the head and one block
+    fit."""
     from machine.device import available_memory
 
     k = plan_layers(config, batch_size, tokens, precision, available_memory(device)) if layers is None else layers
@@ -411,7 +412,16 @@ def measure(config: Config, device: torch.device, batch_size: int, tokens: int, 
         raise ValueError(f"one block of this model at batch {batch_size} and {tokens} tokens needs "
                          f"~{need / 2**30:,.1f} GiB with its embeddings and head (weights, gradients, AdamW states, "
                          f"activations), more than {device} has free: lower --batch-size or --tokens")
-    runs = (time_step(config, device, k, batch_size, tokens, precision, warmup, repeats, progress=progress),)
+    while True:
+        try:
+            runs = (time_step(config, device, k, batch_size, tokens, precision, warmup, repeats, progress=progress),)
+            break
+        except torch.OutOfMemoryError:
+            if layers is not None or k == 1:
+                raise ValueError(f"a step of {k} of the model's {config.layers} layers at batch {batch_size} and "
+                                 f"{tokens} tokens ran out of memory on {device}: give fewer --layers, or lower "
+                                 "--batch-size or --tokens") from None
+            k //= 2  # the estimate (step_bytes) was short: half as many layers
     if k < config.layers:
         runs = (time_step(config, device, 0, batch_size, tokens, precision, warmup, repeats, progress=progress), *runs)
     result = scaled(runs, config.layers)

@@ -348,3 +348,24 @@ def test_what_settles_a_models_compute_is_its_measured_step():
     assert settle.command(compute, asked, [], None) == (
         "sidco profile --model llama-3.2-1b --run-on cuda --batch-size 2 --tokens 2048 --precision amp --out step.json "
         "(then this comparison with --step-profile step.json)")
+
+
+def test_a_planned_step_that_runs_out_of_memory_times_fewer_layers(monkeypatch):
+    """The memory estimate can be short: a step that runs out of device memory is timed again with
+    half the layers, and scaled up; with --layers given it ends in one line instead."""
+    real = model_step.time_step
+    refused = []
+
+    def at_most_one_layer(config, device, layers, *args, **kwargs):
+        if layers > 1:  # a device with room for one block beside the embeddings and the head
+            refused.append(layers)
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(config, device, layers, *args, **kwargs)
+
+    monkeypatch.setattr(model_step, "time_step", at_most_one_layer)
+    config = llm.parse({**TINY, "num_hidden_layers": 4})
+    measured = model_step.measure(config, torch.device("cpu"), 2, 16, "fp32", warmup=0, repeats=2)
+    assert refused == [4, 2] and (measured.layers_timed, measured.scale) == (1, 4.0)
+    assert [run.layers for run in measured.timed] == [0, 1]
+    with pytest.raises(ValueError, match="a step of 2 of the model's 4 layers .* ran out of memory on cpu"):
+        model_step.measure(config, torch.device("cpu"), 2, 16, "fp32", warmup=0, repeats=2, layers=2)
