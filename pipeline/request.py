@@ -252,7 +252,10 @@ class WorkloadRequest:
     (:func:`check_anchors`); ``tokens``: a transformer layout's sequence length, ``None`` for its
     stated input) or ``model`` (a decoder-only transformer from its Hugging Face config.json: a
     shipped model's name or a config file's path, :mod:`traces.llm`; checked here and kept as its
-    name or the file's absolute path, then computed as a layout is). ``device``: the modelled device's name, ``None`` for the default rule
+    name or the file's absolute path, then computed as a layout is; ``step_profile``: a model's step
+    measured by ``sidco profile --model``, a file whose throughput anchors compute as
+    ``samples_per_s`` does, its device and tokens taken when not given,
+    :func:`costs.anchor.step_fields`). ``device``: the modelled device's name, ``None`` for the default rule
     (:func:`resolve_device`); ``precision``: ``fp32``, ``tf32`` or ``amp``. ``calibration``:
     ``latest``, an id or ``none``. Compression costs by the policy
     (:func:`pipeline.costs.compression_profile`), taking ``profile_file`` (a JSON profile) or
@@ -273,6 +276,7 @@ class WorkloadRequest:
     samples_per_s: float | None = None
     tokens: int | None = None
     model: str | None = None
+    step_profile: str | None = None
 
     def __post_init__(self) -> None:
         given = [name for name in ("trace", "trace_id", "layout", "model") if getattr(self, name) is not None]
@@ -294,6 +298,14 @@ class WorkloadRequest:
         check_count(self.batch_size, "batch size")
         check_precision(self.precision)
         check_anchors(self.computed, self.samples_per_s, self.tokens, self.device_flops_per_s)
+        if self.step_profile is not None:
+            from costs.anchor import step_fields
+
+            for name, value in step_fields(self.step_profile, model=self.model, batch_size=self.batch_size,
+                                           tokens=self.tokens, precision=self.precision, device=self.device,
+                                           samples_per_s=self.samples_per_s,
+                                           device_flops_per_s=self.device_flops_per_s).items():
+                object.__setattr__(self, name, value)
         object.__setattr__(self, "calibration", parse_calibration(self.calibration))
         for name, what in (("trace_id", "trace"), ("profile_id", "device profile")):  # ids a store can hold
             if getattr(self, name) is not None:

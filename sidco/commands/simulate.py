@@ -66,6 +66,11 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
                         help="layouts: single-GPU training throughput you measured at --batch-size (samples/s); "
                              "compute then comes from it instead of the rule fitted to published throughput, and "
                              "its band shrinks to the measurement's noise (±5%%)")
+    parser.add_argument("--step-profile", default=None, metavar="FILE",
+                        help="models: a training step measured by sidco profile --model --out FILE; compute then "
+                             "comes from its throughput, as with --samples-per-s (band: the spread of its steps, at "
+                             "least ±5%%); its device and --tokens are taken unless given, and --batch-size and "
+                             "--precision must be those it was measured at")
     parser.add_argument("--tokens", default=None, metavar="N",
                         help="transformer layouts and models: tokens per sample (sequence length; default 128 for "
                              "bert-base and bert-large, 1024 for gpt2, 4096 for a model)")
@@ -218,7 +223,7 @@ def sharding_option(args: argparse.Namespace) -> dict[str, Any]:
 
 def workload_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The request's workload and device fields from ``--trace``/``--layout``/``--model``, ``--device``,
-    ``--precision``, ``--device-flops``, ``--batch-size``, ``--samples-per-s``, ``--tokens`` and
+    ``--precision``, ``--device-flops``, ``--batch-size``, ``--samples-per-s``, ``--step-profile``, ``--tokens`` and
     ``--profile`` (text parsed here;
     the rules are the request's, :class:`pipeline.request.Request`)."""
     flops = _number(args.device_flops, float, "--device-flops", "FLOP/s, e.g. 100e12")
@@ -226,7 +231,8 @@ def workload_fields(args: argparse.Namespace) -> dict[str, Any]:
             "device_flops_per_s": flops, "batch_size": positive_int(args.batch_size, "--batch-size"),
             "profile_file": args.profile, "calibration": args.calibration,
             "samples_per_s": _number(args.samples_per_s, float, "--samples-per-s", "samples/s, e.g. 400"),
-            "tokens": _number(args.tokens, int, "--tokens", "a whole number of tokens, e.g. 384")}
+            "tokens": _number(args.tokens, int, "--tokens", "a whole number of tokens, e.g. 384"),
+            "step_profile": args.step_profile}
 
 
 def _number(text: str | None, kind: type, flag: str, example: str) -> Any:
