@@ -149,8 +149,9 @@ def diloco_closed_form(inner_s: float, outer_local_s: float, model_bytes: int, s
     ``t = inner_s + (outer_local_s + T_wan) / H`` with ``T_wan`` the ring all-reduce of the
     ``model_bytes``-byte pseudo-gradient over the WAN (:func:`simulator.topologies.ring_seconds`:
     ``2(S−1)`` dependent rounds of rtt/2 each plus ``2(S−1)/S · n / B``). ``inner_s``: the
-    measured inner step (compute; inside a site of one rank nothing is sent); ``outer_local_s``:
-    the measured outer step without its exchange (pseudo-gradient, outer optimizer, reset).
+    measured inner step of the slowest site (compute; inside a site of one rank nothing is sent);
+    ``outer_local_s``: the measured outer step without its exchange (pseudo-gradient, outer
+    optimizer, reset) — :func:`summarize_diloco`'s.
     Returns ``iteration_s``, ``wan_s`` (``T_wan``) and ``wan_share`` (``T_wan/H ÷ iteration_s``)."""
     wan_s = ring_seconds("allreduce", float(model_bytes), sites, wan_level(wan_bandwidth_bps, wan_rtt_s))
     iteration_s = inner_s + (outer_local_s + wan_s) / sync_every
@@ -158,16 +159,22 @@ def diloco_closed_form(inner_s: float, outer_local_s: float, model_bytes: int, s
 
 
 def summarize_diloco(per_rank: Sequence[dict[str, Any]], sync_every: int) -> dict[str, float]:
-    """The DiLoCo workers' rounds as medians over every rank's timed rounds (seconds):
-    ``measured_s`` (wall time per inner step: a round's inner steps and outer step ÷ H),
-    ``inner_s`` (one inner step), ``exchange_s`` (the cross-site all-reduce) and ``outer_local_s``
-    (the rest of the outer step)."""
-    rounds = [r for rank in per_rank for r in rank["rounds"]]
+    """The DiLoCo workers' timed rounds as medians over the rounds (seconds). A round ends for every
+    rank when its cross-site all-reduce does, so it is paced by the slowest site: per round,
+    ``inner_s`` is the slowest rank's inner steps ÷ H, ``outer_local_s`` the slowest rank's outer
+    step without its exchange, and ``exchange_s`` the all-reduce as the last rank to reach it saw it
+    (the least over the ranks: the others' include their wait for it). ``measured_s`` is the wall
+    time per inner step, a round (its inner steps and outer step, median over the ranks) ÷ H."""
+    rounds = list(zip(*(rank["rounds"] for rank in per_rank)))
+
+    def median(of: Any) -> float:
+        return statistics.median(of(ranks) for ranks in rounds)
+
     return {
-        "measured_s": statistics.median(r["round_s"] / sync_every for r in rounds),
-        "inner_s": statistics.median(s for r in rounds for s in r["inner_s"]),
-        "exchange_s": statistics.median(r["exchange_s"] for r in rounds),
-        "outer_local_s": statistics.median(r["outer_s"] - r["exchange_s"] for r in rounds),
+        "measured_s": median(lambda ranks: statistics.median(r["round_s"] for r in ranks) / sync_every),
+        "inner_s": median(lambda ranks: max(sum(r["inner_s"]) for r in ranks) / sync_every),
+        "exchange_s": median(lambda ranks: min(r["exchange_s"] for r in ranks)),
+        "outer_local_s": median(lambda ranks: max(r["outer_s"] - r["exchange_s"] for r in ranks)),
     }
 
 
