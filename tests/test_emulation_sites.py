@@ -80,6 +80,25 @@ def test_closed_form_is_the_ring_all_reduce_over_the_wan_amortised():
     assert got["wan_share"] == pytest.approx(wan / h / got["iteration_s"])
 
 
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--sites", "0"], "--sites 0"),
+    (["--sites", "4", "--workers", "4"], "exactly 2 sites"),
+    (["--sites", "2", "--workers", "3"], "does not split evenly"),
+    (["--sites", "2", "--wan-rtt=-1ms"], "negative"),
+    (["--sites", "2", "--sync-every", "0"], "--sync-every 0"),
+    (["--sites", "2", "--wan-bandwidth", "1Tbit"], "cannot be shaped"),
+    (["--sites", "2", "--no-shaping"], "with shaping"),
+    (["--sites", "2", "--bandwidth", "1Gbit,2Gbit"], "one --bandwidth"),
+])
+def test_cli_refuses_bad_site_requests_in_one_line(extra, message, capsys, tmp_path):
+    from sidco.cli import main
+
+    code = main(["emulate", *extra, "--store", str(tmp_path / "r.sqlite")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and "\n" not in err
+    assert not (tmp_path / "r.sqlite").exists()
+
+
 # ---- root: the real network ------------------------------------------------------------------
 
 PROBE = textwrap.dedent("""

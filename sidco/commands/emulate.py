@@ -144,12 +144,12 @@ def run(args: argparse.Namespace) -> int:
     for bandwidth in bandwidths:
         if bandwidth is not None:
             check_shaping(bandwidth)
-    if not args.no_shaping:
-        emulate.require_shaping()
     if args.sites < 1:
         raise ValueError(f"invalid --sites {args.sites}: must be >= 1")
     if args.sites > 1:
         return _run_sites(args, workers, bandwidths)
+    if not args.no_shaping:
+        emulate.require_shaping()
     if args.mode == "collective":
         return _run_collective(args, workers, bandwidths)
     return _run_train(args, workers, bandwidths)
@@ -165,6 +165,7 @@ def _run_sites(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
     names = parse_list(args.compressors, str)
     density = _densities(args.densities)[0]
     check_training_request(args.workload, names, density, args.iterations, args.warmup, args.batch_size)
+    emulate.require_shaping()
     rows = emulate.sites(workers[0], bandwidths[0], wan_bps, wan_rtt, args.workload, names, density,
                          sync_every=args.sync_every, iterations=args.iterations, warmup=args.warmup,
                          batch_size=args.batch_size)
