@@ -6,7 +6,8 @@ Topology for ``sites`` = 2 sites of ``per_site`` ranks each (nothing in the host
   joined to it as in :func:`emulation.plan.make_plan` (namespace ``<prefix>-w<i>``, rank ``i``
   on site ``i // per_site``, its veth shaped by tbf to the site's link rate, or unshaped);
 - one veth pair ``wan0`` / ``wan1`` between the two site bridges, a port of each: the WAN. Every
-  address sits in one ``10.a.b.0/24``, so a site reaches the other over the WAN alone.
+  address sits in one ``10.a.b.0/24``, so a site reaches the other over the WAN alone;
+- every rank's namespace keeps TCP's window across idle gaps (:data:`NO_SLOW_START_AFTER_IDLE`).
 
 WAN shaping: each end's egress (one direction each) holds one ``netem`` qdisc with ``delay``
 rtt/2 and ``rate`` B. netem computes each packet's departure from both at once (the previous
@@ -42,6 +43,10 @@ SITES = 2
 """Sites the emulation joins (one WAN link between two bridges; more would need a WAN switch)."""
 WAN_RTT_MAX_S = 10.0
 """Longest round trip the emulated WAN takes (s): netem's delay is fine to seconds, TCP's timers are not."""
+NO_SLOW_START_AFTER_IDLE = "net.ipv4.tcp_slow_start_after_idle"
+"""The sysctl (per namespace) set to 0 in every rank's namespace: TCP keeps its window over the
+idle H inner steps between outer exchanges, as hosts tuned for WAN transfers do; at 1 "after an idle
+RTO" each exchange would climb out of slow start again (≈ log2(BDP/10 segments) extra round trips)."""
 NETEM_MIN_LIMIT_PACKETS = 1000
 """netem's own default queue limit (packets), the least :func:`netem_command` sets."""
 
@@ -105,6 +110,7 @@ def make_sites_plan(per_site: int, site_bandwidth_bps: float | None, wan_bandwid
         setup += bridge(ns)
     for i, (ns, addr) in enumerate(zip(worker_ns, addresses)):
         setup += worker_link(site_ns[site_of(i, per_site)], f"vp{i}", ns, addr, site_bandwidth_bps)
+        setup.append(("ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"{NO_SLOW_START_AFTER_IDLE}=0"))
     ends = ("wan0", "wan1")
     setup.append(("ip", "-n", site_ns[0], "link", "add", ends[0], "type", "veth",
                   "peer", "name", ends[1], "netns", site_ns[1]))

@@ -18,8 +18,8 @@ import pytest
 
 from emulation.network import Network, leftovers, remove_stale
 from emulation.plan import QUEUE_MIN_BYTES
-from emulation.sites import (SITES, check_wan, diloco_closed_form, make_sites_plan, netem_command,
-                             netem_limit_packets, netem_missing, run_sites, site_of)
+from emulation.sites import (NO_SLOW_START_AFTER_IDLE, SITES, check_wan, diloco_closed_form, make_sites_plan,
+                             netem_command, netem_limit_packets, netem_missing, run_sites, site_of)
 
 WAN_BPS = 100e6
 WAN_RTT_S = 0.020
@@ -42,6 +42,8 @@ def test_plan_joins_two_site_bridges_by_one_netem_link_each_way():
             ports.setdefault(argv[2], []).append(argv[5])
     assert ports["sidco-1-abc-s0"] == ["vp0", "vp1", "wan0"] and ports["sidco-1-abc-s1"] == ["vp2", "vp3", "wan1"]
     assert not any("tbf" in argv for argv in plan.setup)
+    sysctls = [argv[3] for argv in plan.setup if "sysctl" in argv and argv[-1] == f"{NO_SLOW_START_AFTER_IDLE}=0"]
+    assert sysctls == list(plan.worker_ns)  # inside the ranks' namespaces only, never the host's
     assert {argv[-1] for argv in plan.teardown} == {*plan.worker_ns, "sidco-1-abc-s0", "sidco-1-abc-s1"}
 
 
@@ -170,7 +172,14 @@ def test_measured_round_trip_and_transfer_match_the_wan(rtt_s):
         _need_netem()
     plan = make_sites_plan(1, None, WAN_BPS, rtt_s)
     size = 1_000_000
+    sysctl = "/proc/sys/" + NO_SLOW_START_AFTER_IDLE.replace(".", "/")
+    with open(sysctl) as host:
+        host_value = host.read()
     with Network(plan):
+        inside = subprocess.run([*plan.exec_prefix(0), "cat", sysctl], capture_output=True, text=True, check=True)
+        assert inside.stdout.strip() == "0"
+        with open(sysctl) as host:
+            assert host.read() == host_value  # the host's TCP is left as it was
         got = _probe(plan, [0, size])
         detail = f"measured {got}; qdiscs:\n{_qdiscs(plan)}"
         assert got[0] == pytest.approx(rtt_s, abs=0.002 + 0.1 * rtt_s), detail
