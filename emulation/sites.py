@@ -36,6 +36,7 @@ from emulation.launch import run_workers
 from emulation.network import COMMAND_TIMEOUT_S, Network, require_emulation
 from emulation.plan import (IFNAME, MTU_BYTES, PREFIX_ROOT, QUEUE_MIN_BYTES, NetworkPlan, bridge, check_shaping,
                             tbf, unique_prefix, worker_link)
+from simulator.calibration import Calibration
 from simulator.links import Level
 from simulator.topologies import ring_seconds
 
@@ -143,13 +144,21 @@ def netem_missing() -> str | None:
     return f"this kernel cannot delay a link with tc netem ({detail[0] if detail else result.returncode}); use --wan-rtt 0"
 
 
-def wan_level(wan_bandwidth_bps: float, wan_rtt_s: float) -> Level:
-    """The WAN as the simulator's link level: bytes/s per direction, latency one way (rtt/2, s)."""
-    return Level(bandwidth_Bps=wan_bandwidth_bps / 8.0, latency_s=wan_rtt_s / 2.0)
+def wan_level(wan_bandwidth_bps: float, wan_rtt_s: float, calibration: Calibration | None = None,
+              sites: int = SITES) -> Level:
+    """The WAN as the simulator's link level: bytes/s per direction, latency one way (rtt/2, s);
+    with ``calibration``, its all-reduce fit on ``sites`` ranks (α added to the latency, the rate
+    times its efficiency)."""
+    bps, latency_s = wan_bandwidth_bps, wan_rtt_s / 2.0
+    if calibration is not None:
+        bps = calibration.bandwidth(bps, "allreduce", sites)
+        latency_s = calibration.latency(latency_s, "allreduce", sites)
+    return Level(bandwidth_Bps=bps / 8.0, latency_s=latency_s)
 
 
 def diloco_closed_form(inner_s: float, outer_local_s: float, model_bytes: int, sync_every: int,
-                       wan_bandwidth_bps: float, wan_rtt_s: float, sites: int = SITES) -> dict[str, float]:
+                       wan_bandwidth_bps: float, wan_rtt_s: float, sites: int = SITES,
+                       calibration: Calibration | None = None) -> dict[str, float]:
     """The projected DiLoCo inner step across ``sites`` sites of one rank each (seconds):
 
     ``t = inner_s + (outer_local_s + T_wan) / H`` with ``T_wan`` the ring all-reduce of the
@@ -158,8 +167,12 @@ def diloco_closed_form(inner_s: float, outer_local_s: float, model_bytes: int, s
     measured inner step of the slowest site (compute; inside a site of one rank nothing is sent);
     ``outer_local_s``: the measured outer step without its exchange (pseudo-gradient, outer
     optimizer, reset) — :func:`summarize_diloco`'s.
+    With ``calibration`` the WAN is :func:`wan_level`'s calibrated one. Equal to
+    ``simulator.topologies.Sites``' all-reduce at one node per site, amortised as
+    ``simulator.lowcomm.amortised_s`` does for blocking DiLoCo (branch i46-sites).
     Returns ``iteration_s``, ``wan_s`` (``T_wan``) and ``wan_share`` (``T_wan/H ÷ iteration_s``)."""
-    wan_s = ring_seconds("allreduce", float(model_bytes), sites, wan_level(wan_bandwidth_bps, wan_rtt_s))
+    wan_s = ring_seconds("allreduce", float(model_bytes), sites,
+                         wan_level(wan_bandwidth_bps, wan_rtt_s, calibration, sites))
     iteration_s = inner_s + (outer_local_s + wan_s) / sync_every
     return {"iteration_s": iteration_s, "wan_s": wan_s, "wan_share": wan_s / sync_every / iteration_s}
 

@@ -218,15 +218,18 @@ def check_sites(sites_: int, workers: int, wan_bandwidth_bps: float, wan_rtt_s: 
 
 def sites(workers: int, site_bandwidth_bps: float | None, wan_bandwidth_bps: float, wan_rtt_s: float, workload: str,
           names: Sequence[str], density: float, *, sync_every: int, iterations: int, warmup: int,
-          batch_size: int) -> list[dict[str, Any]]:
+          batch_size: int, calibration: tuple[int | None, simulator.Calibration | None] = (None, None),
+          ) -> list[dict[str, Any]]:
     """Run DiLoCo (every ``sync_every`` inner steps an outer all-reduce across the sites;
     ``iterations`` and ``warmup`` inner steps rounded up to whole rounds) and per-step DDP with each
     of ``names`` at ``density`` on ``workers`` ranks split over :data:`emulation.sites.SITES` sites
     (ranks' links at ``site_bandwidth_bps``, the WAN at ``wan_bandwidth_bps`` bits/s and
     ``wan_rtt_s`` s round trip). Returns one row per run: ``strategy`` (``diloco`` or
     ``per-step``), ``compressor``, ``sync_every``, ``measured_s`` (wall time per inner step, s), and
-    for DiLoCo ``projected_s`` (:func:`emulation.sites.diloco_closed_form`), ``error_pct``,
-    ``wan_share`` and the measured parts (``detail``)."""
+    for DiLoCo ``projected_s`` (:func:`emulation.sites.diloco_closed_form`, nominal WAN),
+    ``error_pct``, ``wan_share``, with ``calibration`` (``(id, constants)``,
+    :func:`resolve_calibration`) ``calibrated_s`` and ``calibrated_error_pct``, and the measured
+    parts (``detail``)."""
     per_site = check_sites(SITES, workers, wan_bandwidth_bps, wan_rtt_s, sync_every)
     check_training_request(workload, names or ["none"], density, iterations, warmup, batch_size)
     if wan_rtt_s > 0:
@@ -238,20 +241,27 @@ def sites(workers: int, site_bandwidth_bps: float | None, wan_bandwidth_bps: flo
                     rounds=rounds, warmup_rounds=max(1, -(-warmup // sync_every)), batch_size=batch_size,
                     compressors=names, density=density, iterations=iterations, warmup=warmup)
     d = got["diloco"]
-    if per_site > 1:  # the closed form has no inner all-reduce: project only where a site is one rank
-        projected = None
-    else:
+    projected = calibrated = None
+    if per_site == 1:  # the closed form has no inner all-reduce: project only where a site is one rank
         projected = diloco_closed_form(d["inner_s"], d["outer_local_s"], d["model_bytes"], sync_every,
                                        wan_bandwidth_bps, wan_rtt_s)
+        if calibration[1] is not None:
+            calibrated = diloco_closed_form(d["inner_s"], d["outer_local_s"], d["model_bytes"], sync_every,
+                                            wan_bandwidth_bps, wan_rtt_s, calibration=calibration[1])
+
+    def error(p: dict[str, float] | None) -> float | None:
+        return None if p is None else (p["iteration_s"] - d["measured_s"]) / d["measured_s"] * 100.0
+
     common = {"workers": workers, "sites": SITES, "wan_bandwidth_bps": wan_bandwidth_bps, "wan_rtt_s": wan_rtt_s}
     rows = [{**common, "strategy": "diloco", "compressor": "none", "density": None, "sync_every": sync_every,
              "measured_s": d["measured_s"],
-             "projected_s": projected["iteration_s"] if projected else None,
-             "error_pct": (projected["iteration_s"] - d["measured_s"]) / d["measured_s"] * 100.0 if projected else None,
-             "wan_share": projected["wan_share"] if projected else None,
-             "detail": {"measured": d, "projected": projected}}]
+             "projected_s": projected["iteration_s"] if projected else None, "error_pct": error(projected),
+             "calibrated_s": calibrated["iteration_s"] if calibrated else None,
+             "calibrated_error_pct": error(calibrated), "wan_share": projected["wan_share"] if projected else None,
+             "detail": {"measured": d, "projected": projected, "calibrated": calibrated,
+                        "calibration_id": calibration[0] if calibrated else None}}]
     rows += [{**common, "strategy": "per-step", "compressor": r["compressor"],
               "density": density if takes_density(r["compressor"]) else None, "sync_every": 1,
-              "measured_s": r["measured_s"], "projected_s": None, "error_pct": None, "wan_share": None,
-              "detail": {}} for r in got["per_step"]]
+              "measured_s": r["measured_s"], "projected_s": None, "error_pct": None, "calibrated_s": None,
+              "calibrated_error_pct": None, "wan_share": None, "detail": {}} for r in got["per_step"]]
     return rows

@@ -166,25 +166,36 @@ def _run_sites(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
     density = _densities(args.densities)[0]
     check_training_request(args.workload, names, density, args.iterations, args.warmup, args.batch_size)
     emulate.require_shaping()
+    calibration = emulate.parse_calibration(args.calibration)
+    with Store(args.store) as store:
+        resolved = emulate.resolve_calibration(store, calibration)
     rows = emulate.sites(workers[0], bandwidths[0], wan_bps, wan_rtt, args.workload, names, density,
                          sync_every=args.sync_every, iterations=args.iterations, warmup=args.warmup,
-                         batch_size=args.batch_size)
+                         batch_size=args.batch_size, calibration=resolved)
     if args.json:
         print(dump_json({"cores": os.cpu_count(), "results": rows}))
         return 0
     print(f"{args.workload} on {workers[0]} ranks in {args.sites} sites, WAN {format_bandwidth(wan_bps)} and "
           f"{format_seconds(wan_rtt)} round trip, {os.cpu_count()} cores, 1 thread per worker")
+    print(f"calibration: {resolved[0] if resolved[0] is not None else 'none'}")
     print(f"{'strategy':<9} {'compressor':<10} {'density':>7} {'H':>4} {'measured':>10} {'projected':>10} "
-          f"{'error':>8} {'WAN':>6}")
+          f"{'error':>8} {'calib.':>10} {'error':>8} {'WAN':>6}")
+
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else format_seconds(value)
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value:+.1f}%"
+
     for r in rows:
         density_text = "-" if r["density"] is None else f"{r['density']:g}"
-        projected = "-" if r["projected_s"] is None else format_seconds(r["projected_s"])
-        error = "-" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
         share = "-" if r["wan_share"] is None else f"{r['wan_share'] * 100:.0f}%"
         print(f"{r['strategy']:<9} {r['compressor']:<10} {density_text:>7} {r['sync_every']:>4} "
-              f"{format_seconds(r['measured_s']):>10} {projected:>10} {error:>8} {share:>6}")
+              f"{format_seconds(r['measured_s']):>10} {seconds(r['projected_s']):>10} {pct(r['error_pct']):>8} "
+              f"{seconds(r['calibrated_s']):>10} {pct(r['calibrated_error_pct']):>8} {share:>6}")
     print("measured / projected: wall time per inner step (DiLoCo: a round of H inner steps and its outer step / H; "
-          "per-step: the median iteration); WAN: the projected WAN all-reduce's share of the inner step")
+          "per-step: the median iteration); calib.: projected with the calibration's all-reduce fit on the WAN; "
+          "WAN: the projected WAN all-reduce's share of the inner step")
     return 0
 
 
