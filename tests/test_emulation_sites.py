@@ -228,7 +228,7 @@ def test_diloco_across_two_sites_is_held_to_its_projection(rtt_s):
     if rtt_s:
         _need_netem()
     h = 2
-    got = run_sites(1, None, DILOCO_BPS, rtt_s, "resnet20", sync_every=h, rounds=5, warmup_rounds=1, batch_size=4,
+    got = run_sites(1, None, DILOCO_BPS, rtt_s, "resnet20", sync_every=h, rounds=10, warmup_rounds=2, batch_size=4,
                     compressors=("topk",), density=0.01, iterations=4, warmup=2, timeout_s=300)
     d = got["diloco"]
     projected = diloco_closed_form(d["inner_s"], d["outer_local_s"], d["model_bytes"], h, DILOCO_BPS, rtt_s)
