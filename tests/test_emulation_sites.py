@@ -16,6 +16,7 @@ import textwrap
 
 import pytest
 
+from emulation.collectives import measure_collectives
 from emulation.network import Network, leftovers, remove_stale
 from emulation.plan import QUEUE_MIN_BYTES
 from emulation.sites import (NO_SLOW_START_AFTER_IDLE, SITES, check_wan, diloco_closed_form, make_sites_plan,
@@ -219,23 +220,39 @@ def test_sigkilled_run_leaves_namespaces_that_the_next_run_removes():
     assert leftovers(prefix) == []
 
 
-DILOCO_BPS = 50e6  # resnet20's 1.09 MB pseudo-gradient takes 174 ms: the WAN is ~40 % of the step at H = 2
+DILOCO_BPS = 50e6  # resnet20's 1.09 MB pseudo-gradient takes 174 ms: the WAN is ~50 % of the step at H = 2
+
+
+@pytest.fixture(scope="module")
+def calibration():
+    """gloo's all-reduce on two ranks at :data:`DILOCO_BPS`, fitted as ``sidco calibrate`` does
+    (α per round, efficiency of the link), from sizes other than the pseudo-gradient's."""
+    from emulation.calibration import fit
+    from simulator.calibration import Calibration
+
+    rows = measure_collectives(2, DILOCO_BPS, ["allreduce"], [256_000, 4_000_000], repeats=3, compute_load_s=0.05)
+    got = fit(rows)
+    return Calibration(got.alpha_s, got.beta_s_per_byte, got.efficiency)
 
 
 @pytest.mark.root
 @pytest.mark.parametrize("rtt_s", [0.0, WAN_RTT_S])
-def test_diloco_across_two_sites_is_held_to_its_projection(rtt_s):
+def test_diloco_across_two_sites_is_held_to_its_projection(rtt_s, calibration):
     if rtt_s:
         _need_netem()
     h = 2
     got = run_sites(1, None, DILOCO_BPS, rtt_s, "resnet20", sync_every=h, rounds=10, warmup_rounds=2, batch_size=4,
                     compressors=("topk",), density=0.01, iterations=4, warmup=2, timeout_s=300)
     d = got["diloco"]
-    projected = diloco_closed_form(d["inner_s"], d["outer_local_s"], d["model_bytes"], h, DILOCO_BPS, rtt_s)
-    detail = f"measured {d}, projected {projected}"
+    nominal = diloco_closed_form(d["inner_s"], d["outer_local_s"], d["model_bytes"], h, DILOCO_BPS, rtt_s)
+    calibrated = diloco_closed_form(d["inner_s"], d["outer_local_s"], d["model_bytes"], h, DILOCO_BPS, rtt_s,
+                                    calibration=calibration)
+    detail = f"measured {d}, projected {nominal}, calibrated {calibrated} ({calibration})"
     assert d["model_bytes"] == 272_474 * 4
-    assert projected["wan_share"] > 0.25, detail  # the WAN matters in this cell
-    # the all-reduce cannot beat the shaper, and pays no more than gloo's overhead on top (BENCHMARKS.md: ~10 %)
-    assert 0.95 * d["model_bytes"] * 8 / DILOCO_BPS < d["exchange_s"] < 1.4 * projected["wan_s"], detail
-    assert projected["iteration_s"] == pytest.approx(d["measured_s"], rel=0.10), detail
+    assert nominal["wan_share"] > 0.25, detail  # the WAN matters in this cell
+    # the all-reduce cannot beat the shaper, and pays no more than gloo's overhead on top (BENCHMARKS.md: ~15 %)
+    assert 0.95 * d["model_bytes"] * 8 / DILOCO_BPS < d["exchange_s"] < 1.4 * nominal["wan_s"], detail
+    assert calibrated["iteration_s"] == pytest.approx(d["measured_s"], rel=0.10), detail
+    # nominal link rate: gloo reaches ~85-90 % of it, so the projection is low by about that share of the WAN
+    assert d["measured_s"] * 0.8 < nominal["iteration_s"] <= d["measured_s"] * 1.05, detail
     assert got["per_step"][0]["compressor"] == "topk" and got["per_step"][0]["measured_s"] > 0
