@@ -10,11 +10,12 @@ Topology for ``sites`` = 2 sites of ``per_site`` ranks each (nothing in the host
 - every rank's namespace keeps TCP's window across idle gaps (:data:`NO_SLOW_START_AFTER_IDLE`).
 
 WAN shaping: each end's egress (one direction each) holds one ``netem`` qdisc with ``delay``
-rtt/2 and ``rate`` B. netem computes each packet's departure from both at once (the previous
-packet's departure plus its serialisation at ``rate``, then the delay), so the delay does not
-eat into the rate and the rate does not add to the delay of a lone packet; a tbf behind a
-netem delay instead sees the delayed bursts and its bucket, a netem behind a tbf delays what the
-tbf already paced — either works, but one qdisc keeps one queue. Its queue ``limit`` (packets)
+rtt/2 and ``rate`` B. netem computes each packet's departure from both at once: the later of
+its arrival plus the delay and the previous packet's departure, plus its own serialisation at
+``rate`` (``netem_enqueue``), so a stream leaves at B, each packet at least the delay after it
+came, and the delay is not paid again per packet. Two qdiscs (a netem delay with a tbf child, or
+the reverse) need two queues sized together and a tbf bucket that lets bursts through; one
+qdisc has one queue and no bucket. Its queue ``limit`` (packets)
 holds the bandwidth-delay product plus :data:`emulation.plan.QUEUE_MIN_BYTES` (netem's default
 of 1,000 packets drops at high rate × delay). With ``rtt`` 0 the WAN is a tbf at B
 (:func:`emulation.plan.tbf`) and needs no netem: kernels without ``sch_netem`` run that.
