@@ -118,7 +118,7 @@ def train_diloco(
             raise ValueError(f"DiLoCo (H={config.sync_every}, outer {config.outer_compressor}): training diverged "
                              f"at iteration {iteration} (loss not finite); lower --lr or --outer-lr")
         if iteration % config.sync_every == 0:
-            _outer_step(model, params, sites, exchange, outer)
+            outer_step(model, params, sites, exchange, outer)
         row: dict[str, Any] = {"compressor": config.outer_compressor, "density": density, "iteration": iteration,
                                "loss": loss_mean, "eval_loss": None, "accuracy": None}
         if iteration % config.eval_every == 0 or iteration == config.iterations:
@@ -130,7 +130,7 @@ def train_diloco(
         yield row
 
 
-def _outer_step(model: nn.Module, params: list[nn.Parameter], sites: list[nn.Module], exchange: OuterExchange,
+def outer_step(model: nn.Module, params: list[nn.Parameter], sites: list[nn.Module], exchange: OuterExchange,
                 outer: torch.optim.Optimizer) -> None:
     """Pseudo-gradients through the exchange, the outer step on ``params``, every site reset to them."""
     with torch.no_grad():

@@ -91,12 +91,38 @@ def tbf_parameters(bandwidth_bps: float) -> tuple[int, int]:
     return BURST_BYTES, limit
 
 
-def _tbf(namespace: str, device: str, bandwidth_bps: float) -> tuple[str, ...]:
+def tbf(namespace: str, device: str, bandwidth_bps: float) -> tuple[str, ...]:
+    """The command that shapes ``device``'s egress in ``namespace`` to ``bandwidth_bps`` (bits/s) by a tbf."""
     burst, limit = tbf_parameters(bandwidth_bps)
     return (
         "tc", "-n", namespace, "qdisc", "add", "dev", device, "root", "tbf",
         "rate", f"{int(bandwidth_bps)}bit", "burst", str(burst), "limit", str(limit),
     )
+
+
+def bridge(namespace: str) -> list[tuple[str, ...]]:
+    """Commands that add bridge :data:`BRIDGE` to ``namespace`` (which must exist) and bring it up."""
+    return [
+        ("ip", "-n", namespace, "link", "add", BRIDGE, "type", "bridge"),
+        ("ip", "-n", namespace, "link", "set", BRIDGE, "up"),
+    ]
+
+
+def worker_link(bridge_ns: str, port: str, ns: str, addr: str, bandwidth_bps: float | None) -> list[tuple[str, ...]]:
+    """Commands that join worker namespace ``ns`` (address ``addr`` in a /24) to the bridge of
+    ``bridge_ns`` by a veth whose bridge-side end is ``port``, both ends shaped to ``bandwidth_bps``
+    (bits/s; ``None``: unshaped) by a tbf (:func:`tbf_parameters`)."""
+    setup: list[tuple[str, ...]] = [
+        ("ip", "-n", bridge_ns, "link", "add", port, "type", "veth", "peer", "name", IFNAME, "netns", ns),
+        ("ip", "-n", bridge_ns, "link", "set", port, "master", BRIDGE),
+        ("ip", "-n", bridge_ns, "link", "set", port, "up"),
+        ("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", IFNAME),
+        ("ip", "-n", ns, "link", "set", IFNAME, "up"),
+        ("ip", "-n", ns, "link", "set", "lo", "up"),
+    ]
+    if bandwidth_bps is not None:
+        setup += [tbf(ns, IFNAME, bandwidth_bps), tbf(bridge_ns, port, bandwidth_bps)]
+    return setup
 
 
 def make_plan(
@@ -126,22 +152,9 @@ def make_plan(
 
     setup: list[tuple[str, ...]] = [("ip", "netns", "add", bridge_ns)]
     setup += [("ip", "netns", "add", ns) for ns in worker_ns]
-    setup += [
-        ("ip", "-n", bridge_ns, "link", "add", BRIDGE, "type", "bridge"),
-        ("ip", "-n", bridge_ns, "link", "set", BRIDGE, "up"),
-    ]
+    setup += bridge(bridge_ns)
     for i, (ns, addr) in enumerate(zip(worker_ns, addresses)):
-        port = f"vp{i}"
-        setup += [
-            ("ip", "-n", bridge_ns, "link", "add", port, "type", "veth", "peer", "name", IFNAME, "netns", ns),
-            ("ip", "-n", bridge_ns, "link", "set", port, "master", BRIDGE),
-            ("ip", "-n", bridge_ns, "link", "set", port, "up"),
-            ("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", IFNAME),
-            ("ip", "-n", ns, "link", "set", IFNAME, "up"),
-            ("ip", "-n", ns, "link", "set", "lo", "up"),
-        ]
-        if bandwidth_bps is not None:
-            setup += [_tbf(ns, IFNAME, bandwidth_bps), _tbf(bridge_ns, port, bandwidth_bps)]
+        setup += worker_link(bridge_ns, f"vp{i}", ns, addr, bandwidth_bps)
     teardown = tuple(("ip", "netns", "del", ns) for ns in (*worker_ns, bridge_ns))
     return NetworkPlan(
         prefix=prefix,

@@ -7,7 +7,9 @@ and calibrated; each row carries the projection's network share; :func:`summariz
 median and worst |error| per fidelity and calibration, over all cells and network-heavy ones.
 :func:`fsdp` runs real FSDP2 / HSDP (``fully_shard``) ranks for a shipped model scaled down and returns,
 per cell, the measured iteration time and every collective of a step beside its closed form
-(:mod:`emulation.fsdp`). The compression costs of a projection come from the one policy: the run's own trace is
+(:mod:`emulation.fsdp`). :func:`sites` runs real gloo DiLoCo and per-step compressors between two
+sites over a delayed WAN link and holds DiLoCo's measured inner step to its closed form
+(:mod:`emulation.sites`). The compression costs of a projection come from the one policy: the run's own trace is
 replayed into the store on one thread (as in the workers), then
 :func:`pipeline.costs.compression_profile` reads them back.
 """
@@ -31,6 +33,7 @@ from traces.llm import check as check_model, names as model_names  # the door ch
 from emulation.network import remove_stale, require_emulation
 from emulation.projection import network_share, project
 from emulation.plan import check_shaping  # the door checks a --bandwidth it shapes by it
+from emulation.sites import SITES, check_wan, diloco_closed_form, netem_missing, run_sites
 from emulation.training import check_request as check_training_request, run_training
 from compressors import takes_density
 from pipeline import replay
@@ -272,3 +275,66 @@ def fsdp(store: Store, workers: Sequence[int], bandwidths: Sequence[float | None
                 if step:
                     step()
     return emulation_id, rows
+
+
+def check_sites(sites_: int, workers: int, wan_bandwidth_bps: float, wan_rtt_s: float, sync_every: int) -> int:
+    """ValueError (one line) unless ``workers`` ranks split evenly into ``sites_`` sites joined by a
+    WAN the emulation can shape (:func:`emulation.sites.check_wan`) and ``sync_every`` ≥ 1; returns
+    the ranks per site. A round trip above 0 needs ``sch_netem`` (checked when the network is built)."""
+    if sync_every < 1:
+        raise ValueError(f"--sync-every {sync_every}: must be >= 1 inner step")
+    if workers % sites_:
+        raise ValueError(f"--workers {workers} does not split evenly into --sites {sites_}")
+    check_wan(sites_, workers // sites_, wan_bandwidth_bps, wan_rtt_s)
+    return workers // sites_
+
+
+def sites(workers: int, site_bandwidth_bps: float | None, wan_bandwidth_bps: float, wan_rtt_s: float, workload: str,
+          names: Sequence[str], density: float, *, sync_every: int, iterations: int, warmup: int,
+          batch_size: int, calibration: tuple[int | None, simulator.Calibration | None] = (None, None),
+          ) -> list[dict[str, Any]]:
+    """Run DiLoCo (every ``sync_every`` inner steps an outer all-reduce across the sites;
+    ``iterations`` and ``warmup`` inner steps rounded up to whole rounds) and per-step DDP with each
+    of ``names`` at ``density`` on ``workers`` ranks split over :data:`emulation.sites.SITES` sites
+    (ranks' links at ``site_bandwidth_bps``, the WAN at ``wan_bandwidth_bps`` bits/s and
+    ``wan_rtt_s`` s round trip). Returns one row per run: ``strategy`` (``diloco`` or
+    ``per-step``), ``compressor``, ``sync_every``, ``measured_s`` (wall time per inner step, s), and
+    for DiLoCo ``projected_s`` (:func:`emulation.sites.diloco_closed_form`, nominal WAN),
+    ``error_pct``, ``wan_share``, with ``calibration`` (``(id, constants)``,
+    :func:`resolve_calibration`) ``calibrated_s`` and ``calibrated_error_pct``, and the measured
+    parts (``detail``)."""
+    per_site = check_sites(SITES, workers, wan_bandwidth_bps, wan_rtt_s, sync_every)
+    check_training_request(workload, names or ["none"], density, iterations, warmup, batch_size)
+    if wan_rtt_s > 0:
+        reason = netem_missing()
+        if reason:
+            raise ValueError(reason)
+    rounds = -(-iterations // sync_every)
+    got = run_sites(per_site, site_bandwidth_bps, wan_bandwidth_bps, wan_rtt_s, workload, sync_every=sync_every,
+                    rounds=rounds, warmup_rounds=max(1, -(-warmup // sync_every)), batch_size=batch_size,
+                    compressors=names, density=density, iterations=iterations, warmup=warmup)
+    d = got["diloco"]
+    projected = calibrated = None
+    if per_site == 1:  # the closed form has no inner all-reduce: project only where a site is one rank
+        projected = diloco_closed_form(d["inner_s"], d["outer_local_s"], d["model_bytes"], sync_every,
+                                       wan_bandwidth_bps, wan_rtt_s)
+        if calibration[1] is not None:
+            calibrated = diloco_closed_form(d["inner_s"], d["outer_local_s"], d["model_bytes"], sync_every,
+                                            wan_bandwidth_bps, wan_rtt_s, calibration=calibration[1])
+
+    def error(p: dict[str, float] | None) -> float | None:
+        return None if p is None else (p["iteration_s"] - d["measured_s"]) / d["measured_s"] * 100.0
+
+    common = {"workers": workers, "sites": SITES, "wan_bandwidth_bps": wan_bandwidth_bps, "wan_rtt_s": wan_rtt_s}
+    rows = [{**common, "strategy": "diloco", "compressor": "none", "density": None, "sync_every": sync_every,
+             "measured_s": d["measured_s"],
+             "projected_s": projected["iteration_s"] if projected else None, "error_pct": error(projected),
+             "calibrated_s": calibrated["iteration_s"] if calibrated else None,
+             "calibrated_error_pct": error(calibrated), "wan_share": projected["wan_share"] if projected else None,
+             "detail": {"measured": d, "projected": projected, "calibrated": calibrated,
+                        "calibration_id": calibration[0] if calibrated else None}}]
+    rows += [{**common, "strategy": "per-step", "compressor": r["compressor"],
+              "density": density if takes_density(r["compressor"]) else None, "sync_every": 1,
+              "measured_s": r["measured_s"], "projected_s": None, "error_pct": None, "calibrated_s": None,
+              "calibrated_error_pct": None, "wan_share": None, "detail": {}} for r in got["per_step"]]
+    return rows

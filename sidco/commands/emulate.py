@@ -137,6 +137,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                                 "a multiple of 16)")
     sharded.add_argument("--vocab", type=int, default=512, help="vocabulary of the scaled-down model (tokens)")
     sharded.add_argument("--tokens", type=int, default=32, help="tokens per sequence")
+    across = parser.add_argument_group("across sites (train mode)")
+    across.add_argument("--sites", type=int, default=1,
+                        help="split --workers over this many sites joined by one WAN link (default 1: no WAN; "
+                             "the emulation joins 2); runs DiLoCo and every --compressors per step across them")
+    across.add_argument("--wan-bandwidth", default="100Mbit", help="WAN rate between the sites, with units (bits/s)")
+    across.add_argument("--wan-rtt", default="20ms",
+                        help="WAN round trip, with units (half each way, tc netem; 0s: a tbf alone, no netem needed)")
+    across.add_argument("--sync-every", type=int, default=10, metavar="H",
+                        help="DiLoCo inner steps between outer all-reduces of the pseudo-gradient (default 10)")
     parser.set_defaults(func=run)
 
 
@@ -155,6 +164,12 @@ def run(args: argparse.Namespace) -> int:
     for bandwidth in bandwidths:
         if bandwidth is not None:
             check_shaping(bandwidth)
+    if args.sites < 1:
+        raise ValueError(f"invalid --sites {args.sites}: must be >= 1")
+    if args.sites > 1:
+        if args.parallel != "ddp":
+            raise ValueError(f"--sites {args.sites} runs DDP ranks: --parallel {args.parallel} across sites is not emulated")
+        return _run_sites(args, workers, bandwidths)
     if args.mode == "train" and args.parallel != "ddp":
         _check_sharded(args, workers)
     if not args.no_shaping:
@@ -166,6 +181,50 @@ def run(args: argparse.Namespace) -> int:
     if args.model is not None:
         raise ValueError("--model trains under --parallel fsdp or hsdp; --parallel ddp trains --workload")
     return _run_train(args, workers, bandwidths)
+
+
+def _run_sites(args: argparse.Namespace, workers: list[int], bandwidths: list[float | None]) -> int:
+    if args.mode != "train" or args.no_shaping or len(workers) != 1 or len(bandwidths) != 1:
+        raise ValueError("--sites takes train mode, one --workers count and one --bandwidth (the sites' own links), "
+                         "with shaping")
+    wan_bps = parse_bandwidth(args.wan_bandwidth)
+    wan_rtt = parse_duration(args.wan_rtt)
+    emulate.check_sites(args.sites, workers[0], wan_bps, wan_rtt, args.sync_every)
+    names = parse_list(args.compressors, str)
+    density = _densities(args.densities)[0]
+    check_training_request(args.workload, names, density, args.iterations, args.warmup, args.batch_size)
+    emulate.require_shaping()
+    calibration = emulate.parse_calibration(args.calibration)
+    with Store(args.store) as store:
+        resolved = emulate.resolve_calibration(store, calibration)
+    rows = emulate.sites(workers[0], bandwidths[0], wan_bps, wan_rtt, args.workload, names, density,
+                         sync_every=args.sync_every, iterations=args.iterations, warmup=args.warmup,
+                         batch_size=args.batch_size, calibration=resolved)
+    if args.json:
+        print(dump_json({"cores": os.cpu_count(), "results": rows}))
+        return 0
+    print(f"{args.workload} on {workers[0]} ranks in {args.sites} sites, WAN {format_bandwidth(wan_bps)} and "
+          f"{format_seconds(wan_rtt)} round trip, {os.cpu_count()} cores, 1 thread per worker")
+    print(f"calibration: {resolved[0] if resolved[0] is not None else 'none'}")
+    print(f"{'strategy':<9} {'compressor':<10} {'density':>7} {'H':>4} {'measured':>10} {'projected':>10} "
+          f"{'error':>8} {'calib.':>10} {'error':>8} {'WAN':>6}")
+
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else format_seconds(value)
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value:+.1f}%"
+
+    for r in rows:
+        density_text = "-" if r["density"] is None else f"{r['density']:g}"
+        share = "-" if r["wan_share"] is None else f"{r['wan_share'] * 100:.0f}%"
+        print(f"{r['strategy']:<9} {r['compressor']:<10} {density_text:>7} {r['sync_every']:>4} "
+              f"{format_seconds(r['measured_s']):>10} {seconds(r['projected_s']):>10} {pct(r['error_pct']):>8} "
+              f"{seconds(r['calibrated_s']):>10} {pct(r['calibrated_error_pct']):>8} {share:>6}")
+    print("measured / projected: wall time per inner step (DiLoCo: a round of H inner steps and its outer step / H; "
+          "per-step: the median iteration); calib.: projected with the calibration's all-reduce fit on the WAN; "
+          "WAN: the projected WAN all-reduce's share of the inner step")
+    return 0
 
 
 def _run_collective(args: argparse.Namespace, workers: list[int], bandwidths: list[float | None]) -> int:

@@ -1,0 +1,225 @@
+"""Two sites over a delayed link: the namespace plan, netem's WAN shaping, and the runs across it.
+
+Topology for ``sites`` = 2 sites of ``per_site`` ranks each (nothing in the host's namespace):
+
+- one namespace ``<prefix>-s<k>`` per site holding a bridge ``br0``; the site's ranks are
+  joined to it as in :func:`emulation.plan.make_plan` (namespace ``<prefix>-w<i>``, rank ``i``
+  on site ``i // per_site``, its veth shaped by tbf to the site's link rate, or unshaped);
+- one veth pair ``wan0`` / ``wan1`` between the two site bridges, a port of each: the WAN. Every
+  address sits in one ``10.a.b.0/24``, so a site reaches the other over the WAN alone;
+- every rank's namespace keeps TCP's window across idle gaps (:data:`NO_SLOW_START_AFTER_IDLE`).
+
+WAN shaping: each end's egress (one direction each) holds one ``netem`` qdisc with ``delay``
+rtt/2 and ``rate`` B. netem computes each packet's departure from both at once: the later of
+its arrival plus the delay and the previous packet's departure, plus its own serialisation at
+``rate`` (``netem_enqueue``), so a stream leaves at B, each packet at least the delay after it
+came, and the delay is not paid again per packet. Two qdiscs (a netem delay with a tbf child, or
+the reverse) need two queues sized together and a tbf bucket that lets bursts through; one
+qdisc has one queue and no bucket. Its queue ``limit`` (packets)
+holds the bandwidth-delay product plus :data:`emulation.plan.QUEUE_MIN_BYTES` (netem's default
+of 1,000 packets drops at high rate × delay). With ``rtt`` 0 the WAN is a tbf at B
+(:func:`emulation.plan.tbf`) and needs no netem: kernels without ``sch_netem`` run that.
+
+:func:`run_sites` runs the real workers in that network: DiLoCo (:mod:`emulation.sites_worker`)
+and per-step DDP with a compressor's hook (:mod:`emulation.worker`) across every rank.
+:func:`diloco_closed_form` is the projection they are held to.
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+import subprocess
+from collections.abc import Sequence
+from typing import Any
+
+from emulation.launch import run_workers
+from emulation.network import COMMAND_TIMEOUT_S, Network, require_emulation
+from emulation.plan import (IFNAME, MTU_BYTES, PREFIX_ROOT, QUEUE_MIN_BYTES, NetworkPlan, bridge, check_shaping,
+                            tbf, unique_prefix, worker_link)
+from simulator.calibration import Calibration
+from simulator.links import Level
+from simulator.topologies import ring_seconds
+
+SITES = 2
+"""Sites the emulation joins (one WAN link between two bridges; more would need a WAN switch)."""
+WAN_RTT_MAX_S = 10.0
+"""Longest round trip the emulated WAN takes (s): netem's delay is fine to seconds, TCP's timers are not."""
+NO_SLOW_START_AFTER_IDLE = "net.ipv4.tcp_slow_start_after_idle"
+"""The sysctl (per namespace) set to 0 in every rank's namespace: TCP keeps its window over the
+idle H inner steps between outer exchanges, as hosts tuned for WAN transfers do; at 1 "after an idle
+RTO" each exchange would climb out of slow start again (≈ log2(BDP/10 segments) extra round trips)."""
+NETEM_MIN_LIMIT_PACKETS = 1000
+"""netem's own default queue limit (packets), the least :func:`netem_command` sets."""
+
+
+def check_wan(sites: int, per_site: int, wan_bandwidth_bps: float, wan_rtt_s: float) -> None:
+    """ValueError (one line) unless the request is one :func:`make_sites_plan` builds: exactly
+    :data:`SITES` sites of ≥ 1 rank, a WAN rate tc shapes (bits/s), a round trip 0 … :data:`WAN_RTT_MAX_S` s."""
+    if sites != SITES:
+        raise ValueError(f"--sites {sites}: the emulation joins exactly {SITES} sites over one WAN link")
+    if per_site < 1:
+        raise ValueError(f"each site needs at least one rank, got {per_site}")
+    check_shaping(wan_bandwidth_bps)
+    if not 0.0 <= wan_rtt_s <= WAN_RTT_MAX_S:
+        raise ValueError(f"--wan-rtt {wan_rtt_s:g} s: give 0 to {WAN_RTT_MAX_S:g} s")
+
+
+def netem_limit_packets(bandwidth_bps: float, delay_s: float) -> int:
+    """netem's queue limit (packets) for a link of ``bandwidth_bps`` (bits/s) and one-way ``delay_s``
+    (s): the packets in flight over the delay plus :data:`QUEUE_MIN_BYTES` of queue, in full frames,
+    at least :data:`NETEM_MIN_LIMIT_PACKETS`."""
+    in_flight = bandwidth_bps / 8.0 * delay_s + QUEUE_MIN_BYTES
+    return max(NETEM_MIN_LIMIT_PACKETS, -(-int(in_flight) // MTU_BYTES))
+
+
+def netem_command(namespace: str, device: str, bandwidth_bps: float, delay_s: float) -> tuple[str, ...]:
+    """The command that delays ``device``'s egress in ``namespace`` by ``delay_s`` (s) at ``bandwidth_bps``
+    (bits/s) in one netem qdisc (the module docstring)."""
+    check_shaping(bandwidth_bps)
+    return ("tc", "-n", namespace, "qdisc", "add", "dev", device, "root", "netem",
+            "delay", f"{round(delay_s * 1e6)}us", "rate", f"{int(bandwidth_bps)}bit",
+            "limit", str(netem_limit_packets(bandwidth_bps, delay_s)))
+
+
+def site_of(rank: int, per_site: int) -> int:
+    """The site of ``rank`` (ranks ``k·per_site … (k+1)·per_site − 1`` are site ``k``)."""
+    return rank // per_site
+
+
+def make_sites_plan(per_site: int, site_bandwidth_bps: float | None, wan_bandwidth_bps: float, wan_rtt_s: float,
+                    *, prefix: str | None = None, subnet: tuple[int, int] | None = None) -> NetworkPlan:
+    """Plan :data:`SITES` sites of ``per_site`` ranks, each rank's link at ``site_bandwidth_bps``
+    (bits/s; ``None``: unshaped), the sites joined by a WAN of ``wan_bandwidth_bps`` (bits/s) and
+    round trip ``wan_rtt_s`` (s) (the module docstring). ``bridge_ns`` is site 0's bridge; the
+    teardown removes every namespace. ValueError (one line) on a request :func:`check_wan` refuses."""
+    check_wan(SITES, per_site, wan_bandwidth_bps, wan_rtt_s)
+    if site_bandwidth_bps is not None:
+        check_shaping(site_bandwidth_bps)
+    workers = SITES * per_site
+    if workers > 250:
+        raise ValueError(f"at most 250 ranks fit one /24, got {workers}")
+    prefix = prefix or unique_prefix()
+    if not prefix.startswith(PREFIX_ROOT) or any(ch.isspace() or ch == "/" for ch in prefix):
+        raise ValueError(f"namespace prefix {prefix!r} must start with {PREFIX_ROOT!r} and hold no spaces or '/'")
+    a, b = subnet or (100 + secrets.randbelow(100), secrets.randbelow(250))
+    site_ns = tuple(f"{prefix}-s{k}" for k in range(SITES))
+    worker_ns = tuple(f"{prefix}-w{i}" for i in range(workers))
+    addresses = tuple(f"10.{a}.{b}.{i + 1}" for i in range(workers))
+
+    setup: list[tuple[str, ...]] = [("ip", "netns", "add", ns) for ns in (*site_ns, *worker_ns)]
+    for ns in site_ns:
+        setup += bridge(ns)
+    for i, (ns, addr) in enumerate(zip(worker_ns, addresses)):
+        setup += worker_link(site_ns[site_of(i, per_site)], f"vp{i}", ns, addr, site_bandwidth_bps)
+        setup.append(("ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"{NO_SLOW_START_AFTER_IDLE}=0"))
+    ends = ("wan0", "wan1")
+    setup.append(("ip", "-n", site_ns[0], "link", "add", ends[0], "type", "veth",
+                  "peer", "name", ends[1], "netns", site_ns[1]))
+    for ns, end in zip(site_ns, ends):
+        setup += [("ip", "-n", ns, "link", "set", end, "master", "br0"), ("ip", "-n", ns, "link", "set", end, "up")]
+        setup.append(netem_command(ns, end, wan_bandwidth_bps, wan_rtt_s / 2.0) if wan_rtt_s > 0
+                     else tbf(ns, end, wan_bandwidth_bps))
+    teardown = tuple(("ip", "netns", "del", ns) for ns in (*worker_ns, *site_ns))
+    return NetworkPlan(prefix=prefix, workers=workers, bandwidth_bps=site_bandwidth_bps, bridge_ns=site_ns[0],
+                       worker_ns=worker_ns, addresses=addresses, ifname=IFNAME, setup=tuple(setup),
+                       teardown=teardown)
+
+
+def netem_missing() -> str | None:
+    """A one-line reason why this kernel cannot delay a link (no ``sch_netem``), or ``None`` when it can.
+    Tries a netem qdisc on a veth in a namespace of its own, removed after."""
+    require_emulation()
+    ns = f"{unique_prefix()}-probe"
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True, timeout=COMMAND_TIMEOUT_S)
+        subprocess.run(["ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1"], check=True,
+                       capture_output=True, timeout=COMMAND_TIMEOUT_S)
+        result = subprocess.run(["tc", "-n", ns, "qdisc", "add", "dev", "p0", "root", "netem", "delay", "1ms"],
+                                capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=COMMAND_TIMEOUT_S)
+    if result.returncode == 0:
+        return None
+    detail = (result.stderr or result.stdout).strip().splitlines()
+    return f"this kernel cannot delay a link with tc netem ({detail[0] if detail else result.returncode}); use --wan-rtt 0"
+
+
+def wan_level(wan_bandwidth_bps: float, wan_rtt_s: float, calibration: Calibration | None = None,
+              sites: int = SITES) -> Level:
+    """The WAN as the simulator's link level: bytes/s per direction, latency one way (rtt/2, s);
+    with ``calibration``, its all-reduce fit on ``sites`` ranks (α added to the latency, the rate
+    times its efficiency)."""
+    bps, latency_s = wan_bandwidth_bps, wan_rtt_s / 2.0
+    if calibration is not None:
+        bps = calibration.bandwidth(bps, "allreduce", sites)
+        latency_s = calibration.latency(latency_s, "allreduce", sites)
+    return Level(bandwidth_Bps=bps / 8.0, latency_s=latency_s)
+
+
+def diloco_closed_form(inner_s: float, outer_local_s: float, model_bytes: int, sync_every: int,
+                       wan_bandwidth_bps: float, wan_rtt_s: float, sites: int = SITES,
+                       calibration: Calibration | None = None) -> dict[str, float]:
+    """The projected DiLoCo inner step across ``sites`` sites of one rank each (seconds):
+
+    ``t = inner_s + (outer_local_s + T_wan) / H`` with ``T_wan`` the ring all-reduce of the
+    ``model_bytes``-byte pseudo-gradient over the WAN (:func:`simulator.topologies.ring_seconds`:
+    ``2(S−1)`` dependent rounds of rtt/2 each plus ``2(S−1)/S · n / B``). ``inner_s``: the
+    measured inner step of the slowest site (compute; inside a site of one rank nothing is sent);
+    ``outer_local_s``: the measured outer step without its exchange (pseudo-gradient, outer
+    optimizer, reset) — :func:`summarize_diloco`'s.
+    With ``calibration`` the WAN is :func:`wan_level`'s calibrated one. Equal to
+    ``simulator.topologies.Sites``' all-reduce at one node per site, amortised as
+    ``simulator.lowcomm.amortised_s`` does for blocking DiLoCo (branch i46-sites).
+    Returns ``iteration_s``, ``wan_s`` (``T_wan``) and ``wan_share`` (``T_wan/H ÷ iteration_s``)."""
+    wan_s = ring_seconds("allreduce", float(model_bytes), sites,
+                         wan_level(wan_bandwidth_bps, wan_rtt_s, calibration, sites))
+    iteration_s = inner_s + (outer_local_s + wan_s) / sync_every
+    return {"iteration_s": iteration_s, "wan_s": wan_s, "wan_share": wan_s / sync_every / iteration_s}
+
+
+def summarize_diloco(per_rank: Sequence[dict[str, Any]], sync_every: int) -> dict[str, float]:
+    """The DiLoCo workers' timed rounds as medians over the rounds (seconds). A round ends for every
+    rank when its cross-site all-reduce does, so it is paced by the slowest site: per round,
+    ``inner_s`` is the slowest rank's inner steps ÷ H, ``outer_local_s`` the slowest rank's outer
+    step without its exchange, and ``exchange_s`` the all-reduce as the last rank to reach it saw it
+    (the least over the ranks: the others' include their wait for it). ``measured_s`` is the wall
+    time per inner step, a round (its inner steps and outer step, median over the ranks) ÷ H."""
+    rounds = list(zip(*(rank["rounds"] for rank in per_rank)))
+
+    def median(of: Any) -> float:
+        return statistics.median(of(ranks) for ranks in rounds)
+
+    return {
+        "measured_s": median(lambda ranks: statistics.median(r["round_s"] for r in ranks) / sync_every),
+        "inner_s": median(lambda ranks: max(sum(r["inner_s"]) for r in ranks) / sync_every),
+        "exchange_s": median(lambda ranks: min(r["exchange_s"] for r in ranks)),
+        "outer_local_s": median(lambda ranks: max(r["outer_s"] - r["exchange_s"] for r in ranks)),
+    }
+
+
+def run_sites(per_site: int, site_bandwidth_bps: float | None, wan_bandwidth_bps: float, wan_rtt_s: float,
+              workload: str, *, sync_every: int, rounds: int, warmup_rounds: int, batch_size: int,
+              compressors: Sequence[str] = (), density: float = 0.01, iterations: int = 0, warmup: int = 0,
+              seed: int = 0, timeout_s: float = 600.0) -> dict[str, Any]:
+    """Build the two-site network and run in it, with fresh processes each: DiLoCo
+    (``rounds`` timed rounds of ``sync_every`` inner steps after ``warmup_rounds``), then per-step
+    DDP with each of ``compressors`` at ``density`` across every rank (``iterations`` timed after
+    ``warmup``). Returns ``diloco`` (:func:`summarize_diloco`, with ``model_bytes``) and
+    ``per_step`` (one dict per compressor: ``compressor``, ``measured_s``, the mean iteration, s)."""
+    require_emulation()
+    base = ["--workload", workload, "--batch-size", str(batch_size), "--seed", str(seed)]
+    diloco_args = [*base, "--sites", str(SITES), "--sync-every", str(sync_every), "--rounds", str(rounds),
+                   "--warmup-rounds", str(warmup_rounds)]
+    workers = SITES * per_site
+    with Network(make_sites_plan(per_site, site_bandwidth_bps, wan_bandwidth_bps, wan_rtt_s)) as plan:
+        per_rank = run_workers("emulation.sites_worker", diloco_args, workers, plan, timeout_s)
+        per_step = []
+        for name in compressors:
+            args = [*base, "--compressor", name, "--density", str(density), "--iterations", str(iterations),
+                    "--warmup", str(warmup)]
+            ranks = run_workers("emulation.worker", args, workers, plan, timeout_s)
+            per_step.append({"compressor": name, "measured_s": statistics.median(
+                step["iteration_s"] for rank in ranks for step in rank["steps"])})
+    diloco = {**summarize_diloco(per_rank, sync_every), "model_bytes": int(per_rank[0]["model_bytes"])}
+    return {"diloco": diloco, "per_step": per_step}
