@@ -196,16 +196,21 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
             spec = sweep_runner.parse_spec(source, compressors, densities, nodes, bandwidths, latency, topology)
         except ValueError as exc:
             return ui.error(str(exc))
-        state: dict[str, int | None] = {"sweep": None}
+        state: dict[str, int | None] = {"sweep": None, "done": 0}
 
         def started(sweep_id: int) -> None:
             state["sweep"] = sweep_id
 
         def progress(done: int, total: int) -> None:
+            state["done"] = done
             set_progress((str(done), str(total), f"{done} / {total} scenarios landed", state["sweep"]))
 
+        def waiting(text: str) -> None:
+            done, total = state["done"] or 0, len(spec.grid)
+            set_progress((str(done), str(total), f"{done} / {total} scenarios landed; {text}", state["sweep"]))
+
         try:
-            sweep_id = sweep_runner.run(reader.path, spec, progress, started)
+            sweep_id = sweep_runner.run(reader.path, spec, progress, started, waiting=waiting)
         except ValueError as exc:
             return ui.error(str(exc))
         total = len(spec.grid)
