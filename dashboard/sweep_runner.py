@@ -18,7 +18,7 @@ import pipeline.sweep
 from results.store import Store
 from pipeline.sweep import Grid
 from pipeline.request import WorkloadRequest
-from units import parse_bandwidth, parse_density, parse_duration, parse_list
+from units import parse_bandwidth, parse_density, parse_list
 
 from dashboard import projection
 
@@ -50,7 +50,7 @@ def parse_spec(source: str | None, compressors: list[str] | None, densities: str
     grid = pipeline.sweep.grid(
         nodes=parse_list(nodes or "", _node_count),
         bandwidths_bps=parse_list(bandwidths or "", parse_bandwidth),
-        latencies_s=(parse_duration(latency or ""),),
+        latencies_s=(projection.parse_latency(latency),),
         compressors=["none", *compressors],
         densities=parse_list(densities or "", parse_density),
         topologies=(str(topology),),

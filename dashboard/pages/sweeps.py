@@ -46,7 +46,8 @@ def _launch_panel(store) -> html.Div:
         ui.labelled("Nodes", dcc.Input(id="launch-nodes", value="2,4,8,16,32"), "comma-separated worker counts"),
         ui.labelled("Bandwidths", dcc.Input(id="launch-bandwidths", value="1Gbit,10Gbit,25Gbit,100Gbit"),
                     "comma-separated, with units"),
-        ui.labelled("Latency", dcc.Input(id="launch-latency", value="50us"), "per message, with unit"),
+        ui.labelled("Latency per message, one-way", dcc.Input(id="launch-latency", value="50us"),
+                    projection.LATENCY_HINT),
         ui.labelled("Topology", dcc.Dropdown(id="launch-topology", options=list(projection.TOPOLOGIES),
                                              value="ring", clearable=False)),
         *ui.launch_controls("", "Launch sweep"),
@@ -62,7 +63,7 @@ def layout(reader: StoreReader) -> html.Div:
             ui.labelled("Sweep", dcc.Dropdown(id="sweep-select", options=options,
                                               value=options[0]["value"] if options else None, clearable=False),
                         wide=True),
-            ui.labelled("Latency", dcc.Dropdown(id="sweep-latency", clearable=False)),
+            ui.labelled("Latency, one-way", dcc.Dropdown(id="sweep-latency", clearable=False)),
             ui.labelled("Topology", dcc.Dropdown(id="sweep-topology", clearable=False)),
             ui.labelled("Nodes (bandwidth plots)", dcc.Dropdown(id="sweep-nodes", clearable=False)),
             ui.labelled("Bandwidth (crossover plot)", dcc.Dropdown(id="sweep-bandwidth", clearable=False)),
@@ -171,7 +172,7 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
         at_nodes = store.scenarios(sweep_id, nodes=nodes, latency_s=latency, topology=topology)
         points = [] if bandwidth is None else data.crossover_points(store, sweep_id, bandwidth, latency, topology)
         message = ui.note(
-            f"{', '.join(axes['fidelity'])} fidelity · latency {format_seconds(latency)} · {topology} · bandwidth "
+            f"{', '.join(axes['fidelity'])} fidelity · latency {format_seconds(latency)} one-way · {topology} · bandwidth "
             f"plots at {nodes} nodes · crossover at {format_bandwidth(bandwidth) if bandwidth else '-'}")
         return (figures.sweep_vs_bandwidth(at_nodes, "iteration_s"), figures.sweep_vs_bandwidth(at_nodes, "speedup"),
                 figures.best_heatmap(data.best_two(store, sweep_id, latency, topology)),
