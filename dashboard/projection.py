@@ -22,7 +22,8 @@ from pipeline import quality as pipeline_quality
 from pipeline.catalog import TOPOLOGIES, compressor_names as _compressor_names, layout_names as _layout_names
 from pipeline.catalog import model_names as _model_names
 from pipeline.project import chrome_trace
-from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, pair, sites_options
+from pipeline.request import (DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, one_way_latencies, pair,
+                              sites_options)
 from results.store import Store, row_id
 from units import parse_bandwidth, parse_duration
 
@@ -98,6 +99,25 @@ def workload_fields(value: str | None) -> dict[str, Any]:
         raise ProjectionError(str(exc)) from None
 
 
+LATENCY_HINT = "one-way, with unit: 50us, 1ms; or a round trip: rtt 100us (one-way = half)"
+"""The hint under a page's latency field: what :func:`parse_latency` accepts."""
+
+
+def parse_latency(text: str | None) -> float:
+    """A page's latency field as one one-way per-message latency (s): ``50us`` is one-way (``--latency``),
+    ``rtt 100us`` or ``100us rtt`` a round trip (``--rtt``), through :func:`pipeline.request.one_way_latencies`.
+    ValueError for anything else, a list included."""
+    words = str(text or "").split()
+    rtt = [w for w in words if w.lower() == "rtt"]
+    value = " ".join(w for w in words if w.lower() != "rtt")
+    if not value:
+        raise ValueError("give a latency, e.g. 50us (one-way) or rtt 100us")
+    if len(rtt) > 1 or "," in value:
+        raise ValueError(f"invalid latency {str(text)[:40]!r}: one duration, e.g. 50us (one-way) or rtt 100us")
+    latencies = one_way_latencies(None, value) if rtt else one_way_latencies(value, None)
+    return latencies[0]
+
+
 def parse_controls(
     source: str | None,
     compressors: list[str] | None,
@@ -143,7 +163,7 @@ def parse_controls(
            "wan_bandwidth_bps": _optional(wan_bandwidth, parse_bandwidth, "WAN bandwidth", "a rate, e.g. 1Gbit"),
            "wan_rtt_s": _optional(wan_rtt, parse_duration, "WAN round trip", "a duration, e.g. 30ms")}
     try:
-        cluster = Cluster(nodes_value, parse_bandwidth(bandwidth or ""), parse_duration(latency or ""), topology,
+        cluster = Cluster(nodes_value, parse_bandwidth(bandwidth or ""), parse_latency(latency), topology,
                           options=sites_options(**wan))
         return Request(cluster, tuple(compressors), (density_value,), device=device or None,
                        calibration="latest" if calibrated else "none",

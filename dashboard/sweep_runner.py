@@ -18,7 +18,7 @@ import pipeline.sweep
 from results.store import Store
 from pipeline.sweep import Grid
 from pipeline.request import WorkloadRequest
-from units import parse_bandwidth, parse_density, parse_duration, parse_list
+from units import parse_bandwidth, parse_density, parse_list
 
 from dashboard import projection
 
@@ -50,7 +50,7 @@ def parse_spec(source: str | None, compressors: list[str] | None, densities: str
     grid = pipeline.sweep.grid(
         nodes=parse_list(nodes or "", _node_count),
         bandwidths_bps=parse_list(bandwidths or "", parse_bandwidth),
-        latencies_s=(parse_duration(latency or ""),),
+        latencies_s=(projection.parse_latency(latency),),
         compressors=["none", *compressors],
         densities=parse_list(densities or "", parse_density),
         topologies=(str(topology),),
@@ -61,11 +61,13 @@ def parse_spec(source: str | None, compressors: list[str] | None, densities: str
 
 
 def run(store_path: str | Path, spec: SweepSpec, progress: ProgressFn | None = None,
-        started: Callable[[int], None] | None = None, chunk_size: int = 6) -> int:
+        started: Callable[[int], None] | None = None, chunk_size: int = 6,
+        waiting: Callable[[str], None] | None = None) -> int:
     """Simulate every scenario of ``spec`` not yet in the store; return the sweep id.
 
     ``started(sweep_id)`` is called once the sweep row exists; ``progress(done, total)``
-    after each chunk of ``chunk_size`` scenarios lands.
+    after each chunk of ``chunk_size`` scenarios lands; ``waiting(text)`` (one line: on whom, until
+    when) while this run waits for scenarios another run of the same sweep computes.
     """
     store = Store(store_path)
     try:
@@ -80,7 +82,8 @@ def run(store_path: str | Path, spec: SweepSpec, progress: ProgressFn | None = N
 
         with ThreadPoolExecutor(max_workers=1) as executor:
             done = pipeline.sweep.run(store, asked, spec.grid, executor, fidelity=spec.fidelity, origin="dashboard",
-                                      chunk_size=chunk_size, in_flight=1, started=on_start, progress=progress)
+                                      chunk_size=chunk_size, in_flight=1, started=on_start, progress=progress,
+                                      waiting=waiting)
         return done.sweep_id
     finally:
         store.close()

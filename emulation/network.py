@@ -3,8 +3,10 @@
 :class:`Network` is a context manager: entering runs the plan's setup commands (removing
 whatever it built if one fails), leaving runs the teardown whatever happened. SIGTERM and
 SIGHUP are turned into :class:`Terminated` while it is active so ``finally`` blocks run.
-Namespaces left by a run killed with SIGKILL (``sidco-<pid>-<hex>-…`` whose pid is gone)
-are removed before a new network is built (:func:`remove_stale`; ``sidco emulate --cleanup``).
+Namespaces left by a run killed with SIGKILL (``sidco-<pid>-<hex>-…`` whose run has ended by the
+one rule of :func:`processes.liveness.owner_ended`, over the owner record the run keeps in
+:data:`OWNERS_DIR` while its network stands) are removed before a new network is built
+(:func:`remove_stale`; ``sidco emulate --cleanup``).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 
 from emulation.plan import PREFIX_ROOT, NetworkPlan
-from processes.liveness import pid_alive
+from processes.liveness import OwnerFile, owner_ended, pid_alive
 
 COMMAND_TIMEOUT_S = 20.0
 SHOW_ATTEMPTS = 5
@@ -65,15 +68,30 @@ def leftovers(prefix: str = PREFIX_ROOT) -> list[str]:
     return sorted(name for name in names if name.startswith(prefix))
 
 
-_OURS = re.compile(re.escape(PREFIX_ROOT) + r"(?P<pid>[0-9]+)-[0-9a-f]+-")
+_OURS = re.compile(r"(?P<prefix>" + re.escape(PREFIX_ROOT) + r"(?P<pid>[0-9]+)-[0-9a-f]+)-")
+
+OWNERS_DIR = Path("/run/sidco-netns")
+"""Where a run keeps the owner record of its namespaces while its network stands (``<prefix>.json``,
+:class:`processes.liveness.OwnerFile`: its identity and heartbeat); on tmpfs, as the namespaces are."""
+
+
+def owner_record(prefix: str) -> Path:
+    """The owner record of the namespaces named ``prefix``-… (:data:`OWNERS_DIR`)."""
+    return OWNERS_DIR / f"{prefix}.json"
 
 
 def stale() -> list[str]:
-    """Namespaces named by this testbed (``sidco-<pid>-<hex>-…``) whose owning process is gone."""
+    """Namespaces named by this testbed (``sidco-<pid>-<hex>-…``) whose run has ended: by its owner
+    record (:func:`processes.liveness.owner_ended`: provably gone, or no heartbeat for
+    :data:`processes.liveness.OWNER_LEASE_S`, as a container's PID 1 killed and rerun), or, for a
+    namespace without a record (built before records), by its pid alone."""
     found = []
     for name in leftovers(PREFIX_ROOT):
         match = _OURS.match(name)
-        if match and not pid_alive(int(match["pid"])):
+        if match is None:
+            continue
+        gone = owner_ended(owner_record(match["prefix"]))
+        if gone or (gone is None and not pid_alive(int(match["pid"]))):
             found.append(name)
     return found
 
@@ -81,8 +99,8 @@ def stale() -> list[str]:
 def remove_stale() -> list[str]:
     """Delete the namespaces of :func:`stale` (left by a killed run); return their names.
 
-    Only names of this testbed's form whose pid no longer exists are touched; a namespace
-    that vanished meanwhile is fine."""
+    Only names of this testbed's form whose run has ended are touched, and their owner records; a
+    namespace that vanished meanwhile is fine."""
     removed = []
     for name in stale():
         result = subprocess.run(["ip", "netns", "delete", name], capture_output=True, text=True,
@@ -91,6 +109,10 @@ def remove_stale() -> list[str]:
             removed.append(name)
         else:
             raise OSError(f"cannot remove stale namespace {name}: {_failure(result.args, result)}")
+    for name in removed:
+        record = owner_record(_OURS.match(name)["prefix"])
+        if owner_ended(record):
+            record.unlink(missing_ok=True)
     return removed
 
 
@@ -136,6 +158,7 @@ class Network:
     def __init__(self, plan: NetworkPlan):
         self.plan = plan
         self._previous: dict[int, object] = {}
+        self._owner: OwnerFile | None = None
 
     def __enter__(self) -> NetworkPlan:
         if threading.current_thread() is threading.main_thread():
@@ -143,6 +166,8 @@ class Network:
                 self._previous[signum] = signal.signal(signum, _raise_terminated)
         try:
             remove_stale()
+            OWNERS_DIR.mkdir(mode=0o700, exist_ok=True)
+            self._owner = OwnerFile(owner_record(self.plan.prefix)).start()
             for argv in self.plan.setup:
                 _run(argv)
         except BaseException:
@@ -161,6 +186,9 @@ class Network:
                 if argv[-1] in existing:
                     subprocess.run(list(argv), capture_output=True, timeout=COMMAND_TIMEOUT_S)
         finally:
+            if self._owner is not None:
+                self._owner.close()
+                self._owner = None
             for signum, handler in self._previous.items():
                 signal.signal(signum, handler)
             self._previous.clear()

@@ -121,10 +121,10 @@ def verdict(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                               "margin_ratio": None, "seed_spread_s": None, "band_s": None, "within_error": False,
                               "reason": None, "caveat": None}
     if leader is None:
-        result["reason"] = "no run reached the target" if rows else "no runs"
+        result["reason"] = "no configuration reached the target" if rows else "no configurations"
         return result
     if runner is None:
-        result.update(winner=leader, reason="only one run reached the target: no margin")
+        result.update(winner=leader, reason="the only configuration that reached the target: no margin to judge")
         return result
     margin = runner["time_to_target_s"] - leader["time_to_target_s"]
     result["margin_s"] = margin
@@ -316,12 +316,15 @@ def verdict_text(result: Mapping[str, Any]) -> str:
                 f"{_seconds(leader['time_to_target_s'])}, runner-up {_named(runner)} "
                 f"{_seconds(runner['time_to_target_s'])})")
     text = f"winner: {_named(winner)} reaches {target} in {_seconds(winner['time_to_target_s'])}"
-    if runner is not None:
+    if runner is None:
+        text += f" ({result['reason']})"
+    else:
         text += f", {_seconds(result['margin_s'])} ({result['margin_ratio']:.2f}x) ahead of {_named(runner)}"
-        if result["seed_spread_s"] is not None:
-            text += f", beyond the seed spread ({_seconds(result['seed_spread_s'])})"
-        if result["band_s"] is not None:
-            text += f" and the projection's error band ({_seconds(result['band_s'])})"
+        beyond = [f"{what} ({_seconds(result[key])})" for what, key in
+                  (("the seed spread", "seed_spread_s"), ("the projection's error band", "band_s"))
+                  if result[key] is not None]
+        if beyond:
+            text += ", beyond " + " and ".join(beyond)
     return text if not result["caveat"] else f"{text}; caveat: {result['caveat']}"
 
 

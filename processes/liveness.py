@@ -1,14 +1,21 @@
-"""Whether a process is alive: the one check behind every "left by a dead process" rule (partial
-traces, emulation namespaces), a process's identity beyond its PID (the store's scenario claims:
-a container's sweep is PID 1 every time), and the ``/proc`` scans of a process's state and children
-(the kill-safety tests). Imports nothing of the project."""
+"""Whether a process is alive: a process's identity beyond its PID (a container's process is PID 1
+every time) and the one rule behind every "left by a dead process" judgment (the store's scenario
+claims, partial traces, emulation namespaces: :func:`ended`, over a record an :class:`OwnerFile`
+keeps), and the ``/proc`` scans of a process's state and children (the kill-safety tests). Imports
+nothing of the project."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
-from dataclasses import dataclass
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 
 def pid_alive(pid: int) -> bool:
@@ -112,6 +119,88 @@ def provably_gone(who: ProcessIdentity) -> bool:
         return False
     fields = _stat_fields(who.pid)
     return fields is None or fields[0] == "Z" or start_ticks(who.pid) != who.start_ticks
+
+
+def ended(who: ProcessIdentity, heartbeat_s: float, now_s: float, lease_s: float) -> bool:
+    """The one rule for what a process left behind (a claim, a partial trace, a namespace): its owner
+    ``who`` has ended when its last heartbeat (Unix time ``heartbeat_s``) is more than ``lease_s``
+    seconds before ``now_s`` (Unix s), whether or not it can be seen, or when it provably ended
+    (:func:`provably_gone`: at once, where this process can tell)."""
+    return now_s - heartbeat_s > lease_s or provably_gone(who)
+
+
+OWNER_HEARTBEAT_S = 2.0
+"""Seconds between two heartbeats of an :class:`OwnerFile` (its modification time set to now)."""
+
+OWNER_LEASE_S = 60.0
+"""Seconds after its last heartbeat an :class:`OwnerFile`'s owner counts as ended (:func:`owner_ended`)
+where it cannot be seen (another PID namespace, another machine): a stopped owner loses what it
+owns after this long."""
+
+
+class OwnerFile:
+    """A file that says which process owns something beside it: the owner's :class:`ProcessIdentity`
+    as JSON, and by its modification time the owner's last heartbeat, renewed every ``every_s``
+    seconds by a daemon thread from :meth:`start` to :meth:`close` (which removes the file).
+    :func:`owner_ended` reads it."""
+
+    def __init__(self, path: str | os.PathLike[str], every_s: float = OWNER_HEARTBEAT_S):
+        self.path = Path(path)
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> OwnerFile:
+        """Write this process's identity (atomically) and start the heartbeat; returns ``self``."""
+        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.tmp")
+        tmp.write_text(json.dumps(asdict(this_process())))
+        os.replace(tmp, self.path)
+        self._thread = threading.Thread(target=self._beat, name=f"owner heartbeat {self.path.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                os.utime(self.path)
+            except OSError:  # the file is gone (its folder removed): nothing left to keep
+                return
+
+    def close(self) -> None:
+        """Stop the heartbeat and remove the file (a missing one is fine)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> OwnerFile:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def identity_from(record: Mapping[str, Any]) -> ProcessIdentity | None:
+    """The :class:`ProcessIdentity` a record holds (an :class:`OwnerFile`'s JSON), or None when it
+    is not one."""
+    try:
+        ticks = record["start_ticks"]
+        return ProcessIdentity(str(record["host"]), str(record["boot_id"]), str(record["pid_ns"]),
+                               int(record["pid"]), None if ticks is None else int(ticks))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def owner_ended(path: str | os.PathLike[str], lease_s: float = OWNER_LEASE_S) -> bool | None:
+    """Whether the owner an :class:`OwnerFile` at ``path`` names has ended (:func:`ended`, its
+    modification time the last heartbeat), or None when there is no readable record there."""
+    try:
+        heartbeat_s = os.stat(path).st_mtime
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    who = identity_from(record) if isinstance(record, dict) else None
+    return None if who is None else ended(who, heartbeat_s, time.time(), lease_s)
 
 
 def children_of(pid: int) -> list[int]:

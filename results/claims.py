@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from processes.liveness import ProcessIdentity, provably_gone
+from processes.liveness import ProcessIdentity, ended
 
 CLAIM_HEARTBEAT_S = 2.0
 """Seconds between two heartbeats of a run that holds claims."""
@@ -29,11 +29,10 @@ CLAIM_LEASE_S = 15.0
 def lapsed(owner: Mapping[str, Any], now_s: float, lease_s: float = CLAIM_LEASE_S) -> bool:
     """Whether the claims of ``owner`` (a ``claim_owners`` row: ``host``, ``boot_id``, ``pid_ns``, ``pid``,
     ``start_ticks``, ``heartbeat`` in Unix seconds) lapsed at Unix time ``now_s``: its heartbeat is
-    more than ``lease_s`` seconds old, or its process has provably ended."""
-    if now_s - float(owner["heartbeat"]) > lease_s:
-        return True
-    return provably_gone(ProcessIdentity(owner["host"] or "", owner["boot_id"] or "", owner["pid_ns"] or "",
-                                         int(owner["pid"]), owner["start_ticks"]))
+    more than ``lease_s`` seconds old, or its process has provably ended (:func:`processes.liveness.ended`)."""
+    who = ProcessIdentity(owner["host"] or "", owner["boot_id"] or "", owner["pid_ns"] or "", int(owner["pid"]),
+                          owner["start_ticks"])
+    return ended(who, float(owner["heartbeat"]), now_s, lease_s)
 
 
 @contextmanager

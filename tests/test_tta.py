@@ -69,7 +69,7 @@ def test_a_run_that_never_reaches_the_target_reports_null_and_why():
     assert dgc["iterations_to_target"] is None and dgc["time_to_target_s"] is None
     assert dgc["reason"] == "never reached accuracy 0.6 in 40 iterations (best 0.4000)"
     nobody = time_to_target(_rows(), {}, target_accuracy=0.99)
-    assert verdict(nobody)["winner"] is None and verdict(nobody)["reason"] == "no run reached the target"
+    assert verdict(nobody)["winner"] is None and verdict(nobody)["reason"] == "no configuration reached the target"
     assert all(r["time_to_target_s"] is None for r in nobody)
     missing_time = time_to_target(_rows(), {}, target_accuracy=0.6)
     none = [r for r in missing_time if r["compressor"] == "none"][0]

@@ -26,7 +26,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
-from processes.liveness import pid_alive
+from processes.liveness import OwnerFile, owner_ended, pid_alive
 from traces.errors import TraceError
 from traces.flops import COUNTER, ForwardFlops
 
@@ -106,12 +106,19 @@ def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
 _PARTIAL = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]{8}\.partial$")
 """A trace being written: ``.NAME.<pid>.<8 random characters>.partial`` (see :class:`TraceWriter`)."""
 
+PARTIAL_OWNER = ".owner.json"
+"""The file in a partial trace that names its writer (:class:`processes.liveness.OwnerFile`: identity
+and heartbeat); the writer removes it before the trace moves into place."""
+
 
 def clean_stale_partials(out_dir: Path) -> list[Path]:
     """Remove the partial traces next to ``out_dir`` (``.NAME.<pid>.XXXXXXXX.partial``, any
-    ``NAME``) whose writer is gone (its pid is not alive), as emulation removes the namespaces of
-    dead runs; older ``.NAME.*.partial`` folders without a pid for ``out_dir``'s own name too.
-    Returns what was removed."""
+    ``NAME``) whose writer has ended by the one rule of :func:`processes.liveness.owner_ended`
+    (provably gone, or no heartbeat for :data:`processes.liveness.OWNER_LEASE_S`: a container's
+    PID 1 killed and rerun, a writer in another PID namespace), as emulation removes the namespaces
+    of dead runs. A partial without an owner record (one written before records, or in the instant
+    before its record) is judged by its pid alone; older ``.NAME.*.partial`` folders without a pid
+    for ``out_dir``'s own name too. Returns what was removed."""
     own = f".{out_dir.name}."
     removed = []
     try:
@@ -129,7 +136,8 @@ def clean_stale_partials(out_dir: Path) -> list[Path]:
             pid = name[len(own):].split(".", 1)[0]
         else:
             continue
-        if pid.isdigit() and pid_alive(int(pid)):
+        gone = owner_ended(entry / PARTIAL_OWNER)
+        if gone is False or (gone is None and pid.isdigit() and pid_alive(int(pid))):
             continue
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
@@ -234,6 +242,11 @@ class TraceWriter:
         clean_stale_partials(self.out_dir)
         self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.{os.getpid()}.", suffix=".partial",
                                           dir=self.out_dir.parent))
+        try:
+            self._owner = OwnerFile(self._tmp / PARTIAL_OWNER).start()
+        except OSError as exc:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            raise _write_error(self.out_dir, PARTIAL_OWNER, exc) from None
         self._closed = False
 
     def write_iteration(self, iteration: int, gradients: Sequence[torch.Tensor]) -> None:
@@ -316,6 +329,7 @@ class TraceWriter:
             self.abort()
             raise _write_error(self.out_dir, MANIFEST, exc) from None
         self._closed = True
+        self._owner.close()
         old = None
         if self.out_dir.exists():
             old = self.out_dir.with_name(f".{self.out_dir.name}.{uuid.uuid4().hex}.old")
@@ -328,6 +342,7 @@ class TraceWriter:
     def abort(self) -> None:
         """Discard everything written so far."""
         self._closed = True
+        self._owner.close()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self) -> TraceWriter:

@@ -46,7 +46,8 @@ def _launch_panel(store) -> html.Div:
         ui.labelled("Nodes", dcc.Input(id="launch-nodes", value="2,4,8,16,32"), "comma-separated worker counts"),
         ui.labelled("Bandwidths", dcc.Input(id="launch-bandwidths", value="1Gbit,10Gbit,25Gbit,100Gbit"),
                     "comma-separated, with units"),
-        ui.labelled("Latency", dcc.Input(id="launch-latency", value="50us"), "per message, with unit"),
+        ui.labelled("Latency per message, one-way", dcc.Input(id="launch-latency", value="50us"),
+                    projection.LATENCY_HINT),
         ui.labelled("Topology", dcc.Dropdown(id="launch-topology", options=list(projection.TOPOLOGIES),
                                              value="ring", clearable=False)),
         *ui.launch_controls("", "Launch sweep"),
@@ -62,7 +63,7 @@ def layout(reader: StoreReader) -> html.Div:
             ui.labelled("Sweep", dcc.Dropdown(id="sweep-select", options=options,
                                               value=options[0]["value"] if options else None, clearable=False),
                         wide=True),
-            ui.labelled("Latency", dcc.Dropdown(id="sweep-latency", clearable=False)),
+            ui.labelled("Latency, one-way", dcc.Dropdown(id="sweep-latency", clearable=False)),
             ui.labelled("Topology", dcc.Dropdown(id="sweep-topology", clearable=False)),
             ui.labelled("Nodes (bandwidth plots)", dcc.Dropdown(id="sweep-nodes", clearable=False)),
             ui.labelled("Bandwidth (crossover plot)", dcc.Dropdown(id="sweep-bandwidth", clearable=False)),
@@ -171,7 +172,7 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
         at_nodes = store.scenarios(sweep_id, nodes=nodes, latency_s=latency, topology=topology)
         points = [] if bandwidth is None else data.crossover_points(store, sweep_id, bandwidth, latency, topology)
         message = ui.note(
-            f"{', '.join(axes['fidelity'])} fidelity · latency {format_seconds(latency)} · {topology} · bandwidth "
+            f"{', '.join(axes['fidelity'])} fidelity · latency {format_seconds(latency)} one-way · {topology} · bandwidth "
             f"plots at {nodes} nodes · crossover at {format_bandwidth(bandwidth) if bandwidth else '-'}")
         return (figures.sweep_vs_bandwidth(at_nodes, "iteration_s"), figures.sweep_vs_bandwidth(at_nodes, "speedup"),
                 figures.best_heatmap(data.best_two(store, sweep_id, latency, topology)),
@@ -196,16 +197,21 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
             spec = sweep_runner.parse_spec(source, compressors, densities, nodes, bandwidths, latency, topology)
         except ValueError as exc:
             return ui.error(str(exc))
-        state: dict[str, int | None] = {"sweep": None}
+        state: dict[str, int | None] = {"sweep": None, "done": 0}
 
         def started(sweep_id: int) -> None:
             state["sweep"] = sweep_id
 
         def progress(done: int, total: int) -> None:
+            state["done"] = done
             set_progress((str(done), str(total), f"{done} / {total} scenarios landed", state["sweep"]))
 
+        def waiting(text: str) -> None:
+            done, total = state["done"] or 0, len(spec.grid)
+            set_progress((str(done), str(total), f"{done} / {total} scenarios landed; {text}", state["sweep"]))
+
         try:
-            sweep_id = sweep_runner.run(reader.path, spec, progress, started)
+            sweep_id = sweep_runner.run(reader.path, spec, progress, started, waiting=waiting)
         except ValueError as exc:
             return ui.error(str(exc))
         total = len(spec.grid)

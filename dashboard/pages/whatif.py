@@ -12,6 +12,7 @@ from dashboard.data import StoreReader
 from pipeline.costs import KERNEL_BAND_NOTE
 from pipeline.quality import CALL_RULE, QUALITY_RULE
 from pipeline.request import sites_text
+from units import format_seconds
 
 PATH = "/"
 TITLE = "What-if"
@@ -50,8 +51,8 @@ def controls(prefix: str, options: list[dict[str, str]], multi: bool, query: dic
                     "workers, one GPU each"),
         ui.labelled("Bandwidth per worker", dcc.Input(id=f"{prefix}-bandwidth", value=start["bandwidth"],
                                                       debounce=True), "with unit: 10Gbit, 100Mbit/s, 1.25GB/s"),
-        ui.labelled("Latency per message", dcc.Input(id=f"{prefix}-latency", value=start["latency"],
-                                                     debounce=True), "with unit: 50us, 1ms"),
+        ui.labelled("Latency per message, one-way", dcc.Input(id=f"{prefix}-latency", value=start["latency"],
+                                                              debounce=True), projection.LATENCY_HINT),
         ui.labelled("Topology", dcc.Dropdown(id=f"{prefix}-topology", options=list(projection.TOPOLOGIES),
                                              value=start["topology"], clearable=False)),
     ]
@@ -190,8 +191,9 @@ def register(app: Dash, reader: StoreReader) -> None:
             blank = ui.empty_figure("fix the highlighted control")
             return blank, blank, ui.error(str(exc)), "", ""
         elapsed = time.perf_counter() - started
-        title = (f"{chosen.cluster.nodes} nodes · {bandwidth} · {latency} · {topology} · δ={chosen.densities[0]:g} · "
-                 f"{fidelity} fidelity{sites_text(chosen.cluster).replace(';', ' ·')}")
+        title = (f"{chosen.cluster.nodes} nodes · {bandwidth} · {format_seconds(chosen.cluster.latency_s)} one-way · "
+                 f"{topology} · δ={chosen.densities[0]:g} · {fidelity} fidelity"
+                 f"{sites_text(chosen.cluster).replace(';', ' ·')}")
         sources = "; ".join(f"{r['compressor']}: {r['cost_source']}" for r in results if r["cost_source"])
         note = ui.note(f"{fidelity} projection of {len(results)} compressors in {elapsed * 1e3:.0f} ms on "
                        f"{results[0]['device']} (compute from {results[0]['compute_source']}); "

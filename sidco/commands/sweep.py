@@ -22,6 +22,7 @@ from pipeline.sweep import Grid, check_jobs
 from pipeline.tta import check_target, convergence_run, sweep_time_to_target, target_text, trace_path
 from results.store import Store
 from sidco.commands import dump_json
+from sidco.commands.compare import say
 from sidco.commands.tta import add_target_args
 from sidco.commands.simulate import (add_latency_args, add_scenario_args, add_source_args, positive_int, scenario_options,
                                      workload_fields)
@@ -119,15 +120,20 @@ def _print_time_to_target(result: dict[str, Any]) -> None:
 
 
 def _print_findings(found: list[dict[str, Any]]) -> None:
-    """One line per cluster: the best configuration, its speed-ups and the decision (whether to compress, with what)."""
-    print("found, per cluster (speed-up of the best configuration over none and over the best dense baseline):")
-    print(f"  {'nodes':>5} {'bandwidth':>12} {'1-way lat':>9} {'topology':<16} {'best':<16} {'vs none':>8} "
-          f"{'vs dense':>8}  verdict")
-    for f in found:
-        v = f["verdict"]
+    """The best configuration of each cluster and its speed-ups, one table row per cluster in
+    :data:`~sidco.commands.compare.WIDTH` columns, then each cluster's decision (whether to compress,
+    with what) under the table, wrapped at that width as ``compare``'s verdict is."""
+    say("found, per cluster (speed-up of the best configuration over none and over the best dense baseline):")
+    print(f"  {'#':>2} {'nodes':>5} {'bandwidth':>12} {'1-way lat':>9} {'topology':<16} {'best':<16} {'vs none':>8} "
+          f"{'vs dense':>8}")
+    for number, f in enumerate(found, 1):
         vs_dense = "" if f["speedup_over_baseline"] is None else f"{f['speedup_over_baseline']:.3f}x"
-        print(f"  {f['nodes']:>5} {format_bandwidth(f['bandwidth_bps']):>12} {format_seconds(f['latency_s']):>9} "
-              f"{f['topology']:<16} {f['best']:<16} {f['speedup']:>7.3f}x {vs_dense:>8}  {v['headline']}")
+        print(f"  {number:>2} {f['nodes']:>5} {format_bandwidth(f['bandwidth_bps']):>12} "
+              f"{format_seconds(f['latency_s']):>9} {f['topology']:<16} {f['best']:<16} {f['speedup']:>7.3f}x "
+              f"{vs_dense:>8}")
+    say("verdict per cluster (# as in the table):")
+    for number, f in enumerate(found, 1):
+        say(f"  {number:>2} verdict: {f['verdict']['headline']}", " " * 5)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -177,14 +183,14 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(dump_json(summary))
     else:
-        print(f"sweep {done.sweep_id}: {done.stored}/{done.total} scenarios stored in {args.store} "
-              f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity})")
-        print(f"device {source.device.name}: compute from {source.compute}")
+        say(f"sweep {done.sweep_id}: {done.stored}/{done.total} scenarios stored in {args.store} "
+            f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity})", "  ")
+        say(f"device {source.device.name}: compute from {source.compute}", "  ")
         by_source: dict[str, list[str]] = {}
         for pair, where in sorted(done.cost_sources.items()):
             by_source.setdefault(where, []).append(pair)
         for where, pairs in by_source.items():
-            print(f"  costs from {where}: {len(pairs)} pair(s) ({', '.join(pairs)})")
+            say(f"  costs from {where}: {len(pairs)} pair(s) ({', '.join(pairs)})", " " * 4)
         _print_findings(found)
         if tta is not None:
             _print_time_to_target(tta)
