@@ -21,7 +21,7 @@ from typing import Any
 from costs import devices
 from costs.throughput import DEFAULT_PRECISION, check_precision
 from simulator.limits import MESSAGE_BUDGET
-from simulator.sharded import DTYPE_BYTES, PARALLEL, Sharding
+from simulator.sharded import DTYPE_BYTES, PARALLEL, Sharding, refusal
 from simulator.scenario import FIDELITIES, TOPOLOGIES
 from results.store import row_id
 from units import Pair, check_bandwidth, check_count, check_density, check_latency, parse_duration, parse_list
@@ -119,6 +119,12 @@ def sharding(parallel: str = "ddp", *, shard_size: int | None = None, reduce_dty
     if micro_batch is not None and batch_size is not None and batch_size % micro_batch:
         raise ValueError(f"--micro-batch {micro_batch} must divide --batch-size {batch_size}")
     return None if chosen == Sharding() else chosen
+
+
+def refused(parallel: str, names: Sequence[str]) -> dict[str, str]:
+    """The compressors of ``names`` that ``--parallel`` cannot run, each with the reason (one line,
+    :func:`simulator.sharded.refusal`), in the order given."""
+    return {name: reason for name in names if (reason := refusal(parallel, name)) is not None}
 
 
 def sharding_flags(held: Sharding | None) -> str:

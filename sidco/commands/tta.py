@@ -13,7 +13,8 @@ from pipeline.tta import (check_target, convergence_run, curves_time_to_accuracy
                           time_to_accuracy, trace_path, verdict_text)
 from results.store import Store
 from sidco.commands import dump_json
-from sidco.commands.simulate import add_latency_args, add_scenario_args, add_source_args, cluster, workload_fields
+from sidco.commands.simulate import (add_latency_args, add_parallel_args, add_scenario_args, add_source_args, cluster,
+                                    workload_fields)
 from units import format_bandwidth, format_seconds
 from sidco.commands import COMMANDS
 
@@ -64,6 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_source_args(parser, required=False)
     add_target_args(parser)
     add_scenario_args(parser)
+    add_parallel_args(parser)
     parser.set_defaults(func=run, fidelity="analytic")
 
 
