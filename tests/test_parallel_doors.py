@@ -65,3 +65,23 @@ def test_bad_parallel_flags_are_one_line_on_sweep_and_tta(tmp_path, capsys):
               "--store", str(tmp_path / "r.sqlite"), "--parallel", "zero9"])
     assert stopped.value.code == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("batch", ["1", "32"])  # fits in an H100's memory / does not
+def test_compare_table_shows_memory_and_the_collective_replaced_in_120_columns(tmp_path, capsys, batch):
+    run = ["compare", "--model", "llama-3.1-8b", "--device", "h100", "--nodes", "4", "--gpus-per-node", "8",
+           "--parallel", "hsdp", "--bandwidth", "100Gbit", "--compressors", "none,bf16,topk", "--densities", "0.01",
+           "--batch-size", batch, "--store", str(tmp_path / "r.sqlite")]
+    assert main([*run, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert main(run) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = lines[lines.index(next(line for line in lines if " config " in line)):][:len(rows) + 1]
+    assert "mem GiB replaces" in table[0]
+    assert all(len(line) <= 120 for line in lines)
+    for row, line in zip(rows, table[1:]):
+        mark = "!" if row["fits"] is False else " "
+        assert f" {row['label']:<16} " in line
+        assert f" {row['memory_gib']:>6.1f}{mark} {row['collective'].split(' (')[0]}" in line
+    assert {row["fits"] for row in rows} == {batch == "1"}
+    assert "replaces: all-reduce = all-reduce (replicate, gradient shard)" in " ".join(lines)
