@@ -22,7 +22,8 @@ from pipeline import quality as pipeline_quality
 from pipeline.catalog import TOPOLOGIES, compressor_names as _compressor_names, layout_names as _layout_names
 from pipeline.catalog import model_names as _model_names
 from pipeline.project import chrome_trace
-from pipeline.request import DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, pair
+from pipeline.request import (DEFAULT_LAYOUT_DEVICE, DTYPE_CHOICES, PARALLEL_CHOICES, Cluster, Request, device_choices,
+                              pair, parallel_options)
 from results.store import Store, row_id
 from units import parse_bandwidth, parse_duration
 
@@ -33,6 +34,17 @@ command line allows :data:`pipeline.catalog.MESSAGE_BUDGET`."""
 
 RESULT_KEYS = ("iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s",
                "speedup", "iteration_s_low", "iteration_s_high", "speedup_low", "speedup_high")
+
+
+SHARDED_KEYS = ("collective", "parallel", "shard_size", "micro_batches")
+"""What a row adds under ``--parallel`` (``collective``: what its compressor replaces; under DDP
+``collective`` is absent, as from ``sidco simulate --json``)."""
+
+PARALLEL = PARALLEL_CHOICES
+"""The ``--parallel`` choices (``ddp`` the default)."""
+
+DTYPES = DTYPE_CHOICES
+"""The reduce and parameter dtypes a sharded plan takes."""
 
 
 class ProjectionError(ValueError):
@@ -111,9 +123,21 @@ def parse_controls(
     profile_id: str | int | None = None,
     samples_per_s: str | float | None = None,
     tokens: str | int | None = None,
+    *,
+    gpus_per_node: str | int | None = None,
+    batch_size: str | int | None = None,
+    parallel: str | None = None,
+    shard_size: str | int | None = None,
+    micro_batch: str | int | None = None,
+    reduce_dtype: str | None = None,
+    param_dtype: str | None = None,
+    checkpointing: bool = False,
 ) -> Request:
     """The request of raw control values (text parsed here, checked by the request:
-    :class:`pipeline.request.Request`); ProjectionError naming the first bad one."""
+    :class:`pipeline.request.Request`); ProjectionError naming the first bad one. ``gpus_per_node``
+    and ``batch_size`` (sequences or samples per GPU) blank for the defaults (1, 32); ``parallel`` and
+    the rest of its family as ``sidco simulate``'s ``--parallel`` options
+    (:func:`pipeline.request.parallel_options`, blank or ``None`` for their defaults)."""
     fields = workload_fields(source)
     if not compressors:
         raise ProjectionError("choose at least one compressor")
@@ -135,7 +159,16 @@ def parse_controls(
     anchors = {"samples_per_s": _optional(samples_per_s, float, "measured samples/s", "a number, e.g. 400"),
                "tokens": _optional(tokens, int, "tokens per sample", "a whole number, e.g. 384")}
     try:
-        cluster = Cluster(nodes_value, parse_bandwidth(bandwidth or ""), parse_duration(latency or ""), topology)
+        gpus = _optional(gpus_per_node, int, "GPUs per node", "a whole number, e.g. 8")
+        batch = _optional(batch_size, int, "batch size", "a whole number, e.g. 32")
+        options = {} if gpus is None else {"gpus_per_node": gpus}
+        options.update(parallel_options(parallel or "ddp", shard_size=shard_size, micro_batch=micro_batch,
+                                         reduce_dtype=reduce_dtype or "fp32", param_dtype=param_dtype or "bf16",
+                                         checkpointing=bool(checkpointing), batch_size=batch))
+        cluster = Cluster(nodes_value, parse_bandwidth(bandwidth or ""), parse_duration(latency or ""), topology,
+                          options=options)
+        if batch is not None:
+            anchors["batch_size"] = batch
         return Request(cluster, tuple(compressors), (density_value,), device=device or None,
                        calibration="latest" if calibrated else "none",
                        profile_id=None if profile_id in (None, "") else row_id(str(profile_id), "device profile"),
@@ -173,7 +206,8 @@ def _row(result: dict[str, Any], fidelity: str, density: float) -> dict[str, Any
             "fidelity": fidelity, "device": result["device"], "compute_source": result["compute_source"],
             "cost_source": result["cost_source"],
             **{key: result[key] for key in ("precision", "cost_band", "batch_size", "tokens", "tokens_stated",
-                                            "compute_from")}}
+                                            "compute_from")},
+            **{key: result[key] for key in SHARDED_KEYS if key in result}}
 
 
 def project(store: Store, request: Request, fidelity: str = "analytic") -> list[dict[str, Any]]:
