@@ -38,6 +38,7 @@ def test_sweep_leaves_out_what_fsdp_refuses_and_says_why(tmp_path, capsys):
     assert {row["compressor"] for row in json.loads(captured.out)["rows"]} == {"none", "fp16"}
     refused = [line for line in captured.err.splitlines() if line.startswith("refused: ")]
     assert [line.split()[1] for line in refused] == ["powersgd", "topk"]
+    assert json.loads(captured.out)["refused"] == [line.removeprefix("refused: ") for line in refused]
 
 
 def test_tta_projects_the_sharded_iteration_as_simulate_does(tmp_path, capsys):
@@ -54,6 +55,7 @@ def test_tta_projects_the_sharded_iteration_as_simulate_does(tmp_path, capsys):
         expected = _simulate(capsys, store, row["compressor"], *flags)["iteration_s"]
         assert row["iteration_s"] == expected
         assert row["time_to_target_s"] == pytest.approx(200 * expected)
+    assert result["cluster"]["parallel"] == "--parallel hsdp --shard-size 4 --checkpointing"
 
 
 def test_bad_parallel_flags_are_one_line_on_sweep_and_tta(tmp_path, capsys):

@@ -18,7 +18,8 @@ from tqdm import tqdm
 import pipeline.sweep
 from pipeline.catalog import TOPOLOGIES, compressor_names
 from pipeline import project as projection
-from pipeline.request import WorkloadRequest, default_topology, one_way_latencies, pair, refused, takes_density
+from pipeline.request import (WorkloadRequest, default_topology, one_way_latencies, pair, refused, sharding_flags,
+                              takes_density)
 from pipeline.sweep import Grid, check_jobs
 from pipeline.tta import check_target, convergence_run, sweep_time_to_target, target_text, trace_path
 from results.store import Store
@@ -184,14 +185,16 @@ def run(args: argparse.Namespace) -> int:
                                        target_loss=args.target_loss)
     summary = {"sweep_id": done.sweep_id, "total": done.total, "stored": done.stored, "computed": done.computed,
                "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity, "device": source.device.name,
-               "compute_source": source.compute, "cost_sources": done.cost_sources, "findings": found, "rows": rows}
+               "compute_source": source.compute, "cost_sources": done.cost_sources, "findings": found, "rows": rows,
+               "parallel": args.parallel, "refused": reasons}
     if tta is not None:
         summary["time_to_target"] = tta
     if args.json:
         print(dump_json(summary))
     else:
         print(f"sweep {done.sweep_id}: {done.stored}/{done.total} scenarios stored in {args.store} "
-              f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity})")
+              f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity}"
+              f"{';' + sharding_flags(options.get('sharding')) if 'sharding' in options else ''})")
         print(f"device {source.device.name}: compute from {source.compute}")
         by_source: dict[str, list[str]] = {}
         for pair, where in sorted(done.cost_sources.items()):
