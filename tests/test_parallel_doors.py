@@ -38,7 +38,9 @@ def test_sweep_leaves_out_what_fsdp_refuses_and_says_why(tmp_path, capsys):
     assert {row["compressor"] for row in json.loads(captured.out)["rows"]} == {"none", "fp16"}
     refused = [line for line in captured.err.splitlines() if line.startswith("refused: ")]
     assert [line.split()[1] for line in refused] == ["powersgd", "topk"]
-    assert json.loads(captured.out)["refused"] == [line.removeprefix("refused: ") for line in refused]
+    summary = json.loads(captured.out)
+    assert summary["refused"] == [line.removeprefix("refused: ") for line in refused]
+    assert summary["parallel"] == "--parallel fsdp"
 
 
 def test_tta_projects_the_sharded_iteration_as_simulate_does(tmp_path, capsys):

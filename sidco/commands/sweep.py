@@ -185,8 +185,9 @@ def run(args: argparse.Namespace) -> int:
                                        target_loss=args.target_loss)
     summary = {"sweep_id": done.sweep_id, "total": done.total, "stored": done.stored, "computed": done.computed,
                "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity, "device": source.device.name,
-               "compute_source": source.compute, "cost_sources": done.cost_sources, "findings": found, "rows": rows,
-               "parallel": args.parallel, "refused": reasons}
+               "compute_source": source.compute, "cost_sources": done.cost_sources, "findings": found, "rows": rows}
+    if "sharding" in options:  # the --parallel family the grid was projected under, and what it refused
+        summary.update(parallel=sharding_flags(options["sharding"]).strip(), refused=reasons)
     if tta is not None:
         summary["time_to_target"] = tta
     if args.json:
