@@ -1,9 +1,11 @@
 """Gradient compressors: SIDCo-E/-P/-GP and their peers, error feedback, DGC momentum memory.
 
 Roles compose as in GRACE: a *compressor* turns a 1-D gradient into a message
-(``compress``: a :class:`Sparse` selection, or for ``fp16``/``bf16`` a :class:`Dense` cast and for
-``powersgd`` a :class:`LowRank` pair of factors) and back (``decompress``); a *memory* (:class:`ErrorFeedback`, :class:`DGCMemory`)
-keeps per-key state around any compressor.
+(``compress``: a :class:`Sparse` selection, or for ``fp16``/``bf16`` a :class:`Dense` cast, for
+``powersgd`` a :class:`LowRank` pair of factors and for ``int8`` a :class:`Quantized` block format)
+and back (``decompress``); a *memory* (:class:`ErrorFeedback`, :class:`DGCMemory`) keeps per-key
+state around any compressor. Each compressor's torch-free facts are on its card
+(:func:`card`); :data:`compressors.work.REGISTRY` lists the cards.
 
 >>> import torch, compressors
 >>> c = compressors.create("sidco-e", density=0.01)
@@ -17,76 +19,76 @@ import importlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from compressors.messages import wire
-from compressors.rules import CATALOG
+from compressors.work import CARDS, REGISTRY
+from compressors.work.cards import MESSAGES, Card
 
 if TYPE_CHECKING:
     from compressors.base import Compressor
 
-_LAZY: dict[str, str] = {
-    "Compressor": "compressors.base", "NoCompression": "compressors.reference", "TopK": "compressors.reference",
-    "RandomK": "compressors.randomk", "DGC": "compressors.dgc", "GaussianK": "compressors.gaussiank",
-    "RedSync": "compressors.redsync", "SIDCo": "compressors.sidco", "SIDCoE": "compressors.sidco",
-    "SIDCoP": "compressors.sidco", "SIDCoGP": "compressors.sidco", "FP16": "compressors.casts",
-    "BF16": "compressors.casts", "PowerSGD": "compressors.powersgd", "Sparse": "compressors.messages.sparse",
-    "Dense": "compressors.messages.kinds", "LowRank": "compressors.messages.kinds", "Message": "compressors.messages.kinds",
+_PARTS: dict[str, str] = {
+    "Compressor": "compressors.base", "SIDCo": "compressors.sidco", "Sparse": "compressors.messages.sparse",
+    "Dense": "compressors.messages.kinds", "LowRank": "compressors.messages.kinds",
+    "Quantized": "compressors.messages.kinds", "Message": "compressors.messages.kinds",
     "Memory": "compressors.memory", "ErrorFeedback": "compressors.memory", "DGCMemory": "compressors.memory",
 }
-"""Classes exported here, imported (with torch) on first use: ``names()``, ``message_kind()``
-and ``exchange()`` need none of them, so the simulator can ask without loading torch."""
-
-MESSAGES: tuple[str, ...] = ("sparse", "dense", "lowrank")
-"""Kinds of message a compressor returns (``Compressor.message``)."""
+"""The roles' classes exported here besides the compressors' own (those come from their cards),
+imported (with torch) on first use: ``names()``, ``message_kind()`` and ``exchange()`` need none of
+them, so the simulator can ask without loading torch."""
 
 __all__ = [
-    "Compressor", "Sparse", "Dense", "LowRank", "Message", "MESSAGES", "Memory", "ErrorFeedback", "DGCMemory", "names", "check_names", "create",
-    "NoCompression", "TopK", "RandomK", "DGC", "GaussianK", "RedSync", "SIDCo", "SIDCoE",
-    "SIDCoP", "SIDCoGP", "FP16", "BF16", "PowerSGD", "message_kind", "takes_density", "exchange",
+    "Compressor", "SIDCo", "Sparse", "Dense", "LowRank", "Quantized", "Message", "MESSAGES", "Memory", "ErrorFeedback",
+    "DGCMemory", "Card", "card", "names", "check_names", "create", "message_kind", "takes_density", "exchange",
+    *(c.cls for c in REGISTRY),
 ]
 
 
 def names(message: str | None = None) -> list[str]:
-    """Names accepted by :func:`create`, in a stable order; only those returning ``message``
-    (``"sparse"``, ``"dense"`` or ``"lowrank"``) when it is given."""
+    """Names accepted by :func:`create`, in the registry's order (:data:`compressors.work.REGISTRY`);
+    only those returning ``message`` (one of :data:`MESSAGES`) when it is given."""
     if message is not None and message not in MESSAGES:
         raise ValueError(f"unknown message kind {message!r}; choose from {', '.join(MESSAGES)}")
-    return [name for name, (_, _, kind) in CATALOG.items() if message is None or kind == message]
+    return [c.name for c in REGISTRY if message is None or c.message == message]
 
 
 def check_names(chosen: Iterable[str]) -> list[str]:
     """``chosen`` as a list if every one is a compressor of :func:`names`; ValueError naming the
     first unknown one and the choices otherwise (the one home of that rule)."""
     chosen = list(chosen)
-    unknown = [n for n in chosen if n not in CATALOG]
+    unknown = [n for n in chosen if n not in CARDS]
     if unknown:
-        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(CATALOG)}")
+        raise ValueError(f"unknown compressor {unknown[0]!r}; choose from {', '.join(CARDS)}")
     return chosen
 
 
-def message_kind(name: str) -> str:
-    """The kind of message compressor ``name`` returns: ``"sparse"``, ``"dense"`` or ``"lowrank"``."""
+def card(name: str) -> Card:
+    """The card of compressor ``name`` (:class:`compressors.work.cards.Card`: every torch-free fact
+    about it); ValueError for an unknown name."""
     check_names([name])
-    return CATALOG[name][2]
+    return CARDS[name]
+
+
+def message_kind(name: str) -> str:
+    """The kind of message compressor ``name`` returns (one of :data:`MESSAGES`)."""
+    return card(name).message
 
 
 def takes_density(name: str) -> bool:
     """Whether compressor ``name`` sends the share of the gradient a density sets (the sparse
-    selections); ``none``, the 16-bit casts and PowerSGD send what their dtype or rank sets."""
-    return name != "none" and message_kind(name) == "sparse"
+    selections; its card's ``takes_density``); ``none``, the casts, the quantizers and PowerSGD
+    send what their dtype, block format or rank sets."""
+    return card(name).takes_density
 
 
 def exchange(name: str, **options: Any) -> str:
-    """How workers combine compressor ``name``'s messages: ``"allreduce"`` (``none``, the dense
-    casts, PowerSGD, Random-k with a shared ``seed``) or ``"allgather"`` (the sparse selections);
-    the one rule is :func:`compressors.messages.wire.collective`."""
-    return wire.collective(name, options)
+    """How workers combine compressor ``name``'s messages with ``options``: ``"allreduce"`` or
+    ``"allgather"`` (its card's :meth:`~compressors.work.cards.Card.collective_for`)."""
+    return card(name).collective_for(options)
 
 
 def compressor_class(name: str) -> type[Compressor]:
-    """The class implementing compressor ``name`` (imports it, and torch)."""
-    check_names([name])
-    module, cls, _ = CATALOG[name]
-    return getattr(importlib.import_module(module), cls)
+    """The class implementing compressor ``name`` (its card's ``implementation``; imports it, and torch)."""
+    found = card(name)
+    return getattr(importlib.import_module(found.module), found.cls)
 
 
 def create(name: str, density: float = 1.0, **options: Any) -> Compressor:
@@ -102,8 +104,11 @@ def create(name: str, density: float = 1.0, **options: Any) -> Compressor:
 
 
 def __getattr__(attr: str) -> Any:
-    if attr in _LAZY:
-        return getattr(importlib.import_module(_LAZY[attr]), attr)
+    if attr in _PARTS:
+        return getattr(importlib.import_module(_PARTS[attr]), attr)
+    implementing = next((c for c in REGISTRY if c.cls == attr), None)
+    if implementing is not None:
+        return getattr(importlib.import_module(implementing.module), attr)
     if attr == "ddp":
         return importlib.import_module("compressors.ddp")
     raise AttributeError(f"module 'compressors' has no attribute {attr!r}")

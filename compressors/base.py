@@ -1,7 +1,7 @@
 """The compressor role: ``compress(grad) -> message`` and ``decompress(message) -> dense``.
 
-Messages are :class:`~compressors.messages.sparse.Sparse` (values at indices) or, for the dense and
-low-rank compressors, the siblings in :mod:`compressors.messages.kinds`.
+Messages are :class:`~compressors.messages.sparse.Sparse` (values at indices) or, for the dense,
+low-rank and quantized compressors, the siblings in :mod:`compressors.messages.kinds`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class Compressor:
     ``density`` is the target fraction of elements sent, in (0, 1].
 
     Class attributes: ``name`` (the registry name), ``message`` (the kind of message it
-    returns: ``"sparse"``, ``"dense"`` or ``"lowrank"``) and ``work``, its declared work: the
+    returns: ``"sparse"``, ``"dense"``, ``"lowrank"`` or ``"quantized"``) and ``work``, its declared work: the
     work of one compress and one decompress call as a function of size, density and loop counts
     (:mod:`compressors.work.declare`), a torch-free function of the companion module
     ``compressors/work/<module>.py`` that the cost model reads and tests/test_compressors_work.py

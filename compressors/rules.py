@@ -1,5 +1,5 @@
-"""The compressors' torch-free facts: their names and messages, and the few counting rules the
-cost model (:mod:`compressors.work`, :mod:`costs.costmodel`) shares with the tensor code.
+"""The few counting rules the cost model (:mod:`compressors.work`, :mod:`costs.costmodel`) shares
+with the tensor code (each compressor's own facts are on its card, :mod:`compressors.work.cards`).
 
 This module imports nothing but the standard library, so projecting an iteration (``sidco
 simulate``/``compare`` on a layout) never loads torch; the tensor modules import these rules
@@ -12,37 +12,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-CATALOG: dict[str, tuple[str, str, str]] = {
-    "none": ("compressors.reference", "NoCompression", "sparse"),
-    "topk": ("compressors.reference", "TopK", "sparse"),
-    "randomk": ("compressors.randomk", "RandomK", "sparse"),
-    "dgc": ("compressors.dgc", "DGC", "sparse"),
-    "gaussiank": ("compressors.gaussiank", "GaussianK", "sparse"),
-    "redsync": ("compressors.redsync", "RedSync", "sparse"),
-    "sidco-e": ("compressors.sidco", "SIDCoE", "sparse"),
-    "sidco-p": ("compressors.sidco", "SIDCoP", "sparse"),
-    "sidco-gp": ("compressors.sidco", "SIDCoGP", "sparse"),
-    "fp16": ("compressors.casts", "FP16", "dense"),
-    "bf16": ("compressors.casts", "BF16", "dense"),
-    "powersgd": ("compressors.powersgd", "PowerSGD", "lowrank"),
-}
-"""Every compressor by name, in the stable order of :func:`compressors.names`: the module and
-class that implement it and the kind of message it returns (the class's ``message``; a test
-checks the two agree)."""
-
-WITHOUT_MEMORY: tuple[str, ...] = ("none", "fp16", "bf16")
-"""Compressors that train without a memory through :func:`compressors.ddp.hook` (``none`` sends
-everything; PyTorch's fp16/bf16 hooks keep no residual); every other one carries error feedback
-by default (PowerSGD through PyTorch's ``use_error_feedback``)."""
-
 TOPK_SAMPLE = 4096
 """Minimum sample size (elements) of :func:`compressors.numerics.selection.exact_topk`'s threshold guess."""
 
 
 def trains_with_error_feedback(name: str) -> bool:
     """Whether training through :func:`compressors.ddp.hook` with its default memory keeps a
-    residual for compressor ``name``: what profiles and the cost model assume of a compressor's calls."""
-    return name not in WITHOUT_MEMORY
+    residual for compressor ``name`` (its card's ``error_feedback``): what profiles and the cost model
+    assume of a compressor's calls."""
+    from compressors import card
+
+    return card(name).error_feedback
 
 
 def target_count(density: float, numel: int) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compressors import CATALOG, takes_density
+from compressors import names, takes_density
 from traces.files import read_regular
 from units import check_density
 
@@ -66,7 +66,7 @@ def check_row(row: Any, where: str) -> dict[str, Any]:
     compressor = row.get("compressor")
     if not isinstance(compressor, str) or not compressor:
         raise ValueError(f"{where}: compressor must be a name, got {compressor!r}")
-    if row.get("density") in (None, "") and compressor in CATALOG and not takes_density(compressor):
+    if row.get("density") in (None, "") and compressor in names() and not takes_density(compressor):
         density = 1.0
     else:
         density = check_density(_number(row, "density", where), f"{where}: density")

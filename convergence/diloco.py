@@ -48,7 +48,7 @@ class OuterExchange:
         if sites < 1:
             raise ValueError(f"sites must be >= 1, got {sites}")
         self.name = name
-        if name == "powersgd":
+        if compressors.message_kind(name) == "lowrank":  # PowerSGD factors each layer's matrix
             options = {**options, "shapes": [tuple(s) for s in shapes]}
         made = [compressors.create(name, density=density, **options) for _ in range(sites)]
         self.memories = [compressors.ErrorFeedback(c) if trains_with_error_feedback(name) else None for c in made]
@@ -99,7 +99,8 @@ def train_diloco(
     inner = [make(_trainable(site)) for site in sites]
     outer = optim.outer(params, config.outer_lr, config.outer_momentum)
     density = float(config.outer_density) if compressors.takes_density(config.outer_compressor) else 1.0
-    options = {"rank": config.powersgd_rank} if config.outer_compressor == "powersgd" else {}
+    low_rank = compressors.message_kind(config.outer_compressor) == "lowrank"
+    options = {"rank": config.powersgd_rank} if low_rank else {}
     exchange = OuterExchange(config.outer_compressor, density, config.workers, [p.shape for p in params], **options)
     shards = [work.batches(w, config.workers) for w in range(config.workers)]
     eval_batches = list(work.heldout_batches(config.eval_samples))

@@ -180,7 +180,8 @@ def train(
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = optimizer(params) if optimizer is not None else config.make_optimizer(params, work.lr)
     sent_density = float(density) if compressors.takes_density(compressor) else 1.0
-    options = {"rank": config.powersgd_rank, "start_iter": config.powersgd_start_iter} if compressor == "powersgd" else {}
+    low_rank = compressors.message_kind(compressor) == "lowrank"  # PowerSGD's rank and first compressed step
+    options = {"rank": config.powersgd_rank, "start_iter": config.powersgd_start_iter} if low_rank else {}
     exchange = SimulatedWorkers(params, compressor, sent_density, config.workers,
                                 bucket_cap_bytes=config.bucket_cap_bytes, first_bucket_bytes=config.first_bucket_bytes,
                                 **options)

@@ -70,7 +70,8 @@ class SimulatedWorkers:
         self.workers = workers
         self.limits = [int(first_bucket_bytes), int(bucket_cap_bytes)]
         self.states = [compressors.ddp.comm_hook(name, density, **hook_options)[0] for _ in range(workers)]
-        if name == "powersgd":
+        self.low_rank = compressors.message_kind(name) == "lowrank"  # PyTorch's PowerSGD hook
+        if self.low_rank:
             check_powersgd(self.states[0].inner_state)
         self.buckets: list[list[int]] = [list(range(len(self.params)))]
         self.steps = 0
@@ -110,7 +111,7 @@ class SimulatedWorkers:
                 offset += numel
         for state in self.states:
             state.iteration += 1
-            if self.name == "powersgd":
+            if self.low_rank:
                 state.inner_state.iter += 1
         self.steps += 1
         if self.steps == 1:
@@ -118,9 +119,9 @@ class SimulatedWorkers:
 
     def _average(self, index: int, params: list[nn.Parameter], buffers: list[torch.Tensor]) -> torch.Tensor:
         """What every rank's hook leaves in bucket ``index`` given the workers' ``buffers``."""
-        if self.name in ("fp16", "bf16"):
-            return cast_mean(buffers, torch.float16 if self.name == "fp16" else torch.bfloat16)
-        if self.name == "powersgd":
+        if compressors.message_kind(self.name) == "dense":  # PyTorch's fp16/bf16 hooks
+            return cast_mean(buffers, compressors.compressor_class(self.name).wire_dtype)
+        if self.low_rank:
             return powersgd_mean([state.inner_state for state in self.states], buffers,
                                  [tuple(p.shape) for p in params], index)
         layout = layout_of(params)

@@ -50,6 +50,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from compressors import message_kind
+from compressors.rules import trains_with_error_feedback
 from units import check_count
 
 GIB = 1 << 30
@@ -102,10 +104,10 @@ def compressor_bytes(compressor: str, numel: int, shapes: Sequence[Sequence[int]
     """Bytes per GPU of ``compressor``'s state in the DDP hook for ``numel`` parameters of ``shapes``
     (the module docstring): none for ``none`` and the casts, the residual for the rest, PowerSGD's
     factors besides."""
-    if compressor in ("none", "fp16", "bf16"):
+    if not trains_with_error_feedback(compressor):  # its card: no residual (none, the casts)
         return 0
     residual = RESIDUAL_BYTES_PER_PARAMETER * numel
-    return residual + (powersgd_factor_bytes(shapes, rank) if compressor == "powersgd" else 0)
+    return residual + (powersgd_factor_bytes(shapes, rank) if message_kind(compressor) == "lowrank" else 0)
 
 
 SHARDED_BYTES_PER_PARAMETER: dict[str, int] = {"parameters": 2, "gradients": 2, "optimizer": 12}

@@ -353,46 +353,55 @@ def leave_one_harness_out() -> list[tuple[Row, float, float]]:
     return [(r, p, p / r.samples_per_s - 1) for r, p in zip(problem.rows, solution["leave_one_harness_out"])]
 
 
-def _trimmed(ratios: Sequence[float], fraction: float) -> tuple[float, float]:
+def trimmed(ratios: Sequence[float], fraction: float) -> tuple[float, float]:
     """The range of ``ratios`` without the ⌊fraction · n⌋ lowest and highest, widened to hold 1."""
     ordered = sorted(ratios)
     k = math.floor(fraction * len(ordered) + 1e-9)
     return min(1.0, ordered[k]), max(1.0, ordered[len(ordered) - 1 - k])
 
 
-@functools.lru_cache(maxsize=1)
-def coverage() -> dict[str, float]:
-    """How the band is sized (see the module docstring): ``trim`` (the fraction of the
-    leave-one-harness-out ratios left out at each end: the largest multiple of
-    :data:`TRIM_STEP` below one half that keeps ``out_of_harness`` ≥ :data:`COVERAGE`), ``k``
-    (the ratios that leaves out at each end), ``rows``, ``harnesses``, ``inside`` (fraction of the
-    rows' ratios inside the band) and ``out_of_harness`` (fraction of the rows inside the band
-    sized, with the same ``trim``, from the other harnesses' ratios alone)."""
-    held = leave_one_harness_out()
-    ratios = [1 + err for _, _, err in held]
-    harnesses = sorted({r.harness for r, _, _ in held})
+def harness_band(ratios: Sequence[float], harnesses: Sequence[str]) -> dict[str, float]:
+    """The band of ``ratios`` (model ÷ published, one per row; ``harnesses[i]`` the code base of
+    row ``i``), sized as the compute band is: ``trim``, the fraction of ratios left out at each end,
+    is the largest multiple of :data:`TRIM_STEP` below one half that keeps ``out_of_harness`` (the
+    fraction of rows inside the band sized, with that trim, from the other harnesses' ratios alone)
+    ≥ :data:`COVERAGE`. Returns ``low``/``high`` (the band, ``low ≤ 1 ≤ high``), ``trim``, ``k``
+    (ratios left out at each end), ``rows``, ``harnesses``, ``inside`` (fraction of the rows inside
+    the band) and ``out_of_harness``."""
+    names = sorted(set(harnesses))
 
     def out_of_harness(fraction: float) -> float:
         inside = 0
-        for harness in harnesses:
-            others = [x for (r, _, _), x in zip(held, ratios) if r.harness != harness]
-            low, high = _trimmed(others, fraction)
-            inside += sum(low <= x <= high for (r, _, _), x in zip(held, ratios) if r.harness == harness)
+        for harness in names:
+            others = [x for h, x in zip(harnesses, ratios) if h != harness]
+            if not others:
+                continue
+            low, high = trimmed(others, fraction)
+            inside += sum(low <= x <= high for h, x in zip(harnesses, ratios) if h == harness)
         return inside / len(ratios)
 
     steps = [i * TRIM_STEP for i in range(int(0.5 / TRIM_STEP))]
     trim = max((q for q in steps if out_of_harness(q) >= COVERAGE), default=0.0)
-    low, high = _trimmed(ratios, trim)
-    return {"trim": trim, "k": math.floor(trim * len(ratios) + 1e-9), "rows": len(ratios),
-            "harnesses": len(harnesses), "inside": sum(low <= x <= high for x in ratios) / len(ratios),
+    low, high = trimmed(ratios, trim)
+    return {"low": low, "high": high, "trim": trim, "k": math.floor(trim * len(ratios) + 1e-9), "rows": len(ratios),
+            "harnesses": len(names), "inside": sum(low <= x <= high for x in ratios) / len(ratios),
             "out_of_harness": out_of_harness(trim)}
+
+
+@functools.lru_cache(maxsize=1)
+def coverage() -> dict[str, float]:
+    """How the band is sized (:func:`harness_band` over :func:`leave_one_harness_out`'s ratios):
+    ``trim``, ``k``, ``rows``, ``harnesses``, ``inside`` and ``out_of_harness``."""
+    held = leave_one_harness_out()
+    sized = harness_band([1 + err for _, _, err in held], [r.harness for r, _, _ in held])
+    return {k: v for k, v in sized.items() if k not in ("low", "high")}
 
 
 def band() -> tuple[float, float]:
     """The factors on a projected compute time that span the rule's error on harnesses it has
     not seen: the range of published ÷ predicted time over :func:`leave_one_harness_out` without
     the :func:`coverage` ``k`` most extreme at each end, ``(low, high)`` with ``low ≤ 1 ≤ high``."""
-    return _trimmed([1 + err for _, _, err in leave_one_harness_out()], coverage()["trim"])
+    return trimmed([1 + err for _, _, err in leave_one_harness_out()], coverage()["trim"])
 
 
 def widening() -> dict[str, float]:
@@ -464,7 +473,7 @@ def report() -> str:
     ratios = [1 + err for _, _, err in held]
     own = {}
     for harness in {r.harness for r, _, _ in held}:
-        own[harness] = _trimmed([x for (r, _, _), x in zip(held, ratios) if r.harness != harness], cov["trim"])
+        own[harness] = trimmed([x for (r, _, _), x in zip(held, ratios) if r.harness != harness], cov["trim"])
     widen = widening()
     lines = [f"Fitted: η fp32 SIMT {f.simt:.3f}; η tensor cores " + ", ".join(f"{k} {v:.3f}" for k, v in f.tensor.items())
              + f". Band ×{low:.2f}–{high:.2f} (leave-one-harness-out ratios without the {cov['k']} most extreme at each"

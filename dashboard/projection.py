@@ -22,8 +22,8 @@ from pipeline import quality as pipeline_quality
 from pipeline.catalog import TOPOLOGIES, compressor_names as _compressor_names, layout_names as _layout_names
 from pipeline.catalog import model_names as _model_names
 from pipeline.project import chrome_trace
-from pipeline.request import (DEFAULT_LAYOUT_DEVICE, DTYPE_CHOICES, PARALLEL_CHOICES, Cluster, Request, device_choices,
-                              pair, parallel_options)
+from pipeline.request import (DEFAULT_LAYOUT_DEVICE, DTYPE_CHOICES, PARALLEL_CHOICES, PARAM_DTYPE, REDUCE_DTYPE, Cluster,
+                              Request, device_choices, pair, parallel_options, sites_options)
 from results.store import Store, row_id
 from units import parse_bandwidth, parse_duration
 
@@ -123,6 +123,9 @@ def parse_controls(
     profile_id: str | int | None = None,
     samples_per_s: str | float | None = None,
     tokens: str | int | None = None,
+    sites: str | int | None = None,
+    wan_bandwidth: str | None = None,
+    wan_rtt: str | None = None,
     *,
     gpus_per_node: str | int | None = None,
     batch_size: str | int | None = None,
@@ -134,7 +137,8 @@ def parse_controls(
     checkpointing: bool = False,
 ) -> Request:
     """The request of raw control values (text parsed here, checked by the request:
-    :class:`pipeline.request.Request`); ProjectionError naming the first bad one. ``gpus_per_node``
+    :class:`pipeline.request.Request`; ``sites`` blank is one site, the WAN's rule
+    :func:`pipeline.request.sites_options`); ProjectionError naming the first bad one. ``gpus_per_node``
     and ``batch_size`` (sequences or samples per GPU) blank for the defaults (1, 32); ``parallel`` and
     the rest of its family as ``sidco simulate``'s ``--parallel`` options
     (:func:`pipeline.request.parallel_options`, blank or ``None`` for their defaults)."""
@@ -158,12 +162,17 @@ def parse_controls(
         raise ProjectionError(f"nodes must be a whole number ≥ 1, got {nodes!r}")
     anchors = {"samples_per_s": _optional(samples_per_s, float, "measured samples/s", "a number, e.g. 400"),
                "tokens": _optional(tokens, int, "tokens per sample", "a whole number, e.g. 384")}
+    site_count = _optional(sites, int, "sites", "a whole number ≥ 1, e.g. 2")
+    wan = {"sites": 1 if site_count is None else site_count,
+           "wan_bandwidth_bps": _optional(wan_bandwidth, parse_bandwidth, "WAN bandwidth", "a rate, e.g. 1Gbit"),
+           "wan_rtt_s": _optional(wan_rtt, parse_duration, "WAN round trip", "a duration, e.g. 30ms")}
     try:
         gpus = _optional(gpus_per_node, int, "GPUs per node", "a whole number, e.g. 8")
         batch = _optional(batch_size, int, "batch size", "a whole number, e.g. 32")
-        options = {} if gpus is None else {"gpus_per_node": gpus}
+        options = {**sites_options(**wan), **({} if gpus is None else {"gpus_per_node": gpus})}
         options.update(parallel_options(parallel or "ddp", shard_size=shard_size, micro_batch=micro_batch,
-                                         reduce_dtype=reduce_dtype or "fp32", param_dtype=param_dtype or "bf16",
+                                         reduce_dtype=reduce_dtype or REDUCE_DTYPE,
+                                         param_dtype=param_dtype or PARAM_DTYPE,
                                          checkpointing=bool(checkpointing), batch_size=batch))
         cluster = Cluster(nodes_value, parse_bandwidth(bandwidth or ""), parse_duration(latency or ""), topology,
                           options=options)

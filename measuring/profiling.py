@@ -149,10 +149,6 @@ def median_call(seconds: Sequence[float]) -> int:
     return order[(len(order) - 1) // 2]
 
 
-DATA_DEPENDENT = ("gaussiank", "redsync", "dgc", "randomk", "topk", "sidco-e", "sidco-p", "sidco-gp")
-"""Compressors whose work per call depends on the data (their loop counts go into each row)."""
-
-
 def loops_of_call(name: str, density: float, grads: Sequence[torch.Tensor], call: int, out: torch.Tensor
                   ) -> dict[str, Any]:
     """The loop counts (:func:`compressors.work.counting.loop_counts`) of call number ``call`` (0-based,
@@ -266,7 +262,8 @@ def measure_size(device: str, numel: int, plan: Sequence[tuple[str, float]], war
                 decomp_s.append(decompress_s)
                 messages.append((sparse.wire_bytes(), sparse.stages))
         typical = median_call(comp_s)
-        loops = loops_of_call(name, density, grads, warmup + typical, out) if name in DATA_DEPENDENT else {}
+        data_dependent = compressors.card(name).loops is not None  # its card reads loop counts: they go into the row
+        loops = loops_of_call(name, density, grads, warmup + typical, out) if data_dependent else {}
         on_row({
             "compressor": name, "density": density, "numel": numel,
             "compress_s": comp_s[typical], "decompress_s": decomp_s[median_call(decomp_s)],

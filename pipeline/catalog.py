@@ -20,6 +20,7 @@ _FROM: dict[str, tuple[str, str]] = {
     "MESSAGE_BUDGET": ("simulator.limits", "MESSAGE_BUDGET"),
     "COMPRESS_ON": ("simulator.scenario", "COMPRESS_ON"),
     "TOPOLOGIES": ("simulator.scenario", "TOPOLOGIES"),
+    "STRATEGIES": ("simulator.lowcomm", "STRATEGIES"),
     "DEFAULT_PRECISION": ("costs.throughput", "DEFAULT_PRECISION"),
     "PRECISIONS": ("costs.throughput", "PRECISIONS"),
     "BUCKET_MODES": ("simulator.workload", "BUCKET_MODES"),
@@ -38,7 +39,7 @@ accept) and does nothing else."""
 
 __all__ = [
     "BUCKET_MODES", "COLLECTIVES", "COMPRESS_ON", "DEFAULT_PRECISION", "FIDELITIES", "JOB_BYTES",
-    "MESSAGE_BUDGET", "PRECISIONS", "TOPOLOGIES", *sorted(CHOICES),
+    "MESSAGE_BUDGET", "PRECISIONS", "STRATEGIES", "TOPOLOGIES", *sorted(CHOICES),
 ]
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from compressors.work import REGISTRY
 from costs import memory
 from simulator import sharded
 from pipeline import project as projections
@@ -26,8 +27,9 @@ from pipeline.verdict import rank
 from results.store import Store
 from units import Pair
 
-ALWAYS: tuple[str, ...] = ("none", "fp16", "powersgd")
-"""The baselines every comparison includes, whatever compressors are asked for."""
+ALWAYS: tuple[str, ...] = tuple(c.name for c in REGISTRY if c.always_compared)
+"""The baselines every comparison includes, whatever compressors are asked for (the cards marked
+``always_compared``: ``none``, ``fp16`` and PowerSGD)."""
 
 
 def pairs(names: Sequence[str], densities: Sequence[float]) -> list[Pair]:

@@ -5,7 +5,9 @@ workload under DDP per compressor and compares each measured iteration time with
 projection of the same scenario (:mod:`emulation.projection`) at every fidelity, uncalibrated
 and calibrated; each row carries the projection's network share; :func:`summarize` gives the
 median and worst |error| per fidelity and calibration, over all cells and network-heavy ones.
-The compression costs of a projection come from the one policy: the run's own trace is
+:func:`fsdp` runs real FSDP2 / HSDP (``fully_shard``) ranks for a shipped model scaled down and returns,
+per cell, the measured iteration time and every collective of a step beside its closed form
+(:mod:`emulation.fsdp`). The compression costs of a projection come from the one policy: the run's own trace is
 replayed into the store on one thread (as in the workers), then
 :func:`pipeline.costs.compression_profile` reads them back.
 """
@@ -22,6 +24,10 @@ from typing import Any
 
 import simulator
 from emulation.collectives import measure_collectives
+from emulation import fsdp_projection
+from emulation.fsdp import run_fsdp
+from emulation.fsdp_plan import check_mesh as check_fsdp_mesh, scaled as scaled_model  # the door checks by them
+from traces.llm import check as check_model, names as model_names  # the door checks --model by them
 from emulation.network import remove_stale, require_emulation
 from emulation.projection import network_share, project
 from emulation.plan import check_shaping  # the door checks a --bandwidth it shapes by it
@@ -199,3 +205,70 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, float]:
                     summary[f"{fidelity} {label}, {scope}: median |error|"] = statistics.median(errors)
                     summary[f"{fidelity} {label}, {scope}: worst |error|"] = max(errors)
     return summary
+
+
+def fsdp_projections(result: dict[str, Any], calibration: tuple[int | None, simulator.Calibration | None],
+                     fidelities: Sequence[str]) -> tuple[list[dict[str, Any]], bool]:
+    """The sharded simulator's projections of one emulated FSDP2 run (:mod:`emulation.fsdp_projection`)
+    per fidelity, uncalibrated and (if any) calibrated: ``fidelity``, ``calibrated``, ``projected_s``,
+    ``error_pct`` (projected − measured, % of measured), ``serial_s`` and ``serial_error_pct`` (nothing
+    overlapped, as FSDP2 runs on CPU ranks; the same for every fidelity), ``network_share``,
+    ``exposed_comm_s``; and
+    whether the model's collective buffers of a step (per label) are the measured ones exactly."""
+    if result["bandwidth_bps"] is None:
+        return [], False
+    replicas, shard = result["mesh"]
+    config = scaled_model(result["model"], result["layers"], result["hidden"], result["vocab"], result["tokens"])
+    wl = fsdp_projection.workload(config, result["tokens"], result["batch_size"], result["compute_passes"],
+                                  result["phases_s"]["optimizer_s"], shard)
+    variants = [(0, None)] + ([(1, calibration[1])] if calibration[1] is not None else [])
+    rows = []
+    for fidelity in fidelities:
+        for calibrated, constants in variants:
+            sc = fsdp_projection.scenario(wl, result["parallel"], result["workers"], shard, result["bandwidth_bps"],
+                                          calibration=constants, fidelity=fidelity)
+            p = fsdp_projection.project(sc)
+            measured = result["measured_s"]
+            rows.append({"fidelity": fidelity, "calibrated": calibrated, "projected_s": p["iteration_s"],
+                         "error_pct": (p["iteration_s"] - measured) / measured * 100.0,
+                         "serial_s": p["serial_s"], "serial_error_pct": (p["serial_s"] - measured) / measured * 100.0,
+                         "network_share": network_share(p), "exposed_comm_s": p["exposed_comm_s"]})
+    model = fsdp_projection.collective_buffers(fsdp_projection.scenario(wl, result["parallel"], result["workers"],
+                                                                        shard, result["bandwidth_bps"]))
+    measured: dict[str, list[float]] = {}
+    for r in result["collectives"]:
+        measured.setdefault(r["collective"], []).append(float(max(r["input_bytes"], r["output_bytes"])))
+    same = {k: sorted(v) for k, v in model.items()} == {k: sorted(v) for k, v in measured.items()}
+    return rows, same
+
+
+def fsdp(store: Store, workers: Sequence[int], bandwidths: Sequence[float | None], model: str, parallel: str, *,
+         shard_size: int | None, layers: int, hidden: int, vocab: int, tokens: int, batch_size: int, iterations: int,
+         warmup: int, calibration: tuple[int | None, simulator.Calibration | None] = (None, None),
+         fidelities: Sequence[str] = ("analytic", "des"),
+         step: Callable[[], None] | None = None) -> tuple[int, list[dict[str, Any]]]:
+    """Train ``model`` scaled down (``layers`` blocks of width ``hidden``, ``vocab`` tokens, sequences
+    of ``tokens``) under ``parallel`` (``fsdp``/``hsdp``) with real FSDP2 on every (workers,
+    bandwidth) and record the emulation (kind ``fsdp``); returns ``(emulation_id, rows)``, each row
+    :func:`emulation.fsdp.run_fsdp`'s result with ``projections`` and
+    ``model_buffers_match`` (:func:`fsdp_projections`; shaped links only). ``step()`` after each network."""
+    for p in workers:
+        check_fsdp_mesh(parallel, p, shard_size)
+    scaled_model(model, layers, hidden, vocab, tokens)
+    config = {"model": model, "parallel": parallel, "shard_size": shard_size, "workers": list(workers),
+              "bandwidths_bps": list(bandwidths), "layers": layers, "hidden": hidden, "vocab": vocab,
+              "tokens": tokens, "batch_size": batch_size, "iterations": iterations, "warmup": warmup,
+              "threads_per_worker": 1, "fidelities": list(fidelities), "calibration_id": calibration[0]}
+    emulation_id = store.start_emulation("fsdp", config, os.cpu_count() or 1)
+    rows: list[dict[str, Any]] = []
+    with _marked(store, emulation_id):
+        for p in workers:
+            for bandwidth in bandwidths:
+                result = run_fsdp(p, bandwidth, model, parallel, shard_size=shard_size, layers=layers, hidden=hidden,
+                                  vocab=vocab, tokens=tokens, batch_size=batch_size, iterations=iterations,
+                                  warmup=warmup)
+                projections, same = fsdp_projections(result, calibration, fidelities)
+                rows.append({**result, "projections": projections, "model_buffers_match": same})
+                if step:
+                    step()
+    return emulation_id, rows

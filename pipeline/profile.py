@@ -1,11 +1,13 @@
 """Device profiles: measuring one (``sidco profile``) and checking the cost model against every
-measured one (``sidco profile --check``). Measuring is an explicit job; nothing else times
-compressors."""
+measured one (``sidco profile --check``); a model's training step measured
+(``sidco profile --model``, :func:`measure_step`). Measuring is an explicit job; nothing else
+times compressors or steps."""
 
 from __future__ import annotations
 
 import json
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -13,9 +15,11 @@ from typing import Any
 
 import compressors
 from compressors import work as declared
-from costs import costmodel, devices
+from costs import anchor, costmodel, devices
+from costs.throughput import check_precision as throughput_precision
 from costs import device_profile as dp
 from results.store import Store
+from units import check_count
 
 CHECK_MIN_NUMEL = 1 << 20
 """``--check`` judges the model on calls of at least this many elements (smaller ones are
@@ -219,3 +223,79 @@ def check(store: Store, files: Sequence[str | Path] = ()) -> list[dict[str, Any]
                        "model": costmodel.source_label(device), "rows": rows, "worst": worst(rows),
                        "kernels": kernels, "kernel_summary": kernel_summary(kernels)})
     return report
+
+
+PARALLEL = ("ddp",)
+"""The data parallelisms a model's step is measured under: ``ddp`` (each GPU trains the whole
+model, its optimizer over every parameter). Its effective rate anchors compute under every
+``--parallel`` of a projection (each GPU computes the whole model's forward and backward under
+every plan; the sharded optimizer, collectives and memory are the model's); a sharded step on one
+GPU (its optimizer over a shard, parameters gathered layer by layer) is not measured yet."""
+
+
+@dataclass(frozen=True)
+class StepMeasured:
+    """A measured training step of a model and its id in the store."""
+
+    profile_id: int
+    profile: anchor.StepProfile
+
+
+def measure_step(store: Store, device: str, model: str, *, batch_size: int, tokens: int | None = None,
+                 precision: str = "amp", parallel: str = "ddp", warmup: int = 3, repeats: int = 10,
+                 threads: int = 1, layers: int | None = None, out: str | Path | None = None,
+                 progress: Callable[[str], None] | None = None,
+                 note: Callable[[str], None] = lambda text: None) -> StepMeasured:
+    """Time the training step of ``model`` (a shipped name or a config.json, :mod:`traces.llm`)
+    built in torch on ``device`` (``cpu``, ``cuda``…; on a CPU pinned to ``threads`` threads):
+    ``batch_size`` sequences of ``tokens`` tokens (``None``: the model's default) in
+    ``precision``, one GPU's share under ``parallel`` (:data:`PARALLEL`), ``warmup`` untimed then
+    ``repeats`` timed steps (:func:`measuring.model_step.measure`; ``layers``: time that many
+    blocks and scale up, ``None``: all that fit). Stores the step profile and writes it to ``out``.
+    ValueError (one line) on a bad argument; ChildProcessError while another measuring process runs."""
+    from dataclasses import asdict
+
+    import torch
+
+    from measuring import model_step, profiling
+    from traces import llm
+
+    if parallel not in PARALLEL:
+        raise ValueError(f"--parallel {parallel} is not measured yet: measure ddp (the whole model on one GPU), whose "
+                         "rate anchors compute under every --parallel of simulate and compare")
+    if warmup < 0 or repeats < 1:
+        raise ValueError(f"--warmup must be >= 0 and --repeats >= 1, got {warmup} and {repeats}")
+    throughput_precision(precision)
+    ref = llm.check(model)
+    config = llm.load(ref)
+    tokens = llm.tokens_of(ref, tokens)
+    check_count(batch_size, "--batch-size")
+    if layers is not None and not 1 <= layers <= config.layers:
+        raise ValueError(f"--layers must be from 1 to {config.layers} (the model's depth), got {layers}")
+    dev = profiling.torch_device(device)
+    profiling.refuse_beside_others()
+    if dev.type == "cpu":
+        cpus = profiling.pin_threads(threads)
+        note(f"timing on {threads} thread(s), CPUs {cpus}")
+    name, identity = profiling.device_identity(dev)
+    step = model_step.measure(config, dev, batch_size, tokens, precision, warmup=warmup, repeats=repeats,
+                              layers=layers, progress=progress)
+    created = time.strftime("%Y-%m-%d", time.gmtime())
+    what = identity.get("gpu") or name
+    threads_text = f", {torch.get_num_threads()} CPU threads" if dev.type == "cpu" else ""
+    timed = (f"the whole model ({config.layers} layers)" if step.scale == 1 else
+             f"layers 0-{step.layers_timed - 1} of {config.layers} and the model without layers, the layers' time "
+             f"scaled x{step.scale:.4g} to the full depth")
+    source = (f"sidco profile --model on {what}{threads_text}, torch {torch.__version__}, {created}: {timed}; "
+              f"{precision}, AdamW, synthetic tokens, {warmup} warm-up steps, median of {repeats} (wall clock, "
+              f"device-synchronised)")
+    profile = anchor.StepProfile(
+        model=ref, config=asdict(config), device=name, precision=precision, parallel=parallel, batch_size=batch_size,
+        tokens=tokens, step_s=step.step_s, step_min_s=step.low_s, step_max_s=step.high_s, layers=config.layers,
+        layers_timed=step.layers_timed, scale=step.scale, warmup=warmup, repeats=repeats,
+        runs=tuple({"layers": r.layers, "seconds": list(r.seconds)} for r in step.timed), created=created,
+        identity=identity, source=source)
+    profile_id = store.add_step_profile(ref, name, precision, batch_size, tokens, step.step_s, profile.to_json())
+    if out is not None:
+        profile.save(out)
+    return StepMeasured(profile_id, profile)

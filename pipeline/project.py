@@ -54,7 +54,8 @@ class Source:
     takes no part in equality: the workload depends on the device only through the numbers above. ``tokens``: a transformer
     layout's sequence length (``None``: its stated input, :func:`traces.layouts.stated_tokens`);
     ``compute_from``: where compute came from in one word: ``rule`` (fitted to published
-    throughput), ``measured`` (``--samples-per-s``), ``given`` (``--device-flops``) or ``trace``."""
+    throughput), ``measured`` (``--samples-per-s``), ``profiled`` (``--step-profile``), ``given``
+    (``--device-flops``) or ``trace``."""
 
     kind: str
     ref: str
@@ -168,17 +169,26 @@ def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int 
 
 def layout_source(name: str, *, device: str | None = None, device_flops_per_s: float | None = None,
                   batch_size: int = 32, precision: str = DEFAULT_PRECISION, samples_per_s: float | None = None,
-                  tokens: int | None = None) -> Source:
+                  tokens: int | None = None, step_profile: str | None = None) -> Source:
     """The source of a full-size layout (:mod:`traces.layouts`, at ``tokens`` tokens per sample
     for a transformer) on the modelled ``device`` (a name; ``None``: the default rule of
     :func:`pipeline.request.resolve_device`) in ``precision``: its FLOPs at the compute rule's
     FLOP/s (:func:`costs.throughput.compute`, fitted to published training throughput), or
     at the rate a measured single-GPU throughput ``samples_per_s`` at ``batch_size`` implies
-    (:func:`costs.anchor.measured`, with the measurement's band), or at
-    ``device_flops_per_s`` as given (no band); its optimizer at the device's memory bandwidth."""
+    (:func:`costs.anchor.measured`, with the measurement's band), or at the rate of the step
+    profile file ``step_profile`` (``sidco profile --model``: its throughput and the spread of its
+    steps), or at ``device_flops_per_s`` as given (no band); its optimizer at the device's memory
+    bandwidth."""
     throughput.check_precision(precision)
     target = resolve_device(device, layout=True)
-    if samples_per_s is not None:
+    if step_profile is not None:
+        step = anchor.load_step(step_profile)
+        scaled = "" if step.scale == 1 else (f"; layers 0-{step.layers_timed - 1} of {step.layers} timed, their time "
+                                             f"scaled x{step.scale:.4g}")
+        rule = anchor.measured(name, target, int(batch_size), step.samples_per_s, tokens, precision,
+                               by=f"sidco profile --model, {step_profile}{scaled}", spread=step.spread)
+        flops, note, low, high, where = rule.flops_per_s, f"layout FLOPs at {rule.note}", rule.low, rule.high, "profiled"
+    elif samples_per_s is not None:
         rule = anchor.measured(name, target, int(batch_size), float(samples_per_s), tokens, precision)
         flops, note, low, high, where = rule.flops_per_s, f"layout FLOPs at {rule.note}", rule.low, rule.high, "measured"
     elif device_flops_per_s is None:
@@ -199,7 +209,8 @@ def _source(request: WorkloadRequest, store: Store | None) -> Source:
     if request.computed is not None:
         return layout_source(request.computed, device=request.device, device_flops_per_s=request.device_flops_per_s,
                              batch_size=request.batch_size, precision=request.precision,
-                             samples_per_s=request.samples_per_s, tokens=request.tokens)
+                             samples_per_s=request.samples_per_s, tokens=request.tokens,
+                             step_profile=request.step_profile)
     if request.trace_id is not None:
         if store is None:
             raise ValueError("a trace given by its id needs the results store")
@@ -393,6 +404,7 @@ def workload_facts(source: Source) -> dict[str, Any]:
 
 COMPUTE_FROM = {"rule": "the rule fitted to published training throughput (docs/devices.md)",
                 "measured": "your measured throughput (--samples-per-s)",
+                "profiled": "your measured training step (sidco profile --model, --step-profile)",
                 "given": "--device-flops as given", "trace": "the trace's own timings"}
 """Where compute came from, in words, by :attr:`Source.compute_from`."""
 

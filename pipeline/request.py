@@ -21,10 +21,12 @@ from typing import Any
 from costs import devices
 from costs.throughput import DEFAULT_PRECISION, check_precision
 from simulator.limits import MESSAGE_BUDGET
-from simulator.sharded import DTYPE_BYTES, PARALLEL, Sharding, refusal
+from simulator.sharded import DTYPE_BYTES, PARALLEL, PARAM_DTYPE, REDUCE_DTYPE, Sharding, refusal
+from simulator.lowcomm import STRATEGIES
 from simulator.scenario import FIDELITIES, TOPOLOGIES
 from results.store import row_id
-from units import Pair, check_bandwidth, check_count, check_density, check_latency, parse_duration, parse_list
+from units import (Pair, check_bandwidth, check_count, check_density, check_latency, format_bandwidth, format_seconds,
+                   parse_duration, parse_list)
 
 DEFAULT_LAYOUT_DEVICE = "a100"
 """Layouts are GPU models by construction: without ``--device`` they run on this device."""
@@ -109,8 +111,8 @@ DTYPE_CHOICES = tuple(DTYPE_BYTES)
 """The ``--reduce-dtype`` and ``--param-dtype`` choices."""
 
 
-def sharding(parallel: str = "ddp", *, shard_size: int | None = None, reduce_dtype: str = "fp32",
-             param_dtype: str = "bf16", micro_batch: int | None = None, checkpointing: bool = False,
+def sharding(parallel: str = "ddp", *, shard_size: int | None = None, reduce_dtype: str = REDUCE_DTYPE,
+             param_dtype: str = PARAM_DTYPE, micro_batch: int | None = None, checkpointing: bool = False,
              batch_size: int | None = None) -> Sharding | None:
     """The :class:`simulator.sharded.Sharding` of the ``--parallel`` family (checked there; a
     ``micro_batch`` must divide ``batch_size``, sequences per GPU per optimizer step), ``None`` for
@@ -121,8 +123,8 @@ def sharding(parallel: str = "ddp", *, shard_size: int | None = None, reduce_dty
     return None if chosen == Sharding() else chosen
 
 
-def parallel_options(parallel: str = "ddp", *, shard_size: str | int | None = None, reduce_dtype: str = "fp32",
-                     param_dtype: str = "bf16", micro_batch: str | int | None = None, checkpointing: bool = False,
+def parallel_options(parallel: str = "ddp", *, shard_size: str | int | None = None, reduce_dtype: str = REDUCE_DTYPE,
+                     param_dtype: str = PARAM_DTYPE, micro_batch: str | int | None = None, checkpointing: bool = False,
                      batch_size: str | int | None = None) -> dict[str, Any]:
     """The cluster options of the ``--parallel`` family as a door gives them (counts as text or
     integers, ``None`` or blank for the defaults): ``{"sharding": ...}`` (:func:`sharding`), or nothing
@@ -285,7 +287,10 @@ class WorkloadRequest:
     (:func:`check_anchors`); ``tokens``: a transformer layout's sequence length, ``None`` for its
     stated input) or ``model`` (a decoder-only transformer from its Hugging Face config.json: a
     shipped model's name or a config file's path, :mod:`traces.llm`; checked here and kept as its
-    name or the file's absolute path, then computed as a layout is). ``device``: the modelled device's name, ``None`` for the default rule
+    name or the file's absolute path, then computed as a layout is; ``step_profile``: a model's step
+    measured by ``sidco profile --model``, a file whose throughput anchors compute as
+    ``samples_per_s`` does, its device and tokens taken when not given,
+    :func:`costs.anchor.step_fields`). ``device``: the modelled device's name, ``None`` for the default rule
     (:func:`resolve_device`); ``precision``: ``fp32``, ``tf32`` or ``amp``. ``calibration``:
     ``latest``, an id or ``none``. Compression costs by the policy
     (:func:`pipeline.costs.compression_profile`), taking ``profile_file`` (a JSON profile) or
@@ -306,6 +311,7 @@ class WorkloadRequest:
     samples_per_s: float | None = None
     tokens: int | None = None
     model: str | None = None
+    step_profile: str | None = None
 
     def __post_init__(self) -> None:
         given = [name for name in ("trace", "trace_id", "layout", "model") if getattr(self, name) is not None]
@@ -327,6 +333,14 @@ class WorkloadRequest:
         check_count(self.batch_size, "batch size")
         check_precision(self.precision)
         check_anchors(self.computed, self.samples_per_s, self.tokens, self.device_flops_per_s)
+        if self.step_profile is not None:
+            from costs.anchor import step_fields
+
+            for name, value in step_fields(self.step_profile, model=self.model, batch_size=self.batch_size,
+                                           tokens=self.tokens, precision=self.precision, device=self.device,
+                                           samples_per_s=self.samples_per_s,
+                                           device_flops_per_s=self.device_flops_per_s).items():
+                object.__setattr__(self, name, value)
         object.__setattr__(self, "calibration", parse_calibration(self.calibration))
         for name, what in (("trace_id", "trace"), ("profile_id", "device profile")):  # ids a store can hold
             if getattr(self, name) is not None:
@@ -339,22 +353,100 @@ class WorkloadRequest:
         return self.layout if self.layout is not None else self.model
 
 
+DEFAULT_SYNC_EVERY = 500
+"""Inner steps between outer syncs, H, when none is given: DiLoCo's main setting (Douillard et al.
+2023, arXiv 2311.08105, H = 500)."""
+
+DEFAULT_FRAGMENTS = 4
+"""Fragments of Streaming DiLoCo when none is given (a choice of this testbed, not a published
+setting; at most the workload's layers)."""
+
+
+@dataclass(frozen=True)
+class LowComm:
+    """How the low-communication strategies (:data:`simulator.lowcomm.STRATEGIES`) sync across
+    sites: every ``sync_every`` inner steps (H ≥ 1), ``streaming`` in ``fragments`` (1 … the
+    workload's layers; ``None``: :data:`DEFAULT_FRAGMENTS`, or the layers when fewer), the
+    pseudo-gradient through ``outer_compressor`` (a compressor of the testbed; ``none``: fp32)
+    at ``outer_density`` (in (0, 1], required by a sparsifier, refused by the others). Checked
+    on construction (ValueError, one line)."""
+
+    sync_every: int = DEFAULT_SYNC_EVERY
+    fragments: int | None = None
+    outer_compressor: str = "none"
+    outer_density: float | None = None
+
+    def __post_init__(self) -> None:
+        check_count(self.sync_every, "--sync-every")
+        if self.fragments is not None:
+            check_count(self.fragments, "--fragments")
+        check_compressors([self.outer_compressor])
+        if takes_density(self.outer_compressor):
+            if self.outer_density is None:
+                raise ValueError(f"--outer-compressor {self.outer_compressor} needs --outer-density")
+            object.__setattr__(self, "outer_density", check_density(self.outer_density, "--outer-density"))
+        elif self.outer_density is not None:
+            raise ValueError(f"--outer-density applies to a sparsifier; {self.outer_compressor} sends what its "
+                             "dtype or rank sets")
+
+
+def sites_options(sites: int = 1, wan_bandwidth_bps: float | None = None,
+                  wan_rtt_s: float | None = None) -> dict[str, Any]:
+    """A cluster's options for ``sites`` sites joined by a WAN of ``wan_bandwidth_bps`` (bits/s)
+    and ``wan_rtt_s`` (round trip, s): only those that differ from one site (``{}`` for one site
+    and no WAN, so a one-site request is today's, option for option). ValueError (one line) for a
+    WAN without sites or sites without their WAN; the values' ranges are the scenario's."""
+    check_count(sites, "--sites")
+    chosen: dict[str, Any] = {"sites": sites} if sites > 1 else {}
+    given = {k: v for k, v in (("wan_bandwidth_bps", wan_bandwidth_bps), ("wan_rtt_s", wan_rtt_s)) if v is not None}
+    if given and sites == 1:
+        raise ValueError("--wan-bandwidth and --wan-rtt are the link between sites: give --sites 2 or more")
+    if sites > 1 and len(given) < 2:
+        raise ValueError(f"--sites {sites} needs --wan-bandwidth and --wan-rtt (the link between the sites)")
+    return {**chosen, **given}
+
+
+def sites_of(cluster: Cluster) -> int:
+    """The sites a cluster's nodes are split across (its ``sites`` option; 1 when not given)."""
+    return int(cluster.options.get("sites", 1))
+
+
+def sites_text(cluster: Cluster) -> str:
+    """``; 2 sites over a 1 Gbit/s WAN, 30 ms round trip`` for a cluster of several sites, else
+    empty: what both doors add to a cluster's description."""
+    if sites_of(cluster) <= 1:
+        return ""
+    return (f"; {sites_of(cluster)} sites over a {format_bandwidth(cluster.options['wan_bandwidth_bps'])} WAN, "
+            f"{format_seconds(cluster.options['wan_rtt_s'])} round trip")
+
+
 @dataclass(frozen=True)
 class Request(WorkloadRequest):
     """One projection: the workload (:class:`WorkloadRequest`, its fields by keyword) on
     ``cluster``, ``compressors`` at ``densities`` (each in (0, 1]; at least one when a
-    compressor takes a density: :func:`pairs`); ``timeline``: keep the iteration's events.
+    compressor takes a density: :func:`pairs`); ``timeline``: keep the iteration's events;
+    ``strategies``: low-communication strategies projected beside them (a cluster of 2 sites or
+    more) as ``lowcomm`` says.
     Checked on construction (ValueError, one line, naming the first bad field)."""
 
     cluster: Cluster
     compressors: tuple[str, ...] = ("none",)
     densities: tuple[float, ...] = ()
     timeline: bool = False
+    strategies: tuple[str, ...] = ()
+    lowcomm: LowComm = field(default_factory=LowComm)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.cluster, Cluster):
             raise ValueError(f"a projection needs a cluster, got {self.cluster!r}")
+        unknown = [s for s in self.strategies if s not in STRATEGIES]
+        if unknown:
+            raise ValueError(f"unknown strategy {unknown[0]!r}; choose from {', '.join(STRATEGIES)}")
+        if self.strategies and sites_of(self.cluster) < 2:
+            raise ValueError(f"{self.strategies[0]} syncs across sites: give --sites 2 or more (and --wan-bandwidth, "
+                             "--wan-rtt)")
+        object.__setattr__(self, "strategies", tuple(dict.fromkeys(self.strategies)))
         if not self.compressors:
             raise ValueError("choose at least one compressor")
         pairs(self.compressors, self.densities)

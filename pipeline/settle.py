@@ -75,7 +75,8 @@ def inputs(source: projection.Source, rows: Sequence[Mapping[str, Any]],
     (``--device-flops``) and its band is not a point, each compressor's kernel cost when it was
     modelled (a measured one has only its spread), the links' efficiency unless ``calibrated``."""
     found = []
-    if source.compute_from not in ("measured", "given") and (source.compute_low, source.compute_high) != (1.0, 1.0):
+    measured = source.compute_from in ("measured", "profiled", "given")
+    if not measured and (source.compute_low, source.compute_high) != (1.0, 1.0):
         found.append(Input("compute", "single-GPU compute", (source.compute_low, source.compute_high), None,
                            lambda sc, f: replace(sc, workload=scaled(sc.workload, f))))
     for row in rows:
@@ -116,8 +117,10 @@ def _flip_point(item: Input, end: float, pair: Sequence[tuple[str, simulator.Sce
 def command(item: Input, projected: projection.Projection, rows: Sequence[Mapping[str, Any]],
             value: float | None) -> str:
     """The one command that measures ``item`` on the user's hardware: ``sidco profile --run-on
-    cuda`` for a kernel cost (its ``--out`` file then goes to ``--profile``), the comparison re-run
-    with the measured single-GPU throughput as ``--samples-per-s`` for compute (``MEASURED``
+    cuda`` for a kernel cost (its ``--out`` file then goes to ``--profile``), ``sidco profile
+    --model`` for a model's compute (its ``--out`` file then goes to ``--step-profile``), the
+    comparison re-run with the measured single-GPU throughput as ``--samples-per-s`` for a
+    layout's compute (``MEASURED``
     stands for it; ``value`` the compute factor where the order flips), ``sidco calibrate`` for
     the links' efficiency."""
     source = projected.source
@@ -129,6 +132,11 @@ def command(item: Input, projected: projection.Projection, rows: Sequence[Mappin
     if item.key == "compute":
         if source.kind != "layout":
             return "sidco capture --run-on cuda (a trace captured on the GPU keeps its own timings)"
+        if projected.request.model is not None:
+            tokens = f" --tokens {source.tokens}" if source.tokens is not None else ""
+            return (f"sidco profile --model {source.ref} --run-on cuda --batch-size {source.batch_size}{tokens} "
+                    f"--precision {source.precision} --out step.json (then this comparison with --step-profile "
+                    "step.json)")
         c = projected.cluster
         options = {"tokens": projected.request.tokens, "gpus_per_node": c.options.get("gpus_per_node", 1),
                    "bucket_mode": c.options.get("bucket_mode", "ddp")}
@@ -137,6 +145,10 @@ def command(item: Input, projected: projection.Projection, rows: Sequence[Mappin
         extra += sharding_flags(c.options.get("sharding"))
         names = ",".join(dict.fromkeys(r["compressor"] for r in rows))
         densities = ",".join(dict.fromkeys(f"{r['density']:g}" for r in rows if r.get("density") is not None))
+        if c.options.get("sites", 1) > 1:
+            extra += (f" --sites {c.options['sites']} --wan-bandwidth "
+                      f"{format_bandwidth(c.options['wan_bandwidth_bps']).replace(' ', '')} --wan-rtt "
+                      f"{format_seconds(c.options['wan_rtt_s']).replace(' ', '').replace('µs', 'us')}")
         return (f"sidco compare {traces.layouts.flag(source.ref)} --device {source.device.name} --precision {source.precision} "
                 f"--batch-size {source.batch_size}{extra} --nodes {c.nodes} "
                 f"--bandwidth {format_bandwidth(c.bandwidth_bps).replace(' ', '')} "

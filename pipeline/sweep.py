@@ -35,7 +35,7 @@ from pipeline.verdict import judge, rank
 from results.claims import CLAIM_LEASE_S
 from results.store import Store
 from simulator.scenario import TOPOLOGIES
-from simulator.sweep import Grid, SweepContext, chunks, describe, run_sweep, scenario_key
+from simulator.sweep import RANKED, Grid, SweepContext, chunks, describe, run_sweep, scenario_key
 
 PROFILE_META = "sweep-profile:{}"
 WAIT_PAUSE_S = 0.2
@@ -294,7 +294,7 @@ def findings(store: Store, sweep_id: int, source: Source, rank_: int | None = 1)
         if tag not in best or entry["iteration_s"] < best[tag]["iteration_s"]:
             best[tag] = entry
     pairs = list(dict.fromkeys(pair(r["compressor"], r["density"]) for rows in clusters.values() for r in rows.values()))
-    measured = quality.for_source(store, source, [p for p in pairs if rank_ is not None or p.compressor != "powersgd"],
+    measured = quality.for_source(store, source, [p for p in pairs if rank_ is not None or p.compressor not in RANKED],
                                   rank=rank_ or 1, run_missing=False)
     out = []
     for (nodes, bandwidth, latency, topology, fidelity), rows in sorted(clusters.items()):

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from compressors.work import REGISTRY
 from pipeline import quality
 from results.store import Store
 from units import Pair
@@ -36,9 +37,10 @@ from units import Pair
 if TYPE_CHECKING:
     from pipeline.project import Projection
 
-BASELINES: tuple[str, ...] = ("none", "fp16", "bf16", "powersgd")
+BASELINES: tuple[str, ...] = tuple(c.name for c in REGISTRY if c.baseline)
 """Compressors that send every coordinate (no compression, the dense casts) or a low-rank
-approximation (PowerSGD): the plain alternatives a sparsifier must beat."""
+approximation (PowerSGD): the plain alternatives a sparsifier must beat (the cards marked
+``baseline``)."""
 
 TIE_MARGIN = 0.05
 """A winner less than this fraction faster than the runner-up is not called, whatever its band."""

@@ -16,6 +16,10 @@ by its inputs (``python -m costs.throughput`` writes it).
 fitted to nothing, on modelled GPUs and others, that check the cost model kind of kernel by
 kind (:mod:`costs.kernel_bands`).
 
+``sharded-throughput.json`` is not a device profile either: it holds published sharded-training
+throughput (FSDP, HSDP, ZeRO, tensor/pipeline parallel) of several harnesses, each row citing its
+source, against which projections are checked (:mod:`costs.sharded_fit`).
+
 ``quality.json`` is not a device profile either: it holds what every compressor sends of real
 gradients per built-in workload and density, the quality ``sidco compare`` shows for layouts
 (:mod:`pipeline.quality`; ``sidco quality-table`` writes it).
@@ -30,9 +34,11 @@ THROUGHPUT = HERE / "throughput.json"
 THROUGHPUT_FIT = HERE / "throughput-fit.json"
 KERNEL_EVIDENCE = HERE / "kernel-evidence.json"
 QUALITY = HERE / "quality.json"
+SHARDED_THROUGHPUT = HERE / "sharded-throughput.json"
 
 
 def paths() -> list[Path]:
-    """Every shipped profile file, sorted by name (the throughput table, its fit, the kernel
+    """Every shipped profile file, sorted by name (the throughput tables, the fit, the kernel
     evidence and the quality table are none)."""
-    return sorted(p for p in HERE.glob("*.json") if p not in (THROUGHPUT, THROUGHPUT_FIT, KERNEL_EVIDENCE, QUALITY))
+    return sorted(p for p in HERE.glob("*.json")
+                  if p not in (THROUGHPUT, THROUGHPUT_FIT, KERNEL_EVIDENCE, QUALITY, SHARDED_THROUGHPUT))

@@ -383,6 +383,25 @@ class Queries:
         return self._all("SELECT * FROM device_profile_rows WHERE profile_id=? ORDER BY compressor, density, numel",
                          (int(profile_id),))
 
+    # -- step profiles (a model's training step, sidco profile --model) -------------------------
+
+    def add_step_profile(self, model: str, device: str, precision: str, batch_size: int, tokens: int,
+                         step_s: float, profile_json: str) -> int:
+        """Store a measured training step of ``model`` on ``device`` (``step_s`` seconds at
+        ``batch_size`` samples of ``tokens`` tokens in ``precision``; ``profile_json`` the whole
+        step profile file); returns its id."""
+        with self.transaction() as cur:
+            cur.execute("INSERT INTO step_profiles(model, device, precision, batch_size, tokens, step_s, samples_per_s,"
+                        " profile_json, created) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (model, device, precision, int(batch_size), int(tokens), float(step_s),
+                         int(batch_size) / float(step_s), profile_json, time.time()))
+            return int(cur.lastrowid)
+
+    def step_profiles(self) -> list[dict[str, Any]]:
+        """Every stored step profile (id, model, device, precision, batch_size, tokens, step_s,
+        samples_per_s, profile_json, created), newest first."""
+        return self._all("SELECT * FROM step_profiles ORDER BY created DESC, id DESC")
+
     # -- sweeps and scenarios -----------------------------------------------------------------
 
     def sweep_list(self) -> list[dict[str, Any]]:

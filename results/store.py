@@ -311,7 +311,23 @@ CREATE INDEX scenario_claims_by_owner ON scenario_claims(sweep_id, owner);
 ALTER TABLE traces ADD COLUMN content_sha256 TEXT;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+_V9 = """
+CREATE TABLE step_profiles (
+    id           INTEGER PRIMARY KEY,
+    model        TEXT NOT NULL,
+    device       TEXT NOT NULL,
+    precision    TEXT NOT NULL,
+    batch_size   INTEGER NOT NULL,
+    tokens       INTEGER NOT NULL,
+    step_s       REAL NOT NULL,
+    samples_per_s REAL NOT NULL,
+    profile_json TEXT NOT NULL,
+    created      REAL NOT NULL
+);
+CREATE INDEX step_profiles_by_model ON step_profiles(model, device, created);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 """``MIGRATIONS[n - 1]`` is the DDL taking a store from schema version ``n - 1`` to ``n``
 (version 0 is an empty file). Append a step to change the schema; never edit one."""
 

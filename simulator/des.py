@@ -44,7 +44,8 @@ class _Iteration:
         self.intervals: list[list[tuple[float, float]]] = [[] for _ in range(p)]
         self.busy = [False] * p
         self.ranks = p + prep.extra_ranks
-        self.fabric = Fabric(self.ranks, prep.flat, gpus=self.sc.gpus_per_node, intra=prep.intra)
+        self.fabric = Fabric(self.ranks, prep.flat, gpus=self.sc.gpus_per_node, intra=prep.intra, sites=prep.sites,
+                             wan=prep.wan)
         self.start = np.empty((n_b, p))
         self.comp_end = np.empty((n_b, p))
         self.joined = np.empty((n_b, p))

@@ -57,6 +57,8 @@ class Prepared:
     flat: Level
     intra: Level
     extra_ranks: int = 0
+    sites: int = 1
+    wan: Level | None = None
 
 
 @dataclass
@@ -99,8 +101,20 @@ def _levels(sc: Scenario, op: str | None = None) -> tuple[Level, Level]:
     return flat, Level(sc.intra_bandwidth_bps / 8.0, sc.intra_latency_s)
 
 
+def wan_level(sc: Scenario) -> Level | None:
+    """The WAN between ``sc``'s sites: bytes/s per site and direction, one-way delay (half the
+    round trip, s); ``None`` with one site."""
+    if sc.sites <= 1:
+        return None
+    return Level(sc.wan_bandwidth_bps / 8.0, sc.wan_rtt_s / 2.0)
+
+
 def topology(sc: Scenario) -> Topology:
-    """The topology of ``sc`` (:mod:`simulator.topologies`) on its nodes, GPUs, servers and intra-node links."""
+    """The topology of ``sc`` (:mod:`simulator.topologies`) on its nodes, GPUs, servers and intra-node
+    links; across its sites (:class:`simulator.topologies.Sites`) when it has more than one."""
+    if sc.sites > 1:
+        return topologies.Sites(sc.nodes, sites=sc.sites, wan=wan_level(sc), gpus=sc.gpus_per_node,
+                                intra=_levels(sc)[1], inside=sc.topology)
     return topologies.get(sc.topology)(sc.nodes, gpus=sc.gpus_per_node, servers=sc.ps_servers, intra=_levels(sc)[1])
 
 
@@ -176,7 +190,7 @@ def prepare(sc: Scenario) -> Prepared:
         op = topo.sparse_label
     return Prepared(
         sc, p, worker_scales(sc), np.array([bk.backward_s for bk in buckets]), comp, decomp, wire, phases, op,
-        flat, intra, extra_ranks=topo.extra_ranks,
+        flat, intra, extra_ranks=topo.extra_ranks, sites=sc.sites, wan=wan_level(sc),
     )
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from simulator import topologies
 from units import format_count
+from simulator.links import Level
 
 if TYPE_CHECKING:
     from simulator.scenario import Scenario
@@ -57,7 +58,11 @@ def estimate(sc: Scenario) -> tuple[int, int]:
 
 
 def _estimate(sc: Scenario, nodes: int, buckets: int) -> tuple[int, int]:
-    topology = topologies.get(sc.topology)(nodes, gpus=sc.gpus_per_node, servers=sc.ps_servers)
+    if sc.sites > 1 and nodes % sc.sites == 0:  # the links' speeds change no message count
+        topology = topologies.Sites(nodes, sites=sc.sites, wan=Level(1.0, 0.0), gpus=sc.gpus_per_node,
+                                    inside=sc.topology)
+    else:
+        topology = topologies.get(sc.topology)(nodes, gpus=sc.gpus_per_node, servers=sc.ps_servers)
     ranks = topology.workers + topology.extra_ranks
     memory = BYTES_PER_WORKER_BUCKET * buckets * ranks
     if sc.fidelity == "des":

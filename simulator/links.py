@@ -32,15 +32,22 @@ class Fabric:
 
     ``gpus`` > 1 adds a second level: ranks ``node·gpus + gpu`` on ``intra`` links,
     one NIC per node on ``inter`` links. With ``gpus == 1`` the ``flat`` level is used.
+    ``sites`` > 1 splits the ranks evenly into that many sites (consecutive blocks) joined by
+    ``wan`` links: ``wan`` steps address sites, one aggregated flow per site and direction,
+    gated by the site's last rank and delivered to every rank of the destination site.
     """
 
-    def __init__(self, ranks: int, flat: Level, *, gpus: int = 1, intra: Level | None = None) -> None:
+    def __init__(self, ranks: int, flat: Level, *, gpus: int = 1, intra: Level | None = None,
+                 sites: int = 1, wan: Level | None = None) -> None:
         self.ranks = ranks
         self.gpus = gpus
-        self.levels = {"flat": flat, "inter": flat, "intra": intra or flat}
+        self.levels = {"flat": flat, "inter": flat, "intra": intra or flat, "wan": wan or flat}
         nodes = ranks // gpus
-        self.egress = {"flat": np.zeros(ranks), "intra": np.zeros(ranks), "inter": np.zeros(nodes)}
-        self.ingress = {"flat": np.zeros(ranks), "intra": np.zeros(ranks), "inter": np.zeros(nodes)}
+        self.group = {"inter": gpus, "wan": ranks // sites}
+        self.egress = {"flat": np.zeros(ranks), "intra": np.zeros(ranks), "inter": np.zeros(nodes),
+                       "wan": np.zeros(sites)}
+        self.ingress = {"flat": np.zeros(ranks), "intra": np.zeros(ranks), "inter": np.zeros(nodes),
+                        "wan": np.zeros(sites)}
 
     def run(
         self, plan: Plan, nbytes: float, entry: np.ndarray, sizes: np.ndarray | None = None,
@@ -49,7 +56,8 @@ class Fabric:
         """Run ``plan`` for a buffer of ``nbytes`` bytes; ranks enter at ``entry`` (s).
 
         ``link``: the flat/inter level's bandwidth and latency as this collective sees them
-        (e.g. its own calibration), in place of the fabric's; busy-until state is shared.
+        (e.g. its own calibration), in place of the fabric's (the intra-node and WAN levels keep
+        theirs); busy-until state is shared.
 
         ``sizes`` are the per-rank (per-node for inter-level all-gathers) contributions in
         bytes of all-gather steps. Returns, per rank, when it has sent and received
@@ -60,12 +68,12 @@ class Fabric:
         recv = gate.copy()
         done = gate.copy()
         m = np.zeros(1) if sizes is None else np.asarray(sizes, dtype=float)
-        g = self.gpus
         for step in plan:
             level = step.level
-            link = self.levels[level] if override is None or level == "intra" else override
+            link = self.levels[level] if override is None or level in ("intra", "wan") else override
             egress, ingress = self.egress[level], self.ingress[level]
-            node_level = level == "inter"
+            node_level = level in self.group
+            g = self.group.get(level, 1)
             src, dst = step.src, step.dst
             whole = step.identity and len(src) == len(egress)
             if step.wait:

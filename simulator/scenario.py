@@ -49,7 +49,10 @@ class Scenario:
     ``seed``); ``interference``: compute runs ``1 + interference`` times slower while the
     worker's communication stream transfers; ``stragglers`` workers are slowed by ``straggler_slowdown``; ``timeline``:
     also return the iteration's events; ``rank``: PowerSGD's rank r (columns of P and Q per
-    matrix; only ``powersgd`` uses it).
+    matrix; only ``powersgd`` uses it); ``sites``: the nodes split evenly into that many sites
+    joined by a WAN of ``wan_bandwidth_bps`` (bits/s per site and direction) and ``wan_rtt_s``
+    (round trip, s; each message pays half of it), collectives across them hierarchical
+    (:class:`simulator.topologies.Sites`; one site: the topology alone).
     """
 
     workload: Workload
@@ -81,6 +84,9 @@ class Scenario:
     compressor_options: Mapping[str, Any] = field(default_factory=dict)
     rank: int = 1
     sharding: sharded.Sharding | None = None
+    sites: int = 1
+    wan_bandwidth_bps: float | None = None
+    wan_rtt_s: float | None = None
 
     def __post_init__(self) -> None:
         check_count(self.nodes, "nodes")
@@ -109,6 +115,12 @@ class Scenario:
         if not 0 <= self.stragglers <= self.workers or not self.straggler_slowdown > 0:
             raise ValueError(f"stragglers must be 0..{self.workers} with a slowdown > 0")
         check_count(self.rank, "rank")
+        topologies.check_sites(self.nodes, self.sites, self.topology)
+        if self.sites > 1:
+            if self.wan_bandwidth_bps is None or self.wan_rtt_s is None:
+                raise ValueError(f"{self.sites} sites need the WAN between them: its bandwidth and round-trip time")
+            check_bandwidth(self.wan_bandwidth_bps, "WAN bandwidth")
+            check_latency(self.wan_rtt_s, "WAN round-trip time")
         if self.compressor != "none":
             check_density(self.density, f"density for {self.compressor}")
             if self.profile is None:

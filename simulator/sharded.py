@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
-from compressors.messages.wire import COUNT_BYTES
+from compressors import card
+from compressors.messages.wire import ALLREDUCE, COUNT_BYTES
+from compressors.work import wire_bytes
 from compressors.rules import plan as lowrank_plan
 from simulator import plans
 from simulator.iteration import MIN_COMPRESSION_RATE, _levels
@@ -43,10 +45,11 @@ HSDP (FSDP2 inside a shard group, replicated across groups), DeepSpeed ZeRO stag
 
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp8": 1}
 """Bytes per element of the dtypes a collective may carry (``--reduce-dtype``, ``--param-dtype``)."""
+REDUCE_DTYPE = "fp32"
+"""The default dtype gradients are reduced in (torchtitan's)."""
+PARAM_DTYPE = "bf16"
+"""The default dtype parameters are all-gathered in (mixed precision's compute dtype)."""
 
-QUANTIZER_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2}
-"""Bytes per element of the compressors that can be summed as they travel, so may go into a
-reduce-scatter or all-reduce (ZeRO++'s qgZ style): the 16-bit casts."""
 
 STREAMS = ("all-gather", "reduce-scatter", "all-reduce")
 """FSDP2's communication streams (all-gather, reduce-scatter, HSDP's all-reduce)."""
@@ -66,8 +69,8 @@ class Sharding:
 
     parallel: str = "ddp"
     shard_size: int | None = None
-    reduce_dtype: str = "fp32"
-    param_dtype: str = "bf16"
+    reduce_dtype: str = REDUCE_DTYPE
+    param_dtype: str = PARAM_DTYPE
     micro_batch: int | None = None
     checkpointing: bool = False
 
@@ -256,8 +259,21 @@ class Plan:
 
 
 def quantizer(name: str) -> bool:
-    """Whether compressor ``name`` can go into a reduce-scatter (:data:`QUANTIZER_BYTES`)."""
-    return name in QUANTIZER_BYTES
+    """Whether compressor ``name`` can go into a reduce-scatter (ZeRO++'s qgZ style): its card
+    says it sends the whole vector in a narrower dtype that the network sums as it travels (a dense
+    message carried by an all-reduce: the 16-bit casts)."""
+    found = card(name)
+    return found.message == "dense" and found.collective == ALLREDUCE
+
+
+def element_bytes(name: str) -> float:
+    """Bytes an element of compressor ``name``'s message takes on the wire (its declared wire bytes
+    of a dense vector, per element)."""
+    return wire_bytes(name, _PER_ELEMENT, 1.0) / _PER_ELEMENT
+
+
+_PER_ELEMENT = 1 << 20
+"""Elements of the vector :func:`element_bytes` prices (any large size: the casts' bytes are linear)."""
 
 
 def refusal(parallel: str, compressor: str) -> str | None:
@@ -283,6 +299,9 @@ def check(sc: Scenario) -> None:
                          f"hierarchical, not {sc.topology}")
     if sc.jitter or sc.stragglers or sc.interference:
         raise ValueError("--jitter, --stragglers and --interference are modelled under --parallel ddp only")
+    if sc.sites > 1:
+        raise ValueError(f"--sites {sc.sites} is modelled under --parallel ddp only: a sharded plan across a WAN "
+                         f"(--parallel {sh.parallel}) is not")
     g, p = sc.gpus_per_node, sc.workers
     size = shard_size(sc)
     if not ((size <= g and g % size == 0) or (size % g == 0 and p % size == 0)):
@@ -351,7 +370,7 @@ def build(sc: Scenario) -> Plan:
     pb, rb = DTYPE_BYTES[sh.param_dtype], DTYPE_BYTES[sh.reduce_dtype]
     compressor = sc.compressor
     quant = quantizer(compressor)
-    grad_b = min(rb, QUANTIZER_BYTES[compressor]) if quant else rb
+    grad_b = min(rb, element_bytes(compressor)) if quant else rb
     cost = sc.profile.cost(compressor, sc.density) if compressor != "none" else None
     sharded_params = sh.parallel in ("fsdp", "hsdp")
     tasks: list[Task] = []

@@ -18,6 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+import compressors
 from compressors import takes_density
 from costs import CompressionProfile, density_key
 from simulator.band import band
@@ -27,8 +28,8 @@ from simulator.scenario import Scenario
 from simulator.simulate import iteration, simulate
 from simulator.workload import Workload
 
-RANKED: tuple[str, ...] = ("powersgd",)
-"""Compressors whose points take a rank from :attr:`Grid.ranks`."""
+RANKED: tuple[str, ...] = tuple(compressors.names("lowrank"))
+"""Compressors whose points take a rank from :attr:`Grid.ranks` (the low-rank ones)."""
 
 RESULT_COLUMNS = (
     "iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s", "speedup",

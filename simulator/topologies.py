@@ -408,6 +408,130 @@ class Hierarchical(Topology):
         return intra + (n - 1) * n * (1 if sparse else 2)
 
 
+def _ring_blocks(p: int, rounds: int, mcoef: float, level: str, ranks: np.ndarray) -> plans.Plan:
+    """``rounds`` ring steps (r → r+1) among each consecutive group of ``p`` of ``ranks`` carrying
+    ``mcoef`` blocks of the phase's (padded) block size ``m`` each (bytes: ``mcoef·m``)."""
+    if p <= 1 or rounds <= 0 or mcoef <= 0:
+        return plans.EMPTY
+    src = np.asarray(ranks).reshape(-1, p)
+    dst = np.roll(src, -1, axis=1)
+    return plans.repeat(plans.step(src.ravel(), dst.ravel(), 0.0, mcoef, level=level, serial=False), rounds)
+
+
+class Sites(Topology):
+    """``sites`` sites of ``nodes/sites`` nodes each, every site a ring (one GPU per node) or a
+    hierarchical (``gpus`` per node) cluster on its own fabric, the sites joined by one WAN link
+    per site and direction (``wan``: bandwidth in bytes/s, ``latency_s`` the one-way delay, half
+    the round trip). Collectives across sites are hierarchical, one aggregated flow per site:
+
+    - all-reduce of n bytes: inside every site a reduce-scatter (intra-node, then inter-node ring
+      over the site's N_s nodes), a ring all-reduce of the site's n bytes across the S sites on
+      the WAN (2(S−1) dependent rounds, each paying the WAN's one-way delay), then the site's
+      all-gather: ``2(g−1)(α_i + n/(g·B_i)) + 2(N_s−1)(α + n/(N_s·B)) + 2(S−1)(α_w + n/(S·B_w))``;
+    - sparse messages (padded to the largest unit message M: a rank's, or a node's sum over its
+      GPUs with ``gpus`` > 1): inside every site a ring all-gather of the units' messages, a ring
+      all-gather of the site bundles (N_s·M) across the sites, and the bundles received, striped
+      over the site's units, all-gathered inside the site:
+      ``(N_s−1)(α + M/B) + (S−1)(α_w + N_s·M/B_w) + (N_s−1)(α + (S−1)·M/B)``, after the counts
+      (M = ``COUNT_BYTES`` per rank) the same way when padded; with ``gpus`` > 1 the dense bucket
+      is reduce-scattered inside the node first and all-gathered there last, as
+      :class:`Hierarchical` does.
+
+    Every dependent round pays its level's latency, so PowerSGD's sequential all-reduces and a
+    sparse all-gather's count exchange each pay the WAN's delay.
+    """
+
+    name = "sites"
+    inner: ClassVar[tuple[str, ...]] = ("ring", "hierarchical")
+    """The topologies a site may have (those whose all-reduce splits into reduce-scatter and all-gather)."""
+
+    def __init__(self, nodes: int, *, sites: int, wan: Level, gpus: int = 1, intra: Level | None = None,
+                 inside: str = "ring") -> None:
+        check_sites(nodes, sites, inside)
+        super().__init__(nodes, gpus=gpus, intra=intra)
+        self.sites = sites
+        self.wan = wan
+        self.site = get(inside)(nodes // sites, gpus=gpus, intra=intra)
+        self.whole = get(inside)(nodes, gpus=gpus, intra=intra)
+        self.levels = self.site.levels
+        self.dense_label = f"{self.site.dense_label} across sites"
+        self.sparse_label = f"{self.site.sparse_label} across sites"
+
+    @property
+    def unit_level(self) -> str:
+        """The level a site's ring runs on: ``flat`` between ranks (one GPU per node), ``inter``
+        between nodes (``gpus`` > 1)."""
+        return "inter" if self.gpus > 1 else "flat"
+
+    def _intra(self, nbytes: float) -> tuple[plans.Plan, float]:
+        """One intra-node ring round (reduce-scatter or all-gather) of ``nbytes``: plan and seconds."""
+        g, intra = self.gpus, self.intra
+        if g <= 1 or intra is None:
+            return plans.EMPTY, 0.0
+        seconds = (g - 1) * (intra.latency_s + nbytes / (g * intra.bandwidth_Bps))
+        return plans.ring_steps(g, g - 1, 1.0 / g, "intra", np.arange(self.workers)), seconds
+
+    def collective(self, kind: str, nbytes: float, link: Level, sizes: np.ndarray | None = None,
+                   padded: bool = True) -> Phase:
+        self.check(kind)
+        n_s, S = self.nodes // self.sites, self.sites
+        units = np.arange(self.nodes)
+        site_ring = plans.ring_steps(n_s, n_s - 1, 1.0 / n_s, self.unit_level, units) if n_s > 1 else plans.EMPTY
+        wan = plans.ring_steps(S, 2 * (S - 1), 1.0 / S, "wan")
+        intra_plan, intra_s = self._intra(nbytes)
+        plan = intra_plan + site_ring + wan + site_ring + intra_plan
+        seconds = (2 * intra_s + 2 * ring_seconds("reduce_scatter", nbytes, n_s, link)
+                   + ring_seconds("allreduce", nbytes, S, self.wan))
+        return Phase(plan, nbytes, None, seconds, link)
+
+    def _bundle_phase(self, dense: float, unit: float, link: Level, intra: bool) -> Phase:
+        """The sparse exchange of units' messages of ``unit`` bytes each (padded), with the
+        intra-node reduce-scatter and all-gather of the ``dense`` bucket around it when ``intra``."""
+        n_s, S = self.nodes // self.sites, self.sites
+        units = np.arange(self.nodes)
+        level = self.unit_level
+        plan = (_ring_blocks(n_s, n_s - 1, 1.0, level, units) + _ring_blocks(S, S - 1, float(n_s), "wan", np.arange(S))
+                + _ring_blocks(n_s, n_s - 1, float(S - 1), level, units))
+        seconds = ((n_s - 1) * (link.latency_s + unit / link.bandwidth_Bps)
+                   + (S - 1) * (self.wan.latency_s + n_s * unit / self.wan.bandwidth_Bps)
+                   + (n_s - 1) * (link.latency_s + (S - 1) * unit / link.bandwidth_Bps))
+        if intra:
+            intra_plan, intra_s = self._intra(dense)
+            plan, seconds = intra_plan + plan + intra_plan, seconds + 2 * intra_s
+        return Phase(plan, dense if intra else 0.0, np.full(self.nodes, float(unit)), seconds, link)
+
+    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool) -> list[Phase]:
+        """The counts (when ``padded``), then the messages padded to the largest unit's (the
+        class docstring); unpadded, the largest bounds every message (no counts)."""
+        g = self.gpus
+        unit = float(np.asarray(wire, dtype=float).reshape(self.nodes, g).sum(axis=1).max())
+        phases = [self._bundle_phase(dense, float(g * COUNT_BYTES), link, False)] if padded else []
+        return [*phases, self._bundle_phase(dense, unit, link, g > 1)]
+
+    def sparse_decompress_s(self, decompress_s: Callable[[float], float], numel: float, shard: float) -> float:
+        """What a site's topology would decompress on the whole cluster: every unit's message."""
+        return self.whole.sparse_decompress_s(decompress_s, numel, shard)
+
+    def messages(self, sparse: bool = False, padded: bool = True) -> int:
+        n_s, S, g = self.nodes // self.sites, self.sites, self.gpus
+        intra = 2 * (g - 1) * self.workers if g > 1 else 0
+        if sparse:
+            return (1 + padded) * (2 * (n_s - 1) * self.nodes + (S - 1) * S) + intra
+        return intra + 2 * (n_s - 1) * self.nodes + 2 * (S - 1) * S
+
+
+def check_sites(nodes: int, sites: int, inside: str = "ring") -> None:
+    """Raise ValueError (one line) unless ``sites`` (≥ 1) divides ``nodes`` evenly and each site's
+    topology ``inside`` is one a site may have (:attr:`Sites.inner`) when there is more than one."""
+    check_count(sites, "sites")
+    if sites > nodes:
+        raise ValueError(f"{sites} sites need at least {sites} nodes, got {nodes}")
+    if nodes % sites:
+        raise ValueError(f"{nodes} nodes do not split evenly across {sites} sites")
+    if sites > 1 and inside not in Sites.inner:
+        raise ValueError(f"sites need a {' or '.join(Sites.inner)} topology inside each site, got {inside}")
+
+
 REGISTRY: dict[str, type[Topology]] = {cls.name: cls for cls in (Ring, HalvingDoubling, Tree, ParameterServer,
                                                                   Hierarchical)}
 """The topologies by name, in the order the command line offers them."""

@@ -71,14 +71,14 @@ def test_pricing_on_this_cpu_never_compiles_or_measures():
     assert "torch" not in modules and not {m for m in modules if m.split(".")[0] == "measuring"}
 
 
-def test_the_catalog_names_each_compressors_class_and_message():
+def test_the_registry_names_each_compressors_class_and_message():
     import compressors
-    from compressors.rules import CATALOG
+    from compressors.work import REGISTRY
 
-    for name in CATALOG:
-        cls = compressors.compressor_class(name)
-        assert cls.name == name and cls.message == compressors.message_kind(name)
-    assert compressors.names() == list(CATALOG)
+    for card in REGISTRY:
+        cls = compressors.compressor_class(card.name)
+        assert cls.name == card.name and cls.message == compressors.message_kind(card.name) == card.message
+    assert compressors.names() == [card.name for card in REGISTRY]
 
 
 def test_shipped_layouts_are_the_measured_ones():

@@ -229,7 +229,9 @@ def test_compare_fsdp_refuses_the_sparsifiers_and_ranks_the_quantizers(capsys, t
                                           (["--parallel", "fsdp", "--topology", "tree", "--gpus-per-node", "1"], "ring"),
                                           (["--parallel", "fsdp", "--compressor", "topk", "--density", "0.01"],
                                            "reduce-scatter"),
-                                          (["--micro-batch", "3"], "--micro-batch 3")])
+                                          (["--micro-batch", "3"], "--micro-batch 3"),
+                                          (["--parallel", "hsdp", "--sites", "2", "--wan-bandwidth", "1Gbit",
+                                            "--wan-rtt", "30ms"], "--parallel ddp only")])
 def test_simulate_bad_parallel_input_is_one_line(capsys, tmp_path, extra, words):
     args = ["simulate", "--model", "llama-3.2-1b", "--device", "h100", "--nodes", "2", "--gpus-per-node", "8",
             "--bandwidth", "100Gbit", "--batch-size", "8", "--store", str(tmp_path / "r.sqlite"), *extra]

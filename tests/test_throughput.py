@@ -46,7 +46,7 @@ def test_the_band_holds_nine_in_ten_rows_sized_without_their_own_harness():
     inside = 0
     for harness in {r.harness for r in throughput.load()}:
         others = [x for r, x in zip(throughput.load(), ratios) if r.harness != harness]
-        low, high = throughput._trimmed(others, trim)
+        low, high = throughput.trimmed(others, trim)
         inside += sum(low <= x <= high for r, x in zip(throughput.load(), ratios) if r.harness == harness)
     assert inside / len(ratios) >= 0.9
     low, high = throughput.band()

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import compressors
 import compressors.ddp
 from compressors.messages import wire
+from compressors.work import REGISTRY
 from compressors.ddp.exchange import index_dtype_for, pack
 from simulator import CompressionCost, CompressionProfile, Layer, Scenario, Workload, simulate
 from simulator.collectives import collective_time
@@ -64,11 +65,12 @@ def test_one_rule_for_which_compressors_all_reduce():
     assert wire.collective("randomk", {"seed": 0}) == "allreduce"
     for name in compressors.names():
         if name not in ("none", "randomk"):
-            expected = "allgather" if compressors.message_kind(name) == "sparse" else "allreduce"
+            # identical layouts (dense casts, low-rank factors) are summed by the network; the rest gathered
+            expected = "allreduce" if compressors.message_kind(name) in ("dense", "lowrank") else "allgather"
             assert wire.collective(name) == wire.collective(name, {"seed": 0}) == expected, name
             assert compressors.exchange(name) == expected, name
-    assert {n for n in compressors.names() if compressors.message_kind(n) != "sparse"} | {"none"} == set(
-        wire.DENSE_ALLREDUCE)
+    assert {n for n in compressors.names() if compressors.message_kind(n) in ("dense", "lowrank")} | {"none"} == {
+        c.name for c in REGISTRY if c.collective == "allreduce"}
     # the hook follows it
     for name, options, shared in (("randomk", {}, False), ("randomk", {"seed": 3}, True), ("topk", {}, False)):
         state, _ = compressors.ddp.comm_hook(name, 0.01, **options)

@@ -1,7 +1,8 @@
-"""Collectives for exchanging gradient selections between data-parallel ranks, and the three
+"""Collectives for exchanging gradient selections between data-parallel ranks, and the four
 exchanges a compression hook chooses among once per hook state (:func:`compressors.ddp.hooks.comm_hook`):
 :class:`DenseAllReduce` (the whole bucket), :class:`ValuesAllReduce` (values at indices every rank
-draws alike) and :class:`PaddedAllGather` (each rank's own selection). Each takes one rank's
+draws alike), :class:`PaddedAllGather` (each rank's own selection) and :class:`QuantizedAllGather`
+(each rank's codes and scales). Each takes one rank's
 :class:`Selection` of a bucket and starts its collectives, returning a :class:`Started`.
 
 Every rank selects a different number of elements, and the all-gather collectives
@@ -28,14 +29,17 @@ allocated here, never from the future's value.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from compressors._validate import target_count
-from compressors.messages.wire import (FLAG_ELEMENTS, allgather_bytes, index_bytes, packed_slots, sparse_bytes,
-                                       values_allreduce_bytes)
+from compressors.messages.kinds import Quantized
+from compressors.messages.wire import (FLAG_ELEMENTS, SCALE_BYTES, allgather_bytes, index_bytes, packed_slots,
+                                       quantized_packed_bytes, sparse_bytes, values_allreduce_bytes)
 
 GATHER_METHODS: tuple[str, ...] = ("auto", "single", "into_tensor")
 
@@ -231,6 +235,9 @@ class Selection:
         compress_s: seconds spent selecting it (memory and compressor; 0 for the whole bucket).
         error: why this rank could not select (its compressor raised ``ValueError``), else
             ``None``: the exchange still joins its first collective and makes every rank raise.
+        message: the compressed message itself, for an exchange that sends it whole
+            (:class:`QuantizedAllGather`; ``values`` is then empty), else ``None``.
+        decompress: the compressor's ``decompress(message, out=...)``, with ``message``.
     """
 
     values: torch.Tensor
@@ -238,6 +245,8 @@ class Selection:
     payload_bytes: int
     compress_s: float = 0.0
     error: str | None = None
+    message: Any = None
+    decompress: Callable[..., torch.Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -327,3 +336,48 @@ class PaddedAllGather(Exchange):
         exchange = sparse_allgather_sum(selection.values, selection.indices, buffer.numel(), group, self.gather,
                                         out=buffer, error=selection.error)
         return Started(exchange.future, int(selection.values.numel()), exchange.padded_count, exchange.bytes_sent)
+
+
+@dataclass(frozen=True)
+class QuantizedAllGather(Exchange):
+    """All-gather of every rank's block-quantized message (``int8``: its float32 scales and int8
+    codes, the same sizes on every rank, and a failure flag byte;
+    :func:`compressors.messages.wire.quantized_packed_bytes`) through ``gather``; each rank then
+    dequantizes every rank's message and adds them, rank by rank, into the bucket (the network
+    cannot sum codes whose scales differ). A rank that could not quantize sets its flag and every
+    rank raises ``ValueError``. ``block``: elements per scale."""
+
+    gather: str
+    block: int
+    path = "allgather-quantized"
+
+    def start(self, buffer, selection, group):
+        world, n = dist.get_world_size(group), buffer.numel()
+        blocks = -(-n // self.block)
+        size = quantized_packed_bytes(n, self.block)
+        payload = torch.zeros(size, dtype=torch.uint8, device=buffer.device)
+        if selection.error is None:
+            payload[:SCALE_BYTES * blocks] = selection.message.scales.view(torch.uint8)
+            payload[SCALE_BYTES * blocks:SCALE_BYTES * blocks + n] = selection.message.codes.view(torch.uint8)
+        else:
+            payload[-1] = 1
+        gathered = torch.empty(world * size, dtype=torch.uint8, device=buffer.device)
+        work = all_gather_flat(gathered, payload, group, self.gather)
+        error, decompress, dtype = selection.error, selection.decompress, buffer.dtype
+
+        def dequantize_and_sum(_: torch.futures.Future) -> torch.Tensor:
+            chunks = gathered.view(world, size)
+            failed = [rank for rank, flag in enumerate(chunks[:, -1].tolist()) if flag]
+            if failed:
+                reason = f": {error}" if error is not None else ""
+                raise ValueError(f"quantized all-gather aborted on every rank: rank(s) {failed} could not "
+                                 f"quantize{reason}")
+            buffer.zero_()
+            scratch = torch.empty_like(buffer)
+            for chunk in chunks:
+                message = Quantized(chunk[SCALE_BYTES * blocks:SCALE_BYTES * blocks + n].view(torch.int8),
+                                    chunk[:SCALE_BYTES * blocks].view(torch.float32), self.block, dtype)
+                buffer.add_(decompress(message, out=scratch))
+            return buffer
+
+        return Started(work.get_future().then(dequantize_and_sum), n, n, size)

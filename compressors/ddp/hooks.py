@@ -20,9 +20,12 @@ with the byte counts of :mod:`compressors.messages.wire`; the hook only starts i
 
 - ``none``: plain all-reduce of the dense bucket (:class:`~compressors.ddp.exchange.DenseAllReduce`);
 - ``randomk`` with ``seed=``: every rank draws the same indices (each bucket's compressor
-  is seeded with ``seed + 1_000_003 * bucket.index()``, identical on all ranks), so only
+  is seeded with ``seed + 1_000_003 * bucket.index()``, identical on all ranks: its card's
+  :meth:`~compressors.work.cards.Card.bucket_options`), so only
   the values are all-reduced (plus one float flag, see below;
   :class:`~compressors.ddp.exchange.ValuesAllReduce`);
+- a quantizer (``int8``): an all-gather of every rank's codes and scales, each rank dequantizing
+  and adding them all (:class:`~compressors.ddp.exchange.QuantizedAllGather`);
 - every other compressor: the two-phase padded all-gather of values and indices
   (:class:`~compressors.ddp.exchange.PaddedAllGather`);
 - the low-rank and dense casts (``powersgd``, ``fp16``, ``bf16``): PyTorch's own hooks, below.
@@ -76,11 +79,12 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_p
 
 import compressors
 from compressors.base import Compressor
-from compressors.ddp.exchange import (DenseAllReduce, Exchange, PaddedAllGather, Selection, ValuesAllReduce,
-                                      resolve_gather)
+from compressors.ddp.exchange import (DenseAllReduce, Exchange, PaddedAllGather, QuantizedAllGather, Selection,
+                                      ValuesAllReduce, resolve_gather)
 from compressors.ddp.memory import BucketMemory, layout_of
 from compressors.memory import DGCMemory, ErrorFeedback, Memory
 from compressors.powersgd import plan as powersgd_plan
+from compressors.messages.kinds import Quantized
 from compressors.messages.wire import ALLREDUCE, collective
 from units import check_count
 
@@ -92,10 +96,6 @@ MEMORIES: tuple[str, ...] = ("residual", "dgc-momentum", "none")
 
 TORCH_HOOKS: tuple[str, ...] = ("fp16", "bf16", "powersgd")
 """Compressors whose DDP hook is PyTorch's own (see the module docstring)."""
-
-SEED_STRIDE = 1_000_003
-"""Per-bucket seed offset for shared-seed Random-k (buckets draw different indices)."""
-
 
 class _HookLog:
     """The per-bucket log and byte totals both hook states keep (same keys and units)."""
@@ -223,17 +223,18 @@ def comm_hook(
 
 
 def bucket_options(name: str, options: dict[str, Any], index: int) -> dict[str, Any]:
-    """The options of bucket ``index``'s compressor: ``options``, with shared-seed Random-k's
-    ``seed`` offset by :data:`SEED_STRIDE` per bucket (so that buckets draw different indices,
-    identical on every rank)."""
-    if name == "randomk" and options.get("seed") is not None:
-        return {**options, "seed": options["seed"] + SEED_STRIDE * index}
-    return dict(options)
+    """The options of bucket ``index``'s compressor: ``options``, with a shared seed (Random-k's
+    ``seed``) offset by :data:`compressors.work.cards.SEED_STRIDE` per bucket (so that buckets draw
+    different indices, identical on every rank): its card's
+    :meth:`~compressors.work.cards.Card.bucket_options`."""
+    return compressors.card(name).bucket_options(options, index)
 
 
 def _exchange_for(name: str, density: float, options: dict[str, Any], gather: str) -> Exchange:
     """The exchange every bucket of compressor ``name`` takes (module docstring): all-reduce of the
     dense bucket, of the values at shared indices, or the padded all-gather through ``gather``."""
+    if compressors.message_kind(name) == "quantized":
+        return QuantizedAllGather(gather, compressors.compressor_class(name).block)
     if collective(name, options) != ALLREDUCE:
         return PaddedAllGather(gather)
     return DenseAllReduce() if name == "none" else ValuesAllReduce(density)
@@ -304,7 +305,11 @@ def _compress(state: CompressionHookState, bucket: dist.GradBucket, buffer: torc
     slot = state.buckets.slot(layout_of(bucket.parameters()), buffer, index)
     try:
         message = slot.compress(buffer)
-        selection = Selection(message.values.to(buffer.dtype), message.indices, message.wire_bytes())
+        if isinstance(message, Quantized):  # sent whole: codes and scales
+            selection = Selection(buffer[:0], None, message.wire_bytes(), message=message,
+                                  decompress=slot.compressor.decompress)
+        else:
+            selection = Selection(message.values.to(buffer.dtype), message.indices, message.wire_bytes())
     except ValueError as exc:
         selection = Selection(buffer[:0], torch.zeros(0, dtype=torch.long, device=buffer.device), 0,
                               error=f"bucket {index}: {exc}")

@@ -1,20 +1,21 @@
-"""The dense and low-rank siblings of :class:`compressors.messages.sparse.Sparse`: every message a compressor
-can return, and how it travels.
+"""The dense, low-rank and quantized siblings of :class:`compressors.messages.sparse.Sparse`: every
+message a compressor can return, and how it travels.
 
-Every message (``Sparse``, :class:`Dense`, :class:`LowRank`) answers the same questions, so that
+Every message (``Sparse``, :class:`Dense`, :class:`LowRank`, :class:`Quantized`) answers the same questions, so that
 replay, the simulator and the DDP hook treat every compressor alike:
 
 - ``numel``: elements of the original (uncompressed) gradient;
-- ``selected``: scalars this worker puts on the wire (sparse: values sent; dense: ``numel``;
-  low-rank: the elements of P, Q and the uncompressed rest);
+- ``selected``: scalars this worker puts on the wire (sparse: values sent; dense and quantized:
+  ``numel``; low-rank: the elements of P, Q and the uncompressed rest);
 - ``density``: ``selected / numel`` (0 for an empty gradient);
 - ``wire_bytes()``: bytes this worker sends (bytes);
 - ``phase_bytes()``: the same bytes split per collective, in the order they run (bytes);
 - ``exchange``: how workers combine messages: ``"allgather"`` (every worker's selection is
-  gathered and summed: sparse values + indices) or ``"allreduce"`` (messages of identical layout
-  are summed elementwise by the network: dense casts, low-rank factors, shared-index values);
-- ``threshold`` / ``stages``: ``None`` for the dense and low-rank kinds; ``fallback`` (the count
-  guard of the threshold compressors) ``False``.
+  gathered and summed: sparse values + indices, quantized codes + scales) or ``"allreduce"``
+  (messages of identical layout are summed elementwise by the network: dense casts, low-rank
+  factors, shared-index values);
+- ``threshold`` / ``stages``: ``None`` for the dense, low-rank and quantized kinds; ``fallback``
+  (the count guard of the threshold compressors) ``False``.
 
 Decompression lives in the compressor (``compressor.decompress(message)``), since only it knows
 how to undo its own message.
@@ -27,9 +28,9 @@ from typing import ClassVar, Union
 
 import torch
 
-from compressors.rules import Block
-
 from compressors.messages.sparse import Sparse
+from compressors.messages.wire import quantized_bytes
+from compressors.rules import Block
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,55 @@ class LowRank:
         return (int(self.rest.numel()) * size, int(self.p.numel()) * size, int(self.q.numel()) * size)
 
 
-Message = Union[Sparse, Dense, LowRank]
+@dataclass(frozen=True)
+class Quantized:
+    """A block-quantized gradient: per block of ``block`` consecutive elements one float32
+    ``scale`` and per element a signed integer ``code``, the element being ``code · scale``.
+
+    - ``codes``: ``numel`` codes (int8), on the gradient's device;
+    - ``scales``: ``⌈numel / block⌉`` scales (float32), the last block's covering the tail;
+    - ``block``: elements per block;
+    - ``dtype``: the gradient's own dtype, restored by ``decompress``.
+
+    Exchange: codes and scales differ from worker to worker, so the network cannot sum them: every
+    worker's message is all-gathered, and each worker dequantizes and averages them all.
+    """
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+    block: int
+    dtype: torch.dtype
+
+    exchange: ClassVar[str] = "allgather"
+    threshold: ClassVar[None] = None
+    stages: ClassVar[None] = None
+    fallback: ClassVar[bool] = False
+
+    @property
+    def numel(self) -> int:
+        """Elements of the gradient."""
+        return int(self.codes.numel())
+
+    @property
+    def selected(self) -> int:
+        """Scalars sent: every element (as its code)."""
+        return self.numel
+
+    @property
+    def density(self) -> float:
+        """1 (0 for an empty gradient)."""
+        return 1.0 if self.numel else 0.0
+
+    def wire_bytes(self) -> int:
+        """The codes and the scales (bytes; :func:`compressors.messages.wire.quantized_bytes`)."""
+        return quantized_bytes(self.numel, self.block, self.codes.element_size())
+
+    def phase_bytes(self) -> tuple[int, ...]:
+        """One all-gather of codes and scales (bytes)."""
+        return (self.wire_bytes(),)
+
+
+Message = Union[Sparse, Dense, LowRank, Quantized]
 """What ``Compressor.compress`` returns."""
 
-__all__ = ["Block", "Dense", "LowRank", "Message", "Sparse"]
+__all__ = ["Block", "Dense", "LowRank", "Message", "Quantized", "Sparse"]

@@ -11,12 +11,15 @@ charges (:mod:`simulator.iteration`). All sizes are bytes.
 - **Counts**: the padded all-gather first all-gathers each rank's selection count as one int64
   (:data:`COUNT_BYTES`), then every rank's indices and values padded to the largest count
   (:func:`packed_slots`).
+- **Quantized** messages (``int8``) send one code per element and one float32 scale per block
+  (:func:`quantized_bytes`), all-gathered.
 - **Values all-reduce** (shared-seed Random-k): every rank has the same indices, so the ``k``
   values are all-reduced with one more element, a failure flag (:data:`FLAG_ELEMENTS`).
 
-Which collective (:func:`collective`): ``none`` all-reduces the dense gradient; ``randomk`` with
-a ``seed`` option all-reduces its values (every rank draws the same indices); every other
-compressor sends values + indices through the sparse all-gather.
+Which collective (:func:`collective`): the one on the compressor's card
+(:class:`compressors.work.cards.Card`): ``none``, the casts and PowerSGD all-reduce their message
+whole; a compressor with a shared seed (Random-k's ``seed``) all-reduces its values when it is
+given (every rank draws the same indices); the others go through an all-gather.
 """
 
 from __future__ import annotations
@@ -46,6 +49,24 @@ def sparse_bytes(count: int, value_itemsize: int) -> int:
     return count * (value_itemsize + index_bytes(value_itemsize))
 
 
+SCALE_BYTES = 4
+"""Bytes of one block scale of a quantized message (float32)."""
+
+
+def quantized_bytes(numel: int, block: int, code_bytes: int = 1) -> int:
+    """Bytes of a block-quantized message of ``numel`` elements: one ``code_bytes``-byte code per
+    element and one float32 scale (:data:`SCALE_BYTES`) per block of ``block`` elements (the last
+    one partial)."""
+    return numel * code_bytes + -(-numel // block) * SCALE_BYTES
+
+
+def quantized_packed_bytes(numel: int, block: int) -> int:
+    """Bytes of one rank's buffer in the all-gather of block-quantized messages: its float32
+    scales, its one-byte codes and a one-byte failure flag, padded to a multiple of 4 bytes (so that
+    every rank's scales start 4-byte aligned in the gathered buffer)."""
+    return -(-(quantized_bytes(numel, block) + 1) // SCALE_BYTES) * SCALE_BYTES
+
+
 def packed_slots(padded_count: int, value_itemsize: int) -> int:
     """Value-dtype elements of one rank's packed all-gather buffer for ``padded_count`` slots.
 
@@ -67,34 +88,32 @@ def values_allreduce_bytes(k: int, value_itemsize: int) -> int:
     return (k + FLAG_ELEMENTS) * value_itemsize
 
 
-DENSE_ALLREDUCE = {"none": 4, "fp16": 2, "bf16": 2, "powersgd": 4}
-"""Compressors whose message is all-reduced whole: bytes per element on the wire (PowerSGD's
-size depends on the layer shapes, see :func:`compressors.powersgd.plan`)."""
-
-
 def collective(name: str, options: Mapping[str, Any] | None = None) -> str:
-    """``"allreduce"`` or ``"allgather"``: the collective that carries compressor ``name``'s message.
+    """``"allreduce"`` or ``"allgather"``: the collective that carries compressor ``name``'s message
+    (its card's :meth:`~compressors.work.cards.Card.collective_for`).
 
     ``options`` are the compressor's keyword options (as for ``compressors.create``).
     """
-    options = options or {}
-    if name in DENSE_ALLREDUCE or (name == "randomk" and options.get("seed") is not None):
-        return ALLREDUCE
-    return ALLGATHER
+    from compressors import card
+
+    return card(name).collective_for(options)
 
 
 def allreduce_bytes(
     name: str, numel: int, density: float | None, value_itemsize: int = 4, options: Mapping[str, Any] | None = None
 ) -> int | None:
     """Bytes one rank puts into the all-reduce of a ``numel``-element bucket, where they are fixed
-    by the compressor: ``none`` the dense bucket, ``fp16``/``bf16`` 2 bytes per element, shared-seed ``randomk`` its ``k`` values and
-    the flag. ``None`` for a compressor that does not all-reduce or whose size must be measured."""
-    if collective(name, options) != ALLREDUCE:
+    by the compressor: a shared-index compressor (shared-seed ``randomk``) its ``k`` values and the
+    flag, a dense message all-reduced whole (``none``, the casts) its declared wire bytes. ``None``
+    for a compressor that does not all-reduce or whose size must be measured (a low-rank message:
+    its size depends on the layer shapes, see :func:`compressors.powersgd.plan`)."""
+    from compressors import card
+
+    found = card(name)
+    if found.collective_for(options) != ALLREDUCE:
         return None
-    if name == "none":
-        return numel * value_itemsize
-    if name in ("fp16", "bf16"):
-        return numel * DENSE_ALLREDUCE[name]
-    if name == "randomk":
+    if found.shares_indices(options):
         return values_allreduce_bytes(target_count(float(density), numel), value_itemsize)
-    return None
+    if found.message == "lowrank":
+        return None
+    return int(found.declared.wire(numel, 1.0, value_itemsize))

@@ -11,8 +11,8 @@ Each compressor declares its own work beside its code: the class's ``work``, a t
 in the companion module of the one that implements it (``compressors/work/<module>.py`` for
 ``compressors/<module>.py``, in the vocabulary of :mod:`compressors.work.declare`), and with it what
 is priced differently for it around its calls (:class:`compressors.work.declare.Declared`: its wire
-bytes, its residual, a fused path); :data:`DECLARATIONS` holds them, by plain import of each
-companion, in the registry's order (:data:`compressors.rules.CATALOG`), and :func:`work` adds what
+bytes, its residual, a fused path), on the compressor's card (:class:`compressors.work.cards.Card`).
+:data:`REGISTRY` lists the cards; :data:`DECLARATIONS` derives from it, and :func:`work` adds what
 the memory training gives a compressor does. The declarations mirror the code path by path (``backend="torch"``: the eager
 torch ops, any device; ``"cuda"``: the same where a GPU runs other code (exact Top-k);
 ``"native"``: the fused C kernels on CPU float32, SIDCo's and the selection primitive's) and are
@@ -34,20 +34,38 @@ import functools
 import inspect
 from collections.abc import Sequence
 
-from compressors.rules import CATALOG, target_count
-from compressors.work import casts, dgc, gaussiank, powersgd, randomk, redsync, reference, sidco
+from compressors.rules import target_count
+from compressors.work import casts, dgc, gaussiank, int8, powersgd, randomk, redsync, reference, sidco
+from compressors.work.cards import Card
 from compressors.work.declare import CallWork, Declaration, Declared, Work
 
-_DECLARED: dict[str, Declared] = {**reference.DECLARES, **randomk.DECLARES, **dgc.DECLARES, **gaussiank.DECLARES,
-                                  **redsync.DECLARES, **sidco.DECLARES, **casts.DECLARES, **powersgd.DECLARES}
-if set(_DECLARED) != set(CATALOG):
-    raise ImportError(f"declared work and registry disagree: {sorted(set(_DECLARED) ^ set(CATALOG))}; add the "
-                      "compressor's Declared to DECLARES in its compressors/work/<module>.py and import that module "
-                      "here (docs/extending.md)")
+REGISTRY: tuple[Card, ...] = (
+    reference.NONE,
+    reference.TOPK,
+    randomk.CARD,
+    dgc.CARD,
+    gaussiank.CARD,
+    redsync.CARD,
+    sidco.SIDCO_E,
+    sidco.SIDCO_P,
+    sidco.SIDCO_GP,
+    casts.FP16,
+    casts.BF16,
+    powersgd.CARD,
+    int8.CARD,
+)
+"""Every compressor's card, in the stable order of :func:`compressors.names`: the registry. Adding
+a compressor is its class, its card beside its declared work, and one line here (docs/extending.md)."""
 
-DECLARATIONS: dict[str, Declared] = {name: _DECLARED[name] for name in CATALOG}
+CARDS: dict[str, Card] = {c.name: c for c in REGISTRY}
+"""The cards by name (:func:`compressors.card` checks the name)."""
+if len(CARDS) != len(REGISTRY):
+    raise ImportError(f"two cards share a name in the registry: {[c.name for c in REGISTRY]}")
+
+
+DECLARATIONS: dict[str, Declared] = {c.name: c.declared for c in REGISTRY}
 """Every registered compressor's declaration (its work and what is priced differently for it) by name, in
-the registry's order."""
+the registry's order (from the cards)."""
 
 FUSED: tuple[str, ...] = tuple(name for name, declared in DECLARATIONS.items() if declared.fused is not None)
 """Compressors with a fused path of their own (``backend="fused"``: the Triton kernels of

@@ -4,14 +4,16 @@ to the code."""
 
 from __future__ import annotations
 
-import functools
-
-from compressors.messages.wire import DENSE_ALLREDUCE
+from compressors.messages.wire import ALLREDUCE
+from compressors.work.cards import Card
 from compressors.work.declare import FINITE_OPS, ISFINITE_OPS, Declared, Work
+
+HALF = 2
+"""Bytes per element of a 16-bit cast on the wire."""
 
 
 def cast(n: int, density: float, itemsize: int, stages: int, rounds: int | None, backend: str,
-         half: int = 2) -> tuple[Work, Work]:
+         half: int = HALF) -> tuple[Work, Work]:
     """fp16/bf16: the cast into a fresh buffer; off the GPU then ``aminmax`` of the half-width
     values (the finiteness check, and a second check that nothing overflowed the narrower range:
     one sync each); on a GPU (``backend="cuda"``) the cast alone, as PyTorch's hook."""
@@ -24,12 +26,17 @@ def cast(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
     return c, Work().stream(n, half, itemsize, full=True)
 
 
-def _wire(name: str, n: int, density: float, itemsize: int) -> float:
-    """Bytes one worker sends for cast ``name``: the half-width values
-    (:data:`compressors.messages.wire.DENSE_ALLREDUCE`)."""
-    return float(n * DENSE_ALLREDUCE[name])
+def wire(n: int, density: float, itemsize: int) -> float:
+    """Bytes one worker sends: the half-width values (:data:`HALF` bytes each, whatever the
+    gradient's dtype)."""
+    return float(n * HALF)
 
 
-DECLARES: dict[str, Declared] = {name: Declared(cast, functools.partial(_wire, name), residual="decompressed")
-                                 for name in ("fp16", "bf16")}
-"""Each cast by name (the same work: both send 2 bytes per element)."""
+FP16 = Card("fp16", "compressors.casts:FP16", "dense", Declared(cast, wire, residual="decompressed"),
+            takes_density=False, error_feedback=False, collective=ALLREDUCE, baseline=True, always_compared=True)
+"""``fp16``: PyTorch's ``fp16_compress_hook``, no residual."""
+
+BF16 = Card("bf16", "compressors.casts:BF16", "dense", Declared(cast, wire, residual="decompressed"),
+            takes_density=False, error_feedback=False, collective=ALLREDUCE, baseline=True)
+"""``bf16``: PyTorch's ``bf16_compress_hook``, no residual (the same work and wire as ``fp16``,
+so a comparison ranks it when asked for)."""

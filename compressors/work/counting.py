@@ -102,35 +102,24 @@ def stage_counts(compressor: Any) -> dict[str, int]:
     return {"planned": compressor.last.planned, "deepened": compressor.last.deepened}
 
 
-def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
-    """The data-dependent loop counts of one call of ``name`` from the operations it dispatched
-    (:func:`record_ops`), as :func:`compressors.work.work` takes them (``rounds``, DGC's ``trim``
-    and ``pending``,
-    the ``hits`` of each native selection; a fused compaction counts as a selection or a count
-    does; for SIDCo's native path its full passes, its pool (the
-    mean size of what its pool kernels and host counts read) and its correction ``steps``: its
-    host counts but the one at the last stage's threshold)."""
-    pools = [int(op.rsplit(":", 1)[1]) for op in ops if op.startswith("native.scan:pool:")]
-    host_counts = [int(op.rsplit(":", 1)[1]) for op in ops if op.startswith("native.count:")]
-    kernels = ops.count("native.scan:full") + len(pools)
-    if name.startswith("sidco") and kernels:
-        read = pools + host_counts
-        counts = {"rounds": ops.count("native.scan:full"), "pool": sum(read) / len(read) if read else 0,
-                  "collects": ops.count("native.scan:collect")}
-        if stages is not None:
-            counts["steps"] = max(0, len(host_counts) - 1)
-        return counts
-    selections = ops.count("nonzero") + ops.count("native.select_above") + ops.count(f"{FUSED_MARKER}compact")
+def selections(ops: Sequence[str]) -> int:
+    """Selections one call ran: its ``nonzero`` compactions, native selections and fused compactions."""
+    return ops.count("nonzero") + ops.count("native.select_above") + ops.count(f"{FUSED_MARKER}compact")
+
+
+def kept_hits(ops: Sequence[str]) -> dict[str, list[int]]:
+    """``{"hits": [...]}``: the elements each native selection of the call kept, in order (nothing
+    where it ran none)."""
     hits = [int(op[len(HITS_MARKER):]) for op in ops if op.startswith(HITS_MARKER)]
-    kept = {"hits": hits} if hits else {}
-    if name == "gaussiank":
-        return {"rounds": selections - 1, **kept}
-    if name == "redsync":
-        return {"rounds": ops.count("count_nonzero") + selections - 1, **kept}
-    if name == "topk":
-        return {"rounds": max(0, selections - 1), **kept}
-    if name == "dgc":
-        return {"rounds": selections - 1, "trim": ops.count("topk") == 2, "pending": "masked_fill" in ops, **kept}
-    if name == "randomk":
-        return {"rounds": ops.count("_unique2")}
-    return {}
+    return {"hits": hits} if hits else {}
+
+
+def loop_counts(name: str, ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
+    """The data-dependent loop counts of one call of compressor ``name`` from the operations it
+    dispatched (:func:`record_ops`), as :func:`compressors.work.work` takes them: what its card's
+    ``loops`` reads (:class:`compressors.work.cards.Card`; nothing for a compressor whose work
+    depends on the size and density alone). ``stages``: SIDCo's planned stage count, when known."""
+    from compressors.work import CARDS
+
+    reader = CARDS[name].loops if name in CARDS else None
+    return reader(ops, stages) if reader is not None else {}

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
+from compressors.work.cards import Card
+from compressors.work.counting import kept_hits, selections
 from compressors.work.declare import (FINITE_OPS, Declared, Work, fused_selection, kept, select, sparse_decompress,
                                       sparse_wire)
 from compressors.rules import sample_stride, target_count
@@ -62,6 +65,15 @@ def samples_everything(n: int, density: float) -> bool:
     return sample_stride(n, density, SAMPLE_RATIO) == 1
 
 
-DECLARES: dict[str, Declared] = {"dgc": Declared(dgc, sparse_wire, fused=fused_selection,
-                                                 eager_feedback=samples_everything)}
-"""DGC by name."""
+def loops(ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
+    """DGC's threshold lowerings (``rounds``: its selections but the first), whether it trimmed
+    (a second ``topk``), whether it found the residual's zeroing pending (``masked_fill``) and the
+    ``hits`` of each native selection, read from one call's operations."""
+    return {"rounds": selections(ops) - 1, "trim": ops.count("topk") == 2, "pending": "masked_fill" in ops,
+            **kept_hits(ops)}
+
+
+CARD = Card("dgc", "compressors.dgc:DGC", "sparse",
+            Declared(dgc, sparse_wire, fused=fused_selection, eager_feedback=samples_everything),
+            native_on_cpu=True, loops=loops)
+"""DGC's selection."""

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from compressors.work.cards import Card
+from compressors.work.counting import kept_hits, selections
 from compressors.work.declare import (ISFINITE_OPS, Declared, Work, fused_selection, kept, select, sparse_decompress,
                                       sparse_wire)
 from compressors.rules import target_count
@@ -40,6 +43,13 @@ def gaussiank(n: int, density: float, itemsize: int, stages: int, rounds: int | 
     return c.gather(sent), sparse_decompress(n, sent, itemsize)
 
 
-DECLARES: dict[str, Declared] = {"gaussiank": Declared(gaussiank, sparse_wire, sends_last_hits=True,
-                                                       fused=fused_selection, eager_feedback=True)}
-"""Gaussian-k by name."""
+def loops(ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
+    """Gaussian-k's threshold corrections (``rounds``: its selections but the first) and the
+    ``hits`` of each native selection, read from one call's operations."""
+    return {"rounds": selections(ops) - 1, **kept_hits(ops)}
+
+
+CARD = Card("gaussiank", "compressors.gaussiank:GaussianK", "sparse",
+            Declared(gaussiank, sparse_wire, sends_last_hits=True, fused=fused_selection, eager_feedback=True),
+            native_on_cpu=True, loops=loops)
+"""Gaussian-k."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from compressors.messages.wire import ALLREDUCE
+from compressors.work.cards import Card
 from compressors.work.declare import FINITE_OPS, Declared, Work
 
 RANK = 1
@@ -58,5 +60,6 @@ def wire(n: int, density: float, itemsize: int) -> float:
     return float((rows + cols) * r * itemsize)
 
 
-DECLARES: dict[str, Declared] = {"powersgd": Declared(powersgd, wire, residual="decompressed")}
-"""PowerSGD by name."""
+CARD = Card("powersgd", "compressors.powersgd:PowerSGD", "lowrank", Declared(powersgd, wire, residual="decompressed"),
+            takes_density=False, collective=ALLREDUCE, baseline=True, always_compared=True)
+"""PowerSGD: its factors all-reduced (PyTorch's hook)."""

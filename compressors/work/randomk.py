@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from compressors.work.cards import Card
 from compressors.work.declare import Declared, Work, finite, sparse_decompress, sparse_wire
 from compressors.rules import target_count
 
@@ -30,5 +34,11 @@ def randomk(n: int, density: float, itemsize: int, stages: int, rounds: int | No
     return c.gather(k), sparse_decompress(n, k, itemsize)
 
 
-DECLARES: dict[str, Declared] = {"randomk": Declared(randomk, sparse_wire)}
-"""Random-k by name."""
+def loops(ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
+    """Random-k's draw rounds (``rounds``: its ``unique`` calls), read from one call's operations."""
+    return {"rounds": ops.count("_unique2")}
+
+
+CARD = Card("randomk", "compressors.randomk:RandomK", "sparse", Declared(randomk, sparse_wire), loops=loops,
+            shared_seed="seed")
+"""Random-k: with a ``seed`` every rank draws the same indices and the values are all-reduced."""

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from compressors.work.cards import Card
+from compressors.work.counting import kept_hits, selections
 from compressors.work.declare import (Declared, Work, count, fused_selection, kept, select, sparse_decompress,
                                       sparse_wire)
 from compressors.rules import target_count
@@ -38,6 +41,13 @@ def redsync(n: int, density: float, itemsize: int, stages: int, rounds: int | No
     return c.gather(sent), sparse_decompress(n, sent, itemsize)
 
 
-DECLARES: dict[str, Declared] = {"redsync": Declared(redsync, sparse_wire, sent=1.5, sends_last_hits=True,
-                                                     fused=fused_selection, eager_feedback=True)}
-"""RedSync by name."""
+def loops(ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
+    """RedSync's binary-search probes (``rounds``: its counts and selections but the last) and the
+    ``hits`` of each native selection, read from one call's operations."""
+    return {"rounds": ops.count("count_nonzero") + selections(ops) - 1, **kept_hits(ops)}
+
+
+CARD = Card("redsync", "compressors.redsync:RedSync", "sparse",
+            Declared(redsync, sparse_wire, sent=1.5, sends_last_hits=True, fused=fused_selection,
+                     eager_feedback=True), native_on_cpu=True, loops=loops)
+"""RedSync."""

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
+from compressors.messages.wire import ALLREDUCE
+from compressors.work.cards import Card
+from compressors.work.counting import kept_hits, selections
 from compressors.work.declare import (FINITE_OPS, ISFINITE_OPS, Declared, Work, dense_wire, finite, kept, select,
                                       sparse_decompress, sparse_wire)
 from compressors.rules import TOPK_SAMPLE, target_count
@@ -52,6 +56,16 @@ def topk(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
     return c, sparse_decompress(n, k, itemsize)
 
 
-DECLARES: dict[str, Declared] = {"none": Declared(none, dense_wire, residual="fresh"), "topk": Declared(topk, sparse_wire)}
-"""Each compressor of :mod:`compressors.reference` by name: ``none`` sends the whole vector and
-leaves a fresh zero residual."""
+def topk_loops(ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
+    """Top-k's halvings of its threshold guess (``rounds``: its selections but the first) and the
+    ``hits`` of each native selection, read from one call's operations."""
+    return {"rounds": max(0, selections(ops) - 1), **kept_hits(ops)}
+
+
+NONE = Card("none", "compressors.reference:NoCompression", "sparse", Declared(none, dense_wire, residual="fresh"),
+            takes_density=False, error_feedback=False, collective=ALLREDUCE, baseline=True, always_compared=True)
+"""``none``: the whole vector, all-reduced; it leaves a fresh zero residual and trains without one."""
+
+TOPK = Card("topk", "compressors.reference:TopK", "sparse", Declared(topk, sparse_wire), native_on_cpu=True,
+            loops=topk_loops)
+"""Exact Top-k."""

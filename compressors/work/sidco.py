@@ -9,6 +9,10 @@ stage count, the pool, and on the native path its full passes and correction ``s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from compressors.work.cards import Card
 from compressors.work.declare import (FUSED_BLOCK, Declaration, Declared, Work, fused_blocks, sparse_decompress,
                                       sparse_wire)
 from compressors.rules import stage_probabilities, target_count
@@ -270,6 +274,39 @@ def _sidco_native(name, n, itemsize, stages, k, pool, full_passes, steps, collec
     return c.scalars(NATIVE_HOST_LAUNCHES * kernels).stream(k, 4, 8).gather(k)
 
 
-DECLARES: dict[str, Declared] = {name: Declared(_sidco(name), sparse_wire, fused=fused_runs)
-                                 for name in ("sidco-e", "sidco-p", "sidco-gp")}
-"""Each SIDCo variant by name; each has a fused path of its own (:func:`fused_runs`)."""
+def loops(ops: Sequence[str], stages: int | None = None) -> dict[str, Any]:
+    """SIDCo's native path's counts read from one call's operations: its full passes
+    (``rounds``), its ``pool`` (the mean size of what its pool kernels and host counts read), the
+    full passes that collected a pool (``collects``) and, given the ``stages`` it planned, its
+    correction ``steps`` (its host counts but the one at the last stage's threshold); nothing for a
+    call that ran no native kernel (its torch path's work follows its planned and added stages)."""
+    pools = [int(op.rsplit(":", 1)[1]) for op in ops if op.startswith("native.scan:pool:")]
+    host_counts = [int(op.rsplit(":", 1)[1]) for op in ops if op.startswith("native.count:")]
+    if not ops.count("native.scan:full") + len(pools):
+        return {}
+    read = pools + host_counts
+    counts: dict[str, Any] = {"rounds": ops.count("native.scan:full"), "pool": sum(read) / len(read) if read else 0,
+                              "collects": ops.count("native.scan:collect")}
+    if stages is not None:
+        counts["steps"] = max(0, len(host_counts) - 1)
+    return counts
+
+
+def _card(name: str, cls: str) -> Card:
+    """The card of SIDCo variant ``name`` implemented by ``cls``: each has a fused path of its own
+    (:func:`fused_runs`) and native kernels on a CPU."""
+    return Card(name, f"compressors.sidco:{cls}", "sparse", Declared(_sidco(name), sparse_wire, fused=fused_runs),
+                native_on_cpu=True, loops=loops)
+
+
+SIDCO_E = _card("sidco-e", "SIDCoE")
+"""SIDCo-E: the exponential fit."""
+
+SIDCO_P = _card("sidco-p", "SIDCoP")
+"""SIDCo-P: the generalised Pareto fit."""
+
+SIDCO_GP = _card("sidco-gp", "SIDCoGP")
+"""SIDCo-GP: a gamma fit in stage 1, generalised Pareto in later stages."""
+
+DECLARES: dict[str, Declared] = {card.name: card.declared for card in (SIDCO_E, SIDCO_P, SIDCO_GP)}
+"""Each variant's declaration by name, as :mod:`compressors.sidco` binds it (from the cards)."""

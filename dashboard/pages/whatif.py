@@ -11,6 +11,7 @@ from dashboard import data, figures, projection
 from dashboard.data import StoreReader
 from pipeline.costs import KERNEL_BAND_NOTE
 from pipeline.quality import CALL_RULE, QUALITY_RULE
+from pipeline.request import sites_text
 
 PATH = "/"
 TITLE = "What-if"
@@ -135,6 +136,12 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
         ui.labelled("Tokens per sample (optional)", dcc.Input(id="whatif-tokens", value="", debounce=True),
                     "transformer layouts and models: sequence length (default 128 for BERT, 1024 for GPT-2, "
                     "4096 for a model)"),
+        ui.labelled("Sites", dcc.Input(id="whatif-sites", value=query.get("sites", "1"), debounce=True),
+                    "the nodes split evenly across sites joined by a WAN (1: one site; ring topology inside)"),
+        ui.labelled("WAN bandwidth per site", dcc.Input(id="whatif-wan-bandwidth", value=query.get("wan_bandwidth", ""),
+                                                        debounce=True), "with more than one site: e.g. 1Gbit"),
+        ui.labelled("WAN round trip", dcc.Input(id="whatif-wan-rtt", value=query.get("wan_rtt", ""), debounce=True),
+                    "with more than one site: e.g. 30ms; every round across sites pays half of it"),
         *parallel_controls(query),
         calibration_control,
         html.Div(style={"height": "10px"}),
@@ -211,11 +218,14 @@ def register(app: Dash, reader: StoreReader) -> None:
         Input("whatif-costs", "value"),
         Input("whatif-samples-per-s", "value"),
         Input("whatif-tokens", "value"),
+        Input("whatif-sites", "value"),
+        Input("whatif-wan-bandwidth", "value"),
+        Input("whatif-wan-rtt", "value"),
         *(Input(name, "value") for name in PARALLEL_IDS),
         Input("whatif-des", "n_clicks"),
     )
     def _project(source, compressors, density, nodes, bandwidth, latency, topology, calibrated, device, costs,
-                 samples_per_s, tokens, *rest):
+                 samples_per_s, tokens, sites, wan_bandwidth, wan_rtt, *rest):
         held = parallel_values(*rest[:len(PARALLEL_IDS)])
         fidelity = "des" if ctx.triggered_id == "whatif-des" else "analytic"
         started = time.perf_counter()
@@ -223,7 +233,7 @@ def register(app: Dash, reader: StoreReader) -> None:
             chosen = projection.parse_controls(source, compressors, density, nodes, bandwidth, latency, topology,
                                                calibrated=bool(calibrated), device=device or None,
                                                profile_id=costs or None, samples_per_s=samples_per_s, tokens=tokens,
-                                               **held)
+                                               sites=sites, wan_bandwidth=wan_bandwidth, wan_rtt=wan_rtt, **held)
             results, problems = projection.project_each(reader.store(), chosen, fidelity)
             results, judged = projection.judged(reader.store(), chosen, results)
         except ValueError as exc:
@@ -232,7 +242,7 @@ def register(app: Dash, reader: StoreReader) -> None:
         elapsed = time.perf_counter() - started
         sharded = f" · {results[0]['parallel']}" if "parallel" in results[0] else ""
         title = (f"{chosen.cluster.nodes} nodes · {bandwidth} · {latency} · {topology}{sharded} · "
-                 f"δ={chosen.densities[0]:g} · {fidelity} fidelity")
+                 f"δ={chosen.densities[0]:g} · {fidelity} fidelity{sites_text(chosen.cluster).replace(';', ' ·')}")
         sources = "; ".join(f"{r['compressor']}: {r['cost_source']}" for r in results if r["cost_source"])
         note = ui.note(f"{fidelity} projection of {len(results)} compressors in {elapsed * 1e3:.0f} ms on "
                        f"{results[0]['device']} (compute from {results[0]['compute_source']}); "

@@ -15,16 +15,17 @@ from typing import Any
 from tqdm import tqdm
 
 from pipeline import compare as comparison
+from pipeline import lowcomm
 from pipeline import project as projection
 from pipeline import quality
-from pipeline.catalog import TOPOLOGIES, compressor_names
+from pipeline.catalog import STRATEGIES, TOPOLOGIES, compressor_names
 from pipeline.costs import KERNEL_BAND_NOTE
-from pipeline.request import Request
+from pipeline.request import DEFAULT_FRAGMENTS, DEFAULT_SYNC_EVERY, LowComm, Request, sites_text
 from pipeline.verdict import BASELINES, TIE_MARGIN, judge
 from results.store import Store
 from sidco.commands.simulate import (add_latency_args, add_parallel_args, add_scenario_args, add_source_args, cluster,
-                                    workload_fields)
-from units import format_bandwidth, format_seconds, parse_density, parse_list
+                                    positive_int, workload_fields)
+from units import Pair, format_bandwidth, format_seconds, parse_density, parse_list
 from sidco.commands import COMMANDS, dump_json
 
 
@@ -57,7 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_latency_args(parser)
     parser.add_argument("--compressors", default="all",
                         help="comma-separated compressor names, or all (default); none, fp16 and powersgd are "
-                             "always added")
+                             "always added. With --sites 2 or more, also the low-communication strategies "
+                             "diloco (sync every --sync-every inner steps, blocking) and streaming (in --fragments "
+                             "fragments, each overlapped with the next inner steps)")
     parser.add_argument("--densities", default="0.1,0.01,0.001",
                         help="comma-separated densities for the sparsifiers (default 0.1,0.01,0.001)")
     parser.add_argument("--rank", default="1", help="PowerSGD's rank r, columns of P and Q per layer (default 1)")
@@ -69,7 +72,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              f"the default table fits {WIDTH} columns")
     add_scenario_args(parser)
     add_parallel_args(parser)
+    add_lowcomm_args(parser)
     parser.set_defaults(func=run, fidelity="analytic")
+
+
+def add_lowcomm_args(parser: argparse.ArgumentParser) -> None:
+    """How the strategies diloco and streaming sync (:class:`pipeline.request.LowComm`)."""
+    group = parser.add_argument_group("low-communication strategies (diloco, streaming in --compressors)")
+    group.add_argument("--sync-every", default=str(DEFAULT_SYNC_EVERY), metavar="H",
+                       help=f"inner steps between outer syncs (default {DEFAULT_SYNC_EVERY}, DiLoCo's setting)")
+    group.add_argument("--fragments", metavar="F",
+                       help=f"streaming: fragments of whole layers synced in turn (default {DEFAULT_FRAGMENTS}, or the "
+                            "layers when fewer; at most the layers)")
+    group.add_argument("--outer-compressor", default="none", metavar="NAME",
+                       help="the compressor of the pseudo-gradient's exchange across sites (default none: fp32)")
+    group.add_argument("--outer-density", metavar="δ",
+                       help="the outer compressor's density, for a sparsifier (e.g. 0.01)")
+
+
+def lowcomm_request(args: argparse.Namespace) -> LowComm:
+    """The strategies' settings from ``--sync-every``, ``--fragments``, ``--outer-compressor`` and
+    ``--outer-density`` (their rules are the request's)."""
+    return LowComm(positive_int(args.sync_every, "--sync-every"),
+                   None if args.fragments is None else positive_int(args.fragments, "--fragments"),
+                   args.outer_compressor.strip(),
+                   None if args.outer_density is None else parse_density(args.outer_density))
 
 
 WIDTH = 120
@@ -99,12 +126,15 @@ def _sources(rows: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, str]
 
 def _memory(row: dict[str, Any]) -> str:
     """``memory_gib`` in a 7-column cell, ``!`` after it when it does not fit in the device's memory."""
+    if row.get("memory_gib") is None:
+        return f"{'-':>6} "
     return f"{row['memory_gib']:>6.1f}" + ("!" if row.get("fits") is False else " ")
 
 
 def _replaces(row: dict[str, Any], wide: bool) -> str:
     """The collective ``row``'s compressor replaces: in full (``wide``), else its kind (``all-reduce``, …)."""
-    return row["collective"] if wide else row["collective"].split(" (")[0]
+    collective = row.get("collective") or "-"
+    return collective if wide else collective.split(" (")[0]
 
 
 def print_table(rows: list[dict[str, Any]], result: dict[str, Any], wide: bool = False,
@@ -116,7 +146,8 @@ def print_table(rows: list[dict[str, Any]], result: dict[str, Any], wide: bool =
     not fit) and the collective its compressor replaces (its kind, named in full below; ``wide``: in full)."""
     costs, qualities = _sources(rows)
     replaced = max((len(_replaces(r, wide)) for r in rows), default=0) if memory else 0
-    head = f"{'#':>2} {'config':<16} {'iter ms':>9}"
+    width = max(16, *(len(r["label"]) for r in rows))
+    head = f"{'#':>2} {'config':<{width}} {'iter ms':>9}"
     if wide:
         head += f" {'fwd ms':>9} {'bwd ms':>9}"
     head += f" {'compr ms':>9} {'comm ms':>9}"
@@ -132,7 +163,7 @@ def print_table(rows: list[dict[str, Any]], result: dict[str, Any], wide: bool =
     print(head)
     for r in rows:
         vs_dense = "" if r["speedup_over_baseline"] is None else f"{r['speedup_over_baseline']:.3f}x"
-        line = f"{r['rank']:>2} {r['label']:<16} {_ms(r['iteration_s'])}"
+        line = f"{r['rank']:>2} {r['label']:<{width}} {_ms(r['iteration_s'])}"
         if wide:
             line += f" {_ms(r['forward_s'])} {_ms(r['backward_s'])}"
         line += f" {_ms(r['compress_s'])} {_ms(r['exposed_comm_s'])}"
@@ -159,6 +190,8 @@ def print_table(rows: list[dict[str, Any]], result: dict[str, Any], wide: bool =
         "ach/tgt = achieved / target density, E/topk = squared norm sent / that of exact Top-k at the same density "
         "(none, casts: 1; powersgd: its captured share)" + (_memory_legend(rows, wide) if memory else "")
         + ("" if wide else "; --wide: every column"))
+    if any("utilization" in r for r in rows):
+        print_strategies(rows, width)
     say(f"verdict: {result['text']}", " " * 2)
 
 
@@ -170,18 +203,37 @@ def _memory_legend(rows: list[dict[str, Any]], wide: bool) -> str:
             + " per GPU" + ("" if room is None else f" of {room:.1f} GiB, ! = does not fit"))
     if wide:
         return text + "; replaces = the collective the compressor replaces"
-    kinds = dict.fromkeys((_replaces(r, False), r["collective"]) for r in rows)
+    kinds = dict.fromkeys((_replaces(r, False), r["collective"]) for r in rows if r.get("collective"))
     return text + "; replaces = the collective the compressor replaces: " + ", ".join(
         f"{kind} = {full}" for kind, full in kinds)
+
+
+def print_strategies(rows: list[dict[str, Any]], width: int) -> None:
+    """How every row syncs across sites: H, fragments, the outer compressor, compute utilization
+    and the WAN's exposed time per (inner) step."""
+    print(f"{'#':>2} {'config':<{width}} {'sync_every':>10} {'fragments':>9} {'outer':>12} {'util':>6} "
+          f"{'WAN ms':>9} {'hides at H':>10}")
+    for r in rows:
+        outer = "-" if r["outer_compressor"] is None else Pair(r["outer_compressor"], r["outer_density"]).label
+        hides = r.get("hiding_sync_every")
+        print(f"{r['rank']:>2} {r['label']:<{width}} {r['sync_every']:>10} {r['fragments']:>9} {outer:>12} "
+              f"{r['utilization']:>6.1%} {_ms(r['wan_exposed_s'])} {'-' if hides is None else hides:>10}")
+    say("sync_every = inner steps between syncs across sites (1: every step); util = compute (fwd, bwd, opt) / "
+        "time per (inner) step; WAN ms = time per step the WAN adds to one site alone; hides at H = the smallest "
+        "H whose inner steps hide the outer exchange (overlapped)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Project every pair, rank, print the table and the verdict (JSON with --json)."""
     names = compressor_names() if args.compressors.strip() == "all" else parse_list(args.compressors, str)
+    strategies = tuple(n for n in names if n in STRATEGIES)
+    names = [*comparison.ALWAYS, *(n for n in names if n not in STRATEGIES)]
     request = comparison.with_baselines(
-        Request(cluster(args), tuple(names), tuple(parse_list(args.densities, parse_density)), **workload_fields(args)))
+        Request(cluster(args), tuple(names), tuple(parse_list(args.densities, parse_density)), strategies=strategies,
+                lowcomm=lowcomm_request(args), **workload_fields(args)))
     asked = projection.resolve(request)  # the device resolved once; bad input stops before any store is opened
     refused = comparison.split_refused(asked)[1]
+    lowcomm.strategies(asked)
     with Store(args.store) as store, tqdm(desc="quality", unit="call", file=sys.stderr, disable=None,
                                           leave=False) as bar:
 
@@ -192,13 +244,14 @@ def run(args: argparse.Namespace) -> int:
 
         asked, rows = comparison.compare(store, asked, progress=progress)
         result = judge(rows, store, asked)
+        rows, result = lowcomm.with_strategies(store, asked, rows, result)
     if args.json:
         print(dump_json({"verdict": result, "rows": rows, "refused": refused, "headroom": comparison.headroom(rows)}))
         return 0
     c = request.cluster
     say(f"{len(rows)} configurations on {c.nodes} nodes ({rows[0]['workers']} workers), {c.topology}, "
         f"{format_bandwidth(c.bandwidth_bps)}, {format_seconds(c.latency_s)} one-way latency, fidelity {c.fidelity}"
-        f"{'' if args.parallel == 'ddp' else ', --parallel ' + args.parallel}; "
+        f"{sites_text(c)}{'' if args.parallel == 'ddp' else ', --parallel ' + args.parallel}; "
         f"device {asked.source.device.name}: compute from {asked.source.compute}", " " * 2)
     say(f"workload: {projection.workload_text(rows[0])}", " " * 2)
     say(f"kernel costs: {KERNEL_BAND_NOTE}", " " * 2)

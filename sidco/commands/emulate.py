@@ -14,7 +14,7 @@ from pipeline.catalog import COLLECTIVES, FIDELITIES, JOB_BYTES
 from pipeline.emulate import check_shaping, check_training_request, max_jobs
 from results.store import Store
 from sidco.commands import COMMANDS, add_calibration_argument, add_renamed_argument, add_store_argument, dump_json
-from units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_density, parse_duration, parse_list
+from units import check_count, format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_density, parse_duration, parse_list
 
 
 def _positive_int_list(text: str, what: str, minimum: int) -> list[int]:
@@ -117,6 +117,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "one row per fidelity")
     train.add_argument("--trace-dir", default=None,
                        help="where the traces recorded by rank 0 go (default: emulation-traces/ beside the store)")
+    sharded = parser.add_argument_group(
+        "train mode, sharded (--parallel fsdp|hsdp)",
+        "Real FSDP2 (torch.distributed.fsdp.fully_shard) on gloo for --model scaled down (random weights, "
+        "synthetic tokens): every transformer block one FSDP unit, the root another. Reports the measured "
+        "iteration time and every collective of a step as torch's flight recorder logged it, beside the "
+        "closed form from the model's tensors, and the sharded simulator's projection of the same run "
+        "(per --fidelity, uncalibrated and with --calibration; gloo's reduce-scatter is priced as the "
+        "all-reduce gloo runs for it). --batch-size is sequences per worker, --iterations and --warmup "
+        "steps; --compressors and --densities do not apply.")
+    sharded.add_argument("--parallel", choices=("ddp", "fsdp", "hsdp"), default="ddp",
+                         help="ddp: DistributedDataParallel on --workload (default); fsdp: one shard group of all "
+                              "workers; hsdp: a replicate x shard mesh")
+    sharded.add_argument("--model", default=None, help="shipped model name or config.json path (fsdp, hsdp)")
+    sharded.add_argument("--shard-size", type=int, default=None,
+                         help="workers per shard group under hsdp (default: half of them)")
+    sharded.add_argument("--layers", type=int, default=2, help="transformer blocks of the scaled-down model")
+    sharded.add_argument("--hidden", type=int, default=64, help="model width of the scaled-down model (elements, "
+                                                                "a multiple of 16)")
+    sharded.add_argument("--vocab", type=int, default=512, help="vocabulary of the scaled-down model (tokens)")
+    sharded.add_argument("--tokens", type=int, default=32, help="tokens per sequence")
     parser.set_defaults(func=run)
 
 
@@ -135,10 +155,16 @@ def run(args: argparse.Namespace) -> int:
     for bandwidth in bandwidths:
         if bandwidth is not None:
             check_shaping(bandwidth)
+    if args.mode == "train" and args.parallel != "ddp":
+        _check_sharded(args, workers)
     if not args.no_shaping:
         emulate.require_shaping()
     if args.mode == "collective":
         return _run_collective(args, workers, bandwidths)
+    if args.parallel != "ddp":
+        return _run_sharded(args, workers, bandwidths)
+    if args.model is not None:
+        raise ValueError("--model trains under --parallel fsdp or hsdp; --parallel ddp trains --workload")
     return _run_train(args, workers, bandwidths)
 
 
@@ -219,4 +245,58 @@ def _run_train(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
                   f"{'-':>10} {'-':>8} {'-':>8} {'-':>8} {'-':>6}")
     for label, value in summary.items():
         print(f"{label}: {value:.1f} %")
+    return 0
+
+
+def _check_sharded(args: argparse.Namespace, workers: list[int]) -> None:
+    """Refuse a sharded request in one line before any namespace is built."""
+    if args.model is None:
+        raise ValueError(f"--parallel {args.parallel} needs --model (one of {', '.join(emulate.model_names())}, "
+                         "or a config.json path)")
+    emulate.check_model(args.model)
+    for p in workers:
+        emulate.check_fsdp_mesh(args.parallel, p, args.shard_size)
+    emulate.scaled_model(args.model, args.layers, args.hidden, args.vocab, args.tokens)
+    check_count(args.iterations, "--iterations")
+    check_count(args.batch_size, "--batch-size")
+    if args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+
+
+def _run_sharded(args: argparse.Namespace, workers: list[int], bandwidths: list[float | None]) -> int:
+    fidelities = _fidelities(args.fidelity)
+    calibration = emulate.parse_calibration(args.calibration)
+    with Store(args.store) as store, tqdm(total=len(workers) * len(bandwidths), desc="emulations", unit="network",
+                                          file=sys.stderr) as bar:
+        resolved = emulate.resolve_calibration(store, calibration)
+        emulation_id, rows = emulate.fsdp(
+            store, workers, bandwidths, args.model, args.parallel, shard_size=args.shard_size, layers=args.layers,
+            hidden=args.hidden, vocab=args.vocab, tokens=args.tokens, batch_size=args.batch_size,
+            iterations=args.iterations, warmup=args.warmup, calibration=resolved, fidelities=fidelities,
+            step=lambda: bar.update(1))
+    if args.json:
+        print(dump_json({"emulation_id": emulation_id, "cores": os.cpu_count(), "calibration_id": resolved[0],
+                         "results": rows}))
+        return 0
+    first = rows[0]
+    print(f"emulation {emulation_id}: {args.model} scaled to {args.layers} layers x {args.hidden} wide "
+          f"({first['parameters']:,} parameters, fp32) under {args.parallel}, {os.cpu_count()} cores, "
+          "1 thread per worker")
+    print(f"{'workers':>7} {'mesh':>6} {'bandwidth':>14} {'measured':>10} {'collective':<40} {'count':>5} "
+          f"{'buffers':>10} {'ring sent':>10} {'closed form':>11}")
+    for r in rows:
+        bw = format_bandwidth(r["bandwidth_bps"]) if r["bandwidth_bps"] else "loopback"
+        mesh = "x".join(str(n) for n in r["mesh"])
+        for index, (label, t) in enumerate(r["totals"].items()):
+            lead = (f"{r['workers']:>7} {mesh:>6} {bw:>14} {format_seconds(r['measured_s']):>10}" if index == 0
+                    else " " * 41)
+            print(f"{lead} {label:<40} {t['count']:>5} {format_bytes(t['buffer_bytes']):>10} "
+                  f"{format_bytes(t['sent_bytes']):>10} {'equal' if r['match'] else 'DIFFERS':>11}")
+        for q in r["projections"]:
+            print(f"{'':>41} projected {format_seconds(q['projected_s'])} ({q['fidelity']}, "
+                  f"{'calibrated' if q['calibrated'] else 'uncalibrated'}): error {q['error_pct']:+.1f} %; "
+                  f"serial {format_seconds(q['serial_s'])}: error {q['serial_error_pct']:+.1f} %")
+        if r["projections"]:
+            print(f"{'':>41} the sharded model's collective buffers "
+                  f"{'equal the measured ones' if r['model_buffers_match'] else 'DIFFER from the measured ones'}")
     return 0

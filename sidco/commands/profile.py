@@ -1,9 +1,10 @@
-"""``sidco profile``: measure a device's compression costs (and this host's numbers), or check
-the cost model against every measured profile."""
+"""``sidco profile``: measure a device's compression costs (and this host's numbers), or a model's
+training step (``--model``), or check the cost model against every measured profile."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -11,11 +12,11 @@ from pathlib import Path
 from tqdm import tqdm
 
 from pipeline import profile as device_profiles
-from pipeline.catalog import compressor_names
+from pipeline.catalog import DEFAULT_PRECISION, PRECISIONS, compressor_names, model_names
 from pipeline.request import check_compressors
 from results.store import Store
 from sidco.commands import COMMANDS, add_run_on_argument, add_store_argument, dump_json
-from units import parse_density, parse_list
+from units import format_seconds, parse_density, parse_list
 
 DEFAULT_SIZES = {"cpu": "2^16..2^24", "cuda": "2^16..2^26"}
 
@@ -58,7 +59,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "The profile goes into the results store (device_profiles) and, with --out, into a JSON file that "
             "--profile of simulate and sweep reads. --check measures nothing: it prints the cost model's error "
             "against every measured profile (shipped, stored, and --profile files) and against every row of the "
-            "published GPU timings shipped in profiles/published-<gpu>.json (median and worst error per GPU)."
+            "published GPU timings shipped in profiles/published-<gpu>.json (median and worst error per GPU). "
+            "--model NAME|FILE measures no compressor: it builds that decoder-only transformer from its config in "
+            "torch (random weights, synthetic tokens), times its training step (forward, backward, AdamW) at "
+            "--batch-size, --tokens and --precision, and stores its throughput (samples/s, tokens/s); --out writes "
+            "the step profile that --step-profile of simulate, compare, sweep and tta reads for compute."
         ),
         allow_abbrev=False,
     )
@@ -81,6 +86,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="measure nothing; print the cost model's error against every measured profile")
     parser.add_argument("--profile", metavar="FILE", action="append", default=[],
                         help="--check: also check this profile file (repeatable)")
+    model = parser.add_argument_group("a model's training step (--model)")
+    model.add_argument("--model", metavar="NAME|FILE",
+                       help="time this model's training step instead of compressors: a shipped model ("
+                            + ", ".join(model_names()) + ") or the path of a Hugging Face config.json")
+    model.add_argument("--batch-size", default=None,
+                       help="--model: sequences per GPU per optimizer step (required; project with the same "
+                            "--batch-size)")
+    model.add_argument("--tokens", default=None,
+                       help="--model: tokens per sequence (default 4096, at most the model's "
+                            "max_position_embeddings)")
+    model.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
+                       help="--model: fp32, tf32 (TF32 matmuls on a GPU; fp32 on a CPU) or amp (default: bf16 "
+                            "autocast, fp16 on a GPU without bf16), AdamW on fp32 weights")
+    model.add_argument("--parallel", default="ddp",
+                       help="--model: the data parallelism whose share of one GPU is timed: ddp (default, the "
+                            "whole model; its rate anchors compute under every --parallel of simulate and compare; "
+                            "a sharded step is not measured yet)")
+    model.add_argument("--layers", default=None,
+                       help="--model: time this many layers (and the model without layers) and scale the layers' "
+                            "time to the full depth (default: the whole model when it fits in memory, else the "
+                            "most layers that fit)")
     parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
     add_store_argument(parser)
     parser.set_defaults(func=run)
@@ -172,8 +198,58 @@ def _print_kernels(rows: list[dict], summary: dict) -> None:
           f"{summary['worst']:.1%} (factor {summary['worst_factor']:.2f}) ({verdict})")
 
 
+def _whole(text: str | None, flag: str) -> int | None:
+    """``text`` of ``flag`` as a whole number (``None`` when not given); ValueError otherwise."""
+    if text is None:
+        return None
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"invalid {flag} {text!r}: give a whole number") from None
+
+
+def _measure_step(args: argparse.Namespace) -> int:
+    batch = _whole(args.batch_size, "--batch-size")
+    if batch is None:
+        raise ValueError("--model needs --batch-size: the sequences per GPU per optimizer step you will project")
+    with Store(args.store) as store, tqdm(desc="profile", unit="step", file=sys.stderr, disable=None) as bar:
+        def progress(label: str) -> None:
+            bar.set_postfix_str(label, refresh=False)
+            bar.update(1)
+
+        done = device_profiles.measure_step(store, args.run_on, args.model, batch_size=batch,
+                                            tokens=_whole(args.tokens, "--tokens"), precision=args.precision,
+                                            parallel=args.parallel, warmup=args.warmup, repeats=args.repeats,
+                                            threads=args.threads, layers=_whole(args.layers, "--layers"),
+                                            out=args.out, progress=progress,
+                                            note=lambda text: print(text, file=sys.stderr))
+    p = done.profile
+    if args.json:
+        print(dump_json({"step_profile_id": done.profile_id, **json.loads(p.to_json()), "out": args.out}))
+        return 0
+    print(f"step profile #{done.profile_id}: {p.model} on {p.device}, {p.parallel}, batch {p.batch_size} x "
+          f"{p.tokens} tokens, {p.precision}")
+    timed = "the whole model" if p.scale == 1 else (f"layers 0-{p.layers_timed - 1} of {p.layers} and the model "
+                                                    f"without layers; the layers' time scaled x{p.scale:.4g} to "
+                                                    f"{p.layers}")
+    print(f"  timed          {timed}")
+    print(f"  step           {format_seconds(p.step_s)} median of {p.repeats} "
+          f"(fastest {format_seconds(p.step_min_s)}, slowest {format_seconds(p.step_max_s)})")
+    print(f"  throughput     {p.samples_per_s:.4g} samples/s, {p.tokens_per_s:.4g} tokens/s")
+    print(f"  source         {p.source}")
+    print(f"stored in {args.store}" + (f"; written to {args.out}: project with --step-profile {args.out}"
+                                       if args.out else ""))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    """Measure a profile, or (--check) compare the cost model with the measured ones."""
+    """Measure a profile or a model's step, or (--check) compare the cost model with the measured ones."""
+    if args.model is not None:
+        if args.check:
+            raise ValueError("--check measures nothing: give --check or --model, not both")
+        if args.out and Path(args.out).is_dir():
+            raise ValueError(f"--out {args.out} is a folder: give a file name")
+        return _measure_step(args)
     if args.check:
         return _check(args)
     if args.warmup < 0 or args.repeats < 1 or args.sessions < 1:

@@ -16,8 +16,9 @@ from pipeline import quality
 from pipeline.catalog import BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES, model_names
 from pipeline.project import check_output_path, write_chrome_trace
 from pipeline.costs import KERNEL_BAND_NOTE
-from pipeline.request import (DEVICE_RULE, DTYPE_CHOICES, LATENCY_HELP, PARALLEL_CHOICES, RTT_HELP, Cluster, Request,
-                              modelled_devices, one_way_latencies, parallel_options, takes_density)
+from pipeline.request import (DEVICE_RULE, DTYPE_CHOICES, LATENCY_HELP, PARALLEL_CHOICES, PARAM_DTYPE, REDUCE_DTYPE,
+                              RTT_HELP, Cluster, Request, modelled_devices, one_way_latencies, parallel_options,
+                              sites_options, sites_text, takes_density)
 from pipeline.verdict import judge
 from results.store import Store
 from sidco.commands import COMMANDS, add_calibration_argument, add_store_argument, dump_json
@@ -65,6 +66,11 @@ def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> N
                         help="layouts: single-GPU training throughput you measured at --batch-size (samples/s); "
                              "compute then comes from it instead of the rule fitted to published throughput, and "
                              "its band shrinks to the measurement's noise (±5%%)")
+    parser.add_argument("--step-profile", default=None, metavar="FILE",
+                        help="models: a training step measured by sidco profile --model --out FILE; compute then "
+                             "comes from its throughput, as with --samples-per-s (band: the spread of its steps, at "
+                             "least ±5%%); its device and --tokens are taken unless given, and --batch-size and "
+                             "--precision must be those it was measured at")
     parser.add_argument("--tokens", default=None, metavar="N",
                         help="transformer layouts and models: tokens per sample (sequence length; default 128 for "
                              "bert-base and bert-large, 1024 for gpt2, 4096 for a model)")
@@ -108,6 +114,7 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--straggler-slowdown", type=float, default=1.5,
                         help="compute-time factor of a straggler (default 1.5)")
     parser.add_argument("--seed", type=int, default=0, help="seed of jitter and stragglers (default 0)")
+    add_sites_args(parser)
     add_calibration_argument(parser)
     add_store_argument(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
@@ -125,11 +132,12 @@ def add_parallel_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard-size", default=None, metavar="N",
                         help="hsdp: GPUs per shard group (default one node, --gpus-per-node); a divisor of a "
                              "node's GPUs or a multiple of them")
-    parser.add_argument("--reduce-dtype", choices=DTYPE_CHOICES, default="fp32",
-                        help="sharded: the dtype gradients are reduce-scattered and all-reduced in (default fp32, "
-                             "torchtitan's; fp16/bf16 compressors send 2 bytes an element whatever this is)")
-    parser.add_argument("--param-dtype", choices=DTYPE_CHOICES, default="bf16",
-                        help="sharded: the dtype parameters are all-gathered in (default bf16; fp8: FSDP2's float8 "
+    parser.add_argument("--reduce-dtype", choices=DTYPE_CHOICES, default=REDUCE_DTYPE,
+                        help=f"sharded: the dtype gradients are reduce-scattered and all-reduced in (default "
+                             f"{REDUCE_DTYPE}, torchtitan's; the 16-bit cast compressors send 2 bytes an element "
+                             "whatever this is)")
+    parser.add_argument("--param-dtype", choices=DTYPE_CHOICES, default=PARAM_DTYPE,
+                        help=f"sharded: the dtype parameters are all-gathered in (default {PARAM_DTYPE}; fp8: FSDP2's float8 "
                              "all-gather as torchao ships it, or ZeRO++'s quantized weights)")
     parser.add_argument("--micro-batch", default=None, metavar="N",
                         help="sequences per accumulation step; --batch-size (per GPU per optimizer step) is split "
@@ -140,6 +148,33 @@ def add_parallel_args(parser: argparse.ArgumentParser) -> None:
                         help="activation checkpointing per block: activations' memory 2*s*b*h a layer instead of "
                              "34*s*b*h (Korthikanti et al. 2022), and sharded plans recompute each block's forward "
                              "in backward")
+
+
+def add_sites_args(parser: argparse.ArgumentParser) -> None:
+    """``--sites`` and the WAN between them (``--wan-bandwidth``, ``--wan-rtt``)."""
+    parser.add_argument("--sites", default="1",
+                        help="sites the nodes are split evenly across, joined by a WAN (default 1: one site); "
+                             "collectives across sites are hierarchical, one aggregated flow per site")
+    parser.add_argument("--wan-bandwidth", metavar="RATE",
+                        help="with --sites above 1: the WAN link of each site per direction, e.g. 1Gbit")
+    parser.add_argument("--wan-rtt", metavar="TIME",
+                        help="with --sites above 1: the WAN's round-trip time, e.g. 30ms; every dependent round "
+                             "of a collective across sites pays half of it (one way)")
+
+
+def sites_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The scenario's ``sites``, ``wan_bandwidth_bps`` and ``wan_rtt_s`` from ``--sites``,
+    ``--wan-bandwidth`` and ``--wan-rtt`` (text parsed here, the rule the request's:
+    :func:`pipeline.request.sites_options`)."""
+    parsed = {}
+    for flag, text, key, parse in (("--wan-bandwidth", args.wan_bandwidth, "wan_bandwidth_bps", parse_bandwidth),
+                                    ("--wan-rtt", args.wan_rtt, "wan_rtt_s", parse_duration)):
+        if text is not None:
+            try:
+                parsed[key] = parse(text)
+            except ValueError as exc:
+                raise ValueError(f"{flag}: {exc}") from None
+    return sites_options(positive_int(args.sites, "--sites"), **parsed)
 
 
 def parse_jitter(text: str) -> float | str:
@@ -173,6 +208,7 @@ def scenario_options(args: argparse.Namespace) -> dict[str, Any]:
         "stragglers": args.stragglers,
         "straggler_slowdown": args.straggler_slowdown,
         "seed": args.seed,
+        **sites_args(args),
     }
 
 
@@ -185,7 +221,7 @@ def sharding_option(args: argparse.Namespace) -> dict[str, Any]:
 
 def workload_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The request's workload and device fields from ``--trace``/``--layout``/``--model``, ``--device``,
-    ``--precision``, ``--device-flops``, ``--batch-size``, ``--samples-per-s``, ``--tokens`` and
+    ``--precision``, ``--device-flops``, ``--batch-size``, ``--samples-per-s``, ``--step-profile``, ``--tokens`` and
     ``--profile`` (text parsed here;
     the rules are the request's, :class:`pipeline.request.Request`)."""
     flops = _number(args.device_flops, float, "--device-flops", "FLOP/s, e.g. 100e12")
@@ -193,7 +229,8 @@ def workload_fields(args: argparse.Namespace) -> dict[str, Any]:
             "device_flops_per_s": flops, "batch_size": positive_int(args.batch_size, "--batch-size"),
             "profile_file": args.profile, "calibration": args.calibration,
             "samples_per_s": _number(args.samples_per_s, float, "--samples-per-s", "samples/s, e.g. 400"),
-            "tokens": _number(args.tokens, int, "--tokens", "a whole number of tokens, e.g. 384")}
+            "tokens": _number(args.tokens, int, "--tokens", "a whole number of tokens, e.g. 384"),
+            "step_profile": args.step_profile}
 
 
 def _number(text: str | None, kind: type, flag: str, example: str) -> Any:
@@ -273,7 +310,7 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: Clu
           + (f" @ density {density:g}" if args.compressor != "none" else "")
           + f" on {cluster.nodes} nodes ({result['workers']} workers), {cluster.topology}, "
             f"{format_bandwidth(cluster.bandwidth_bps)}, {format_seconds(cluster.latency_s)} one-way latency, "
-            f"fidelity {cluster.fidelity}")
+            f"fidelity {cluster.fidelity}" + sites_text(cluster))
     print(f"  iteration      {format_seconds(result['iteration_s'])} (band {format_seconds(result['iteration_s_low'])}"
           f" to {format_seconds(result['iteration_s_high'])})")
     print(f"  throughput     {result['samples_per_s']:.1f} samples/s")

@@ -87,7 +87,8 @@ def test_the_page_callback_projects_hsdp_and_names_the_collective(tmp_path):
     values = {"whatif-source": "model:llama-3.2-1b", "whatif-compressors": ["none", "bf16"], "whatif-density": "0.01",
               "whatif-nodes": "2", "whatif-bandwidth": "10Gbit", "whatif-latency": "50us",
               "whatif-topology": "hierarchical", "whatif-calibrated": [], "whatif-device": "h100", "whatif-costs": "",
-              "whatif-samples-per-s": "", "whatif-tokens": "1024", "whatif-gpus-per-node": "8",
+              "whatif-samples-per-s": "", "whatif-tokens": "1024", "whatif-sites": "1", "whatif-wan-bandwidth": "",
+              "whatif-wan-rtt": "", "whatif-gpus-per-node": "8",
               "whatif-batch-size": "4", "whatif-parallel": "hsdp", "whatif-shard-size": "", "whatif-micro-batch": "",
               "whatif-reduce-dtype": "fp32", "whatif-param-dtype": "bf16", "whatif-checkpointing": ["on"],
               "whatif-des": None}
