@@ -89,3 +89,13 @@ def test_compare_table_shows_memory_and_the_collective_replaced_in_120_columns(t
         assert f" {row['memory_gib']:>6.1f}{mark} {row['collective'].split(' (')[0]}" in line
     assert {row["fits"] for row in rows} == {batch == "1"}
     assert "replaces: all-reduce = all-reduce (replicate, gradient shard)" in " ".join(lines)
+
+
+def test_compare_table_of_a_model_across_sites_marks_rows_without_memory(tmp_path, capsys):
+    """A DiLoCo row (no collective of its own, no memory row) prints '-' in both columns."""
+    assert main(["compare", "--model", "llama-3.2-1b", "--device", "h100", "--nodes", "4", "--gpus-per-node", "8",
+                 "--bandwidth", "100Gbit", "--sites", "2", "--wan-bandwidth", "1Gbit", "--wan-rtt", "30ms",
+                 "--compressors", "none,diloco", "--batch-size", "2", "--store", str(tmp_path / "r.sqlite")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (diloco,) = [line for line in lines if " diloco " in line and "all-reduce" not in line][:1]
+    assert diloco.split()[-4:-2] == ["-", "-"] and all(len(line) <= 120 for line in lines)
