@@ -22,8 +22,8 @@ from pipeline import quality as pipeline_quality
 from pipeline.catalog import TOPOLOGIES, compressor_names as _compressor_names, layout_names as _layout_names
 from pipeline.catalog import model_names as _model_names
 from pipeline.project import chrome_trace
-from pipeline.request import (DEFAULT_LAYOUT_DEVICE, Cluster, Request, device_choices, one_way_latencies, pair,
-                              sites_options)
+from pipeline.request import (DEFAULT_LAYOUT_DEVICE, DTYPE_CHOICES, PARALLEL_CHOICES, PARAM_DTYPE, REDUCE_DTYPE, Cluster,
+                              Request, device_choices, one_way_latencies, pair, parallel_options, sites_options)
 from results.store import Store, row_id
 from units import parse_bandwidth, parse_duration
 
@@ -34,6 +34,19 @@ command line allows :data:`pipeline.catalog.MESSAGE_BUDGET`."""
 
 RESULT_KEYS = ("iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s",
                "speedup", "iteration_s_low", "iteration_s_high", "speedup_low", "speedup_high")
+
+
+SHARDED_KEYS = ("collective", "parallel", "shard_size", "micro_batches")
+"""What a row adds under ``--parallel`` (``collective``: what its compressor replaces; under DDP
+``collective`` is absent, as from ``sidco simulate --json``)."""
+
+PARALLEL = PARALLEL_CHOICES
+"""The ``--parallel`` choices (``ddp`` the default)."""
+
+DTYPES = DTYPE_CHOICES
+DEFAULT_DTYPES = {"reduce": REDUCE_DTYPE, "param": PARAM_DTYPE}
+"""The page's reduce and parameter dtypes before the user picks: the command line's defaults."""
+"""The reduce and parameter dtypes a sharded plan takes."""
 
 
 class ProjectionError(ValueError):
@@ -134,10 +147,22 @@ def parse_controls(
     sites: str | int | None = None,
     wan_bandwidth: str | None = None,
     wan_rtt: str | None = None,
+    *,
+    gpus_per_node: str | int | None = None,
+    batch_size: str | int | None = None,
+    parallel: str | None = None,
+    shard_size: str | int | None = None,
+    micro_batch: str | int | None = None,
+    reduce_dtype: str | None = None,
+    param_dtype: str | None = None,
+    checkpointing: bool = False,
 ) -> Request:
     """The request of raw control values (text parsed here, checked by the request:
     :class:`pipeline.request.Request`; ``sites`` blank is one site, the WAN's rule
-    :func:`pipeline.request.sites_options`); ProjectionError naming the first bad one."""
+    :func:`pipeline.request.sites_options`); ProjectionError naming the first bad one. ``gpus_per_node``
+    and ``batch_size`` (sequences or samples per GPU) blank for the defaults (1, 32); ``parallel`` and
+    the rest of its family as ``sidco simulate``'s ``--parallel`` options
+    (:func:`pipeline.request.parallel_options`, blank or ``None`` for their defaults)."""
     fields = workload_fields(source)
     if not compressors:
         raise ProjectionError("choose at least one compressor")
@@ -163,8 +188,17 @@ def parse_controls(
            "wan_bandwidth_bps": _optional(wan_bandwidth, parse_bandwidth, "WAN bandwidth", "a rate, e.g. 1Gbit"),
            "wan_rtt_s": _optional(wan_rtt, parse_duration, "WAN round trip", "a duration, e.g. 30ms")}
     try:
+        gpus = _optional(gpus_per_node, int, "GPUs per node", "a whole number, e.g. 8")
+        batch = _optional(batch_size, int, "batch size", "a whole number, e.g. 32")
+        options = {**sites_options(**wan), **({} if gpus is None else {"gpus_per_node": gpus})}
+        options.update(parallel_options(parallel or "ddp", shard_size=shard_size, micro_batch=micro_batch,
+                                         reduce_dtype=reduce_dtype or REDUCE_DTYPE,
+                                         param_dtype=param_dtype or PARAM_DTYPE,
+                                         checkpointing=bool(checkpointing), batch_size=batch))
         cluster = Cluster(nodes_value, parse_bandwidth(bandwidth or ""), parse_latency(latency), topology,
-                          options=sites_options(**wan))
+                          options=options)
+        if batch is not None:
+            anchors["batch_size"] = batch
         return Request(cluster, tuple(compressors), (density_value,), device=device or None,
                        calibration="latest" if calibrated else "none",
                        profile_id=None if profile_id in (None, "") else row_id(str(profile_id), "device profile"),
@@ -202,7 +236,8 @@ def _row(result: dict[str, Any], fidelity: str, density: float) -> dict[str, Any
             "fidelity": fidelity, "device": result["device"], "compute_source": result["compute_source"],
             "cost_source": result["cost_source"],
             **{key: result[key] for key in ("precision", "cost_band", "batch_size", "tokens", "tokens_stated",
-                                            "compute_from")}}
+                                            "compute_from")},
+            **{key: result[key] for key in SHARDED_KEYS if key in result}}
 
 
 def project(store: Store, request: Request, fidelity: str = "analytic") -> list[dict[str, Any]]:

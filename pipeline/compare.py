@@ -73,13 +73,13 @@ def compare(store: Store, projection: projections.Projection,
 
 
 def split_refused(projection: projections.Projection) -> tuple[projections.Projection, list[dict[str, Any]]]:
-    """``projection`` without the pairs its ``--parallel`` cannot run (:func:`simulator.sharded.refusal`),
+    """``projection`` without the pairs its ``--parallel`` cannot run (:func:`pipeline.request.refused`),
     and a row for each: ``compressor``, ``density``, ``label``, ``rank`` ``None`` and ``refused`` (the reason, one line)."""
     held = projection.cluster.options.get("sharding")
-    parallel = "ddp" if held is None else held.parallel
+    reasons = requests.refused("ddp" if held is None else held.parallel, [pair.compressor for pair in projection.pairs])
     kept, refused = [], []
     for pair in projection.pairs:
-        reason = sharded.refusal(parallel, pair.compressor)
+        reason = reasons.get(pair.compressor)
         if reason is None:
             kept.append(pair)
         else:

@@ -21,7 +21,7 @@ from typing import Any
 from costs import devices
 from costs.throughput import DEFAULT_PRECISION, check_precision
 from simulator.limits import MESSAGE_BUDGET
-from simulator.sharded import DTYPE_BYTES, PARALLEL, PARAM_DTYPE, REDUCE_DTYPE, Sharding
+from simulator.sharded import DTYPE_BYTES, PARALLEL, PARAM_DTYPE, REDUCE_DTYPE, Sharding, refusal
 from simulator.lowcomm import STRATEGIES
 from simulator.scenario import FIDELITIES, TOPOLOGIES
 from results.store import row_id
@@ -121,6 +121,41 @@ def sharding(parallel: str = "ddp", *, shard_size: int | None = None, reduce_dty
     if micro_batch is not None and batch_size is not None and batch_size % micro_batch:
         raise ValueError(f"--micro-batch {micro_batch} must divide --batch-size {batch_size}")
     return None if chosen == Sharding() else chosen
+
+
+def parallel_options(parallel: str = "ddp", *, shard_size: str | int | None = None, reduce_dtype: str = REDUCE_DTYPE,
+                     param_dtype: str = PARAM_DTYPE, micro_batch: str | int | None = None, checkpointing: bool = False,
+                     batch_size: str | int | None = None) -> dict[str, Any]:
+    """The cluster options of the ``--parallel`` family as a door gives them (counts as text or
+    integers, ``None`` or blank for the defaults): ``{"sharding": ...}`` (:func:`sharding`), or nothing
+    for plain DDP with every default. The one place the family's values are parsed; ValueError
+    naming the option otherwise."""
+    counts = {flag: _whole(value, flag) for flag, value in (("--shard-size", shard_size),
+                                                            ("--micro-batch", micro_batch),
+                                                            ("--batch-size", batch_size))}
+    chosen = sharding(parallel, shard_size=counts["--shard-size"], reduce_dtype=reduce_dtype, param_dtype=param_dtype,
+                      micro_batch=counts["--micro-batch"], checkpointing=checkpointing,
+                      batch_size=counts["--batch-size"])
+    return {} if chosen is None else {"sharding": chosen}
+
+
+def _whole(value: str | int | None, flag: str) -> int | None:
+    """``value`` of option ``flag`` as an integer ≥ 1 (``None`` when not given or blank); ValueError otherwise."""
+    if value is None or str(value).strip() == "":
+        return None
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{flag} must be an integer >= 1, got {value!r}") from None
+    if number < 1:
+        raise ValueError(f"{flag} must be an integer >= 1, got {number}")
+    return number
+
+
+def refused(parallel: str, names: Sequence[str]) -> dict[str, str]:
+    """The compressors of ``names`` that ``--parallel`` cannot run, each with the reason (one line,
+    :func:`simulator.sharded.refusal`), in the order given."""
+    return {name: reason for name in names if (reason := refusal(parallel, name)) is not None}
 
 
 def sharding_flags(held: Sharding | None) -> str:

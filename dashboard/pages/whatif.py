@@ -64,6 +64,50 @@ def _device(name: str | None) -> str:
     return name if name in values else ""
 
 
+PARALLEL_IDS = ("whatif-gpus-per-node", "whatif-batch-size", "whatif-parallel", "whatif-shard-size",
+                "whatif-micro-batch", "whatif-reduce-dtype", "whatif-param-dtype", "whatif-checkpointing")
+"""The controls of the GPUs per node, the batch and the ``--parallel`` family, in the order
+:func:`parallel_values` reads them."""
+
+
+def parallel_controls(query: dict[str, str] | None = None) -> list:
+    """GPUs per node, batch per GPU and the ``--parallel`` family (``sidco simulate``'s options of
+    the same names); ``query``'s ``gpus_per_node`` and ``parallel`` set their starting values."""
+    query = query or {}
+    start = query.get("parallel") if query.get("parallel") in projection.PARALLEL else "ddp"
+    return [
+        ui.labelled("GPUs per node", dcc.Input(id="whatif-gpus-per-node", value=query.get("gpus_per_node", ""),
+                                               debounce=True),
+                    "blank: 1 (above 1, choose the hierarchical topology for the intra-node level)"),
+        ui.labelled("Batch per GPU (optional)", dcc.Input(id="whatif-batch-size", value="", debounce=True),
+                    "samples (sequences) per GPU per optimizer step; blank: 32"),
+        ui.labelled("Data parallelism", dcc.Dropdown(id="whatif-parallel", options=list(projection.PARALLEL),
+                                                     value=start, clearable=False),
+                    "ddp (full replicas), fsdp (FSDP2 = ZeRO-3), hsdp (FSDP inside a shard group), zero1, zero2; "
+                    "sharded plans need the ring or hierarchical topology"),
+        ui.labelled("Shard group (hsdp, optional)", dcc.Input(id="whatif-shard-size", value="", debounce=True),
+                    "GPUs per shard group; blank: one node"),
+        ui.labelled("Micro-batch (optional)", dcc.Input(id="whatif-micro-batch", value="", debounce=True),
+                    "sequences per accumulation step, a divisor of the batch; blank: one step"),
+        ui.labelled("Reduce dtype", dcc.Dropdown(id="whatif-reduce-dtype", options=list(projection.DTYPES),
+                                                 value=projection.DEFAULT_DTYPES["reduce"], clearable=False),
+                    "sharded: what gradients are reduce-scattered and all-reduced in"),
+        ui.labelled("Parameter dtype", dcc.Dropdown(id="whatif-param-dtype", options=list(projection.DTYPES),
+                                                    value=projection.DEFAULT_DTYPES["param"], clearable=False),
+                    "sharded: what parameters are all-gathered in"),
+        dcc.Checklist(id="whatif-checkpointing", options=[{"label": " activation checkpointing", "value": "on"}],
+                      value=[]),
+    ]
+
+
+def parallel_values(gpus_per_node, batch_size, parallel, shard_size, micro_batch, reduce_dtype, param_dtype,
+                    checkpointing) -> dict:
+    """The keyword arguments of :func:`dashboard.projection.parse_controls` from :func:`parallel_controls`' values."""
+    return {"gpus_per_node": gpus_per_node, "batch_size": batch_size, "parallel": parallel,
+            "shard_size": shard_size, "micro_batch": micro_batch, "reduce_dtype": reduce_dtype,
+            "param_dtype": param_dtype, "checkpointing": bool(checkpointing)}
+
+
 def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div:
     """The page: controls on the left, stacked bars and speed-ups on the right; ``query`` (the
     address's ``?source=trace:3&nodes=8&bandwidth=10Gbit&density=0.001&device=a100``) sets the
@@ -91,13 +135,15 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
                     "layouts: one GPU's training throughput you measured at batch 32; compute then comes from it "
                     "(band ±5 %) instead of the rule fitted to published throughput"),
         ui.labelled("Tokens per sample (optional)", dcc.Input(id="whatif-tokens", value="", debounce=True),
-                    "transformer layouts: sequence length (default 128 for BERT, 1024 for GPT-2)"),
+                    "transformer layouts and models: sequence length (default 128 for BERT, 1024 for GPT-2, "
+                    "4096 for a model)"),
         ui.labelled("Sites", dcc.Input(id="whatif-sites", value=query.get("sites", "1"), debounce=True),
                     "the nodes split evenly across sites joined by a WAN (1: one site; ring topology inside)"),
         ui.labelled("WAN bandwidth per site", dcc.Input(id="whatif-wan-bandwidth", value=query.get("wan_bandwidth", ""),
                                                         debounce=True), "with more than one site: e.g. 1Gbit"),
         ui.labelled("WAN round trip", dcc.Input(id="whatif-wan-rtt", value=query.get("wan_rtt", ""), debounce=True),
                     "with more than one site: e.g. 30ms; every round across sites pays half of it"),
+        *parallel_controls(query),
         calibration_control,
         html.Div(style={"height": "10px"}),
         html.Button("Run detailed simulation (des)", id="whatif-des", className="btn"),
@@ -136,10 +182,12 @@ def _cell(value: float | None) -> str:
 
 def quality_table(rows: list[dict]) -> html.Div:
     """What each row sends: achieved density (and ÷ target), energy vs Top-k, where they come from."""
+    replaces = any("collective" in r for r in rows)
     head = html.Tr([html.Th(t) for t in ("configuration", "achieved density", "÷ target", "energy vs Top-k",
-                                         "quality from")])
+                                         *(["replaces"] if replaces else []), "quality from")])
     body = [html.Tr([html.Td(r["label"]), html.Td(_cell(r["achieved_density"])),
                      html.Td(_cell(r["achieved_over_target"])), html.Td(_cell(r["energy_vs_topk"])),
+                     *([html.Td(r.get("collective", "-"))] if replaces else []),
                      html.Td(r["quality_source"])]) for r in rows]
     return html.Div(className="panel", children=[
         html.H4("What each configuration sends"),
@@ -174,25 +222,28 @@ def register(app: Dash, reader: StoreReader) -> None:
         Input("whatif-sites", "value"),
         Input("whatif-wan-bandwidth", "value"),
         Input("whatif-wan-rtt", "value"),
+        *(Input(name, "value") for name in PARALLEL_IDS),
         Input("whatif-des", "n_clicks"),
     )
     def _project(source, compressors, density, nodes, bandwidth, latency, topology, calibrated, device, costs,
-                 samples_per_s, tokens, sites, wan_bandwidth, wan_rtt, _clicks):
+                 samples_per_s, tokens, sites, wan_bandwidth, wan_rtt, *rest):
+        held = parallel_values(*rest[:len(PARALLEL_IDS)])
         fidelity = "des" if ctx.triggered_id == "whatif-des" else "analytic"
         started = time.perf_counter()
         try:
             chosen = projection.parse_controls(source, compressors, density, nodes, bandwidth, latency, topology,
                                                calibrated=bool(calibrated), device=device or None,
                                                profile_id=costs or None, samples_per_s=samples_per_s, tokens=tokens,
-                                               sites=sites, wan_bandwidth=wan_bandwidth, wan_rtt=wan_rtt)
+                                               sites=sites, wan_bandwidth=wan_bandwidth, wan_rtt=wan_rtt, **held)
             results, problems = projection.project_each(reader.store(), chosen, fidelity)
             results, judged = projection.judged(reader.store(), chosen, results)
         except ValueError as exc:
             blank = ui.empty_figure("fix the highlighted control")
             return blank, blank, ui.error(str(exc)), "", ""
         elapsed = time.perf_counter() - started
+        sharded = f" · {results[0]['parallel']}" if "parallel" in results[0] else ""
         title = (f"{chosen.cluster.nodes} nodes · {bandwidth} · {format_seconds(chosen.cluster.latency_s)} one-way · "
-                 f"{topology} · δ={chosen.densities[0]:g} · {fidelity} fidelity"
+                 f"{topology}{sharded} · δ={chosen.densities[0]:g} · {fidelity} fidelity"
                  f"{sites_text(chosen.cluster).replace(';', ' ·')}")
         sources = "; ".join(f"{r['compressor']}: {r['cost_source']}" for r in results if r["cost_source"])
         note = ui.note(f"{fidelity} projection of {len(results)} compressors in {elapsed * 1e3:.0f} ms on "

@@ -124,11 +124,28 @@ def _sources(rows: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, str]
     return costs, qualities
 
 
-def print_table(rows: list[dict[str, Any]], result: dict[str, Any], wide: bool = False) -> None:
+def _memory(row: dict[str, Any]) -> str:
+    """``memory_gib`` in a 7-column cell, ``!`` after it when it does not fit in the device's memory."""
+    if row.get("memory_gib") is None:
+        return f"{'-':>6} "
+    return f"{row['memory_gib']:>6.1f}" + ("!" if row.get("fits") is False else " ")
+
+
+def _replaces(row: dict[str, Any], wide: bool) -> str:
+    """The collective ``row``'s compressor replaces: in full (``wide``), else its kind (``all-reduce``, …)."""
+    collective = row.get("collective") or "-"
+    return collective if wide else collective.split(" (")[0]
+
+
+def print_table(rows: list[dict[str, Any]], result: dict[str, Any], wide: bool = False,
+                memory: bool = False) -> None:
     """The ranked rows (times in ms) and the verdict: by default the columns that decide (iteration,
     compression and exposed communication, speed-ups, what each sends) with its cost and quality
-    sources as keys listed below, in :data:`WIDTH` columns; ``wide``: every column, sources in full."""
+    sources as keys listed below, in :data:`WIDTH` columns; ``wide``: every column, sources in full.
+    ``memory`` (a model or a ``--parallel`` run): each row's memory per GPU (GiB, ``!`` when it does
+    not fit) and the collective its compressor replaces (its kind, named in full below; ``wide``: in full)."""
     costs, qualities = _sources(rows)
+    replaced = max((len(_replaces(r, wide)) for r in rows), default=0) if memory else 0
     width = max(16, *(len(r["label"]) for r in rows))
     head = f"{'#':>2} {'config':<{width}} {'iter ms':>9}"
     if wide:
@@ -139,7 +156,10 @@ def print_table(rows: list[dict[str, Any]], result: dict[str, Any], wide: bool =
     head += f" {'vs none':>8} {'vs dense':>8}"
     if wide:
         head += f" {'ach δ':>9}"
-    head += f" {'ach/tgt':>7} {'E/topk':>7}  " + ("costs from | quality from" if wide else "from")
+    head += f" {'ach/tgt':>7} {'E/topk':>7}"
+    if memory:
+        head += f" {'mem GiB':>7} {'replaces':<{replaced}}"
+    head += "  " + ("costs from | quality from" if wide else "from")
     print(head)
     for r in rows:
         vs_dense = "" if r["speedup_over_baseline"] is None else f"{r['speedup_over_baseline']:.3f}x"
@@ -152,7 +172,10 @@ def print_table(rows: list[dict[str, Any]], result: dict[str, Any], wide: bool =
         line += f" {r['speedup']:>7.3f}x {vs_dense:>8}"
         if wide:
             line += f" {_number(r['achieved_density'], 9)}"
-        line += f" {_number(r['achieved_over_target'], 7)} {_number(r['energy_vs_topk'], 7)}  "
+        line += f" {_number(r['achieved_over_target'], 7)} {_number(r['energy_vs_topk'], 7)}"
+        if memory:
+            line += f" {_memory(r)} {_replaces(r, wide):<{replaced}}"
+        line += "  "
         line += (f"{r['cost_source'] or '-'} | {r['quality_source']}" if wide
                  else f"{costs.get(r['cost_source'], '-'):<3} {qualities[r['quality_source']]}")
         print(line)
@@ -165,10 +188,24 @@ def print_table(rows: list[dict[str, Any]], result: dict[str, Any], wide: bool =
         "; vs none / vs dense = speed-up (x) over none and over the best dense baseline; "
         + ("ach δ = achieved density (mean over replayed calls), " if wide else "") +
         "ach/tgt = achieved / target density, E/topk = squared norm sent / that of exact Top-k at the same density "
-        "(none, casts: 1; powersgd: its captured share)" + ("" if wide else "; --wide: every column"))
+        "(none, casts: 1; powersgd: its captured share)" + (_memory_legend(rows, wide) if memory else "")
+        + ("" if wide else "; --wide: every column"))
     if any("utilization" in r for r in rows):
         print_strategies(rows, width)
     say(f"verdict: {result['text']}", " " * 2)
+
+
+def _memory_legend(rows: list[dict[str, Any]], wide: bool) -> str:
+    """What the ``mem GiB`` and ``replaces`` columns hold, each collective named in full when ``wide`` is not."""
+    room = next((r["memory_capacity_gib"] for r in rows if r.get("memory_capacity_gib") is not None), None)
+    text = ("; mem GiB = parameters, gradients, optimizer states, compressor state"
+            + (" and activations" if any(r.get("activations_counted") for r in rows) else "")
+            + " per GPU" + ("" if room is None else f" of {room:.1f} GiB, ! = does not fit"))
+    if wide:
+        return text + "; replaces = the collective the compressor replaces"
+    kinds = dict.fromkeys((_replaces(r, False), r["collective"]) for r in rows if r.get("collective"))
+    return text + "; replaces = the collective the compressor replaces: " + ", ".join(
+        f"{kind} = {full}" for kind, full in kinds)
 
 
 def print_strategies(rows: list[dict[str, Any]], width: int) -> None:
@@ -218,18 +255,15 @@ def run(args: argparse.Namespace) -> int:
         f"device {asked.source.device.name}: compute from {asked.source.compute}", " " * 2)
     say(f"workload: {projection.workload_text(rows[0])}", " " * 2)
     say(f"kernel costs: {KERNEL_BAND_NOTE}", " " * 2)
-    print_table(rows, result, args.wide)
-    if args.parallel != "ddp":
+    sharded = args.parallel != "ddp"
+    print_table(rows, result, args.wide, memory=sharded or args.model is not None)
+    if sharded:
         print_sharded(rows, refused)
     return 0
 
 
 def print_sharded(rows: list[dict[str, Any]], refused: list[dict[str, Any]]) -> None:
-    """What each row's compressor replaces, memory per GPU, what compression can touch and the
-    configurations the ``--parallel`` refuses (one line each)."""
-    for r in rows:
-        fits = "" if r.get("fits") is None else (" (fits)" if r["fits"] else " (DOES NOT FIT)")
-        say(f"  {r['label']:<16} replaces {r['collective']}; {r['memory_gib']:.1f} GiB per GPU{fits}", " " * 4)
+    """What compression can touch and the configurations the ``--parallel`` refuses (one line each)."""
     touch = comparison.headroom(rows)
     if touch:
         say(f"headroom: {touch}", " " * 2)

@@ -17,7 +17,7 @@ from pipeline.catalog import BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDEL
 from pipeline.project import check_output_path, write_chrome_trace
 from pipeline.costs import KERNEL_BAND_NOTE
 from pipeline.request import (DEVICE_RULE, DTYPE_CHOICES, LATENCY_HELP, PARALLEL_CHOICES, PARAM_DTYPE, REDUCE_DTYPE,
-                              RTT_HELP, Cluster, Request, modelled_devices, one_way_latencies, sharding,
+                              RTT_HELP, Cluster, Request, modelled_devices, one_way_latencies, parallel_options,
                               sites_options, sites_text, takes_density)
 from pipeline.verdict import judge
 from results.store import Store
@@ -214,11 +214,9 @@ def scenario_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def sharding_option(args: argparse.Namespace) -> dict[str, Any]:
     """``{"sharding": ...}`` from the ``--parallel`` family, or nothing for plain DDP with every default."""
-    chosen = sharding(args.parallel, shard_size=None if args.shard_size is None else positive_int(args.shard_size,
-                      "--shard-size"), reduce_dtype=args.reduce_dtype, param_dtype=args.param_dtype,
-                      micro_batch=None if args.micro_batch is None else positive_int(args.micro_batch, "--micro-batch"),
-                      checkpointing=args.checkpointing, batch_size=positive_int(args.batch_size, "--batch-size"))
-    return {} if chosen is None else {"sharding": chosen}
+    return parallel_options(args.parallel, shard_size=args.shard_size, reduce_dtype=args.reduce_dtype,
+                            param_dtype=args.param_dtype, micro_batch=args.micro_batch,
+                            checkpointing=args.checkpointing, batch_size=args.batch_size)
 
 
 def workload_fields(args: argparse.Namespace) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from typing import Any
 
 from tqdm import tqdm
@@ -17,15 +18,16 @@ from tqdm import tqdm
 import pipeline.sweep
 from pipeline.catalog import TOPOLOGIES, compressor_names
 from pipeline import project as projection
-from pipeline.request import WorkloadRequest, default_topology, one_way_latencies, pair, takes_density
+from pipeline.request import (WorkloadRequest, default_topology, one_way_latencies, pair, refused, sharding_flags,
+                              takes_density)
 from pipeline.sweep import Grid, check_jobs
 from pipeline.tta import check_target, convergence_run, sweep_time_to_target, target_text, trace_path
 from results.store import Store
 from sidco.commands import dump_json
 from sidco.commands.compare import say
 from sidco.commands.tta import add_target_args
-from sidco.commands.simulate import (add_latency_args, add_scenario_args, add_source_args, positive_int, scenario_options,
-                                     workload_fields)
+from sidco.commands.simulate import (add_latency_args, add_parallel_args, add_scenario_args, add_source_args, positive_int,
+                                     scenario_options, sharding_option, workload_fields)
 from units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_list
 from sidco.commands import COMMANDS
 
@@ -71,6 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--chunk-size", default="200", help="scenarios per task (default 200)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_scenario_args(parser)
+    add_parallel_args(parser)
     parser.set_defaults(func=run, fidelity="analytic")
 
 
@@ -87,6 +90,15 @@ def parse_grid(args: argparse.Namespace) -> Grid:
         [default_topology(positive_int(args.gpus_per_node, "--gpus-per-node"))],
         ranks=parse_list(args.rank, lambda t: positive_int(t, "--rank")),
     )
+
+
+def without_refused(grid: Grid, parallel: str) -> tuple[Grid, list[str]]:
+    """``grid`` without the compressors ``--parallel`` cannot run (:func:`pipeline.request.refused`;
+    its densities dropped when no compressor left takes one), and the reason for each, one line."""
+    reasons = refused(parallel, grid.compressors)
+    kept = tuple(name for name in grid.compressors if name not in reasons)
+    densities = grid.densities if any(takes_density(name) for name in kept) else ()
+    return replace(grid, compressors=kept, densities=densities), list(reasons.values())
 
 
 def _convergence_source(args: argparse.Namespace) -> None:
@@ -139,7 +151,9 @@ def _print_findings(found: list[dict[str, Any]]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the sweep; print a summary (JSON with --json)."""
     _convergence_source(args)
-    grid = parse_grid(args)
+    grid, reasons = without_refused(parse_grid(args), args.parallel)
+    for reason in reasons:
+        print(f"refused: {reason}", file=sys.stderr)
     jobs = positive_int(args.jobs, "--jobs")
     if not args.dask:
         check_jobs(jobs)
@@ -148,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--chunk-size {chunk_size} is too large (at most {MAX_CHUNK_SIZE:,} scenarios per task)")
     asked = projection.resolve(WorkloadRequest(**workload_fields(args)))  # the grid varies the rest
     source = asked.source
-    options = scenario_options(args)
+    options = {**scenario_options(args), **sharding_option(args)}
     with Store(args.store) as store:
         bars: list[tqdm] = []  # opened once the sweep is checked and its row exists
 
@@ -178,13 +192,16 @@ def run(args: argparse.Namespace) -> int:
     summary = {"sweep_id": done.sweep_id, "total": done.total, "stored": done.stored, "computed": done.computed,
                "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity, "device": source.device.name,
                "compute_source": source.compute, "cost_sources": done.cost_sources, "findings": found, "rows": rows}
+    if "sharding" in options:  # the --parallel family the grid was projected under, and what it refused
+        summary.update(parallel=sharding_flags(options["sharding"]).strip(), refused=reasons)
     if tta is not None:
         summary["time_to_target"] = tta
     if args.json:
         print(dump_json(summary))
     else:
         say(f"sweep {done.sweep_id}: {done.stored}/{done.total} scenarios stored in {args.store} "
-            f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity})", "  ")
+            f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity}"
+            f"{';' + sharding_flags(options.get('sharding')) if 'sharding' in options else ''})", "  ")
         say(f"device {source.device.name}: compute from {source.compute}", "  ")
         by_source: dict[str, list[str]] = {}
         for pair, where in sorted(done.cost_sources.items()):

@@ -8,12 +8,13 @@ from typing import Any
 from pipeline import project
 from pipeline.catalog import TOPOLOGIES
 from pipeline.penalty import loss_penalties, penalty_lines
-from pipeline.request import Request, check_compressors
+from pipeline.request import Request, check_compressors, sharding_flags
 from pipeline.tta import (check_target, convergence_run, curves_time_to_accuracy, load_curves, target_text,
                           time_to_accuracy, trace_path, verdict_text)
 from results.store import Store
 from sidco.commands import dump_json
-from sidco.commands.simulate import add_latency_args, add_scenario_args, add_source_args, cluster, workload_fields
+from sidco.commands.simulate import (add_latency_args, add_parallel_args, add_scenario_args, add_source_args, cluster,
+                                    workload_fields)
 from units import format_bandwidth, format_seconds
 from sidco.commands import COMMANDS
 
@@ -64,6 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_source_args(parser, required=False)
     add_target_args(parser)
     add_scenario_args(parser)
+    add_parallel_args(parser)
     parser.set_defaults(func=run, fidelity="analytic")
 
 
@@ -95,7 +97,8 @@ def print_result(result: dict[str, Any]) -> None:
             f"workers)")
     print(f"{what}, {result['seeds']} seed(s), on {cluster['nodes']} x {result['device']} ({result['precision']}), "
           f"{format_bandwidth(cluster['bandwidth_bps'])}, {format_seconds(cluster['latency_s'])} one-way latency, "
-          f"{cluster['topology']}, {cluster['fidelity']}; target: {target}")
+          f"{cluster['topology']}, {cluster['fidelity']}{', ' + cluster['parallel'] if 'parallel' in cluster else ''}; "
+          f"target: {target}")
     header = f"{'compressor':<10} {'density':>8} {'iterations':>14} {'iteration':>11} {'time to target':>22}  note"
     print(header)
     print("-" * len(header))
@@ -145,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
                 result["loss_penalty"] = penalty
         else:
             result = curves_time_to_accuracy(store, asked, curves, **targets)
+    flags = sharding_flags(chosen.options.get("sharding")).strip()
+    if flags:  # the --parallel family the iteration was projected under
+        result["cluster"]["parallel"] = flags
     if args.json:
         print(dump_json(result))
     else:

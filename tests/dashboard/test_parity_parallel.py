@@ -1,0 +1,102 @@
+"""The What-if page under --model and --parallel gives `sidco simulate --json`'s numbers, both fidelities."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dashboard import projection
+from dashboard.pages import whatif
+from results.store import Store
+from sidco.cli import main
+
+SCENARIO = {"gpus_per_node": "8", "batch_size": "4", "parallel": "hsdp", "shard_size": "4", "micro_batch": "2",
+            "reduce_dtype": "bf16", "param_dtype": "bf16", "checkpointing": True}
+FLAGS = ["--gpus-per-node", "8", "--batch-size", "4", "--parallel", "hsdp", "--shard-size", "4", "--micro-batch", "2",
+         "--reduce-dtype", "bf16", "--checkpointing"]
+
+
+def _controls(names, **changed):
+    return projection.parse_controls("model:llama-3.2-1b", names, "0.01", "2", "10Gbit", "50us", "hierarchical",
+                                     device="h100", tokens="1024", **{**SCENARIO, **changed})
+
+
+def _cli(capsys, store, compressor, fidelity, *flags):
+    capsys.readouterr()
+    assert main(["simulate", "--model", "llama-3.2-1b", "--device", "h100", "--tokens", "1024", "--nodes", "2",
+                 "--bandwidth", "10Gbit", "--latency", "50us", "--topology", "hierarchical", "--compressor", compressor,
+                 *(["--density", "0.01"] if compressor == "topk" else []), "--fidelity", fidelity,
+                 "--store", str(store), "--json", *flags]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("fidelity", ["analytic", "des"])
+def test_whatif_under_hsdp_equals_sidco_simulate_json(tmp_path, capsys, fidelity):
+    store_path = tmp_path / "r.sqlite"
+    names = ["none", "bf16", "topk"]
+    with Store(store_path) as store:
+        page = {row["compressor"]: row for row in projection.project(store, _controls(names), fidelity)}
+    for name in names:
+        cli = _cli(capsys, store_path, name, fidelity, *FLAGS)
+        for key in (*projection.RESULT_KEYS, *projection.SHARDED_KEYS, "cost_source"):
+            assert page[name][key] == cli[key], (name, key)
+    assert page["topk"]["collective"] == "all-reduce (replicate, gradient shard)"
+    assert page["none"]["iteration_s"] != _cli(capsys, store_path, "none", fidelity, "--gpus-per-node", "8",
+                                               "--batch-size", "4")["iteration_s"]
+
+
+def test_whatif_controls_map_to_the_same_request_as_the_flags():
+    values = whatif.parallel_values(*(SCENARIO[key.removeprefix("whatif-").replace("-", "_")]
+                                      for key in whatif.PARALLEL_IDS))
+    request = _controls(["none"], **values)
+    held = request.cluster.options["sharding"]
+    assert (held.parallel, held.shard_size, held.micro_batch, held.reduce_dtype, held.checkpointing) == \
+        ("hsdp", 4, 2, "bf16", True)
+    assert request.cluster.options["gpus_per_node"] == 8 and request.batch_size == 4
+    assert "sharding" not in _controls(["none"], parallel="ddp", shard_size="", micro_batch="", reduce_dtype="fp32",
+                                       checkpointing=False).cluster.options
+
+
+@pytest.mark.parametrize("changed, message", [
+    ({"micro_batch": "3"}, "--micro-batch 3 must divide --batch-size 4"),
+    ({"shard_size": "two"}, "--shard-size must be an integer >= 1"),
+    ({"gpus_per_node": "8.5"}, "GPUs per node must be a whole number"),
+    ({"parallel": "zero9"}, "zero9"),
+])
+def test_bad_parallel_controls_are_one_line(changed, message):
+    with pytest.raises(projection.ProjectionError) as error:
+        _controls(["none"], **changed)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_fsdp_refuses_a_sparsifier_on_the_page_with_the_reason(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        rows, problems = projection.project_each(store, _controls(["none", "topk"], parallel="fsdp", shard_size=""),
+                                                 "analytic")
+    assert [r["compressor"] for r in rows] == ["none"]
+    assert len(problems) == 1 and problems[0].startswith("topk under --parallel fsdp")
+
+
+def test_the_page_callback_projects_hsdp_and_names_the_collective(tmp_path):
+    """The What-if callback, posted as a browser does, with the model and the parallel controls."""
+    from dashboard.app import create_app
+
+    app = create_app(tmp_path / "r.sqlite", cache_dir=tmp_path / "cache")
+    [(key, spec)] = [(k, v) for k, v in app.callback_map.items() if "whatif-breakdown" in k]
+    values = {"whatif-source": "model:llama-3.2-1b", "whatif-compressors": ["none", "bf16"], "whatif-density": "0.01",
+              "whatif-nodes": "2", "whatif-bandwidth": "10Gbit", "whatif-latency": "50us",
+              "whatif-topology": "hierarchical", "whatif-calibrated": [], "whatif-device": "h100", "whatif-costs": "",
+              "whatif-samples-per-s": "", "whatif-tokens": "1024", "whatif-sites": "1", "whatif-wan-bandwidth": "",
+              "whatif-wan-rtt": "", "whatif-gpus-per-node": "8",
+              "whatif-batch-size": "4", "whatif-parallel": "hsdp", "whatif-shard-size": "", "whatif-micro-batch": "",
+              "whatif-reduce-dtype": "fp32", "whatif-param-dtype": "bf16", "whatif-checkpointing": ["on"],
+              "whatif-des": None}
+    outputs = [{"id": o.component_id, "property": o.component_property} for o in spec["output"]]
+    response = app.server.test_client().post("/_dash-update-component", json={
+        "output": key, "outputs": outputs, "changedPropIds": ["whatif-parallel.value"], "state": [],
+        "inputs": [{**i, "value": values[i["id"]]} for i in spec["inputs"]]})
+    assert response.status_code == 200
+    text = json.dumps(response.get_json(), ensure_ascii=False)
+    assert "2 nodes" in text and "hierarchical · hsdp" in text
+    assert "replaces" in text and "all-reduce (replicate, gradient shard)" in text and "inline-error" not in text
