@@ -231,7 +231,7 @@ def _decision(v: Mapping[str, Any], times: Mapping[str, float | None]) -> str:
     if base is not None:
         ratios = sorted(times[base] / times[label] for label in v["tied"] if times.get(label))
         span = f"{ratios[0]:.1f}x" if f"{ratios[0]:.1f}" == f"{ratios[-1]:.1f}" else f"{ratios[0]:.1f}-{ratios[-1]:.1f}x"
-        over = f" ({'about ' if len(ratios) == 1 else ''}{span} over the best dense baseline, {base})"
+        over = f" ({'about ' if len(ratios) == 1 else ''}{span} over sending the whole gradient, {base})"
     else:
         over = " (no uncompressed baseline compared)"
     if v["call"] == "winner":

@@ -42,7 +42,7 @@ def test_margin_without_band_calls_a_winner_at_5_percent_or_more():
     assert v["best_baseline"] == "fp16" and v["margin_over_baseline"] == pytest.approx(2.0)
     assert v["basis"] == "5% margin" and "no error band" in v["text"]
     assert v["decision"] == "compress" and v["text"].startswith(
-        "compress with topk@0.01 (about 2.0x over the best dense baseline, fp16)")
+        "compress with topk@0.01 (about 2.0x over sending the whole gradient, fp16)")
 
 
 def test_near_tie_is_too_close_to_call():
@@ -53,7 +53,7 @@ def test_near_tie_is_too_close_to_call():
     assert v["call"] == "too close to call"
     assert v["tied"] == ["randomk@0.001", "dgc@0.001", "topk@0.001", "powersgd"]
     assert v["text"].startswith("compress: randomk@0.001, dgc@0.001, topk@0.001 and powersgd are too close to call "
-                                "(19.8-20.0x over the best dense baseline, none)")
+                                "(19.8-20.0x over sending the whole gradient, none)")
 
 
 def test_error_band_decides_when_present():

@@ -160,7 +160,7 @@ def test_a_dense_baseline_that_sends_little_is_flagged_where_it_wins():
             _row("topk", 0.01, 0.5)]
     v = judge(rows)
     assert v["winner"] == "powersgd" and v["decision"] == "compress" and v["sends_little"] == ["powersgd"]
-    assert v["text"].startswith("compress with powersgd (about 5.0x over the best dense baseline, fp16)")
+    assert v["text"].startswith("compress with powersgd (about 5.0x over sending the whole gradient, fp16)")
     assert "caution: powersgd sends 0.28x of the gradient's squared norm" in v["text"]
 
 
