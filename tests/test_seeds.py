@@ -78,7 +78,7 @@ def test_concurrent_identical_sweeps_share_one_profile(tmp_path):
         profiles = conn.execute("SELECT value FROM meta WHERE key LIKE 'sweep-profile:%'").fetchall()
         rows = conn.execute("SELECT nodes, bandwidth_bps, latency_s, compressor, density, iteration_s "
                             "FROM scenarios").fetchall()
-    assert len(profiles) == 1 and len(rows) == 3 * 2 * 3
+    assert len(profiles) == 1 and len(rows) == 3 * 2 * (3 + 2)  # none, fp16, powersgd (as compare adds them), topk, dgc
     profile = simulator.CompressionProfile.from_json(profiles[0][0])
     workload = projection.workload(projection.layout_source("resnet50"))  # as the sweep builds it
     for nodes, bandwidth, latency, compressor, density, stored in rows:

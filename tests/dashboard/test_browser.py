@@ -246,7 +246,7 @@ def test_a_sweep_launched_from_the_page_lands_rows(dash_duo, app, store_path):
     sweep_id, total = new[0]
     landed = store.query("SELECT COUNT(*), COUNT(DISTINCT scenario_key) FROM scenarios WHERE sweep_id=?",
                          (sweep_id,))[0]
-    assert landed[0] == landed[1] == total == 2 * 2 * (1 + 2 * 2)
+    assert landed[0] == landed[1] == total == 2 * 2 * (3 + 2 * 2)
     dash_duo.wait_for_contains_text("#sweep-select", f"#{sweep_id}", timeout=10)
     config = json.loads(store.query("SELECT config_json FROM sweeps WHERE id=?", (sweep_id,))[0][0])
     assert config["source"]["origin"] == "dashboard"
