@@ -253,10 +253,11 @@ def _call_text(v: Mapping[str, Any]) -> str:
         how = (f"by time to accuracy (held-out accuracy >= {tta['target_accuracy']:.3g}, convergence "
                f"#{tta['convergence_id']}; iterations to target x iteration time, not iteration time alone): ")
         if v["call"] != "winner":
-            return how + f"{v['winner']} leads {v['runner_up']}, {v['reason']}"
-        text = how + f"{v['winner']} reaches it first" + (
-            "" if v["runner_up"] is None else f", {v['margin_over_runner_up']:.2f}x ahead of {v['runner_up']}")
-        text += "" if not v["caveat"] else f" ({v['caveat']})"
+            text = how + f"{v['winner']} leads {v['runner_up']}, {v['reason']}"
+        else:
+            text = how + f"{v['winner']} reaches it first" + (
+                "" if v["runner_up"] is None else f", {v['margin_over_runner_up']:.2f}x ahead of {v['runner_up']}")
+            text += "" if not v["caveat"] else f" ({v['caveat']})"
         return text + ("" if not v["untimed"] else f"; no time to accuracy for {names_text(v['untimed'])}")
     if v["call"] == "too close to call":
         why = _why_close(v)
