@@ -14,7 +14,9 @@ from pathlib import Path
 def kill_while_claiming(command: list[str], store: Path, total: int) -> int:
     """Start ``command`` (a sweep writing ``store``, of ``total`` scenarios), SIGKILL its process
     group once it holds claims and stored a scenario; returns the scenarios it stored. Fails with the
-    sweep's stderr when it ended or stored everything before it could be killed."""
+    sweep's stderr when it ended or stored everything before it could be killed. The store is read
+    read-only: a read-write connection made the file before the sweep did, and then saw none of the
+    sweep's later commits until it ended."""
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     claims = seen = 0
     deadline = time.monotonic() + 120
@@ -22,7 +24,7 @@ def kill_while_claiming(command: list[str], store: Path, total: int) -> int:
         while time.monotonic() < deadline and proc.poll() is None and not (claims and seen):
             time.sleep(0.02)
             try:
-                with sqlite3.connect(store, timeout=1) as conn:
+                with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=1) as conn:  # never creates it
                     claims = conn.execute("SELECT COUNT(*) FROM scenario_claims").fetchone()[0]
                     seen = conn.execute("SELECT COUNT(*) FROM scenarios").fetchone()[0]
                 conn.close()
