@@ -40,6 +40,7 @@ from typing import Any
 
 from costs import throughput
 from costs.devices import Device
+from costs.device_profile import save_text
 
 MEASUREMENT_NOISE = 0.05
 """Band (±, a fraction of compute time) on compute anchored on a measured throughput: stated,
@@ -135,12 +136,7 @@ class StepProfile:
 
     def save(self, path: str | Path) -> Path:
         """Write the profile to ``path`` (created with its folder; replaced atomically)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.to_json() + "\n")
-        tmp.replace(path)
-        return path
+        return save_text(path, self.to_json() + "\n")
 
 MAX_STEP_NUMBER = 1e15
 """Largest number a step profile's field may hold (seconds, samples, layers): far beyond any

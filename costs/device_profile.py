@@ -75,6 +75,17 @@ MAX_WIRE_BYTES_PER_ELEMENT = 16
 value with an int64 index. A row's ``wire_bytes`` above ``16 · numel`` is refused."""
 
 
+
+def save_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path``, its folder created, replacing the file atomically (a temporary
+    file beside it, renamed into place); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path
+
 @dataclass(frozen=True)
 class DeviceProfile:
     """One device's measured compression costs (see the module docstring for the fields)."""
@@ -109,12 +120,7 @@ class DeviceProfile:
 
     def save(self, path: str | Path) -> Path:
         """Write the profile to ``path`` (created with its folder; replaced atomically)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.to_json() + "\n")
-        tmp.replace(path)
-        return path
+        return save_text(path, self.to_json() + "\n")
 
     def pairs(self) -> list[tuple[str, float]]:
         """The (compressor, density) pairs measured."""
