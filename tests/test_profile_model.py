@@ -17,6 +17,7 @@ from measuring import model_step
 from results.store import Store
 from sidco.cli import main
 from traces import llm
+from traces.workloads import llm as torch_llm
 
 TINY = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256, "max_position_embeddings": 128}
@@ -54,7 +55,7 @@ def test_the_torch_module_has_the_tensors_traces_llm_lists(name):
     """Built on the meta device (nothing allocated), every shipped model's parameters are the
     rows of traces.llm in order, name and shape, so their counts agree exactly, and equal the
     count its publisher states: an exact oracle for both."""
-    model = model_step.build(llm.load(name), "meta")
+    model = torch_llm.build(llm.load(name), "meta")
     built = [(n, tuple(p.shape)) for n, p in model.named_parameters()]
     assert built == [(r["name"], r["shape"]) for r in llm.layout(name)]
     total = sum(p.numel() for p in model.parameters())
@@ -65,7 +66,7 @@ def test_moe_with_every_expert_alike_is_that_expert():
     """Top-k routing with renormalised weights: when all experts hold the same weights and a token
     goes to every one, the MoE layer's output is one expert's (weights summing to 1)."""
     config = llm.parse({**TINY, "model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2})
-    moe = model_step.build(config, "cpu").model.layers[0].block_sparse_moe
+    moe = torch_llm.build(config, "cpu").model.layers[0].block_sparse_moe
     with torch.no_grad():
         for expert in moe.experts[1:]:
             for mine, first in zip(expert.parameters(), moe.experts[0].parameters()):
@@ -75,7 +76,7 @@ def test_moe_with_every_expert_alike_is_that_expert():
 
 
 def test_gpt2_conv1d_is_a_linear_layer_stored_transposed():
-    conv = model_step.Conv1D(6, 4)
+    conv = torch_llm.Conv1D(6, 4)
     torch.nn.init.normal_(conv.weight)
     torch.nn.init.normal_(conv.bias)
     x = torch.randn(3, 2, 6)
@@ -89,7 +90,7 @@ def test_a_step_trains_each_family(family):
     if family == "mixtral":
         raw.update(num_local_experts=4, num_experts_per_tok=2)
     config = llm.parse(raw)
-    model = model_step.build(config, "cpu")
+    model = torch_llm.build(config, "cpu")
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     tokens = torch.randint(0, config.vocab, (2, 17), generator=torch.Generator().manual_seed(0))
     losses = []
@@ -291,7 +292,7 @@ def test_moe_routes_each_token_to_its_top_k_experts():
     """The vectorised MoE layer against its definition, token by token: softmax over the router's
     logits, the k largest, renormalised, the sum of those experts' outputs so weighted."""
     config = llm.parse({**TINY, "model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2})
-    moe = model_step.build(config, "cpu", seed=3).model.layers[0].block_sparse_moe
+    moe = torch_llm.build(config, "cpu", seed=3).model.layers[0].block_sparse_moe
     x = torch.randn(2, 5, config.hidden, generator=torch.Generator().manual_seed(2))
     expected = []
     for token in x.reshape(-1, config.hidden):
@@ -305,7 +306,7 @@ def test_grouped_query_attention_is_attention_with_shared_key_value_heads():
     """LLaMA-style attention against its definition: causal softmax(q kᵀ / √d) v per head, query
     head h reading key-value head h // (heads / kv_heads), rotary positions on q and k."""
     config = llm.parse(TINY)
-    attention = model_step.build(config, "cpu", seed=4).model.layers[0].self_attn
+    attention = torch_llm.build(config, "cpu", seed=4).model.layers[0].self_attn
     b, t, d, hd = 2, 6, config.hidden, config.head_dim
     x = torch.randn(b, t, d, generator=torch.Generator().manual_seed(5))
     angles = torch.outer(torch.arange(t, dtype=torch.float32), 1.0 / 10000.0 ** (torch.arange(0, hd, 2) / hd))
