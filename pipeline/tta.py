@@ -338,7 +338,8 @@ def diloco_rows(store: Store, projection: project.Projection, variants: Mapping[
         variant = measured.get(tuple(key))
         found = None if variant is None or variant.get("final") is None else {
             **variant["final"], "convergence_ids": variant["convergence_ids"], "seeds": variant["seeds"]}
-        where = (f"one site's step ({cluster.nodes // sites} nodes; compute from trace #{projection.source.trace_id} of "
+        nodes = cluster.nodes // sites
+        where = (f"one site's step ({nodes} node{'s' * (nodes != 1)}; compute from trace #{projection.source.trace_id} of "
                  f"synchronous convergence {sync_id}: same model, per-worker batch and inner optimizer, a DiLoCo run "
                  f"records no trace) + its outer exchange ({outer.label}) across {sites} sites / {strategy.sync_every}"
                  if sites > 1 else None)
