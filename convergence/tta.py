@@ -122,5 +122,12 @@ def time_to_target(
                       "time_to_target_s_high": None if mean is None or high is None else mean * high,
                       "time_spread_s": None if total is None or spread is None else spread * seconds,
                       "reason": reason})
-    table.sort(key=lambda r: (r["time_to_target_s"] is None, r["time_to_target_s"] or 0.0, r["compressor"], r["density"] or 0.0))
-    return table
+    return ranked(table)
+
+
+def ranked(table: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Time-to-target rows (:func:`time_to_target`'s, of one table or several) fastest first,
+    those without a time last; ties by ``label`` (where a row has one, e.g. ``diloco H=10``, else
+    its compressor) and density."""
+    return sorted((dict(r) for r in table), key=lambda r: (r["time_to_target_s"] is None, r["time_to_target_s"] or 0.0,
+                                                            str(r.get("label") or r["compressor"]), r["density"] or 0.0))

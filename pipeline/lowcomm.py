@@ -123,14 +123,17 @@ def per_step(store: Store, projection: projections.Projection,
     return out
 
 
-def strategy_rows(store: Store, projection: projections.Projection) -> list[dict[str, Any]]:
-    """One row per strategy of ``projection`` (:func:`simulator.lowcomm.project`), with ``label``,
+def strategy_rows(store: Store, projection: projections.Projection,
+                  chosen: Sequence[lowcomm.Strategy] | None = None) -> list[dict[str, Any]]:
+    """One row per strategy of ``projection`` (:func:`simulator.lowcomm.project`; ``chosen``: these
+    strategies instead of those its request names, as ``sidco tta`` projects each stored DiLoCo
+    variant), with ``label``,
     ``compressor`` (the strategy's name), ``density`` ``None``, ``cost_source`` (the outer
     compressor's), ``speedup`` (``none``'s per-step iteration ÷ this row's), the quality columns
     unmeasured, the compute and cost sources of the per-step rows and ``loss_penalty``
     (:func:`measured_penalty`: DiLoCo's at the strategy's H and outer compressor, for ``streaming``
     too, whose fragments no stored run trains; ``None`` where unmeasured)."""
-    chosen = strategies(projection)
+    chosen = strategies(projection) if chosen is None else list(chosen)
     if not chosen:
         return []
     base = _base(store, projection)

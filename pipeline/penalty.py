@@ -52,6 +52,38 @@ def _rows_by_seed(store: Store, runs: list[dict[str, Any]], compressor: str | No
     return by_seed
 
 
+def family(store: Store, run: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[tuple, list[dict[str, Any]]]]:
+    """The stored runs of ``run``'s base configuration (:data:`BASE`; ``run``: a convergence row with
+    its parsed ``config``), ``run`` among them, each with its parsed ``config``, newest first: the
+    synchronous (per-step) runs, and the DiLoCo runs by variant (the :data:`VARIANT` values, in that
+    order), every seed of a variant in its list, sorted by H, outer compressor, outer density, outer
+    learning rate and momentum."""
+    base = {key: run["config"].get(key) for key in BASE}
+    sync, variants = [], {}
+    for row in store.convergences():
+        config = json.loads(row["config_json"])
+        if {key: config.get(key) for key in BASE} != base:
+            continue
+        item = {**row, "config": config}
+        if "sync_every" in config:
+            variants.setdefault(tuple(config[key] for key in VARIANT), []).append(item)
+        else:
+            sync.append(item)
+    ordered = sorted(variants.items(), key=lambda item: (item[0][0], str(item[0][1]), item[0][2] or 0, *item[0][3:]))
+    return sync, dict(ordered)
+
+
+def synchronous_run(store: Store, run: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The synchronous run ``run`` stands beside: ``run`` itself when it is per-step; for a DiLoCo
+    run (which records no trace) the newest synchronous run of its base configuration that
+    recorded one (same model, per-worker batch and inner optimizer: its trace's compute is the
+    DiLoCo run's inner step), else the newest synchronous one; ``None`` without any."""
+    if "sync_every" not in run["config"]:
+        return dict(run)
+    sync, _ = family(store, run)
+    return next((r for r in sync if r["trace_id"] is not None), sync[0] if sync else None)
+
+
 def loss_penalties(store: Store, run: Mapping[str, Any]) -> dict[str, Any] | None:
     """The loss penalty of every DiLoCo variant of ``run``'s base configuration (``run``: a
     convergence row with its parsed ``config``, as :func:`pipeline.tta.convergence_run` gives)
@@ -64,17 +96,7 @@ def loss_penalties(store: Store, run: Mapping[str, Any]) -> dict[str, Any] | Non
     ``seeds``, ``points``, ``final``) or ``reason`` (why there is none: no baseline, no shared seed
     or evaluation; with the command that trains the baseline).
     """
-    base = {key: run["config"].get(key) for key in BASE}
-    sync, variants = [], {}
-    for row in store.convergences():
-        config = json.loads(row["config_json"])
-        if {key: config.get(key) for key in BASE} != base:
-            continue
-        item = {**row, "config": config}
-        if "sync_every" in config:
-            variants.setdefault(tuple(config[key] for key in VARIANT), []).append(item)
-        else:
-            sync.append(item)
+    sync, variants = family(store, run)
     diloco_run = "sync_every" in run["config"]
     if not variants:
         return None
@@ -87,7 +109,7 @@ def loss_penalties(store: Store, run: Mapping[str, Any]) -> dict[str, Any] | Non
                       "optimizer": run["config"]["optimizer"]} if baseline else None),
         "variants": [],
     }
-    for key, runs in sorted(variants.items(), key=lambda item: (item[0][0], str(item[0][1]), item[0][2] or 0)):
+    for key, runs in variants.items():
         entry: dict[str, Any] = {**dict(zip(VARIANT, key)), "convergence_ids": sorted(r["id"] for r in runs),
                                  "tokens_per_iteration": tokens_per_iteration(runs[0]["config"]), "reason": None}
         mine = _rows_by_seed(store, runs, None)

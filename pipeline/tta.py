@@ -5,9 +5,14 @@ density) needs to reach the target; its trace gives the per-worker compute and i
 the compression costs, from which the simulator projects one iteration on the chosen
 cluster, as ``sidco simulate --trace … --device`` projects it. The runs of every seed of the
 configuration (``sidco converge --seeds N``) give the mean and spread of the iterations;
-:func:`verdict` says whether the leader's margin is worth naming. Both the ``sidco tta``
-command and the dashboard's Time-to-accuracy page call :func:`time_to_accuracy`;
-:func:`curves_time_to_accuracy` does the same for curves measured elsewhere (``--curves``).
+:func:`verdict` says whether the leader's margin is worth naming. The DiLoCo runs of the same
+base configuration (``sidco converge --sync-every H``, :func:`pipeline.penalty.family`) are
+ranked with the per-step pairs: their inner steps to the target × the time per inner step that
+``sidco compare`` projects for a DiLoCo strategy on the cluster's sites (:mod:`simulator.lowcomm`,
+compute from the synchronous run's trace: a DiLoCo run records none). Both the ``sidco tta``
+command and the dashboard's Time-to-accuracy page call :func:`projection_of` and
+:func:`time_to_accuracy`; :func:`curves_time_to_accuracy` does the same for curves measured
+elsewhere (``--curves``).
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ from dataclasses import replace
 from typing import Any
 
 from convergence.curves import load as load_curves  # a curves file the doors read
-from convergence.tta import check_target, mean_spread, target_text, time_to_target  # check_target: the doors check a target by it
-from pipeline import project
-from pipeline.request import pair, paired_rows
+from convergence.tta import check_target, mean_spread, ranked, target_text, time_to_target  # check_target: the doors check a target by it
+from pipeline import lowcomm, project
+from pipeline.penalty import VARIANT, baseline_command, family, loss_penalties, synchronous_run
+from pipeline.request import Cluster, Request, pair, paired_rows, sites_of
 from pipeline.verdict import iteration_band
+from simulator.lowcomm import Strategy
 from results.store import Store, row_id
 from units import Pair, format_seconds
 
@@ -76,23 +83,23 @@ def seed_runs(store: Store, run: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [dict(run), *sorted(others, key=lambda r: r["config"].get("seed", 0))]
 
 
-def iteration_times(store: Store, projection: project.Projection, pairs: Sequence[Pair]) -> tuple[
-        dict[Pair, float], dict[Pair, str | None], dict[Pair, tuple[float, float]]]:
-    """Projected seconds per iteration of each pair of ``pairs`` on ``projection``'s cluster by
-    :func:`pipeline.project.project`, exactly as ``sidco simulate --trace … --device`` projects
-    (compression costs on its device by the one cost policy, or its profile file); where each
-    pair's costs came from (``None`` for ``none``); and the projection's error band
-    ``(iteration_s_low, iteration_s_high)`` per pair where the projection gives one."""
-    times: dict[Pair, float] = {}
-    sources: dict[Pair, str | None] = {}
-    bands: dict[Pair, tuple[float, float]] = {}
+def projected(store: Store, projection: project.Projection, pairs: Sequence[Pair]) -> dict[Pair, dict[str, Any]]:
+    """Each pair of ``pairs`` with its projection on ``projection``'s cluster by
+    :func:`pipeline.project.project_pairs`, exactly as ``sidco simulate --trace … --device``
+    projects it (compression costs on its device by the one cost policy, or its profile file)."""
     asked = tuple(dict.fromkeys(pair(c, d) for c, d in pairs))
-    for (compressor, density), result in project.project_pairs(store, replace(projection, pairs=asked)):
-        key = pair(compressor, density)
-        times[key] = float(result["iteration_s"])
-        sources[key] = result["cost_source"]
-        if result.get("iteration_s_low") is not None and result.get("iteration_s_high") is not None:
-            bands[key] = (float(result["iteration_s_low"]), float(result["iteration_s_high"]))
+    return {pair(c, d): result for (c, d), result in project.project_pairs(store, replace(projection, pairs=asked))}
+
+
+def iteration_times(results: Mapping[Pair, Mapping[str, Any]]) -> tuple[
+        dict[Pair, float], dict[Pair, str | None], dict[Pair, tuple[float, float]]]:
+    """Of the projections ``results`` (:func:`projected`): projected seconds per iteration of each
+    pair, where each pair's costs came from (``None`` for ``none``), and the projection's error band
+    ``(iteration_s_low, iteration_s_high)`` per pair where the projection gives one."""
+    times = {key: float(r["iteration_s"]) for key, r in results.items()}
+    sources = {key: r["cost_source"] for key, r in results.items()}
+    bands = {key: (float(r["iteration_s_low"]), float(r["iteration_s_high"])) for key, r in results.items()
+             if r.get("iteration_s_low") is not None and r.get("iteration_s_high") is not None}
     return times, sources, bands
 
 
@@ -174,10 +181,7 @@ def for_rows(store: Store, trace_id: int | None, rows: Sequence[Mapping[str, Any
     run = next((c for c in store.convergences() if c["trace_id"] == trace_id), None)
     if run is None:
         return None
-    trained = []
-    for item in seed_runs(store, {**run, "config": json.loads(run["config_json"])}):
-        seed = int(item["config"].get("seed", 0))
-        trained += [{**r, "seed": seed} for r in paired_rows(store.convergence_rows(item["id"]))]
+    trained = seeded_rows(store, seed_runs(store, {**run, "config": json.loads(run["config_json"])}))
     accuracy = [r for r in trained if r.get("accuracy") is not None]
     if not accuracy:
         return None
@@ -191,81 +195,219 @@ def for_rows(store: Store, trace_id: int | None, rows: Sequence[Mapping[str, Any
     return {"convergence_id": run["id"], "target_accuracy": target, "table": table}
 
 
-def _table(rows: Sequence[Mapping[str, Any]], times: Mapping[Pair, float],
-           bands: Mapping[Pair, tuple[float, float]], target_accuracy: float | None,
-           target_loss: float | None) -> dict[str, Any]:
-    """The table, its verdict and the curves (mean ± spread over seeds at each evaluation)."""
-    table = time_to_target(rows, times, target_accuracy=target_accuracy, target_loss=target_loss, bands=bands)
-    result: dict[str, Any] = {"rows": table, **verdict(table)}
-    if result["leader"] is None and rows:
-        seeds = max((t["seeds"] for t in table), default=1)
-        result["reason"] = (f"no configuration reached {target_text(target_accuracy, target_loss)}"
-                            f"{' in every seed' if seeds > 1 else ''} (the notes say why)")
-    points: dict[Pair, dict[int, list[Mapping[str, Any]]]] = {}
-    for r in rows:
-        if r.get("accuracy") is None and r.get("eval_loss") is None:
-            continue
-        key = Pair(str(r["compressor"]), r["density"])
-        points.setdefault(key, {}).setdefault(int(r["iteration"]), []).append(r)
-    curves: dict[str, list[dict[str, Any]]] = {}
-    for key, by_iteration in points.items():
-        seconds = times.get(key)
-        for iteration, items in sorted(by_iteration.items()):
-            point: dict[str, Any] = {"compressor": key[0], "density": key[1], "iteration": iteration,
-                                     "time_s": None if seconds is None else iteration * seconds, "seeds": len(items)}
-            for metric in ("accuracy", "eval_loss"):
-                values = [float(i[metric]) for i in items if i.get(metric) is not None]
-                mean, spread = mean_spread(values) if values else (None, None)
-                point[metric], point[f"{metric}_spread"] = mean, spread
-            curves.setdefault(key.label, []).append(point)
-    result["curves"] = curves
-    return result
-
-
-def _cluster_dict(cluster: project.Cluster) -> dict[str, Any]:
-    return {"nodes": cluster.nodes, "bandwidth_bps": cluster.bandwidth_bps, "latency_s": cluster.latency_s,
-            "topology": cluster.topology, "fidelity": cluster.fidelity}
-
-
-def time_to_accuracy(store: Store, projection: project.Projection, run: Mapping[str, Any], *,
-                     target_accuracy: float | None = None, target_loss: float | None = None) -> dict[str, Any]:
-    """The time-to-target table of convergence ``run`` (a row of :func:`convergence_run`, with
-    every seed of its configuration) on ``projection``: its trace (:func:`trace_path`) on the
-    request's cluster and modelled device (``None`` asked: the device the trace was captured on),
-    in the request's precision (a trace projected onto another device).
-
-    Returns ``rows`` (:func:`convergence.tta.time_to_target`), the fields of :func:`verdict`,
-    ``convergence_id``, ``convergence_ids`` (one per seed), ``seeds``, ``trace_id``,
-    ``workers_trained``, ``workload``, ``cluster`` (nodes, bandwidth_bps, latency_s, topology,
-    fidelity), ``device``, ``compute_source``, ``target``, ``cost_sources`` (per pair label, where
-    its compression costs came from) and ``curves``: per pair label the evaluated points
-    ``{iteration, time_s, seeds, accuracy, accuracy_spread, eval_loss, eval_loss_spread}`` (means
-    over the seeds; time_s = iteration × projected iteration_s).
-    """
-    runs = seed_runs(store, run)
+def seeded_rows(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The stored rows of convergence ``runs`` (the seeds of one configuration), each pair read by
+    :func:`pipeline.request.paired_rows` and each row with its run's ``seed``."""
     rows = []
     for item in runs:
         seed = int(item["config"].get("seed", 0))
         rows += [{**r, "seed": seed} for r in paired_rows(store.convergence_rows(item["id"]))]
+    return rows
+
+
+def _points(rows: Sequence[Mapping[str, Any]], seconds: float | None) -> list[dict[str, Any]]:
+    """The evaluated points of one curve (``rows`` of every seed) at ``seconds`` per iteration:
+    ``{iteration, time_s, seeds, accuracy, accuracy_spread, eval_loss, eval_loss_spread}``."""
+    by_iteration: dict[int, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if r.get("accuracy") is not None or r.get("eval_loss") is not None:
+            by_iteration.setdefault(int(r["iteration"]), []).append(r)
+    points = []
+    for iteration, items in sorted(by_iteration.items()):
+        point: dict[str, Any] = {"iteration": iteration, "time_s": None if seconds is None else iteration * seconds,
+                                 "seeds": len(items)}
+        for metric in ("accuracy", "eval_loss"):
+            values = [float(i[metric]) for i in items if i.get(metric) is not None]
+            point[metric], point[f"{metric}_spread"] = mean_spread(values) if values else (None, None)
+        points.append(point)
+    return points
+
+
+def _pair_curves(rows: Sequence[Mapping[str, Any]], times: Mapping[Pair, float]) -> dict[str, list[dict[str, Any]]]:
+    """Per pair label the evaluated points of its rows (:func:`_points`, with ``compressor`` and ``density``)."""
+    by_pair: dict[Pair, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        by_pair.setdefault(Pair(str(r["compressor"]), r["density"]), []).append(r)
+    curves = {key.label: [{"compressor": key.compressor, "density": key.density, **point}
+                          for point in _points(items, times.get(key))] for key, items in by_pair.items()}
+    return {label: points for label, points in curves.items() if points}
+
+
+def _judged(table: Sequence[Mapping[str, Any]], target_accuracy: float | None,
+            target_loss: float | None) -> dict[str, Any]:
+    """``table`` ranked (:func:`convergence.tta.ranked`) with its :func:`verdict`; where no row
+    reached the target, the reason says so (and that the notes say why)."""
+    rows = ranked(table)
+    result: dict[str, Any] = {"rows": rows, **verdict(rows)}
+    if result["leader"] is None and rows:
+        seeds = max((t["seeds"] for t in rows), default=1)
+        result["reason"] = (f"no configuration reached {target_text(target_accuracy, target_loss)}"
+                            f"{' in every seed' if seeds > 1 else ''} (the notes say why)")
+    return result
+
+
+def _cluster_dict(cluster: project.Cluster) -> dict[str, Any]:
+    sites = {"sites": sites_of(cluster)}
+    if sites["sites"] > 1:
+        sites.update(wan_bandwidth_bps=cluster.options["wan_bandwidth_bps"], wan_rtt_s=cluster.options["wan_rtt_s"])
+    return {"nodes": cluster.nodes, "bandwidth_bps": cluster.bandwidth_bps, "latency_s": cluster.latency_s,
+            "topology": cluster.topology, "fidelity": cluster.fidelity, **sites}
+
+
+def base_run(store: Store, run: Mapping[str, Any]) -> dict[str, Any]:
+    """The synchronous run whose trace times ``run`` and whose pairs are ranked beside its DiLoCo
+    runs (:func:`pipeline.penalty.synchronous_run`: ``run`` itself when it is per-step);
+    ``ValueError`` naming the command that trains it when a DiLoCo run has none."""
+    found = synchronous_run(store, run)
+    if found is None:
+        raise ValueError(f"convergence #{run['id']} is a DiLoCo run and its configuration has no synchronous run, whose "
+                         f"trace gives the compute of an inner step; train it: {baseline_command(run['config'])}")
+    return found
+
+
+def projection_of(store: Store, run: Mapping[str, Any], cluster: Cluster, **fields: Any) -> project.Projection:
+    """What convergence ``run`` is timed on: the trace of its synchronous run (:func:`base_run`; a
+    DiLoCo run records none, and its synchronous run shares its model, per-worker batch and inner
+    optimizer) on ``cluster``, priced by the request's other workload ``fields`` (``device``,
+    ``precision``, ``profile_file``, ``calibration``, …: :class:`pipeline.request.WorkloadRequest`'s)."""
+    return project.resolve(Request(cluster, **{**fields, "trace": trace_path(store, base_run(store, run))}), store)
+
+
+DILOCO_NO_SITES = ("no projected time per inner step: DiLoCo syncs across sites; give --sites 2 or more with "
+                   "--wan-bandwidth and --wan-rtt")
+"""Why a DiLoCo row that reached the target has no time on a cluster of one site."""
+STEP_FIELDS = ("utilization", "wan_exposed_s", "inner_step_s", "outer_exchange_s", "hiding_sync_every",
+               "outer_wire_bytes", "cost_source")
+"""What a DiLoCo row takes of its strategy's projection (:func:`pipeline.lowcomm.strategy_rows`)."""
+PER_STEP_FIELDS = ("sync_every", "fragments", "outer_compressor", "outer_density", "utilization", "wan_exposed_s")
+"""What a per-step row takes of :func:`pipeline.lowcomm.per_step` beside DiLoCo rows or across sites."""
+
+
+def _strategy(key: Sequence[Any]) -> Strategy:
+    """The strategy of a DiLoCo variant (its :data:`pipeline.penalty.VARIANT` values)."""
+    outer = pair(key[1] or "none", key[2])
+    return Strategy("diloco", int(key[0]), 1, outer.compressor, outer.density)
+
+
+def diloco_label(key: Sequence[Any], keys: Sequence[Sequence[Any]]) -> str:
+    """A DiLoCo variant's row label, :func:`pipeline.lowcomm.label`'s (``diloco H=10 topk@0.01``),
+    with its outer learning rate and momentum where another variant of ``keys`` shares its H and
+    outer exchange."""
+    text = lowcomm.label(_strategy(key))
+    if any(tuple(k[:3]) == tuple(key[:3]) and tuple(k) != tuple(key) for k in keys):
+        text += f" outer lr {key[3]:g} momentum {key[4]:g}"
+    return text
+
+
+def diloco_rows(store: Store, projection: project.Projection, variants: Mapping[tuple, Sequence[Mapping[str, Any]]],
+                sync_id: int, penalty: Mapping[str, Any] | None, *, target_accuracy: float | None = None,
+                target_loss: float | None = None) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """One time-to-target row per DiLoCo variant with a finished curve (``variants``:
+    :func:`pipeline.penalty.family`'s, every seed a run) and its curve points.
+
+    Its iterations are inner steps to the target (mean ± spread over the seeds, as the per-step
+    rows'); its ``iteration_s`` the time per inner step ``sidco compare`` projects for the strategy
+    ``diloco`` at its H and outer exchange on ``projection``'s cluster (:func:`pipeline.lowcomm.strategy_rows`:
+    one site's step, compute from the trace of the synchronous run ``sync_id``, plus the outer
+    exchange across the sites amortised over H; ``None`` and :data:`DILOCO_NO_SITES` on one site).
+    The row is :func:`convergence.tta.time_to_target`'s with ``compressor`` ``diloco``, ``density``
+    ``None``, ``label`` (:func:`diloco_label`), the :data:`pipeline.penalty.VARIANT` fields (the outer
+    compressor and density as :func:`pipeline.request.pair` reads them), ``fragments`` 1,
+    ``convergence_ids``, :data:`STEP_FIELDS` (``None`` unprojected), ``time_source`` (where its time
+    per inner step comes from, in words) and ``loss_penalty`` (its last shared evaluation against
+    the synchronous run in ``penalty``, :func:`pipeline.penalty.loss_penalties`, with
+    ``convergence_ids`` and ``seeds``; ``None`` where unmeasured)."""
+    chosen = {key: _strategy(key) for key in variants}
+    cluster = projection.cluster
+    sites = sites_of(cluster)
+    timed = dict(zip(chosen, lowcomm.strategy_rows(store, projection, list(chosen.values())))) if sites > 1 else {}
+    measured = {tuple(v[k] for k in VARIANT): v for v in (penalty or {}).get("variants", [])}
+    table, curves = [], {}
+    for key, runs in variants.items():
+        rows = seeded_rows(store, runs)
+        if not rows:
+            continue
+        strategy, step = chosen[key], timed.get(key)
+        outer = Pair(strategy.outer_compressor, strategy.outer_density)
+        seconds = None if step is None else float(step["iteration_s"])
+        row = time_to_target(rows, {} if seconds is None else {outer: seconds}, target_accuracy=target_accuracy,
+                             target_loss=target_loss)[0]
+        if seconds is None and row["iterations_to_target"] is not None:
+            row["reason"] = DILOCO_NO_SITES
+        label = diloco_label(key, list(variants))
+        variant = measured.get(tuple(key))
+        found = None if variant is None or variant.get("final") is None else {
+            **variant["final"], "convergence_ids": variant["convergence_ids"], "seeds": variant["seeds"]}
+        nodes = cluster.nodes // sites
+        where = (f"one site's step ({nodes} node{'s' * (nodes != 1)}; compute from trace #{projection.source.trace_id} of "
+                 f"synchronous convergence {sync_id}: same model, per-worker batch and inner optimizer, a DiLoCo run "
+                 f"records no trace) + its outer exchange ({outer.label}) across {sites} sites / {strategy.sync_every}"
+                 if sites > 1 else None)
+        table.append({**row, "compressor": "diloco", "density": None, "label": label, **dict(zip(VARIANT, key)),
+                      "outer_compressor": outer.compressor, "outer_density": outer.density, "fragments": 1,
+                      "convergence_ids": sorted(r["id"] for r in runs),
+                      **{k: None if step is None else step[k] for k in STEP_FIELDS},
+                      "time_source": where, "loss_penalty": found})
+        curves[label] = [{"compressor": "diloco", "density": None, **point} for point in _points(rows, seconds)]
+    return table, {label: points for label, points in curves.items() if points}
+
+
+def time_to_accuracy(store: Store, projection: project.Projection, run: Mapping[str, Any], *,
+                     target_accuracy: float | None = None, target_loss: float | None = None) -> dict[str, Any]:
+    """The time-to-target table of convergence ``run`` (a row of :func:`convergence_run`) on
+    ``projection`` (:func:`projection_of`: the trace of its synchronous run on the request's
+    cluster and modelled device, ``None`` asked: the device the trace was captured on, in the
+    request's precision): every pair of its synchronous run (:func:`base_run`, with every seed of
+    its configuration) and every DiLoCo variant of its base configuration (:func:`diloco_rows`),
+    ranked together by time to target.
+
+    Returns ``rows`` (:func:`convergence.tta.time_to_target`'s, each with ``label``; beside DiLoCo
+    rows or across sites a per-step row also has :data:`PER_STEP_FIELDS`, ``sync_every`` 1), the
+    fields of :func:`verdict` (over all rows), ``convergence_id`` (``run``'s), ``synchronous_id``
+    (the run whose pairs and trace are used), ``convergence_ids`` (its seeds' runs), ``seeds``,
+    ``trace_id``, ``workers_trained``, ``workload``, ``cluster`` (nodes, bandwidth_bps, latency_s,
+    topology, fidelity, sites, and across sites wan_bandwidth_bps and wan_rtt_s), ``device``,
+    ``compute_source``, ``target``, ``cost_sources`` (per pair label, where its compression costs
+    came from), ``loss_penalty`` (:func:`pipeline.penalty.loss_penalties`; only where the base has
+    DiLoCo runs) and ``curves``: per row label the evaluated points ``{compressor, density,
+    iteration, time_s, seeds, accuracy, accuracy_spread, eval_loss, eval_loss_spread}`` (means
+    over the seeds; time_s = iteration × projected iteration_s).
+    """
+    sync = base_run(store, run)
+    runs = seed_runs(store, sync)
+    rows = seeded_rows(store, runs)
     if not rows:
-        raise ValueError(f"convergence #{run['id']} has no finished (compressor, density) yet; "
+        raise ValueError(f"convergence #{sync['id']} has no finished (compressor, density) yet; "
                          "rerun its sidco converge command")
-    pairs = list(dict.fromkeys(Pair(r["compressor"], r["density"]) for r in rows))
     projection = project.registered(store, projection)
     cluster = projection.cluster
-    if "powersgd_rank" in run["config"] and "rank" not in cluster.options:  # project PowerSGD at the rank trained
-        cluster = replace(cluster, options={**cluster.options, "rank": int(run["config"]["powersgd_rank"])})
+    if "powersgd_rank" in sync["config"] and "rank" not in cluster.options:  # project PowerSGD at the rank trained
+        cluster = replace(cluster, options={**cluster.options, "rank": int(sync["config"]["powersgd_rank"])})
         projection = replace(projection, request=replace(projection.request, cluster=cluster))
-    times, sources, bands = iteration_times(store, projection, pairs)
-    result = _table(rows, times, bands, target_accuracy, target_loss)
+    results = projected(store, projection, [Pair(r["compressor"], r["density"]) for r in rows])
+    times, sources, bands = iteration_times(results)
+    table = [{**t, "label": pair(t["compressor"], t["density"]).label}
+             for t in time_to_target(rows, times, target_accuracy=target_accuracy, target_loss=target_loss, bands=bands)]
+    _, variants = family(store, sync)
+    penalty = loss_penalties(store, run)
+    diloco, diloco_curves = diloco_rows(store, projection, variants, sync["id"], penalty,
+                                        target_accuracy=target_accuracy, target_loss=target_loss)
+    if diloco or sites_of(cluster) > 1:
+        steps = {pair(r["compressor"], r["density"]): r for r in lowcomm.per_step(
+            store, projection, [{**r, "density": key.density} for key, r in results.items()])}
+        table = [{**t, **{k: steps[pair(t["compressor"], t["density"])][k] for k in PER_STEP_FIELDS}} for t in table]
+    result = _judged([*table, *diloco], target_accuracy, target_loss)
+    result["curves"] = {**_pair_curves(rows, times), **diloco_curves}
     source = projection.source
     result.update({
-        "convergence_id": run["id"], "convergence_ids": [r["id"] for r in runs], "seeds": len(runs),
-        "trace_id": source.trace_id, "workers_trained": run["config"]["workers"],
-        "workload": run["config"]["workload"], "cluster": _cluster_dict(cluster), "device": source.device.name,
+        "convergence_id": run["id"], "synchronous_id": sync["id"], "convergence_ids": [r["id"] for r in runs],
+        "seeds": len(runs), "trace_id": source.trace_id, "workers_trained": sync["config"]["workers"],
+        "workload": sync["config"]["workload"], "cluster": _cluster_dict(cluster), "device": source.device.name,
         "precision": source.precision, "compute_source": source.compute, "target": {"accuracy": target_accuracy, "loss": target_loss},
         "cost_sources": {key.label: value for key, value in sources.items() if value is not None},
     })
+    if penalty is not None:
+        result["loss_penalty"] = penalty
     return result
 
 
@@ -279,8 +421,11 @@ def curves_time_to_accuracy(store: Store, projection: project.Projection, curves
     layout), ``seeds`` (most seeds of a pair)."""
     rows = paired_rows(curves["rows"])
     pairs = list(dict.fromkeys(Pair(r["compressor"], r["density"]) for r in rows))
-    times, sources, bands = iteration_times(store, projection, pairs)
-    result = _table(rows, times, bands, target_accuracy, target_loss)
+    times, sources, bands = iteration_times(projected(store, projection, pairs))
+    table = [{**t, "label": pair(t["compressor"], t["density"]).label}
+             for t in time_to_target(rows, times, target_accuracy=target_accuracy, target_loss=target_loss, bands=bands)]
+    result = _judged(table, target_accuracy, target_loss)
+    result["curves"] = _pair_curves(rows, times)
     source = projection.source
     result.update({
         "curves_source": curves["source"], "workload": source.ref if source.kind == "layout" else f"trace {source.ref}",
@@ -297,8 +442,9 @@ def _seconds(value: float | None) -> str:
 
 
 def _named(row: Mapping[str, Any]) -> str:
-    """A pair as the verdict names it: ``none`` is "no compression"."""
-    label = pair(row["compressor"], row["density"]).label
+    """A row as the verdict names it: its ``label`` (a DiLoCo variant's, or the pair's), ``none``
+    "no compression"."""
+    label = row.get("label") or pair(row["compressor"], row["density"]).label
     return "no compression (none)" if row["compressor"] == "none" else label
 
 

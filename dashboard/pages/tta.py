@@ -1,4 +1,6 @@
-"""Time-to-accuracy page: held-out accuracy against projected wall-clock time on a chosen cluster."""
+"""Time-to-accuracy page: held-out accuracy against projected wall-clock time on a chosen cluster,
+the per-step pairs of a convergence run and the DiLoCo runs of its configuration ranked together
+(:func:`pipeline.tta.time_to_accuracy`, as ``sidco tta`` ranks them)."""
 
 from __future__ import annotations
 
@@ -9,19 +11,20 @@ from dashboard import converge_runner, data, figures, projection
 from dashboard.data import StoreReader
 from pipeline import project
 from pipeline.catalog import workload_names
-from pipeline.request import pair
-from pipeline.tta import convergence_run, time_to_accuracy, trace_path, verdict_text
-from units import parse_bandwidth, parse_duration
+from pipeline.request import sites_options, sites_text
+from pipeline.tta import convergence_run, projection_of, time_to_accuracy, verdict_text
+from units import Pair, parse_bandwidth, parse_duration
 
 PATH = "/tta"
 TITLE = "Time to accuracy"
 
 COLUMNS = [
-    {"name": "compressor", "id": "compressor"}, {"name": "density", "id": "density"}, {"name": "seeds", "id": "seeds"},
+    {"name": "configuration", "id": "label"}, {"name": "seeds", "id": "seeds"},
     {"name": "iterations to target (mean)", "id": "iterations_to_target"},
     {"name": "± spread", "id": "iterations_spread"}, {"name": "iteration (ms)", "id": "iteration_ms"},
     {"name": "time to target (s)", "id": "time_to_target_s"}, {"name": "± spread (s)", "id": "time_spread_s"},
-    {"name": "note", "id": "reason"},
+    {"name": "sync every (H)", "id": "sync_every"}, {"name": "outer compressor", "id": "outer"},
+    {"name": "utilization (%)", "id": "utilization"}, {"name": "note", "id": "reason"},
 ]
 
 
@@ -36,19 +39,23 @@ def _run_options(store) -> list[dict[str, object]]:
 
 
 def table_rows(rows: list[dict]) -> list[dict]:
-    """Time-to-target rows formatted for the table (iteration in ms, time in s; spreads over the seeds)."""
+    """Time-to-target rows formatted for the table (iteration in ms, time in s; spreads over the
+    seeds; a DiLoCo row's iterations are inner steps; H, outer compressor and utilization where the
+    rows have them: beside DiLoCo rows or across sites)."""
     def rounded(value: float | None, digits: int) -> float | str:
         return "" if value is None else round(value, digits)
 
     return [{
-        "compressor": r["compressor"],
-        "density": "" if r["compressor"] == "none" else f"{r['density']:g}",
+        "label": r["label"],
         "seeds": r["seeds"],
         "iterations_to_target": rounded(r["iterations_to_target"], 1),
         "iterations_spread": rounded(r["iterations_spread"], 1),
         "iteration_ms": "" if r["iteration_s"] is None else round(r["iteration_s"] * 1e3, 3),
         "time_to_target_s": rounded(r["time_to_target_s"], 4),
         "time_spread_s": rounded(r["time_spread_s"], 4),
+        "sync_every": r.get("sync_every", ""),
+        "outer": "" if r.get("outer_compressor") is None else Pair(r["outer_compressor"], r["outer_density"]).label,
+        "utilization": "" if r.get("utilization") is None else round(r["utilization"] * 100, 1),
         "reason": r["reason"] or "",
     } for r in rows]
 
@@ -97,6 +104,12 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
             ui.labelled("Latency", dcc.Input(id="tta-latency", value=query.get("latency", "50us"), debounce=True)),
             ui.labelled("Topology", dcc.Dropdown(id="tta-topology", options=list(projection.TOPOLOGIES), value="ring",
                                                  clearable=False)),
+            ui.labelled("Sites", dcc.Input(id="tta-sites", value=query.get("sites", "1"), debounce=True),
+                        "the nodes split evenly across sites joined by a WAN; 2 or more project the DiLoCo runs"),
+            ui.labelled("WAN bandwidth per site", dcc.Input(id="tta-wan-bandwidth", value=query.get("wan_bandwidth", ""),
+                                                            debounce=True), "with more than one site: e.g. 1Gbit"),
+            ui.labelled("WAN round trip", dcc.Input(id="tta-wan-rtt", value=query.get("wan_rtt", ""), debounce=True),
+                        "with more than one site: e.g. 30ms"),
             ui.labelled("Target", dcc.Dropdown(id="tta-metric", clearable=False, value="accuracy", options=[
                 {"label": "held-out accuracy ≥", "value": "accuracy"},
                 {"label": "held-out loss ≤", "value": "eval_loss"}])),
@@ -108,7 +121,7 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
         html.Div(className="grid1", children=[
             ui.figure_card("tta-time", "Held-out accuracy against projected wall-clock time"),
             ui.figure_card("tta-iterations", "Held-out accuracy against iterations"),
-            ui.figure_card("tta-bars", "Time to target per compressor"),
+            ui.figure_card("tta-bars", "Time to target per configuration"),
             html.Div(className="card", children=[
                 html.H3("Time to target (Export = CSV)"),
                 dash_table.DataTable(id="tta-table", columns=COLUMNS, sort_action="native", page_size=12,
@@ -129,22 +142,37 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
         html.P("A convergence run (sidco converge: real training, compressed gradients, held-out evaluation) gives "
                "the iterations each compressor needs; the simulator projects one iteration on the cluster below "
                "(compute from the run's trace, compression costs from its replay). Time to target = iterations × "
-               "iteration time, at the first evaluation that meets the target.", className="lead"),
+               "iteration time, at the first evaluation that meets the target. The DiLoCo runs of the same "
+               "configuration (sidco converge --sync-every H) are ranked with them: inner steps × the time per inner "
+               "step on two or more sites (one site's step from the synchronous run's trace, plus the outer exchange "
+               "over the WAN every H steps).", className="lead"),
         dcc.Interval(id="tta-poll", interval=1000, disabled=True),
         dcc.Store(id="tta-launched"),
         html.Div(className="layout", children=[_launch_panel(), html.Div(className="stack", children=body)]),
     ])
 
 
-def _parse_cluster(nodes: str | None, bandwidth: str | None, latency: str | None, target: str | None) -> tuple:
+def _parse_cluster(nodes: str | None, bandwidth: str | None, latency: str | None, topology: str | None,
+                   sites: str | None, wan_bandwidth: str | None, wan_rtt: str | None) -> project.Cluster:
+    """The cluster of the page's controls (the sites and their WAN by the request's rule,
+    :func:`pipeline.request.sites_options`; blank WAN fields are not given)."""
     text = str(nodes or "").strip()
     if not text.isdigit() or int(text) < 1:
         raise ValueError(f"invalid node count {nodes!r}: a whole number ≥ 1")
+    count = str(sites or "1").strip()
+    if not count.isdigit() or int(count) < 1:
+        raise ValueError(f"invalid sites {sites!r}: a whole number ≥ 1")
+    wan = {"wan_bandwidth_bps": parse_bandwidth(wan_bandwidth) if str(wan_bandwidth or "").strip() else None,
+           "wan_rtt_s": parse_duration(wan_rtt) if str(wan_rtt or "").strip() else None}
+    return project.Cluster(int(text), parse_bandwidth(bandwidth or ""), parse_duration(latency or ""), topology,
+                           options=sites_options(int(count), **wan))
+
+
+def _parse_target(target: str | None) -> float:
     try:
-        value = float(str(target))
+        return float(str(target))
     except ValueError:
         raise ValueError(f"invalid target {target!r}: a number, e.g. 0.6") from None
-    return int(text), parse_bandwidth(bandwidth or ""), parse_duration(latency or ""), value
 
 
 def register(app: Dash, reader: StoreReader, manager) -> None:
@@ -175,30 +203,34 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
         Input("tta-bandwidth", "value"),
         Input("tta-latency", "value"),
         Input("tta-topology", "value"),
+        Input("tta-sites", "value"),
+        Input("tta-wan-bandwidth", "value"),
+        Input("tta-wan-rtt", "value"),
         Input("tta-metric", "value"),
         Input("tta-target", "value"),
         Input("tta-launch-status", "children"),
     )
-    def _project(run_id, nodes, bandwidth, latency, topology, metric, target, _finished):
+    def _project(run_id, nodes, bandwidth, latency, topology, sites, wan_bandwidth, wan_rtt, metric, target, _finished):
         blank = ui.empty_figure("no convergence run selected" if run_id is None else "")
         if run_id is None:
             return blank, blank, blank, [], None
         try:
-            nodes_value, bandwidth_bps, latency_s, target_value = _parse_cluster(nodes, bandwidth, latency, target)
+            cluster = _parse_cluster(nodes, bandwidth, latency, topology, sites, wan_bandwidth, wan_rtt)
+            target_value = _parse_target(target)
             targets = {"target_accuracy": target_value} if metric == "accuracy" else {"target_loss": target_value}
-            cluster = project.Cluster(nodes_value, bandwidth_bps, latency_s, topology)
             store = reader.store()
             run = convergence_run(store, run_id)
-            asked = project.resolve(project.Request(cluster, trace=trace_path(store, run)), store)
-            result = time_to_accuracy(store, asked, run, **targets)
+            result = time_to_accuracy(store, projection_of(store, run, cluster), run, **targets)
         except ValueError as exc:
             return blank, blank, blank, [], ui.error(str(exc))
         curves = result["curves"]
-        names = [pair(r["compressor"], r["density"]).label for r in result["rows"]]
+        names = [r["label"] for r in result["rows"]]
+        synchronous = ("" if result["synchronous_id"] == result["convergence_id"] else
+                       f" · per-step pairs and trace of its synchronous run #{result['synchronous_id']}")
         note = (f"{verdict_text(result)} · {result['seeds']} seed(s), mean ± spread · trained with "
-                f"{result['workers_trained']} workers, projected on {nodes_value} × {result['device']} · "
-                "compression costs: " + ("; ".join(f"{k}: {v}" for k, v in sorted(result["cost_sources"].items()))
-                                          or "none needed"))
+                f"{result['workers_trained']} workers{synchronous}, projected on {cluster.nodes} × {result['device']}"
+                f"{sites_text(cluster).replace(';', ' ·')} · compression costs: "
+                + ("; ".join(f"{k}: {v}" for k, v in sorted(result["cost_sources"].items())) or "none needed"))
         return (figures.tta_curves(curves, "time_s", metric, target_value),
                 figures.tta_curves(curves, "iteration", metric, target_value),
                 figures.tta_bars(result["rows"], names), table_rows(result["rows"]), ui.note(note))

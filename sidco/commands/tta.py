@@ -7,15 +7,15 @@ from typing import Any
 
 from pipeline import project
 from pipeline.catalog import TOPOLOGIES
-from pipeline.penalty import loss_penalties, penalty_lines
-from pipeline.request import Request, check_compressors, sharding_flags
-from pipeline.tta import (check_target, convergence_run, curves_time_to_accuracy, load_curves, target_text,
-                          time_to_accuracy, trace_path, verdict_text)
+from pipeline.penalty import penalty_lines
+from pipeline.request import Request, check_compressors, sharding_flags, sites_text
+from pipeline.tta import (check_target, convergence_run, curves_time_to_accuracy, load_curves, projection_of,
+                          target_text, time_to_accuracy, verdict_text)
 from results.store import Store
 from sidco.commands import dump_json
 from sidco.commands.simulate import (add_latency_args, add_parallel_args, add_scenario_args, add_source_args, cluster,
                                     workload_fields)
-from units import format_bandwidth, format_seconds
+from units import Pair, format_bandwidth, format_seconds
 from sidco.commands import COMMANDS
 
 
@@ -43,9 +43,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "reaches the target gets null and the reason. Names the winner only when its margin over the "
             "runner-up exceeds both the seed spread and the projection's error band; otherwise says 'too close "
             "to call' and why."
-            " DiLoCo (sidco converge --sync-every H): after the table of a synchronous run, and instead of it for a "
-            "DiLoCo run, each DiLoCo run of the same configuration's held-out loss penalty against the synchronous "
-            "run at equal tokens (nats, mean ± spread over paired seeds)."
+            " DiLoCo (sidco converge --sync-every H): every DiLoCo variant of the run's configuration (per H, outer "
+            "compressor and density) is ranked with the per-step pairs: its inner steps to the target × the time per "
+            "inner step sidco compare projects for diloco on --sites S joined by --wan-bandwidth and --wan-rtt (one "
+            "site's step, compute from the synchronous run's trace, plus the outer exchange across the sites over H); "
+            "each row says its sync_every, outer compressor and utilization. A DiLoCo run takes the trace and the "
+            "per-step pairs of its synchronous run (same model, batch and inner optimizer). After the table, each "
+            "variant's held-out loss penalty against the synchronous run at equal tokens (nats, mean ± spread over "
+            "paired seeds)."
         ),
         allow_abbrev=False,
     )
@@ -88,32 +93,58 @@ def _time(row: dict[str, Any]) -> str:
     return text if row["time_spread_s"] is None else f"{text} ± {_seconds(row['time_spread_s'])}"
 
 
-def print_result(result: dict[str, Any]) -> None:
-    """The time-to-target table, the verdict and its margin, in text."""
+def _strategy_cells(row: dict[str, Any]) -> str:
+    """A row's H, outer exchange and utilization (``-`` where unprojected)."""
+    outer = "-" if row["outer_compressor"] is None else Pair(row["outer_compressor"], row["outer_density"]).label
+    util = "-" if row["utilization"] is None else f"{row['utilization']:.1%}"
+    return f" {row['sync_every']:>5} {outer:>12} {util:>6}"
+
+
+def print_result(result: dict[str, Any], sites: str = "") -> None:
+    """The time-to-target table, the verdict and its margin, in text (``sites``: the cluster's
+    sites and WAN in words, :func:`pipeline.request.sites_text`)."""
     cluster = result["cluster"]
     target = target_text(result["target"]["accuracy"], result["target"]["loss"])
-    what = (f"curves {result['curves_source']} ({result['workload']})" if "curves_source" in result else
-            f"convergence {result['convergence_id']} ({result['workload']}, trained with {result['workers_trained']} "
-            f"workers)")
+    if "curves_source" in result:
+        what = f"curves {result['curves_source']} ({result['workload']})"
+    else:
+        what = (f"convergence {result['convergence_id']} ({result['workload']}, trained with {result['workers_trained']} "
+                f"workers" + ("" if result["synchronous_id"] == result["convergence_id"] else
+                              f"; its synchronous run: convergence {result['synchronous_id']}") + ")")
     print(f"{what}, {result['seeds']} seed(s), on {cluster['nodes']} x {result['device']} ({result['precision']}), "
           f"{format_bandwidth(cluster['bandwidth_bps'])}, {format_seconds(cluster['latency_s'])} one-way latency, "
-          f"{cluster['topology']}, {cluster['fidelity']}{', ' + cluster['parallel'] if 'parallel' in cluster else ''}; "
-          f"target: {target}")
-    header = f"{'compressor':<10} {'density':>8} {'iterations':>14} {'iteration':>11} {'time to target':>22}  note"
+          f"{cluster['topology']}, {cluster['fidelity']}{sites}"
+          f"{', ' + cluster['parallel'] if 'parallel' in cluster else ''}; target: {target}")
+    rows = result["rows"]
+    lowcomm = any("utilization" in r for r in rows)
+    width = max(10, *(len(r["label"]) for r in rows))
+    header = (f"{'config':<{width}} {'iterations':>14} {'iteration':>11} {'time to target':>22}"
+              + (f" {'H':>5} {'outer':>12} {'util':>6}" if lowcomm else "") + "  note")
     print(header)
     print("-" * len(header))
-    for row in result["rows"]:
-        density = "-" if row["density"] is None else f"{row['density']:g}"
-        print(f"{row['compressor']:<10} {density:>8} {_iterations(row):>14} {_seconds(row['iteration_s']):>11} "
-              f"{_time(row):>22}  {row['reason'] or ''}")
+    for row in rows:
+        print(f"{row['label']:<{width}} {_iterations(row):>14} {_seconds(row['iteration_s']):>11} {_time(row):>22}"
+              + (_strategy_cells(row) if lowcomm else "") + f"  {row['reason'] or ''}".rstrip())
     sources = "; ".join(f"{name}: {source}" for name, source in sorted(result["cost_sources"].items()))
     print("iterations = to the first evaluation at the target (mean ± sample standard deviation over the seeds); "
           f"iteration = projected seconds per iteration on {result['device']}; compute: {result['compute_source']}; "
           f"compression costs: {sources or 'none needed'}")
+    diloco = [r for r in rows if r["compressor"] == "diloco"]
+    if lowcomm:
+        print("H = inner steps between syncs across sites (1: every step); outer = the pseudo-gradient's compressor; "
+              "util = compute (forward, backward, optimizer) / time per (inner) step")
+    if diloco:
+        print(f"diloco: iterations = inner steps; iteration = one site's step (compute from trace #{result['trace_id']} "
+              f"of the synchronous run, convergence {result['synchronous_id']}: same model, per-worker batch and inner "
+              "optimizer; a DiLoCo run records no trace) + its outer exchange across the sites / H, as sidco compare "
+              "projects diloco")
     if result.get("workers_trained") not in (None, cluster["nodes"]):
         print(f"note: the run trained with {result['workers_trained']} workers (global batch "
               f"{result['workers_trained']} x per-worker batch); the projection assumes the same iterations "
               f"on {cluster['nodes']} nodes")
+    if diloco and cluster["sites"] > 1 and result["workers_trained"] != cluster["sites"]:
+        print(f"note: the DiLoCo runs trained {result['workers_trained']} sites of one worker; the projection assumes "
+              f"the same inner steps on {cluster['sites']} sites of {cluster['nodes'] // cluster['sites']} nodes")
     print(verdict_text(result))
     if result.get("loss_penalty"):
         print("\n".join(penalty_lines(result["loss_penalty"])))
@@ -134,18 +165,9 @@ def run(args: argparse.Namespace) -> int:
     asked = None if curves is None else project.resolve(Request(chosen, **fields))  # the device resolved once
     with Store(args.store) as store:
         targets = {"target_accuracy": args.target_accuracy, "target_loss": args.target_loss}
-        if curves is None:  # the run's own trace, its device resolved once
+        if curves is None:  # the trace of the run's synchronous run, its device resolved once
             run = convergence_run(store, args.convergence)
-            penalty = loss_penalties(store, run)
-            if penalty is not None and penalty["diloco_run"]:  # its time per step is not projected here
-                print(dump_json({"convergence_id": run["id"], "loss_penalty": penalty}) if args.json else
-                      "\n".join([f"convergence {run['id']} is a DiLoCo run (sync every {run['config']['sync_every']} "
-                                  "steps): no per-step time to project", *penalty_lines(penalty)]))
-                return 0
-            asked = project.resolve(Request(chosen, **{**fields, "trace": trace_path(store, run)}), store)
-            result = time_to_accuracy(store, asked, run, **targets)
-            if penalty is not None:
-                result["loss_penalty"] = penalty
+            result = time_to_accuracy(store, projection_of(store, run, chosen, **fields), run, **targets)
         else:
             result = curves_time_to_accuracy(store, asked, curves, **targets)
     flags = sharding_flags(chosen.options.get("sharding")).strip()
@@ -154,5 +176,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(dump_json(result))
     else:
-        print_result(result)
+        print_result(result, sites_text(chosen))
     return 0
