@@ -137,8 +137,8 @@ def format_bytes(nbytes: float) -> str:
 
 
 def format_seconds(seconds: float) -> str:
-    """Format a duration with a readable unit, e.g. ``12.3 ms``."""
-    if seconds >= 1:
+    """Format a duration with a readable unit, e.g. ``12.3 ms``; zero is ``0 s``."""
+    if seconds == 0 or seconds >= 1:
         return f"{seconds:.3g} s"
     if seconds >= 1e-3:
         return f"{seconds * 1e3:.3g} ms"
