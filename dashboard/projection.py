@@ -16,6 +16,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from pipeline import compare as pipeline_compare
 from pipeline import project as pipeline_project
 from pipeline import verdict
 from pipeline import quality as pipeline_quality
@@ -35,6 +36,10 @@ command line allows :data:`pipeline.catalog.MESSAGE_BUDGET`."""
 RESULT_KEYS = ("iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s",
                "speedup", "iteration_s_low", "iteration_s_high", "speedup_low", "speedup_high")
 
+
+MEMORY_KEYS = ("memory_gib", "memory_parts_gib", "activations_counted", "memory_capacity_gib", "fits")
+"""What a row holds in one GPU's memory, as ``sidco compare --json`` gives it
+(:func:`pipeline.compare.memory_of`; GiB, ``fits`` ``None`` on a device of unknown capacity)."""
 
 SHARDED_KEYS = ("collective", "parallel", "shard_size", "micro_batches")
 """What a row adds under ``--parallel`` (``collective``: what its compressor replaces; under DDP
@@ -223,7 +228,9 @@ def _run(store: Store, request: Request, compressors: list[str], fidelity: str,
     asked = replace(request, compressors=tuple(compressors), timeline=timeline,
                     cluster=replace(request.cluster, fidelity=fidelity))
     try:
-        return pipeline_project.project(store, pipeline_project.resolve(asked, store))
+        resolved = pipeline_project.resolve(asked, store)
+        return [{**result, **pipeline_compare.memory_of(resolved, result["compressor"])}
+                for result in pipeline_project.project(store, resolved)]
     except (ValueError, KeyError, OSError) as exc:
         raise ProjectionError(_first_line(exc)) from exc
 
@@ -237,12 +244,14 @@ def _row(result: dict[str, Any], fidelity: str, density: float) -> dict[str, Any
             "cost_source": result["cost_source"],
             **{key: result[key] for key in ("precision", "cost_band", "batch_size", "tokens", "tokens_stated",
                                             "compute_from")},
+            **{key: result[key] for key in MEMORY_KEYS},
             **{key: result[key] for key in SHARDED_KEYS if key in result}}
 
 
 def project(store: Store, request: Request, fidelity: str = "analytic") -> list[dict[str, Any]]:
     """Simulate every chosen compressor; one dict of :data:`RESULT_KEYS` (+ compressor, density
-    (``None`` where the message ignores it), label, fidelity, device, compute_source, cost_source) each. ProjectionError when any of them cannot be projected."""
+    (``None`` where the message ignores it), label, fidelity, device, compute_source, cost_source, the
+    memory per GPU of :data:`MEMORY_KEYS`) each. ProjectionError when any of them cannot be projected."""
     return [_row(result, fidelity, request.densities[0]) for result in _run(store, request, list(request.compressors), fidelity)]
 
 

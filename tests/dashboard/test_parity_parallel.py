@@ -100,3 +100,63 @@ def test_the_page_callback_projects_hsdp_and_names_the_collective(tmp_path):
     text = json.dumps(response.get_json(), ensure_ascii=False)
     assert "2 nodes" in text and "hierarchical · hsdp" in text
     assert "replaces" in text and "all-reduce (replicate, gradient shard)" in text and "inline-error" not in text
+
+
+@pytest.mark.parametrize("parallel, batch, names", [("fsdp", "1", ["none", "bf16"]),
+                                                     ("hsdp", "32", ["none", "bf16", "topk"])])
+def test_whatif_memory_per_gpu_equals_sidco_compare_json(tmp_path, capsys, parallel, batch, names):
+    """Memory per GPU and its fit on the page are `sidco compare --json`'s, for LLaMA-3.1-8B on H100s
+    (under fsdp at batch 1 every row fits; under hsdp at batch 32 none does)."""
+    store_path = tmp_path / "r.sqlite"
+    chosen = projection.parse_controls("model:llama-3.1-8b", names, "0.01", "4", "100Gbit", "50us", "hierarchical",
+                                       device="h100", gpus_per_node="8", batch_size=batch, parallel=parallel)
+    with Store(store_path) as store:
+        page = {row["label"]: row for row in projection.project_each(store, chosen, "analytic")[0]}
+    capsys.readouterr()
+    assert main(["compare", "--model", "llama-3.1-8b", "--device", "h100", "--nodes", "4", "--gpus-per-node", "8",
+                 "--bandwidth", "100Gbit", "--latency", "50us", "--topology", "hierarchical", "--parallel", parallel,
+                 "--batch-size", batch, "--compressors", ",".join(names), "--densities", "0.01",
+                 "--store", str(store_path), "--json"]) == 0
+    cli = {row["label"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
+    for label, row in page.items():
+        for key in projection.MEMORY_KEYS:
+            assert row[key] == cli[label][key], (label, key)
+    assert {row["fits"] for row in page.values()} == {batch == "1"}
+    assert all(row["memory_capacity_gib"] == pytest.approx(80e9 / 2**30) for row in page.values())
+
+
+def test_the_page_marks_a_row_that_does_not_fit_and_the_verdict_never_calls_it(tmp_path):
+    """LLaMA-3.2-1B under DDP at batch 8 of 4096 tokens on H100s: Top-k's residual (4 bytes a parameter)
+    takes it past the 74.5 GiB the others fit in; it is the fastest, and the verdict calls bf16."""
+    from dashboard.app import create_app
+
+    app = create_app(tmp_path / "r.sqlite", cache_dir=tmp_path / "cache")
+    [(key, spec)] = [(k, v) for k, v in app.callback_map.items() if "whatif-breakdown" in k]
+    values = {"whatif-source": "model:llama-3.2-1b", "whatif-compressors": ["none", "bf16", "topk"],
+              "whatif-density": "0.01", "whatif-nodes": "4", "whatif-bandwidth": "1Gbit", "whatif-latency": "50us",
+              "whatif-topology": "hierarchical", "whatif-calibrated": [], "whatif-device": "h100", "whatif-costs": "",
+              "whatif-samples-per-s": "", "whatif-tokens": "4096", "whatif-sites": "1", "whatif-wan-bandwidth": "",
+              "whatif-wan-rtt": "", "whatif-gpus-per-node": "8", "whatif-batch-size": "8", "whatif-parallel": "ddp",
+              "whatif-shard-size": "", "whatif-micro-batch": "", "whatif-reduce-dtype": "fp32",
+              "whatif-param-dtype": "bf16", "whatif-checkpointing": [], "whatif-des": None}
+    outputs = [{"id": o.component_id, "property": o.component_property} for o in spec["output"]]
+    response = app.server.test_client().post("/_dash-update-component", json={
+        "output": key, "outputs": outputs, "changedPropIds": ["whatif-batch-size.value"], "state": [],
+        "inputs": [{**i, "value": values[i["id"]]} for i in spec["inputs"]]})
+    assert response.status_code == 200
+    out = response.get_json()["response"]
+    table = json.dumps(out["whatif-quality"], ensure_ascii=False)
+    cells = [c["props"]["children"] for c in _cells(out["whatif-quality"]["children"])]
+    assert "GiB per GPU (of 74.5)" in table and "77.3 ✗ does not fit" in cells and "72.7" in cells
+    verdict = json.dumps(out["whatif-verdict"], ensure_ascii=False)
+    assert "bf16 wins" in verdict and "does not fit in one GPU's memory: topk@0.01" in verdict
+
+
+def _cells(node):
+    """Every table cell (``Td``) under a Dash component tree as JSON."""
+    if isinstance(node, list):
+        return [cell for child in node for cell in _cells(child)]
+    if not isinstance(node, dict):
+        return []
+    found = [node] if node.get("type") == "Td" else []
+    return found + _cells(node.get("props", {}).get("children"))
