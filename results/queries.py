@@ -410,6 +410,10 @@ class Queries:
                          " (SELECT COUNT(*) FROM scenarios c WHERE c.sweep_id = s.id) AS landed"
                          " FROM sweeps s ORDER BY s.created DESC, s.id DESC")
 
+    def sweep(self, sweep_id: int) -> dict[str, Any] | None:
+        """One sweep (id, trace_id, total, status, config_json), ``None`` when there is none with that id."""
+        return self._first("SELECT id, trace_id, total, status, config_json FROM sweeps WHERE id=?", (int(sweep_id),))
+
     def scenario_count(self, sweep_id: int) -> int:
         """Scenario rows of a sweep in the store so far (an index-only count)."""
         return self._count("SELECT COUNT(*) FROM scenarios WHERE sweep_id=?", (int(sweep_id),))

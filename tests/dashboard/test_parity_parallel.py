@@ -160,3 +160,24 @@ def _cells(node):
         return []
     found = [node] if node.get("type") == "Td" else []
     return found + _cells(node.get("props", {}).get("children"))
+
+
+def test_the_sweeps_page_names_the_parallel_family_sidco_sweep_stored(tmp_path, capsys):
+    """The Sweeps page's sweep list reads the --parallel family back from the store and names it as
+    `sidco sweep --json` does; a plain DDP sweep names none."""
+    from dashboard.pages import sweeps
+
+    store_path = tmp_path / "r.sqlite"
+    summaries = []
+    for flags in (["--parallel", "hsdp", "--micro-batch", "2", "--checkpointing"], []):
+        capsys.readouterr()
+        assert main(["sweep", "--model", "llama-3.2-1b", "--device", "h100", "--nodes", "2", "--gpus-per-node", "8",
+                     "--bandwidth", "10Gbit", "--batch-size", "4", "--compressors", "none", "--jobs", "1",
+                     "--no-progress", "--store", str(store_path), "--json", *flags]) == 0
+        summaries.append(json.loads(capsys.readouterr().out))
+    with Store(store_path) as store:
+        labels = {option["value"]: option["label"] for option in sweeps._sweep_options(store)}
+    sharded, plain = summaries
+    assert f" · {sharded['parallel']} · " in labels[sharded["sweep_id"]]
+    assert sharded["parallel"] == "--parallel hsdp --micro-batch 2 --checkpointing"
+    assert "--parallel" not in labels[plain["sweep_id"]] and "--checkpointing" not in labels[plain["sweep_id"]]
