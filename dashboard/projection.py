@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from pipeline import compare as pipeline_compare
+from pipeline import profile as pipeline_profile
 from pipeline import project as pipeline_project
 from pipeline import verdict
 from pipeline import quality as pipeline_quality
@@ -101,6 +102,29 @@ def cost_options(store: Store) -> list[dict[str, str]]:
     return options
 
 
+def step_options(store: Store) -> list[dict[str, str]]:
+    """Measured-step dropdown: none (compute from the rule or the measured samples/s), or one step
+    profile ``sidco profile --model`` stored (``--step-profile``; the page opens no typed path)."""
+    options = [{"label": "none: the rule fitted to published throughput, or the samples/s above", "value": ""}]
+    for row in store.step_profiles():
+        day = time.strftime("%Y-%m-%d", time.gmtime(row["created"]))
+        options.append({"label": f"step #{row['id']}: {row['model']} on {row['device']}, batch {row['batch_size']} × "
+                                 f"{row['tokens']} tokens, {row['precision']}, {row['step_s'] * 1e3:.4g} ms ({day})",
+                        "value": str(row["id"])})
+    return options
+
+
+def stored_step(store: Store, value: str | int | None) -> Any:
+    """The stored step profile a measured-step control names (:func:`pipeline.profile.stored_step`),
+    ``None`` when blank; ProjectionError (one line) when the store has none with that id."""
+    if value in (None, ""):
+        return None
+    try:
+        return pipeline_profile.stored_step(store, value)
+    except ValueError as exc:
+        raise ProjectionError(_first_line(exc)) from None
+
+
 def workload_fields(value: str | None) -> dict[str, Any]:
     """The request's workload of a source control value: ``"trace:<id>"`` (``trace_id``),
     ``"layout:<name>"`` (``layout``) or ``"model:<name>"`` (``model``); ProjectionError otherwise."""
@@ -161,13 +185,15 @@ def parse_controls(
     reduce_dtype: str | None = None,
     param_dtype: str | None = None,
     checkpointing: bool = False,
+    step_profile: Any = None,
 ) -> Request:
     """The request of raw control values (text parsed here, checked by the request:
     :class:`pipeline.request.Request`; ``sites`` blank is one site, the WAN's rule
     :func:`pipeline.request.sites_options`); ProjectionError naming the first bad one. ``gpus_per_node``
     and ``batch_size`` (sequences or samples per GPU) blank for the defaults (1, 32); ``parallel`` and
     the rest of its family as ``sidco simulate``'s ``--parallel`` options
-    (:func:`pipeline.request.parallel_options`, blank or ``None`` for their defaults)."""
+    (:func:`pipeline.request.parallel_options`, blank or ``None`` for their defaults); ``step_profile`` a
+    stored step profile (:func:`stored_step`) anchoring a model's compute as ``--step-profile`` does."""
     fields = workload_fields(source)
     if not compressors:
         raise ProjectionError("choose at least one compressor")
@@ -207,7 +233,7 @@ def parse_controls(
         return Request(cluster, tuple(compressors), (density_value,), device=device or None,
                        calibration="latest" if calibrated else "none",
                        profile_id=None if profile_id in (None, "") else row_id(str(profile_id), "device profile"),
-                       message_budget=PAGE_MESSAGE_BUDGET, **anchors, **fields)
+                       message_budget=PAGE_MESSAGE_BUDGET, step_profile=step_profile, **anchors, **fields)
     except ValueError as exc:
         raise ProjectionError(_first_line(exc)) from None
 

@@ -402,6 +402,11 @@ class Queries:
         samples_per_s, profile_json, created), newest first."""
         return self._all("SELECT * FROM step_profiles ORDER BY created DESC, id DESC")
 
+    def step_profile(self, profile_id: int) -> dict[str, Any] | None:
+        """The stored step profile ``profile_id`` (the columns of :meth:`step_profiles`), ``None`` when
+        there is none."""
+        return self._first("SELECT * FROM step_profiles WHERE id=?", (int(profile_id),))
+
     # -- sweeps and scenarios -----------------------------------------------------------------
 
     def sweep_list(self) -> list[dict[str, Any]]:

@@ -134,6 +134,12 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
         ui.labelled("Measured samples/s (optional)", dcc.Input(id="whatif-samples-per-s", value="", debounce=True),
                     "layouts: one GPU's training throughput you measured at batch 32; compute then comes from it "
                     "(band ±5 %) instead of the rule fitted to published throughput"),
+        ui.labelled("Measured step (optional)", dcc.Dropdown(id="whatif-step-profile",
+                                                             options=projection.step_options(store), value="",
+                                                             clearable=False),
+                    "models: a training step sidco profile --model stored (--step-profile); compute then comes from "
+                    "it (band: the spread of its steps); its batch, tokens, precision and device must be the ones "
+                    "projected"),
         ui.labelled("Tokens per sample (optional)", dcc.Input(id="whatif-tokens", value="", debounce=True),
                     "transformer layouts and models: sequence length (default 128 for BERT, 1024 for GPT-2, "
                     "4096 for a model)"),
@@ -243,6 +249,7 @@ def register(app: Dash, reader: StoreReader) -> None:
         Input("whatif-device", "value"),
         Input("whatif-costs", "value"),
         Input("whatif-samples-per-s", "value"),
+        Input("whatif-step-profile", "value"),
         Input("whatif-tokens", "value"),
         Input("whatif-sites", "value"),
         Input("whatif-wan-bandwidth", "value"),
@@ -251,7 +258,7 @@ def register(app: Dash, reader: StoreReader) -> None:
         Input("whatif-des", "n_clicks"),
     )
     def _project(source, compressors, density, nodes, bandwidth, latency, topology, calibrated, device, costs,
-                 samples_per_s, tokens, sites, wan_bandwidth, wan_rtt, *rest):
+                 samples_per_s, step_profile, tokens, sites, wan_bandwidth, wan_rtt, *rest):
         held = parallel_values(*rest[:len(PARALLEL_IDS)])
         fidelity = "des" if ctx.triggered_id == "whatif-des" else "analytic"
         started = time.perf_counter()
@@ -259,7 +266,9 @@ def register(app: Dash, reader: StoreReader) -> None:
             chosen = projection.parse_controls(source, compressors, density, nodes, bandwidth, latency, topology,
                                                calibrated=bool(calibrated), device=device or None,
                                                profile_id=costs or None, samples_per_s=samples_per_s, tokens=tokens,
-                                               sites=sites, wan_bandwidth=wan_bandwidth, wan_rtt=wan_rtt, **held)
+                                               sites=sites, wan_bandwidth=wan_bandwidth, wan_rtt=wan_rtt,
+                                               step_profile=projection.stored_step(reader.store(), step_profile),
+                                               **held)
             results, problems = projection.project_each(reader.store(), chosen, fidelity)
             results, judged = projection.judged(reader.store(), chosen, results)
         except ValueError as exc:
