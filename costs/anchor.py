@@ -197,14 +197,24 @@ def load_step(path: str | Path) -> StepProfile:
     return step_from_json(read_regular(path, MAX_STEP_PROFILE_BYTES, "step profile"), str(Path(path)))
 
 
-def step_fields(path: str, *, model: str | None, batch_size: int, tokens: int | None, precision: str,
+def step_named(given: str | Path | StepProfile) -> tuple[StepProfile, str]:
+    """The step profile ``given``: a file's path (read, :func:`load_step`) or a profile already read
+    (one the results store holds), and how a message names it (the path; the model, device and day
+    it was measured)."""
+    if isinstance(given, StepProfile):
+        return given, f"{given.model} on {given.device}" + (f" ({given.created})" if given.created else "")
+    return load_step(given), str(given)
+
+
+def step_fields(given: str | StepProfile, *, model: str | None, batch_size: int, tokens: int | None, precision: str,
                 device: str | None, samples_per_s: float | None = None,
                 device_flops_per_s: float | None = None) -> dict[str, Any]:
-    """The rules of ``--step-profile FILE`` on a projection, and the fields it sets: the file's
-    absolute path (``step_profile``), its device (``device``, when not given) and tokens per
-    sample (``tokens``, when not given). A measured step holds for its own model (the same
-    configuration), batch, sequence length, precision and device only: ValueError (one line)
-    when the projection asks another, or gives another anchor beside it."""
+    """The rules of ``--step-profile FILE`` (or a stored step profile, :func:`step_named`) on a
+    projection, and the fields it sets: the file's absolute path or the profile (``step_profile``),
+    its device (``device``, when not given) and tokens per sample (``tokens``, when not given). A
+    measured step holds for its own model (the same configuration), batch, sequence length,
+    precision and device only: ValueError (one line) when the projection asks another, or gives
+    another anchor beside it."""
     from costs import devices
     from traces import llm
 
@@ -212,8 +222,8 @@ def step_fields(path: str, *, model: str | None, batch_size: int, tokens: int | 
         raise ValueError("--step-profile applies to --model (a training step measured by sidco profile --model)")
     if samples_per_s is not None or device_flops_per_s is not None:
         raise ValueError("give --step-profile, --samples-per-s or --device-flops, not two of them")
-    step = load_step(path)
-    where = f"step profile {path}"
+    step, named = step_named(given)
+    where = f"step profile {named}"
     if step.device.split("@")[0] not in devices.names():
         raise ValueError(f"{where} was measured on {step.device!r}, not one of the modelled devices "
                          f"({', '.join(devices.names())}): its network and memory are not known to the model")
@@ -224,9 +234,10 @@ def step_fields(path: str, *, model: str | None, batch_size: int, tokens: int | 
         asked["--tokens"] = (tokens, step.tokens)
     if device is not None:
         asked["--device"] = (devices.base_name(devices.get(device).name), step.device)
-    for flag, (given, measured_at) in asked.items():
-        if given != measured_at:
-            raise ValueError(f"{where} was measured with {flag} {measured_at}, the projection asks {given}: a measured "
-                             f"step holds for its own {flag.removeprefix('--')} (project with {flag} {measured_at}, "
-                             "or measure this one)")
-    return {"step_profile": str(Path(path).resolve()), "device": device or step.device, "tokens": step.tokens}
+    for flag, (projected, measured_at) in asked.items():
+        if projected != measured_at:
+            raise ValueError(f"{where} was measured with {flag} {measured_at}, the projection asks {projected}: "
+                             f"a measured step holds for its own {flag.removeprefix('--')} (project with {flag} "
+                             f"{measured_at}, or measure this one)")
+    kept = step if isinstance(given, StepProfile) else str(Path(given).resolve())
+    return {"step_profile": kept, "device": device or step.device, "tokens": step.tokens}

@@ -16,6 +16,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from pipeline import compare as pipeline_compare
+from pipeline import profile as pipeline_profile
 from pipeline import project as pipeline_project
 from pipeline import verdict
 from pipeline import quality as pipeline_quality
@@ -35,6 +37,10 @@ command line allows :data:`pipeline.catalog.MESSAGE_BUDGET`."""
 RESULT_KEYS = ("iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s",
                "speedup", "iteration_s_low", "iteration_s_high", "speedup_low", "speedup_high")
 
+
+MEMORY_KEYS = ("memory_gib", "memory_parts_gib", "activations_counted", "memory_capacity_gib", "fits")
+"""What a row holds in one GPU's memory, as ``sidco compare --json`` gives it
+(:func:`pipeline.compare.memory_of`; GiB, ``fits`` ``None`` on a device of unknown capacity)."""
 
 SHARDED_KEYS = ("collective", "parallel", "shard_size", "micro_batches")
 """What a row adds under ``--parallel`` (``collective``: what its compressor replaces; under DDP
@@ -94,6 +100,29 @@ def cost_options(store: Store) -> list[dict[str, str]]:
         options.append({"label": f"profile #{row['id']}: measured {row['device']} {day} ({row['rows']} rows)",
                         "value": str(row["id"])})
     return options
+
+
+def step_options(store: Store) -> list[dict[str, str]]:
+    """Measured-step dropdown: none (compute from the rule or the measured samples/s), or one step
+    profile ``sidco profile --model`` stored (``--step-profile``; the page opens no typed path)."""
+    options = [{"label": "none: the rule fitted to published throughput, or the samples/s above", "value": ""}]
+    for row in store.step_profiles():
+        day = time.strftime("%Y-%m-%d", time.gmtime(row["created"]))
+        options.append({"label": f"step #{row['id']}: {row['model']} on {row['device']}, batch {row['batch_size']} × "
+                                 f"{row['tokens']} tokens, {row['precision']}, {row['step_s'] * 1e3:.4g} ms ({day})",
+                        "value": str(row["id"])})
+    return options
+
+
+def stored_step(store: Store, value: str | int | None) -> Any:
+    """The stored step profile a measured-step control names (:func:`pipeline.profile.stored_step`),
+    ``None`` when blank; ProjectionError (one line) when the store has none with that id."""
+    if value in (None, ""):
+        return None
+    try:
+        return pipeline_profile.stored_step(store, value)
+    except ValueError as exc:
+        raise ProjectionError(_first_line(exc)) from None
 
 
 def workload_fields(value: str | None) -> dict[str, Any]:
@@ -156,13 +185,15 @@ def parse_controls(
     reduce_dtype: str | None = None,
     param_dtype: str | None = None,
     checkpointing: bool = False,
+    step_profile: Any = None,
 ) -> Request:
     """The request of raw control values (text parsed here, checked by the request:
     :class:`pipeline.request.Request`; ``sites`` blank is one site, the WAN's rule
     :func:`pipeline.request.sites_options`); ProjectionError naming the first bad one. ``gpus_per_node``
     and ``batch_size`` (sequences or samples per GPU) blank for the defaults (1, 32); ``parallel`` and
     the rest of its family as ``sidco simulate``'s ``--parallel`` options
-    (:func:`pipeline.request.parallel_options`, blank or ``None`` for their defaults)."""
+    (:func:`pipeline.request.parallel_options`, blank or ``None`` for their defaults); ``step_profile`` a
+    stored step profile (:func:`stored_step`) anchoring a model's compute as ``--step-profile`` does."""
     fields = workload_fields(source)
     if not compressors:
         raise ProjectionError("choose at least one compressor")
@@ -202,7 +233,7 @@ def parse_controls(
         return Request(cluster, tuple(compressors), (density_value,), device=device or None,
                        calibration="latest" if calibrated else "none",
                        profile_id=None if profile_id in (None, "") else row_id(str(profile_id), "device profile"),
-                       message_budget=PAGE_MESSAGE_BUDGET, **anchors, **fields)
+                       message_budget=PAGE_MESSAGE_BUDGET, step_profile=step_profile, **anchors, **fields)
     except ValueError as exc:
         raise ProjectionError(_first_line(exc)) from None
 
@@ -223,7 +254,9 @@ def _run(store: Store, request: Request, compressors: list[str], fidelity: str,
     asked = replace(request, compressors=tuple(compressors), timeline=timeline,
                     cluster=replace(request.cluster, fidelity=fidelity))
     try:
-        return pipeline_project.project(store, pipeline_project.resolve(asked, store))
+        resolved = pipeline_project.resolve(asked, store)
+        return [{**result, **pipeline_compare.memory_of(resolved, result["compressor"])}
+                for result in pipeline_project.project(store, resolved)]
     except (ValueError, KeyError, OSError) as exc:
         raise ProjectionError(_first_line(exc)) from exc
 
@@ -237,12 +270,14 @@ def _row(result: dict[str, Any], fidelity: str, density: float) -> dict[str, Any
             "cost_source": result["cost_source"],
             **{key: result[key] for key in ("precision", "cost_band", "batch_size", "tokens", "tokens_stated",
                                             "compute_from")},
+            **{key: result[key] for key in MEMORY_KEYS},
             **{key: result[key] for key in SHARDED_KEYS if key in result}}
 
 
 def project(store: Store, request: Request, fidelity: str = "analytic") -> list[dict[str, Any]]:
     """Simulate every chosen compressor; one dict of :data:`RESULT_KEYS` (+ compressor, density
-    (``None`` where the message ignores it), label, fidelity, device, compute_source, cost_source) each. ProjectionError when any of them cannot be projected."""
+    (``None`` where the message ignores it), label, fidelity, device, compute_source, cost_source, the
+    memory per GPU of :data:`MEMORY_KEYS`) each. ProjectionError when any of them cannot be projected."""
     return [_row(result, fidelity, request.densities[0]) for result in _run(store, request, list(request.compressors), fidelity)]
 
 

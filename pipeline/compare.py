@@ -62,14 +62,23 @@ def compare(store: Store, projection: projections.Projection,
     projection = split_refused(projection)[0]
     measured = quality.for_source(store, projection.source, list(projection.pairs), rank=powersgd_rank,
                                   progress=progress)
-    workload = projection.workload
-    shapes = [layer.shape for layer in workload.layers]
     held = memory_setting(projection)
     rows = [{**result, "density": density, **collective_fields(result),
-             **memory.per_gpu(result["compressor"], workload.nbytes // workload.itemsize, shapes,
-                              projection.source.device.name, powersgd_rank, **held)}
+             **memory_of(projection, result["compressor"], held)}
             for (_, density), result in projections.project_pairs(store, projection)]
     return projection, quality.attach(rank(rows), measured)
+
+
+def memory_of(projection: projections.Projection, compressor: str,
+              held: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The memory per GPU of ``compressor`` under ``projection`` (:func:`costs.memory.per_gpu`: ``memory_gib``,
+    ``memory_parts_gib``, ``activations_counted``, ``memory_capacity_gib``, ``fits``; GiB), its state
+    held as ``projection``'s ``--parallel`` family holds it (``held``: :func:`memory_setting`, computed
+    here when not given). The numbers of every row of ``sidco compare`` and of the What-if page."""
+    workload = projection.workload
+    return memory.per_gpu(compressor, workload.nbytes // workload.itemsize, [layer.shape for layer in workload.layers],
+                          projection.source.device.name, int(projection.cluster.options.get("rank", 1)),
+                          **(memory_setting(projection) if held is None else held))
 
 
 def split_refused(projection: projections.Projection) -> tuple[projections.Projection, list[dict[str, Any]]]:

@@ -18,7 +18,7 @@ from compressors import work as declared
 from costs import anchor, costmodel, devices
 from costs.throughput import check_precision as throughput_precision
 from costs import device_profile as dp
-from results.store import Store
+from results.store import Store, row_id
 from units import check_count
 
 CHECK_MIN_NUMEL = 1 << 20
@@ -299,3 +299,14 @@ def measure_step(store: Store, device: str, model: str, *, batch_size: int, toke
     if out is not None:
         profile.save(out)
     return StepMeasured(profile_id, profile)
+
+
+def stored_step(store: Store, step_id: int | str) -> anchor.StepProfile:
+    """The step profile ``sidco profile --model`` stored as ``step_id`` (read as its file is,
+    :func:`costs.anchor.step_from_json`): what a door that opens no typed path (the What-if page)
+    gives a request as its ``step_profile``. ValueError (one line) when there is none with that id."""
+    number = row_id(step_id, "step profile")
+    row = store.step_profile(number)
+    if row is None:
+        raise ValueError(f"no step profile #{number} in {store.path} (sidco profile --model stores one)")
+    return anchor.step_from_json(row["profile_json"], f"stored step profile #{number}")

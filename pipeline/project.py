@@ -169,24 +169,24 @@ def trace_source(store: Store, *, path: str | Path | None = None, trace_id: int 
 
 def layout_source(name: str, *, device: str | None = None, device_flops_per_s: float | None = None,
                   batch_size: int = 32, precision: str = DEFAULT_PRECISION, samples_per_s: float | None = None,
-                  tokens: int | None = None, step_profile: str | None = None) -> Source:
+                  tokens: int | None = None, step_profile: str | anchor.StepProfile | None = None) -> Source:
     """The source of a full-size layout (:mod:`traces.layouts`, at ``tokens`` tokens per sample
     for a transformer) on the modelled ``device`` (a name; ``None``: the default rule of
     :func:`pipeline.request.resolve_device`) in ``precision``: its FLOPs at the compute rule's
     FLOP/s (:func:`costs.throughput.compute`, fitted to published training throughput), or
     at the rate a measured single-GPU throughput ``samples_per_s`` at ``batch_size`` implies
     (:func:`costs.anchor.measured`, with the measurement's band), or at the rate of the step
-    profile file ``step_profile`` (``sidco profile --model``: its throughput and the spread of its
-    steps), or at ``device_flops_per_s`` as given (no band); its optimizer at the device's memory
-    bandwidth."""
+    profile ``step_profile`` (``sidco profile --model``, a file's path or a stored profile read:
+    its throughput and the spread of its steps), or at ``device_flops_per_s`` as given (no band);
+    its optimizer at the device's memory bandwidth."""
     throughput.check_precision(precision)
     target = resolve_device(device, layout=True)
     if step_profile is not None:
-        step = anchor.load_step(step_profile)
+        step, named = anchor.step_named(step_profile)
         scaled = "" if step.scale == 1 else (f"; layers 0-{step.layers_timed - 1} of {step.layers} timed, their time "
                                              f"scaled x{step.scale:.4g}")
         rule = anchor.measured(name, target, int(batch_size), step.samples_per_s, tokens, precision,
-                               by=f"sidco profile --model, {step_profile}{scaled}", spread=step.spread)
+                               by=f"sidco profile --model, {named}{scaled}", spread=step.spread)
         flops, note, low, high, where = rule.flops_per_s, f"layout FLOPs at {rule.note}", rule.low, rule.high, "profiled"
     elif samples_per_s is not None:
         rule = anchor.measured(name, target, int(batch_size), float(samples_per_s), tokens, precision)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from costs import devices
 from costs.throughput import DEFAULT_PRECISION, check_precision
@@ -27,6 +27,9 @@ from simulator.scenario import FIDELITIES, TOPOLOGIES
 from results.store import row_id
 from units import (Pair, check_bandwidth, check_count, check_density, check_latency, format_bandwidth, format_seconds,
                    parse_duration, parse_list)
+
+if TYPE_CHECKING:
+    from costs.anchor import StepProfile
 
 DEFAULT_LAYOUT_DEVICE = "a100"
 """Layouts are GPU models by construction: without ``--device`` they run on this device."""
@@ -288,7 +291,8 @@ class WorkloadRequest:
     stated input) or ``model`` (a decoder-only transformer from its Hugging Face config.json: a
     shipped model's name or a config file's path, :mod:`traces.llm`; checked here and kept as its
     name or the file's absolute path, then computed as a layout is; ``step_profile``: a model's step
-    measured by ``sidco profile --model``, a file whose throughput anchors compute as
+    measured by ``sidco profile --model``, a file (its path) or a stored one read
+    (:func:`pipeline.profile.stored_step`), whose throughput anchors compute as
     ``samples_per_s`` does, its device and tokens taken when not given,
     :func:`costs.anchor.step_fields`). ``device``: the modelled device's name, ``None`` for the default rule
     (:func:`resolve_device`); ``precision``: ``fp32``, ``tf32`` or ``amp``. ``calibration``:
@@ -311,7 +315,7 @@ class WorkloadRequest:
     samples_per_s: float | None = None
     tokens: int | None = None
     model: str | None = None
-    step_profile: str | None = None
+    step_profile: str | StepProfile | None = None
 
     def __post_init__(self) -> None:
         given = [name for name in ("trace", "trace_id", "layout", "model") if getattr(self, name) is not None]

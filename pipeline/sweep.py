@@ -14,12 +14,13 @@ its compression costs came from (``device``, ``cost_source``).
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from processes.pool import local_pool
@@ -28,13 +29,14 @@ from simulator.limits import check_jobs, check_scenario  # check_jobs: the door 
 from pipeline.costs import compression_profile, cost_band
 from pipeline.project import Projection, Source, calibration, register
 from pipeline.project import options as scenario_options
-from pipeline.request import check_compressors, pair, takes_density
+from pipeline.request import check_compressors, pair, sharding_flags, takes_density
 from pipeline import quality
 from pipeline.compare import ALWAYS
 from pipeline.verdict import judge, rank
 from results.claims import CLAIM_LEASE_S
 from results.store import Store
 from simulator.scenario import TOPOLOGIES
+from simulator.sharded import Sharding
 from simulator.sweep import RANKED, Grid, SweepContext, chunks, describe, run_sweep, scenario_key
 
 PROFILE_META = "sweep-profile:{}"
@@ -115,6 +117,33 @@ def description(source: Source, origin: str | None = None) -> dict[str, Any]:
     if origin:
         out["origin"] = origin
     return out
+
+
+SHARDING_FIELDS = tuple(f.name for f in fields(Sharding))
+"""The fields of a sweep's stored ``--parallel`` family (``options.sharding`` of its configuration)."""
+
+
+def sharding_of(config_json: str) -> dict[str, Any] | None:
+    """The ``--parallel`` family a sweep was projected under, read back from its stored configuration
+    (``config_json``, :meth:`results.store.Store.sweep`): ``parallel``, ``shard_size`` (GPUs per shard
+    group; ``None``: one node), ``reduce_dtype``, ``param_dtype``, ``micro_batch`` (sequences per
+    accumulation step; ``None``: one step) and ``checkpointing``, checked as
+    :class:`simulator.sharded.Sharding` checks them; ``None`` for plain DDP with every default.
+    ValueError (one line) when the stored value is not those fields."""
+    held = json.loads(config_json).get("options", {}).get("sharding")
+    if held is None:
+        return None
+    if not isinstance(held, dict) or set(held) != set(SHARDING_FIELDS):
+        raise ValueError(f"a sweep's stored --parallel family is not its fields ({', '.join(SHARDING_FIELDS)}): "
+                         f"{held!r:.80}")
+    Sharding(**held)
+    return {name: held[name] for name in SHARDING_FIELDS}
+
+
+def sharding_text(held: Mapping[str, Any]) -> str:
+    """The flags that give the ``--parallel`` family ``held`` (:func:`sharding_of`), e.g.
+    ``--parallel hsdp --micro-batch 2 --checkpointing`` (:func:`pipeline.request.sharding_flags`)."""
+    return sharding_flags(Sharding(**held)).strip()
 
 
 def _profile(store: Store, sweep_id: int, source: Source, grid: Grid,

@@ -402,6 +402,11 @@ class Queries:
         samples_per_s, profile_json, created), newest first."""
         return self._all("SELECT * FROM step_profiles ORDER BY created DESC, id DESC")
 
+    def step_profile(self, profile_id: int) -> dict[str, Any] | None:
+        """The stored step profile ``profile_id`` (the columns of :meth:`step_profiles`), ``None`` when
+        there is none."""
+        return self._first("SELECT * FROM step_profiles WHERE id=?", (int(profile_id),))
+
     # -- sweeps and scenarios -----------------------------------------------------------------
 
     def sweep_list(self) -> list[dict[str, Any]]:
@@ -409,6 +414,10 @@ class Queries:
         return self._all("SELECT s.id, s.trace_id, s.total, s.status, s.config_json,"
                          " (SELECT COUNT(*) FROM scenarios c WHERE c.sweep_id = s.id) AS landed"
                          " FROM sweeps s ORDER BY s.created DESC, s.id DESC")
+
+    def sweep(self, sweep_id: int) -> dict[str, Any] | None:
+        """One sweep (id, trace_id, total, status, config_json), ``None`` when there is none with that id."""
+        return self._first("SELECT id, trace_id, total, status, config_json FROM sweeps WHERE id=?", (int(sweep_id),))
 
     def scenario_count(self, sweep_id: int) -> int:
         """Scenario rows of a sweep in the store so far (an index-only count)."""

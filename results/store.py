@@ -1,6 +1,6 @@
 """The results store: one SQLite file that every part of the testbed writes to.
 
-Schema (version 8; all times in seconds, sizes in bytes, bandwidths in bits/s):
+Schema (version 10; all times in seconds, sizes in bytes, bandwidths in bits/s):
 
 ``traces``       one row per registered trace directory (``path`` is unique); v7 adds
                  ``content_sha256``, the digest of its files when last read.
@@ -37,7 +37,11 @@ squared norm, and what exact Top-k at the target density would send); version 5
 ``outer_density`` (a DiLoCo run's H and outer exchange; 1 and null for per-step runs); version 8
 ``claim_owners`` (the owner's identity beyond a PID and its heartbeat; the PID moved there, v7
 claims keep their owner with an unknown identity and lapse by their lease) and
-``traces.content_sha256``. A store is
+``traces.content_sha256``; version 9 ``step_profiles``; version 10 no table: a sweep's
+``--parallel`` family in its ``config_json`` (``options.sharding``), which v9 held as the text of a
+Python object (``"Sharding(parallel='hsdp', ...)"``), becomes its JSON fields (``parallel``,
+``shard_size``, ``reduce_dtype``, ``param_dtype``, ``micro_batch``, ``checkpointing``), and its
+``config_key`` with it, so the same sweep run again resumes. A store is
 brought up to date by :data:`MIGRATIONS`: step *n* takes a store from version
 *n - 1* to *n*; the missing steps run in order inside one transaction, so an
 upgrade either completes or leaves the file as it was.
@@ -327,7 +331,27 @@ CREATE TABLE step_profiles (
 CREATE INDEX step_profiles_by_model ON step_profiles(model, device, created);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+_V10 = """
+CREATE TABLE sweep_sharding_v9 AS
+    SELECT id, replace(replace(replace(replace(replace(replace(replace(replace(
+        json_extract(config_json, '$.options.sharding'), 'Sharding(', '{"'), '=', '":'), ', ', ', "'), '''', '"'),
+        'None', 'null'), 'True', 'true'), 'False', 'false'), ')', '}') AS fields
+    FROM sweeps WHERE json_type(config_json, '$.options.sharding') = 'text';
+UPDATE sweeps SET config_key = json_set(config_key, '$.options.sharding', json((SELECT json_object(
+        'checkpointing', json(CASE json_extract(v.fields, '$.checkpointing') WHEN 1 THEN 'true' ELSE 'false' END),
+        'micro_batch', json_extract(v.fields, '$.micro_batch'), 'parallel', json_extract(v.fields, '$.parallel'),
+        'param_dtype', json_extract(v.fields, '$.param_dtype'), 'reduce_dtype', json_extract(v.fields, '$.reduce_dtype'),
+        'shard_size', json_extract(v.fields, '$.shard_size'))
+    FROM sweep_sharding_v9 v WHERE v.id = sweeps.id)))
+    WHERE id IN (SELECT id FROM sweep_sharding_v9);
+UPDATE sweeps SET config_json = config_key WHERE id IN (SELECT id FROM sweep_sharding_v9);
+DROP TABLE sweep_sharding_v9
+"""
+"""A sweep's ``--parallel`` family (``options.sharding`` of its configuration), which version 9
+stored as the text of a Python object, as its JSON fields, in ``config_json`` and ``config_key``
+(keys in sorted order, as :func:`results.queries.config_key` writes them)."""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 """``MIGRATIONS[n - 1]`` is the DDL taking a store from schema version ``n - 1`` to ``n``
 (version 0 is an empty file). Append a step to change the schema; never edit one."""
 

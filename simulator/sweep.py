@@ -15,7 +15,7 @@ import json
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from typing import Any
 
 import compressors
@@ -214,12 +214,15 @@ def run_sweep(
 
 
 def describe(context: SweepContext, grid: Grid, source: dict[str, Any]) -> dict[str, Any]:
-    """The configuration that identifies a sweep (reruns with the same one resume it)."""
+    """The configuration that identifies a sweep (reruns with the same one resume it), plain JSON: an
+    option held as a dataclass (the ``--parallel`` family's :class:`simulator.sharded.Sharding`) as its
+    fields (``parallel``, ``shard_size``, ``reduce_dtype``, ``param_dtype``, ``micro_batch``,
+    ``checkpointing``)."""
     return {
         "source": source,
         "grid": {k: v for k, v in asdict(grid).items() if k != "ranks" or tuple(v) != (1,)},
         "fidelity": context.fidelity,
-        "options": context.options,
+        "options": {name: asdict(value) if is_dataclass(value) else value for name, value in context.options.items()},
         "calibration": None if context.calibration is None else asdict(context.calibration),
         "profile": None if context.profile is None else context.profile.source,
     }

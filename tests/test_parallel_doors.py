@@ -99,3 +99,64 @@ def test_compare_table_of_a_model_across_sites_marks_rows_without_memory(tmp_pat
     lines = capsys.readouterr().out.splitlines()
     (diloco,) = [line for line in lines if " diloco " in line and "all-reduce" not in line][:1]
     assert diloco.split()[-4:-2] == ["-", "-"] and all(len(line) <= 120 for line in lines)
+
+
+def _as_v9_wrote_it(path: Path) -> list[int]:
+    """Rewrite every sweep of the store at ``path`` as schema v9 held it (its ``options.sharding`` the
+    text of a :class:`simulator.sharded.Sharding`, by ``default=str``, in ``config_json`` and
+    ``config_key``) and mark the store v9; returns the ids of the sweeps rewritten."""
+    import sqlite3
+
+    from results.queries import config_key
+    from simulator.sharded import Sharding
+
+    raw = sqlite3.connect(path)
+    with raw:
+        rewritten = []
+        for sweep_id, text in raw.execute("SELECT id, config_json FROM sweeps").fetchall():
+            config = json.loads(text)
+            if config["options"].get("sharding") is None:
+                continue
+            config["options"]["sharding"] = Sharding(**config["options"]["sharding"])
+            raw.execute("UPDATE sweeps SET config_key=?, config_json=? WHERE id=?",
+                        (config_key(config), json.dumps(config, sort_keys=True, default=str), sweep_id))
+            rewritten.append(sweep_id)
+        raw.execute("UPDATE meta SET value='9' WHERE key='schema_version'")
+    raw.close()
+    return rewritten
+
+
+SWEPT = {"hsdp": ["--parallel", "hsdp", "--shard-size", "4", "--micro-batch", "2", "--reduce-dtype", "bf16",
+                  "--checkpointing"],
+         "fsdp": ["--parallel", "fsdp"], "ddp": []}
+
+
+def test_a_sweep_stores_its_parallel_family_as_fields_and_a_v9_store_migrates_and_resumes(tmp_path, capsys):
+    """The sweep's stored configuration holds the --parallel family as JSON fields, which --json reads
+    back; a v9 store (which held them as a Python object's text) opens at the current version with
+    the same fields and key, so running each sweep again resumes it, computing nothing."""
+    from results.store import SCHEMA_VERSION, Store
+
+    store = tmp_path / "r.sqlite"
+
+    def sweep(flags: list[str]) -> dict:
+        assert main(["sweep", *CLUSTER, "--compressors", "none,bf16", "--jobs", "1", "--no-progress",
+                     "--store", str(store), "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    first = {name: sweep(flags) for name, flags in SWEPT.items()}
+    assert first["hsdp"]["sharding"] == {"parallel": "hsdp", "shard_size": 4, "reduce_dtype": "bf16",
+                                         "param_dtype": "bf16", "micro_batch": 2, "checkpointing": True}
+    assert first["hsdp"]["parallel"] == "--parallel hsdp --shard-size 4 --reduce-dtype bf16 --micro-batch 2 --checkpointing"
+    assert first["fsdp"]["sharding"]["parallel"] == "fsdp" and "sharding" not in first["ddp"]
+    with Store(store) as opened:
+        stored = {row["id"]: json.loads(row["config_json"]) for row in opened.sweep_list()}
+    assert stored[first["hsdp"]["sweep_id"]]["options"]["sharding"] == first["hsdp"]["sharding"]
+    assert sorted(_as_v9_wrote_it(store)) == sorted([first["hsdp"]["sweep_id"], first["fsdp"]["sweep_id"]])
+    with Store(store) as opened:
+        assert opened.get_meta("schema_version") == str(SCHEMA_VERSION)
+        assert {row["id"]: json.loads(row["config_json"]) for row in opened.sweep_list()} == stored
+    for name, flags in SWEPT.items():
+        again = sweep(flags)
+        assert (again["sweep_id"], again["resumed"], again["computed"]) == (first[name]["sweep_id"], True, 0), name
+        assert again.get("sharding") == first[name].get("sharding")

@@ -9,6 +9,7 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from dashboard import components as ui
 from dashboard import data, figures, projection, sweep_runner
 from dashboard.data import StoreReader
+from pipeline.sweep import sharding_of, sharding_text
 from units import format_bandwidth, format_seconds
 
 PATH = "/sweeps"
@@ -16,13 +17,16 @@ TITLE = "Sweeps"
 
 
 def _origin(sweep: dict) -> str:
-    """What a sweep simulated: its trace's workload or its layout (from the sweep's config)."""
+    """What a sweep simulated: its trace's workload or its layout, and the ``--parallel`` family it was
+    projected under (:func:`pipeline.sweep.sharding_of`, as ``sidco sweep`` prints it), from the sweep's config."""
     source = json.loads(sweep["config_json"]).get("source")
+    held = sharding_of(sweep["config_json"])
+    under = "" if held is None else f" · {sharding_text(held)}"
     if isinstance(source, dict) and source.get("layout"):
-        return f"layout {source['layout']}"
+        return f"layout {source['layout']}{under}"
     if sweep["trace_id"] is not None:
-        return f"trace #{sweep['trace_id']}"
-    return "sweep"
+        return f"trace #{sweep['trace_id']}{under}"
+    return f"sweep{under}"
 
 
 def _sweep_options(store) -> list[dict[str, object]]:

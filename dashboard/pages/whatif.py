@@ -134,6 +134,12 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
         ui.labelled("Measured samples/s (optional)", dcc.Input(id="whatif-samples-per-s", value="", debounce=True),
                     "layouts: one GPU's training throughput you measured at batch 32; compute then comes from it "
                     "(band ±5 %) instead of the rule fitted to published throughput"),
+        ui.labelled("Measured step (optional)", dcc.Dropdown(id="whatif-step-profile",
+                                                             options=projection.step_options(store), value="",
+                                                             clearable=False),
+                    "models: a training step sidco profile --model stored (--step-profile); compute then comes from "
+                    "it (band: the spread of its steps); its batch, tokens, precision and device must be the ones "
+                    "projected"),
         ui.labelled("Tokens per sample (optional)", dcc.Input(id="whatif-tokens", value="", debounce=True),
                     "transformer layouts and models: sequence length (default 128 for BERT, 1024 for GPT-2, "
                     "4096 for a model)"),
@@ -180,21 +186,46 @@ def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
+def _memory_cell(row: dict) -> html.Td:
+    """A row's memory per GPU (GiB), marked when it does not fit; its parts on hover."""
+    if row.get("memory_gib") is None:
+        return html.Td("-")
+    parts = ", ".join(f"{name.replace('_', ' ')} {gib:.2f}" for name, gib in row["memory_parts_gib"].items())
+    unfit = row.get("fits") is False
+    return html.Td(f"{row['memory_gib']:.1f}" + (" ✗ does not fit" if unfit else ""), title=f"GiB: {parts}",
+                   **({"className": "unfit"} if unfit else {}))
+
+
+def memory_note(rows: list[dict]) -> str:
+    """What the memory column counts, against which capacity, and what its mark means."""
+    room = next((r["memory_capacity_gib"] for r in rows if r.get("memory_capacity_gib") is not None), None)
+    against = (f"against the {rows[0]['device']}'s {room:.1f} GiB (✗: does not fit; the verdict never calls it)"
+               if room is not None else f"the {rows[0]['device']}'s memory is not modelled, so no fit is judged")
+    counted = "" if all(r.get("activations_counted") for r in rows) else (
+        "; activations are counted for a model from its config only, so a row that fits may not once they are added")
+    return (f"Memory per GPU = model states (parameters, gradients, optimizer; sharded under --parallel), "
+            f"activations, the compressor's state (error-feedback residual, PowerSGD's factors), as sidco compare "
+            f"gives it, {against}{counted}; hover a cell for its parts.")
+
+
 def quality_table(rows: list[dict]) -> html.Div:
-    """What each row sends: achieved density (and ÷ target), energy vs Top-k, where they come from."""
+    """What each row sends (achieved density (and ÷ target), energy vs Top-k, where they come from)
+    and holds: its memory per GPU (GiB) against the device's, marked when it does not fit."""
     replaces = any("collective" in r for r in rows)
+    room = next((r["memory_capacity_gib"] for r in rows if r.get("memory_capacity_gib") is not None), None)
+    memory_head = "GiB per GPU" + ("" if room is None else f" (of {room:.1f})")
     head = html.Tr([html.Th(t) for t in ("configuration", "achieved density", "÷ target", "energy vs Top-k",
-                                         *(["replaces"] if replaces else []), "quality from")])
+                                         *(["replaces"] if replaces else []), memory_head, "quality from")])
     body = [html.Tr([html.Td(r["label"]), html.Td(_cell(r["achieved_density"])),
                      html.Td(_cell(r["achieved_over_target"])), html.Td(_cell(r["energy_vs_topk"])),
-                     *([html.Td(r.get("collective", "-"))] if replaces else []),
+                     *([html.Td(r.get("collective", "-"))] if replaces else []), _memory_cell(r),
                      html.Td(r["quality_source"])]) for r in rows]
     return html.Div(className="panel", children=[
-        html.H4("What each configuration sends"),
+        html.H4("What each configuration sends, and its memory per GPU"),
         html.Table([html.Thead(head), html.Tbody(body)], id="whatif-quality-table", className="quality-table"),
         ui.note(f"Energy vs Top-k = squared norm sent ÷ exact Top-k's at the same density on the same gradients "
                 f"(none, casts: 1; PowerSGD: the share its rank captures). Where it comes from: {QUALITY_RULE}. "
-                f"The verdict's rule: {CALL_RULE}."),
+                f"The verdict's rule: {CALL_RULE}. {memory_note(rows)}"),
     ])
 
 
@@ -218,6 +249,7 @@ def register(app: Dash, reader: StoreReader) -> None:
         Input("whatif-device", "value"),
         Input("whatif-costs", "value"),
         Input("whatif-samples-per-s", "value"),
+        Input("whatif-step-profile", "value"),
         Input("whatif-tokens", "value"),
         Input("whatif-sites", "value"),
         Input("whatif-wan-bandwidth", "value"),
@@ -226,7 +258,7 @@ def register(app: Dash, reader: StoreReader) -> None:
         Input("whatif-des", "n_clicks"),
     )
     def _project(source, compressors, density, nodes, bandwidth, latency, topology, calibrated, device, costs,
-                 samples_per_s, tokens, sites, wan_bandwidth, wan_rtt, *rest):
+                 samples_per_s, step_profile, tokens, sites, wan_bandwidth, wan_rtt, *rest):
         held = parallel_values(*rest[:len(PARALLEL_IDS)])
         fidelity = "des" if ctx.triggered_id == "whatif-des" else "analytic"
         started = time.perf_counter()
@@ -234,7 +266,9 @@ def register(app: Dash, reader: StoreReader) -> None:
             chosen = projection.parse_controls(source, compressors, density, nodes, bandwidth, latency, topology,
                                                calibrated=bool(calibrated), device=device or None,
                                                profile_id=costs or None, samples_per_s=samples_per_s, tokens=tokens,
-                                               sites=sites, wan_bandwidth=wan_bandwidth, wan_rtt=wan_rtt, **held)
+                                               sites=sites, wan_bandwidth=wan_bandwidth, wan_rtt=wan_rtt,
+                                               step_profile=projection.stored_step(reader.store(), step_profile),
+                                               **held)
             results, problems = projection.project_each(reader.store(), chosen, fidelity)
             results, judged = projection.judged(reader.store(), chosen, results)
         except ValueError as exc:

@@ -18,7 +18,7 @@ from tqdm import tqdm
 import pipeline.sweep
 from pipeline.catalog import TOPOLOGIES, compressor_names
 from pipeline import project as projection
-from pipeline.request import (WorkloadRequest, default_topology, one_way_latencies, pair, refused, sharding_flags,
+from pipeline.request import (WorkloadRequest, default_topology, one_way_latencies, pair, refused,
                               takes_density)
 from pipeline.sweep import Grid, check_jobs
 from pipeline.tta import check_target, convergence_run, sweep_time_to_target, target_text, trace_path
@@ -185,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
                 bar.close()
         found = pipeline.sweep.findings(store, done.sweep_id, done.source, grid.ranks[0] if len(grid.ranks) == 1 else None)
         rows = store.scenarios(done.sweep_id) if args.json else []
+        held = pipeline.sweep.sharding_of(store.sweep(done.sweep_id)["config_json"])
         tta = None
         if args.convergence is not None:
             tta = sweep_time_to_target(store, done.sweep_id, args.convergence, target_accuracy=args.target_accuracy,
@@ -192,8 +193,8 @@ def run(args: argparse.Namespace) -> int:
     summary = {"sweep_id": done.sweep_id, "total": done.total, "stored": done.stored, "computed": done.computed,
                "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity, "device": source.device.name,
                "compute_source": source.compute, "cost_sources": done.cost_sources, "findings": found, "rows": rows}
-    if "sharding" in options:  # the --parallel family the grid was projected under, and what it refused
-        summary.update(parallel=sharding_flags(options["sharding"]).strip(), refused=reasons)
+    if held is not None:  # the --parallel family the grid was projected under, as stored, and what it refused
+        summary.update(parallel=pipeline.sweep.sharding_text(held), sharding=held, refused=reasons)
     if tta is not None:
         summary["time_to_target"] = tta
     if args.json:
@@ -201,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         say(f"sweep {done.sweep_id}: {done.stored}/{done.total} scenarios stored in {args.store} "
             f"({done.computed} computed now{', resumed' if done.resumed else ''}; fidelity {args.fidelity}"
-            f"{';' + sharding_flags(options.get('sharding')) if 'sharding' in options else ''})", "  ")
+            f"{'; ' + pipeline.sweep.sharding_text(held) if held is not None else ''})", "  ")
         say(f"device {source.device.name}: compute from {source.compute}", "  ")
         by_source: dict[str, list[str]] = {}
         for pair, where in sorted(done.cost_sources.items()):

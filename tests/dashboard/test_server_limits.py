@@ -23,6 +23,7 @@ BIG = "9" * (3 * 2**20)  # a 3 MiB "bandwidth"
 CONTROLS = {"whatif-source": "layout:resnet50", "whatif-compressors": ["none", "topk"], "whatif-density": "0.01",
             "whatif-nodes": "8", "whatif-bandwidth": "10Gbit", "whatif-latency": "50us", "whatif-topology": "ring",
             "whatif-calibrated": [], "whatif-device": "", "whatif-costs": "", "whatif-samples-per-s": "",
+            "whatif-step-profile": "",
             "whatif-tokens": "", "whatif-sites": "1", "whatif-wan-bandwidth": "", "whatif-wan-rtt": "",
             "whatif-gpus-per-node": "", "whatif-batch-size": "", "whatif-parallel": "ddp",
             "whatif-shard-size": "", "whatif-micro-batch": "", "whatif-reduce-dtype": "fp32",
