@@ -4,7 +4,9 @@
 put :func:`memory_of` on every row (:data:`MEMORY_KEYS`, GiB), so a configuration reads the same
 wherever it is shown; the formulas are :mod:`costs.memory`'s, the state held as the row's
 ``--parallel`` family holds it (:func:`memory_setting`). A row whose memory is not modelled (a
-low-communication strategy) carries :func:`unmodelled`: every key ``None`` and ``memory_reason``.
+low-communication strategy, :data:`STRATEGY_UNMODELLED`) carries :func:`unmodelled`: every key
+``None`` and ``memory_reason``. Every verdict leaves out what does not fit by
+:func:`pipeline.verdict.memory_gate`.
 """
 
 from __future__ import annotations
@@ -63,6 +65,12 @@ def memory_setting(projection: projections.Projection, cluster: Cluster | None =
     return out
 
 
+STRATEGY_UNMODELLED = ("not modelled for a low-communication strategy: besides a per-step replica's states each "
+                       "site keeps the global parameters and the outer optimizer's momentum, which costs/memory.py "
+                       "does not count")
+"""Why a DiLoCo or streaming row (``sidco compare``, ``sidco tta``) has no memory per GPU."""
+
+
 def unmodelled(reason: str) -> dict[str, Any]:
     """The memory keys of a row whose memory is not modelled: each of :data:`MEMORY_KEYS` ``None``
     and ``memory_reason`` (one line, why)."""
@@ -72,3 +80,17 @@ def unmodelled(reason: str) -> dict[str, Any]:
 def capacity_gib(rows: Sequence[Mapping[str, Any]]) -> float | None:
     """The device memory (GiB) the first of ``rows`` that states one gives, ``None`` when none does."""
     return next((r["memory_capacity_gib"] for r in rows if r.get("memory_capacity_gib") is not None), None)
+
+
+def memory_text(row: Mapping[str, Any]) -> str:
+    """``row``'s memory per GPU in words: ``memory_gib`` against the device's capacity (GiB) and whether
+    it fits, what it counts; ``memory_reason`` where it is not modelled."""
+    if row.get("memory_gib") is None:
+        return f"not modelled: {row.get('memory_reason') or 'no memory recorded'}"
+    counted = ("parameters, gradients, optimizer states, compressor state"
+               + (" and activations" if row.get("activations_counted") else "; activations not counted"))
+    room = row.get("memory_capacity_gib")
+    if room is None:
+        return f"{row['memory_gib']:.1f} GiB ({counted}); the device's capacity is unknown"
+    return (f"{row['memory_gib']:.1f} GiB of {room:.1f} GiB: {'fits' if row['fits'] else 'does not fit'} "
+            f"({counted})")

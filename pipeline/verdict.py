@@ -81,7 +81,7 @@ def names_text(labels: Sequence[str], most: int = 5) -> str:
     return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
 
 
-NONE_FITS = "no configuration fits in one GPU's memory; by speed alone"
+NONE_FITS = "no configuration fits in one GPU's memory"
 """What a verdict says before its call when every configuration needs more than one GPU's memory."""
 
 
@@ -300,7 +300,8 @@ def _text(v: Mapping[str, Any], rows: Mapping[str, Mapping[str, Any]]) -> str:
     if v["fails_quality"] and not set(v["tied"]) - set(v["fails_quality"]):
         parts[0] = f"no configuration passes the quality rule; by speed alone: {parts[0]}"
     if v["does_not_fit"]:
-        parts[0] = (f"{NONE_FITS}: {parts[0]}" if set(v["tied"]) <= set(v["does_not_fit"]) else parts[0])
+        if set(v["tied"]) <= set(v["does_not_fit"]):
+            parts[0] = f"{NONE_FITS}; by speed alone: {parts[0]}"
         parts.append(fit_note(v["does_not_fit"]))
     if v["sends_little"]:
         parts.append(f"caution: {quality.little_text([rows[label] for label in v['sends_little']])}")
