@@ -26,6 +26,7 @@ from convergence.tta import check_target, mean_spread, ranked, target_text, time
 from pipeline import lowcomm, project
 from pipeline.penalty import VARIANT, baseline_command, family, loss_penalties, synchronous_run
 from pipeline.request import Cluster, Request, pair, paired_rows, sites_of
+from pipeline.sweep import scenario_rows
 from pipeline.memory import STRATEGY_UNMODELLED, memory_of, memory_setting, unmodelled
 from pipeline.verdict import NONE_FITS, fit_note, iteration_band, memory_gate
 from simulator.lowcomm import Strategy
@@ -531,8 +532,11 @@ def sweep_time_to_target(
     latency_s, topology, compressor, density, iteration_s, iterations_to_target,
     time_to_target_s, reason}], "winners": [{nodes, bandwidth_bps, latency_s, topology,
     compressor, density, time_to_target_s, margin_ratio}]}`` (each row also carries the error
-    band its sweep stored: ``iteration_s_low``/``high``, ``time_to_target_s_low``/``high``); a scenario whose (compressor,
+    band its sweep stored: ``iteration_s_low``/``high``, ``time_to_target_s_low``/``high``, and
+    its memory per GPU, ``memory_gib`` and ``fits``, :func:`pipeline.sweep.scenario_rows`); a scenario whose (compressor,
     density) the run did not train, or that never reached the target, gets ``None`` and a reason.
+    A cluster's winner is its fastest to the target among the rows that fit in one GPU's memory
+    (:func:`pipeline.verdict.memory_gate`).
     """
     from convergence.tta import iterations_to_target
 
@@ -543,7 +547,7 @@ def sweep_time_to_target(
     reached = {trained: iterations_to_target(items, target_accuracy=target_accuracy, target_loss=target_loss)
                for trained, items in per_pair.items()}
     rows = []
-    for s in store.scenarios(int(sweep_id)):
+    for s in scenario_rows(store, int(sweep_id)):
         iterations, reason = reached.get(pair(s["compressor"], s["density"]), (None, f"convergence #{run['id']} did not train this "
                                                       "(compressor, density)"))
         low = s["iteration_s"] if s["iteration_s_low"] is None else s["iteration_s_low"]  # swept before bands
@@ -553,14 +557,14 @@ def sweep_time_to_target(
                      "iteration_s_low": low, "iteration_s_high": high,
                      "time_to_target_s_low": None if iterations is None else iterations * low,
                      "time_to_target_s_high": None if iterations is None else iterations * high,
-                     "reason": reason})
+                     "memory_gib": s["memory_gib"], "fits": s["fits"], "reason": reason})
     clusters: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         if row["time_to_target_s"] is not None:
             clusters.setdefault((row["nodes"], row["bandwidth_bps"], row["latency_s"], row["topology"]), []).append(row)
     winners = []
-    for (nodes, bandwidth, latency, topology), items in sorted(clusters.items()):
-        items.sort(key=lambda r: r["time_to_target_s"])
+    for (nodes, bandwidth, latency, topology), reached_rows in sorted(clusters.items()):
+        items = sorted(memory_gate(reached_rows)[0], key=lambda r: r["time_to_target_s"])
         best = items[0]
         margin = (items[1]["time_to_target_s"] / best["time_to_target_s"]
                   if len(items) > 1 and best["time_to_target_s"] > 0 else None)
