@@ -148,7 +148,7 @@ def _print_findings(found: list[dict[str, Any]]) -> None:
         vs_dense = "" if f["speedup_over_baseline"] is None else f"{f['speedup_over_baseline']:.3f}x"
         print(f"  {number:>2} {f['nodes']:>5} {format_bandwidth(f['bandwidth_bps']):>12} "
               f"{format_seconds(f['latency_s']):>9} {f['topology']:<16} {f['best']:<16} {f['speedup']:>7.3f}x "
-              f"{vs_dense:>8} {memory_cell(f)}")
+              f"{vs_dense:>8} {memory_cell(f)}".rstrip())
     say(memory_legend(found) + "; a best marked ! means no configuration of its cluster fits", "  ")
     say("verdict per cluster (# as in the table):")
     for number, f in enumerate(found, 1):

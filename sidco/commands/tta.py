@@ -126,8 +126,8 @@ def print_result(result: dict[str, Any], sites: str = "") -> None:
     print(header)
     print("-" * len(header))
     for row in rows:
-        print(f"{row['label']:<{width}} {_iterations(row):>14} {_seconds(row['iteration_s']):>11} {_time(row):>22} "
-              f"{memory_cell(row)}" + (_strategy_cells(row) if lowcomm else "") + f"  {row['reason'] or ''}".rstrip())
+        print((f"{row['label']:<{width}} {_iterations(row):>14} {_seconds(row['iteration_s']):>11} {_time(row):>22} "
+               f"{memory_cell(row)}" + (_strategy_cells(row) if lowcomm else "") + f"  {row['reason'] or ''}").rstrip())
     sources = "; ".join(f"{name}: {source}" for name, source in sorted(result["cost_sources"].items()))
     print("iterations = to the first evaluation at the target (mean ± sample standard deviation over the seeds); "
           f"iteration = projected seconds per iteration on {result['device']}; compute: {result['compute_source']}; "
