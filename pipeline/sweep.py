@@ -31,11 +31,10 @@ from simulator.limits import check_jobs, check_scenario  # check_jobs: the door 
 from pipeline.costs import compression_profile, cost_band
 from pipeline.project import Projection, Source, calibration, register
 from pipeline.project import options as scenario_options
-from pipeline.request import check_compressors, pair, sharding_flags, takes_density
+from pipeline.request import Cluster, check_compressors, pair, sharding_flags, takes_density
 from pipeline import quality
 from pipeline.compare import ALWAYS
 from pipeline.memory import MEMORY_KEYS, memory_of
-from pipeline.request import Cluster
 from pipeline.verdict import judge, memory_gate, rank
 from results.claims import CLAIM_LEASE_S
 from results.store import Store
