@@ -100,6 +100,18 @@ def note(message: str) -> html.Div:
     return html.Div(public_message(message), className="inline-note")
 
 
+def memory_cell(row: dict[str, Any]) -> html.Td:
+    """A row's memory per GPU (GiB, :data:`pipeline.memory.MEMORY_KEYS`), marked when it does not fit;
+    its parts on hover (``-`` and its ``memory_reason`` where it has none)."""
+    if row.get("memory_gib") is None:
+        reason = row.get("memory_reason")
+        return html.Td("-", **({"title": reason} if reason else {}))
+    parts = ", ".join(f"{name.replace('_', ' ')} {gib:.2f}" for name, gib in row["memory_parts_gib"].items())
+    unfit = row.get("fits") is False
+    return html.Td(f"{row['memory_gib']:.1f}" + (" ✗ does not fit" if unfit else ""), title=f"GiB: {parts}",
+                   **({"className": "unfit"} if unfit else {}))
+
+
 def empty_store(what: str, command: str) -> html.Div:
     """The panel shown when the store holds nothing for a page: which command fills it."""
     return html.Div(

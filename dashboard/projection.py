@@ -16,10 +16,10 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from pipeline import compare as pipeline_compare
 from pipeline import profile as pipeline_profile
 from pipeline import project as pipeline_project
 from pipeline import verdict
+from pipeline.memory import MEMORY_KEYS, memory_of
 from pipeline import quality as pipeline_quality
 from pipeline.catalog import TOPOLOGIES, compressor_names as _compressor_names, layout_names as _layout_names
 from pipeline.catalog import model_names as _model_names
@@ -37,10 +37,6 @@ command line allows :data:`pipeline.catalog.MESSAGE_BUDGET`."""
 RESULT_KEYS = ("iteration_s", "samples_per_s", "forward_s", "backward_s", "compress_s", "exposed_comm_s", "idle_s",
                "speedup", "iteration_s_low", "iteration_s_high", "speedup_low", "speedup_high")
 
-
-MEMORY_KEYS = ("memory_gib", "memory_parts_gib", "activations_counted", "memory_capacity_gib", "fits")
-"""What a row holds in one GPU's memory, as ``sidco compare --json`` gives it
-(:func:`pipeline.compare.memory_of`; GiB, ``fits`` ``None`` on a device of unknown capacity)."""
 
 SHARDED_KEYS = ("collective", "parallel", "shard_size", "micro_batches")
 """What a row adds under ``--parallel`` (``collective``: what its compressor replaces; under DDP
@@ -255,7 +251,7 @@ def _run(store: Store, request: Request, compressors: list[str], fidelity: str,
                     cluster=replace(request.cluster, fidelity=fidelity))
     try:
         resolved = pipeline_project.resolve(asked, store)
-        return [{**result, **pipeline_compare.memory_of(resolved, result["compressor"])}
+        return [{**result, **memory_of(resolved, result["compressor"])}
                 for result in pipeline_project.project(store, resolved)]
     except (ValueError, KeyError, OSError) as exc:
         raise ProjectionError(_first_line(exc)) from exc

@@ -18,10 +18,10 @@ from dataclasses import replace
 from typing import Any
 
 from compressors.work import REGISTRY
-from costs import memory
 from simulator import sharded
 from pipeline import project as projections
 from pipeline import quality
+from pipeline.memory import memory_of, memory_setting
 from pipeline import request as requests
 from pipeline.verdict import rank
 from results.store import Store
@@ -53,8 +53,8 @@ def compare(store: Store, projection: projections.Projection,
     plus ``label``, ``rank``, ``speedup_over_baseline``, the quality columns
     (:data:`pipeline.quality.COLUMNS`, by :data:`pipeline.quality.QUALITY_RULE`: a trace's
     missing replays run first, ``progress(what, calls_done, calls_total)`` after every call) and
-    the memory per GPU (:func:`costs.memory.per_gpu`: ``memory_gib``, ``memory_capacity_gib``, ``fits``,
-    under the ``--parallel`` family, :func:`memory_setting`) and ``collective``/``collectives`` (what the
+    the memory per GPU (:func:`pipeline.memory.memory_of`: ``memory_gib``, ``memory_capacity_gib``, ``fits``,
+    under the ``--parallel`` family) and ``collective``/``collectives`` (what the
     compressor replaces; each collective's bytes, total and exposed time). Pairs the ``--parallel``
     cannot run are left out (:func:`split_refused` lists them with the reason)."""
     projection = projections.registered(store, projection)
@@ -67,18 +67,6 @@ def compare(store: Store, projection: projections.Projection,
              **memory_of(projection, result["compressor"], held)}
             for (_, density), result in projections.project_pairs(store, projection)]
     return projection, quality.attach(rank(rows), measured)
-
-
-def memory_of(projection: projections.Projection, compressor: str,
-              held: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The memory per GPU of ``compressor`` under ``projection`` (:func:`costs.memory.per_gpu`: ``memory_gib``,
-    ``memory_parts_gib``, ``activations_counted``, ``memory_capacity_gib``, ``fits``; GiB), its state
-    held as ``projection``'s ``--parallel`` family holds it (``held``: :func:`memory_setting`, computed
-    here when not given). The numbers of every row of ``sidco compare`` and of the What-if page."""
-    workload = projection.workload
-    return memory.per_gpu(compressor, workload.nbytes // workload.itemsize, [layer.shape for layer in workload.layers],
-                          projection.source.device.name, int(projection.cluster.options.get("rank", 1)),
-                          **(memory_setting(projection) if held is None else held))
 
 
 def split_refused(projection: projections.Projection) -> tuple[projections.Projection, list[dict[str, Any]]]:
@@ -106,31 +94,6 @@ def collective_fields(result: dict[str, Any]) -> dict[str, Any]:
     return {"collective": label, "collectives": {label: {
         "stream": "all-reduce", "per": "step", "count": result["buckets"], "bytes_per_gpu": result["wire_bytes"],
         "total_s": result["comm_s"], "exposed_s": result["exposed_comm_s"], "compressed": result["compressor"] != "none"}}}
-
-
-def memory_setting(projection: projections.Projection) -> dict[str, Any]:
-    """The keyword arguments of :func:`costs.memory.per_gpu` for ``projection``'s ``--parallel``
-    family: how the states are sharded, FSDP's working set (bytes) and, for a model from its
-    config, the activations of one micro-batch (bytes)."""
-    held = projection.cluster.options.get("sharding") or sharded.Sharding()
-    workload = projection.workload
-    gpus = int(projection.cluster.options.get("gpus_per_node", 1))
-    workers = projection.cluster.nodes * gpus
-    out: dict[str, Any] = {"parallel": held.parallel}
-    if held.sharded:
-        gathered, unsharded = sharded.working_numel(workload)
-        out["shard"] = (held.shard_size or gpus) if held.parallel == "hsdp" else workers
-        out["working_param_bytes"] = gathered * sharded.DTYPE_BYTES[held.param_dtype]
-        out["working_grad_bytes"] = unsharded * sharded.DTYPE_BYTES[held.reduce_dtype]
-    model = projection.request.model
-    if model is not None:
-        from traces import llm
-
-        config = llm.load(model)
-        out["activations"] = memory.activation_bytes(config.layers, config.hidden, config.vocab,
-                                                     llm.tokens_of(model, projection.request.tokens),
-                                                     held.micro_batch or workload.batch_size, held.checkpointing)
-    return out
 
 
 def headroom(rows: Sequence[dict[str, Any]]) -> str | None:

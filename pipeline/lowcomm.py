@@ -21,6 +21,7 @@ import simulator
 from pipeline import project as projections
 from pipeline import quality
 from pipeline.costs import compression_profile
+from pipeline.memory import STRATEGY_UNMODELLED, unmodelled
 from pipeline.penalty import loss_penalties
 from pipeline.request import DEFAULT_FRAGMENTS, Request, pair
 from pipeline.verdict import BASELINES
@@ -130,7 +131,8 @@ def strategy_rows(store: Store, projection: projections.Projection,
     variant), with ``label``,
     ``compressor`` (the strategy's name), ``density`` ``None``, ``cost_source`` (the outer
     compressor's), ``speedup`` (``none``'s per-step iteration ÷ this row's), the quality columns
-    unmeasured, the compute and cost sources of the per-step rows and ``loss_penalty``
+    unmeasured, the memory keys unmodelled (:data:`pipeline.memory.STRATEGY_UNMODELLED`), the compute and
+    cost sources of the per-step rows and ``loss_penalty``
     (:func:`measured_penalty`: DiLoCo's at the strategy's H and outer compressor, for ``streaming``
     too, whose fragments no stored run trains; ``None`` where unmeasured)."""
     chosen = strategies(projection) if chosen is None else list(chosen)
@@ -156,7 +158,8 @@ def strategy_rows(store: Store, projection: projections.Projection,
                      "cost_source": None if cost is None else cost.source, **projections.workload_facts(source),
                      "speedup": none_s / result["iteration_s"], "baseline_iteration_s": none_s,
                      "iteration_s_low": None, "iteration_s_high": None, "loss_penalty": found,
-                     **quality.unmeasured("a strategy: its loss is weighed in the verdict")})
+                     **quality.unmeasured("a strategy: its loss is weighed in the verdict"),
+                     **unmodelled(STRATEGY_UNMODELLED)})
     return rows
 
 

@@ -9,7 +9,9 @@ once; a run that dies leaves claims the other takes over (at once where it can s
 ended, else when their lease expires: :mod:`results.claims`), saying while it waits on whom. The compression profile
 is decided once (:func:`pipeline.costs.compression_profile`) and kept with the sweep, so a
 resumed sweep uses exactly the same costs; each scenario row records the device and where
-its compression costs came from (``device``, ``cost_source``).
+its compression costs came from (``device``, ``cost_source``), and its stored ``result_json`` the
+memory one GPU holds on its point's cluster (:func:`pipeline.memory.memory_of`, as ``sidco compare``
+gives it; no column of its own: :func:`scenario_rows` reads it back).
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ from simulator.limits import check_jobs, check_scenario  # check_jobs: the door 
 from pipeline.costs import compression_profile, cost_band
 from pipeline.project import Projection, Source, calibration, register
 from pipeline.project import options as scenario_options
-from pipeline.request import check_compressors, pair, sharding_flags, takes_density
+from pipeline.request import Cluster, check_compressors, pair, sharding_flags, takes_density
 from pipeline import quality
 from pipeline.compare import ALWAYS
-from pipeline.verdict import judge, rank
+from pipeline.memory import MEMORY_KEYS, memory_of
+from pipeline.verdict import judge, memory_gate, rank
 from results.claims import CLAIM_LEASE_S
 from results.store import Store
 from simulator.scenario import TOPOLOGIES
@@ -172,6 +175,10 @@ def run(store: Store, projection: Projection, grid: Grid, executor: Executor, *,
     request's message budget, :func:`simulator.limits.check_scenario`) before the sweep row is
     written.
 
+    Every row's ``result_json`` carries its memory per GPU (:data:`pipeline.memory.MEMORY_KEYS`:
+    :func:`pipeline.memory.memory_of` on the point's nodes, the sweep's ``--parallel`` family and
+    PowerSGD's rank), which :func:`scenario_rows` reads back and the verdicts' memory gate reads.
+
     ``started(sweep_id, already_stored)`` once the sweep row exists; ``progress(stored, total)``
     after each chunk lands; ``waiting(text)`` (one line) when this run waits for scenarios another
     run claimed: on whom, and when their claims are taken over. The calibration the request names
@@ -212,8 +219,20 @@ def run(store: Store, projection: Projection, grid: Grid, executor: Executor, *,
             return None
         return profile.cost(row["compressor"], row["density"]).source
 
+    held: dict[tuple[int, str, int], dict[str, Any]] = {}  # memory per (nodes, compressor, rank)
+
+    def with_memory(row: Mapping[str, Any]) -> str:
+        result = json.loads(row["result_json"])
+        key = (row["nodes"], row["compressor"], int(result.get("rank", 1)))
+        if key not in held:
+            point = Cluster(row["nodes"], row["bandwidth_bps"], row["latency_s"], row["topology"], fidelity,
+                            {**options, "rank": key[2]})
+            held[key] = memory_of(projection, row["compressor"], cluster=point)
+        return json.dumps({**result, **held[key]}, sort_keys=True)
+
     def on_rows(rows: list[dict[str, Any]]) -> None:
-        store.add_scenarios(sweep_id, ({**row, "device": device, "cost_source": cost_source(row)} for row in rows))
+        store.add_scenarios(sweep_id, ({**row, "device": device, "cost_source": cost_source(row),
+                                        "result_json": with_memory(row)} for row in rows))
         if progress:
             progress(store.scenario_count(sweep_id), total)
 
@@ -306,21 +325,38 @@ def _waiting_text(holders: Mapping[str, Mapping[str, Any]]) -> str:
             f"{CLAIM_LEASE_S:.0f} s")
 
 
+MEMORY_NOT_STORED = ("not recorded: this scenario was stored before sweeps recorded memory per GPU (a sweep into "
+                     "another --store records it)")
+"""Why a stored scenario row has no memory per GPU."""
+
+
+def scenario_rows(store: Store, sweep_id: int, **equal: Any) -> list[dict[str, Any]]:
+    """The scenario rows of sweep ``sweep_id`` (:meth:`results.store.Store.scenarios`, filtered by
+    ``equal``), each with its memory per GPU as :func:`run` stored it (:data:`pipeline.memory.MEMORY_KEYS`,
+    GiB); a row stored before sweeps recorded it has them ``None`` and ``memory_reason``
+    (:data:`MEMORY_NOT_STORED`)."""
+    return [row if row["memory_gib"] is not None else {**row, "memory_reason": MEMORY_NOT_STORED}
+            for row in store.scenarios(sweep_id, fields=MEMORY_KEYS, **equal)]
+
+
 def findings(store: Store, sweep_id: int, source: Source, rank_: int | None = 1) -> list[dict[str, Any]]:
     """What a sweep of ``source`` (registered: a trace has its id) found, per cluster (nodes,
     bandwidth, latency, topology; fidelity): the verdict of :func:`pipeline.verdict.judge` on its
     stored rows with their quality columns (:func:`pipeline.quality.for_source`, nothing replayed;
-    PowerSGD's at ``rank_``, unmeasured when several ranks were swept: ``None``), the best
-    configuration and its speed-up over ``none`` and over the best dense baseline (×). A
-    compressor swept at several ranks counts once, at its fastest."""
+    PowerSGD's at ``rank_``, unmeasured when several ranks were swept: ``None``) and memory per GPU
+    (:func:`scenario_rows`), the best configuration (the fastest that fits in one GPU's memory, by
+    :func:`pipeline.verdict.memory_gate`), its memory per GPU (``memory_gib``, ``activations_counted``,
+    ``memory_capacity_gib``, ``fits``) and its speed-up over
+    ``none`` and over the best dense baseline that fits (×). A compressor swept at several ranks counts once,
+    at its fastest rank that fits."""
     clusters: dict[tuple, dict[str, dict[str, Any]]] = {}
-    for row in store.scenarios(sweep_id):
+    for row in scenario_rows(store, sweep_id):
         key = (row["nodes"], row["bandwidth_bps"], row["latency_s"], row["topology"], row["fidelity"])
         found = pair(row["compressor"], row["density"])
         entry = {**row, "density": found.density}
         tag = found.label
         best = clusters.setdefault(key, {})
-        if tag not in best or entry["iteration_s"] < best[tag]["iteration_s"]:
+        if tag not in best or _ahead(entry, best[tag]):
             best[tag] = entry
     pairs = list(dict.fromkeys(pair(r["compressor"], r["density"]) for rows in clusters.values() for r in rows.values()))
     measured = quality.for_source(store, source, [p for p in pairs if rank_ is not None or p.compressor not in RANKED],
@@ -328,9 +364,15 @@ def findings(store: Store, sweep_id: int, source: Source, rank_: int | None = 1)
     out = []
     for (nodes, bandwidth, latency, topology, fidelity), rows in sorted(clusters.items()):
         judged = judge(quality.attach(list(rows.values()), measured))
-        top = rank(list(rows.values()))[0]
+        top = rank(memory_gate(list(rows.values()))[0])[0]
         out.append({"nodes": nodes, "bandwidth_bps": bandwidth, "latency_s": latency, "topology": topology,
                     "fidelity": fidelity, "best": top["label"], "iteration_s": top["iteration_s"],
                     "speedup": top["speedup"], "speedup_over_baseline": top["speedup_over_baseline"],
-                    "verdict": judged})
+                    **{key: top[key] for key in MEMORY_KEYS if key != "memory_parts_gib"}, "verdict": judged})
     return out
+
+
+def _ahead(row: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+    """Whether ``row`` stands for its configuration rather than ``other`` (the same one at another
+    PowerSGD rank): it fits in one GPU's memory where ``other`` does not, else it is faster."""
+    return (row["fits"] is False, row["iteration_s"]) < (other["fits"] is False, other["iteration_s"])

@@ -26,7 +26,9 @@ from convergence.tta import check_target, mean_spread, ranked, target_text, time
 from pipeline import lowcomm, project
 from pipeline.penalty import VARIANT, baseline_command, family, loss_penalties, synchronous_run
 from pipeline.request import Cluster, Request, pair, paired_rows, sites_of
-from pipeline.verdict import iteration_band
+from pipeline.sweep import scenario_rows
+from pipeline.memory import STRATEGY_UNMODELLED, memory_of, memory_setting, unmodelled
+from pipeline.verdict import NONE_FITS, fit_note, iteration_band, memory_gate
 from simulator.lowcomm import Strategy
 from results.store import Store, row_id
 from units import Pair, format_seconds
@@ -91,6 +93,22 @@ def projected(store: Store, projection: project.Projection, pairs: Sequence[Pair
     return {pair(c, d): result for (c, d), result in project.project_pairs(store, replace(projection, pairs=asked))}
 
 
+def with_memory(projection: project.Projection, table: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The per-step rows of ``table`` each with its memory per GPU on ``projection``'s cluster
+    (:func:`pipeline.memory.memory_of`, GiB: as ``sidco compare --json`` gives the same configuration),
+    which the verdict's memory gate reads."""
+    held = memory_setting(projection)
+    found: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys(t["compressor"] for t in table):
+        found[name] = memory_of(projection, name, held)
+    return [{**t, **found[t["compressor"]]} for t in table]
+
+
+def _label(row: Mapping[str, Any]) -> str:
+    """A table row's label: its own (a DiLoCo variant's, or the pair's), else its pair's."""
+    return row.get("label") or pair(row["compressor"], row["density"]).label
+
+
 def iteration_times(results: Mapping[Pair, Mapping[str, Any]]) -> tuple[
         dict[Pair, float], dict[Pair, str | None], dict[Pair, tuple[float, float]]]:
     """Of the projections ``results`` (:func:`projected`): projected seconds per iteration of each
@@ -115,18 +133,24 @@ def verdict(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     starts with ``too close to call`` and says which of the two the margin is within. With one
     seed the spread is not measured: the leader is named and ``caveat`` says so.
 
+    A row whose ``fits`` is false (it needs more than one GPU's memory) is never the leader nor the
+    runner-up: the memory gate of every verdict, :func:`pipeline.verdict.memory_gate` (when no row
+    fits, all are judged and the text says so).
+
     Returns ``{"winner", "leader", "runner_up"`` (rows or ``None``), ``"margin_s"``,
     ``"margin_ratio"`` (runner-up time / leader time), ``"seed_spread_s"``, ``"band_s"``
     (how far the band can close the margin; ``None`` without a band), ``"within_error"`` (the
-    margin is within the band: their time bands overlap), ``"reason"``, ``"caveat"}``.
+    margin is within the band: their time bands overlap), ``"reason"``, ``"caveat"``,
+    ``"does_not_fit"`` (the labels of the rows the gate left out)``}``.
     """
-    reached = [r for r in rows if r.get("time_to_target_s") is not None]
+    fitting, unfit = memory_gate(rows)
+    reached = [r for r in fitting if r.get("time_to_target_s") is not None]
     reached.sort(key=lambda r: r["time_to_target_s"])
     leader = reached[0] if reached else None
     runner = reached[1] if len(reached) > 1 else None
     result: dict[str, Any] = {"winner": None, "leader": leader, "runner_up": runner, "margin_s": None,
                               "margin_ratio": None, "seed_spread_s": None, "band_s": None, "within_error": False,
-                              "reason": None, "caveat": None}
+                              "reason": None, "caveat": None, "does_not_fit": [_label(r) for r in unfit]}
     if leader is None:
         result["reason"] = "no configuration reached the target" if rows else "no configurations"
         return result
@@ -314,7 +338,8 @@ def diloco_rows(store: Store, projection: project.Projection, variants: Mapping[
     ``None``, ``label`` (:func:`diloco_label`), the :data:`pipeline.penalty.VARIANT` fields (the outer
     compressor and density as :func:`pipeline.request.pair` reads them), ``fragments`` 1,
     ``convergence_ids``, :data:`STEP_FIELDS` (``None`` unprojected), ``time_source`` (where its time
-    per inner step comes from, in words) and ``loss_penalty`` (its last shared evaluation against
+    per inner step comes from, in words), the memory keys unmodelled
+    (:data:`pipeline.memory.STRATEGY_UNMODELLED`) and ``loss_penalty`` (its last shared evaluation against
     the synchronous run in ``penalty``, :func:`pipeline.penalty.loss_penalties`, with
     ``convergence_ids`` and ``seeds``; ``None`` where unmeasured)."""
     chosen = {key: _strategy(key) for key in variants}
@@ -347,7 +372,7 @@ def diloco_rows(store: Store, projection: project.Projection, variants: Mapping[
                       "outer_compressor": outer.compressor, "outer_density": outer.density, "fragments": 1,
                       "convergence_ids": sorted(r["id"] for r in runs),
                       **{k: None if step is None else step[k] for k in STEP_FIELDS},
-                      "time_source": where, "loss_penalty": found})
+                      "time_source": where, "loss_penalty": found, **unmodelled(STRATEGY_UNMODELLED)})
         curves[label] = [{"compressor": "diloco", "density": None, **point} for point in _points(rows, seconds)]
     return table, {label: points for label, points in curves.items() if points}
 
@@ -361,7 +386,8 @@ def time_to_accuracy(store: Store, projection: project.Projection, run: Mapping[
     its configuration) and every DiLoCo variant of its base configuration (:func:`diloco_rows`),
     ranked together by time to target.
 
-    Returns ``rows`` (:func:`convergence.tta.time_to_target`'s, each with ``label``; beside DiLoCo
+    Returns ``rows`` (:func:`convergence.tta.time_to_target`'s, each with ``label`` and its memory
+    per GPU on the cluster, :func:`with_memory`; beside DiLoCo
     rows or across sites a per-step row also has :data:`PER_STEP_FIELDS`, ``sync_every`` 1), the
     fields of :func:`verdict` (over all rows), ``convergence_id`` (``run``'s), ``synchronous_id``
     (the run whose pairs and trace are used), ``convergence_ids`` (its seeds' runs), ``seeds``,
@@ -386,8 +412,9 @@ def time_to_accuracy(store: Store, projection: project.Projection, run: Mapping[
         projection = replace(projection, request=replace(projection.request, cluster=cluster))
     results = projected(store, projection, [Pair(r["compressor"], r["density"]) for r in rows])
     times, sources, bands = iteration_times(results)
-    table = [{**t, "label": pair(t["compressor"], t["density"]).label}
-             for t in time_to_target(rows, times, target_accuracy=target_accuracy, target_loss=target_loss, bands=bands)]
+    table = with_memory(projection, [
+        {**t, "label": pair(t["compressor"], t["density"]).label}
+        for t in time_to_target(rows, times, target_accuracy=target_accuracy, target_loss=target_loss, bands=bands)])
     _, variants = family(store, sync)
     penalty = loss_penalties(store, run)
     diloco, diloco_curves = diloco_rows(store, projection, variants, sync["id"], penalty,
@@ -422,8 +449,9 @@ def curves_time_to_accuracy(store: Store, projection: project.Projection, curves
     rows = paired_rows(curves["rows"])
     pairs = list(dict.fromkeys(Pair(r["compressor"], r["density"]) for r in rows))
     times, sources, bands = iteration_times(projected(store, projection, pairs))
-    table = [{**t, "label": pair(t["compressor"], t["density"]).label}
-             for t in time_to_target(rows, times, target_accuracy=target_accuracy, target_loss=target_loss, bands=bands)]
+    table = with_memory(projection, [
+        {**t, "label": pair(t["compressor"], t["density"]).label}
+        for t in time_to_target(rows, times, target_accuracy=target_accuracy, target_loss=target_loss, bands=bands)])
     result = _judged(table, target_accuracy, target_loss)
     result["curves"] = _pair_curves(rows, times)
     source = projection.source
@@ -452,7 +480,20 @@ def verdict_text(result: Mapping[str, Any]) -> str:
     """The verdict of a time-to-target table (:func:`time_to_accuracy`) in one line, as both doors
     print it: the winner, the target, its time and its margin over the runner-up (seconds and ×),
     beyond the seed spread and the projection's error band where they are measured; or why none
-    is named (``too close to call`` with the leader and the runner-up); the caveat last."""
+    is named (``too close to call`` with the leader and the runner-up); the caveat; then the
+    configurations that do not fit in one GPU's memory, never named (:func:`verdict`)."""
+    text = _called_text(result)
+    unfit = result["does_not_fit"]
+    if not unfit:
+        return text
+    leader = result["leader"]
+    if leader is not None and _label(leader) in unfit:  # nothing fits: judged as if it did
+        text = f"{NONE_FITS}; by time to target alone: {text}"
+    return f"{text}; {fit_note(unfit)}"
+
+
+def _called_text(result: Mapping[str, Any]) -> str:
+    """The call of :func:`verdict_text`: the winner and its margin, or why none is named; the caveat last."""
     target = target_text(result["target"]["accuracy"], result["target"]["loss"])
     winner, leader, runner = result["winner"], result["leader"], result["runner_up"]
     if winner is None:
@@ -491,8 +532,11 @@ def sweep_time_to_target(
     latency_s, topology, compressor, density, iteration_s, iterations_to_target,
     time_to_target_s, reason}], "winners": [{nodes, bandwidth_bps, latency_s, topology,
     compressor, density, time_to_target_s, margin_ratio}]}`` (each row also carries the error
-    band its sweep stored: ``iteration_s_low``/``high``, ``time_to_target_s_low``/``high``); a scenario whose (compressor,
+    band its sweep stored: ``iteration_s_low``/``high``, ``time_to_target_s_low``/``high``, and
+    its memory per GPU, ``memory_gib`` and ``fits``, :func:`pipeline.sweep.scenario_rows`); a scenario whose (compressor,
     density) the run did not train, or that never reached the target, gets ``None`` and a reason.
+    A cluster's winner is its fastest to the target among the rows that fit in one GPU's memory
+    (:func:`pipeline.verdict.memory_gate`).
     """
     from convergence.tta import iterations_to_target
 
@@ -503,7 +547,7 @@ def sweep_time_to_target(
     reached = {trained: iterations_to_target(items, target_accuracy=target_accuracy, target_loss=target_loss)
                for trained, items in per_pair.items()}
     rows = []
-    for s in store.scenarios(int(sweep_id)):
+    for s in scenario_rows(store, int(sweep_id)):
         iterations, reason = reached.get(pair(s["compressor"], s["density"]), (None, f"convergence #{run['id']} did not train this "
                                                       "(compressor, density)"))
         low = s["iteration_s"] if s["iteration_s_low"] is None else s["iteration_s_low"]  # swept before bands
@@ -513,14 +557,14 @@ def sweep_time_to_target(
                      "iteration_s_low": low, "iteration_s_high": high,
                      "time_to_target_s_low": None if iterations is None else iterations * low,
                      "time_to_target_s_high": None if iterations is None else iterations * high,
-                     "reason": reason})
+                     "memory_gib": s["memory_gib"], "fits": s["fits"], "reason": reason})
     clusters: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         if row["time_to_target_s"] is not None:
             clusters.setdefault((row["nodes"], row["bandwidth_bps"], row["latency_s"], row["topology"]), []).append(row)
     winners = []
-    for (nodes, bandwidth, latency, topology), items in sorted(clusters.items()):
-        items.sort(key=lambda r: r["time_to_target_s"])
+    for (nodes, bandwidth, latency, topology), reached_rows in sorted(clusters.items()):
+        items = sorted(memory_gate(reached_rows)[0], key=lambda r: r["time_to_target_s"])
         best = items[0]
         margin = (items[1]["time_to_target_s"] / best["time_to_target_s"]
                   if len(items) > 1 and best["time_to_target_s"] > 0 else None)

@@ -81,6 +81,25 @@ def names_text(labels: Sequence[str], most: int = 5) -> str:
     return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
 
 
+NONE_FITS = "no configuration fits in one GPU's memory"
+"""What a verdict says before its call when every configuration needs more than one GPU's memory."""
+
+
+def memory_gate(rows: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """The memory gate of every verdict (``compare``, ``simulate``, ``sweep``, ``tta``): the rows it may
+    call and those it never calls, each in ``rows``' order. A row whose ``fits`` is false needs more
+    than one GPU's memory (:func:`pipeline.memory.memory_of`) and is never called; ``fits`` ``None``
+    (unknown) does not stop a row. When no row fits, every row may be called and the verdict says so
+    (:data:`NONE_FITS`)."""
+    unfit = [r for r in rows if r.get("fits") is False]
+    return [r for r in rows if r.get("fits") is not False] or list(rows), unfit
+
+
+def fit_note(labels: Sequence[str]) -> str:
+    """The verdict's note on the configurations (``labels``) that do not fit in one GPU's memory."""
+    return f"does not fit in one GPU's memory: {names_text(labels)}"
+
+
 def _speed(ranked: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The call among ``ranked`` rows (fastest first) by iteration time: the winner, the runner-up,
     the margin (runner-up ÷ winner) and every row that cannot be told apart from the fastest."""
@@ -104,11 +123,14 @@ def _speed(ranked: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _by_time_to_accuracy(ranked: Sequence[Mapping[str, Any]], tta: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The call by time to target (:func:`pipeline.tta.verdict` over ``tta``'s table: the seeds'
-    spread and the error band count), or ``None`` when no compared row has a time."""
+    """The call by time to target among the ``ranked`` rows (those the memory gate lets through;
+    :func:`pipeline.tta.verdict` over their part of ``tta``'s table: the seeds' spread and the error
+    band count), or ``None`` when none of them has a time."""
     from pipeline.tta import verdict as tta_verdict
 
-    timed = {Pair(t["compressor"], t["density"]).label: t for t in tta["table"] if t["time_to_target_s"] is not None}
+    compared = {r["label"] for r in ranked}
+    labelled = ((Pair(t["compressor"], t["density"]).label, t) for t in tta["table"])
+    timed = {label: t for label, t in labelled if t["time_to_target_s"] is not None and label in compared}
     if not timed:
         return None
     called = tta_verdict(list(timed.values()))
@@ -156,8 +178,8 @@ def judge(rows: Sequence[Mapping[str, Any]], store: Store | None = None,
 
     # 2. memory gate: a configuration that does not fit in one GPU's memory is never called (all of them
     #    failing it, the verdict is by speed alone and says so)
-    unfit = [r["label"] for r in ranked if r.get("fits") is False]
-    fitting = [r for r in ranked if r["label"] not in unfit] or ranked
+    fitting, unfitting = memory_gate(ranked)
+    unfit = [r["label"] for r in unfitting]
 
     # 3. quality gate: the rule calls a row, fails it, or cannot tell (unmeasured: judged on speed alone)
     calls = {r["label"]: quality.called(r) for r in ranked}
@@ -278,10 +300,9 @@ def _text(v: Mapping[str, Any], rows: Mapping[str, Mapping[str, Any]]) -> str:
     if v["fails_quality"] and not set(v["tied"]) - set(v["fails_quality"]):
         parts[0] = f"no configuration passes the quality rule; by speed alone: {parts[0]}"
     if v["does_not_fit"]:
-        fit_note = f"does not fit in one GPU's memory: {names_text(v['does_not_fit'])}"
-        parts[0] = (f"no configuration fits in one GPU's memory; by speed alone: {parts[0]}"
-                    if set(v["tied"]) <= set(v["does_not_fit"]) else parts[0])
-        parts.append(fit_note)
+        if set(v["tied"]) <= set(v["does_not_fit"]):
+            parts[0] = f"{NONE_FITS}; by speed alone: {parts[0]}"
+        parts.append(fit_note(v["does_not_fit"]))
     if v["sends_little"]:
         parts.append(f"caution: {quality.little_text([rows[label] for label in v['sends_little']])}")
     if v["faster_but_less"]:

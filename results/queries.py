@@ -524,9 +524,10 @@ class Queries:
             out[column] = sorted({r[index] for r in grid})
         return out
 
-    def scenarios(self, sweep_id: int, **equal: Any) -> list[dict[str, Any]]:
+    def scenarios(self, sweep_id: int, fields: Sequence[str] = (), **equal: Any) -> list[dict[str, Any]]:
         """Scenario rows of a sweep (:data:`SCENARIO_COLUMNS`), filtered by ``column=value``
-        equalities; a ``None`` value is no filter."""
+        equalities (a ``None`` value is no filter), each with the ``fields`` of its stored
+        ``result_json`` besides (``None`` where a row's JSON lacks one)."""
         where, params = ["sweep_id=?"], [int(sweep_id)]
         for column, value in equal.items():
             if column not in _SCENARIO_FILTERS:
@@ -534,8 +535,13 @@ class Queries:
             if value is not None:
                 where.append(f"{column}=?")
                 params.append(value)
-        return self._all(f"SELECT {', '.join(SCENARIO_COLUMNS)} FROM scenarios WHERE {' AND '.join(where)}"
+        columns = [*SCENARIO_COLUMNS, *(["result_json"] if fields else [])]
+        rows = self._all(f"SELECT {', '.join(columns)} FROM scenarios WHERE {' AND '.join(where)}"
                          " ORDER BY compressor, density, nodes, bandwidth_bps", params)
+        for row in rows if fields else ():
+            stored = json.loads(row.pop("result_json"))
+            row.update((name, stored.get(name)) for name in fields)
+        return rows
 
     def best_two(self, sweep_id: int, latency_s: float, topology: str) -> list[dict[str, Any]]:
         """The fastest and the runner-up scenario (``rank`` 1 and 2) per (nodes, bandwidth) of a

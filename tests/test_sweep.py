@@ -102,7 +102,7 @@ def test_sweep_stores_every_scenario_once_and_resumes(tmp_path, trace_dir, capsy
         assert cluster["verdict"]["winner"] == cluster["best"]
     assert first == {"computed": 42, "fidelity": "analytic", "resumed": False, "store": str(store),
                      "stored": 42, "sweep_id": first["sweep_id"], "total": 42, "device": "cpu",
-                     "compute_source": "trace timings (cpu)"}
+                     "compute_source": "trace timings (cpu)", "memory_capacity_gib": None}  # a CPU's is unknown
     replayed = {label: where for label, where in sources.items() if label not in ("fp16", "powersgd")}
     assert replayed and all(where.startswith("replay #") for where in replayed.values())  # the baselines: modelled
     rows = scenario_rows(store)

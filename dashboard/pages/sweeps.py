@@ -1,4 +1,4 @@
-"""Sweeps page: results of simulator sweeps, and launching a sweep from the page."""
+"""Sweeps page: results of simulator sweeps, their memory per GPU, and launching a sweep from the page."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from dashboard import components as ui
 from dashboard import data, figures, projection, sweep_runner
 from dashboard.data import StoreReader
-from pipeline.sweep import sharding_of, sharding_text
+from pipeline.memory import capacity_gib
+from pipeline.request import pair
+from pipeline.sweep import scenario_rows, sharding_of, sharding_text
 from units import format_bandwidth, format_seconds
 
 PATH = "/sweeps"
@@ -58,6 +60,28 @@ def _launch_panel(store) -> html.Div:
     ])
 
 
+def memory_table(rows: list[dict], nodes: int) -> html.Div | None:
+    """Memory per GPU of each configuration of ``rows`` (a sweep's scenarios at ``nodes`` nodes,
+    :func:`pipeline.sweep.scenario_rows`; it depends on neither bandwidth, latency nor topology) against
+    the device's, marked when it does not fit; ``None`` without rows."""
+    if not rows:
+        return None
+    shown: dict[tuple, dict] = {}
+    for row in rows:
+        shown.setdefault((pair(row["compressor"], row["density"]).label, row["memory_gib"]), row)
+    room = capacity_gib(rows)
+    head = html.Tr([html.Th("configuration"), html.Th("GiB per GPU" + ("" if room is None else f" (of {room:.1f})"))])
+    body = [html.Tr([html.Td(label), ui.memory_cell(row)]) for (label, _), row in shown.items()]
+    against = ("✗: does not fit, never a cluster's best nor called by its verdict" if room is not None
+               else "the device's memory is not modelled, so no fit is judged")
+    return html.Div(className="panel", children=[
+        html.H4(f"Memory per GPU at {nodes} nodes"),
+        html.Table([html.Thead(head), html.Tbody(body)], id="sweep-memory-table", className="quality-table"),
+        ui.note("Model states (sharded under the sweep's --parallel), the compressor's state and, for a model from "
+                f"its config, activations, as sidco compare gives them ({against}); hover a cell for its parts."),
+    ])
+
+
 def layout(reader: StoreReader) -> html.Div:
     """The page: sweep picker and filters, four figures, and the launch panel."""
     store = reader.store()
@@ -79,6 +103,7 @@ def layout(reader: StoreReader) -> html.Div:
             ui.figure_card("sweep-best", "Fastest configuration per nodes × bandwidth (and its margin)"),
             ui.figure_card("sweep-crossover", "Crossover: densities at which compression pays off"),
         ]),
+        html.Div(id="sweep-memory"),
     ]
     if not options:
         body.insert(0, ui.empty_store("sweeps", data.FILL_COMMANDS["sweeps"] + "\n(or launch one with the form)"))
@@ -154,6 +179,7 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
         Output(ui.graph_id("sweep-best"), "figure"),
         Output(ui.graph_id("sweep-crossover"), "figure"),
         Output("sweep-message", "children"),
+        Output("sweep-memory", "children"),
         Input("sweep-select", "value"),
         Input("sweep-latency", "value"),
         Input("sweep-topology", "value"),
@@ -164,23 +190,23 @@ def register(app: Dash, reader: StoreReader, manager) -> None:
     def _figures(sweep_id, latency, topology, nodes, bandwidth, _ticks):
         if sweep_id is None or latency is None or topology is None:
             blank = ui.empty_figure("no scenario of this sweep has landed yet" if sweep_id else "no sweep selected")
-            return blank, blank, blank, blank, None
+            return blank, blank, blank, blank, None, None
         store = reader.store()
         try:
             sweep_id = data.check_sweep_filters(store, sweep_id, latency_s=latency, topology=topology, nodes=nodes,
                                                 bandwidth_bps=bandwidth)
         except ValueError as exc:
             blank = ui.empty_figure("fix the highlighted filter")
-            return blank, blank, blank, blank, ui.error(str(exc))
+            return blank, blank, blank, blank, ui.error(str(exc)), None
         axes = data.sweep_axes(store, sweep_id)
-        at_nodes = store.scenarios(sweep_id, nodes=nodes, latency_s=latency, topology=topology)
+        at_nodes = scenario_rows(store, sweep_id, nodes=nodes, latency_s=latency, topology=topology)
         points = [] if bandwidth is None else data.crossover_points(store, sweep_id, bandwidth, latency, topology)
         message = ui.note(
             f"{', '.join(axes['fidelity'])} fidelity · latency {format_seconds(latency)} one-way · {topology} · bandwidth "
             f"plots at {nodes} nodes · crossover at {format_bandwidth(bandwidth) if bandwidth else '-'}")
         return (figures.sweep_vs_bandwidth(at_nodes, "iteration_s"), figures.sweep_vs_bandwidth(at_nodes, "speedup"),
                 figures.best_heatmap(data.best_two(store, sweep_id, latency, topology)),
-                figures.crossover(points, axes["nodes"]), message)
+                figures.crossover(points, axes["nodes"]), message, memory_table(at_nodes, nodes))
 
     @app.callback(
         Output("launch-status", "children"),

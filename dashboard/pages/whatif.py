@@ -186,16 +186,6 @@ def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def _memory_cell(row: dict) -> html.Td:
-    """A row's memory per GPU (GiB), marked when it does not fit; its parts on hover."""
-    if row.get("memory_gib") is None:
-        return html.Td("-")
-    parts = ", ".join(f"{name.replace('_', ' ')} {gib:.2f}" for name, gib in row["memory_parts_gib"].items())
-    unfit = row.get("fits") is False
-    return html.Td(f"{row['memory_gib']:.1f}" + (" ✗ does not fit" if unfit else ""), title=f"GiB: {parts}",
-                   **({"className": "unfit"} if unfit else {}))
-
-
 def memory_note(rows: list[dict]) -> str:
     """What the memory column counts, against which capacity, and what its mark means."""
     room = next((r["memory_capacity_gib"] for r in rows if r.get("memory_capacity_gib") is not None), None)
@@ -218,7 +208,7 @@ def quality_table(rows: list[dict]) -> html.Div:
                                          *(["replaces"] if replaces else []), memory_head, "quality from")])
     body = [html.Tr([html.Td(r["label"]), html.Td(_cell(r["achieved_density"])),
                      html.Td(_cell(r["achieved_over_target"])), html.Td(_cell(r["energy_vs_topk"])),
-                     *([html.Td(r.get("collective", "-"))] if replaces else []), _memory_cell(r),
+                     *([html.Td(r.get("collective", "-"))] if replaces else []), ui.memory_cell(r),
                      html.Td(r["quality_source"])]) for r in rows]
     return html.Div(className="panel", children=[
         html.H4("What each configuration sends, and its memory per GPU"),

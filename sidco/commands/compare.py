@@ -20,6 +20,7 @@ from pipeline import project as projection
 from pipeline import quality
 from pipeline.catalog import STRATEGIES, TOPOLOGIES, compressor_names
 from pipeline.costs import KERNEL_BAND_NOTE
+from pipeline.memory import capacity_gib
 from pipeline.request import DEFAULT_FRAGMENTS, DEFAULT_SYNC_EVERY, LowComm, Request, sites_text
 from pipeline.verdict import BASELINES, TIE_MARGIN, judge
 from results.store import Store
@@ -124,8 +125,9 @@ def _sources(rows: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, str]
     return costs, qualities
 
 
-def _memory(row: dict[str, Any]) -> str:
-    """``memory_gib`` in a 7-column cell, ``!`` after it when it does not fit in the device's memory."""
+def memory_cell(row: dict[str, Any]) -> str:
+    """``memory_gib`` in a 7-column cell, ``!`` after it when it does not fit in the device's memory
+    (``-`` where it is not modelled)."""
     if row.get("memory_gib") is None:
         return f"{'-':>6} "
     return f"{row['memory_gib']:>6.1f}" + ("!" if row.get("fits") is False else " ")
@@ -174,7 +176,7 @@ def print_table(rows: list[dict[str, Any]], result: dict[str, Any], wide: bool =
             line += f" {_number(r['achieved_density'], 9)}"
         line += f" {_number(r['achieved_over_target'], 7)} {_number(r['energy_vs_topk'], 7)}"
         if memory:
-            line += f" {_memory(r)} {_replaces(r, wide):<{replaced}}"
+            line += f" {memory_cell(r)} {_replaces(r, wide):<{replaced}}"
         line += "  "
         line += (f"{r['cost_source'] or '-'} | {r['quality_source']}" if wide
                  else f"{costs.get(r['cost_source'], '-'):<3} {qualities[r['quality_source']]}")
@@ -195,12 +197,17 @@ def print_table(rows: list[dict[str, Any]], result: dict[str, Any], wide: bool =
     say(f"verdict: {result['text']}", " " * 2)
 
 
-def _memory_legend(rows: list[dict[str, Any]], wide: bool) -> str:
-    """What the ``mem GiB`` and ``replaces`` columns hold, each collective named in full when ``wide`` is not."""
-    room = next((r["memory_capacity_gib"] for r in rows if r.get("memory_capacity_gib") is not None), None)
-    text = ("; mem GiB = parameters, gradients, optimizer states, compressor state"
+def memory_legend(rows: list[dict[str, Any]]) -> str:
+    """What the ``mem GiB`` column (:func:`memory_cell`) of ``rows`` holds, against the device's memory."""
+    room = capacity_gib(rows)
+    return ("mem GiB = parameters, gradients, optimizer states, compressor state"
             + (" and activations" if any(r.get("activations_counted") for r in rows) else "")
             + " per GPU" + ("" if room is None else f" of {room:.1f} GiB, ! = does not fit"))
+
+
+def _memory_legend(rows: list[dict[str, Any]], wide: bool) -> str:
+    """What the ``mem GiB`` and ``replaces`` columns hold, each collective named in full when ``wide`` is not."""
+    text = "; " + memory_legend(rows)
     if wide:
         return text + "; replaces = the collective the compressor replaces"
     kinds = dict.fromkeys((_replaces(r, False), r["collective"]) for r in rows if r.get("collective"))

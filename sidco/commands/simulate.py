@@ -16,6 +16,7 @@ from pipeline import quality
 from pipeline.catalog import BUCKET_MODES, COMPRESS_ON, DEFAULT_PRECISION, FIDELITIES, PRECISIONS, TOPOLOGIES, model_names
 from pipeline.project import check_output_path, write_chrome_trace
 from pipeline.costs import KERNEL_BAND_NOTE
+from pipeline.memory import memory_of, memory_text
 from pipeline.request import (DEVICE_RULE, DTYPE_CHOICES, LATENCY_HELP, PARALLEL_CHOICES, PARAM_DTYPE, REDUCE_DTYPE,
                               RTT_HELP, Cluster, Request, modelled_devices, one_way_latencies, parallel_options,
                               sites_options, sites_text, takes_density)
@@ -283,7 +284,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "--rtt, the round trip) "
             "behind a switch, with and without the compressor. Prints iteration time (s), samples/s, "
             "the breakdown forward/backward/compress/exposed communication/idle/optimizer (s) and "
-            "the speed-up over no compression on the same cluster."
+            "the speed-up over no compression on the same cluster, and the memory one GPU holds (GiB, "
+            "memory_gib in --json) against the device's (a configuration that does not fit is never called)."
         ),
     )
     add_source_args(parser)
@@ -321,6 +323,7 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: Clu
     print(f"  wire/worker    {format_bytes(result['wire_bytes'])} of {format_bytes(result['dense_bytes'])} dense, "
           f"{result['buckets']} buckets")
     print(f"  device         {result['device']} ({result['precision']}): compute from {result['compute_source']}")
+    print(f"  memory/GPU     {memory_text(result)}")
     print(f"  workload       {workload}")
     if result.get("cost_source"):
         low, high = result["cost_band"]
@@ -339,14 +342,15 @@ def _print_result(result: dict[str, Any], args: argparse.Namespace, cluster: Clu
 def _verdict(store: Store, asked: projection.Projection, result: dict[str, Any]) -> dict[str, Any]:
     """Whether to compress with the simulated compressor rather than not at all: the verdict of
     ``sidco compare`` (:func:`pipeline.verdict.judge`) on its row and ``none``'s, projected alike,
-    each with what it sends (nothing is replayed)."""
+    each with what it sends (nothing is replayed) and its memory per GPU (``result``'s already on it:
+    a row that does not fit is never called)."""
     asked = projection.registered(store, asked)
     alone = replace(asked, request=replace(asked.request, compressors=("none",), densities=(), timeline=False),
                     pairs=(Pair("none"),))
     (none,) = projection.project(store, alone)
     request = asked.request
     density = None if not takes_density(result["compressor"]) else request.densities[0]
-    rows = [{**none, "density": None}, {**result, "density": density}]
+    rows = [{**none, "density": None, **memory_of(asked, "none")}, {**result, "density": density}]
     measured = quality.for_source(store, asked.source, [Pair(r["compressor"], r["density"]) for r in rows],
                                   rank=int(request.cluster.options.get("rank", 1)), run_missing=False)
     return judge(quality.attach(rows, measured))
@@ -362,6 +366,7 @@ def run(args: argparse.Namespace) -> int:
     asked = projection.resolve(request)  # the device resolved once; bad input stops before any store is opened
     with Store(args.store) as store:
         (result,) = projection.project(store, asked)
+        result.update(memory_of(asked, args.compressor))
         if args.compressor != "none":
             result["verdict"] = _verdict(store, asked, result)
     if args.timeline:

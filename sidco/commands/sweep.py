@@ -17,6 +17,8 @@ from tqdm import tqdm
 
 import pipeline.sweep
 from pipeline.catalog import TOPOLOGIES, compressor_names
+from pipeline.memory import capacity_gib
+from pipeline.verdict import fit_note
 from pipeline import project as projection
 from pipeline.request import (WorkloadRequest, default_topology, one_way_latencies, pair, refused,
                               takes_density)
@@ -24,7 +26,7 @@ from pipeline.sweep import Grid, check_jobs
 from pipeline.tta import check_target, convergence_run, sweep_time_to_target, target_text, trace_path
 from results.store import Store
 from sidco.commands import dump_json
-from sidco.commands.compare import say
+from sidco.commands.compare import memory_cell, memory_legend, say
 from sidco.commands.tta import add_target_args
 from sidco.commands.simulate import (add_latency_args, add_parallel_args, add_scenario_args, add_source_args, positive_int,
                                      scenario_options, sharding_option, workload_fields)
@@ -47,7 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "one row per scenario in the scenarios table of the results store. Rerunning the same "
             "command resumes: each scenario is stored exactly once. With --convergence and a target, every "
             "scenario also gets the iterations that run needed to reach the target and the time to target "
-            "(iterations x iteration time, seconds); without --trace/--layout the run's trace is swept."
+            "(iterations x iteration time, seconds); without --trace/--layout the run's trace is swept. Every "
+            "scenario also records the memory one GPU holds (GiB, as sidco compare gives it); a configuration that "
+            "does not fit is never a cluster's best nor its verdict."
         ),
     )
     add_source_args(parser, required=False)
@@ -132,20 +136,24 @@ def _print_time_to_target(result: dict[str, Any]) -> None:
 
 
 def _print_findings(found: list[dict[str, Any]]) -> None:
-    """The best configuration of each cluster and its speed-ups, one table row per cluster in
+    """The best configuration of each cluster that fits in one GPU's memory, its speed-ups and memory
+    per GPU, one table row per cluster in
     :data:`~sidco.commands.compare.WIDTH` columns, then each cluster's decision (whether to compress,
     with what) under the table, wrapped at that width as ``compare``'s verdict is."""
-    say("found, per cluster (speed-up of the best configuration over none and over the best dense baseline):")
+    say("found, per cluster (speed-up of the best configuration that fits over none and over the best dense "
+        "baseline; its memory per GPU):")
     print(f"  {'#':>2} {'nodes':>5} {'bandwidth':>12} {'1-way lat':>9} {'topology':<16} {'best':<16} {'vs none':>8} "
-          f"{'vs dense':>8}")
+          f"{'vs dense':>8} {'mem GiB':>7}")
     for number, f in enumerate(found, 1):
         vs_dense = "" if f["speedup_over_baseline"] is None else f"{f['speedup_over_baseline']:.3f}x"
         print(f"  {number:>2} {f['nodes']:>5} {format_bandwidth(f['bandwidth_bps']):>12} "
               f"{format_seconds(f['latency_s']):>9} {f['topology']:<16} {f['best']:<16} {f['speedup']:>7.3f}x "
-              f"{vs_dense:>8}")
+              f"{vs_dense:>8} {memory_cell(f)}".rstrip())
+    say(memory_legend(found) + "; a best marked ! means no configuration of its cluster fits", "  ")
     say("verdict per cluster (# as in the table):")
     for number, f in enumerate(found, 1):
-        say(f"  {number:>2} verdict: {f['verdict']['headline']}", " " * 5)
+        unfit = f["verdict"]["does_not_fit"]
+        say(f"  {number:>2} verdict: {f['verdict']['headline']}" + (f"; {fit_note(unfit)}" if unfit else ""), " " * 5)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -184,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
             for bar in bars:
                 bar.close()
         found = pipeline.sweep.findings(store, done.sweep_id, done.source, grid.ranks[0] if len(grid.ranks) == 1 else None)
-        rows = store.scenarios(done.sweep_id) if args.json else []
+        rows = pipeline.sweep.scenario_rows(store, done.sweep_id) if args.json else []
         held = pipeline.sweep.sharding_of(store.sweep(done.sweep_id)["config_json"])
         tta = None
         if args.convergence is not None:
@@ -192,7 +200,8 @@ def run(args: argparse.Namespace) -> int:
                                        target_loss=args.target_loss)
     summary = {"sweep_id": done.sweep_id, "total": done.total, "stored": done.stored, "computed": done.computed,
                "resumed": done.resumed, "store": str(args.store), "fidelity": args.fidelity, "device": source.device.name,
-               "compute_source": source.compute, "cost_sources": done.cost_sources, "findings": found, "rows": rows}
+               "compute_source": source.compute, "cost_sources": done.cost_sources,
+               "memory_capacity_gib": capacity_gib(found), "findings": found, "rows": rows}
     if held is not None:  # the --parallel family the grid was projected under, as stored, and what it refused
         summary.update(parallel=pipeline.sweep.sharding_text(held), sharding=held, refused=reasons)
     if tta is not None:

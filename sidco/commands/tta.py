@@ -7,12 +7,14 @@ from typing import Any
 
 from pipeline import project
 from pipeline.catalog import TOPOLOGIES
+from pipeline.memory import STRATEGY_UNMODELLED
 from pipeline.penalty import penalty_lines
 from pipeline.request import Request, check_compressors, sharding_flags, sites_text
 from pipeline.tta import (check_target, convergence_run, curves_time_to_accuracy, load_curves, projection_of,
                           target_text, time_to_accuracy, verdict_text)
 from results.store import Store
 from sidco.commands import dump_json
+from sidco.commands.compare import memory_cell, memory_legend
 from sidco.commands.simulate import (add_latency_args, add_parallel_args, add_scenario_args, add_source_args, cluster,
                                     workload_fields)
 from units import Pair, format_bandwidth, format_seconds
@@ -42,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "costs by the one cost policy), and their product, the time to target (seconds). A run that never "
             "reaches the target gets null and the reason. Names the winner only when its margin over the "
             "runner-up exceeds both the seed spread and the projection's error band; otherwise says 'too close "
-            "to call' and why."
+            "to call' and why. Each row also gives the memory one GPU holds on the cluster (GiB, memory_gib in "
+            "--json, as sidco compare gives it); a configuration that does not fit is never named."
             " DiLoCo (sidco converge --sync-every H): every DiLoCo variant of the run's configuration (per H, outer "
             "compressor and density) is ranked with the per-step pairs: its inner steps to the target × the time per "
             "inner step sidco compare projects for diloco on --sites S joined by --wan-bandwidth and --wan-rtt (one "
@@ -118,22 +121,23 @@ def print_result(result: dict[str, Any], sites: str = "") -> None:
     rows = result["rows"]
     lowcomm = any("utilization" in r for r in rows)
     width = max(10, *(len(r["label"]) for r in rows))
-    header = (f"{'config':<{width}} {'iterations':>14} {'iteration':>11} {'time to target':>22}"
+    header = (f"{'config':<{width}} {'iterations':>14} {'iteration':>11} {'time to target':>22} {'mem GiB':>7}"
               + (f" {'H':>5} {'outer':>12} {'util':>6}" if lowcomm else "") + "  note")
     print(header)
     print("-" * len(header))
     for row in rows:
-        print(f"{row['label']:<{width}} {_iterations(row):>14} {_seconds(row['iteration_s']):>11} {_time(row):>22}"
-              + (_strategy_cells(row) if lowcomm else "") + f"  {row['reason'] or ''}".rstrip())
+        print((f"{row['label']:<{width}} {_iterations(row):>14} {_seconds(row['iteration_s']):>11} {_time(row):>22} "
+               f"{memory_cell(row)}" + (_strategy_cells(row) if lowcomm else "") + f"  {row['reason'] or ''}").rstrip())
     sources = "; ".join(f"{name}: {source}" for name, source in sorted(result["cost_sources"].items()))
     print("iterations = to the first evaluation at the target (mean ± sample standard deviation over the seeds); "
           f"iteration = projected seconds per iteration on {result['device']}; compute: {result['compute_source']}; "
-          f"compression costs: {sources or 'none needed'}")
+          f"compression costs: {sources or 'none needed'}; {memory_legend(rows)}")
     diloco = [r for r in rows if r["compressor"] == "diloco"]
     if lowcomm:
         print("H = inner steps between syncs across sites (1: every step); outer = the pseudo-gradient's compressor; "
               "util = compute (forward, backward, optimizer) / time per (inner) step")
     if diloco:
+        print(f"diloco: memory {STRATEGY_UNMODELLED}")
         print(f"diloco: iterations = inner steps; iteration = one site's step (compute from trace #{result['trace_id']} "
               f"of the synchronous run, convergence {result['synchronous_id']}: same model, per-worker batch and inner "
               "optimizer; a DiLoCo run records no trace) + its outer exchange across the sites / H, as sidco compare "
