@@ -32,7 +32,10 @@ class NetworkPlan:
     """Everything needed to build and remove one emulated network.
 
     ``setup`` and ``teardown`` are argv lists to run in order; ``addresses[i]`` is worker
-    ``i``'s IPv4 address (no prefix length) inside namespace ``worker_ns[i]``.
+    ``i``'s IPv4 address (no prefix length) inside namespace ``worker_ns[i]``. ``children`` are
+    the processes the network needs while it stands (``(module, args…)``, run as
+    ``python -m module args``: the WAN's delay line), started after ``setup`` and stopped before
+    ``teardown``.
     """
 
     prefix: str
@@ -44,6 +47,7 @@ class NetworkPlan:
     ifname: str
     setup: tuple[tuple[str, ...], ...]
     teardown: tuple[tuple[str, ...], ...]
+    children: tuple[tuple[str, ...], ...] = ()
 
     def exec_prefix(self, rank: int) -> list[str]:
         """The argv prefix that runs a command inside worker ``rank``'s namespace."""
