@@ -70,6 +70,14 @@ DELAY_LINE = "userspace delay line"
 """The WAN delayed by :mod:`emulation.delayline` between two TAP devices (the module docstring)."""
 NO_DELAY = "none"
 """The WAN of round trip 0: a tbf alone."""
+GLOO_CROSSINGS_PER_STEP = 2
+"""WAN crossings each dependent step of gloo's ring all-reduce waits for. gloo's TCP transport sends
+a buffer only once the receiver's recv-ready notification has come (``Pair::send`` holds it until
+``NOTIFY_RECV_READY``), and a ring step posts its receives when it begins, so every step pays the
+notification's crossing and then the data's: a round trip, where a link level of
+:mod:`simulator.topologies` charges one way (a transport whose receives are posted ahead). Measured
+over the delay line at 50 Mbit/s, the 1.09 MB all-reduce on two ranks (two dependent steps) took
+285.0 ms at a 50 ms round trip and 386.4 ms at 100 ms: 2.03 round trips more for 1 more."""
 WAN_ENDS = ("wan0", "wan1")
 """The WAN's device in site 0's namespace and in site 1's."""
 
@@ -220,10 +228,11 @@ def wan_delay(wan_bandwidth_bps: float, wan_rtt_s: float) -> str:
 
 def wan_level(wan_bandwidth_bps: float, wan_rtt_s: float, calibration: Calibration | None = None,
               sites: int = SITES) -> Level:
-    """The WAN as the simulator's link level: bytes/s per direction, latency one way (rtt/2, s);
-    with ``calibration``, its all-reduce fit on ``sites`` ranks (α added to the latency, the rate
-    times its efficiency)."""
-    bps, latency_s = wan_bandwidth_bps, wan_rtt_s / 2.0
+    """The WAN as gloo's all-reduce meets it, as the simulator's link level: bytes/s per direction,
+    latency per dependent step :data:`GLOO_CROSSINGS_PER_STEP` one-way crossings (rtt, s); with
+    ``calibration``, its all-reduce fit on ``sites`` ranks (α added to the latency, the rate times
+    its efficiency)."""
+    bps, latency_s = wan_bandwidth_bps, GLOO_CROSSINGS_PER_STEP * wan_rtt_s / 2.0
     if calibration is not None:
         bps = calibration.bandwidth(bps, "allreduce", sites)
         latency_s = calibration.latency(latency_s, "allreduce", sites)
@@ -237,13 +246,15 @@ def diloco_closed_form(inner_s: float, outer_local_s: float, model_bytes: int, s
 
     ``t = inner_s + (outer_local_s + T_wan) / H`` with ``T_wan`` the ring all-reduce of the
     ``model_bytes``-byte pseudo-gradient over the WAN (:func:`simulator.topologies.ring_seconds`:
-    ``2(S−1)`` dependent rounds of rtt/2 each plus ``2(S−1)/S · n / B``). ``inner_s``: the
+    ``2(S−1)`` dependent steps of a round trip each, gloo's (:data:`GLOO_CROSSINGS_PER_STEP`), plus
+    ``2(S−1)/S · n / B``). ``inner_s``: the
     measured inner step of the slowest site (compute; inside a site of one rank nothing is sent);
     ``outer_local_s``: the measured outer step without its exchange (pseudo-gradient, outer
     optimizer, reset) — :func:`summarize_diloco`'s.
     With ``calibration`` the WAN is :func:`wan_level`'s calibrated one. Equal to
-    ``simulator.topologies.Sites``' all-reduce at one node per site, amortised as
-    ``simulator.lowcomm.amortised_s`` does for blocking DiLoCo (branch i46-sites).
+    ``simulator.topologies.Sites``' all-reduce at one node per site on a WAN of round trip 2·rtt
+    (its latency is rtt/2 a step: one way), amortised as ``simulator.lowcomm.amortised_s`` does for
+    blocking DiLoCo (branch i46-sites).
     Returns ``iteration_s``, ``wan_s`` (``T_wan``) and ``wan_share`` (``T_wan/H ÷ iteration_s``)."""
     wan_s = ring_seconds("allreduce", float(model_bytes), sites,
                          wan_level(wan_bandwidth_bps, wan_rtt_s, calibration, sites))
