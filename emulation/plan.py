@@ -9,7 +9,8 @@ Topology for ``p`` workers (nothing is created in the host's network namespace):
 
 Shaping (when a bandwidth is given): a ``tbf`` qdisc at the requested rate on the worker's
 veth end (its uplink) and on the bridge-side end (its downlink), so every worker sends and
-receives at most ``bandwidth_bps``. The kernel here has no ``netem``: no delay is added.
+receives at most ``bandwidth_bps``. No delay is added (the WAN across sites is delayed:
+:mod:`emulation.sites`).
 """
 
 from __future__ import annotations
