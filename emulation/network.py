@@ -2,7 +2,11 @@
 
 :class:`Network` is a context manager: entering runs the plan's setup commands (removing
 whatever it built if one fails), leaving runs the teardown whatever happened. SIGTERM and
-SIGHUP are turned into :class:`Terminated` while it is active so ``finally`` blocks run.
+SIGHUP are turned into :class:`Terminated` while it is active so ``finally`` blocks run. The
+plan's ``children`` (the WAN's delay line) are started after the setup, each awaited until it
+prints :data:`READY` (at most :data:`COMMAND_TIMEOUT_S`), and stopped before the teardown; they
+die with this process (:func:`processes.children.module_argv`), and one that ended on its own
+while the network stood is reported on leaving, with the last line it wrote to stderr.
 Namespaces left by a run killed with SIGKILL (``sidco-<pid>-<hex>-…`` whose run has ended by the
 one rule of :func:`processes.liveness.owner_ended`, over the owner record the run keeps in
 :data:`OWNERS_DIR` while its network stands) are removed before a new network is built
@@ -13,9 +17,11 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -23,6 +29,7 @@ from pathlib import Path
 from types import FrameType
 
 from emulation.plan import PREFIX_ROOT, NetworkPlan
+from processes.children import module_argv
 from processes.liveness import OwnerFile, owner_ended, pid_alive
 
 COMMAND_TIMEOUT_S = 20.0
@@ -31,6 +38,8 @@ SHOW_ATTEMPTS = 5
 machine a listing can fail for a moment (a netlink dump interrupted by a change elsewhere)."""
 SHOW_RETRY_S = 0.5
 """Seconds between two tries of a listing."""
+READY = "ready"
+"""The line a plan's child prints on stdout once the network may carry traffic."""
 
 
 class EmulationUnavailable(ValueError):
@@ -152,6 +161,50 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated(f"received signal {signum}")
 
 
+class _Child:
+    """One of a plan's children: ``python -m module args`` (``spec``), its stderr kept in a file."""
+
+    def __init__(self, spec: Sequence[str]):
+        self.module = spec[0]
+        self._stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(module_argv(*spec), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=self._stderr, start_new_session=True)
+
+    def said(self) -> str:
+        """The last line the child wrote to stderr."""
+        self._stderr.seek(0)
+        lines = [line.strip() for line in self._stderr.read().decode(errors="replace").splitlines() if line.strip()]
+        return lines[-1] if lines else "no message"
+
+    def await_ready(self, timeout_s: float) -> None:
+        """Return once the child printed :data:`READY`; OSError (one line) if it ended, printed another
+        line or said nothing within ``timeout_s`` seconds."""
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        line = self.proc.stdout.readline().decode(errors="replace").strip() if ready else ""
+        if line != READY:
+            self.stop()
+            raise OSError(f"{self.module} did not start within {timeout_s:g} s "
+                          f"(exit code {self.proc.returncode}): {self.said()}")
+
+    def ended(self) -> str | None:
+        """Why the child ended on its own (one line), or ``None`` while it runs."""
+        code = self.proc.poll()
+        return None if code is None else f"{self.module} ended with exit code {code} while the network stood: " \
+                                         f"{self.said()}"
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after :data:`COMMAND_TIMEOUT_S` seconds; wait for it."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=COMMAND_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        self._stderr.close()
+
+
 class Network:
     """The emulated network of ``plan``, built on enter and removed on exit."""
 
@@ -159,6 +212,7 @@ class Network:
         self.plan = plan
         self._previous: dict[int, object] = {}
         self._owner: OwnerFile | None = None
+        self._children: list[_Child] = []
 
     def __enter__(self) -> NetworkPlan:
         if threading.current_thread() is threading.main_thread():
@@ -170,21 +224,32 @@ class Network:
             self._owner = OwnerFile(owner_record(self.plan.prefix)).start()
             for argv in self.plan.setup:
                 _run(argv)
+            for spec in self.plan.children:
+                self._children.append(_Child(spec))
+                self._children[-1].await_ready(COMMAND_TIMEOUT_S)
         except BaseException:
             self.teardown()
             raise
         return self.plan
 
     def __exit__(self, *exc: object) -> None:
+        ended = [why for why in (child.ended() for child in self._children) if why]
         self.teardown()
+        if ended:
+            raise OSError(ended[0])
 
     def teardown(self) -> None:
-        """Delete every namespace of the plan (missing ones are fine) and restore signals."""
+        """Stop the plan's children, delete every namespace of the plan (missing ones are fine) and
+        restore signals."""
         try:
-            existing = set(leftovers(self.plan.prefix))
-            for argv in self.plan.teardown:
-                if argv[-1] in existing:
-                    subprocess.run(list(argv), capture_output=True, timeout=COMMAND_TIMEOUT_S)
+            try:
+                while self._children:
+                    self._children.pop().stop()
+            finally:
+                existing = set(leftovers(self.plan.prefix))
+                for argv in self.plan.teardown:
+                    if argv[-1] in existing:
+                        subprocess.run(list(argv), capture_output=True, timeout=COMMAND_TIMEOUT_S)
         finally:
             if self._owner is not None:
                 self._owner.close()

@@ -9,7 +9,8 @@ Topology for ``p`` workers (nothing is created in the host's network namespace):
 
 Shaping (when a bandwidth is given): a ``tbf`` qdisc at the requested rate on the worker's
 veth end (its uplink) and on the bridge-side end (its downlink), so every worker sends and
-receives at most ``bandwidth_bps``. The kernel here has no ``netem``: no delay is added.
+receives at most ``bandwidth_bps``. No delay is added (the WAN across sites is delayed:
+:mod:`emulation.sites`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ class NetworkPlan:
     """Everything needed to build and remove one emulated network.
 
     ``setup`` and ``teardown`` are argv lists to run in order; ``addresses[i]`` is worker
-    ``i``'s IPv4 address (no prefix length) inside namespace ``worker_ns[i]``.
+    ``i``'s IPv4 address (no prefix length) inside namespace ``worker_ns[i]``. ``children`` are
+    the processes the network needs while it stands (``(module, args…)``, run as
+    ``python -m module args``: the WAN's delay line), started after ``setup`` and stopped before
+    ``teardown``.
     """
 
     prefix: str
@@ -44,6 +48,7 @@ class NetworkPlan:
     ifname: str
     setup: tuple[tuple[str, ...], ...]
     teardown: tuple[tuple[str, ...], ...]
+    children: tuple[tuple[str, ...], ...] = ()
 
     def exec_prefix(self, rank: int) -> list[str]:
         """The argv prefix that runs a command inside worker ``rank``'s namespace."""

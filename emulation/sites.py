@@ -1,24 +1,35 @@
-"""Two sites over a delayed link: the namespace plan, netem's WAN shaping, and the runs across it.
+"""Two sites over a delayed link: the namespace plan, the WAN's shaping and delay, and the runs across it.
 
 Topology for ``sites`` = 2 sites of ``per_site`` ranks each (nothing in the host's namespace):
 
 - one namespace ``<prefix>-s<k>`` per site holding a bridge ``br0``; the site's ranks are
   joined to it as in :func:`emulation.plan.make_plan` (namespace ``<prefix>-w<i>``, rank ``i``
   on site ``i // per_site``, its veth shaped by tbf to the site's link rate, or unshaped);
-- one veth pair ``wan0`` / ``wan1`` between the two site bridges, a port of each: the WAN. Every
-  address sits in one ``10.a.b.0/24``, so a site reaches the other over the WAN alone;
+- the WAN between the two site bridges, ``wan0`` a port of site 0's and ``wan1`` of site 1's: a
+  veth pair (netem, or no delay) or two TAP devices joined by the delay line. Every address sits
+  in one ``10.a.b.0/24``, so a site reaches the other over the WAN alone;
 - every rank's namespace keeps TCP's window across idle gaps (:data:`NO_SLOW_START_AFTER_IDLE`).
 
-WAN shaping: each end's egress (one direction each) holds one ``netem`` qdisc with ``delay``
-rtt/2 and ``rate`` B. netem computes each packet's departure from both at once: the later of
-its arrival plus the delay and the previous packet's departure, plus its own serialisation at
-``rate`` (``netem_enqueue``), so a stream leaves at B, each packet at least the delay after it
-came, and the delay is not paid again per packet. Two qdiscs (a netem delay with a tbf child, or
-the reverse) need two queues sized together and a tbf bucket that lets bursts through; one
-qdisc has one queue and no bucket. Its queue ``limit`` (packets)
-holds the bandwidth-delay product plus :data:`emulation.plan.QUEUE_MIN_BYTES` (netem's default
-of 1,000 packets drops at high rate × delay). With ``rtt`` 0 the WAN is a tbf at B
-(:func:`emulation.plan.tbf`) and needs no netem: kernels without ``sch_netem`` run that.
+How the WAN is delayed (:func:`wan_delay` picks; the run records which, ``wan_delay``):
+
+- :data:`NETEM`, where the kernel has ``sch_netem``: each end's egress (one direction each)
+  holds one ``netem`` qdisc with ``delay`` rtt/2 and ``rate`` B. netem computes each packet's
+  departure from both at once: the later of its arrival plus the delay and the previous packet's
+  departure, plus its own serialisation at ``rate`` (``netem_enqueue``), so a stream leaves at B,
+  each packet at least the delay after it came, and the delay is not paid again per packet. Two
+  qdiscs (a netem delay with a tbf child, or the reverse) need two queues sized together and a
+  tbf bucket that lets bursts through; one qdisc has one queue and no bucket. Its queue
+  ``limit`` (packets) holds the bandwidth-delay product plus :data:`emulation.plan.QUEUE_MIN_BYTES`
+  (netem's default of 1,000 packets drops at high rate × delay).
+- :data:`DELAY_LINE`, where it has not but has TUN/TAP: ``wan0`` and ``wan1`` are TAP devices
+  and :mod:`emulation.delayline`, a child of the run, writes every frame one end gives it into
+  the other rtt/2 after (first in first out). Each TAP's egress (towards the line) holds a tbf at
+  B (:func:`emulation.plan.tbf`): frames are serialised at B before the delay, as in netem. The
+  line itself holds the frames in flight (B × rtt/2, unbounded), so the tbf's queue is the queue
+  above the bandwidth-delay product, as netem's beyond it: :data:`emulation.plan.QUEUE_MIN_BYTES`
+  or 100 ms at B; the TAP's own ring (``txqueuelen``) holds as many full frames, so a late line
+  does not drop. No jitter and no loss; rates up to :data:`emulation.delayline.MAX_BPS`.
+- :data:`NO_DELAY` with ``rtt`` 0: the WAN is a tbf at B (:func:`emulation.plan.tbf`) on a veth.
 
 :func:`run_sites` runs the real workers in that network: DiLoCo (:mod:`emulation.sites_worker`)
 and per-step DDP with a compressor's hook (:mod:`emulation.worker`) across every rank.
@@ -27,16 +38,18 @@ and per-step DDP with a compressor's hook (:mod:`emulation.worker`) across every
 
 from __future__ import annotations
 
+import os
 import secrets
 import statistics
 import subprocess
 from collections.abc import Sequence
 from typing import Any
 
+from emulation import delayline
 from emulation.launch import run_workers
 from emulation.network import COMMAND_TIMEOUT_S, Network, require_emulation
-from emulation.plan import (IFNAME, MTU_BYTES, PREFIX_ROOT, QUEUE_MIN_BYTES, NetworkPlan, bridge, check_shaping,
-                            tbf, unique_prefix, worker_link)
+from emulation.plan import (FRAME_BYTES, IFNAME, MTU_BYTES, PREFIX_ROOT, QUEUE_MIN_BYTES, NetworkPlan, bridge,
+                            check_shaping, tbf, tbf_parameters, unique_prefix, worker_link)
 from simulator.calibration import Calibration
 from simulator.links import Level
 from simulator.topologies import ring_seconds
@@ -51,6 +64,22 @@ idle H inner steps between outer exchanges, as hosts tuned for WAN transfers do;
 RTO" each exchange would climb out of slow start again (≈ log2(BDP/10 segments) extra round trips)."""
 NETEM_MIN_LIMIT_PACKETS = 1000
 """netem's own default queue limit (packets), the least :func:`netem_command` sets."""
+NETEM = "netem"
+"""The WAN delayed by one netem qdisc per direction (the module docstring)."""
+DELAY_LINE = "userspace delay line"
+"""The WAN delayed by :mod:`emulation.delayline` between two TAP devices (the module docstring)."""
+NO_DELAY = "none"
+"""The WAN of round trip 0: a tbf alone."""
+GLOO_CROSSINGS_PER_STEP = 2
+"""WAN crossings each dependent step of gloo's ring all-reduce waits for. gloo's TCP transport sends
+a buffer only once the receiver's recv-ready notification has come (``Pair::send`` holds it until
+``NOTIFY_RECV_READY``), and a ring step posts its receives when it begins, so every step pays the
+notification's crossing and then the data's: a round trip, where a link level of
+:mod:`simulator.topologies` charges one way (a transport whose receives are posted ahead). Measured
+over the delay line at 50 Mbit/s, the 1.09 MB all-reduce on two ranks (two dependent steps) took
+285.0 ms at a 50 ms round trip and 386.4 ms at 100 ms: 2.03 round trips more for 1 more."""
+WAN_ENDS = ("wan0", "wan1")
+"""The WAN's device in site 0's namespace and in site 1's."""
 
 
 def check_wan(sites: int, per_site: int, wan_bandwidth_bps: float, wan_rtt_s: float) -> None:
@@ -82,18 +111,33 @@ def netem_command(namespace: str, device: str, bandwidth_bps: float, delay_s: fl
             "limit", str(netem_limit_packets(bandwidth_bps, delay_s)))
 
 
+def tap_queue_frames(bandwidth_bps: float) -> int:
+    """The TAP's ring (``txqueuelen``, frames) between its tbf at ``bandwidth_bps`` (bits/s) and the
+    delay line: the tbf's queue limit in full frames, so a line late by that much drops nothing."""
+    return -(-tbf_parameters(bandwidth_bps)[1] // FRAME_BYTES)
+
+
 def site_of(rank: int, per_site: int) -> int:
     """The site of ``rank`` (ranks ``k·per_site … (k+1)·per_site − 1`` are site ``k``)."""
     return rank // per_site
 
 
 def make_sites_plan(per_site: int, site_bandwidth_bps: float | None, wan_bandwidth_bps: float, wan_rtt_s: float,
-                    *, prefix: str | None = None, subnet: tuple[int, int] | None = None) -> NetworkPlan:
+                    *, delay: str = NETEM, prefix: str | None = None,
+                    subnet: tuple[int, int] | None = None) -> NetworkPlan:
     """Plan :data:`SITES` sites of ``per_site`` ranks, each rank's link at ``site_bandwidth_bps``
     (bits/s; ``None``: unshaped), the sites joined by a WAN of ``wan_bandwidth_bps`` (bits/s) and
-    round trip ``wan_rtt_s`` (s) (the module docstring). ``bridge_ns`` is site 0's bridge; the
-    teardown removes every namespace. ValueError (one line) on a request :func:`check_wan` refuses."""
+    round trip ``wan_rtt_s`` (s), delayed by ``delay`` (:data:`NETEM` or :data:`DELAY_LINE`, whose
+    relay is the plan's child; at round trip 0 none is, whichever is named) (the module docstring).
+    ``bridge_ns`` is site 0's bridge; the teardown removes every namespace, the TAP devices with
+    them. ValueError (one line) on a request :func:`check_wan` refuses, or the delay line at a rate
+    it does not hold."""
     check_wan(SITES, per_site, wan_bandwidth_bps, wan_rtt_s)
+    if delay not in (NETEM, DELAY_LINE, NO_DELAY):
+        raise ValueError(f"unknown WAN delay {delay!r}: choose {NETEM!r} or {DELAY_LINE!r}")
+    line = wan_rtt_s > 0 and delay == DELAY_LINE
+    if line:
+        delayline.check_rate(wan_bandwidth_bps)
     if site_bandwidth_bps is not None:
         check_shaping(site_bandwidth_bps)
     workers = SITES * per_site
@@ -113,22 +157,28 @@ def make_sites_plan(per_site: int, site_bandwidth_bps: float | None, wan_bandwid
     for i, (ns, addr) in enumerate(zip(worker_ns, addresses)):
         setup += worker_link(site_ns[site_of(i, per_site)], f"vp{i}", ns, addr, site_bandwidth_bps)
         setup.append(("ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"{NO_SLOW_START_AFTER_IDLE}=0"))
-    ends = ("wan0", "wan1")
-    setup.append(("ip", "-n", site_ns[0], "link", "add", ends[0], "type", "veth",
-                  "peer", "name", ends[1], "netns", site_ns[1]))
-    for ns, end in zip(site_ns, ends):
+    if line:
+        setup += [step for ns, end in zip(site_ns, WAN_ENDS) for step in (
+            ("ip", "-n", ns, "tuntap", "add", "dev", end, "mode", "tap"),
+            ("ip", "-n", ns, "link", "set", end, "txqueuelen", str(tap_queue_frames(wan_bandwidth_bps))))]
+    else:
+        setup.append(("ip", "-n", site_ns[0], "link", "add", WAN_ENDS[0], "type", "veth",
+                      "peer", "name", WAN_ENDS[1], "netns", site_ns[1]))
+    for ns, end in zip(site_ns, WAN_ENDS):
         setup += [("ip", "-n", ns, "link", "set", end, "master", "br0"), ("ip", "-n", ns, "link", "set", end, "up")]
-        setup.append(netem_command(ns, end, wan_bandwidth_bps, wan_rtt_s / 2.0) if wan_rtt_s > 0
+        setup.append(netem_command(ns, end, wan_bandwidth_bps, wan_rtt_s / 2.0) if wan_rtt_s > 0 and not line
                      else tbf(ns, end, wan_bandwidth_bps))
+    children = (("emulation.delayline", "--delay", repr(wan_rtt_s / 2.0),
+                 *(arg for ns, end in zip(site_ns, WAN_ENDS) for arg in ("--end", ns, end))),) if line else ()
     teardown = tuple(("ip", "netns", "del", ns) for ns in (*worker_ns, *site_ns))
     return NetworkPlan(prefix=prefix, workers=workers, bandwidth_bps=site_bandwidth_bps, bridge_ns=site_ns[0],
                        worker_ns=worker_ns, addresses=addresses, ifname=IFNAME, setup=tuple(setup),
-                       teardown=teardown)
+                       teardown=teardown, children=children)
 
 
 def netem_missing() -> str | None:
-    """A one-line reason why this kernel cannot delay a link (no ``sch_netem``), or ``None`` when it can.
-    Tries a netem qdisc on a veth in a namespace of its own, removed after."""
+    """A one-line reason why this kernel cannot delay a link by netem (no ``sch_netem``), or ``None``
+    when it can. Tries a netem qdisc on a veth in a namespace of its own, removed after."""
     require_emulation()
     ns = f"{unique_prefix()}-probe"
     try:
@@ -142,15 +192,47 @@ def netem_missing() -> str | None:
     if result.returncode == 0:
         return None
     detail = (result.stderr or result.stdout).strip().splitlines()
-    return f"this kernel cannot delay a link with tc netem ({detail[0] if detail else result.returncode}); use --wan-rtt 0"
+    return f"this kernel cannot delay a link with tc netem ({detail[0] if detail else result.returncode})"
+
+
+def tap_missing() -> str | None:
+    """A one-line reason why the delay line cannot run here (no TUN/TAP), or ``None`` when it can.
+    Attaches a TAP device (:func:`emulation.delayline.attach`) in a namespace of its own, removed after."""
+    require_emulation()
+    ns = f"{unique_prefix()}-probe"
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True, timeout=COMMAND_TIMEOUT_S)
+        os.close(delayline.attach(ns, "probe0"))
+    except OSError as error:
+        return f"no TAP device for the userspace delay line ({error})"
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=COMMAND_TIMEOUT_S)
+    return None
+
+
+def wan_delay(wan_bandwidth_bps: float, wan_rtt_s: float) -> str:
+    """How this machine delays a WAN of ``wan_bandwidth_bps`` (bits/s) and round trip ``wan_rtt_s`` (s):
+    :data:`NO_DELAY` at round trip 0, :data:`NETEM` where the kernel has it, else :data:`DELAY_LINE`.
+    ValueError (one line) when neither can, or the delay line does not hold the rate."""
+    if wan_rtt_s == 0:
+        return NO_DELAY
+    netem = netem_missing()
+    if netem is None:
+        return NETEM
+    tap = tap_missing()
+    if tap:
+        raise ValueError(f"{netem}, and {tap}; use --wan-rtt 0")
+    delayline.check_rate(wan_bandwidth_bps, f"{netem}: ")
+    return DELAY_LINE
 
 
 def wan_level(wan_bandwidth_bps: float, wan_rtt_s: float, calibration: Calibration | None = None,
               sites: int = SITES) -> Level:
-    """The WAN as the simulator's link level: bytes/s per direction, latency one way (rtt/2, s);
-    with ``calibration``, its all-reduce fit on ``sites`` ranks (α added to the latency, the rate
-    times its efficiency)."""
-    bps, latency_s = wan_bandwidth_bps, wan_rtt_s / 2.0
+    """The WAN as gloo's all-reduce meets it, as the simulator's link level: bytes/s per direction,
+    latency per dependent step :data:`GLOO_CROSSINGS_PER_STEP` one-way crossings (rtt, s); with
+    ``calibration``, its all-reduce fit on ``sites`` ranks (α added to the latency, the rate times
+    its efficiency)."""
+    bps, latency_s = wan_bandwidth_bps, GLOO_CROSSINGS_PER_STEP * wan_rtt_s / 2.0
     if calibration is not None:
         bps = calibration.bandwidth(bps, "allreduce", sites)
         latency_s = calibration.latency(latency_s, "allreduce", sites)
@@ -164,13 +246,15 @@ def diloco_closed_form(inner_s: float, outer_local_s: float, model_bytes: int, s
 
     ``t = inner_s + (outer_local_s + T_wan) / H`` with ``T_wan`` the ring all-reduce of the
     ``model_bytes``-byte pseudo-gradient over the WAN (:func:`simulator.topologies.ring_seconds`:
-    ``2(S−1)`` dependent rounds of rtt/2 each plus ``2(S−1)/S · n / B``). ``inner_s``: the
+    ``2(S−1)`` dependent steps of a round trip each, gloo's (:data:`GLOO_CROSSINGS_PER_STEP`), plus
+    ``2(S−1)/S · n / B``). ``inner_s``: the
     measured inner step of the slowest site (compute; inside a site of one rank nothing is sent);
     ``outer_local_s``: the measured outer step without its exchange (pseudo-gradient, outer
     optimizer, reset) — :func:`summarize_diloco`'s.
     With ``calibration`` the WAN is :func:`wan_level`'s calibrated one. Equal to
-    ``simulator.topologies.Sites``' all-reduce at one node per site, amortised as
-    ``simulator.lowcomm.amortised_s`` does for blocking DiLoCo (branch i46-sites).
+    ``simulator.topologies.Sites``' all-reduce at one node per site on a WAN of round trip 2·rtt
+    (its latency is rtt/2 a step: one way), amortised as ``simulator.lowcomm.amortised_s`` does for
+    blocking DiLoCo (branch i46-sites).
     Returns ``iteration_s``, ``wan_s`` (``T_wan``) and ``wan_share`` (``T_wan/H ÷ iteration_s``)."""
     wan_s = ring_seconds("allreduce", float(model_bytes), sites,
                          wan_level(wan_bandwidth_bps, wan_rtt_s, calibration, sites))
@@ -201,18 +285,25 @@ def summarize_diloco(per_rank: Sequence[dict[str, Any]], sync_every: int) -> dic
 def run_sites(per_site: int, site_bandwidth_bps: float | None, wan_bandwidth_bps: float, wan_rtt_s: float,
               workload: str, *, sync_every: int, rounds: int, warmup_rounds: int, batch_size: int,
               compressors: Sequence[str] = (), density: float = 0.01, iterations: int = 0, warmup: int = 0,
-              seed: int = 0, timeout_s: float = 600.0) -> dict[str, Any]:
+              seed: int = 0, timeout_s: float = 600.0, delay: str | None = None) -> dict[str, Any]:
     """Build the two-site network and run in it, with fresh processes each: DiLoCo
     (``rounds`` timed rounds of ``sync_every`` inner steps after ``warmup_rounds``), then per-step
     DDP with each of ``compressors`` at ``density`` across every rank (``iterations`` timed after
-    ``warmup``). Returns ``diloco`` (:func:`summarize_diloco`, with ``model_bytes``) and
-    ``per_step`` (one dict per compressor: ``compressor``, ``measured_s``, the mean iteration, s)."""
+    ``warmup``); the WAN delayed by ``delay`` (default: :func:`wan_delay`'s choice). Returns
+    ``diloco`` (:func:`summarize_diloco`, with ``model_bytes``), ``per_step`` (one dict per
+    compressor: ``compressor``, ``measured_s``, the mean iteration, s) and ``wan_delay`` (how the
+    WAN was delayed: :data:`NETEM`, :data:`DELAY_LINE` or :data:`NO_DELAY`)."""
     require_emulation()
+    if wan_rtt_s == 0:
+        delay = NO_DELAY
+    elif delay is None:
+        delay = wan_delay(wan_bandwidth_bps, wan_rtt_s)
     base = ["--workload", workload, "--batch-size", str(batch_size), "--seed", str(seed)]
     diloco_args = [*base, "--sites", str(SITES), "--sync-every", str(sync_every), "--rounds", str(rounds),
                    "--warmup-rounds", str(warmup_rounds)]
     workers = SITES * per_site
-    with Network(make_sites_plan(per_site, site_bandwidth_bps, wan_bandwidth_bps, wan_rtt_s)) as plan:
+    plan = make_sites_plan(per_site, site_bandwidth_bps, wan_bandwidth_bps, wan_rtt_s, delay=delay)
+    with Network(plan):
         per_rank = run_workers("emulation.sites_worker", diloco_args, workers, plan, timeout_s)
         per_step = []
         for name in compressors:
@@ -222,4 +313,4 @@ def run_sites(per_site: int, site_bandwidth_bps: float | None, wan_bandwidth_bps
             per_step.append({"compressor": name, "measured_s": statistics.median(
                 step["iteration_s"] for rank in ranks for step in rank["steps"])})
     diloco = {**summarize_diloco(per_rank, sync_every), "model_bytes": int(per_rank[0]["model_bytes"])}
-    return {"diloco": diloco, "per_step": per_step}
+    return {"diloco": diloco, "per_step": per_step, "wan_delay": delay}

@@ -33,7 +33,7 @@ from traces.llm import check as check_model, names as model_names  # the door ch
 from emulation.network import remove_stale, require_emulation
 from emulation.projection import network_share, project
 from emulation.plan import check_shaping  # the door checks a --bandwidth it shapes by it
-from emulation.sites import SITES, check_wan, diloco_closed_form, netem_missing, run_sites
+from emulation.sites import SITES, check_wan, diloco_closed_form, run_sites, wan_delay
 from emulation.training import check_request as check_training_request, run_training
 from compressors import takes_density
 from pipeline import replay
@@ -280,7 +280,8 @@ def fsdp(store: Store, workers: Sequence[int], bandwidths: Sequence[float | None
 def check_sites(sites_: int, workers: int, wan_bandwidth_bps: float, wan_rtt_s: float, sync_every: int) -> int:
     """ValueError (one line) unless ``workers`` ranks split evenly into ``sites_`` sites joined by a
     WAN the emulation can shape (:func:`emulation.sites.check_wan`) and ``sync_every`` ≥ 1; returns
-    the ranks per site. A round trip above 0 needs ``sch_netem`` (checked when the network is built)."""
+    the ranks per site. A round trip above 0 needs ``sch_netem`` or TUN/TAP (:func:`emulation.sites.wan_delay`,
+    asked by :func:`sites` before the network is built)."""
     if sync_every < 1:
         raise ValueError(f"--sync-every {sync_every}: must be >= 1 inner step")
     if workers % sites_:
@@ -297,7 +298,9 @@ def sites(workers: int, site_bandwidth_bps: float | None, wan_bandwidth_bps: flo
     ``iterations`` and ``warmup`` inner steps rounded up to whole rounds) and per-step DDP with each
     of ``names`` at ``density`` on ``workers`` ranks split over :data:`emulation.sites.SITES` sites
     (ranks' links at ``site_bandwidth_bps``, the WAN at ``wan_bandwidth_bps`` bits/s and
-    ``wan_rtt_s`` s round trip). Returns one row per run: ``strategy`` (``diloco`` or
+    ``wan_rtt_s`` s round trip, delayed as :func:`emulation.sites.wan_delay` picks: ValueError in one
+    line where nothing here can). Returns one row per run, each with ``wan_delay`` (how the WAN
+    was delayed: ``netem``, ``userspace delay line`` or ``none``): ``strategy`` (``diloco`` or
     ``per-step``), ``compressor``, ``sync_every``, ``measured_s`` (wall time per inner step, s), and
     for DiLoCo ``projected_s`` (:func:`emulation.sites.diloco_closed_form`, nominal WAN),
     ``error_pct``, ``wan_share``, with ``calibration`` (``(id, constants)``,
@@ -305,14 +308,11 @@ def sites(workers: int, site_bandwidth_bps: float | None, wan_bandwidth_bps: flo
     parts (``detail``)."""
     per_site = check_sites(SITES, workers, wan_bandwidth_bps, wan_rtt_s, sync_every)
     check_training_request(workload, names or ["none"], density, iterations, warmup, batch_size)
-    if wan_rtt_s > 0:
-        reason = netem_missing()
-        if reason:
-            raise ValueError(reason)
+    delay = wan_delay(wan_bandwidth_bps, wan_rtt_s)
     rounds = -(-iterations // sync_every)
     got = run_sites(per_site, site_bandwidth_bps, wan_bandwidth_bps, wan_rtt_s, workload, sync_every=sync_every,
                     rounds=rounds, warmup_rounds=max(1, -(-warmup // sync_every)), batch_size=batch_size,
-                    compressors=names, density=density, iterations=iterations, warmup=warmup)
+                    compressors=names, density=density, iterations=iterations, warmup=warmup, delay=delay)
     d = got["diloco"]
     projected = calibrated = None
     if per_site == 1:  # the closed form has no inner all-reduce: project only where a site is one rank
@@ -325,7 +325,8 @@ def sites(workers: int, site_bandwidth_bps: float | None, wan_bandwidth_bps: flo
     def error(p: dict[str, float] | None) -> float | None:
         return None if p is None else (p["iteration_s"] - d["measured_s"]) / d["measured_s"] * 100.0
 
-    common = {"workers": workers, "sites": SITES, "wan_bandwidth_bps": wan_bandwidth_bps, "wan_rtt_s": wan_rtt_s}
+    common = {"workers": workers, "sites": SITES, "wan_bandwidth_bps": wan_bandwidth_bps, "wan_rtt_s": wan_rtt_s,
+              "wan_delay": got["wan_delay"]}
     rows = [{**common, "strategy": "diloco", "compressor": "none", "density": None, "sync_every": sync_every,
              "measured_s": d["measured_s"],
              "projected_s": projected["iteration_s"] if projected else None, "error_pct": error(projected),

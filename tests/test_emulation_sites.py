@@ -1,26 +1,39 @@
 """Two sites over a delayed link (issue 46): the plan's commands, the measured link, DiLoCo held to its projection.
 
-The plan tests run anywhere. The ``root`` tests build the namespaces: the WAN with a round trip
-needs ``sch_netem`` in the kernel (skipped with tc's own message otherwise); the ``--wan-rtt 0``
-WAN is a tbf and runs wherever the per-site emulation does.
+The plan tests and the delay line's own test (on socket pairs) run anywhere. The ``root`` tests
+build the namespaces: the WAN with a round trip is delayed by ``sch_netem`` where the kernel has
+it, else by the userspace delay line over TAP devices (skipped, saying why, where neither is
+usable); one test forces the delay line on any kernel. The ``--wan-rtt 0`` WAN is a tbf and runs
+wherever the per-site emulation does.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import socket
+import statistics
+import struct
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
+from emulation import delayline
 from emulation.collectives import measure_collectives
 from emulation.network import Network, leftovers, remove_stale
-from emulation.plan import QUEUE_MIN_BYTES
-from emulation.sites import (NO_SLOW_START_AFTER_IDLE, SITES, check_wan, diloco_closed_form, make_sites_plan,
-                             netem_command, netem_limit_packets, netem_missing, run_sites, site_of)
+from emulation.plan import FRAME_BYTES, QUEUE_MIN_BYTES, tbf_parameters
+from emulation.sites import (DELAY_LINE, GLOO_CROSSINGS_PER_STEP, NETEM, NO_DELAY, NO_SLOW_START_AFTER_IDLE, SITES,
+                             check_wan, diloco_closed_form, make_sites_plan, netem_command, netem_limit_packets,
+                             netem_missing, run_sites, site_of, tap_missing, tap_queue_frames, wan_delay, wan_level)
+from processes.children import running
+from simulator.topologies import ring_seconds
 
 WAN_BPS = 100e6
 WAN_RTT_S = 0.020
@@ -56,6 +69,87 @@ def test_zero_rtt_wan_is_a_tbf_and_site_links_are_shaped():
     assert sum("1000000000bit" in argv for argv in plan.setup) == 4  # two ranks, both ends
 
 
+def test_delay_line_plan_joins_two_taps_shaped_by_tbf_and_runs_the_line_as_a_child():
+    plan = make_sites_plan(1, None, WAN_BPS, WAN_RTT_S, delay=DELAY_LINE, prefix="sidco-1-abc")
+    sites = ("sidco-1-abc-s0", "sidco-1-abc-s1")
+    assert not any("netem" in argv or ("veth" in argv and "wan0" in argv) for argv in plan.setup)
+    assert [argv[2] for argv in plan.setup if "tuntap" in argv] == list(sites)
+    assert [(argv[2], argv[argv.index("dev") + 1]) for argv in plan.setup if "tuntap" in argv] == \
+        [(sites[0], "wan0"), (sites[1], "wan1")]
+    burst, limit = tbf_parameters(WAN_BPS)
+    wan = [argv for argv in plan.setup if "tbf" in argv]
+    assert [(argv[2], argv[6]) for argv in wan] == [(sites[0], "wan0"), (sites[1], "wan1")]
+    for argv in wan:  # the rate on each TAP's egress, towards the line
+        assert argv[argv.index("rate") + 1] == "100000000bit" and argv[argv.index("limit") + 1] == str(limit)
+    rings = [int(argv[-1]) for argv in plan.setup if "txqueuelen" in argv]
+    assert rings == [tap_queue_frames(WAN_BPS)] * 2
+    assert rings[0] * FRAME_BYTES >= limit > (rings[0] - 1) * FRAME_BYTES  # the ring holds the tbf's queue
+    assert plan.children == (("emulation.delayline", "--delay", "0.01", "--end", sites[0], "wan0",
+                              "--end", sites[1], "wan1"),)
+    assert {argv[-1] for argv in plan.teardown} == {*plan.worker_ns, *sites}  # the TAPs go with the namespaces
+    flat = make_sites_plan(1, None, WAN_BPS, 0.0, delay=DELAY_LINE, prefix="sidco-1-abc")
+    assert flat.children == () and not any("tuntap" in argv for argv in flat.setup)  # round trip 0: a tbf alone
+    assert make_sites_plan(1, None, WAN_BPS, WAN_RTT_S, prefix="sidco-1-abc").children == ()  # netem: no child
+
+
+def test_delay_line_refuses_a_rate_it_does_not_hold_in_one_line():
+    with pytest.raises(ValueError, match="delay line holds") as info:
+        make_sites_plan(1, None, delayline.MAX_BPS * 1.01, WAN_RTT_S, delay=DELAY_LINE)
+    assert "\n" not in str(info.value)
+    assert delayline.check_rate(delayline.MAX_BPS) == delayline.MAX_BPS
+    assert wan_delay(delayline.MAX_BPS * 10, 0.0) == NO_DELAY  # no delay, no line: only tbf's limits
+
+
+def _sent(sock: socket.socket, count: int, seed: int) -> None:
+    """``count`` frames of 16 … 9,000 bytes, each its number and send time (monotonic), 0 … 1 ms apart."""
+    rng = random.Random(seed)
+    for number in range(count):
+        sock.send(struct.pack("!Id", number, time.monotonic()) + bytes(rng.randint(4, 8988)))
+        time.sleep(rng.random() * 0.001)
+
+
+def _received(sock: socket.socket, count: int, into: list[tuple[int, float]]) -> None:
+    """Each of ``count`` frames' number and time from its sending to now (s)."""
+    sock.settimeout(10)
+    for _ in range(count):
+        frame = sock.recv(65536)
+        number, sent = struct.unpack("!Id", frame[:12])
+        into.append((number, time.monotonic() - sent))
+
+
+def test_the_line_delays_every_frame_by_the_same_time_in_order_each_way():
+    """The relay between two socket pairs (one frame a message, as a TAP reads and writes): every
+    frame comes out of the other end once, in order, the delay after it went in (never before; late
+    by no more than the scheduler's wake-up), both directions at once; it ends when an end closes."""
+    delay_s, count = 0.015, 300
+    (line0, host0), (line1, host1) = (socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in range(2))
+    for end in (line0, line1):
+        end.setblocking(False)
+    relay = threading.Thread(target=delayline.relay, args=((line0.fileno(), line1.fileno()), delay_s))
+    relay.start()
+    got: tuple[list[tuple[int, float]], list[tuple[int, float]]] = ([], [])
+    threads = [threading.Thread(target=_received, args=(host1, count, got[0])),
+               threading.Thread(target=_received, args=(host0, count, got[1])),
+               threading.Thread(target=_sent, args=(host0, count, 1)),
+               threading.Thread(target=_sent, args=(host1, count, 2))]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        for way in got:
+            assert [number for number, _ in way] == list(range(count))
+            took = sorted(seconds for _, seconds in way)
+            assert took[0] >= delay_s  # the line never hands a frame over early
+            assert took[len(took) // 2] < delay_s + 0.002, took[-10:]  # nor, but for a busy CPU, late
+    finally:
+        host0.close()
+        relay.join(10)
+        for sock in (line0, line1, host1):
+            sock.close()
+    assert not relay.is_alive()  # an end closed: the line ended
+
+
 def test_netem_queue_holds_the_bandwidth_delay_product():
     assert netem_limit_packets(1e6, 0.001) == 1399  # 2 MiB of queue in 1,500-byte frames, above netem's 1,000
     limit = netem_limit_packets(10e9, 0.05)
@@ -77,7 +171,8 @@ def test_bad_requests_are_refused_in_one_line(sites, per_site, bps, rtt, match):
 def test_closed_form_is_the_ring_all_reduce_over_the_wan_amortised():
     n, h = 1_000_000, 4
     got = diloco_closed_form(0.1, 0.01, n, h, WAN_BPS, WAN_RTT_S)
-    wan = 2 * (WAN_RTT_S / 2) + n * 8 / WAN_BPS  # 2 sites: two dependent rounds of rtt/2, n bytes each way
+    # 2 sites: two dependent steps, each a round trip (gloo's recv-ready notification, then the data), n bytes each way
+    wan = 2 * WAN_RTT_S + n * 8 / WAN_BPS
     assert got["wan_s"] == pytest.approx(wan)
     assert got["iteration_s"] == pytest.approx(0.1 + (0.01 + wan) / h)
     assert got["wan_share"] == pytest.approx(wan / h / got["iteration_s"])
@@ -108,7 +203,7 @@ def test_calibrated_closed_form_takes_the_all_reduce_fit_on_two_ranks():
     cal = Calibration(1e-3, 0.0, 0.5, {"allreduce@2": OpFit(400e-6, 0.8)})
     n = 1_000_000
     got = diloco_closed_form(0.1, 0.0, n, 1, WAN_BPS, WAN_RTT_S, calibration=cal)
-    assert got["wan_s"] == pytest.approx(2 * (WAN_RTT_S / 2 + 400e-6) + n * 8 / (0.8 * WAN_BPS))
+    assert got["wan_s"] == pytest.approx(2 * (WAN_RTT_S + 400e-6) + n * 8 / (0.8 * WAN_BPS))
 
 
 # ---- root: the real network ------------------------------------------------------------------
@@ -171,18 +266,39 @@ def _qdiscs(plan) -> str:
                      for ns in leftovers(plan.prefix))
 
 
-def _need_netem() -> None:
-    reason = netem_missing()
+def _delay(rtt_s: float, wanted: str | None) -> str:
+    """How the WAN is delayed: ``wanted`` (skipped where this machine cannot), else what this machine
+    picks (:func:`emulation.sites.wan_delay`; skipped, saying why, where neither netem nor TUN/TAP is usable)."""
+    reason = tap_missing() if wanted == DELAY_LINE else None
     if reason:
         pytest.skip(reason)
+    try:
+        return wanted or wan_delay(WAN_BPS, rtt_s)
+    except ValueError as error:
+        pytest.skip(str(error))
+
+
+def _lines(prefix: str) -> list[int]:
+    """The delay lines (their pids) serving the namespaces named ``prefix``-…."""
+    found = []
+    for pid in running("emulation.delayline"):
+        try:
+            if prefix.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            continue
+    return found
 
 
 @pytest.mark.root
-@pytest.mark.parametrize("rtt_s", [0.0, WAN_RTT_S])
-def test_measured_round_trip_and_transfer_match_the_wan(rtt_s):
-    if rtt_s:
-        _need_netem()
-    plan = make_sites_plan(1, None, WAN_BPS, rtt_s)
+@pytest.mark.parametrize("rtt_s,wanted", [(0.0, None), (WAN_RTT_S, None), (WAN_RTT_S, DELAY_LINE)],
+                         ids=["rtt0", "rtt>0", "rtt>0-delay-line"])
+def test_measured_round_trip_and_transfer_match_the_wan(rtt_s, wanted):
+    """The WAN as measured between the sites: the least round trip is T (within 2 ms + 10 %), a 1 MB
+    transfer T + 8 Mbit/B (within 10 %); with the delay line forced on any kernel, and with what
+    this machine picks."""
+    delay = _delay(rtt_s, wanted)
+    plan = make_sites_plan(1, None, WAN_BPS, rtt_s, delay=delay)
     size = 1_000_000
     sysctl = "/proc/sys/" + NO_SLOW_START_AFTER_IDLE.replace(".", "/")
     with open(sysctl) as host:
@@ -197,16 +313,21 @@ def test_measured_round_trip_and_transfer_match_the_wan(rtt_s):
         assert got[0][0] == pytest.approx(rtt_s, abs=0.002 + 0.1 * rtt_s), detail  # ping: the least round trip
         want = rtt_s + size * 8 / WAN_BPS
         assert got[size][1] == pytest.approx(want, rel=0.10), detail  # transfer: the median
-    assert leftovers(plan.prefix) == []
+        assert len(_lines(plan.prefix)) == (delay == DELAY_LINE)
+    assert leftovers(plan.prefix) == [] and _lines(plan.prefix) == []
 
 
 @pytest.mark.root
-def test_sigkilled_run_leaves_namespaces_that_the_next_run_removes():
+@pytest.mark.parametrize("rtt_s,delay", [(0.0, NETEM), (WAN_RTT_S, DELAY_LINE)], ids=["rtt0", "delay-line"])
+def test_sigkilled_run_leaves_namespaces_that_the_next_run_removes(rtt_s, delay):
+    """A run SIGKILLed leaves its namespaces (removed by the next run) and no delay line: the line dies with it."""
+    if delay == DELAY_LINE:
+        _delay(rtt_s, delay)
     script = textwrap.dedent(f"""
         import time
         from emulation.network import Network
         from emulation.sites import make_sites_plan
-        plan = make_sites_plan(1, None, {WAN_BPS}, 0.0)
+        plan = make_sites_plan(1, None, {WAN_BPS}, {rtt_s}, delay={delay!r})
         with Network(plan):
             print(plan.prefix, flush=True)
             time.sleep(60)
@@ -214,10 +335,65 @@ def test_sigkilled_run_leaves_namespaces_that_the_next_run_removes():
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     prefix = proc.stdout.readline().strip()
     assert len(leftovers(prefix)) == 2 * SITES
+    assert len(_lines(prefix)) == (delay == DELAY_LINE)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while _lines(prefix) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _lines(prefix) == []
     assert set(leftovers(prefix)) <= set(remove_stale())
     assert leftovers(prefix) == []
+
+
+@pytest.mark.root
+def test_a_delay_line_that_dies_is_reported_and_the_network_still_removed():
+    _delay(WAN_RTT_S, DELAY_LINE)
+    plan = make_sites_plan(1, None, WAN_BPS, WAN_RTT_S, delay=DELAY_LINE)
+    with pytest.raises(OSError, match="emulation.delayline ended with exit code -9") as info:
+        with Network(plan):
+            (line,) = _lines(plan.prefix)
+            os.kill(line, signal.SIGKILL)
+            time.sleep(0.5)
+    assert "\n" not in str(info.value)
+    assert leftovers(plan.prefix) == [] and _lines(plan.prefix) == []
+
+
+@pytest.mark.root
+def test_the_delay_is_netem_where_the_kernel_has_it_else_the_line_up_to_its_rate():
+    netem, tap = netem_missing(), tap_missing()
+    if netem is None:
+        assert wan_delay(WAN_BPS, WAN_RTT_S) == NETEM
+    elif tap is None:
+        assert wan_delay(WAN_BPS, WAN_RTT_S) == DELAY_LINE
+        with pytest.raises(ValueError, match="delay line holds") as info:
+            wan_delay(delayline.MAX_BPS * 2, WAN_RTT_S)
+        assert "\n" not in str(info.value) and "netem" in str(info.value)
+    else:
+        with pytest.raises(ValueError, match="no TAP device"):
+            wan_delay(WAN_BPS, WAN_RTT_S)
+
+
+@pytest.mark.root
+def test_gloo_pays_a_round_trip_per_ring_step_across_the_wan():
+    """gloo's all-reduce of DiLoCo's 1.09 MB on two ranks, one a site, at round trips of 50 and 100
+    ms: it grows by what the closed form charges, two dependent steps of one round trip each
+    (gloo's recv-ready notification, then the data: GLOO_CROSSINGS_PER_STEP), within 10 %."""
+    from emulation.launch import run_workers
+
+    n, rtts = 272_474 * 4, (0.05, 0.10)
+    medians = []
+    for rtt_s in rtts:
+        plan = make_sites_plan(1, None, DILOCO_BPS, rtt_s, delay=_delay(rtt_s, None))
+        args = ["--ops", "allreduce", "--bytes", str(n), "--repeats", "5", "--warmup", "2", "--compute-load", "0.05"]
+        with Network(plan):
+            ranks = [rank["results"][0] for rank in run_workers("emulation.collective_worker", args, 2, plan, 120)]
+        # each repeat from the last rank's start to the last rank's end, as emulation.collectives times it
+        medians.append(statistics.median(max(r["end"][i] for r in ranks) - max(r["start"][i] for r in ranks)
+                                         for i in range(5)))
+    want = [ring_seconds("allreduce", n, SITES, wan_level(DILOCO_BPS, rtt_s)) for rtt_s in rtts]
+    assert want[1] - want[0] == pytest.approx(2 * GLOO_CROSSINGS_PER_STEP * (rtts[1] - rtts[0]) / 2)
+    assert medians[1] - medians[0] == pytest.approx(want[1] - want[0], rel=0.10), (medians, want)
 
 
 DILOCO_BPS = 50e6  # resnet20's 1.09 MB pseudo-gradient takes 174 ms: the WAN is ~50 % of the step at H = 2
@@ -238,11 +414,11 @@ def calibration():
 @pytest.mark.root
 @pytest.mark.parametrize("rtt_s", [0.0, WAN_RTT_S])
 def test_diloco_across_two_sites_is_held_to_its_projection(rtt_s, calibration):
-    if rtt_s:
-        _need_netem()
+    delay = _delay(rtt_s, None)
     h = 2
     got = run_sites(1, None, DILOCO_BPS, rtt_s, "resnet20", sync_every=h, rounds=10, warmup_rounds=2, batch_size=4,
                     compressors=("topk",), density=0.01, iterations=4, warmup=2, timeout_s=300)
+    assert got["wan_delay"] == delay
     d = got["diloco"]
     nominal = diloco_closed_form(d["inner_s"], d["outer_local_s"], d["model_bytes"], h, DILOCO_BPS, rtt_s)
     calibrated = diloco_closed_form(d["inner_s"], d["outer_local_s"], d["model_bytes"], h, DILOCO_BPS, rtt_s,

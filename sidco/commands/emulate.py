@@ -143,7 +143,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "the emulation joins 2); runs DiLoCo and every --compressors per step across them")
     across.add_argument("--wan-bandwidth", default="100Mbit", help="WAN rate between the sites, with units (bits/s)")
     across.add_argument("--wan-rtt", default="20ms",
-                        help="WAN round trip, with units (half each way, tc netem; 0s: a tbf alone, no netem needed)")
+                        help="WAN round trip, with units (half each way: tc netem, or the userspace delay line "
+                             "where the kernel has no netem; 0s: a tbf alone)")
     across.add_argument("--sync-every", type=int, default=10, metavar="H",
                         help="DiLoCo inner steps between outer all-reduces of the pseudo-gradient (default 10)")
     parser.set_defaults(func=run)
@@ -204,7 +205,8 @@ def _run_sites(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
         print(dump_json({"cores": os.cpu_count(), "results": rows}))
         return 0
     print(f"{args.workload} on {workers[0]} ranks in {args.sites} sites, WAN {format_bandwidth(wan_bps)} and "
-          f"{format_seconds(wan_rtt)} round trip, {os.cpu_count()} cores, 1 thread per worker")
+          f"{format_seconds(wan_rtt)} round trip (delay: {rows[0]['wan_delay']}), {os.cpu_count()} cores, "
+          "1 thread per worker")
     print(f"calibration: {resolved[0] if resolved[0] is not None else 'none'}")
     print(f"{'strategy':<9} {'compressor':<10} {'density':>7} {'H':>4} {'measured':>10} {'projected':>10} "
           f"{'error':>8} {'calib.':>10} {'error':>8} {'WAN':>6}")
