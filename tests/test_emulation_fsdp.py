@@ -135,6 +135,35 @@ def test_sharded_simulator_plans_the_same_collectives(mode, workers):
     assert model == _buffers(fsdp_plan.collectives(config, mode, workers))
 
 
+@pytest.mark.parametrize("mode,workers", [("fsdp", 2), ("hsdp", 4)])
+def test_host_work_is_the_one_rank_pass_with_the_plans_copies(mode, workers):
+    """FSDP2's host work on S = 2 ranks: the one-rank pass's time beyond compute (``extra``) less
+    the bytes the one-rank pass copies and the sharded step does not, at the copy bandwidth. With
+    root bytes R and block bytes K (2 blocks): the one-rank pass copies 2(R + 4K) around its
+    all-gathers and 2(R + 2K) around its reductions, the sharded step 1.5(R + 4K) and R + 2K
+    (HSDP's all-reduce copies nothing), so host_s = extra − (1.5R + 4K)/bandwidth; the fixed cost
+    is never below 0."""
+    from emulation import fsdp_projection
+
+    config = fsdp_plan.scaled("llama-3.2-1b", 2, 64, 512, 32)
+    sizes = {name: 4 * sum(math.prod(s) for s in shapes) for name, shapes in fsdp_plan.units(config)}
+    root, block = sizes["root"], sizes["block 0"]
+    _, shard = fsdp_plan.check_mesh(mode, workers, None)
+    compute = [[{"forward_s": 0.002, "backward_s": 0.004}] * 3] * workers
+    solo = [[{"forward_s": 0.006, "backward_s": 0.012}] * 3] * workers
+    copies = [[{"bytes": 4e9, "seconds": 1.0}] * 3] * workers
+    wl = fsdp_projection.workload(config, 32, 2, compute, 0.001, shard)
+    sc = fsdp_projection.scenario(wl, mode, workers, shard, 50e6)
+    costs = fsdp_projection.host(sc, compute, solo, copies)
+    assert costs.copy_bps == 4e9
+    assert fsdp_projection.host_s(sc, costs) == pytest.approx(0.012 - (1.5 * root + 4 * block) / 4e9, rel=1e-12)
+    assert costs.fixed_s == pytest.approx((0.012 - (4 * root + 12 * block) / 4e9) / 8, rel=1e-12)
+    projected = fsdp_projection.project(sc, costs)
+    assert projected["serial_s"] == pytest.approx(fsdp_projection.serial_s(sc) + projected["host_s"], rel=1e-12)
+    idle = fsdp_projection.host(sc, compute, compute, copies)
+    assert idle.fixed_s == 0.0
+
+
 def test_gloo_reduce_scatter_is_priced_as_its_all_reduce():
     """A ring reduce-scatter with twice the all-reduce's α and half its efficiency takes the ring
     all-reduce's time exactly (gloo runs reduce_scatter_tensor as an all-reduce)."""
