@@ -111,6 +111,42 @@ def test_fsdp2_on_shaped_links_sends_the_closed_form(model, mode, workers, vocab
     assert leftovers(f"sidco-{os.getpid()}-") == []
 
 
+@pytest.mark.root
+@pytest.mark.parametrize("mode,workers,bound_pct", [("fsdp", 2, 10.0), ("hsdp", 4, 15.0)])
+def test_fsdp2_step_is_the_serial_projection_where_the_network_matters(mode, workers, bound_pct):
+    """Real fully_shard ranks at 20 Mbit/s, where the collectives are nearly all of the step: the
+    median measured step is within ``bound_pct`` of the serial projection (the compute-only passes,
+    every collective's closed form calibrated on gloo's all-reduce and all-gather at the plan's
+    buffer sizes on 2 ranks at the same rate, as the sites test and ``sidco calibrate`` do it with
+    50 ms of compute before each, since every collective of both meshes runs on 2 ranks; FSDP2's
+    host work with its per-collective cost and copy bandwidth measured in the run), and the
+    collectives are the closed form's exactly. HSDP's bound is wider: its replicate all-reduce
+    waits for the slower of two shard groups whose collectives and CPU time vary independently,
+    which the deterministic projection does not price (−6 % to −11 % measured, docs/usage.md)."""
+    import simulator
+    from emulation.calibration import fit, fit_per_op
+    from emulation.collectives import measure_collectives
+    from pipeline.emulate import fsdp_projections
+    from simulator.calibration import OpFit
+
+    bandwidth, model = 20e6, "llama-3.2-1b"
+    expected = fsdp_plan.collectives(fsdp_plan.scaled(model, 2, 64, 512, 32), mode, workers)
+    sizes = sorted({max(r["input_bytes"], r["output_bytes"]) for r in expected})
+    timed = measure_collectives(2, bandwidth, ("allreduce", "allgather"), sizes, repeats=4, compute_load_s=0.05)
+    pooled = fit(timed)
+    calibration = simulator.Calibration(pooled.alpha_s, pooled.beta_s_per_byte, pooled.efficiency, {
+        op: OpFit(f.alpha_s, f.efficiency, f.median_abs_error_pct, f.points) for op, f in fit_per_op(timed).items()})
+    result = run_fsdp(workers, bandwidth, model, mode, layers=2, hidden=64, vocab=512, tokens=32, batch_size=2,
+                      iterations=6, warmup=2)
+    assert result["match"], (result["collectives"], result["expected"])
+    projections, same = fsdp_projections(result, (None, calibration), ("analytic",))
+    (projected,) = [p for p in projections if p["calibrated"]]
+    assert same and projected["serial_network_share"] >= 0.25
+    assert projected["host_s"] > 0 and projected["copy_bps"] > 0
+    assert abs(projected["serial_median_error_pct"]) <= bound_pct, (projected, result["median_s"])
+    assert leftovers(f"sidco-{os.getpid()}-") == []
+
+
 def _buffers(rows) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for r in rows:
