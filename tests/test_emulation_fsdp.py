@@ -122,7 +122,7 @@ def test_fsdp2_step_is_the_serial_projection_where_the_network_matters(mode, wor
     host work with its per-collective cost and copy bandwidth measured in the run), and the
     collectives are the closed form's exactly. HSDP's bound is wider: its replicate all-reduce
     waits for the slower of two shard groups whose collectives and CPU time vary independently,
-    which the deterministic projection does not price (−6 % to −11 % measured, docs/usage.md)."""
+    which the deterministic projection does not price (−3 % to −11 % measured, docs/usage.md)."""
     import simulator
     from emulation.calibration import fit, fit_per_op
     from emulation.collectives import measure_collectives
