@@ -2,10 +2,11 @@
 
 :func:`run_fsdp` builds the network for ``workers`` ranks at ``bandwidth_bps`` (or loopback), runs
 :mod:`emulation.fsdp_worker` on it and returns the measured iteration time (mean over the timed
-steps of each rank, averaged over ranks, s), the per-phase means, every rank's compute-only passes,
-the collectives of one step as the flight recorder logged them (the same on every timed step and
-rank, else :class:`CollectivesDiffer`) and the closed form of :func:`emulation.fsdp_plan.collectives`
-beside them; :func:`matches` says whether the two agree exactly.
+steps of each rank, averaged over ranks, s) and its median over the timed steps, the per-phase
+means, every rank's compute-only, one-rank FSDP2 (host) and memory-copy passes, the collectives of
+one step as the flight recorder logged them (the same on every timed step and rank, else
+:class:`CollectivesDiffer`) and the closed form of :func:`emulation.fsdp_plan.collectives` beside
+them; :func:`matches` says whether the two agree exactly.
 """
 
 from __future__ import annotations
@@ -63,8 +64,11 @@ def run_fsdp(workers: int, bandwidth_bps: float | None, model: str, parallel: st
     """Train ``model`` scaled down (:func:`emulation.fsdp_plan.scaled`) under ``parallel`` (``fsdp``
     or ``hsdp``) on ``workers`` ranks over links of ``bandwidth_bps`` bits/s (``None``: loopback).
 
-    Returns the request (``model``, ``parallel``, ``workers``, ``bandwidth_bps``, the sizes), ``measured_s`` (s), ``phases_s``, ``per_rank_iteration_s``, ``compute_passes`` (per
-    rank), ``tx_bytes`` (per rank, the mean bytes its interface sent per step; ``None`` on loopback),
+    Returns the request (``model``, ``parallel``, ``workers``, ``bandwidth_bps``, the sizes),
+    ``measured_s`` (s), ``median_s`` (the median over the timed steps of the step averaged over
+    ranks, s), ``phases_s``, ``per_rank_iteration_s``, ``compute_passes``, ``host_passes`` and
+    ``copy_passes`` (per rank, :mod:`emulation.fsdp_worker`), ``tx_bytes`` (per rank, the mean
+    bytes its interface sent per step; ``None`` on loopback),
     ``collectives`` (one step, measured, :func:`emulation.fsdp_plan.annotate`d), ``expected`` (one
     step, closed form), ``match``, ``totals`` (of the measured step), ``mesh``
     (replicas, shard), ``parameters`` and ``units`` (name, elements of one shard).
@@ -96,8 +100,12 @@ def run_fsdp(workers: int, bandwidth_bps: float | None, model: str, parallel: st
         "model": model, "parallel": parallel, "workers": workers, "bandwidth_bps": bandwidth_bps,
         "layers": layers, "hidden": hidden, "vocab": vocab, "tokens": tokens, "batch_size": batch_size,
         "mesh": [replicas, shard], "measured_s": means["iteration_s"], "phases_s": means,
+        "median_s": statistics.median(statistics.fmean(rank["steps"][i]["iteration_s"] for rank in per_rank)
+                                      for i in range(iterations)),
         "per_rank_iteration_s": [statistics.fmean(s["iteration_s"] for s in rank["steps"]) for rank in per_rank],
         "compute_passes": [rank["compute_passes"] for rank in per_rank],
+        "host_passes": [rank["host_passes"] for rank in per_rank],
+        "copy_passes": [rank["copy_passes"] for rank in per_rank],
         "tx_bytes": None if bandwidth_bps is None else [
             statistics.fmean(s["tx_bytes"] for s in rank["steps"]) for rank in per_rank],
         "collectives": measured, "expected": expected, "match": matches(measured, expected),

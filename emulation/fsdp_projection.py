@@ -19,8 +19,29 @@
   and FSDP2 calls gloo's reduce-scatter, HSDP's all-reduce and (without prefetch, the default
   ``unshard(async_op=False)``) the all-gathers synchronously, so every collective blocks the
   rank (torch 2.13, ``_fsdp_collectives.foreach_reduce``). :func:`project` gives the sharded
-  model's step (streams overlapping, as on GPUs) and ``serial_s``: the same plan's compute tasks
-  and collectives' closed forms end to end, what the CPU ranks do.
+  model's step (streams overlapping, as on GPUs) and ``serial_s``: the same plan's compute tasks,
+  collectives' closed forms and FSDP2's host work end to end, what the CPU ranks do.
+- Host work (:class:`Host`, :func:`host_s`): around each all-gather and reduce-scatter FSDP2 runs
+  Python hooks, per-parameter bookkeeping and a collective's dispatch (a fixed cost per
+  collective, ``fixed_s``) and copies (torch 2.13 ``_fsdp_collectives``, fp32 without a
+  mixed-precision policy; :func:`copy_bytes`): an all-gather of a gathered buffer of ``n`` bytes
+  copies the rank's shard in (``foreach_all_gather``'s copy-in, ``n/S``) and the gathered buffer
+  out into the unsharded parameters (``split_with_sizes_copy``, ``n``); a reduce-scatter of ``n``
+  copies the unsharded gradients into its input (``chunk_cat``, ``n``; gloo's copies inside the
+  collective are the collective's); HSDP's all-reduce runs in place on the reduced shard. Both
+  coefficients are measured in the run (:mod:`emulation.fsdp_worker`), as the compute is: the
+  copy bandwidth ``copy_bps`` is the median of every rank's copy passes; the one-rank FSDP2 pass
+  issues the same units' all-gathers and reductions with ``S = 1`` (an all-gather copies ``2n``,
+  a reduction ``2n``: ``chunk_cat`` and, with no collective, the input into the output), so
+  ``fixed_s`` is its time beyond the compute-only pass (the median over every rank's paired
+  passes) less its copies at ``copy_bps``, per collective. ``host_s`` = Σ over the plan's
+  all-gathers and reduce-scatters of ``fixed_s`` + copied bytes ÷ ``copy_bps``. HSDP's all-reduce
+  adds one dispatch inside the reduction, not priced. The GPU model (:mod:`simulator.sharded`)
+  does not price this term: on a GPU the fixed cost is CPU time that runs ahead of the kernels,
+  the copy-in runs on its own stream, and under a mixed-precision policy the copies cast (a
+  bf16 all-gather input copied from fp32 shards, bf16 gradients into an fp32 reduce-scatter
+  input, the reduced shard back), so their bytes are not this fp32 formula's and the CPU runs
+  cannot check them (docs/usage.md, "Sharded training").
 
 :func:`collective_buffers` gives the model's per-collective buffers (bytes per step) for the
 comparison with the flight recorder's.
@@ -35,8 +56,9 @@ from typing import Any
 
 import simulator
 import traces.llm
+from emulation.fsdp_plan import GRADIENTS, PARAMETERS
 from simulator.calibration import OpFit
-from simulator.sharded import Sharding, build
+from simulator.sharded import Op, Sharding, build, shard_size
 
 LINK_LATENCY_S = 0.0  # the emulated links add no delay (no netem)
 
@@ -88,14 +110,64 @@ def collective_buffers(sc: simulator.Scenario) -> dict[str, list[float]]:
     return out
 
 
-def serial_s(sc: simulator.Scenario) -> float:
+@dataclasses.dataclass(frozen=True)
+class Host:
+    """FSDP2's host work per collective, measured in the run (module docstring): ``fixed_s`` (s per
+    all-gather or reduce-scatter) and ``copy_bps`` (bytes copied per second)."""
+
+    fixed_s: float
+    copy_bps: float
+
+
+def copy_bytes(op: Op, shard: int) -> float:
+    """Bytes FSDP2 copies on a rank around ``op`` of the sharded plan over a shard group of
+    ``shard`` ranks (module docstring): an all-gather of ``n``, ``n/shard + n``; a reduce-scatter,
+    ``n`` (``2n`` when ``shard`` is 1); anything else, 0."""
+    n = sum(phase.nbytes for phase in op.phases)
+    if op.collective == PARAMETERS:
+        return n / shard + n
+    if op.collective == GRADIENTS:
+        return n if shard > 1 else 2 * n
+    return 0.0
+
+
+def _hosted(sc: simulator.Scenario) -> list[Op]:
+    """The collectives of ``sc``'s plan FSDP2 runs its hooks and copies around."""
+    return [op for op in build(sc).ops if op.collective in (PARAMETERS, GRADIENTS)]
+
+
+def host(sc: simulator.Scenario, rank_compute: Sequence[Sequence[Mapping[str, float]]],
+         rank_host: Sequence[Sequence[Mapping[str, float]]],
+         rank_copy: Sequence[Sequence[Mapping[str, float]]]) -> Host:
+    """:class:`Host` of the run projected by ``sc`` from every rank's compute-only, one-rank FSDP2
+    and copy passes (``forward_s``/``backward_s``, s; ``bytes``/``seconds``), the ``k``-th of each
+    taken after the same step (module docstring). ``fixed_s`` is at least 0."""
+    extra = [h["forward_s"] + h["backward_s"] - c["forward_s"] - c["backward_s"]
+             for computes, hosts in zip(rank_compute, rank_host) for c, h in zip(computes, hosts)]
+    copy_bps = statistics.median(q["bytes"] / q["seconds"] for rank in rank_copy for q in rank)
+    ops = _hosted(sc)
+    alone = sum(copy_bytes(op, 1) for op in ops) / copy_bps
+    return Host(max(0.0, (statistics.median(extra) - alone) / len(ops)), copy_bps)
+
+
+def host_s(sc: simulator.Scenario, costs: Host) -> float:
+    """FSDP2's host work in one step of ``sc`` (s): per all-gather and reduce-scatter of the plan,
+    ``costs.fixed_s`` and its :func:`copy_bytes` at ``costs.copy_bps``."""
+    shard = shard_size(sc)
+    return sum(costs.fixed_s + copy_bytes(op, shard) / costs.copy_bps for op in _hosted(sc))
+
+
+def serial_s(sc: simulator.Scenario, costs: Host | None = None) -> float:
     """The step of ``sc`` with nothing overlapped (s): every compute task of the sharded plan plus
-    every collective's closed form (compression included), one after another."""
+    every collective's closed form (compression included) plus, given ``costs``, FSDP2's host work
+    (:func:`host_s`), one after another."""
     plan = build(sc)
-    return sum(task.seconds for task in plan.tasks) + sum(op.analytic_s for op in plan.ops)
+    hosted = host_s(sc, costs) if costs is not None else 0.0
+    return sum(task.seconds for task in plan.tasks) + sum(op.analytic_s for op in plan.ops) + hosted
 
 
-def project(sc: simulator.Scenario) -> dict[str, Any]:
+def project(sc: simulator.Scenario, costs: Host | None = None) -> dict[str, Any]:
     """The projected step of ``sc`` (:func:`simulator.simulate`'s fields, ``collectives`` included)
-    with ``serial_s`` (:func:`serial_s`)."""
-    return {**simulator.simulate(sc), "serial_s": serial_s(sc)}
+    with ``serial_s`` (:func:`serial_s`) and ``host_s`` (:func:`host_s`, 0 without ``costs``)."""
+    return {**simulator.simulate(sc), "serial_s": serial_s(sc, costs),
+            "host_s": host_s(sc, costs) if costs is not None else 0.0}

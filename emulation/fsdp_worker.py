@@ -10,14 +10,22 @@ issued as torch's flight recorder logged them (gloo's own record of every collec
 operation, process group, input and output sizes and dtypes; ``TORCH_FR_BUFFER_SIZE`` is set before
 the process group starts), each assigned to the forward or backward it was issued in by its creation
 time, and the bytes this rank's network interface sent (``/sys/class/net/IF/statistics/tx_bytes``,
-headers included). After each timed step every rank also times a compute-only forward and backward
-of an unsharded copy of the model (no collectives; barriers around it so the ranks start the next
-step aligned), the compute the projection takes, sampled beside the measured steps.
+headers included). After each timed step every rank also times, each between barriers (all ranks
+at once, as in the step, so the ranks start the next step aligned), the terms the projection takes
+(:mod:`emulation.fsdp_projection`), sampled beside the measured steps:
+
+- ``compute_passes``: a forward and backward of an unsharded copy of the model (no collectives);
+- ``host_passes``: a forward and backward of another copy under ``fully_shard`` on a one-rank mesh
+  (a gloo group of this rank alone): every FSDP2 hook, copy-in, copy-out, gradient copy-in and
+  sharded-gradient view of the step, with no data to exchange;
+- ``copy_passes``: :data:`COPY_REPEATS` copies (``Tensor.copy_``) of a flat fp32 buffer of the
+  largest unit's parameters, the memory-copy bandwidth FSDP2's copies run at on this host.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -25,15 +33,17 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from emulation import llm_model
-from emulation.fsdp_plan import MODES, check_mesh, scaled
+from emulation.fsdp_plan import MODES, check_mesh, scaled, units
 from emulation.process_group import base_parser, finish, init_gloo
 
 FR_BUFFER_ENTRIES = 100_000
 """Flight-recorder entries kept (every collective of a short run fits)."""
+COPY_REPEATS = 8
+"""Copies of the largest unit's parameters timed per copy pass."""
 
 
 def _parser():
@@ -94,8 +104,8 @@ def recorded(groups: dict[str, str]) -> list[dict[str, Any]]:
     return out
 
 
-def _compute_only(model: torch.nn.Module, batch: torch.Tensor) -> dict[str, float]:
-    """One forward and backward of the unsharded copy between barriers (s)."""
+def _pass(model: torch.nn.Module, batch: torch.Tensor) -> dict[str, float]:
+    """One forward and backward of ``model`` between barriers (s)."""
     dist.barrier()
     start = time.perf_counter()
     loss = model(batch)
@@ -105,6 +115,25 @@ def _compute_only(model: torch.nn.Module, batch: torch.Tensor) -> dict[str, floa
     model.zero_grad(set_to_none=True)
     dist.barrier()
     return {"forward_s": forward_end - start, "backward_s": end - forward_end}
+
+
+def _copy_pass(source: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
+    """:data:`COPY_REPEATS` copies of ``source`` into ``target`` between barriers: ``bytes``
+    copied and ``seconds``."""
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(COPY_REPEATS):
+        target.copy_(source)
+    seconds = time.perf_counter() - start
+    dist.barrier()
+    return {"bytes": COPY_REPEATS * source.numel() * source.element_size(), "seconds": seconds}
+
+
+def _sharded(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
+    """``model`` with every transformer block and then the root under ``fully_shard`` on ``mesh``."""
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
 
 
 def main() -> None:
@@ -118,13 +147,14 @@ def main() -> None:
         mesh = init_device_mesh("cpu", (shard,), mesh_dim_names=("shard",))
     else:
         mesh = init_device_mesh("cpu", (replicas, shard), mesh_dim_names=("replicate", "shard"))
-    model = llm_model.build(config, args.seed)
+    alone = [dist.new_group([rank]) for rank in range(args.world_size)]  # every rank creates every group
+    model = _sharded(llm_model.build(config, args.seed), mesh)
     local = llm_model.build(config, args.seed)
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    solo = _sharded(llm_model.build(config, args.seed), DeviceMesh.from_group(alone[args.rank], "cpu"))
+    largest = max(sum(math.prod(shape) for shape in shapes) for _, shapes in units(config))
+    source, target = torch.randn(largest), torch.empty(largest)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    steps, passes, windows = [], [], []
+    steps, passes, host, copies, windows = [], [], [], [], []
     for index in range(args.warmup + args.iterations):
         batch = llm_model.tokens(config, args.batch_size, args.tokens, args.seed * 7919 + index * 131 + args.rank)
         sent = _tx_bytes()
@@ -141,13 +171,15 @@ def main() -> None:
         end = time.perf_counter()
         marks.append(time.time_ns())
         after = _tx_bytes()
+        sampled = _pass(local, batch), _pass(solo, batch), _copy_pass(source, target)  # warm-up steps warm them too
         if index < args.warmup:
             continue
         windows.append(marks)
         steps.append({"iteration_s": end - start, "forward_s": forward_end - start,
                       "backward_s": backward_end - forward_end, "optimizer_s": end - backward_end,
                       "tx_bytes": None if sent is None or after is None else after - sent})
-        passes.append(_compute_only(local, batch))
+        for kept, sample in zip((passes, host, copies), sampled):
+            kept.append(sample)
     entries = recorded({mesh.get_group(dim).group_name: dim for dim in mesh.mesh_dim_names})
     for step, marks in zip(steps, windows):
         step["collectives"] = [
@@ -155,7 +187,8 @@ def main() -> None:
              "phase": "forward" if e["created_ns"] < marks[1] else "backward" if e["created_ns"] < marks[2] else "optimizer"}
             for e in entries if marks[0] <= e["created_ns"] < marks[3]
         ]
-    finish(args, {"rank": args.rank, "steps": steps, "compute_passes": passes, "threads": torch.get_num_threads(),
+    finish(args, {"rank": args.rank, "steps": steps, "compute_passes": passes, "host_passes": host,
+                  "copy_passes": copies, "threads": torch.get_num_threads(),
                   "parameters": sum(p.numel() for p in local.parameters())})
 
 

@@ -215,9 +215,12 @@ def fsdp_projections(result: dict[str, Any], calibration: tuple[int | None, simu
     """The sharded simulator's projections of one emulated FSDP2 run (:mod:`emulation.fsdp_projection`)
     per fidelity, uncalibrated and (if any) calibrated: ``fidelity``, ``calibrated``, ``projected_s``,
     ``error_pct`` (projected − measured, % of measured), ``serial_s`` and ``serial_error_pct`` (nothing
-    overlapped, as FSDP2 runs on CPU ranks; the same for every fidelity), ``network_share``,
-    ``exposed_comm_s``; and
-    whether the model's collective buffers of a step (per label) are the measured ones exactly."""
+    overlapped, as FSDP2 runs on CPU ranks, FSDP2's host work included; the same for every
+    fidelity), ``serial_median_error_pct`` (against the median step), ``host_s`` with its measured
+    ``host_fixed_s`` and ``copy_bps`` (:class:`emulation.fsdp_projection.Host`), ``network_share`` (of the
+    overlapped step) and ``serial_network_share`` (the collectives' time ÷ ``serial_s``),
+    ``exposed_comm_s``; and whether the model's collective buffers of a step (per label) are the
+    measured ones exactly."""
     if result["bandwidth_bps"] is None:
         return [], False
     replicas, shard = result["mesh"]
@@ -230,12 +233,16 @@ def fsdp_projections(result: dict[str, Any], calibration: tuple[int | None, simu
         for calibrated, constants in variants:
             sc = fsdp_projection.scenario(wl, result["parallel"], result["workers"], shard, result["bandwidth_bps"],
                                           calibration=constants, fidelity=fidelity)
-            p = fsdp_projection.project(sc)
-            measured = result["measured_s"]
+            costs = fsdp_projection.host(sc, result["compute_passes"], result["host_passes"], result["copy_passes"])
+            p = fsdp_projection.project(sc, costs)
+            measured, median = result["measured_s"], result["median_s"]
             rows.append({"fidelity": fidelity, "calibrated": calibrated, "projected_s": p["iteration_s"],
                          "error_pct": (p["iteration_s"] - measured) / measured * 100.0,
                          "serial_s": p["serial_s"], "serial_error_pct": (p["serial_s"] - measured) / measured * 100.0,
-                         "network_share": network_share(p), "exposed_comm_s": p["exposed_comm_s"]})
+                         "serial_median_error_pct": (p["serial_s"] - median) / median * 100.0,
+                         "host_s": p["host_s"], "host_fixed_s": costs.fixed_s, "copy_bps": costs.copy_bps,
+                         "network_share": network_share(p), "serial_network_share": p["comm_s"] / p["serial_s"],
+                         "exposed_comm_s": p["exposed_comm_s"]})
     model = fsdp_projection.collective_buffers(fsdp_projection.scenario(wl, result["parallel"], result["workers"],
                                                                         shard, result["bandwidth_bps"]))
     measured: dict[str, list[float]] = {}

@@ -90,13 +90,14 @@ def worker_scales(sc: Scenario) -> np.ndarray:
     return scale
 
 
-def _levels(sc: Scenario, op: str | None = None) -> tuple[Level, Level]:
+def _levels(sc: Scenario, op: str | None = None, ranks: int | None = None) -> tuple[Level, Level]:
     """The flat and intra-node link levels; the flat one with the calibration of ``op``
-    (``allreduce``, ``allgather``, ``ps``; ``None``: the pooled fit) on ``sc.nodes`` ranks applied."""
+    (``allreduce``, ``allgather``, ``ps``; ``None``: the pooled fit) on ``ranks`` nodes (default
+    ``sc.nodes``: a collective over every node) applied."""
     bandwidth, latency = sc.bandwidth_bps, sc.latency_s
     if sc.calibration is not None:
-        bandwidth = sc.calibration.bandwidth(bandwidth, op, sc.nodes)
-        latency = sc.calibration.latency(latency, op, sc.nodes)
+        bandwidth = sc.calibration.bandwidth(bandwidth, op, ranks or sc.nodes)
+        latency = sc.calibration.latency(latency, op, ranks or sc.nodes)
     flat = Level(bandwidth / 8.0 / sc.oversubscription, latency)
     return flat, Level(sc.intra_bandwidth_bps / 8.0, sc.intra_latency_s)
 

@@ -361,7 +361,8 @@ def build(sc: Scenario) -> Plan:
     repl_g = replicate_group(size, g, nodes) if sh.parallel == "hsdp" else None
 
     def make(kind: str, nbytes: float, group: Group = shard_g) -> Phase:
-        return group_phase(kind, nbytes, group, nodes, g, flat[kind], intra)
+        link = flat[kind] if group.k == nodes else _levels(sc, kind, group.k)[0]
+        return group_phase(kind, nbytes, group, nodes, g, link, intra)
 
     mb = micro_batches(sc)
     found = units(wl)

@@ -82,6 +82,27 @@ def test_hsdp_replicate_all_reduce_is_the_gradient_shard():
     assert r["shard_size"] == 8 and r["collective"] == "all-reduce (replicate, gradient shard)"
 
 
+
+def test_a_group_collective_takes_the_calibration_of_its_node_count():
+    """HSDP on 4 nodes of one GPU with shard groups of 2: every collective is a ring on 2 nodes, so it
+    takes the ``@2`` fits (α 1 ms, efficiency 0.5 here), not the ``@4`` ones; its time is the ring's
+    closed form on 2 ranks at that rate: 2·α + n/2 at half the link for an all-gather of n bytes."""
+    from simulator.calibration import Calibration, OpFit
+
+    wl = toy(blocks=2)
+    fits = {"allgather@2": OpFit(1e-3, 0.5), "allgather@4": OpFit(0.0, 1.0),
+            "allreduce@2": OpFit(1e-3, 0.5), "allreduce@4": OpFit(0.0, 1.0)}
+    bandwidth = 1e9
+    sc = Scenario(wl, 4, bandwidth, 0.0, topology="ring", gpus_per_node=1, sharding=Sharding("hsdp", shard_size=2),
+                  calibration=Calibration(0.0, 0.0, 1.0, fits))
+    r = simulate(sc)
+    ag = r["collectives"]["all-gather (parameters)"]
+    gathered = 2 * sum(u.numel for u in units(wl)) * 2 - sum(u.numel for u in units(wl) if u.root) * 2
+    assert ag["total_s"] == pytest.approx(ag["count"] * 1e-3 + gathered / 2 * 8 / (0.5 * bandwidth))
+    ar = r["collectives"]["all-reduce (replicate, gradient shard)"]
+    psi = sum(u.numel for u in units(wl))
+    assert ar["total_s"] == pytest.approx(ar["count"] * 2e-3 + psi * 4 / 2 * 8 / (0.5 * bandwidth))
+
 @pytest.mark.parametrize("parallel", ["zero1", "zero2"])
 def test_zero_reduces_and_gathers_the_updated_parameters_once(parallel):
     wl = toy()

@@ -356,7 +356,8 @@ def _run_sharded(args: argparse.Namespace, workers: list[int], bandwidths: list[
         for q in r["projections"]:
             print(f"{'':>41} projected {format_seconds(q['projected_s'])} ({q['fidelity']}, "
                   f"{'calibrated' if q['calibrated'] else 'uncalibrated'}): error {q['error_pct']:+.1f} %; "
-                  f"serial {format_seconds(q['serial_s'])}: error {q['serial_error_pct']:+.1f} %")
+                  f"serial {format_seconds(q['serial_s'])} (host {format_seconds(q['host_s'])}): "
+                  f"error {q['serial_error_pct']:+.1f} %, {q['serial_median_error_pct']:+.1f} % of the median step")
         if r["projections"]:
             print(f"{'':>41} the sharded model's collective buffers "
                   f"{'equal the measured ones' if r['model_buffers_match'] else 'DIFFER from the measured ones'}")
