@@ -61,7 +61,7 @@ class BlockQuantizer(Compressor):
         rows = work.view(blocks, self.block)
         absmax = torch.linalg.vector_norm(rows, ord=math.inf, dim=1)
         raise_if_not_finite(grad, absmax.sum())
-        if grad.dtype == torch.float64 and float(absmax.max()) > self.levels * FLOAT32_MAX:
+        if grad.dtype == torch.float64 and n and float(absmax.max()) > self.levels * FLOAT32_MAX:
             raise ValueError(f"gradient has values beyond what float32 scales can carry "
                              f"(largest |g| = {float(absmax.max()):.4g}); refusing to quantize")
         nearest = (absmax / self.levels).float()
