@@ -128,8 +128,9 @@ class Quantized:
     ``scale`` and per element a signed ``code``, the element being ``code · scale``.
 
     - ``codes``: the codes, on the gradient's device: one a byte (``int8``'s int8 integers,
-      ``fp8``'s float8_e4m3fn numbers) or ``bits`` = 4, two a byte (``int4``'s uint8 bytes, the
-      lower nibble the earlier element; the quantizer that made them unpacks them);
+      ``fp8``'s float8_e4m3fn numbers) or ``bits`` = 4, two a byte (``int4``'s uint8 bytes, element
+      ``i`` in byte ``i``'s lower nibble and element ``i + ⌈numel/2⌉`` in its upper one; the
+      quantizer that made them unpacks them);
     - ``scales``: ``⌈numel / block⌉`` scales (float32), the last block's covering the tail;
     - ``block``: elements per block;
     - ``dtype``: the gradient's own dtype, restored by ``decompress``;

@@ -22,6 +22,10 @@ MANTISSA_BITS = 3
 SMALLEST_NORMAL = 2.0 ** -6
 """e4m3's smallest normal number; below it the subnormals are spaced 2⁻⁹ apart."""
 
+FLOAT16_SHIFT = 8
+"""float16's exponent bias less e4m3's (15 − 7): an e4m3 pattern read as float16 bits (sign to bit
+15, the rest to bits 7–13) is the e4m3 number times 2⁻⁸."""
+
 
 def fp8(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
         backend: str) -> tuple[Work, Work]:
@@ -29,14 +33,21 @@ def fp8(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
     (:func:`compressors.work.blockwise.scaled`); the e4m3 spacing of each quotient (its exponent
     bits masked into a fresh float64 buffer, clamped to the smallest normal and scaled by 2⁻³, in
     place), the quotient divided by it, rounded and multiplied back (in place), and narrowed into a
-    fresh float8 vector; decompress: :func:`compressors.work.blockwise.dequantize` of the codes."""
+    fresh float8 vector. Decompress: :func:`compressors.work.blockwise.dequantize` of the codes, on
+    a GPU (``backend="cuda"``) as they are, elsewhere widened through their bits first (the bytes
+    into a fresh int16 vector, their sign bit masked into another, added in place, shifted in
+    place; the scales times 2⁸) and read as float16 (2 bytes each)."""
     padded = blockwise.blocks(n, BLOCK) * BLOCK
     c = blockwise.scaled(n, itemsize, BLOCK)
     c.allocate(8 * padded).stream(padded, 8, 8, full=True)
     c.stream(padded, 8, 8, full=True).stream(padded, 8, 8, full=True)
     c.stream(padded, 16, 8, full=True).stream(padded, 8, 8, full=True).stream(padded, 16, 8, full=True)
     c.stream(n, 8, 1, full=True).allocate(n)
-    return c, blockwise.dequantize(n, itemsize, BLOCK)
+    if backend == "cuda":
+        return c, blockwise.dequantize(n, itemsize, BLOCK)
+    d = Work().allocate(2 * n).stream(n, 1, 2, full=True).allocate(2 * n).stream(n, 2, 2, full=True)
+    d.stream(n, 4, 2, full=True).stream(n, 2, 2, full=True).stream(blockwise.blocks(n, BLOCK), 4, 4)
+    return c, blockwise.dequantize(n, itemsize, BLOCK, d, code_bytes=2)
 
 
 def wire(n: int, density: float, itemsize: int) -> float:

@@ -29,11 +29,11 @@ OFFSET = 8
 def int4(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
          backend: str) -> tuple[Work, Work]:
     """int4: the scales and ``g / s`` in a padded float64 buffer
-    (:func:`compressors.work.blockwise.scaled`), rounded in place; the pairs packed (one strided add
-    of each pair's two codes into a fresh float64 vector of half the length, the offset added in
-    place, narrowed into a fresh uint8 vector). Decompress: the bytes' lower and upper nibbles into
-    the two halves of a fresh byte vector of the padded length, the offset taken off in place, then
-    :func:`compressors.work.blockwise.dequantize` of the codes."""
+    (:func:`compressors.work.blockwise.scaled`), rounded in place; the two halves packed (one add
+    of the first half and sixteen times the second into a fresh float64 vector of half the length,
+    the offset added in place, narrowed into a fresh uint8 vector). Decompress: the bytes' lower
+    and upper nibbles into the two halves of a fresh byte vector, the offset taken off in place,
+    then :func:`compressors.work.blockwise.dequantize` of the codes."""
     padded = blockwise.blocks(n, BLOCK) * BLOCK
     half = (n + 1) // 2
     c = blockwise.scaled(n, itemsize, BLOCK).stream(padded, 8, 8, full=True)
