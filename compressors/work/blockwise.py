@@ -19,7 +19,8 @@ def scaled(n: int, itemsize: int, block: int) -> Work:
     of the two taken; summed over the blocks and read back for the finiteness check: one sync, and
     for float64 gradients a second read of the largest against float32's range), the scales (the
     absmax over the levels, its cast to float32, the ``+∞`` it steps towards and the step,
-    ``nextafter``), widened again, and ``g / s`` in place."""
+    ``nextafter``), widened again, and ``g / s`` in place (a ``rewrite``, as every in-place pass
+    of the quantizers over a buffer the call has just written)."""
     b = blocks(n, block)
     padded = b * block
     c = Work().allocate(8 * padded).stream(n, itemsize, 8, full=True)
@@ -31,7 +32,7 @@ def scaled(n: int, itemsize: int, block: int) -> Work:
     if itemsize == 8:
         c.stream(b, 8, 0, "reduce").sync()
     c.stream(b, 8, 8).stream(b, 8, 4).scalars(1).stream(b, 4, 4)
-    return c.stream(b, 4, 8).stream(padded, 16 * b / padded + 8, 8, full=True)
+    return c.stream(b, 4, 8).stream(padded, 16 * b / padded + 8, 8, "rewrite", full=True)
 
 
 def dequantize(n: int, itemsize: int, block: int, d: Work | None = None, code_bytes: int = 1) -> Work:
@@ -47,7 +48,8 @@ def dequantize(n: int, itemsize: int, block: int, d: Work | None = None, code_by
     if itemsize == 2:
         padded = b * block
         d.allocate(8 * padded).stream(n, code_bytes, 8, full=True)
-        return d.stream(b, 4, 8).stream(padded, 8 + 8 * b / padded, 8, full=True).stream(n, 8, itemsize, full=True)
+        d.stream(b, 4, 8).stream(padded, 8 + 8 * b / padded, 8, "rewrite", full=True)
+        return d.stream(n, 8, itemsize, full=True)
     whole = n // block * block
     d.stream(n, code_bytes, itemsize, full=True)
     if itemsize == 8:

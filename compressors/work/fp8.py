@@ -40,13 +40,15 @@ def fp8(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
     padded = blockwise.blocks(n, BLOCK) * BLOCK
     c = blockwise.scaled(n, itemsize, BLOCK)
     c.allocate(8 * padded).stream(padded, 8, 8, full=True)
-    c.stream(padded, 8, 8, full=True).stream(padded, 8, 8, full=True)
-    c.stream(padded, 16, 8, full=True).stream(padded, 8, 8, full=True).stream(padded, 16, 8, full=True)
+    c.stream(padded, 8, 8, "rewrite", full=True).stream(padded, 8, 8, "rewrite", full=True)
+    for read in (16, 8, 16):  # the division, the rounding, the multiplication back
+        c.stream(padded, read, 8, "rewrite", full=True)
     c.stream(n, 8, 1, full=True).allocate(n)
     if backend == "cuda":
         return c, blockwise.dequantize(n, itemsize, BLOCK)
     d = Work().allocate(2 * n).stream(n, 1, 2, full=True).allocate(2 * n).stream(n, 2, 2, full=True)
-    d.stream(n, 4, 2, full=True).stream(n, 2, 2, full=True).stream(blockwise.blocks(n, BLOCK), 4, 4)
+    d.stream(n, 4, 2, "rewrite", full=True).stream(n, 2, 2, "rewrite", full=True)
+    d.stream(blockwise.blocks(n, BLOCK), 4, 4)
     return c, blockwise.dequantize(n, itemsize, BLOCK, d, code_bytes=2)
 
 

@@ -36,9 +36,9 @@ def int4(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
     then :func:`compressors.work.blockwise.dequantize` of the codes."""
     padded = blockwise.blocks(n, BLOCK) * BLOCK
     half = (n + 1) // 2
-    c = blockwise.scaled(n, itemsize, BLOCK).stream(padded, 8, 8, full=True)
-    c.stream(half, 16, 8).allocate(8 * half).stream(half, 8, 8).stream(half, 8, 1).allocate(half)
-    d = Work().allocate(2 * half).stream(half, 1, 1).stream(half, 1, 1).stream(2 * half, 1, 1, full=True)
+    c = blockwise.scaled(n, itemsize, BLOCK).stream(padded, 8, 8, "rewrite", full=True)
+    c.stream(half, 16, 8).allocate(8 * half).stream(half, 8, 8, "rewrite").stream(half, 8, 1).allocate(half)
+    d = Work().allocate(2 * half).stream(half, 1, 1).stream(half, 1, 1).stream(2 * half, 1, 1, "rewrite", full=True)
     return c, blockwise.dequantize(n, itemsize, BLOCK, d)
 
 

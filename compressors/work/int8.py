@@ -29,7 +29,7 @@ def int8(n: int, density: float, itemsize: int, stages: int, rounds: int | None,
     (:func:`compressors.work.blockwise.scaled`), rounded in place and narrowed into a fresh int8
     vector; decompress: :func:`compressors.work.blockwise.dequantize` of the codes."""
     padded = blocks(n) * BLOCK
-    c = blockwise.scaled(n, itemsize, BLOCK).stream(padded, 8, 8, full=True)
+    c = blockwise.scaled(n, itemsize, BLOCK).stream(padded, 8, 8, "rewrite", full=True)
     c.stream(n, 8, 1, full=True).allocate(n)
     return c, blockwise.dequantize(n, itemsize, BLOCK)
 
