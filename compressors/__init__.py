@@ -2,8 +2,8 @@
 
 Roles compose as in GRACE: a *compressor* turns a 1-D gradient into a message
 (``compress``: a :class:`Sparse` selection, or for ``fp16``/``bf16`` a :class:`Dense` cast, for
-``powersgd`` a :class:`LowRank` pair of factors and for ``int8`` a :class:`Quantized` block format)
-and back (``decompress``); a *memory* (:class:`ErrorFeedback`, :class:`DGCMemory`) keeps per-key
+``powersgd`` a :class:`LowRank` pair of factors and for ``int8``, ``fp8``, ``int4`` a
+:class:`Quantized` block format) and back (``decompress``); a *memory* (:class:`ErrorFeedback`, :class:`DGCMemory`) keeps per-key
 state around any compressor. Each compressor's torch-free facts are on its card
 (:func:`card`); :data:`compressors.work.REGISTRY` lists the cards.
 

@@ -21,10 +21,16 @@ set fits in the cache top-k and selecting passes take their in-cache rates. Writ
 to write back: what a buffer kept between calls is in training, where a backward pass comes
 between two calls for one bucket (a benchmark loop of the cheapest compressors at 2²⁰ elements
 finds its output buffer still cached and writes it up to twice as fast), but for a ``rewrite``
-pass (in place, into the lines it has just read), whose writes run ``reuse_speedup`` times
-faster too (measured here: ``mul_`` in place over a float32 buffer just filled, 0.16 ms at 2²⁰
-elements, where reading it and writing it elsewhere is modelled at 0.30 ms; int8's
-dequantization); sorts and compactions are bound by compute. Launch and sync latencies are added, not overlapped with device work: for the sizes
+pass (a map in place over a buffer the call has just written: the quantizers' divisions, roundings
+and dequantizing multiplications), whose writes run ``reuse_speedup`` times faster too. On a CPU a
+rewrite's reads and write-backs overlap (its lines are already owned, and one thread's reads are
+bound by their latency, not by the bus: ``mul_`` in place over an evicted 64 MiB float32 buffer
+takes 3.3 ms here, a ``sum`` over it 3.4 ms, reading it and writing it elsewhere 7.3 ms as
+modelled), so it takes the longer of the two, at the ``reuse_speedup`` of its own bytes (the
+buffer it rereads, which the pass before it has just written: ``mul_`` in place over a float32
+buffer just filled, 0.16 ms at 2²⁰ elements, where reading it and writing it elsewhere is
+modelled at 0.30 ms), and at least the compute of a ``map``; on a GPU it is a ``map`` whose writes
+go at the cache's speed (none modelled there); sorts and compactions are bound by compute. Launch and sync latencies are added, not overlapped with device work: for the sizes
 that matter (≥ 1 MiB) they are small, below it they dominate, as on a real GPU. SIDCo runs its
 native kernels on a ``cpu`` device (float32) and its fused Triton kernels on a GPU (the ``gpu``
 extra), DGC, Gaussian-k and RedSync select with the native kernels on a ``cpu`` device and with
@@ -83,9 +89,13 @@ def seconds_by_kind(work: declared.Work, device: Device) -> dict[str, float]:
         if measured is not None:  # a kernel timed whole (a selecting pass at its kept fraction, P·Qᵀ)
             parts[where] += elements * measured
             continue
-        memory = (read / device.memory_bandwidth_Bps / (1.0 if cold else speedup)
-                  + written / device.write_bandwidth_Bps / (speedup if kind == "rewrite" else 1.0))
-        compute = elements * device.op_s_per_element.get(kind, 0.0)
+        if kind == "rewrite" and device.kind == "cpu":  # write-backs behind its reads, at its own reuse distance
+            memory = max(read / device.memory_bandwidth_Bps, written / device.write_bandwidth_Bps) / \
+                device.reuse_speedup(read)
+        else:
+            memory = (read / device.memory_bandwidth_Bps / (1.0 if cold else speedup)
+                      + written / device.write_bandwidth_Bps / (speedup if kind == "rewrite" else 1.0))
+        compute = elements * device.op_s_per_element.get("map" if kind == "rewrite" else kind, 0.0)
         parts[where] += memory + compute if kind in NOT_OVERLAPPED else max(memory, compute)
     parts["sort/top-k"] += (sum(n * device.topk_s(kept, cached=fits) for n, kept in work.topk)
                             + sum(n * device.sort_s(n) for n in work.sorts))

@@ -350,7 +350,8 @@ def scenarios(store: Store, projection: Projection, compressors: Sequence[str],
 
 def _groups(pairs: Sequence[Pair]) -> list[tuple[list[str], float | None]]:
     """``pairs`` grouped as they are projected: the density-free compressors together, at 1
-    (the casts and PowerSGD send what their dtype or rank sets), then each density's."""
+    (the casts, the quantizers and PowerSGD send what their dtype, block format or rank sets), then each
+    density's."""
     free = [c for c, d in pairs if d is None]
     groups: list[tuple[list[str], float | None]] = [(free, None if free == ["none"] else 1.0)] if free else []
     return groups + [([c for c, d in pairs if d == density], density)

@@ -391,7 +391,7 @@ class LowComm:
             object.__setattr__(self, "outer_density", check_density(self.outer_density, "--outer-density"))
         elif self.outer_density is not None:
             raise ValueError(f"--outer-density applies to a sparsifier; {self.outer_compressor} sends what its "
-                             "dtype or rank sets")
+                             "dtype, block format or rank sets")
 
 
 def sites_options(sites: int = 1, wan_bandwidth_bps: float | None = None,

@@ -281,12 +281,13 @@ def refusal(parallel: str, compressor: str) -> str | None:
     if parallel in ("ddp", "hsdp") or compressor == "none" or quantizer(compressor):
         return None
     if parallel == "fsdp":
-        return (f"{compressor} under --parallel fsdp: gradients are reduce-scattered, and a sparse or low-rank "
-                "message cannot be summed shard by shard (only fp16/bf16 quantizers go into the reduce-scatter; "
-                "use hsdp, where it replaces the replicate all-reduce)")
+        return (f"{compressor} under --parallel fsdp: gradients are reduce-scattered, and a sparse, low-rank or "
+                "block-quantized message (its scales differ from rank to rank) cannot be summed shard by shard "
+                "(only the fp16/bf16 casts go into the reduce-scatter; use hsdp, where it replaces the replicate "
+                "all-reduce)")
     return (f"{compressor} under --parallel {parallel}: DeepSpeed's ZeRO reduces gradients in its own bucketed "
-            "reduce with no communication hook (1-bit Adam refuses ZeRO, DeepSpeed #5046); only fp16/bf16 "
-            "quantizers apply")
+            "reduce with no communication hook (1-bit Adam refuses ZeRO, DeepSpeed #5046); only the fp16/bf16 "
+            "casts apply")
 
 
 def check(sc: Scenario) -> None:

@@ -38,7 +38,10 @@ ALLOWED: dict[str, set[str]] = {
     "sidco/commands/paper.py": {"topk", "dgc"},
     # the fp16 bar of the What-if figure (a front door imports no compressors to ask for the baseline)
     "dashboard/figures.py": {"fp16"},
-    "simulator/sharded.py": {"bf16"},  # a dtype: the --reduce-dtype / --param-dtype table and default
+    "simulator/sharded.py": {"bf16", "fp8"},  # dtypes: the --reduce-dtype / --param-dtype table and default
+    # fp8 the training precision of published runs (FP8 linear layers), not the fp8 compressor
+    "costs/sharded_fit.py": {"fp8"},
+    "pipeline/published_sharded.py": {"fp8"},
     # PowerSGD's rank option, keyed by its name in replay options and the quality table
     "pipeline/quality.py": {"powersgd"},
     "sidco/commands/replay.py": {"powersgd"},

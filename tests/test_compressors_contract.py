@@ -19,12 +19,12 @@ def laplace(n: int, seed: int = 0) -> torch.Tensor:
 
 def test_names_cover_the_contract():
     assert ALL == ["none", "topk", "randomk", "dgc", "gaussiank", "redsync", "sidco-e", "sidco-p", "sidco-gp",
-                   "fp16", "bf16", "powersgd", "int8"]
+                   "fp16", "bf16", "powersgd", "int8", "fp8", "int4"]
     assert SPARSE == ALL[:9]
     assert compressors.names("dense") == ["fp16", "bf16"] and compressors.names("lowrank") == ["powersgd"]
-    assert compressors.names("quantized") == ["int8"]
+    assert compressors.names("quantized") == ["int8", "fp8", "int4"]
     assert [compressors.exchange(n) for n in ALL] == ["allreduce"] + ["allgather"] * 8 + ["allreduce"] * 3 + [
-        "allgather"]
+        "allgather"] * 3
     assert compressors.exchange("randomk", seed=0) == "allreduce"
 
 

@@ -127,10 +127,11 @@ def test_declared_work_matches_the_native_path(name: str, density: float, monkey
     _check(name, 1 << 18, density, "native", monkeypatch)
 
 
-@pytest.mark.parametrize("name", ["powersgd", "fp16", "int8"])
+@pytest.mark.parametrize("name", ["powersgd", "fp16", "int8", "fp8", "int4"])
 def test_declared_work_matches_a_vector_that_is_no_square(name: str, monkeypatch) -> None:
     """PowerSGD zero-pads such a vector to the next square (a fresh buffer and a copy each way);
-    int8 pads it to whole blocks (the tail zeroed)."""
+    the quantizers pad it to whole blocks (the tail zeroed), and int4 packs its odd length's last
+    code beside a zero."""
     _check(name, (1 << 16) + 5, 0.01, "torch", monkeypatch)
 
 

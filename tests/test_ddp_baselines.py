@@ -1,7 +1,8 @@
 """The DDP hooks checked for WHAT they compute, on 2 gloo ranks:
 
 - every compressor: one step on fixed data gives exactly the mean over ranks of what the
-  compressor itself makes of each rank's gradient (a hook returning the sum fails the check);
+  compressor itself makes of each rank's gradient (a hook returning the sum fails the check); the
+  quantizers also on an odd bucket shorter than one block;
 - fp16, bf16, powersgd: ``compressors.ddp.comm_hook`` trains bit for bit like PyTorch's own hook
   registered directly, with identical replicas.
 
@@ -28,34 +29,36 @@ from processes import ranks
 WORLD = 2
 DENSITY = 0.05
 SHAPE = (50, 64)
+ODD_SHAPE = (7, 9)
+"""A bucket of 63 elements: odd (int4's last byte half empty) and shorter than one block."""
 OPTIONS = {"dgc": {"seed": 0}, "randomk": {"seed": 3}, "powersgd": {"rank": 2}}
 """Seeded where a compressor draws at random, so each rank can recompute every rank's message."""
 HOOK_OPTIONS = {"powersgd": {"rank": 2, "start_iter": 0, "warm_start": False}}
 """PowerSGD from the first step (no warm start, no error feedback: PyTorch then allows step 0)."""
 
 
-def _data(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _data(rank: int, shape: tuple[int, int] = SHAPE) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(50 + rank)
-    x = torch.randn(32, SHAPE[1], generator=gen)
-    return x, torch.randn(32, SHAPE[0], generator=gen)
+    x = torch.randn(32, shape[1], generator=gen)
+    return x, torch.randn(32, shape[0], generator=gen)
 
 
-def _linear() -> torch.nn.Module:
+def _linear(shape: tuple[int, int] = SHAPE) -> torch.nn.Module:
     torch.manual_seed(1)
-    return torch.nn.Linear(SHAPE[1], SHAPE[0], bias=False)
+    return torch.nn.Linear(shape[1], shape[0], bias=False)
 
 
-def _local_gradient(rank: int) -> torch.Tensor:
+def _local_gradient(rank: int, shape: tuple[int, int] = SHAPE) -> torch.Tensor:
     """The gradient rank ``rank`` computes before any communication (its DDP bucket)."""
-    model = _linear()
-    x, y = _data(rank)
+    model = _linear(shape)
+    x, y = _data(rank, shape)
     torch.nn.functional.mse_loss(model(x), y).backward()
     return model.weight.grad.reshape(-1).clone()
 
 
-def expected_mean(name: str) -> torch.Tensor:
+def expected_mean(name: str, shape: tuple[int, int] = SHAPE) -> torch.Tensor:
     """What one step must produce, from the compressor itself on each rank's gradient."""
-    grads = [_local_gradient(r) for r in range(WORLD)]
+    grads = [_local_gradient(r, shape) for r in range(WORLD)]
     if name in ("fp16", "bf16"):
         # PyTorch's hook: cast, divide by the world size, all-reduce (sum) in 16 bits, cast back
         c = compressors.create(name)
@@ -87,13 +90,13 @@ def _summing(hook):
     return wrong
 
 
-def _one_step(name: str, rank: int, wrong: bool = False) -> torch.Tensor:
-    model = DistributedDataParallel(_linear())
+def _one_step(name: str, rank: int, wrong: bool = False, shape: tuple[int, int] = SHAPE) -> torch.Tensor:
+    model = DistributedDataParallel(_linear(shape))
     kwargs = HOOK_OPTIONS.get(name, OPTIONS.get(name, {}))
     memory = {"memory": "none"} if name == "powersgd" else {}
     state, hook = compressors.ddp.comm_hook(name, DENSITY, **memory, **kwargs)
     model.register_comm_hook(state, _summing(hook) if wrong else hook)
-    x, y = _data(rank)
+    x, y = _data(rank, shape)
     torch.nn.functional.mse_loss(model(x), y).backward()
     return model.module.weight.grad.reshape(-1).clone()
 
@@ -161,11 +164,13 @@ def _worker(rank: int, rdv: str, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=rank, world_size=WORLD,
                             timeout=datetime.timedelta(seconds=60))
     try:
-        results: dict = {"mean": {}, "sum_rejected": {}, "bitwise": {}, "identical": {}, "paths": {}}
+        results: dict = {"mean": {}, "sum_rejected": {}, "bitwise": {}, "identical": {}, "paths": {}, "odd": {}}
         for name in compressors.names():
             want = expected_mean(name)
             results["mean"][name] = matches(name, _one_step(name, rank), want)
             results["sum_rejected"][name] = not matches(name, _one_step(name, rank, wrong=True), want)
+        for name in compressors.names("quantized"):
+            results["odd"][name] = matches(name, _one_step(name, rank, shape=ODD_SHAPE), expected_mean(name, ODD_SHAPE))
         for name in compressors.ddp.TORCH_HOOKS:
             ours, log = _train(name, rank, ours=True)
             theirs, _ = _train(name, rank, ours=False)
@@ -195,6 +200,13 @@ def test_one_step_is_the_mean_of_the_ranks_decompressed_messages(results, name):
     for rank in results:
         assert rank["mean"][name], f"{name}: hook result is not the mean of the ranks' messages"
         assert rank["sum_rejected"][name], f"{name}: the check cannot tell the sum from the mean"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", compressors.names("quantized"))
+def test_a_quantizer_on_an_odd_bucket_shorter_than_a_block_is_the_mean_too(results, name):
+    for rank in results:
+        assert rank["odd"][name], f"{name}: hook result on {ODD_SHAPE} is not the mean of the ranks' messages"
 
 
 @pytest.mark.timeout(300)

@@ -96,7 +96,22 @@ def test_outer_exchange_compresses_with_error_feedback_and_averages_the_messages
     assert OuterExchange("fp16", 1.0, 2, [(1000,)]).memories == [None, None]
 
 
-@pytest.mark.parametrize("outer", [("none", None), ("topk", 0.05), ("fp16", None)])
+@pytest.mark.parametrize("name", ["int4", "fp8"])
+def test_a_quantizer_as_outer_exchange_averages_its_dequantized_messages_and_keeps_the_rest(name):
+    """The quantizers go through the outer exchange as any compressor does: the outer gradient is
+    the mean of each site's dequantized message, and each site's residual holds exactly what its
+    quantization lost (conservation, error feedback on)."""
+    deltas = [torch.randn(1001, generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    exchange = OuterExchange(name, 1.0, 2, [(1001,)])
+    got = exchange.average(deltas)
+    reference = compressors.create(name)
+    decoded = [reference.decompress(reference.compress(d.clone())) for d in deltas]
+    assert torch.equal(got, sum(decoded) / 2)
+    for memory, delta, sent in zip(exchange.memories, deltas, decoded):
+        assert torch.equal(memory.residual(), delta - sent)
+
+
+@pytest.mark.parametrize("outer", [("none", None), ("topk", 0.05), ("fp16", None), ("int4", None)])
 def test_diloco_trains_the_transformer_with_each_outer_compressor(outer):
     name, density = outer
     config = replace(TINY, iterations=8, eval_every=4, sync_every=2, optimizer="adamw", lr=3e-3,

@@ -7,14 +7,13 @@ from fractions import Fraction
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import compressors
 from compressors.messages import wire
 from compressors.work import int8 as int8_work
+from quantized import adversarial, integer_ties
 
 BLOCK = int8_work.BLOCK
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def _blockwise_error_bound(grad: torch.Tensor, message) -> None:
@@ -52,42 +51,8 @@ def _check(grad: torch.Tensor) -> None:
     assert torch.equal(comp.decompress(message, out=kept), out)
 
 
-def _tensor(values: list[float], dtype: torch.dtype) -> torch.Tensor:
-    finite = torch.tensor(values, dtype=torch.float64).clamp(-torch.finfo(dtype).max, torch.finfo(dtype).max)
-    return finite.to(dtype)
-
-
-magnitudes = st.sampled_from([0.0, 1e-45, 1e-40, 6e-8, 1e-30, 1e-5, 1.0, 3.0, 1e4, 65504.0, 1e30, 3e38])
-
-
-@st.composite
-def adversarial(draw) -> torch.Tensor:
-    """Zeros, huge and tiny magnitudes (subnormals included), one outlier per block, sizes not a
-    multiple of the block, in fp16, bf16 and fp32."""
-    dtype = DTYPES[draw(st.sampled_from(sorted(DTYPES)))]
-    n = draw(st.sampled_from([1, 2, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 17, 5 * BLOCK]))
-    kind = draw(st.sampled_from(["zeros", "uniform", "outlier", "mixed", "ties"]))
-    seed = draw(st.integers(0, 2**31 - 1))
-    gen = torch.Generator().manual_seed(seed)
-    base = draw(magnitudes)
-    if kind == "zeros":
-        values = torch.zeros(n, dtype=torch.float64)
-    elif kind == "uniform":
-        values = (torch.rand(n, generator=gen, dtype=torch.float64) * 2 - 1) * base
-    elif kind == "outlier":  # one huge element per block among small ones
-        values = torch.randn(n, generator=gen, dtype=torch.float64) * draw(magnitudes)
-        values[::BLOCK] = draw(magnitudes) * draw(st.sampled_from([1.0, -1.0]))
-    elif kind == "ties":  # the largest 127 times a power of two: others on exact half-steps
-        values = (torch.randint(-254, 255, (n,), generator=gen).double() / 2) * 2.0 ** draw(st.integers(-30, 20))
-        values[::BLOCK] = 127 * 2.0 ** draw(st.integers(-30, 20))
-    else:
-        values = torch.randn(n, generator=gen, dtype=torch.float64) * torch.tensor(
-            [draw(magnitudes) for _ in range(8)], dtype=torch.float64).repeat(-(-n // 8))[:n]
-    return _tensor(values.tolist(), dtype)
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(adversarial())
+@given(adversarial(BLOCK, integer_ties(BLOCK, int8_work.LEVELS)))
 def test_every_element_is_within_half_a_scale_of_its_block(grad: torch.Tensor) -> None:
     _check(grad)
 

@@ -38,8 +38,8 @@ import torch.distributed as dist
 
 from compressors._validate import target_count
 from compressors.messages.kinds import Quantized
-from compressors.messages.wire import (FLAG_ELEMENTS, SCALE_BYTES, allgather_bytes, index_bytes, packed_slots,
-                                       quantized_packed_bytes, sparse_bytes, values_allreduce_bytes)
+from compressors.messages.wire import (FLAG_ELEMENTS, SCALE_BYTES, allgather_bytes, code_bytes, index_bytes,
+                                       packed_slots, quantized_packed_bytes, sparse_bytes, values_allreduce_bytes)
 
 GATHER_METHODS: tuple[str, ...] = ("auto", "single", "into_tensor")
 
@@ -340,25 +340,29 @@ class PaddedAllGather(Exchange):
 
 @dataclass(frozen=True)
 class QuantizedAllGather(Exchange):
-    """All-gather of every rank's block-quantized message (``int8``: its float32 scales and int8
-    codes, the same sizes on every rank, and a failure flag byte;
+    """All-gather of every rank's block-quantized message (``int8``, ``fp8``, ``int4``: its float32
+    scales and its codes, the same sizes on every rank, and a failure flag byte;
     :func:`compressors.messages.wire.quantized_packed_bytes`) through ``gather``; each rank then
     dequantizes every rank's message and adds them, rank by rank, into the bucket (the network
     cannot sum codes whose scales differ). A rank that could not quantize sets its flag and every
-    rank raises ``ValueError``. ``block``: elements per scale."""
+    rank raises ``ValueError``. ``block``: elements per scale; ``bits``: bits per code;
+    ``codes``: the dtype the code bytes are read back as (the quantizer's ``code_dtype``)."""
 
     gather: str
     block: int
+    bits: int
+    codes: torch.dtype
     path = "allgather-quantized"
 
     def start(self, buffer, selection, group):
         world, n = dist.get_world_size(group), buffer.numel()
         blocks = -(-n // self.block)
-        size = quantized_packed_bytes(n, self.block)
+        first, last = SCALE_BYTES * blocks, SCALE_BYTES * blocks + code_bytes(n, self.bits)
+        size = quantized_packed_bytes(n, self.block, self.bits)
         payload = torch.zeros(size, dtype=torch.uint8, device=buffer.device)
         if selection.error is None:
-            payload[:SCALE_BYTES * blocks] = selection.message.scales.view(torch.uint8)
-            payload[SCALE_BYTES * blocks:SCALE_BYTES * blocks + n] = selection.message.codes.view(torch.uint8)
+            payload[:first] = selection.message.scales.view(torch.uint8)
+            payload[first:last] = selection.message.codes.view(torch.uint8)
         else:
             payload[-1] = 1
         gathered = torch.empty(world * size, dtype=torch.uint8, device=buffer.device)
@@ -375,8 +379,8 @@ class QuantizedAllGather(Exchange):
             buffer.zero_()
             scratch = torch.empty_like(buffer)
             for chunk in chunks:
-                message = Quantized(chunk[SCALE_BYTES * blocks:SCALE_BYTES * blocks + n].view(torch.int8),
-                                    chunk[:SCALE_BYTES * blocks].view(torch.float32), self.block, dtype)
+                message = Quantized(chunk[first:last].view(self.codes), chunk[:first].view(torch.float32),
+                                    self.block, dtype, n, self.bits)
                 buffer.add_(decompress(message, out=scratch))
             return buffer
 

@@ -24,7 +24,7 @@ with the byte counts of :mod:`compressors.messages.wire`; the hook only starts i
   :meth:`~compressors.work.cards.Card.bucket_options`), so only
   the values are all-reduced (plus one float flag, see below;
   :class:`~compressors.ddp.exchange.ValuesAllReduce`);
-- a quantizer (``int8``): an all-gather of every rank's codes and scales, each rank dequantizing
+- a quantizer (``int8``, ``fp8``, ``int4``): an all-gather of every rank's codes and scales, each rank dequantizing
   and adding them all (:class:`~compressors.ddp.exchange.QuantizedAllGather`);
 - every other compressor: the two-phase padded all-gather of values and indices
   (:class:`~compressors.ddp.exchange.PaddedAllGather`);
@@ -234,7 +234,8 @@ def _exchange_for(name: str, density: float, options: dict[str, Any], gather: st
     """The exchange every bucket of compressor ``name`` takes (module docstring): all-reduce of the
     dense bucket, of the values at shared indices, or the padded all-gather through ``gather``."""
     if compressors.message_kind(name) == "quantized":
-        return QuantizedAllGather(gather, compressors.compressor_class(name).block)
+        quantizer = compressors.compressor_class(name)
+        return QuantizedAllGather(gather, quantizer.block, quantizer.bits, quantizer.code_dtype)
     if collective(name, options) != ALLREDUCE:
         return PaddedAllGather(gather)
     return DenseAllReduce() if name == "none" else ValuesAllReduce(density)

@@ -125,12 +125,17 @@ class LowRank:
 @dataclass(frozen=True)
 class Quantized:
     """A block-quantized gradient: per block of ``block`` consecutive elements one float32
-    ``scale`` and per element a signed integer ``code``, the element being ``code · scale``.
+    ``scale`` and per element a signed ``code``, the element being ``code · scale``.
 
-    - ``codes``: ``numel`` codes (int8), on the gradient's device;
+    - ``codes``: the codes, on the gradient's device: one a byte (``int8``'s int8 integers,
+      ``fp8``'s float8_e4m3fn numbers) or ``bits`` = 4, two a byte (``int4``'s uint8 bytes, element
+      ``i`` in byte ``i``'s lower nibble and element ``i + ⌈numel/2⌉`` in its upper one; the
+      quantizer that made them unpacks them);
     - ``scales``: ``⌈numel / block⌉`` scales (float32), the last block's covering the tail;
     - ``block``: elements per block;
-    - ``dtype``: the gradient's own dtype, restored by ``decompress``.
+    - ``dtype``: the gradient's own dtype, restored by ``decompress``;
+    - ``numel``: elements of the gradient;
+    - ``bits``: bits per code on the wire (8 or 4).
 
     Exchange: codes and scales differ from worker to worker, so the network cannot sum them: every
     worker's message is all-gathered, and each worker dequantizes and averages them all.
@@ -140,16 +145,13 @@ class Quantized:
     scales: torch.Tensor
     block: int
     dtype: torch.dtype
+    numel: int
+    bits: int = 8
 
     exchange: ClassVar[str] = "allgather"
     threshold: ClassVar[None] = None
     stages: ClassVar[None] = None
     fallback: ClassVar[bool] = False
-
-    @property
-    def numel(self) -> int:
-        """Elements of the gradient."""
-        return int(self.codes.numel())
 
     @property
     def selected(self) -> int:
@@ -163,7 +165,7 @@ class Quantized:
 
     def wire_bytes(self) -> int:
         """The codes and the scales (bytes; :func:`compressors.messages.wire.quantized_bytes`)."""
-        return quantized_bytes(self.numel, self.block, self.codes.element_size())
+        return quantized_bytes(self.numel, self.block, self.bits)
 
     def phase_bytes(self) -> tuple[int, ...]:
         """One all-gather of codes and scales (bytes)."""

@@ -11,8 +11,8 @@ charges (:mod:`simulator.iteration`). All sizes are bytes.
 - **Counts**: the padded all-gather first all-gathers each rank's selection count as one int64
   (:data:`COUNT_BYTES`), then every rank's indices and values padded to the largest count
   (:func:`packed_slots`).
-- **Quantized** messages (``int8``) send one code per element and one float32 scale per block
-  (:func:`quantized_bytes`), all-gathered.
+- **Quantized** messages (``int8``, ``fp8``: one byte per code; ``int4``: half a byte) send one
+  code per element and one float32 scale per block (:func:`quantized_bytes`), all-gathered.
 - **Values all-reduce** (shared-seed Random-k): every rank has the same indices, so the ``k``
   values are all-reduced with one more element, a failure flag (:data:`FLAG_ELEMENTS`).
 
@@ -53,18 +53,24 @@ SCALE_BYTES = 4
 """Bytes of one block scale of a quantized message (float32)."""
 
 
-def quantized_bytes(numel: int, block: int, code_bytes: int = 1) -> int:
-    """Bytes of a block-quantized message of ``numel`` elements: one ``code_bytes``-byte code per
-    element and one float32 scale (:data:`SCALE_BYTES`) per block of ``block`` elements (the last
-    one partial)."""
-    return numel * code_bytes + -(-numel // block) * SCALE_BYTES
+def code_bytes(numel: int, bits: int = 8) -> int:
+    """Bytes of the codes of ``numel`` elements at ``bits`` bits each (8: one a byte; 4: two a
+    byte, the last byte half empty for an odd ``numel``)."""
+    return -(-numel * bits // 8)
 
 
-def quantized_packed_bytes(numel: int, block: int) -> int:
+def quantized_bytes(numel: int, block: int, bits: int = 8) -> int:
+    """Bytes of a block-quantized message of ``numel`` elements: its codes of ``bits`` bits each
+    (:func:`code_bytes`) and one float32 scale (:data:`SCALE_BYTES`) per block of ``block``
+    elements (the last one partial)."""
+    return code_bytes(numel, bits) + -(-numel // block) * SCALE_BYTES
+
+
+def quantized_packed_bytes(numel: int, block: int, bits: int = 8) -> int:
     """Bytes of one rank's buffer in the all-gather of block-quantized messages: its float32
-    scales, its one-byte codes and a one-byte failure flag, padded to a multiple of 4 bytes (so that
-    every rank's scales start 4-byte aligned in the gathered buffer)."""
-    return -(-(quantized_bytes(numel, block) + 1) // SCALE_BYTES) * SCALE_BYTES
+    scales, its codes and a one-byte failure flag, padded to a multiple of 4 bytes (so that every
+    rank's scales start 4-byte aligned in the gathered buffer)."""
+    return -(-(quantized_bytes(numel, block, bits) + 1) // SCALE_BYTES) * SCALE_BYTES
 
 
 def packed_slots(padded_count: int, value_itemsize: int) -> int:

@@ -35,7 +35,7 @@ import inspect
 from collections.abc import Sequence
 
 from compressors.rules import target_count
-from compressors.work import casts, dgc, gaussiank, int8, powersgd, randomk, redsync, reference, sidco
+from compressors.work import casts, dgc, fp8, gaussiank, int4, int8, powersgd, randomk, redsync, reference, sidco
 from compressors.work.cards import Card
 from compressors.work.declare import CallWork, Declaration, Declared, Work
 
@@ -53,6 +53,8 @@ REGISTRY: tuple[Card, ...] = (
     casts.BF16,
     powersgd.CARD,
     int8.CARD,
+    fp8.CARD,
+    int4.CARD,
 )
 """Every compressor's card, in the stable order of :func:`compressors.names`: the registry. Adding
 a compressor is its class, its card beside its declared work, and one line here (docs/extending.md)."""

@@ -35,7 +35,8 @@ KINDS = ("map", "rewrite", "reduce", "minmax", "compare", "count", "log", "outer
 """Streaming kernels by what they compute per element (a device may be slower per element than
 its memory for some): ``map`` (abs, add, clamp, copy, fill), ``rewrite`` (a map in place that
 writes back into the lines it has just read, such as ``mul_`` of a buffer the call filled:
-:mod:`costs.costmodel` lets its writes, like its reads, go at the cache's speed), ``reduce`` (sum, amax, norm),
+:mod:`costs.costmodel` lets its writes, like its reads, go at the cache's speed, and on a CPU
+overlap its reads), ``reduce`` (sum, amax, norm),
 ``minmax`` (``aminmax`` of 16-bit values: two comparisons per element and a widening),
 ``outer`` (a rank-r product ``P·Qᵀ`` written out: a matrix product whose output is the whole
 vector, ``2·r`` FLOPs per element),

@@ -294,7 +294,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_latency_args(parser)
     parser.add_argument("--compressor", default="none", help="compressor name (default none)")
     parser.add_argument("--density", type=float, help="target density in (0, 1], e.g. 0.001; needed by the sparsifiers "
-                        "(fp16, bf16 and powersgd send what their dtype or rank sets: default 1)")
+                        "(the casts, the quantizers and powersgd send what their dtype, block format or rank sets: "
+                        "default 1)")
     parser.add_argument("--rank", default="1", help="PowerSGD's rank r, columns of P and Q per layer (default 1)")
     parser.add_argument("--topology", choices=TOPOLOGIES,
                         help="ring, halving-doubling, tree, ps or hierarchical (default: ring, or hierarchical "
