@@ -2,7 +2,7 @@
 
 A :class:`Topology` answers, for a cluster of ``nodes`` machines (``gpus`` workers each with the
 two-level topology, plus ``servers`` dedicated parameter servers), what one collective of a
-*kind* costs (:data:`KINDS`: ``allreduce``, ``reduce_scatter``, ``allgather``) as a
+*kind* costs (:data:`KINDS`: ``allreduce``, ``reduce_scatter``, ``allgather``, ``alltoall``) as a
 :class:`Phase`: its step program for the link engine (:mod:`simulator.plans`, the ``des``
 fidelity), the buffer and per-rank sizes that program reads, and its closed form (the
 ``analytic`` fidelity). On top of that each topology says how a training bucket travels on it:
@@ -30,6 +30,8 @@ PS on s ≤ p servers       2α + 2·max(n/B, p·n/(s·B))
 two-level (N nodes × g)   2(g−1)(α_i + n/(g·B_i)) + 2(N−1)(α + n/(N·B))
 two-level reduce-scatter  (g−1)(α_i + n/(g·B_i)) + (N−1)(α + n/(N·B))
 two-level all-gather      (N−1)(α + n/(N·B)) + (g−1)(α_i + n/(g·B_i)), n = N·g·m
+all-to-all (pairwise)     (p−1)·(α + n/(p·B)), n the bytes a rank sends (n/p to each)
+two-level all-to-all      (g−1)(α_i + n/(g·B_i)) + (N−1)(α + n/(N·B)) (ZeRO++'s 2 hops)
 ========================  =========================================================
 
 The ring rows are ``steps·α + volume·n/B`` with ``(steps, volume)`` from :func:`ring_terms`
@@ -37,6 +39,18 @@ The ring rows are ``steps·α + volume·n/B`` with ``(steps, volume)`` from :fun
 calibration fits α and the link efficiency to measured times with the same two numbers. The
 two-level forms are the ring's on each level: intra-node links (α_i, B_i) joining a node's g
 GPUs, one NIC per node (α, B) carrying the node's g rails as one aggregated message.
+
+The all-to-all (``alltoall``) is a reduce-scatter done by all-to-all, as ZeRO++'s qgZ does it
+(Wang et al. 2023, arXiv 2306.10209, §3.3; DeepSpeed's ``all_to_all_quant_reduce``): every rank
+sends each rank its chunk and sums the chunks it receives, so its messages need not be summable
+in flight (block-quantized codes whose scales differ from rank to rank). On one level it is the
+pairwise exchange (Thakur, Rabenseifner & Gropp 2005: p−1 rounds, rank r sending to r+i and
+receiving from r−i), the ring reduce-scatter's α and β terms. On two levels it takes ZeRO++'s two
+hops: an all-to-all among a node's g GPUs, each GPU summing the g chunks it received (n/g of its
+n bytes), then an all-to-all of that n/g among the N nodes between the GPUs of one local index
+(DeepSpeed's ``local_i`` and ``global_j`` groups), the NIC carrying its g GPUs' n/g each as one
+aggregated message: n/N to each other node, 1/g of a GPU's data across the nodes where a flat
+all-to-all would send (p−g)/p of it. Bytes one GPU sends: (g−1)/g·n + (N−1)/N·n/g = (p−1)/p·n.
 """
 
 from __future__ import annotations
@@ -53,8 +67,9 @@ from simulator import plans
 from simulator.links import Level
 from units import check_count
 
-KINDS = ("allreduce", "reduce_scatter", "allgather")
-"""The collectives a topology may offer: all-reduce, and the sharded pair whose sum it is."""
+KINDS = ("allreduce", "reduce_scatter", "allgather", "alltoall")
+"""The collectives a topology may offer: all-reduce, the sharded pair whose sum it is, and the
+reduce-scatter done by all-to-all (the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,8 @@ def ring_terms(op: str, p: int) -> tuple[int, float]:
     where ``n`` (bytes) is the full buffer of an all-reduce or reduce-scatter and the gathered
     output (``p`` blocks) of an all-gather: all-reduce ``(2(p−1), 2(p−1)/p)``, reduce-scatter
     and all-gather ``(p−1, (p−1)/p)``. ``volume`` is the bytes each rank sends per byte of ``n``.
+    The pairwise all-to-all of ``n`` bytes a rank (not a ring: p−1 rounds of n/p to rank r+i) has
+    the reduce-scatter's terms.
     """
     if op not in KINDS:
         raise ValueError(f"unknown ring collective {op!r}; choose from {', '.join(KINDS)}")
@@ -232,7 +249,8 @@ def ring_allgather_phase(nbytes: float, p: int, link: Level, sizes: np.ndarray |
 
 class Ring(Topology):
     """Ring collectives (Patarasuk & Yuan 2009): all-reduce = reduce-scatter + all-gather, each
-    p−1 steps of n/p bytes to the next rank."""
+    p−1 steps of n/p bytes to the next rank; the all-to-all by pairwise exchange, p−1 steps of
+    n/p bytes to rank r+i."""
 
     name = "ring"
     kinds = KINDS
@@ -245,6 +263,8 @@ class Ring(Topology):
             return ring_allgather_phase(nbytes, p, link, sizes, padded)
         if kind == "reduce_scatter":
             return Phase(plans.ring_reduce_scatter(p), nbytes, None, ring_seconds(kind, nbytes, p, link), link)
+        if kind == "alltoall":
+            return Phase(plans.pairwise_alltoall(p), nbytes, None, ring_seconds(kind, nbytes, p, link), link)
         seconds = 0.0 if p <= 1 else ring_seconds(kind, nbytes, p, link)
         return Phase(plans.ring_allreduce(p), nbytes, None, seconds, link)
 
@@ -347,7 +367,9 @@ class Hierarchical(Topology):
     """Two levels: ``gpus`` GPUs per node on intra-node links, one NIC per node. All-reduce:
     intra-node ring reduce-scatter, inter-node ring all-reduce of n/g per GPU (the g rails share
     the NIC: one aggregated message per node), intra-node ring all-gather. Reduce-scatter and
-    all-gather are its two halves (intra then inter, inter then intra)."""
+    all-gather are its two halves (intra then inter, inter then intra); the all-to-all is ZeRO++'s
+    two hops (the module docstring): pairwise exchange among a node's GPUs, then among the nodes
+    of n/g per GPU."""
 
     name = "hierarchical"
     kinds = KINDS
@@ -356,7 +378,7 @@ class Hierarchical(Topology):
     sparse_label = "hier. all-gather"
 
     def _intra_s(self, rounds: int, nbytes: float) -> float:
-        """``rounds`` intra-node ring steps of ``nbytes``/g bytes each (s)."""
+        """``rounds`` intra-node rings (or pairwise exchanges) of g−1 steps of ``nbytes``/g bytes each (s)."""
         g, intra = self.gpus, self.intra
         if g <= 1 or intra is None:
             return 0.0
@@ -382,6 +404,12 @@ class Hierarchical(Topology):
         if kind == "reduce_scatter":
             seconds = self._intra_s(1, nbytes) + ring_seconds("reduce_scatter", nbytes, N, link)
             return Phase(self._intra_plan(1) + self._inter_plan(1), nbytes, None, seconds, link)
+        if kind == "alltoall":
+            g = self.gpus
+            intra = plans.pairwise_steps(g, 1.0 / g, "intra", np.arange(N * g))
+            plan = intra + plans.pairwise_steps(N, 1.0 / N, "inter")
+            seconds = self._intra_s(1, nbytes) + ring_seconds("alltoall", nbytes, N, link)
+            return Phase(plan, nbytes, None, seconds, link)
         if sizes is not None:
             raise ValueError("the hierarchical all-gather takes one block size for every GPU (nbytes), not sizes")
         output = self.workers * float(nbytes)
