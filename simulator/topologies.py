@@ -205,26 +205,30 @@ class Topology:
         """The all-reduce of a dense bucket of ``nbytes`` bytes."""
         return self.collective("allreduce", nbytes, link)
 
-    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool) -> list[Phase]:
+    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool,
+                      counts: bool = True) -> list[Phase]:
         """How the compressed messages of a bucket (``wire``: bytes per worker; ``dense``: the
-        bucket's bytes) travel: a ring all-gather, padded (the counts, ``COUNT_BYTES`` each, first,
-        then every message padded to the largest) or uneven."""
+        bucket's bytes) travel: a ring all-gather, padded (the counts, ``COUNT_BYTES`` each, first
+        where ``counts``, then every message padded to the largest) or uneven. ``counts`` is
+        ``False`` for messages whose size every rank knows
+        (:func:`compressors.messages.wire.counts_first`)."""
         p = self.nodes
         if not padded:
             return [ring_allgather_phase(0.0, p, link, wire, padded=False)]
-        return [ring_allgather_phase(COUNT_BYTES, p, link), ring_allgather_phase(float(wire.max()), p, link)]
+        first = [ring_allgather_phase(COUNT_BYTES, p, link)] if counts else []
+        return [*first, ring_allgather_phase(float(wire.max()), p, link)]
 
     def sparse_decompress_s(self, decompress_s: Callable[[float], float], numel: float, shard: float) -> float:
         """Seconds a worker spends decompressing what it receives of a bucket of ``numel``
         elements (``shard`` per GPU): here every worker's whole-bucket message."""
         return self.workers * decompress_s(numel)
 
-    def messages(self, sparse: bool = False, padded: bool = True) -> int:
+    def messages(self, sparse: bool = False, padded: bool = True, counts: bool = True) -> int:
         """Link-level messages of one bucket's collective(s) (``des`` work): dense, or sparse
         through :meth:`sparse_phases`."""
         p = self.workers
         if sparse:
-            return (p - 1) * p * (2 if padded else 1)
+            return (p - 1) * p * (2 if padded and counts else 1)
         return self.dense_messages()
 
     def dense_messages(self) -> int:
@@ -346,8 +350,9 @@ class ParameterServer(Topology):
             seconds = 2 * alpha + push + (p - 1) / p * nbytes / B
         return Phase(plans.ps_sharded(p, m is not None), nbytes, m, seconds, link)
 
-    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool) -> list[Phase]:
-        """Push every worker's message, pull the aggregate (at most the dense bucket)."""
+    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool,
+                      counts: bool = True) -> list[Phase]:
+        """Push every worker's message, pull the aggregate (at most the dense bucket): no counts."""
         return [self.collective("allreduce", min(float(wire.sum()), dense), link, wire)]
 
     def sparse_decompress_s(self, decompress_s: Callable[[float], float], numel: float, shard: float) -> float:
@@ -355,7 +360,7 @@ class ParameterServer(Topology):
         servers = self.servers or self.workers
         return self.workers * decompress_s(numel / servers) + decompress_s(numel)
 
-    def messages(self, sparse: bool = False, padded: bool = True) -> int:
+    def messages(self, sparse: bool = False, padded: bool = True, counts: bool = True) -> int:
         p, s = self.workers, self.servers
         return 2 * s * p if s else 2 * (p - 1) * p
 
@@ -416,9 +421,10 @@ class Hierarchical(Topology):
         seconds = ring_seconds("allgather", output, N, link) + self._intra_s(1, output)
         return Phase(self._inter_plan(1) + self._intra_plan(1), output, None, seconds, link)
 
-    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool) -> list[Phase]:
+    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool,
+                      counts: bool = True) -> list[Phase]:
         """Intra-node reduce-scatter of the dense bucket, inter-node ring all-gather of each
-        node's compressed shards (the sum over its GPUs), intra-node all-gather."""
+        node's compressed shards (the sum over its GPUs), intra-node all-gather (no counts)."""
         p, g = self.nodes, self.gpus
         node = wire.reshape(p, g).sum(axis=1)
         if padded:
@@ -430,7 +436,7 @@ class Hierarchical(Topology):
         """Every node's message of its GPU's shard."""
         return self.nodes * decompress_s(shard)
 
-    def messages(self, sparse: bool = False, padded: bool = True) -> int:
+    def messages(self, sparse: bool = False, padded: bool = True, counts: bool = True) -> int:
         n, g = self.nodes, self.gpus
         intra = 2 * (g - 1) * n * g if g > 1 else 0
         return intra + (n - 1) * n * (1 if sparse else 2)
@@ -528,23 +534,24 @@ class Sites(Topology):
             plan, seconds = intra_plan + plan + intra_plan, seconds + 2 * intra_s
         return Phase(plan, dense if intra else 0.0, np.full(self.nodes, float(unit)), seconds, link)
 
-    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool) -> list[Phase]:
-        """The counts (when ``padded``), then the messages padded to the largest unit's (the
-        class docstring); unpadded, the largest bounds every message (no counts)."""
+    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool,
+                      counts: bool = True) -> list[Phase]:
+        """The counts (when ``padded`` and ``counts``), then the messages padded to the largest
+        unit's (the class docstring); unpadded, the largest bounds every message (no counts)."""
         g = self.gpus
         unit = float(np.asarray(wire, dtype=float).reshape(self.nodes, g).sum(axis=1).max())
-        phases = [self._bundle_phase(dense, float(g * COUNT_BYTES), link, False)] if padded else []
+        phases = [self._bundle_phase(dense, float(g * COUNT_BYTES), link, False)] if padded and counts else []
         return [*phases, self._bundle_phase(dense, unit, link, g > 1)]
 
     def sparse_decompress_s(self, decompress_s: Callable[[float], float], numel: float, shard: float) -> float:
         """What a site's topology would decompress on the whole cluster: every unit's message."""
         return self.whole.sparse_decompress_s(decompress_s, numel, shard)
 
-    def messages(self, sparse: bool = False, padded: bool = True) -> int:
+    def messages(self, sparse: bool = False, padded: bool = True, counts: bool = True) -> int:
         n_s, S, g = self.nodes // self.sites, self.sites, self.gpus
         intra = 2 * (g - 1) * self.workers if g > 1 else 0
         if sparse:
-            return (1 + padded) * (2 * (n_s - 1) * self.nodes + (S - 1) * S) + intra
+            return (1 + (padded and counts)) * (2 * (n_s - 1) * self.nodes + (S - 1) * S) + intra
         return intra + 2 * (n_s - 1) * self.nodes + 2 * (S - 1) * S
 
 

@@ -132,8 +132,9 @@ def test_message_counts_are_the_plans(name, nodes):
         topo = topologies.get(name)(nodes, gpus=gpus, servers=servers, intra=Level(1e11, 1e-6))
         wire = np.linspace(1e3, 2e3, topo.workers)
         assert topo.messages() == _plan_messages([topo.dense_phase(1e6, link)])
-        for padded in (True, False):
-            assert topo.messages(True, padded) == _plan_messages(topo.sparse_phases(1e6, wire, link, padded))
+        for padded, counts in itertools.product((True, False), repeat=2):
+            assert topo.messages(True, padded, counts) == _plan_messages(
+                topo.sparse_phases(1e6, wire, link, padded, counts))
 
 
 class Direct(Topology):
