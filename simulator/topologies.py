@@ -195,8 +195,8 @@ class Topology:
                    padded: bool = True) -> Phase:
         """One ``kind`` collective on ``link`` (the flat/inter-node level) as a :class:`Phase`.
 
-        ``nbytes``: the full buffer (bytes) of an all-reduce or reduce-scatter, one rank's block
-        of an all-gather; ``sizes``: bytes per rank of an all-gather (or of a parameter server's
+        ``nbytes``: the full buffer (bytes) of an all-reduce, reduce-scatter or all-to-all (what
+        each rank holds for all), one rank's block of an all-gather; ``sizes``: bytes per rank of an all-gather (or of a parameter server's
         sparse pushes); ``padded``: an all-gather pads every block to the largest.
         """
         raise NotImplementedError
