@@ -31,7 +31,9 @@ bytes a parameter over the shard group as well); HSDP is FSDP with N_d the shard
 its working set, the units gathered at once (:func:`simulator.sharded.working_numel`: the root and
 two blocks, the one computing and the one prefetched) in the parameter dtype and their unsharded
 gradients in the reduce dtype. The error-feedback residual sits on what the compressor compresses:
-the whole gradient under DDP, the gradient shard (Ψ/N_d) under HSDP.
+the whole gradient under DDP, the gradient shard (Ψ/N_d) under HSDP (its replicate exchange); under
+FSDP and ZeRO nothing keeps one: the casts keep none, and a block quantizer goes into the
+reduce-scatter as ZeRO++'s qgZ, which keeps no residual (Wang et al. 2023, §3.3).
 
 Activations (:func:`activation_bytes`, for a model from its config): Korthikanti et al. 2022,
 "Reducing Activation Recomputation in Large Transformer Models", §4.1 eq. (1): a transformer layer
@@ -175,7 +177,8 @@ def per_gpu(compressor: str, numel: int, shapes: Sequence[Sequence[int] | None],
             working_grad_bytes: int = 0, activations: float | None = None) -> dict[str, Any]:
     """Memory per GPU: ``memory_gib`` (model states under ``parallel``, sharded over ``shard``
     GPUs with FSDP's working set in bytes, :func:`sharded_state_bytes`; ``compressor``'s state, on
-    the gradient shard under HSDP; ``activations`` in bytes when known, :func:`activation_bytes`;
+    the gradient shard under HSDP, none under FSDP and ZeRO (the module docstring); ``activations``
+    in bytes when known, :func:`activation_bytes`;
     GiB), ``memory_parts_gib`` (each part), ``activations_counted``, ``memory_capacity_gib`` (the
     ``device``'s, ``None`` when not a modelled GPU) and ``fits`` (``memory_gib`` within it;
     ``None`` when unknown). Under DDP (the default) the states of :func:`model_state_bytes`."""
@@ -184,9 +187,10 @@ def per_gpu(compressor: str, numel: int, shapes: Sequence[Sequence[int] | None],
         parts["compressor"] = float(compressor_bytes(compressor, numel, shapes, rank))
     else:
         parts = sharded_state_bytes(parallel, numel, shard, working_param_bytes, working_grad_bytes)
-        on = shard if parallel == "hsdp" else 1
-        shard_shapes = [None if s is None else (math.ceil(s[0] / on), *s[1:]) for s in shapes]
-        parts["compressor"] = float(compressor_bytes(compressor, math.ceil(numel / on), shard_shapes, rank))
+        parts["compressor"] = 0.0
+        if parallel == "hsdp":
+            shard_shapes = [None if s is None else (math.ceil(s[0] / shard), *s[1:]) for s in shapes]
+            parts["compressor"] = float(compressor_bytes(compressor, math.ceil(numel / shard), shard_shapes, rank))
     if activations is not None:
         parts["activations"] = float(activations)
     total = sum(parts.values())

@@ -82,10 +82,11 @@ def collective_time(
 ) -> float:
     """Time in seconds of one collective on an idle cluster.
 
-    ``op``: ``allreduce`` | ``reduce_scatter`` | ``allgather`` | ``ps`` (push + pull);
+    ``op``: ``allreduce`` | ``reduce_scatter`` | ``allgather`` | ``alltoall`` (the reduce-scatter by
+    all-to-all, :mod:`simulator.topologies`) | ``ps`` (push + pull);
     ``algorithm``: a topology offering ``op`` (:func:`algorithms`: ``ring``, ``hierarchical``, and
     for an all-reduce ``halving-doubling`` and ``tree``), ``sharded`` | ``dedicated`` for ``ps``;
-    ``nbytes``: the full buffer (bytes) for allreduce/reduce_scatter/ps (for a sparse ``ps``
+    ``nbytes``: the full buffer (bytes) for allreduce/reduce_scatter/alltoall/ps (for a sparse ``ps``
     the aggregated buffer pulled back), one rank's contribution for allgather; ``sizes``:
     bytes per rank of an all-gather or of sparse ``ps`` pushes; ``nodes``: ranks (nodes of ``gpus_per_node`` GPUs for
     ``hierarchical``); ``bandwidth_bps``: per-link bandwidth in bits/s; ``latency_s``: per

@@ -13,6 +13,8 @@ Every compressor is scheduled from the kind of message it sends:
 
 - sparse (Top-k, DGC, SIDCo, ...): compress, all-gather the selections (padded: counts first),
   decompress every worker's message;
+- block-quantized (``int8``, ``fp8``, ``int4``): the same with no counts (every rank's message has
+  the size its bucket sets: :func:`compressors.messages.wire.counts_first`);
 - dense 16-bit (``fp16``, ``bf16``): cast, all-reduce half the bytes of fp32, cast back;
 - low-rank (``powersgd``), per bucket: ``P = M·Q`` on the compute stream (half the profiled
   compression time), all-reduce of the uncompressed rest and of P, then the orthogonalisation and
@@ -29,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from compressors.rules import plan
-from compressors.messages.wire import allreduce_bytes
+from compressors.messages.wire import allreduce_bytes, counts_first
 from simulator import topologies
 from simulator.interference import advance
 from simulator.links import Level
@@ -178,7 +180,8 @@ def prepare(sc: Scenario) -> Prepared:
             phases.append([topo.dense_phase(float(wire[b].mean()), dense_flat)])
         else:
             decomp[b] = topo.sparse_decompress_s(cost.decompress_s, bucket.numel, shard)
-            phases.append(topo.sparse_phases(dense, wire[b], sparse_flat, sc.padded))
+            counts = counts_first(sc.compressor)
+            phases.append(topo.sparse_phases(dense, wire[b], sparse_flat, sc.padded, counts))
     if cost is None:
         op = topo.dense_label
     elif sc.message == "lowrank":

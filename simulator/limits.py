@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from compressors.messages.wire import counts_first
 from simulator import topologies
 from units import format_count
 from simulator.links import Level
@@ -67,7 +68,7 @@ def _estimate(sc: Scenario, nodes: int, buckets: int) -> tuple[int, int]:
     memory = BYTES_PER_WORKER_BUCKET * buckets * ranks
     if sc.fidelity == "des":
         memory += DES_BYTES_PER_WORKER * ranks
-        work = buckets * topology.messages(sc.sparse, sc.padded)
+        work = buckets * topology.messages(sc.sparse, sc.padded, counts_first(sc.compressor))
         if sc.compressor != "none":
             work += buckets * topology.messages()
     else:

@@ -111,6 +111,25 @@ def ring_steps(p: int, rounds: int, coef: float, level: str = "flat", ranks: np.
     return repeat(step(src.ravel(), dst.ravel(), coef, level=level, serial=False), rounds)
 
 
+def pairwise_steps(p: int, coef: float, level: str = "flat", ranks: np.ndarray | None = None) -> Plan:
+    """A pairwise-exchange all-to-all among each consecutive group of ``p`` of ``ranks`` (default
+    0…p−1): p−1 steps, at step i the j-th rank of a group sends ``coef·n`` bytes (its chunk for
+    that rank) to the ((j + i) mod p)-th and receives from the ((j − i) mod p)-th, each step after
+    the previous one's messages have arrived (Thakur, Rabenseifner & Gropp 2005's pairwise exchange)."""
+    if p <= 1:
+        return EMPTY
+    src = (np.arange(p) if ranks is None else np.asarray(ranks)).reshape(-1, p)
+    return Plan((p - 1, lambda i: step(src.ravel(), np.roll(src, -(i + 1), axis=1).ravel(), coef, level=level,
+                                       serial=False)))
+
+
+@lru_cache(maxsize=256)
+def pairwise_alltoall(p: int) -> Plan:
+    """All-to-all of a buffer of n bytes per rank (n/p for each rank) by pairwise exchange:
+    p−1 steps of n/p bytes (:func:`pairwise_steps`)."""
+    return pairwise_steps(p, 1.0 / p)
+
+
 @lru_cache(maxsize=256)
 def ring_allreduce(p: int) -> Plan:
     """Ring all-reduce: reduce-scatter then all-gather, 2(p−1) steps of n/p bytes."""

@@ -20,20 +20,20 @@ import functools
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
 
 from compressors import card
-from compressors.messages.wire import ALLREDUCE, COUNT_BYTES
+from compressors.messages.wire import ALLREDUCE, COUNT_BYTES, counts_first
 from compressors.work import wire_bytes
 from compressors.rules import plan as lowrank_plan
 from simulator import plans
 from simulator.iteration import MIN_COMPRESSION_RATE, _levels
 from simulator.links import Fabric, Level
-from simulator.topologies import Phase, Ring
+from simulator.topologies import KINDS, Phase, Ring
 from units import check_count
 
 if TYPE_CHECKING:
@@ -53,6 +53,9 @@ PARAM_DTYPE = "bf16"
 
 STREAMS = ("all-gather", "reduce-scatter", "all-reduce")
 """FSDP2's communication streams (all-gather, reduce-scatter, HSDP's all-reduce)."""
+
+QUANTIZED_REDUCE_SCATTER = "reduce-scatter (gradients, quantized all-to-all)"
+"""The label of a block quantizer's reduce-scatter (:func:`quantized_all_to_all`)."""
 
 _BLOCK = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
 """A parameter of transformer block ``N``: ``model.layers.N.``, GPT-2's ``transformer.h.N.``."""
@@ -175,7 +178,9 @@ def group_phase(kind: str, nbytes: float, group: Group, nodes: int, gpus: int, l
     """One ``kind`` collective of a ``nbytes`` buffer per group (the gathered output of an
     all-gather) on every group at once, hierarchically as :class:`simulator.topologies.Hierarchical`:
     a ring among a group's GPUs of a node (intra-node links), a ring among its nodes (the NIC
-    carrying ``share`` groups' data), reduce-scatter intra then inter, all-gather inter then intra."""
+    carrying ``share`` groups' data), reduce-scatter intra then inter, all-gather inter then intra;
+    the all-to-all (``alltoall``, ZeRO++'s two hops) a pairwise exchange among a group's GPUs of a
+    node, then among its nodes of the 1/q each GPU summed."""
     q, k = group.q, group.k
     local = np.arange(gpus).reshape(-1, q) if group.stride == 1 else np.arange(gpus).reshape(q, -1).T
     intra_ranks = (np.arange(nodes)[:, None, None] * gpus + local[None]).ravel()
@@ -191,7 +196,11 @@ def group_phase(kind: str, nbytes: float, group: Group, nodes: int, gpus: int, l
 
     intra_s = _ring_s("reduce_scatter", nbytes, q, intra)
     nic = group.share * nbytes
-    if kind == "allreduce":
+    if kind == "alltoall":
+        plan = plans.pairwise_steps(q, 1.0 / q, "intra", intra_ranks) + plans.pairwise_steps(
+            k, group.share / k, "inter", inter_ranks)
+        seconds = _ring_s("alltoall", nbytes, q, intra) + _ring_s("alltoall", nic, k, link)
+    elif kind == "allreduce":
         plan = intra_steps() + inter_steps(2) + intra_steps()
         seconds = 2 * intra_s + _ring_s("allreduce", nic, k, link)
     elif kind == "reduce_scatter":
@@ -205,7 +214,8 @@ def group_phase(kind: str, nbytes: float, group: Group, nodes: int, gpus: int, l
 
 def sent_bytes(kind: str, nbytes: float, ranks: int) -> float:
     """Bytes one GPU sends in a ring ``kind`` over ``ranks`` of a ``nbytes`` buffer (the gathered
-    output of an all-gather): 2(p−1)/p·n for an all-reduce, (p−1)/p·n for the halves."""
+    output of an all-gather): 2(p−1)/p·n for an all-reduce, (p−1)/p·n for the halves and for one
+    hop of an all-to-all."""
     share = (ranks - 1) / ranks
     return (2 if kind == "allreduce" else 1) * share * nbytes
 
@@ -258,12 +268,19 @@ class Plan:
     intra: Level
 
 
-def quantizer(name: str) -> bool:
-    """Whether compressor ``name`` can go into a reduce-scatter (ZeRO++'s qgZ style): its card
-    says it sends the whole vector in a narrower dtype that the network sums as it travels (a dense
-    message carried by an all-reduce: the 16-bit casts)."""
+def summed_in_flight(name: str) -> bool:
+    """Whether compressor ``name``'s message is summed by the network as it travels: its card says
+    it sends the whole vector in a narrower dtype carried by an all-reduce (the 16-bit casts), so it
+    goes into a ring reduce-scatter as it is."""
     found = card(name)
     return found.message == "dense" and found.collective == ALLREDUCE
+
+
+def block_quantized(name: str) -> bool:
+    """Whether compressor ``name`` sends block-quantized codes and scales (its card's message): they
+    differ from rank to rank, so they go into a reduce-scatter as ZeRO++'s qgZ sends them, a
+    quantized all-to-all each rank dequantizes and sums (:func:`quantized_all_to_all`)."""
+    return card(name).message == "quantized"
 
 
 def element_bytes(name: str) -> float:
@@ -278,16 +295,18 @@ _PER_ELEMENT = 1 << 20
 
 def refusal(parallel: str, compressor: str) -> str | None:
     """Why ``compressor`` cannot run under ``parallel``, ``None`` when it can (docs/model.md)."""
-    if parallel in ("ddp", "hsdp") or compressor == "none" or quantizer(compressor):
+    if parallel in ("ddp", "hsdp") or compressor == "none" or summed_in_flight(compressor):
         return None
     if parallel == "fsdp":
-        return (f"{compressor} under --parallel fsdp: gradients are reduce-scattered, and a sparse, low-rank or "
-                "block-quantized message (its scales differ from rank to rank) cannot be summed shard by shard "
-                "(only the fp16/bf16 casts go into the reduce-scatter; use hsdp, where it replaces the replicate "
-                "all-reduce)")
+        if block_quantized(compressor):
+            return None
+        return (f"{compressor} under --parallel fsdp: gradients are reduce-scattered, and a sparse or low-rank "
+                "message cannot be summed shard by shard (only the fp16/bf16 casts, summed in flight, and the block "
+                "quantizers, as ZeRO++'s quantized all-to-all, go into the reduce-scatter; use hsdp, where it "
+                "replaces the replicate all-reduce)")
     return (f"{compressor} under --parallel {parallel}: DeepSpeed's ZeRO reduces gradients in its own bucketed "
-            "reduce with no communication hook (1-bit Adam refuses ZeRO, DeepSpeed #5046); only the fp16/bf16 "
-            "casts apply")
+            "reduce with no communication hook (1-bit Adam refuses ZeRO, DeepSpeed #5046; ZeRO++'s quantized "
+            "gradients are stage 3's); only the fp16/bf16 casts apply")
 
 
 def check(sc: Scenario) -> None:
@@ -332,7 +351,9 @@ def micro_batches(sc: Scenario) -> int:
 def _compressed(sc: Scenario, unit: Unit, shard: int, group: Group, make: Callable[..., Phase]
                 ) -> tuple[list[Phase], float, float, float]:
     """The replicate exchange of one unit's gradient shard (``shard`` elements) by ``sc``'s
-    sparsifier or PowerSGD: phases, compress and decompress seconds, bytes a GPU sends."""
+    sparsifier, block quantizer or PowerSGD: phases, compress and decompress seconds, bytes a GPU
+    sends. The messages are all-gathered as the DDP hook gathers them: the counts first unless the
+    message's size is known (:func:`compressors.messages.wire.counts_first`)."""
     cost = sc.profile.cost(sc.compressor, sc.density)
     r = group.size
     if sc.message == "lowrank":
@@ -346,8 +367,38 @@ def _compressed(sc: Scenario, unit: Unit, shard: int, group: Group, make: Callab
         phases.append(Phase(q_phase.plan, q_phase.nbytes, None, q_phase.analytic_s, q_phase.link, gap_s=middle))
         return phases, middle, cost.decompress_s(shard), sum(sent_bytes("allreduce", n, r) for n in nbytes)
     wire = float(np.max(cost.wire_bytes(shard, r)))
-    phases = [make("allgather", COUNT_BYTES * r), make("allgather", wire * r)]
-    return phases, cost.compress_s(shard), r * cost.decompress_s(shard), sent_bytes("allgather", (wire + COUNT_BYTES) * r, r)
+    count = COUNT_BYTES if counts_first(sc.compressor) else 0
+    phases = [make("allgather", count * r)] if count else []
+    phases.append(make("allgather", wire * r))
+    return phases, cost.compress_s(shard), r * cost.decompress_s(shard), sent_bytes("allgather", (wire + count) * r, r)
+
+
+def quantized_all_to_all(cost: Any, numel: int, element: float, group: Group, make: Callable[..., Phase]
+                         ) -> tuple[list[Phase], float, float, float]:
+    """ZeRO++'s qgZ reduce-scatter of one unit's gradient (``numel`` elements, ``element`` bytes each
+    on the wire: a block quantizer's codes and scales) on every ``group`` at once (Wang et al. 2023,
+    arXiv 2306.10209, §3.3; DeepSpeed's ``all_to_all_quant_reduce``): quantize the gradient once; an
+    all-to-all among the group's q GPUs of a node, each GPU dequantizing the q chunks it received,
+    summing them and quantizing the sum (numel/q elements); an all-to-all of that among the group's
+    k nodes, each GPU dequantizing the k chunks it received and summing them. A hop over one rank is
+    left out. ``cost``: the compressor's cost (s per call of ``compress_s``/``decompress_s`` on a
+    number of elements); ``make(kind, nbytes, group)``: a :class:`Phase` on the scenario's links.
+
+    Returns the phases (the second after the first hop's dequantize, sum and quantize, its
+    ``gap_s``), the seconds of quantizing before them and of dequantizing after, and the bytes a
+    GPU sends, (q−1)/q·numel·element + (k−1)/k·numel/q·element = (p−1)/p·numel·element. No error
+    feedback: qgZ keeps no residual."""
+    across = Group(1, group.k, node_stride=group.node_stride, share=group.share * group.q)
+    hops = [(r, n, g) for r, n, g in ((group.q, numel, replace(group, k=1)), (group.k, numel / group.q, across))
+            if r > 1] or [(1, numel, group)]
+    phases: list[Phase] = []
+    sent = gap = 0.0
+    for ranks, elements, hop in hops:
+        phases.append(replace(make("alltoall", elements * element, hop), gap_s=gap))
+        sent += sent_bytes("alltoall", elements * element, ranks)
+        gap = ranks * cost.decompress_s(elements / ranks) + cost.compress_s(elements / ranks)
+    ranks, elements, _ = hops[-1]
+    return phases, cost.compress_s(numel), ranks * cost.decompress_s(elements / ranks), sent
 
 
 def build(sc: Scenario) -> Plan:
@@ -357,7 +408,7 @@ def build(sc: Scenario) -> Plan:
     g, nodes, p = sc.gpus_per_node, sc.nodes, sc.workers
     size = shard_size(sc)
     intra = _levels(sc)[1]
-    flat = {kind: _levels(sc, kind)[0] for kind in ("allreduce", "reduce_scatter", "allgather")}
+    flat = {kind: _levels(sc, kind)[0] for kind in KINDS}
     shard_g = shard_group(size, g)
     repl_g = replicate_group(size, g, nodes) if sh.parallel == "hsdp" else None
 
@@ -371,7 +422,8 @@ def build(sc: Scenario) -> Plan:
     root = [u for u in found if u.root]
     pb, rb = DTYPE_BYTES[sh.param_dtype], DTYPE_BYTES[sh.reduce_dtype]
     compressor = sc.compressor
-    quant = quantizer(compressor)
+    quant = summed_in_flight(compressor)
+    qgz = block_quantized(compressor)
     grad_b = min(rb, element_bytes(compressor)) if quant else rb
     cost = sc.profile.cost(compressor, sc.density) if compressor != "none" else None
     sharded_params = sh.parallel in ("fsdp", "hsdp")
@@ -393,8 +445,13 @@ def build(sc: Scenario) -> Plan:
             op(f"all-reduce {unit.name} m{m}", "all-reduce (gradients)", "reduce-scatter", "allreduce",
                unit.numel * grad_b, release, per, Group(g, nodes), quant_pre, quant_post, quant)
             return
-        op(f"reduce-scatter {unit.name} m{m}", "reduce-scatter (gradients)", "reduce-scatter", "reduce_scatter",
-           unit.numel * grad_b, release, per, pre=quant_pre, post=0.0 if repl_g else quant_post, compressed=quant)
+        if qgz:
+            phases, pre, post, sent = quantized_all_to_all(cost, unit.numel, element_bytes(compressor), shard_g, make)
+            ops.append(Op(f"reduce-scatter {unit.name} m{m}", QUANTIZED_REDUCE_SCATTER, "reduce-scatter", phases,
+                          release, sent, per, pre, post, True))
+        else:
+            op(f"reduce-scatter {unit.name} m{m}", "reduce-scatter (gradients)", "reduce-scatter", "reduce_scatter",
+               unit.numel * grad_b, release, per, pre=quant_pre, post=0.0 if repl_g else quant_post, compressed=quant)
         if repl_g is None or repl_g.size <= 1 or not last:
             return
         shard = math.ceil(unit.numel / size)
@@ -460,13 +517,15 @@ def build(sc: Scenario) -> Plan:
 def collective_label(parallel: str, compressor: str) -> str:
     """The collective ``compressor`` replaces under ``parallel`` (for ``none``: the one it would), a key
     of :func:`summarize`'s ``collectives``; a quantizer under HSDP also goes into the reduce-scatter
-    (that entry's ``compressed``)."""
+    (that entry's ``compressed``; a block quantizer's is :data:`QUANTIZED_REDUCE_SCATTER`)."""
     if parallel == "ddp":
         return "all-reduce (DDP gradient buckets)"
     if parallel == "hsdp":
         return "all-reduce (replicate, gradient shard)"
     if parallel == "zero1":
         return "all-reduce (gradients)"
+    if block_quantized(compressor):
+        return QUANTIZED_REDUCE_SCATTER
     return "reduce-scatter (gradients)"
 
 
@@ -593,7 +652,10 @@ def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def summarize(plan: Plan, times: Times) -> dict[str, Any]:
-    """The output fields of one step (those of :func:`simulator.iteration.summarize`) plus
+    """The output fields of one step (those of :func:`simulator.iteration.summarize`; compression
+    on the communication streams: ``compress_total_s`` counts what runs before a collective and
+    between its phases, PowerSGD's orthogonalisation, qgZ's dequantize, sum and quantize between its
+    hops; ``decompress_total_s`` what runs after) plus
     ``parallel``, ``micro_batches``, ``collective`` (what the compressor replaces) and
     ``collectives``: per collective name, its ``kind`` of stream, ``per`` (micro-batch or step),
     ``count``, ``bytes_per_gpu`` (sent per step), ``total_s`` and ``exposed_s`` (not hidden behind
@@ -628,7 +690,7 @@ def summarize(plan: Plan, times: Times) -> dict[str, Any]:
         "idle_s": idle if idle > 1e-9 * iteration else 0.0,
         "optimizer_s": kinds["optimizer"],
         "comm_s": float(op_len.sum()),
-        "compress_total_s": sum(o.pre_s for o in plan.ops),
+        "compress_total_s": sum(o.pre_s + sum(ph.gap_s for ph in o.phases) for o in plan.ops),
         "decompress_total_s": sum(o.post_s for o in plan.ops),
         "wire_bytes": float(wire),
         "dense_bytes": float(sc.workload.nbytes),

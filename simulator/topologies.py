@@ -2,7 +2,7 @@
 
 A :class:`Topology` answers, for a cluster of ``nodes`` machines (``gpus`` workers each with the
 two-level topology, plus ``servers`` dedicated parameter servers), what one collective of a
-*kind* costs (:data:`KINDS`: ``allreduce``, ``reduce_scatter``, ``allgather``) as a
+*kind* costs (:data:`KINDS`: ``allreduce``, ``reduce_scatter``, ``allgather``, ``alltoall``) as a
 :class:`Phase`: its step program for the link engine (:mod:`simulator.plans`, the ``des``
 fidelity), the buffer and per-rank sizes that program reads, and its closed form (the
 ``analytic`` fidelity). On top of that each topology says how a training bucket travels on it:
@@ -30,6 +30,8 @@ PS on s ≤ p servers       2α + 2·max(n/B, p·n/(s·B))
 two-level (N nodes × g)   2(g−1)(α_i + n/(g·B_i)) + 2(N−1)(α + n/(N·B))
 two-level reduce-scatter  (g−1)(α_i + n/(g·B_i)) + (N−1)(α + n/(N·B))
 two-level all-gather      (N−1)(α + n/(N·B)) + (g−1)(α_i + n/(g·B_i)), n = N·g·m
+all-to-all (pairwise)     (p−1)·(α + n/(p·B)), n the bytes a rank sends (n/p to each)
+two-level all-to-all      (g−1)(α_i + n/(g·B_i)) + (N−1)(α + n/(N·B)) (ZeRO++'s 2 hops)
 ========================  =========================================================
 
 The ring rows are ``steps·α + volume·n/B`` with ``(steps, volume)`` from :func:`ring_terms`
@@ -37,6 +39,18 @@ The ring rows are ``steps·α + volume·n/B`` with ``(steps, volume)`` from :fun
 calibration fits α and the link efficiency to measured times with the same two numbers. The
 two-level forms are the ring's on each level: intra-node links (α_i, B_i) joining a node's g
 GPUs, one NIC per node (α, B) carrying the node's g rails as one aggregated message.
+
+The all-to-all (``alltoall``) is a reduce-scatter done by all-to-all, as ZeRO++'s qgZ does it
+(Wang et al. 2023, arXiv 2306.10209, §3.3; DeepSpeed's ``all_to_all_quant_reduce``): every rank
+sends each rank its chunk and sums the chunks it receives, so its messages need not be summable
+in flight (block-quantized codes whose scales differ from rank to rank). On one level it is the
+pairwise exchange (Thakur, Rabenseifner & Gropp 2005: p−1 rounds, rank r sending to r+i and
+receiving from r−i), the ring reduce-scatter's α and β terms. On two levels it takes ZeRO++'s two
+hops: an all-to-all among a node's g GPUs, each GPU summing the g chunks it received (n/g of its
+n bytes), then an all-to-all of that n/g among the N nodes between the GPUs of one local index
+(DeepSpeed's ``local_i`` and ``global_j`` groups), the NIC carrying its g GPUs' n/g each as one
+aggregated message: n/N to each other node, 1/g of a GPU's data across the nodes where a flat
+all-to-all would send (p−g)/p of it. Bytes one GPU sends: (g−1)/g·n + (N−1)/N·n/g = (p−1)/p·n.
 """
 
 from __future__ import annotations
@@ -53,8 +67,9 @@ from simulator import plans
 from simulator.links import Level
 from units import check_count
 
-KINDS = ("allreduce", "reduce_scatter", "allgather")
-"""The collectives a topology may offer: all-reduce, and the sharded pair whose sum it is."""
+KINDS = ("allreduce", "reduce_scatter", "allgather", "alltoall")
+"""The collectives a topology may offer: all-reduce, the sharded pair whose sum it is, and the
+reduce-scatter done by all-to-all (the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,8 @@ def ring_terms(op: str, p: int) -> tuple[int, float]:
     where ``n`` (bytes) is the full buffer of an all-reduce or reduce-scatter and the gathered
     output (``p`` blocks) of an all-gather: all-reduce ``(2(p−1), 2(p−1)/p)``, reduce-scatter
     and all-gather ``(p−1, (p−1)/p)``. ``volume`` is the bytes each rank sends per byte of ``n``.
+    The pairwise all-to-all of ``n`` bytes a rank (not a ring: p−1 rounds of n/p to rank r+i) has
+    the reduce-scatter's terms.
     """
     if op not in KINDS:
         raise ValueError(f"unknown ring collective {op!r}; choose from {', '.join(KINDS)}")
@@ -178,8 +195,8 @@ class Topology:
                    padded: bool = True) -> Phase:
         """One ``kind`` collective on ``link`` (the flat/inter-node level) as a :class:`Phase`.
 
-        ``nbytes``: the full buffer (bytes) of an all-reduce or reduce-scatter, one rank's block
-        of an all-gather; ``sizes``: bytes per rank of an all-gather (or of a parameter server's
+        ``nbytes``: the full buffer (bytes) of an all-reduce, reduce-scatter or all-to-all (what
+        each rank holds for all), one rank's block of an all-gather; ``sizes``: bytes per rank of an all-gather (or of a parameter server's
         sparse pushes); ``padded``: an all-gather pads every block to the largest.
         """
         raise NotImplementedError
@@ -188,26 +205,30 @@ class Topology:
         """The all-reduce of a dense bucket of ``nbytes`` bytes."""
         return self.collective("allreduce", nbytes, link)
 
-    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool) -> list[Phase]:
+    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool,
+                      counts: bool = True) -> list[Phase]:
         """How the compressed messages of a bucket (``wire``: bytes per worker; ``dense``: the
-        bucket's bytes) travel: a ring all-gather, padded (the counts, ``COUNT_BYTES`` each, first,
-        then every message padded to the largest) or uneven."""
+        bucket's bytes) travel: a ring all-gather, padded (the counts, ``COUNT_BYTES`` each, first
+        where ``counts``, then every message padded to the largest) or uneven. ``counts`` is
+        ``False`` for messages whose size every rank knows
+        (:func:`compressors.messages.wire.counts_first`)."""
         p = self.nodes
         if not padded:
             return [ring_allgather_phase(0.0, p, link, wire, padded=False)]
-        return [ring_allgather_phase(COUNT_BYTES, p, link), ring_allgather_phase(float(wire.max()), p, link)]
+        first = [ring_allgather_phase(COUNT_BYTES, p, link)] if counts else []
+        return [*first, ring_allgather_phase(float(wire.max()), p, link)]
 
     def sparse_decompress_s(self, decompress_s: Callable[[float], float], numel: float, shard: float) -> float:
         """Seconds a worker spends decompressing what it receives of a bucket of ``numel``
         elements (``shard`` per GPU): here every worker's whole-bucket message."""
         return self.workers * decompress_s(numel)
 
-    def messages(self, sparse: bool = False, padded: bool = True) -> int:
+    def messages(self, sparse: bool = False, padded: bool = True, counts: bool = True) -> int:
         """Link-level messages of one bucket's collective(s) (``des`` work): dense, or sparse
         through :meth:`sparse_phases`."""
         p = self.workers
         if sparse:
-            return (p - 1) * p * (2 if padded else 1)
+            return (p - 1) * p * (2 if padded and counts else 1)
         return self.dense_messages()
 
     def dense_messages(self) -> int:
@@ -232,7 +253,8 @@ def ring_allgather_phase(nbytes: float, p: int, link: Level, sizes: np.ndarray |
 
 class Ring(Topology):
     """Ring collectives (Patarasuk & Yuan 2009): all-reduce = reduce-scatter + all-gather, each
-    p−1 steps of n/p bytes to the next rank."""
+    p−1 steps of n/p bytes to the next rank; the all-to-all by pairwise exchange, p−1 steps of
+    n/p bytes to rank r+i."""
 
     name = "ring"
     kinds = KINDS
@@ -245,6 +267,8 @@ class Ring(Topology):
             return ring_allgather_phase(nbytes, p, link, sizes, padded)
         if kind == "reduce_scatter":
             return Phase(plans.ring_reduce_scatter(p), nbytes, None, ring_seconds(kind, nbytes, p, link), link)
+        if kind == "alltoall":
+            return Phase(plans.pairwise_alltoall(p), nbytes, None, ring_seconds(kind, nbytes, p, link), link)
         seconds = 0.0 if p <= 1 else ring_seconds(kind, nbytes, p, link)
         return Phase(plans.ring_allreduce(p), nbytes, None, seconds, link)
 
@@ -326,8 +350,9 @@ class ParameterServer(Topology):
             seconds = 2 * alpha + push + (p - 1) / p * nbytes / B
         return Phase(plans.ps_sharded(p, m is not None), nbytes, m, seconds, link)
 
-    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool) -> list[Phase]:
-        """Push every worker's message, pull the aggregate (at most the dense bucket)."""
+    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool,
+                      counts: bool = True) -> list[Phase]:
+        """Push every worker's message, pull the aggregate (at most the dense bucket): no counts."""
         return [self.collective("allreduce", min(float(wire.sum()), dense), link, wire)]
 
     def sparse_decompress_s(self, decompress_s: Callable[[float], float], numel: float, shard: float) -> float:
@@ -335,7 +360,7 @@ class ParameterServer(Topology):
         servers = self.servers or self.workers
         return self.workers * decompress_s(numel / servers) + decompress_s(numel)
 
-    def messages(self, sparse: bool = False, padded: bool = True) -> int:
+    def messages(self, sparse: bool = False, padded: bool = True, counts: bool = True) -> int:
         p, s = self.workers, self.servers
         return 2 * s * p if s else 2 * (p - 1) * p
 
@@ -347,7 +372,9 @@ class Hierarchical(Topology):
     """Two levels: ``gpus`` GPUs per node on intra-node links, one NIC per node. All-reduce:
     intra-node ring reduce-scatter, inter-node ring all-reduce of n/g per GPU (the g rails share
     the NIC: one aggregated message per node), intra-node ring all-gather. Reduce-scatter and
-    all-gather are its two halves (intra then inter, inter then intra)."""
+    all-gather are its two halves (intra then inter, inter then intra); the all-to-all is ZeRO++'s
+    two hops (the module docstring): pairwise exchange among a node's GPUs, then among the nodes
+    of n/g per GPU."""
 
     name = "hierarchical"
     kinds = KINDS
@@ -356,7 +383,7 @@ class Hierarchical(Topology):
     sparse_label = "hier. all-gather"
 
     def _intra_s(self, rounds: int, nbytes: float) -> float:
-        """``rounds`` intra-node ring steps of ``nbytes``/g bytes each (s)."""
+        """``rounds`` intra-node rings (or pairwise exchanges) of g−1 steps of ``nbytes``/g bytes each (s)."""
         g, intra = self.gpus, self.intra
         if g <= 1 or intra is None:
             return 0.0
@@ -382,15 +409,22 @@ class Hierarchical(Topology):
         if kind == "reduce_scatter":
             seconds = self._intra_s(1, nbytes) + ring_seconds("reduce_scatter", nbytes, N, link)
             return Phase(self._intra_plan(1) + self._inter_plan(1), nbytes, None, seconds, link)
+        if kind == "alltoall":
+            g = self.gpus
+            intra = plans.pairwise_steps(g, 1.0 / g, "intra", np.arange(N * g))
+            plan = intra + plans.pairwise_steps(N, 1.0 / N, "inter")
+            seconds = self._intra_s(1, nbytes) + ring_seconds("alltoall", nbytes, N, link)
+            return Phase(plan, nbytes, None, seconds, link)
         if sizes is not None:
             raise ValueError("the hierarchical all-gather takes one block size for every GPU (nbytes), not sizes")
         output = self.workers * float(nbytes)
         seconds = ring_seconds("allgather", output, N, link) + self._intra_s(1, output)
         return Phase(self._inter_plan(1) + self._intra_plan(1), output, None, seconds, link)
 
-    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool) -> list[Phase]:
+    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool,
+                      counts: bool = True) -> list[Phase]:
         """Intra-node reduce-scatter of the dense bucket, inter-node ring all-gather of each
-        node's compressed shards (the sum over its GPUs), intra-node all-gather."""
+        node's compressed shards (the sum over its GPUs), intra-node all-gather (no counts)."""
         p, g = self.nodes, self.gpus
         node = wire.reshape(p, g).sum(axis=1)
         if padded:
@@ -402,7 +436,7 @@ class Hierarchical(Topology):
         """Every node's message of its GPU's shard."""
         return self.nodes * decompress_s(shard)
 
-    def messages(self, sparse: bool = False, padded: bool = True) -> int:
+    def messages(self, sparse: bool = False, padded: bool = True, counts: bool = True) -> int:
         n, g = self.nodes, self.gpus
         intra = 2 * (g - 1) * n * g if g > 1 else 0
         return intra + (n - 1) * n * (1 if sparse else 2)
@@ -500,23 +534,24 @@ class Sites(Topology):
             plan, seconds = intra_plan + plan + intra_plan, seconds + 2 * intra_s
         return Phase(plan, dense if intra else 0.0, np.full(self.nodes, float(unit)), seconds, link)
 
-    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool) -> list[Phase]:
-        """The counts (when ``padded``), then the messages padded to the largest unit's (the
-        class docstring); unpadded, the largest bounds every message (no counts)."""
+    def sparse_phases(self, dense: float, wire: np.ndarray, link: Level, padded: bool,
+                      counts: bool = True) -> list[Phase]:
+        """The counts (when ``padded`` and ``counts``), then the messages padded to the largest
+        unit's (the class docstring); unpadded, the largest bounds every message (no counts)."""
         g = self.gpus
         unit = float(np.asarray(wire, dtype=float).reshape(self.nodes, g).sum(axis=1).max())
-        phases = [self._bundle_phase(dense, float(g * COUNT_BYTES), link, False)] if padded else []
+        phases = [self._bundle_phase(dense, float(g * COUNT_BYTES), link, False)] if padded and counts else []
         return [*phases, self._bundle_phase(dense, unit, link, g > 1)]
 
     def sparse_decompress_s(self, decompress_s: Callable[[float], float], numel: float, shard: float) -> float:
         """What a site's topology would decompress on the whole cluster: every unit's message."""
         return self.whole.sparse_decompress_s(decompress_s, numel, shard)
 
-    def messages(self, sparse: bool = False, padded: bool = True) -> int:
+    def messages(self, sparse: bool = False, padded: bool = True, counts: bool = True) -> int:
         n_s, S, g = self.nodes // self.sites, self.sites, self.gpus
         intra = 2 * (g - 1) * self.workers if g > 1 else 0
         if sparse:
-            return (1 + padded) * (2 * (n_s - 1) * self.nodes + (S - 1) * S) + intra
+            return (1 + (padded and counts)) * (2 * (n_s - 1) * self.nodes + (S - 1) * S) + intra
         return intra + 2 * (n_s - 1) * self.nodes + 2 * (S - 1) * S
 
 

@@ -15,12 +15,15 @@ from pipeline.request import sharding
 from sidco.cli import main
 from simulator import Scenario, simulate
 from simulator.links import Fabric, Level
-from simulator.sharded import (DTYPE_BYTES, Sharding, group_phase, refusal, replicate_group, shard_group,
-                               units, working_numel)
+from simulator.sharded import (DTYPE_BYTES, QUANTIZED_REDUCE_SCATTER, Sharding, build, group_phase, refusal,
+                               replicate_group, shard_group, units, working_numel)
 from simulator.workload import Layer, Workload
 
+INT8_WIRE = 1 + 4 / 256
+"""Bytes an element of ``int8``'s message takes, by hand: a code byte, a 4-byte scale per 256 elements."""
 PROFILE = CompressionProfile({("topk", 0.01): CompressionCost(1e-4, 2e-10, 5e-5, 1e-10, (0.02, 0.02)),
-                               ("bf16", 1.0): CompressionCost(1e-5, 1e-11, 1e-5, 1e-11, (0.5, 0.5))}, "test")
+                              ("bf16", 1.0): CompressionCost(1e-5, 1e-11, 1e-5, 1e-11, (0.5, 0.5)),
+                              ("int8", 1.0): CompressionCost(2e-5, 3e-11, 1e-5, 2e-11, (INT8_WIRE,))}, "test")
 INTRA = Level(300e9, 2e-6)
 LINK = Level(12.5e9, 50e-6)
 
@@ -151,7 +154,7 @@ def test_analytic_and_des_model_the_same_plan(parallel):
 
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from([(1, 1), (4, 1), (2, 4), (4, 8), (3, 2)]), st.sampled_from(["allreduce", "reduce_scatter",
-       "allgather"]), st.integers(0, 3), st.floats(1e3, 1e9), st.booleans())
+       "allgather", "alltoall"]), st.integers(0, 3), st.floats(1e3, 1e9), st.booleans())
 def test_a_collective_on_its_groups_runs_as_its_closed_form(cluster, kind, which, nbytes, replicate):
     """Every group shape's step program on the link engine (all groups at once) takes its closed form."""
     nodes, gpus = cluster
@@ -169,6 +172,8 @@ def test_sparsifiers_are_refused_where_they_cannot_be_summed():
     assert refusal("fsdp", "topk") and "reduce-scatter" in refusal("fsdp", "topk")
     assert refusal("fsdp", "powersgd") and refusal("zero2", "sidco-e") and refusal("zero1", "topk")
     assert refusal("hsdp", "topk") is None and refusal("fsdp", "bf16") is None and refusal("ddp", "topk") is None
+    assert all(refusal(parallel, q) is None for parallel in ("fsdp", "hsdp") for q in ("int8", "fp8", "int4"))
+    assert "stage 3" in refusal("zero2", "int8") and "stage 3" in refusal("zero1", "int4")
     wl = toy()
     with pytest.raises(ValueError, match="fsdp"):
         Scenario(wl, 4, 100e9, 50e-6, "topk", 0.01, topology="hierarchical", gpus_per_node=8,
@@ -190,6 +195,70 @@ def test_a_quantizer_halves_the_reduce_scatter_and_a_sparsifier_the_replicate_al
     assert topk["collectives"][rs]["bytes_per_gpu"] == none["collectives"][rs]["bytes_per_gpu"]
     assert topk["collectives"][ar]["compressed"]
     assert topk["collectives"][ar]["bytes_per_gpu"] < none["collectives"][ar]["bytes_per_gpu"] / 10
+
+
+def _quantized(topology: str, nodes: int, gpus: int, parallel: str = "fsdp", fidelity: str = "analytic", **kw):
+    return Scenario(toy(), nodes, 100e9, 50e-6, "int8", 1.0, topology=topology, gpus_per_node=gpus, fidelity=fidelity,
+                    intra_bandwidth_bps=INTRA.bandwidth_Bps * 8, intra_latency_s=INTRA.latency_s, profile=PROFILE,
+                    sharding=Sharding(parallel, **kw))
+
+
+@pytest.mark.parametrize("nodes, gpus", [(4, 1), (4, 8), (2, 4), (1, 8)])
+def test_a_block_quantizer_reduce_scatters_as_a_quantized_all_to_all(nodes, gpus):
+    """ZeRO++'s qgZ by hand, per unit of n elements over N nodes × g GPUs (p = N·g) at w bytes an
+    element: quantize n; an all-to-all inside the node, (g−1)(α_i + n·w/(g·B_i)); dequantize the g
+    chunks of n/g, sum, quantize n/g; an all-to-all across the nodes, (N−1)(α + n·w/(N·B)) (the NIC
+    carries its g GPUs' n/g each); dequantize the N chunks of n/(g·N). A GPU sends (p−1)/p·n·w."""
+    cost = PROFILE.cost("int8", 1.0)
+    a, B, ai, Bi = 50e-6, 100e9 / 8, INTRA.latency_s, INTRA.bandwidth_Bps
+    sc = _quantized("hierarchical" if gpus > 1 else "ring", nodes, gpus)
+    plan = build(sc)
+    p = nodes * gpus
+    ops = [o for o in plan.ops if o.collective == QUANTIZED_REDUCE_SCATTER]
+    assert len(ops) == len(units(toy())) and plan.collective == QUANTIZED_REDUCE_SCATTER
+    for o, unit in zip(ops, [*reversed([u for u in units(toy()) if not u.root]), *(u for u in units(toy()) if u.root)]):
+        n = unit.numel
+        intra = (gpus - 1) * (ai + n * INT8_WIRE / (gpus * Bi))
+        inter = (nodes - 1) * (a + n * INT8_WIRE / (nodes * B))
+        middle = gpus * cost.decompress_s(n / gpus) + cost.compress_s(n / gpus) if gpus > 1 and nodes > 1 else 0.0
+        last = nodes if nodes > 1 else gpus
+        hand = cost.compress_s(n) + intra + middle + inter + last * cost.decompress_s(n / p)
+        assert o.analytic_s == pytest.approx(hand, rel=1e-12)
+        assert o.bytes_per_gpu == pytest.approx((p - 1) / p * n * INT8_WIRE, rel=1e-12)
+        assert o.stream == "reduce-scatter" and o.compressed
+        for phase in o.phases:  # each hop's step program on the link engine takes its closed form
+            fabric = Fabric(p, LINK if phase.link is None else phase.link, gpus=gpus, intra=INTRA)
+            finish = fabric.run(phase.plan, phase.nbytes, np.zeros(p), phase.sizes, link=phase.link)
+            assert float(finish.max()) == pytest.approx(phase.analytic_s, rel=1e-9, abs=1e-15)
+    r = simulate(sc)
+    assert r["compress_total_s"] == pytest.approx(sum(o.pre_s + sum(ph.gap_s for ph in o.phases) for o in plan.ops))
+    assert r["collectives"][QUANTIZED_REDUCE_SCATTER]["bytes_per_gpu"] == pytest.approx(
+        (p - 1) / p * sum(u.numel for u in units(toy())) * INT8_WIRE)
+
+
+@pytest.mark.parametrize("parallel", ["fsdp", "hsdp"])
+def test_the_quantized_all_to_all_agrees_at_both_fidelities(parallel):
+    """Same plan at both fidelities: the same bytes; des, where the streams meet on a link (the
+    parameters' all-gather and the gradients' all-to-all on one NIC), never faster. Alone on its links
+    each hop takes its closed form (the test above)."""
+    a, d = (simulate(_quantized("hierarchical", 4, 8, parallel, fidelity)) for fidelity in ("analytic", "des"))
+    assert {k: v["bytes_per_gpu"] for k, v in a["collectives"].items()} == {
+        k: v["bytes_per_gpu"] for k, v in d["collectives"].items()}
+    assert a["iteration_s"] * (1 - 1e-9) <= d["iteration_s"] <= 1.5 * a["iteration_s"]
+
+
+def test_hsdp_gathers_a_quantized_shard_without_counts():
+    """Under HSDP a block quantizer goes into the reduce-scatter (the quantized all-to-all) and its
+    replicate exchange is one all-gather of every replica's codes and scales of the shard, no counts."""
+    r = simulate(_quantized("hierarchical", 4, 8, "hsdp"))
+    shard = sum(-(-u.numel // 8) for u in units(toy()))
+    ar = r["collectives"]["all-reduce (replicate, gradient shard)"]
+    assert ar["compressed"] and ar["bytes_per_gpu"] == pytest.approx(3 / 4 * 4 * INT8_WIRE * shard)
+    rs = r["collectives"][QUANTIZED_REDUCE_SCATTER]
+    assert rs["compressed"] and rs["bytes_per_gpu"] == pytest.approx(7 / 8 * sum(u.numel for u in units(toy()))
+                                                                      * INT8_WIRE)
+    assert r["collective"] == "all-reduce (replicate, gradient shard)"
+    assert "reduce-scatter (gradients)" not in r["collectives"]
 
 
 def test_timeline_shows_each_collective():
@@ -220,6 +289,10 @@ def test_sharded_memory_is_zeros_accounting():
     assert memory.activation_bytes(layers, h, vocab, s, b, True) == (2 * layers + 34) * s * b * h + 4 * s * b * vocab
     hsdp = memory.per_gpu("topk", psi, [(psi,)], "h100", parallel="hsdp", shard=8)
     assert hsdp["memory_parts_gib"]["compressor"] == pytest.approx(4 * psi / 8 / 2**30)
+    assert memory.per_gpu("int8", psi, [(psi,)], "h100", parallel="hsdp", shard=8)["memory_parts_gib"][
+        "compressor"] == pytest.approx(4 * psi / 8 / 2**30)  # the replicate exchange's residual on the shard
+    fsdp = memory.per_gpu("int8", psi, [(psi,)], "h100", parallel="fsdp", shard=32)
+    assert fsdp["memory_parts_gib"]["compressor"] == 0  # ZeRO++'s qgZ keeps no residual
 
 
 DONE = ["compare", "--model", "llama-3.1-8b", "--device", "h100", "--nodes", "4", "--gpus-per-node", "8",
@@ -235,6 +308,30 @@ def test_compare_hsdp_rows_carry_collective_exposed_and_memory(capsys, tmp_path)
         assert r["collective"] and r["collectives"][r["collective"]]["exposed_s"] >= 0
         assert r["memory_gib"] > 0 and r["fits"] is True
     assert out["refused"] == [] and "saves at most" in out["headroom"]
+
+
+QUANTIZERS = [*DONE[:DONE.index("--compressors") + 1], "none,bf16,int8,fp8,int4,topk,powersgd",
+              *DONE[DONE.index("--compressors") + 2:]]
+
+
+def test_compare_fsdp_ranks_the_block_quantizers_and_refuses_the_rest_with_a_reason(capsys, tmp_path):
+    assert main([*QUANTIZERS, "--parallel", "fsdp", "--store", str(tmp_path / "r.sqlite")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {r["label"] for r in out["rows"]} == {"none", "fp16", "bf16", "int8", "fp8", "int4"}
+    assert sorted(r["rank"] for r in out["rows"]) == [1, 2, 3, 4, 5, 6]
+    for r in out["rows"]:
+        quantized = r["compressor"] in ("int8", "fp8", "int4")
+        assert r["collective"] == (QUANTIZED_REDUCE_SCATTER if quantized else "reduce-scatter (gradients)")
+        assert r["collectives"][r["collective"]]["exposed_s"] >= 0 and r["fits"] is True
+        assert r["memory_parts_gib"]["compressor"] == 0
+    assert {r["label"] for r in out["refused"]} == {"powersgd", "topk@0.01"}
+    assert all("--parallel fsdp" in r["refused"] and "sparse or low-rank" in r["refused"] for r in out["refused"])
+    assert main([*QUANTIZERS, "--parallel", "hsdp", "--store", str(tmp_path / "r.sqlite")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["rows"]) == 8 and out["refused"] == []
+    for r in out["rows"]:
+        assert r["collective"] == "all-reduce (replicate, gradient shard)"
+        assert r["collectives"][r["collective"]]["exposed_s"] >= 0
 
 
 def test_compare_fsdp_refuses_the_sparsifiers_and_ranks_the_quantizers(capsys, tmp_path):

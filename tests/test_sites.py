@@ -78,6 +78,7 @@ PROFILE = CompressionProfile({
     ("topk", 0.01): CompressionCost(1e-4, 1e-9, 1e-4, 1e-9, (0.08,)),
     ("powersgd", 1.0): CompressionCost(1e-4, 1e-9, 1e-4, 1e-9, (0.1,)),
     ("fp16", 1.0): CompressionCost(1e-5, 1e-10, 1e-5, 1e-10, (2.0,)),
+    ("int8", 1.0): CompressionCost(1e-5, 1e-10, 1e-5, 1e-10, (1 + 4 / 256,)),
 })
 
 
@@ -164,11 +165,11 @@ def test_the_whatif_page_projects_sites_as_sidco_simulate_does(capsys, tmp_path)
 def test_the_message_budget_counts_the_plans_across_sites():
     from simulator.limits import estimate
 
-    for sparse, compressor in ((False, "none"), (True, "topk")):
+    for sparse, compressor, counts in ((False, "none", True), (True, "topk", True), (True, "int8", False)):
         sc = _scenario(compressor, "des")
         topo = Sites(4, sites=2, wan=WAN, gpus=2, intra=INTRA, inside="hierarchical")
         phases = prepare(sc).phases
         steps = sum(len(step.src) for bucket in phases for phase in bucket for step in phase.plan)
-        assert topo.messages(sparse, True) * len(phases) == steps
+        assert topo.messages(sparse, True, counts) * len(phases) == steps
         _, work = estimate(sc)
         assert work == steps + (len(phases) * topo.messages() if sparse else 0)

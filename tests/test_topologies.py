@@ -32,6 +32,11 @@ def test_the_registry_is_the_command_lines_choice():
 # Two-level, N = 2 nodes × g = 4 GPUs (P = 8), intra α_i = 1 µs, B_i = 10 GB/s:
 # reduce-scatter of n = 1 MB: intra 3·(1 µs + 25 µs) = 78 µs, inter 1·(10 µs + 500 µs) = 510 µs: 588 µs;
 # all-gather of 125 kB blocks (1 MB gathered): inter 510 µs then intra 78 µs: 588 µs; all-reduce 1176 µs.
+# All-to-all of n = 1 MB a rank, pairwise: 3 rounds of 250 kB on the ring, 780 µs; two-level (ZeRO++'s two
+# hops): 3 intra rounds of 1 MB/4 = 250 kB, 3·(1 µs + 25 µs) = 78 µs, then the 250 kB each GPU summed, the
+# node's 4 GPUs' as one 1 MB message, half of it to the other node: 1·(10 µs + 500 µs) = 510 µs: 588 µs.
+# P = 3 nodes × g = 5 GPUs: intra 4·(1 µs + 200 kB / 10 GB/s = 20 µs) = 84 µs, inter 2·(10 µs + 1 MB/3 at
+# 1 GB/s = 333.3 µs) = 686.7 µs: 770.7 µs.
 HAND = [
     ("reduce_scatter", "ring", 4, 1e6, {}, 780e-6),
     ("allgather", "ring", 4, 250e3, {}, 780e-6),
@@ -39,6 +44,9 @@ HAND = [
     ("reduce_scatter", "hierarchical", 2, 1e6, {"gpus_per_node": 4}, 588e-6),
     ("allgather", "hierarchical", 2, 125e3, {"gpus_per_node": 4}, 588e-6),
     ("allreduce", "hierarchical", 2, 1e6, {"gpus_per_node": 4}, 1176e-6),
+    ("alltoall", "ring", 4, 1e6, {}, 780e-6),
+    ("alltoall", "hierarchical", 2, 1e6, {"gpus_per_node": 4}, 588e-6),
+    ("alltoall", "hierarchical", 3, 1e6, {"gpus_per_node": 5}, 84e-6 + 2 * (10e-6 + 1e6 / 3 / 1e9)),
 ]
 INTRA = {"intra_bandwidth_bps": 80e9, "intra_latency_s": 1e-6}
 
@@ -68,7 +76,9 @@ def test_two_level_sharded_collectives_agree_with_closed_form_and_link_model(N, 
         rs = collective_time("reduce_scatter", n, N, bw, lat, "hierarchical", fidelity, **kw)
         ag = collective_time("allgather", block, N, bw, lat, "hierarchical", fidelity, **kw)
         ar = collective_time("allreduce", n, N, bw, lat, "hierarchical", fidelity, **kw)
+        a2a = collective_time("alltoall", n, N, bw, lat, "hierarchical", fidelity, **kw)
         assert rs == pytest.approx(expected, rel=1e-6, abs=1e-15)
+        assert a2a == pytest.approx(expected, rel=1e-6, abs=1e-15)
         assert ag == pytest.approx(expected, rel=1e-6, abs=1e-15)
         assert ar == pytest.approx(rs + ag, rel=1e-6, abs=1e-15)  # all-reduce = reduce-scatter + all-gather
 
@@ -76,11 +86,31 @@ def test_two_level_sharded_collectives_agree_with_closed_form_and_link_model(N, 
 @pytest.mark.parametrize("p", [1, 2, 3, 7, 16])
 def test_ring_sharded_collectives_agree_with_link_model(p):
     for n, bw, lat in itertools.product([0.0, 1e3, 4e7], [1e9, 100e9], [0.0, 5e-5]):
-        for op, per in (("reduce_scatter", n), ("allgather", n / p)):
+        for op, per in (("reduce_scatter", n), ("allgather", n / p), ("alltoall", n)):
             expected = (p - 1) * lat + (p - 1) / p * n / (bw / 8)
             for fidelity in ("analytic", "des"):
                 assert collective_time(op, per, p, bw, lat, "ring", fidelity) == pytest.approx(expected, rel=1e-6,
                                                                                             abs=1e-15)
+
+
+@pytest.mark.parametrize("nodes,gpus", [(1, 1), (1, 4), (4, 1), (3, 5), (2, 8)])
+def test_the_all_to_all_sends_each_rank_its_chunk_once(nodes, gpus):
+    """Conservation in the step program: on each level every ordered pair of a group exchanges once,
+    a GPU sends (g−1)/g of its n bytes inside the node and a node (N−1)/N of the n/g each of its GPUs
+    summed, so a GPU's share of the bytes sent is (p−1)/p·n, the reduce-scatter's."""
+    topo = topologies.Hierarchical(nodes, gpus=gpus, intra=Level(1e11, 1e-6))
+    phase = topo.collective("alltoall", 1.0, Level(1e9, 1e-5))
+    sent = {"intra": np.zeros(nodes * gpus), "inter": np.zeros(nodes)}
+    pairs = {"intra": [], "inter": []}
+    for step in phase.plan:
+        np.add.at(sent[step.level], step.src, step.coef)
+        pairs[step.level] += list(zip(step.src.tolist(), step.dst.tolist()))
+    want_intra = [(a, b) for a in range(nodes * gpus) for b in range(nodes * gpus) if a != b and a // gpus == b // gpus]
+    assert sorted(pairs["intra"]) == want_intra
+    assert sorted(pairs["inter"]) == [(a, b) for a in range(nodes) for b in range(nodes) if a != b]
+    assert np.allclose(sent["intra"], (gpus - 1) / gpus) and np.allclose(sent["inter"], (nodes - 1) / nodes)
+    p = nodes * gpus
+    assert sent["intra"][0] + sent["inter"][0] / gpus == pytest.approx((p - 1) / p)
 
 
 def test_hierarchical_all_gather_takes_one_block_size():
@@ -102,8 +132,9 @@ def test_message_counts_are_the_plans(name, nodes):
         topo = topologies.get(name)(nodes, gpus=gpus, servers=servers, intra=Level(1e11, 1e-6))
         wire = np.linspace(1e3, 2e3, topo.workers)
         assert topo.messages() == _plan_messages([topo.dense_phase(1e6, link)])
-        for padded in (True, False):
-            assert topo.messages(True, padded) == _plan_messages(topo.sparse_phases(1e6, wire, link, padded))
+        for padded, counts in itertools.product((True, False), repeat=2):
+            assert topo.messages(True, padded, counts) == _plan_messages(
+                topo.sparse_phases(1e6, wire, link, padded, counts))
 
 
 class Direct(Topology):

@@ -111,3 +111,24 @@ def test_simulator_sends_randomk_by_the_rule():
     assert phase.analytic_s == pytest.approx(collective_time("allreduce", (k + 1) * 4, 4, BW, LAT, "ring", "analytic"))
     for fidelity in ("analytic", "des"):
         assert simulate(replace(_scenario({"seed": 0}), fidelity=fidelity))["wire_bytes"] == pytest.approx((k + 1) * 4)
+
+
+def test_a_quantized_message_is_gathered_without_counts():
+    """The hook gathers a block-quantized message in one all-gather (its size is set by the bucket),
+    the selections in the padded two-phase one: the simulator charges the counts by the same rule."""
+    from compressors.ddp.exchange import PaddedAllGather, QuantizedAllGather
+    from compressors.ddp.hooks import _exchange_for
+
+    for name in compressors.names():
+        if wire.collective(name) == "allgather":
+            exchange = _exchange_for(name, 0.01, {}, "single")
+            assert isinstance(exchange, PaddedAllGather if wire.counts_first(name) else QuantizedAllGather), name
+    assert not wire.counts_first("int8") and not wire.counts_first("int4") and wire.counts_first("topk")
+    numel, per = 4_000_000, 1 + 4 / 256
+    profile = CompressionProfile({("int8", 1.0): CompressionCost(0.0, 0.0, 0.0, 0.0, (per,))}, "test")
+    wl = Workload((Layer("a", 4 * numel, 0.0),), 0.0, 0.0, 1)
+    sc = Scenario(wl, 4, BW, LAT, "int8", 1.0, profile=profile, bucket_mode="single")
+    (phase,) = prepare(sc).phases[0]
+    assert phase.analytic_s == pytest.approx(collective_time("allgather", per * numel, 4, BW, LAT, "ring", "analytic"))
+    for fidelity in ("analytic", "des"):
+        assert simulate(replace(sc, fidelity=fidelity))["comm_s"] == pytest.approx(phase.analytic_s, rel=1e-9)

@@ -12,7 +12,8 @@ charges (:mod:`simulator.iteration`). All sizes are bytes.
   (:data:`COUNT_BYTES`), then every rank's indices and values padded to the largest count
   (:func:`packed_slots`).
 - **Quantized** messages (``int8``, ``fp8``: one byte per code; ``int4``: half a byte) send one
-  code per element and one float32 scale per block (:func:`quantized_bytes`), all-gathered.
+  code per element and one float32 scale per block (:func:`quantized_bytes`), all-gathered in one
+  collective: their size is set by the bucket's elements, so no counts go first (:func:`counts_first`).
 - **Values all-reduce** (shared-seed Random-k): every rank has the same indices, so the ``k``
   values are all-reduced with one more element, a failure flag (:data:`FLAG_ELEMENTS`).
 
@@ -92,6 +93,16 @@ def allgather_bytes(padded_count: int, value_itemsize: int) -> int:
 def values_allreduce_bytes(k: int, value_itemsize: int) -> int:
     """Bytes of the shared-index values all-reduce of ``k`` values (the flag included)."""
     return (k + FLAG_ELEMENTS) * value_itemsize
+
+
+def counts_first(name: str) -> bool:
+    """Whether the padded all-gather of compressor ``name``'s messages exchanges every rank's count
+    (:data:`COUNT_BYTES`) before them: a selection's size differs from rank to rank; a quantized
+    message's is set by the bucket's elements, the same on every rank, so it is gathered in one
+    collective (:class:`compressors.ddp.exchange.QuantizedAllGather`)."""
+    from compressors import card
+
+    return card(name).message != "quantized"
 
 
 def collective(name: str, options: Mapping[str, Any] | None = None) -> str:

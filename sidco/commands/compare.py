@@ -210,9 +210,12 @@ def _memory_legend(rows: list[dict[str, Any]], wide: bool) -> str:
     text = "; " + memory_legend(rows)
     if wide:
         return text + "; replaces = the collective the compressor replaces"
-    kinds = dict.fromkeys((_replaces(r, False), r["collective"]) for r in rows if r.get("collective"))
+    kinds: dict[str, dict[str, None]] = {}
+    for r in rows:
+        if r.get("collective"):
+            kinds.setdefault(_replaces(r, False), {})[r["collective"]] = None
     return text + "; replaces = the collective the compressor replaces: " + ", ".join(
-        f"{kind} = {full}" for kind, full in kinds)
+        f"{kind} = {' or '.join(full)}" for kind, full in kinds.items())
 
 
 def print_strategies(rows: list[dict[str, Any]], width: int) -> None:
