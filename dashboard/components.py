@@ -134,6 +134,19 @@ def labelled(label: str, control, hint: str | None = None, wide: bool = False) -
     return html.Div(className="control wide" if wide else "control", children=children)
 
 
+def sites_controls(prefix: str, query: dict[str, str], sites_hint: str, rtt_hint: str) -> list:
+    """The sites, WAN bandwidth (bits/s, e.g. ``1Gbit``) and WAN round trip controls (``sidco compare``'s
+    ``--sites``, ``--wan-bandwidth``, ``--wan-rtt``), ids ``<prefix>-sites``, ``-wan-bandwidth``, ``-wan-rtt``;
+    ``query``'s ``sites``, ``wan_bandwidth`` and ``wan_rtt`` set their starting values."""
+    return [
+        labelled("Sites", dcc.Input(id=f"{prefix}-sites", value=query.get("sites", "1"), debounce=True), sites_hint),
+        labelled("WAN bandwidth per site", dcc.Input(id=f"{prefix}-wan-bandwidth", value=query.get("wan_bandwidth", ""),
+                                                     debounce=True), "with more than one site: e.g. 1Gbit"),
+        labelled("WAN round trip", dcc.Input(id=f"{prefix}-wan-rtt", value=query.get("wan_rtt", ""), debounce=True),
+                 rtt_hint),
+    ]
+
+
 def launch_controls(prefix: str, label: str) -> list:
     """The foot of a launch panel: the launch and cancel buttons, a progress bar with its text,
     and the status line; ids ``<prefix>launch-btn``, ``<prefix>cancel-btn``,

@@ -104,12 +104,8 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
             ui.labelled("Latency", dcc.Input(id="tta-latency", value=query.get("latency", "50us"), debounce=True)),
             ui.labelled("Topology", dcc.Dropdown(id="tta-topology", options=list(projection.TOPOLOGIES), value="ring",
                                                  clearable=False)),
-            ui.labelled("Sites", dcc.Input(id="tta-sites", value=query.get("sites", "1"), debounce=True),
-                        "the nodes split evenly across sites joined by a WAN; 2 or more project the DiLoCo runs"),
-            ui.labelled("WAN bandwidth per site", dcc.Input(id="tta-wan-bandwidth", value=query.get("wan_bandwidth", ""),
-                                                            debounce=True), "with more than one site: e.g. 1Gbit"),
-            ui.labelled("WAN round trip", dcc.Input(id="tta-wan-rtt", value=query.get("wan_rtt", ""), debounce=True),
-                        "with more than one site: e.g. 30ms"),
+            *ui.sites_controls("tta", query, "the nodes split evenly across sites joined by a WAN; 2 or more "
+                               "project the DiLoCo runs", "with more than one site: e.g. 30ms"),
             ui.labelled("Target", dcc.Dropdown(id="tta-metric", clearable=False, value="accuracy", options=[
                 {"label": "held-out accuracy ≥", "value": "accuracy"},
                 {"label": "held-out loss ≤", "value": "eval_loss"}])),

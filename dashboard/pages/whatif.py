@@ -143,12 +143,9 @@ def layout(reader: StoreReader, query: dict[str, str] | None = None) -> html.Div
         ui.labelled("Tokens per sample (optional)", dcc.Input(id="whatif-tokens", value="", debounce=True),
                     "transformer layouts and models: sequence length (default 128 for BERT, 1024 for GPT-2, "
                     "4096 for a model)"),
-        ui.labelled("Sites", dcc.Input(id="whatif-sites", value=query.get("sites", "1"), debounce=True),
-                    "the nodes split evenly across sites joined by a WAN (1: one site; ring topology inside)"),
-        ui.labelled("WAN bandwidth per site", dcc.Input(id="whatif-wan-bandwidth", value=query.get("wan_bandwidth", ""),
-                                                        debounce=True), "with more than one site: e.g. 1Gbit"),
-        ui.labelled("WAN round trip", dcc.Input(id="whatif-wan-rtt", value=query.get("wan_rtt", ""), debounce=True),
-                    "with more than one site: e.g. 30ms; every round across sites pays half of it"),
+        *ui.sites_controls("whatif", query, "the nodes split evenly across sites joined by a WAN (1: one site; "
+                           "ring topology inside)", "with more than one site: e.g. 30ms; every round across sites "
+                           "pays half of it"),
         *parallel_controls(query),
         calibration_control,
         html.Div(style={"height": "10px"}),
