@@ -51,10 +51,12 @@ def _timeout_s(workers: int, bandwidth_bps: float | None, rounds: int, model_byt
 def summarize(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     """Combine the workers' JSON results of one run into means (seconds) and bucket stats;
     ``compute_passes[r]`` are rank ``r``'s timed compute-only passes (``forward_s``,
-    ``backward_s``, s; empty without ``--record-dir``), for the projection's compute model."""
+    ``backward_s``, ``broadcast_s``, s; empty without ``--record-dir``), for the projection's
+    compute model. ``phases_s``: the timed iterations' phases, ``broadcast_s`` (DDP's buffer
+    broadcast) a part of ``forward_s``."""
     means = {
         key: statistics.fmean(statistics.fmean(step[key] for step in rank["steps"]) for rank in per_rank)
-        for key in ("iteration_s", "forward_s", "backward_s", "optimizer_s")
+        for key in ("iteration_s", "forward_s", "backward_s", "optimizer_s", "broadcast_s")
     }
     buckets = [b for rank in per_rank for b in rank["buckets"]]
     by_bucket: dict[int, list[dict[str, Any]]] = {}
