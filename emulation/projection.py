@@ -17,9 +17,10 @@
 - Compression costs and wire sizes: a :class:`simulator.CompressionProfile` the caller
   passes (the orchestration layer replays the run's trace on one thread, as in the
   workers, and asks the one compression-profile policy for its costs).
-- Network: the emulated link rate (bits/s), no added latency, and optionally a
-  :class:`simulator.Calibration` (α per message step, efficiency × bandwidth; all-reduces
-  and all-gathers each with their own fit when it has one).
+- Network: the emulated link rate (bits/s), no added latency (a site's links; the WAN between
+  two sites of one rank each gives its latency per dependent step, :mod:`emulation.sites`), and
+  optionally a :class:`simulator.Calibration` (α per message step, added to the latency,
+  efficiency × bandwidth; all-reduces and all-gathers each with their own fit when it has one).
 - Buckets: what DDP uses in steady state (:mod:`compressors.ddp.buckets`): the workers
   build ``DistributedDataParallel(bucket_cap_mb=...)``, which caps every bucket, the first
   included, at ``bucket_cap_mb`` MiB.
@@ -119,6 +120,7 @@ def project(
     fidelity: str = "analytic",
     bucket_cap_mb: float = 25.0,
     rank_passes: Sequence[Sequence[Mapping[str, float]]] | None = None,
+    latency_s: float = LINK_LATENCY_S,
 ) -> dict[str, dict[str, Any]]:
     """Project the iteration of each compressor; returns ``{compressor: simulate() result}``
     (float fields averaged over the jitter seeds; ``jitter`` added).
@@ -127,7 +129,8 @@ def project(
     unless only ``none`` is projected); ``rank_passes``: every rank's timed compute-only
     passes (see :func:`compute_model`); ``None`` uses only the trace's recorded passes.
     ``fidelity``: ``analytic`` (closed-form collectives) or ``des`` (SimPy compute streams,
-    link-level messages).
+    link-level messages). ``latency_s``: the link's latency per dependent message step (s), to
+    which a calibration adds its α.
     """
     trace = traces.open(trace_path)
     workload, jitter = compute_model(trace, rank_passes)
@@ -138,7 +141,7 @@ def project(
             workload,
             workers,
             bandwidth_bps,
-            LINK_LATENCY_S,
+            latency_s,
             compressor=name,
             density=None if name == "none" else density,
             profile=None if name == "none" else profile,

@@ -32,8 +32,10 @@ How the WAN is delayed (:func:`wan_delay` picks; the run records which, ``wan_de
 - :data:`NO_DELAY` with ``rtt`` 0: the WAN is a tbf at B (:func:`emulation.plan.tbf`) on a veth.
 
 :func:`run_sites` runs the real workers in that network: DiLoCo (:mod:`emulation.sites_worker`)
-and per-step DDP with a compressor's hook (:mod:`emulation.worker`) across every rank.
-:func:`diloco_closed_form` is the projection they are held to.
+and per-step DDP with a compressor's hook (:mod:`emulation.worker`, recording its compute trace as
+the single-site emulation does) across every rank. With one rank per site they are held to
+:func:`diloco_closed_form` and :func:`project_per_step` (the single-site DDP projection with the
+WAN as the two ranks' only link, at :func:`wan_level`).
 """
 
 from __future__ import annotations
@@ -42,14 +44,18 @@ import os
 import secrets
 import statistics
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from costs import CompressionProfile
 from emulation import delayline
 from emulation.launch import run_workers
 from emulation.network import COMMAND_TIMEOUT_S, Network, require_emulation
 from emulation.plan import (FRAME_BYTES, IFNAME, MTU_BYTES, PREFIX_ROOT, QUEUE_MIN_BYTES, NetworkPlan, bridge,
                             check_shaping, tbf, tbf_parameters, unique_prefix, worker_link)
+from emulation.projection import network_share, project
+from emulation.training import run_compressors
 from simulator.calibration import Calibration
 from simulator.links import Level
 from simulator.topologies import ring_seconds
@@ -262,6 +268,35 @@ def diloco_closed_form(inner_s: float, outer_local_s: float, model_bytes: int, s
     return {"iteration_s": iteration_s, "wan_s": wan_s, "wan_share": wan_s / sync_every / iteration_s}
 
 
+def project_per_step(trace_path: str, compressor: str, density: float, wan_bandwidth_bps: float, wan_rtt_s: float,
+                     *, profile: CompressionProfile | None = None, calibration: Calibration | None = None,
+                     rank_passes: Sequence[Sequence[Mapping[str, float]]] | None = None) -> dict[str, Any]:
+    """The projected per-step DDP iteration with ``compressor`` at ``density`` across :data:`SITES`
+    sites of one rank each: :func:`emulation.projection.project` of the run's own trace
+    (``trace_path``; its compute model from every rank's compute-only passes, ``rank_passes``, and
+    ``profile``'s compression costs, as the single-site emulation projects a DDP run) on a ring of
+    the two ranks whose only link is the WAN, at ``wan_bandwidth_bps`` (bits/s) with the latency of
+    :func:`wan_level` per dependent step (a round trip: :data:`GLOO_CROSSINGS_PER_STEP`), nominal or
+    with ``calibration`` (each operation's fit on two ranks: α added to each step, the rate times its
+    efficiency, as the DiLoCo row's all-reduce). The steps the real hook waits for, each a round trip
+    over gloo, are the ring's:
+
+    - ``none``: one all-reduce of each bucket, two dependent steps (reduce-scatter, all-gather);
+    - a sparsifier (:class:`compressors.ddp.exchange.PaddedAllGather`): the all-gather of the counts,
+      waited for on the host (one step: gloo's two-rank all-gather posts both halves at once), then
+      the all-gather of the padded selections (one step), the simulator's padded exchange;
+    - DDP's broadcast of rank 0's buffers at the start of every forward crosses the WAN too; the
+      compute-only passes run it (:mod:`emulation.worker`), so it is in the compute model.
+
+    Nominal, it equals the sites model (:class:`simulator.topologies.Sites`) at one node per site on
+    a WAN of round trip 2·rtt. Returns ``project``'s result (seconds) with ``wan_share``: the projected
+    transfer time's share of the iteration (:func:`emulation.projection.network_share`)."""
+    got = project(trace_path, SITES, wan_bandwidth_bps, [compressor], density, profile=profile,
+                  calibration=calibration, rank_passes=rank_passes,
+                  latency_s=wan_level(wan_bandwidth_bps, wan_rtt_s).latency_s)[compressor]
+    return {**got, "wan_share": network_share(got)}
+
+
 def summarize_diloco(per_rank: Sequence[dict[str, Any]], sync_every: int) -> dict[str, float]:
     """The DiLoCo workers' timed rounds as medians over the rounds (seconds). A round ends for every
     rank when its cross-site all-reduce does, so it is paced by the slowest site: per round,
@@ -285,14 +320,19 @@ def summarize_diloco(per_rank: Sequence[dict[str, Any]], sync_every: int) -> dic
 def run_sites(per_site: int, site_bandwidth_bps: float | None, wan_bandwidth_bps: float, wan_rtt_s: float,
               workload: str, *, sync_every: int, rounds: int, warmup_rounds: int, batch_size: int,
               compressors: Sequence[str] = (), density: float = 0.01, iterations: int = 0, warmup: int = 0,
-              seed: int = 0, timeout_s: float = 600.0, delay: str | None = None) -> dict[str, Any]:
+              trace_dir: str | Path | None = None, seed: int = 0, timeout_s: float = 600.0,
+              delay: str | None = None) -> dict[str, Any]:
     """Build the two-site network and run in it, with fresh processes each: DiLoCo
     (``rounds`` timed rounds of ``sync_every`` inner steps after ``warmup_rounds``), then per-step
     DDP with each of ``compressors`` at ``density`` across every rank (``iterations`` timed after
-    ``warmup``); the WAN delayed by ``delay`` (default: :func:`wan_delay`'s choice). Returns
-    ``diloco`` (:func:`summarize_diloco`, with ``model_bytes``), ``per_step`` (one dict per
-    compressor: ``compressor``, ``measured_s``, the mean iteration, s) and ``wan_delay`` (how the
-    WAN was delayed: :data:`NETEM`, :data:`DELAY_LINE` or :data:`NO_DELAY`)."""
+    ``warmup``, each followed by a compute-only pass; rank 0 records the trace into
+    ``trace_dir/<compressor>``, needed with ``compressors``); the WAN delayed by ``delay`` (default:
+    :func:`wan_delay`'s choice). Returns ``diloco`` (:func:`summarize_diloco`, with ``model_bytes``),
+    ``per_step`` (one dict per compressor, :func:`emulation.training.run_compressors`': ``compressor``,
+    ``trace``, ``measured_s`` the mean iteration (s), ``compute_passes``, ...) and ``wan_delay`` (how
+    the WAN was delayed: :data:`NETEM`, :data:`DELAY_LINE` or :data:`NO_DELAY`)."""
+    if compressors and trace_dir is None:
+        raise ValueError("per-step runs record their compute trace: give trace_dir")
     require_emulation()
     if wan_rtt_s == 0:
         delay = NO_DELAY
@@ -305,12 +345,8 @@ def run_sites(per_site: int, site_bandwidth_bps: float | None, wan_bandwidth_bps
     plan = make_sites_plan(per_site, site_bandwidth_bps, wan_bandwidth_bps, wan_rtt_s, delay=delay)
     with Network(plan):
         per_rank = run_workers("emulation.sites_worker", diloco_args, workers, plan, timeout_s)
-        per_step = []
-        for name in compressors:
-            args = [*base, "--compressor", name, "--density", str(density), "--iterations", str(iterations),
-                    "--warmup", str(warmup)]
-            ranks = run_workers("emulation.worker", args, workers, plan, timeout_s)
-            per_step.append({"compressor": name, "measured_s": statistics.median(
-                step["iteration_s"] for rank in ranks for step in rank["steps"])})
+        per_step = [] if trace_dir is None else run_compressors(
+            plan, workers, workload, compressors, density, iterations=iterations, warmup=warmup,
+            batch_size=batch_size, trace_dir=Path(trace_dir), seed=seed, timeout_s=timeout_s)
     diloco = {**summarize_diloco(per_rank, sync_every), "model_bytes": int(per_rank[0]["model_bytes"])}
     return {"diloco": diloco, "per_step": per_step, "wan_delay": delay}

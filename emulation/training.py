@@ -1,7 +1,8 @@
 """Emulated DDP training: one real gloo process per namespace, one run per compressor.
 
-:func:`run_training` builds the network once for a (workers, bandwidth) pair, runs
-:mod:`emulation.worker` for every compressor in it (fresh processes each time), and returns
+:func:`run_training` builds the network once for a (workers, bandwidth) pair and
+:func:`run_compressors` runs :mod:`emulation.worker` for every compressor in it (fresh processes
+each time; :mod:`emulation.sites` runs it in the network of two sites), returning
 per compressor the measured iteration time — the mean over the timed iterations of each
 rank, averaged over ranks: the expected time, which a time to accuracy adds up (a median
 would pick one of the two speeds of gloo's 2-rank all-gather, a coin toss per call, whichever
@@ -24,7 +25,7 @@ import traces.workloads
 from emulation.launch import run_workers
 from emulation.network import Network, require_emulation
 from units import check_density
-from emulation.plan import make_plan
+from emulation.plan import NetworkPlan, make_plan
 
 SECONDS_PER_ITERATION_GUESS = 2.0  # generous per-iteration compute bound on a busy 2-core machine (s)
 
@@ -50,10 +51,12 @@ def _timeout_s(workers: int, bandwidth_bps: float | None, rounds: int, model_byt
 def summarize(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     """Combine the workers' JSON results of one run into means (seconds) and bucket stats;
     ``compute_passes[r]`` are rank ``r``'s timed compute-only passes (``forward_s``,
-    ``backward_s``, s; empty without ``--record-dir``), for the projection's compute model."""
+    ``backward_s``, ``broadcast_s``, s; empty without ``--record-dir``), for the projection's
+    compute model. ``phases_s``: the timed iterations' phases, ``broadcast_s`` (DDP's buffer
+    broadcast) a part of ``forward_s``."""
     means = {
         key: statistics.fmean(statistics.fmean(step[key] for step in rank["steps"]) for rank in per_rank)
-        for key in ("iteration_s", "forward_s", "backward_s", "optimizer_s")
+        for key in ("iteration_s", "forward_s", "backward_s", "optimizer_s", "broadcast_s")
     }
     buckets = [b for rank in per_rank for b in rank["buckets"]]
     by_bucket: dict[int, list[dict[str, Any]]] = {}
@@ -102,22 +105,42 @@ def run_training(
     check_request(workload, compressor_names, density, iterations, warmup, batch_size)
     model_bytes = sum(p.numel() * 4 for p in traces.workloads.build(workload).model.parameters())
     timeout = _timeout_s(workers, bandwidth_bps, warmup + 2 * iterations, model_bytes)
+
+    if bandwidth_bps is None:
+        return run_compressors(None, workers, workload, compressor_names, density, iterations=iterations,
+                               warmup=warmup, batch_size=batch_size, trace_dir=trace_dir, seed=seed, timeout_s=timeout)
+    require_emulation()
+    with Network(make_plan(workers, bandwidth_bps)) as plan:
+        return run_compressors(plan, workers, workload, compressor_names, density, iterations=iterations,
+                               warmup=warmup, batch_size=batch_size, trace_dir=trace_dir, seed=seed, timeout_s=timeout)
+
+
+def run_compressors(
+    plan: NetworkPlan | None,
+    workers: int,
+    workload: str,
+    compressor_names: Sequence[str],
+    density: float,
+    *,
+    iterations: int,
+    warmup: int,
+    batch_size: int,
+    trace_dir: Path,
+    seed: int,
+    timeout_s: float,
+) -> list[dict[str, Any]]:
+    """Run :mod:`emulation.worker` on ``workers`` ranks in ``plan``'s network (``None``: loopback)
+    once per compressor, fresh processes each, every run recording its compute trace into
+    ``trace_dir/<compressor>``; each run must end within ``timeout_s`` seconds. Returns one dict
+    per compressor: ``compressor``, ``trace`` (its path) and :func:`summarize`'s fields."""
     base = [
         "--workload", workload, "--density", str(density), "--iterations", str(iterations),
         "--warmup", str(warmup), "--batch-size", str(batch_size), "--seed", str(seed),
     ]
-
-    def runs(plan: Any) -> list[dict[str, Any]]:
-        results = []
-        for name in compressor_names:
-            trace = Path(trace_dir) / name
-            args = [*base, "--compressor", name, "--record-dir", str(trace)]
-            per_rank = run_workers("emulation.worker", args, workers, plan, timeout)
-            results.append({"compressor": name, "trace": str(trace), **summarize(per_rank)})
-        return results
-
-    if bandwidth_bps is None:
-        return runs(None)
-    require_emulation()
-    with Network(make_plan(workers, bandwidth_bps)) as plan:
-        return runs(plan)
+    results = []
+    for name in compressor_names:
+        trace = Path(trace_dir) / name
+        args = [*base, "--compressor", name, "--record-dir", str(trace)]
+        per_rank = run_workers("emulation.worker", args, workers, plan, timeout_s)
+        results.append({"compressor": name, "trace": str(trace), **summarize(per_rank)})
+    return results

@@ -1,6 +1,6 @@
 """Worker process of an emulated training run: one rank of DistributedDataParallel on gloo.
 
-Run by :func:`emulation.training.run_training`. Trains a built-in workload
+Run by :func:`emulation.training.run_compressors`. Trains a built-in workload
 (:mod:`traces.workloads`) with the compressor's DDP comm hook
 (:func:`compressors.ddp.comm_hook`) and writes, as JSON: per-iteration wall times
 (seconds; forward, backward incl. communication, optimizer step), and the hook's
@@ -19,7 +19,10 @@ must not reach the other ranks' timed iteration as a wait in their first collect
 also starts with one: a collective does not end on every rank at once (gloo's two-rank
 all-gather finishes up to ~40 % of its transfer later on one rank), and the compute-only
 forward's buffer broadcast would otherwise time the early rank's wait for the late one as
-compute (at 10 Mbit/s it doubled the projected forward).
+compute (at 10 Mbit/s it doubled the projected forward). Timed and compute-only forwards alike
+begin with that broadcast, which each reports as ``broadcast_s`` (the forward's part before the
+wrapped module's own forward): across a WAN it waits a round trip, and the compute-only passes
+carry it into the compute model as the timed forwards have it.
 """
 
 from __future__ import annotations
@@ -53,9 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _forward_backward(model: DistributedDataParallel, workload: Any, batches: Any) -> tuple[float, float, float]:
+def _forward_backward(model: DistributedDataParallel, workload: Any, batches: Any,
+                      module_start: list[float]) -> tuple[float, float, float, float]:
     """Run forward (with DDP's buffer broadcast, as in training) and backward on the next batch;
-    returns the ``time.perf_counter`` readings (s) at the start, after forward and after backward."""
+    returns the ``time.perf_counter`` readings (s) at the start, when the wrapped module's own
+    forward began (``module_start``, set by :func:`_mark_module_start`: DDP's pre-forward, its
+    buffer broadcast, lies before it), after forward and after backward."""
     inputs, targets = next(batches)
     # DDP broadcasts rank 0's buffers at the start of a forward when the previous forward was
     # synchronised, as every forward of real training is; the interleaved no_sync passes would
@@ -65,33 +71,51 @@ def _forward_backward(model: DistributedDataParallel, workload: Any, batches: An
     loss = workload.loss(model(inputs), targets)
     forward_end = time.perf_counter()
     loss.backward()
-    return start, forward_end, time.perf_counter()
+    return start, module_start[0], forward_end, time.perf_counter()
 
 
-def _compute_only(model: DistributedDataParallel, workload: Any, batches: Any, recorder: Any) -> dict[str, float]:
+def _mark_module_start(model: DistributedDataParallel) -> list[float]:
+    """A one-element list that a forward pre-hook on ``model``'s wrapped module sets to
+    ``time.perf_counter()`` (s) whenever its forward begins, after DDP's pre-forward."""
+    mark = [0.0]
+
+    def hook(module: Any, args: Any) -> None:
+        mark[0] = time.perf_counter()
+
+    model.module.register_forward_pre_hook(hook)
+    return mark
+
+
+def _compute_only(model: DistributedDataParallel, workload: Any, batches: Any, recorder: Any,
+                  module_start: list[float]) -> dict[str, float]:
     """One forward/backward without gradient synchronisation; rank 0 records it. Starts and ends
-    with a barrier (see the module docstring). Returns this rank's ``forward_s`` and ``backward_s`` (s)."""
+    with a barrier (see the module docstring). Returns this rank's ``forward_s`` and ``backward_s``
+    (s), and ``broadcast_s``: the part of ``forward_s`` before the wrapped module's forward (DDP's
+    buffer broadcast, s)."""
     dist.barrier()
     with model.no_sync():
-        start, forward_end, backward_end = _forward_backward(model, workload, batches)
+        start, compute_start, forward_end, backward_end = _forward_backward(model, workload, batches, module_start)
     if recorder is not None:
         recorder.capture()
         recorder.step()
     model.zero_grad(set_to_none=False)
     dist.barrier()
-    return {"forward_s": forward_end - start, "backward_s": backward_end - forward_end}
+    return {"forward_s": forward_end - start, "backward_s": backward_end - forward_end,
+            "broadcast_s": compute_start - start}
 
 
 def _train(
     args: argparse.Namespace, model: DistributedDataParallel, workload: Any, batches: Any, recorder: Any
 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
-    """Run the warm-up and timed iterations; returns the timed steps' phases (s) and, with
+    """Run the warm-up and timed iterations; returns the timed steps' phases (s; ``broadcast_s``:
+    the part of ``forward_s`` before the wrapped module's forward, DDP's buffer broadcast) and, with
     ``--record-dir``, this rank's compute-only passes (s)."""
     optimizer = workload.optimizer(model)
+    module_start = _mark_module_start(model)
     steps = []
     passes = []
     for index in range(args.warmup + args.iterations):
-        start, forward_end, backward_end = _forward_backward(model, workload, batches)
+        start, compute_start, forward_end, backward_end = _forward_backward(model, workload, batches, module_start)
         if recorder is not None:
             with recorder.optimizer():
                 optimizer.step()
@@ -104,9 +128,10 @@ def _train(
             "forward_s": forward_end - start,
             "backward_s": backward_end - forward_end,
             "optimizer_s": end - backward_end,
+            "broadcast_s": compute_start - start,
         })
         if args.record_dir is not None and index >= args.warmup:
-            passes.append(_compute_only(model, workload, batches, recorder))
+            passes.append(_compute_only(model, workload, batches, recorder, module_start))
     return steps[args.warmup:], passes
 
 

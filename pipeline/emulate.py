@@ -8,8 +8,8 @@ median and worst |error| per fidelity and calibration, over all cells and networ
 :func:`fsdp` runs real FSDP2 / HSDP (``fully_shard``) ranks for a shipped model scaled down and returns,
 per cell, the measured iteration time and every collective of a step beside its closed form
 (:mod:`emulation.fsdp`). :func:`sites` runs real gloo DiLoCo and per-step compressors between two
-sites over a delayed WAN link and holds DiLoCo's measured inner step to its closed form
-(:mod:`emulation.sites`). The compression costs of a projection come from the one policy: the run's own trace is
+sites over a delayed WAN link and holds DiLoCo's measured inner step to its closed form and every
+per-step run to its projection (:mod:`emulation.sites`). The compression costs of a projection come from the one policy: the run's own trace is
 replayed into the store on one thread (as in the workers), then
 :func:`pipeline.costs.compression_profile` reads them back.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +34,7 @@ from traces.llm import check as check_model, names as model_names  # the door ch
 from emulation.network import remove_stale, require_emulation
 from emulation.projection import network_share, project
 from emulation.plan import check_shaping  # the door checks a --bandwidth it shapes by it
-from emulation.sites import SITES, check_wan, diloco_closed_form, run_sites, wan_delay
+from emulation.sites import SITES, check_wan, diloco_closed_form, project_per_step, run_sites, wan_delay
 from emulation.training import check_request as check_training_request, run_training
 from compressors import takes_density
 from pipeline import replay
@@ -297,29 +298,65 @@ def check_sites(sites_: int, workers: int, wan_bandwidth_bps: float, wan_rtt_s: 
     return workers // sites_
 
 
-def sites(workers: int, site_bandwidth_bps: float | None, wan_bandwidth_bps: float, wan_rtt_s: float, workload: str,
-          names: Sequence[str], density: float, *, sync_every: int, iterations: int, warmup: int,
+def per_step_row(store: Store, measured: dict[str, Any], density: float, wan_bandwidth_bps: float, wan_rtt_s: float,
+                 calibration: tuple[int | None, simulator.Calibration | None] = (None, None)) -> dict[str, Any]:
+    """The projection of one per-step run across two sites of one rank each (``measured``: a
+    :func:`emulation.sites.run_sites` ``per_step`` entry) from its own trace, its compression costs
+    replayed into ``store`` as :func:`validation_rows` takes them
+    (:func:`emulation.sites.project_per_step`), nominal and with ``calibration``: ``projected_s``,
+    ``error_pct``, ``calibrated_s``, ``calibrated_error_pct`` (``None`` without a calibration),
+    ``wan_share`` (nominal), ``detail``."""
+    name, measured_s = measured["compressor"], measured["measured_s"]
+    profile = _profile(store, measured["trace"], name, density)
+
+    def projected(constants: simulator.Calibration | None) -> dict[str, Any]:
+        return project_per_step(measured["trace"], name, density, wan_bandwidth_bps, wan_rtt_s, profile=profile,
+                                calibration=constants, rank_passes=measured["compute_passes"])
+
+    def error(p: dict[str, Any] | None) -> float | None:
+        return None if p is None else (p["iteration_s"] - measured_s) / measured_s * 100.0
+
+    nominal = projected(None)
+    calibrated = None if calibration[1] is None else projected(calibration[1])
+    keys = (*PROJECTED_KEYS, "wan_share")
+    return {"projected_s": nominal["iteration_s"], "error_pct": error(nominal),
+            "calibrated_s": calibrated["iteration_s"] if calibrated else None,
+            "calibrated_error_pct": error(calibrated), "wan_share": nominal["wan_share"],
+            "detail": {"measured": measured, "projected": {k: nominal[k] for k in keys},
+                       "calibrated": {k: calibrated[k] for k in keys} if calibrated else None,
+                       "calibration_id": calibration[0] if calibrated else None,
+                       "cost_source": None if profile is None else profile.source}}
+
+
+def sites(store: Store, workers: int, site_bandwidth_bps: float | None, wan_bandwidth_bps: float, wan_rtt_s: float,
+          workload: str, names: Sequence[str], density: float, *, sync_every: int, iterations: int, warmup: int,
           batch_size: int, calibration: tuple[int | None, simulator.Calibration | None] = (None, None),
-          ) -> list[dict[str, Any]]:
+          trace_root: str | Path | None = None) -> list[dict[str, Any]]:
     """Run DiLoCo (every ``sync_every`` inner steps an outer all-reduce across the sites;
     ``iterations`` and ``warmup`` inner steps rounded up to whole rounds) and per-step DDP with each
     of ``names`` at ``density`` on ``workers`` ranks split over :data:`emulation.sites.SITES` sites
     (ranks' links at ``site_bandwidth_bps``, the WAN at ``wan_bandwidth_bps`` bits/s and
     ``wan_rtt_s`` s round trip, delayed as :func:`emulation.sites.wan_delay` picks: ValueError in one
-    line where nothing here can). Returns one row per run, each with ``wan_delay`` (how the WAN
+    line where nothing here can); the per-step runs record their traces in a new folder under
+    ``trace_root`` (default: ``emulation-traces/`` beside ``store``), and their compression costs
+    are replayed into ``store``. Returns one row per run, each with ``wan_delay`` (how the WAN
     was delayed: ``netem``, ``userspace delay line`` or ``none``): ``strategy`` (``diloco`` or
     ``per-step``), ``compressor``, ``sync_every``, ``measured_s`` (wall time per inner step, s), and
-    for DiLoCo ``projected_s`` (:func:`emulation.sites.diloco_closed_form`, nominal WAN),
-    ``error_pct``, ``wan_share``, with ``calibration`` (``(id, constants)``,
-    :func:`resolve_calibration`) ``calibrated_s`` and ``calibrated_error_pct``, and the measured
-    parts (``detail``)."""
+    with one rank per site ``projected_s`` (DiLoCo: :func:`emulation.sites.diloco_closed_form`;
+    per step: :func:`per_step_row`; nominal WAN), ``error_pct``, ``wan_share``, with ``calibration``
+    (``(id, constants)``, :func:`resolve_calibration`) ``calibrated_s`` and ``calibrated_error_pct``,
+    and the measured parts (``detail``)."""
     per_site = check_sites(SITES, workers, wan_bandwidth_bps, wan_rtt_s, sync_every)
     check_training_request(workload, names or ["none"], density, iterations, warmup, batch_size)
     delay = wan_delay(wan_bandwidth_bps, wan_rtt_s)
     rounds = -(-iterations // sync_every)
+    root = Path(trace_root) if trace_root else store.path.parent / "emulation-traces"
+    root.mkdir(parents=True, exist_ok=True)
+    trace_dir = tempfile.mkdtemp(prefix=f"sites-{workload}-w{workers}-", dir=root)
     got = run_sites(per_site, site_bandwidth_bps, wan_bandwidth_bps, wan_rtt_s, workload, sync_every=sync_every,
                     rounds=rounds, warmup_rounds=max(1, -(-warmup // sync_every)), batch_size=batch_size,
-                    compressors=names, density=density, iterations=iterations, warmup=warmup, delay=delay)
+                    compressors=names, density=density, iterations=iterations, warmup=warmup, trace_dir=trace_dir,
+                    delay=delay)
     d = got["diloco"]
     projected = calibrated = None
     if per_site == 1:  # the closed form has no inner all-reduce: project only where a site is one rank
@@ -341,8 +378,11 @@ def sites(workers: int, site_bandwidth_bps: float | None, wan_bandwidth_bps: flo
              "calibrated_error_pct": error(calibrated), "wan_share": projected["wan_share"] if projected else None,
              "detail": {"measured": d, "projected": projected, "calibrated": calibrated,
                         "calibration_id": calibration[0] if calibrated else None}}]
+    unprojected = {"projected_s": None, "error_pct": None, "calibrated_s": None, "calibrated_error_pct": None,
+                   "wan_share": None}
     rows += [{**common, "strategy": "per-step", "compressor": r["compressor"],
               "density": density if takes_density(r["compressor"]) else None, "sync_every": 1,
-              "measured_s": r["measured_s"], "projected_s": None, "error_pct": None, "calibrated_s": None,
-              "calibrated_error_pct": None, "wan_share": None, "detail": {}} for r in got["per_step"]]
+              "measured_s": r["measured_s"],
+              **(per_step_row(store, r, density, wan_bandwidth_bps, wan_rtt_s, calibration) if per_site == 1
+                 else {**unprojected, "detail": {"measured": r}})} for r in got["per_step"]]
     return rows

@@ -282,9 +282,11 @@ def test_measured_iteration_is_the_mean_of_the_timed_iterations():
     from emulation.training import summarize
 
     def rank(times):
-        steps = [{"iteration_s": t, "forward_s": 0.01, "backward_s": 0.02, "optimizer_s": 0.001} for t in times]
+        steps = [{"iteration_s": t, "forward_s": 0.01, "backward_s": 0.02, "optimizer_s": 0.001, "broadcast_s": 0.004}
+                 for t in times]
         return {"steps": steps, "buckets": []}
 
     summary = summarize([rank([0.10, 0.10, 0.16]), rank([0.16, 0.16, 0.10])])
     assert summary["per_rank_iteration_s"] == pytest.approx([0.12, 0.14])
     assert summary["measured_s"] == pytest.approx(0.13)
+    assert summary["phases_s"]["broadcast_s"] == pytest.approx(0.004)

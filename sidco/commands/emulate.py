@@ -198,9 +198,9 @@ def _run_sites(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
     calibration = emulate.parse_calibration(args.calibration)
     with Store(args.store) as store:
         resolved = emulate.resolve_calibration(store, calibration)
-    rows = emulate.sites(workers[0], bandwidths[0], wan_bps, wan_rtt, args.workload, names, density,
-                         sync_every=args.sync_every, iterations=args.iterations, warmup=args.warmup,
-                         batch_size=args.batch_size, calibration=resolved)
+        rows = emulate.sites(store, workers[0], bandwidths[0], wan_bps, wan_rtt, args.workload, names, density,
+                             sync_every=args.sync_every, iterations=args.iterations, warmup=args.warmup,
+                             batch_size=args.batch_size, calibration=resolved, trace_root=args.trace_dir)
     if args.json:
         print(dump_json({"cores": os.cpu_count(), "results": rows}))
         return 0
@@ -224,8 +224,9 @@ def _run_sites(args: argparse.Namespace, workers: list[int], bandwidths: list[fl
               f"{format_seconds(r['measured_s']):>10} {seconds(r['projected_s']):>10} {pct(r['error_pct']):>8} "
               f"{seconds(r['calibrated_s']):>10} {pct(r['calibrated_error_pct']):>8} {share:>6}")
     print("measured / projected: wall time per inner step (DiLoCo: a round of H inner steps and its outer step / H; "
-          "per-step: the median iteration); calib.: projected with the calibration's all-reduce fit on the WAN; "
-          "WAN: the projected WAN all-reduce's share of the inner step")
+          "per-step: the mean iteration, projected as DDP on the two ranks with the WAN their only link, a round "
+          "trip per dependent step); calib.: projected with the calibration's fits on the WAN; "
+          "WAN: the projected WAN transfers' share of the inner step")
     return 0
 
 
