@@ -59,8 +59,9 @@ say "sharded training of an 8B model (memory per GPU and the collective each row
 step "6/9 sweep: the trace on 2..64 nodes x 1..100 Gbit/s x every compressor at 0.01 and 0.001"
 "$SIDCO" sweep --trace "$TRACE" --nodes 2,4,8,16,32,64 --bandwidth 1Gbit,10Gbit,25Gbit,100Gbit \
     --compressors all --densities 0.01,0.001 --store "$STORE" --no-progress | tee demo-out/sweep.txt
-say "$(awk '/^found, per cluster/ {on = 1; getline; next}
-    on && NF > 7 {total++; if ($10 == "compress") won++; if ($10 == "compress:") tied++; if ($10 == "don'"'"'t") dense++}
+say "$(awk '/^verdict per cluster/ {on = 1; next}
+    on && /^[^ ]/ {on = 0}
+    on && $2 == "verdict:" {total++; if ($3 == "compress" && $4 == "with") won++; if ($3 == "compress:") tied++; if ($3 == "don'"'"'t") dense++}
     END {printf "compress on %d of %d clusters of this CPU trace (with one clear choice on %d; on %d the best compressors cannot be told apart); on %d, don'"'"'t compress", won + tied, total, won, tied, dense}' \
     demo-out/sweep.txt)"
 
