@@ -545,11 +545,15 @@ class Queries:
 
     def best_two(self, sweep_id: int, latency_s: float, topology: str) -> list[dict[str, Any]]:
         """The fastest and the runner-up scenario (``rank`` 1 and 2) per (nodes, bandwidth) of a
-        sweep, among its scenarios with this latency (s) and topology."""
+        sweep, among its scenarios with this latency (s) and topology, those that fit in one GPU's
+        memory first (as ``sidco sweep`` picks a cluster's best: a scenario whose stored ``fits`` is
+        false ranks after every other; ``fits`` 0, 1 or ``None`` where unrecorded)."""
         return self._all(
-            "SELECT nodes, bandwidth_bps, compressor, density, iteration_s, speedup, rank FROM ("
+            "SELECT nodes, bandwidth_bps, compressor, density, iteration_s, speedup, fits, rank FROM ("
             " SELECT nodes, bandwidth_bps, compressor, density, iteration_s, speedup,"
-            " ROW_NUMBER() OVER (PARTITION BY nodes, bandwidth_bps ORDER BY iteration_s) AS rank"
+            " json_extract(result_json, '$.fits') AS fits,"
+            " ROW_NUMBER() OVER (PARTITION BY nodes, bandwidth_bps"
+            " ORDER BY json_extract(result_json, '$.fits') IS 0, iteration_s) AS rank"
             " FROM scenarios WHERE sweep_id=? AND latency_s=? AND topology=?)"
             " WHERE rank <= 2 ORDER BY nodes, bandwidth_bps, rank",
             (int(sweep_id), float(latency_s), str(topology)),

@@ -194,3 +194,20 @@ def test_the_sweeps_page_marks_what_does_not_fit(tmp_path, compared):
     for name, label in (("none", "none"), ("topk", "topk@0.01"), ("powersgd", "powersgd"), ("fp16", "fp16")):
         mark = " \\u2717 does not fit" if compared[name]["fits"] is False else ""
         assert f'"{label}"' in table and f'"{compared[name]["memory_gib"]:.1f}{mark}"' in table
+
+
+def test_the_sweeps_heatmap_names_the_fastest_that_fits_as_sweep_does(tmp_path, compared):
+    """topk is the fastest here but does not fit: the heatmap's best per cell is the sweep's best."""
+    from results.store import Store
+
+    path = tmp_path / "r.sqlite"
+    got = _json(["sweep", *CLUSTER, "--compressors", "none,bf16,topk", "--densities", "0.01", "--jobs", "1",
+                 "--no-progress", "--store", str(path)])
+    assert compared["topk"]["fits"] is False and compared["topk"]["iteration_s"] < compared["bf16"]["iteration_s"]
+    with Store(path) as store:
+        sweep_id = store.sweep_list()[0]["id"]
+        axes = store.sweep_axes(sweep_id)
+        rows = store.best_two(sweep_id, axes["latency_s"][0], axes["topology"][0])
+    best = [r for r in rows if r["rank"] == 1]
+    assert len(best) == len(got["findings"]) == 1
+    assert best[0]["compressor"] == got["findings"][0]["best"] and best[0]["fits"] == 1

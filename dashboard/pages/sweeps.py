@@ -110,7 +110,8 @@ def layout(reader: StoreReader) -> html.Div:
     return html.Div(className="page", children=[
         html.H2("Sweeps: which compressor wins where"),
         html.P("Every scenario of a simulator sweep. Bandwidth plots fix the node count; the heatmap shows the "
-               "fastest compressor (and density) per cell with its margin over the runner-up; the crossover plot "
+               "fastest compressor (and density) that fits in one GPU's memory per cell (as sidco sweep's best) with its "
+               "margin over the runner-up; the crossover plot "
                "shows the largest density at which each compressor still beats no compression.", className="lead"),
         dcc.Interval(id="sweep-poll", interval=1000, disabled=True),
         dcc.Store(id="launched-sweep"),
