@@ -100,16 +100,23 @@ def note(message: str) -> html.Div:
     return html.Div(public_message(message), className="inline-note")
 
 
+def memory_text(row: dict[str, Any]) -> str:
+    """A row's memory per GPU (GiB, one decimal), ``✗ does not fit`` after it when it does not fit;
+    ``-`` where the row has none."""
+    if row.get("memory_gib") is None:
+        return "-"
+    return f"{row['memory_gib']:.1f}" + (" ✗ does not fit" if row.get("fits") is False else "")
+
+
 def memory_cell(row: dict[str, Any]) -> html.Td:
-    """A row's memory per GPU (GiB, :data:`pipeline.memory.MEMORY_KEYS`), marked when it does not fit;
-    its parts on hover (``-`` and its ``memory_reason`` where it has none)."""
+    """A row's memory per GPU (GiB, :data:`pipeline.memory.MEMORY_KEYS`) as :func:`memory_text` says it;
+    its parts on hover (its ``memory_reason`` where it has none)."""
     if row.get("memory_gib") is None:
         reason = row.get("memory_reason")
-        return html.Td("-", **({"title": reason} if reason else {}))
+        return html.Td(memory_text(row), **({"title": reason} if reason else {}))
     parts = ", ".join(f"{name.replace('_', ' ')} {gib:.2f}" for name, gib in row["memory_parts_gib"].items())
     unfit = row.get("fits") is False
-    return html.Td(f"{row['memory_gib']:.1f}" + (" ✗ does not fit" if unfit else ""), title=f"GiB: {parts}",
-                   **({"className": "unfit"} if unfit else {}))
+    return html.Td(memory_text(row), title=f"GiB: {parts}", **({"className": "unfit"} if unfit else {}))
 
 
 def empty_store(what: str, command: str) -> html.Div:

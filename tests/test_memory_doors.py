@@ -141,6 +141,11 @@ def test_tta_rows_carry_compares_memory_and_its_verdict_never_names_what_does_no
     assert f"{by['topk@0.01']['memory_gib']:>6.1f}!" in topk
     assert f"per GPU of {H100_GIB:.1f} GiB, ! = does not fit" in text
     assert text.rstrip().endswith("does not fit in one GPU's memory: topk@0.01")
+    from dashboard.pages.tta import table_rows  # the Time-to-accuracy page's table shows the same
+
+    shown = {row["label"]: row["memory"] for row in table_rows(result["rows"])}
+    assert shown == {label: f"{row['memory_gib']:.1f}" + (" ✗ does not fit" if label == "topk@0.01" else "")
+                     for label, row in by.items()}
 
 
 def test_the_tta_verdict_judges_every_row_when_none_fits_and_says_so():

@@ -24,7 +24,8 @@ COLUMNS = [
     {"name": "± spread", "id": "iterations_spread"}, {"name": "iteration (ms)", "id": "iteration_ms"},
     {"name": "time to target (s)", "id": "time_to_target_s"}, {"name": "± spread (s)", "id": "time_spread_s"},
     {"name": "sync every (H)", "id": "sync_every"}, {"name": "outer compressor", "id": "outer"},
-    {"name": "utilization (%)", "id": "utilization"}, {"name": "note", "id": "reason"},
+    {"name": "utilization (%)", "id": "utilization"}, {"name": "memory per GPU (GiB)", "id": "memory"},
+    {"name": "note", "id": "reason"},
 ]
 
 
@@ -41,7 +42,7 @@ def _run_options(store) -> list[dict[str, object]]:
 def table_rows(rows: list[dict]) -> list[dict]:
     """Time-to-target rows formatted for the table (iteration in ms, time in s; spreads over the
     seeds; a DiLoCo row's iterations are inner steps; H, outer compressor and utilization where the
-    rows have them: beside DiLoCo rows or across sites)."""
+    rows have them: beside DiLoCo rows or across sites; memory per GPU in GiB, marked where it does not fit)."""
     def rounded(value: float | None, digits: int) -> float | str:
         return "" if value is None else round(value, digits)
 
@@ -56,6 +57,7 @@ def table_rows(rows: list[dict]) -> list[dict]:
         "sync_every": r.get("sync_every", ""),
         "outer": "" if r.get("outer_compressor") is None else Pair(r["outer_compressor"], r["outer_density"]).label,
         "utilization": "" if r.get("utilization") is None else round(r["utilization"] * 100, 1),
+        "memory": ui.memory_text(r),
         "reason": r["reason"] or "",
     } for r in rows]
 
