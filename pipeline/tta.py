@@ -55,6 +55,16 @@ def convergence_run(store: Store, convergence: int | str | None) -> dict[str, An
     return result
 
 
+def per_step_run(run: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``run`` (a :func:`convergence_run` row), or ``ValueError`` (one line) when it is a DiLoCo run
+    (its configuration has ``sync_every``): a sweep projects per-step pairs only."""
+    if "sync_every" in run.get("config", {}):
+        raise ValueError(f"convergence #{run['id']} is a DiLoCo run (sync every {run['config']['sync_every']} steps): "
+                         f"a sweep projects per-step compressors only; rank it with sidco tta --convergence "
+                         f"{run['id']} --sites 2 --wan-bandwidth B --wan-rtt T")
+    return run
+
+
 def trace_path(store: Store, run: Mapping[str, Any]) -> str:
     """Path of the run's trace, or of the trace another seed of its configuration recorded
     (``sidco converge --seeds N`` records one, with the first seed); ``ValueError`` when there is none yet."""
@@ -540,7 +550,7 @@ def sweep_time_to_target(
     """
     from convergence.tta import iterations_to_target
 
-    run = convergence_run(store, convergence)
+    run = per_step_run(convergence_run(store, convergence))
     per_pair: dict[Pair, list[dict[str, Any]]] = {}
     for r in paired_rows(store.convergence_rows(run["id"])):
         per_pair.setdefault(Pair(r["compressor"], r["density"]), []).append(r)

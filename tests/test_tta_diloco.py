@@ -12,6 +12,7 @@ import statistics
 import pytest
 
 from diloco_family import train
+from pipeline import tta as pipeline_tta
 from results.store import Store
 from sidco.cli import main
 
@@ -143,3 +144,16 @@ def test_a_diloco_run_without_its_synchronous_run_is_one_line(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is a DiLoCo run and its configuration has no synchronous run" in err
     assert "train it: sidco converge --workload transformer" in err
+
+
+def test_a_sweep_of_a_diloco_run_is_refused_in_one_line_naming_tta(family, capsys):
+    diloco = family["ids"][" ".join(VARIANTS[0])][0]
+    argv = ["sweep", "--convergence", str(diloco), "--target-loss", str(family["target"]), "--nodes", "2",
+            "--bandwidth", "1Gbit", "--compressors", "none", "--store", family["store"]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"convergence #{diloco} is a DiLoCo run" in err
+    assert f"sidco tta --convergence {diloco} --sites 2" in err
+    with Store(family["store"]) as store:  # the pipeline refuses it too (the dashboard's door)
+        with pytest.raises(ValueError, match="is a DiLoCo run"):
+            pipeline_tta.sweep_time_to_target(store, 1, diloco, target_loss=family["target"])

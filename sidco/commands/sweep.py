@@ -23,7 +23,7 @@ from pipeline import project as projection
 from pipeline.request import (WorkloadRequest, default_topology, one_way_latencies, pair, refused,
                               takes_density)
 from pipeline.sweep import Grid, check_jobs
-from pipeline.tta import check_target, convergence_run, sweep_time_to_target, target_text, trace_path
+from pipeline.tta import check_target, convergence_run, per_step_run, sweep_time_to_target, target_text, trace_path
 from results.store import Store
 from sidco.commands import dump_json
 from sidco.commands.compare import memory_cell, memory_legend, say
@@ -119,7 +119,7 @@ def _convergence_source(args: argparse.Namespace) -> None:
     check_target(args.target_accuracy, args.target_loss)
     if not args.trace and not args.layout and not args.model:
         with Store(args.store) as store:
-            args.trace = trace_path(store, convergence_run(store, args.convergence))
+            args.trace = trace_path(store, per_step_run(convergence_run(store, args.convergence)))
 
 
 def _print_time_to_target(result: dict[str, Any]) -> None:
