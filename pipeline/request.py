@@ -26,7 +26,7 @@ from simulator.lowcomm import STRATEGIES
 from simulator.scenario import FIDELITIES, TOPOLOGIES
 from results.store import row_id
 from units import (Pair, check_bandwidth, check_count, check_density, check_latency, format_bandwidth, format_seconds,
-                   parse_duration, parse_list)
+                   parse_count, parse_duration, parse_list)
 
 if TYPE_CHECKING:
     from costs.anchor import StepProfile
@@ -146,13 +146,7 @@ def _whole(value: str | int | None, flag: str) -> int | None:
     """``value`` of option ``flag`` as an integer ≥ 1 (``None`` when not given or blank); ValueError otherwise."""
     if value is None or str(value).strip() == "":
         return None
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise ValueError(f"{flag} must be an integer >= 1, got {value!r}") from None
-    if number < 1:
-        raise ValueError(f"{flag} must be an integer >= 1, got {number}")
-    return number
+    return parse_count(value, flag)
 
 
 def refused(parallel: str, names: Sequence[str]) -> dict[str, str]:

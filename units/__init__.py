@@ -208,6 +208,16 @@ def check_count(value: object, what: str) -> int:
     return int(value)
 
 
+def parse_count(text: object, what: str) -> int:
+    """A count given as text (an option's value, a form's field), read as an integer and held to
+    :func:`check_count`; ``ValueError`` naming ``what`` otherwise."""
+    try:
+        number = int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{what} must be an integer >= 1, got {text!r}") from None
+    return check_count(number, what)
+
+
 def parse_density(text: str) -> float:
     """Parse a target density: the fraction of elements sent, a number in (0, 1]."""
     try:

@@ -25,8 +25,8 @@ from pipeline.request import DEFAULT_FRAGMENTS, DEFAULT_SYNC_EVERY, LowComm, Req
 from pipeline.verdict import BASELINES, TIE_MARGIN, judge
 from results.store import Store
 from sidco.commands.simulate import (add_latency_args, add_parallel_args, add_scenario_args, add_source_args, cluster,
-                                    positive_int, workload_fields)
-from units import Pair, format_bandwidth, format_seconds, parse_density, parse_list
+                                    workload_fields)
+from units import Pair, format_bandwidth, format_seconds, parse_count, parse_density, parse_list
 from sidco.commands import COMMANDS, dump_json
 
 
@@ -94,8 +94,8 @@ def add_lowcomm_args(parser: argparse.ArgumentParser) -> None:
 def lowcomm_request(args: argparse.Namespace) -> LowComm:
     """The strategies' settings from ``--sync-every``, ``--fragments``, ``--outer-compressor`` and
     ``--outer-density`` (their rules are the request's)."""
-    return LowComm(positive_int(args.sync_every, "--sync-every"),
-                   None if args.fragments is None else positive_int(args.fragments, "--fragments"),
+    return LowComm(parse_count(args.sync_every, "--sync-every"),
+                   None if args.fragments is None else parse_count(args.fragments, "--fragments"),
                    args.outer_compressor.strip(),
                    None if args.outer_density is None else parse_density(args.outer_density))
 

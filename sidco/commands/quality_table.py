@@ -19,7 +19,7 @@ from pipeline import quality
 from pipeline.project import check_output_path
 from results.store import Store
 from sidco.commands import COMMANDS
-from sidco.commands.simulate import positive_int
+from units import parse_count
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,8 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build the table and write it (one JSON file)."""
-    workers, iterations, every = (positive_int(args.workers, "--workers"), positive_int(args.iterations, "--iterations"),
-                                  positive_int(args.every, "--every"))
+    workers, iterations, every = (parse_count(args.workers, "--workers"), parse_count(args.iterations, "--iterations"),
+                                  parse_count(args.every, "--every"))
     out = Path(args.out)
     check_output_path(out)
     with tempfile.TemporaryDirectory(prefix="sidco-quality-") as scratch:

@@ -23,18 +23,8 @@ from pipeline.request import (DEVICE_RULE, DTYPE_CHOICES, LATENCY_HELP, PARALLEL
 from pipeline.verdict import judge
 from results.store import Store
 from sidco.commands import COMMANDS, add_calibration_argument, add_store_argument, dump_json
-from units import Pair, format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_duration
-
-
-def positive_int(text: str, name: str) -> int:
-    """Parse an integer ≥ 1 given for option ``name``; ValueError otherwise."""
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise ValueError(f"{name} must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value}")
-    return value
+from units import (Pair, format_bandwidth, format_bytes, format_seconds, parse_bandwidth, parse_bytes, parse_count,
+                   parse_duration)
 
 
 def add_source_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -175,7 +165,7 @@ def sites_args(args: argparse.Namespace) -> dict[str, Any]:
                 parsed[key] = parse(text)
             except ValueError as exc:
                 raise ValueError(f"{flag}: {exc}") from None
-    return sites_options(positive_int(args.sites, "--sites"), **parsed)
+    return sites_options(parse_count(args.sites, "--sites"), **parsed)
 
 
 def parse_jitter(text: str) -> float | str:
@@ -197,7 +187,7 @@ def scenario_options(args: argparse.Namespace) -> dict[str, Any]:
         "bucket_mode": args.bucket_mode,
         "bucket_cap_bytes": parse_bytes(args.bucket_cap),
         "first_bucket_bytes": parse_bytes(args.first_bucket),
-        "gpus_per_node": positive_int(args.gpus_per_node, "--gpus-per-node"),
+        "gpus_per_node": parse_count(args.gpus_per_node, "--gpus-per-node"),
         "intra_bandwidth_bps": parse_bandwidth(args.intra_bandwidth),
         "intra_latency_s": parse_duration(args.intra_latency),
         "oversubscription": args.oversubscription,
@@ -227,7 +217,7 @@ def workload_fields(args: argparse.Namespace) -> dict[str, Any]:
     the rules are the request's, :class:`pipeline.request.Request`)."""
     flops = _number(args.device_flops, float, "--device-flops", "FLOP/s, e.g. 100e12")
     return {"trace": args.trace, "layout": args.layout, "model": args.model, "device": args.device, "precision": args.precision,
-            "device_flops_per_s": flops, "batch_size": positive_int(args.batch_size, "--batch-size"),
+            "device_flops_per_s": flops, "batch_size": parse_count(args.batch_size, "--batch-size"),
             "profile_file": args.profile, "calibration": args.calibration,
             "samples_per_s": _number(args.samples_per_s, float, "--samples-per-s", "samples/s, e.g. 400"),
             "tokens": _number(args.tokens, int, "--tokens", "a whole number of tokens, e.g. 384"),
@@ -268,8 +258,8 @@ def cluster(args: argparse.Namespace) -> Cluster:
     if getattr(args, "parallel", None) is not None:
         options.update(sharding_option(args))
     if getattr(args, "rank", None) is not None:
-        options["rank"] = positive_int(args.rank, "--rank")
-    return Cluster(positive_int(args.nodes, "--nodes"), parse_bandwidth(args.bandwidth), one_way_latency(args),
+        options["rank"] = parse_count(args.rank, "--rank")
+    return Cluster(parse_count(args.nodes, "--nodes"), parse_bandwidth(args.bandwidth), one_way_latency(args),
                    args.topology, args.fidelity, options)
 
 

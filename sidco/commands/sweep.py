@@ -28,9 +28,9 @@ from results.store import Store
 from sidco.commands import dump_json
 from sidco.commands.compare import memory_cell, memory_legend, say
 from sidco.commands.tta import add_target_args
-from sidco.commands.simulate import (add_latency_args, add_parallel_args, add_scenario_args, add_source_args, positive_int,
+from sidco.commands.simulate import (add_latency_args, add_parallel_args, add_scenario_args, add_source_args,
                                      scenario_options, sharding_option, workload_fields)
-from units import format_bandwidth, format_seconds, parse_bandwidth, parse_density, parse_list
+from units import format_bandwidth, format_seconds, parse_bandwidth, parse_count, parse_density, parse_list
 from sidco.commands import COMMANDS
 
 MAX_CHUNK_SIZE = 100_000
@@ -85,14 +85,14 @@ def parse_grid(args: argparse.Namespace) -> Grid:
     """The sweep axes from the command line (strict units)."""
     names = compressor_names() if args.compressors.strip() == "all" else parse_list(args.compressors, str)
     return pipeline.sweep.grid(
-        nodes=parse_list(args.nodes, lambda t: positive_int(t, "--nodes")),
+        nodes=parse_list(args.nodes, lambda t: parse_count(t, "--nodes")),
         bandwidths_bps=parse_list(args.bandwidth, parse_bandwidth),
         latencies_s=one_way_latencies(args.latency, args.rtt),
         compressors=names,
         densities=parse_list(args.densities, parse_density) if any(takes_density(n) for n in names) else (),
         topologies=parse_list(args.topology, str) if args.topology else
-        [default_topology(positive_int(args.gpus_per_node, "--gpus-per-node"))],
-        ranks=parse_list(args.rank, lambda t: positive_int(t, "--rank")),
+        [default_topology(parse_count(args.gpus_per_node, "--gpus-per-node"))],
+        ranks=parse_list(args.rank, lambda t: parse_count(t, "--rank")),
     )
 
 
@@ -162,10 +162,10 @@ def run(args: argparse.Namespace) -> int:
     grid, reasons = without_refused(parse_grid(args), args.parallel)
     for reason in reasons:
         print(f"refused: {reason}", file=sys.stderr)
-    jobs = positive_int(args.jobs, "--jobs")
+    jobs = parse_count(args.jobs, "--jobs")
     if not args.dask:
         check_jobs(jobs)
-    chunk_size = positive_int(args.chunk_size, "--chunk-size")
+    chunk_size = parse_count(args.chunk_size, "--chunk-size")
     if chunk_size > MAX_CHUNK_SIZE:
         raise ValueError(f"--chunk-size {chunk_size} is too large (at most {MAX_CHUNK_SIZE:,} scenarios per task)")
     asked = projection.resolve(WorkloadRequest(**workload_fields(args)))  # the grid varies the rest
