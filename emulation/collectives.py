@@ -7,8 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from emulation.launch import run_workers
-from emulation.network import Network, require_emulation
-from emulation.plan import make_plan
+from emulation.network import shaped_links
 from simulator.collectives import ring_terms
 
 OPS = ("allreduce", "allgather")
@@ -55,12 +54,8 @@ def measure_collectives(
     ]
     rounds = repeats + warmup + 1
     timeout = _timeout_s(ops, sizes, workers, bandwidth_bps or LOOPBACK_BPS, rounds) + 4.0 * rounds * compute_load_s * len(ops) * len(sizes)
-    if bandwidth_bps is None:
-        per_rank = run_workers("emulation.collective_worker", args, workers, None, timeout)
-    else:
-        require_emulation()
-        with Network(make_plan(workers, bandwidth_bps)) as plan:
-            per_rank = run_workers("emulation.collective_worker", args, workers, plan, timeout)
+    with shaped_links(workers, bandwidth_bps) as plan:
+        per_rank = run_workers("emulation.collective_worker", args, workers, plan, timeout)
     return list(_combine(per_rank, workers, bandwidth_bps))
 
 

@@ -19,8 +19,7 @@ from typing import Any
 
 from emulation.fsdp_plan import annotate, check_mesh, collectives, scaled, shard_numel, totals, units
 from emulation.launch import run_workers
-from emulation.network import Network, require_emulation
-from emulation.plan import make_plan
+from emulation.network import shaped_links
 from units import check_count
 
 SECONDS_PER_STEP_GUESS = 2.0  # generous per-step compute bound on a busy 2-core machine (s)
@@ -87,12 +86,8 @@ def run_fsdp(workers: int, bandwidth_bps: float | None, model: str, parallel: st
     if shard_size is not None:
         args += ["--shard-size", str(shard_size)]
     timeout = _timeout_s(workers, bandwidth_bps, warmup + 2 * iterations, model_bytes)
-    if bandwidth_bps is None:
-        per_rank = run_workers("emulation.fsdp_worker", args, workers, None, timeout)
-    else:
-        require_emulation()
-        with Network(make_plan(workers, bandwidth_bps)) as plan:
-            per_rank = run_workers("emulation.fsdp_worker", args, workers, plan, timeout)
+    with shaped_links(workers, bandwidth_bps) as plan:
+        per_rank = run_workers("emulation.fsdp_worker", args, workers, plan, timeout)
     measured = [annotate(r, replicas, shard) for r in one_step(per_rank)]
     means = {key: statistics.fmean(statistics.fmean(s[key] for s in rank["steps"]) for rank in per_rank)
              for key in ("iteration_s", "forward_s", "backward_s", "optimizer_s")}

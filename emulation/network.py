@@ -24,11 +24,12 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-from emulation.plan import PREFIX_ROOT, NetworkPlan
+from emulation.plan import PREFIX_ROOT, NetworkPlan, make_plan
 from processes.children import module_argv
 from processes.liveness import OwnerFile, owner_ended, pid_alive
 
@@ -257,3 +258,16 @@ class Network:
             for signum, handler in self._previous.items():
                 signal.signal(signum, handler)
             self._previous.clear()
+
+
+@contextmanager
+def shaped_links(workers: int, bandwidth_bps: float | None) -> Iterator[NetworkPlan | None]:
+    """The network ``workers`` ranks run in: ``None`` (loopback, unshaped) when ``bandwidth_bps`` is
+    ``None``, else a :class:`Network` of :func:`emulation.plan.make_plan`'s links at ``bandwidth_bps``
+    (bits/s), built on entry (:func:`require_emulation` first) and removed on exit."""
+    if bandwidth_bps is None:
+        yield None
+        return
+    require_emulation()
+    with Network(make_plan(workers, bandwidth_bps)) as plan:
+        yield plan

@@ -23,9 +23,9 @@ from typing import Any
 import compressors
 import traces.workloads
 from emulation.launch import run_workers
-from emulation.network import Network, require_emulation
+from emulation.network import shaped_links
 from units import check_density
-from emulation.plan import NetworkPlan, make_plan
+from emulation.plan import NetworkPlan
 
 SECONDS_PER_ITERATION_GUESS = 2.0  # generous per-iteration compute bound on a busy 2-core machine (s)
 
@@ -106,11 +106,7 @@ def run_training(
     model_bytes = sum(p.numel() * 4 for p in traces.workloads.build(workload).model.parameters())
     timeout = _timeout_s(workers, bandwidth_bps, warmup + 2 * iterations, model_bytes)
 
-    if bandwidth_bps is None:
-        return run_compressors(None, workers, workload, compressor_names, density, iterations=iterations,
-                               warmup=warmup, batch_size=batch_size, trace_dir=trace_dir, seed=seed, timeout_s=timeout)
-    require_emulation()
-    with Network(make_plan(workers, bandwidth_bps)) as plan:
+    with shaped_links(workers, bandwidth_bps) as plan:
         return run_compressors(plan, workers, workload, compressor_names, density, iterations=iterations,
                                warmup=warmup, batch_size=batch_size, trace_dir=trace_dir, seed=seed, timeout_s=timeout)
 
